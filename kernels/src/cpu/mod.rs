@@ -1,0 +1,9 @@
+//! The CPU twins: each GPU kernel's computation in plain Rust, f32, with the same signature
+//! and the same block decomposition. They are the reference in GPU tests and the CPU backend.
+//! Written for clarity first; rayon spreads the programs over cores.
+
+mod elementwise;
+mod matmul;
+
+pub use elementwise::{add, layernorm, patchify, softmax, write_cls_rows};
+pub use matmul::{matmul, MatmulTiles};

@@ -1,0 +1,381 @@
+//! The vocabulary shared by every kernel and its CPU twin.
+
+use std::fmt;
+
+/// Storage type of a tensor. Accumulation is always fp32, whatever the storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+}
+
+impl DType {
+    pub const ALL: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+    pub fn size_bytes(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+        }
+    }
+
+    /// The name used on the command line and in file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+        }
+    }
+
+    /// The CUDA C++ type that stores one element.
+    pub fn cuda_type(self) -> &'static str {
+        match self {
+            DType::F32 => "float",
+            DType::F16 => "__half",
+            DType::BF16 => "__nv_bfloat16",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<DType> {
+        match s {
+            "f32" | "float32" | "fp32" => Some(DType::F32),
+            "f16" | "float16" | "fp16" | "half" => Some(DType::F16),
+            "bf16" | "bfloat16" => Some(DType::BF16),
+            _ => None,
+        }
+    }
+
+    /// Rounds an f32 to this storage type and back: what a value looks like after a store.
+    pub fn round(self, x: f32) -> f32 {
+        match self {
+            DType::F32 => x,
+            DType::F16 => half::f16::from_f32(x).to_f32(),
+            DType::BF16 => half::bf16::from_f32(x).to_f32(),
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The activations Hugging Face ViT configs can name, after aliases are resolved:
+/// `gelu` is the exact (erf) form; `gelu_new`, `gelu_fast` and `gelu_pytorch_tanh` are all
+/// the tanh approximation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Activation {
+    None,
+    Gelu,
+    GeluTanh,
+    QuickGelu,
+    Relu,
+    Silu,
+}
+
+impl Activation {
+    pub const ALL: [Activation; 6] = [
+        Activation::None,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::QuickGelu,
+        Activation::Relu,
+        Activation::Silu,
+    ];
+
+    /// The value of the CUDA `enum class Act` template argument, and a stable short name.
+    pub fn cuda_name(self) -> &'static str {
+        match self {
+            Activation::None => "Act::None",
+            Activation::Gelu => "Act::Gelu",
+            Activation::GeluTanh => "Act::GeluTanh",
+            Activation::QuickGelu => "Act::QuickGelu",
+            Activation::Relu => "Act::Relu",
+            Activation::Silu => "Act::Silu",
+        }
+    }
+
+    pub fn short_name(self) -> &'static str {
+        match self {
+            Activation::None => "none",
+            Activation::Gelu => "gelu",
+            Activation::GeluTanh => "gelu_tanh",
+            Activation::QuickGelu => "quick_gelu",
+            Activation::Relu => "relu",
+            Activation::Silu => "silu",
+        }
+    }
+
+    /// The reference formula, in f32, as PyTorch computes it.
+    pub fn apply(self, x: f32) -> f32 {
+        match self {
+            Activation::None => x,
+            Activation::Gelu => 0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2)),
+            Activation::GeluTanh => {
+                let inner = 0.797_884_6 * (x + 0.044_715 * x * x * x);
+                0.5 * x * (1.0 + inner.tanh())
+            }
+            Activation::QuickGelu => x / (1.0 + (-1.702 * x).exp()),
+            Activation::Relu => x.max(0.0),
+            Activation::Silu => x / (1.0 + (-x).exp()),
+        }
+    }
+}
+
+/// erf in f64 arithmetic (Abramowitz-Stegun 7.1.26 is too coarse for 1e-5 parity), rounded to f32.
+fn erf(x: f32) -> f32 {
+    libm_erf(x as f64) as f32
+}
+
+/// W. J. Cody's rational approximations, as in most libms; accurate to a few ulp in f64.
+fn libm_erf(x: f64) -> f64 {
+    // erf(x) = 1 - erfc(x); use a series for small |x| and a continued fraction otherwise.
+    let ax = x.abs();
+    let r = if ax < 2.0 {
+        // Maclaurin series: 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1)), converges fast here.
+        let mut sum = 0.0f64;
+        let mut term = ax;
+        let x2 = ax * ax;
+        let mut n = 0.0f64;
+        loop {
+            let add = term / (2.0 * n + 1.0);
+            sum += add;
+            if add.abs() < 1e-17 * sum.abs() {
+                break;
+            }
+            n += 1.0;
+            term *= -x2 / n;
+        }
+        sum * std::f64::consts::FRAC_2_SQRT_PI
+    } else {
+        // erfc via Lentz's continued fraction: erfc(x) = exp(-x^2)/sqrt(pi) * 1/(x+ 1/2/(x+ 1/(x+ 3/2/(x+ ...))))
+        let mut f = ax;
+        let tiny = 1e-300;
+        let mut c = f;
+        let mut d = 0.0f64;
+        for i in 1..200 {
+            let a = i as f64 / 2.0;
+            d = ax + a * d;
+            if d.abs() < tiny {
+                d = tiny;
+            }
+            c = ax + a / c;
+            if c.abs() < tiny {
+                c = tiny;
+            }
+            d = 1.0 / d;
+            let delta = c * d;
+            f *= delta;
+            if (delta - 1.0).abs() < 1e-16 {
+                break;
+            }
+        }
+        1.0 - (-ax * ax).exp() / (f * std::f64::consts::PI.sqrt())
+    };
+    if x < 0.0 {
+        -r
+    } else {
+        r
+    }
+}
+
+/// What a matmul does to its fp32 accumulator before the store:
+/// `out = act(alpha * acc + bias[col]) + residual[row, col]`, then a cast to the output dtype.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Epilogue {
+    pub alpha: f32,
+    pub bias: bool,
+    pub activation: Activation,
+    pub residual: bool,
+}
+
+impl Epilogue {
+    pub const NONE: Epilogue = Epilogue {
+        alpha: 1.0,
+        bias: false,
+        activation: Activation::None,
+        residual: false,
+    };
+
+    pub fn apply(&self, acc: f32, bias: Option<f32>, residual: Option<f32>) -> f32 {
+        let mut v = self.alpha * acc + bias.unwrap_or(0.0);
+        v = self.activation.apply(v);
+        v + residual.unwrap_or(0.0)
+    }
+}
+
+/// A strided view of one matrix operand inside a buffer, in elements.
+/// Element (batch b, head h, row r, col c) lives at
+/// `offset + b * batch_stride + h * head_stride + r * row_stride + c`.
+/// Columns are always contiguous: every kernel relies on that for vector loads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Operand {
+    pub offset: usize,
+    pub row_stride: usize,
+    pub batch_stride: usize,
+    pub head_stride: usize,
+}
+
+impl Operand {
+    /// A plain row-major matrix with `cols` columns.
+    pub fn contiguous(cols: usize) -> Operand {
+        Operand {
+            offset: 0,
+            row_stride: cols,
+            batch_stride: 0,
+            head_stride: 0,
+        }
+    }
+
+    pub fn index(&self, batch: usize, head: usize, row: usize, col: usize) -> usize {
+        self.offset + batch * self.batch_stride + head * self.head_stride + row * self.row_stride + col
+    }
+
+    /// One past the largest index a (batch, heads, rows, cols) walk touches; 0 when empty.
+    pub fn extent(&self, batch: usize, heads: usize, rows: usize, cols: usize) -> usize {
+        if batch == 0 || heads == 0 || rows == 0 || cols == 0 {
+            return 0;
+        }
+        self.index(batch - 1, heads - 1, rows - 1, cols - 1) + 1
+    }
+}
+
+/// How the second operand is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WeightLayout {
+    /// `B[n, k]`: an nn.Linear weight, or K in `Q·Kᵀ`. C = A·Bᵀ.
+    NK,
+    /// `B[k, n]`: V in `P·V`. C = A·B.
+    KN,
+}
+
+/// A batched, strided matmul: for every (batch, head),
+/// `C[m, n] = epilogue(sum_k A[m, k] * B(k, n))`, where B is read as its layout says.
+/// `bias` (length n) and `residual` (read through the operand `r`, which may broadcast over
+/// batch with a zero stride) are optional epilogue inputs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MatmulProblem {
+    pub batch: usize,
+    pub heads: usize,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: Operand,
+    pub b: Operand,
+    pub b_layout: WeightLayout,
+    pub c: Operand,
+    /// Where the residual is read, when `epilogue.residual` is set.
+    pub r: Operand,
+    pub epilogue: Epilogue,
+}
+
+impl MatmulProblem {
+    /// `C[m, n] = epilogue(A[m, k] · W[n, k]ᵀ)`, all contiguous: an nn.Linear.
+    pub fn linear(m: usize, n: usize, k: usize, epilogue: Epilogue) -> MatmulProblem {
+        MatmulProblem {
+            batch: 1,
+            heads: 1,
+            m,
+            n,
+            k,
+            a: Operand::contiguous(k),
+            b: Operand::contiguous(k),
+            b_layout: WeightLayout::NK,
+            c: Operand::contiguous(n),
+            r: Operand::contiguous(n),
+            epilogue,
+        }
+    }
+
+    /// Checks that every operand fits its buffer, so kernels can index without bounds checks.
+    pub fn check_bounds(
+        &self,
+        a_len: usize,
+        b_len: usize,
+        c_len: usize,
+        bias_len: Option<usize>,
+        residual_len: Option<usize>,
+    ) -> Result<(), String> {
+        let (b_rows, b_cols) = match self.b_layout {
+            WeightLayout::NK => (self.n, self.k),
+            WeightLayout::KN => (self.k, self.n),
+        };
+        let checks = [
+            ("A", self.a.extent(self.batch, self.heads, self.m, self.k), Some(a_len)),
+            ("B", self.b.extent(self.batch, self.heads, b_rows, b_cols), Some(b_len)),
+            ("C", self.c.extent(self.batch, self.heads, self.m, self.n), Some(c_len)),
+        ];
+        for (name, need, have) in checks {
+            if let Some(have) = have {
+                if need > have {
+                    return Err(format!("matmul operand {name} needs {need} elements, buffer has {have}"));
+                }
+            }
+        }
+        if self.epilogue.bias {
+            match bias_len {
+                Some(len) if len >= self.n => {}
+                Some(len) => return Err(format!("matmul bias needs {} elements, has {len}", self.n)),
+                None => return Err("matmul epilogue wants a bias and none was given".into()),
+            }
+        }
+        if self.epilogue.residual {
+            let need = self.r.extent(self.batch, self.heads, self.m, self.n);
+            match residual_len {
+                Some(len) if len >= need => {}
+                Some(len) => return Err(format!("matmul residual needs {need} elements, has {len}")),
+                None => return Err("matmul epilogue wants a residual and none was given".into()),
+            }
+        }
+        Ok(())
+    }
+
+    pub fn flops(&self) -> f64 {
+        2.0 * (self.batch * self.heads * self.m * self.n * self.k) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erf_matches_known_values() {
+        // Values from a 30-digit table.
+        let cases = [
+            (0.0, 0.0),
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (2.0, 0.995_322_265_018_952_7),
+            (3.0, 0.999_977_909_503_001_4),
+            (-1.5, -0.966_105_146_475_310_7),
+        ];
+        for (x, want) in cases {
+            let got = libm_erf(x);
+            assert!((got - want).abs() < 1e-14, "erf({x}) = {got}, want {want}");
+        }
+    }
+
+    #[test]
+    fn activations_match_pytorch_values() {
+        // torch.nn.functional.gelu(torch.tensor([-1., 0.5, 2.])) and friends, printed in float64.
+        let close = |a: f32, b: f64| (a as f64 - b).abs() < 1e-6;
+        assert!(close(Activation::Gelu.apply(-1.0), -0.158_655_253_931_457_05));
+        assert!(close(Activation::Gelu.apply(2.0), 1.954_499_736_103_642));
+        assert!(close(Activation::GeluTanh.apply(0.5), 0.345_714_010_294_053_3));
+        assert!(close(Activation::QuickGelu.apply(1.0), 0.845_827_745_883_484_5));
+        assert!(close(Activation::Silu.apply(-2.0), -0.238_405_844_044_234_03));
+        assert_eq!(Activation::Relu.apply(-3.0), 0.0);
+    }
+
+    #[test]
+    fn dtype_names_round_trip() {
+        for d in DType::ALL {
+            assert_eq!(DType::parse(d.name()), Some(d));
+        }
+        assert_eq!(DType::parse("int8"), None);
+    }
+}

@@ -1,0 +1,1 @@
+//! ViT: config, preprocessing, graph builder, labels.

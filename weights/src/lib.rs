@@ -1,0 +1,1 @@
+//! Checkpoint files: safetensors through mmap (single and sharded), stored dtypes, hub resolution.
