@@ -1,1 +1,23 @@
 //! Checkpoint files: safetensors through mmap (single and sharded), stored dtypes, hub resolution.
+//!
+//! - [`Checkpoint`] opens a model folder, a `.safetensors` file or a sharded index, memory-maps
+//!   the files and decodes tensors (F32, F16, BF16) to f32 on request.
+//! - [`write_f32_tensors`] / [`read_f32_tensors`] write and read whole small tensor files.
+//! - [`resolve_model`] turns a folder or a hub id into the files of a model, through the
+//!   standard Hugging Face cache.
+
+mod checkpoint;
+mod dtype;
+mod error;
+mod header;
+mod hub;
+mod tensor_file;
+
+pub use checkpoint::{Checkpoint, INDEX_FILE_NAME, PYTORCH_FILE_NAME, SINGLE_FILE_NAME};
+pub use dtype::StoredDType;
+pub use error::WeightsError;
+pub use hub::{
+    resolve_model, resolve_model_with, HubSettings, ModelFiles, ModelOrigin, ResolveOptions,
+    CONFIG_FILE_NAME, PREPROCESSOR_CONFIG_FILE_NAME,
+};
+pub use tensor_file::{read_f32_tensors, write_f32_tensors, NamedTensor};
