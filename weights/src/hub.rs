@@ -172,7 +172,11 @@ fn resolve_from_cache(
         // A revision given as a commit hash has a snapshot but, as the Python tools write the
         // cache, no ref.
         Err(_) if is_commit_hash(revision) => revision.to_string(),
-        Err(_) => return Err(not_cached(CONFIG_FILE_NAME)),
+        Err(_) => {
+            return Err(not_cached(&format!(
+                "{CONFIG_FILE_NAME} (nothing of this revision was ever downloaded)"
+            )))
+        }
     };
     if !is_plain_commit(&commit) {
         return Err(WeightsError::CorruptFile {
@@ -213,11 +217,17 @@ fn resolve_from_hub(
     revision: &str,
     settings: &HubSettings,
 ) -> Result<ModelFiles, WeightsError> {
-    let hub_error = |what: String, error: ApiError| WeightsError::Hub {
-        repo: repo_id.to_string(),
-        revision: revision.to_string(),
-        what,
-        message: error.to_string(),
+    let hub_error = |what: String, error: ApiError| {
+        let mut message = error.to_string();
+        if message.contains("status code 401") || message.contains("status code 403") {
+            message.push_str(" (private or gated repositories need a token: set HF_TOKEN)");
+        }
+        WeightsError::Hub {
+            repo: repo_id.to_string(),
+            revision: revision.to_string(),
+            what,
+            message,
+        }
     };
     let unusable = |reason: String| WeightsError::UnusableRepo {
         repo: repo_id.to_string(),
@@ -277,22 +287,12 @@ fn resolve_from_hub(
         }
     };
 
-    fetch(CONFIG_FILE_NAME)?;
-    if available.contains(PREPROCESSOR_CONFIG_FILE_NAME) {
-        fetch(PREPROCESSOR_CONFIG_FILE_NAME)?;
-    }
-    if available.contains(SINGLE_FILE_NAME) {
-        fetch(SINGLE_FILE_NAME)?;
+    // Decide on the weights before downloading anything, so an unusable repository costs no
+    // download.
+    let sharded = if available.contains(SINGLE_FILE_NAME) {
+        false
     } else if available.contains(INDEX_FILE_NAME) {
-        fetch(INDEX_FILE_NAME)?;
-        for shard in read_shard_names(&snapshot.join(INDEX_FILE_NAME))? {
-            if !available.contains(shard.as_str()) {
-                return Err(unusable(format!(
-                    "{INDEX_FILE_NAME} lists shard {shard}, which the repository does not hold"
-                )));
-            }
-            fetch(&shard)?;
-        }
+        true
     } else if available.contains(PYTORCH_FILE_NAME) {
         return Err(unusable(format!(
             "it holds only {PYTORCH_FILE_NAME}; safetensors weights are needed \
@@ -302,6 +302,28 @@ fn resolve_from_hub(
         return Err(unusable(format!(
             "it holds neither {SINGLE_FILE_NAME} nor {INDEX_FILE_NAME}"
         )));
+    };
+
+    fetch(CONFIG_FILE_NAME)?;
+    if available.contains(PREPROCESSOR_CONFIG_FILE_NAME) {
+        fetch(PREPROCESSOR_CONFIG_FILE_NAME)?;
+    }
+    if sharded {
+        fetch(INDEX_FILE_NAME)?;
+        let shards = read_shard_names(&snapshot.join(INDEX_FILE_NAME))?;
+        if let Some(absent) = shards
+            .iter()
+            .find(|shard| !available.contains(shard.as_str()))
+        {
+            return Err(unusable(format!(
+                "{INDEX_FILE_NAME} lists shard {absent}, which the repository does not hold"
+            )));
+        }
+        for shard in &shards {
+            fetch(shard)?;
+        }
+    } else {
+        fetch(SINGLE_FILE_NAME)?;
     }
 
     // Downloading by commit records only the commit as a ref; point the asked revision at it

@@ -343,7 +343,12 @@ fn a_pytorch_only_repo_is_refused_without_downloading_weights() {
         text.contains("pytorch_model.bin") && text.contains("safetensors weights are needed"),
         "{text}"
     );
-    assert!(!downloads(&hub).contains(&"pytorch_model.bin".to_string()));
+    assert!(
+        downloads(&hub).is_empty(),
+        "nothing may be downloaded: {:?}",
+        hub.requests()
+    );
+    assert!(!cache.path().join("models--org--old/snapshots").exists());
 }
 
 #[test]
