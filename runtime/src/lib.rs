@@ -1,1 +1,18 @@
 //! Tensors, the graph of ops, fusion passes, the memory plan, the executor and its backends.
+//! The runtime knows nothing of ViT: models describe themselves as a [`Graph`].
+
+pub mod backend;
+mod error;
+pub mod executor;
+pub mod graph;
+pub mod lowering;
+pub mod passes;
+pub mod plan;
+
+pub use backend::cpu::CpuBackend;
+pub use backend::Backend;
+pub use error::RuntimeError;
+pub use executor::{Executor, HostTensor, ParamStore};
+pub use graph::{Graph, HeadSlice, Op, ParamSource, ValueId, ValueKind};
+pub use plan::Plan;
+pub use vitrt_kernels::{Activation, DType, Epilogue};

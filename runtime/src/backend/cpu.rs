@@ -1,0 +1,252 @@
+//! The CPU backend: every op through the kernels' CPU twins, in f32, on all cores.
+
+use super::{Backend, Binding, BufferRef};
+use crate::error::RuntimeError;
+use crate::graph::Op;
+use crate::lowering;
+use std::collections::HashMap;
+use std::ops::Range;
+use vitrt_kernels::{cpu, DType, Epilogue};
+
+#[derive(Default)]
+pub struct CpuBackend {
+    params: Vec<Vec<f32>>,
+    param_ids: HashMap<String, usize>,
+    arena: Vec<f32>,
+}
+
+impl CpuBackend {
+    pub fn new() -> CpuBackend {
+        CpuBackend::default()
+    }
+
+    fn arena_range(buffer: BufferRef) -> Result<Range<usize>, String> {
+        match buffer {
+            BufferRef::Arena {
+                offset_bytes,
+                len,
+                dtype: DType::F32,
+            } => Ok(offset_bytes / 4..offset_bytes / 4 + len),
+            BufferRef::Arena { dtype, .. } => Err(format!("the CPU backend stores f32, not {dtype}")),
+            BufferRef::Param { .. } => Err("a parameter cannot be written".into()),
+        }
+    }
+}
+
+/// Borrows the output region mutably and the inputs immutably from one arena, after checking
+/// that the output overlaps none of them (the plan guarantees it; this makes it a checked fact).
+fn split<'a>(
+    arena: &'a mut [f32],
+    params: &'a [Vec<f32>],
+    inputs: &[BufferRef],
+    output: Range<usize>,
+) -> Result<(Vec<&'a [f32]>, &'a mut [f32]), String> {
+    if output.end > arena.len() {
+        return Err(format!("output {output:?} lies outside the arena of {}", arena.len()));
+    }
+    let mut ranges = Vec::with_capacity(inputs.len());
+    for &input in inputs {
+        ranges.push(match input {
+            BufferRef::Param { id, len } => Err((id, len)),
+            BufferRef::Arena { .. } => {
+                let r = CpuBackend::arena_range(input)?;
+                if r.end > arena.len() {
+                    return Err(format!("input {r:?} lies outside the arena of {}", arena.len()));
+                }
+                if r.start < output.end && output.start < r.end && !r.is_empty() && !output.is_empty() {
+                    return Err(format!("input {r:?} overlaps output {output:?}"));
+                }
+                Ok(r)
+            }
+        });
+    }
+    let base = arena.as_mut_ptr();
+    // SAFETY: every range lies inside `arena` and none overlaps `output` (checked above), so
+    // the mutable output slice aliases no shared input slice; the inputs only alias each
+    // other immutably. All borrows live no longer than `arena`.
+    let out = unsafe { std::slice::from_raw_parts_mut(base.add(output.start), output.len()) };
+    let mut views = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        views.push(match r {
+            Ok(r) => unsafe { std::slice::from_raw_parts(base.add(r.start) as *const f32, r.len()) },
+            Err((id, len)) => {
+                let p = params.get(id).ok_or_else(|| format!("unknown parameter {id}"))?;
+                &p[..len.min(p.len())]
+            }
+        });
+    }
+    Ok((views, out))
+}
+
+impl Backend for CpuBackend {
+    fn describe(&self) -> String {
+        "cpu".into()
+    }
+
+    fn dtype(&self) -> DType {
+        DType::F32
+    }
+
+    fn load_param(
+        &mut self,
+        key: &str,
+        shape: &[usize],
+        load: &mut dyn FnMut() -> Result<Vec<f32>, RuntimeError>,
+    ) -> Result<usize, RuntimeError> {
+        if let Some(&id) = self.param_ids.get(key) {
+            return Ok(id);
+        }
+        let data = load()?;
+        if data.len() != shape.iter().product::<usize>() {
+            return Err(RuntimeError::Param {
+                name: key.into(),
+                message: format!("{} values for shape {shape:?}", data.len()),
+            });
+        }
+        self.params.push(data);
+        self.param_ids.insert(key.into(), self.params.len() - 1);
+        Ok(self.params.len() - 1)
+    }
+
+    fn reserve_arena(&mut self, bytes: usize) -> Result<(), RuntimeError> {
+        let elems = bytes.div_ceil(4);
+        if self.arena.len() < elems {
+            self.arena
+                .try_reserve_exact(elems - self.arena.len())
+                .map_err(|_| RuntimeError::Backend(format!("cannot allocate {bytes} bytes of host memory for activations")))?;
+            self.arena.resize(elems, 0.0);
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, dst: BufferRef, data: &[f32]) -> Result<(), RuntimeError> {
+        let r = Self::arena_range(dst).map_err(RuntimeError::Backend)?;
+        if r.len() != data.len() || r.end > self.arena.len() {
+            return Err(RuntimeError::Backend(format!("write of {} values into {r:?}", data.len())));
+        }
+        self.arena[r].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn read(&mut self, src: BufferRef) -> Result<Vec<f32>, RuntimeError> {
+        match src {
+            BufferRef::Param { id, len } => Ok(self.params[id][..len].to_vec()),
+            _ => {
+                let r = Self::arena_range(src).map_err(RuntimeError::Backend)?;
+                self.arena
+                    .get(r.clone())
+                    .map(<[f32]>::to_vec)
+                    .ok_or_else(|| RuntimeError::Backend(format!("read of {r:?} outside the arena")))
+            }
+        }
+    }
+
+    fn execute(&mut self, op: &Op, inputs: &[Binding], output: &Binding, workspace: Option<BufferRef>) -> Result<(), String> {
+        let out_range = Self::arena_range(output.buffer)?;
+        let tiles = cpu::MatmulTiles::default();
+        match op {
+            Op::PatchEmbed { patch } => {
+                let ws = Self::arena_range(workspace.ok_or("patch embedding needs a workspace")?)?;
+                let px = &inputs[0].shape;
+                let (b, c, h, w) = (px[0], px[1], px[2], px[3]);
+                let hidden = output.shape[2];
+                let tokens = output.shape[1];
+                let patches = tokens - 1;
+                // Patch rows into the workspace first, then the projection reads them.
+                {
+                    let (ins, rows) = split(&mut self.arena, &self.params, &[inputs[0].buffer], ws.clone())?;
+                    cpu::patchify(ins[0], b, c, h, w, *patch, rows);
+                }
+                let bufs: Vec<BufferRef> = [ws.clone()]
+                    .iter()
+                    .map(|r| BufferRef::Arena {
+                        offset_bytes: r.start * 4,
+                        len: r.len(),
+                        dtype: DType::F32,
+                    })
+                    .chain(inputs[1..].iter().map(|i| i.buffer))
+                    .collect();
+                let (ins, out) = split(&mut self.arena, &self.params, &bufs, out_range)?;
+                let (rows, weight, bias, cls, pos) = (ins[0], ins[1], ins[2], ins[3], ins[4]);
+                cpu::write_cls_rows(cls, pos, b, tokens, out);
+                let problem = lowering::patch_projection(b, patches, c * patch * patch, hidden);
+                cpu::matmul(&problem, tiles, rows, weight, Some(bias), Some(pos), out);
+            }
+            _ => {
+                let bufs: Vec<BufferRef> = inputs.iter().map(|i| i.buffer).collect();
+                let (ins, out) = split(&mut self.arena, &self.params, &bufs, out_range)?;
+                run_simple(op, inputs, &ins, output, out, tiles)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn synchronize(&mut self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+}
+
+fn run_simple(
+    op: &Op,
+    bindings: &[Binding],
+    ins: &[&[f32]],
+    output: &Binding,
+    out: &mut [f32],
+    tiles: cpu::MatmulTiles,
+) -> Result<(), String> {
+    let last = |s: &[usize]| *s.last().unwrap_or(&1);
+    match op {
+        Op::PatchEmbed { .. } => unreachable!("handled by the caller"),
+        Op::LayerNorm { eps } => cpu::layernorm(ins[0], ins[1], ins[2], last(&bindings[0].shape), *eps, out),
+        Op::Linear { epilogue } => {
+            let problem = lowering::linear(&bindings[0].shape, &bindings[1].shape, *epilogue);
+            let bias = epilogue.bias.then(|| ins[2]);
+            let residual = epilogue.residual.then(|| ins[2 + epilogue.bias as usize]);
+            problem.check_bounds(ins[0].len(), ins[1].len(), out.len(), bias.map(<[f32]>::len), residual.map(<[f32]>::len))?;
+            cpu::matmul(&problem, tiles, ins[0], ins[1], bias, residual, out);
+        }
+        Op::Activation(act) => {
+            for (o, &x) in out.iter_mut().zip(ins[0]) {
+                *o = act.apply(x);
+            }
+        }
+        Op::Add => cpu::add(ins[0], ins[1], out),
+        Op::AttentionScores {
+            heads,
+            head_dim,
+            scale,
+            q,
+            k,
+        } => {
+            let (qs, ks) = (&bindings[0].shape, &bindings[1].shape);
+            let problem = lowering::attention_scores(
+                qs[0],
+                qs[1],
+                *heads,
+                *head_dim,
+                *scale,
+                (qs[2], q.column_offset),
+                (ks[2], k.column_offset),
+            );
+            problem.check_bounds(ins[0].len(), ins[1].len(), out.len(), None, None)?;
+            cpu::matmul(&problem, tiles, ins[0], ins[1], None, None, out);
+        }
+        Op::Softmax => cpu::softmax(ins[0], last(&bindings[0].shape), 1.0, out),
+        Op::AttentionContext { heads, head_dim, v } => {
+            let vs = &bindings[1].shape;
+            let problem = lowering::attention_context(vs[0], vs[1], *heads, *head_dim, (vs[2], v.column_offset));
+            problem.check_bounds(ins[0].len(), ins[1].len(), out.len(), None, None)?;
+            cpu::matmul(&problem, tiles, ins[0], ins[1], None, None, out);
+        }
+        Op::SelectToken { index } => {
+            let s = &bindings[0].shape;
+            let (t, c) = (s[1], s[2]);
+            for (b, row) in out.chunks_mut(c).enumerate() {
+                let start = (b * t + index) * c;
+                row.copy_from_slice(&ins[0][start..start + c]);
+            }
+        }
+    }
+    let _ = (output, Epilogue::NONE);
+    Ok(())
+}

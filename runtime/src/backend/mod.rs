@@ -1,0 +1,72 @@
+//! A backend runs one node at a time on buffers the executor has placed. It owns its
+//! parameters (uploaded once, shared by every executor on it) and one arena that grows to the
+//! largest plan it has run.
+
+pub mod cpu;
+
+use crate::error::RuntimeError;
+use crate::graph::Op;
+use vitrt_kernels::DType;
+
+/// Where a tensor lives on a backend, in elements of `dtype`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufferRef {
+    Arena { offset_bytes: usize, len: usize, dtype: DType },
+    Param { id: usize, len: usize },
+}
+
+impl BufferRef {
+    pub fn len(&self) -> usize {
+        match *self {
+            BufferRef::Arena { len, .. } | BufferRef::Param { len, .. } => len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A node operand: where it is and its shape.
+#[derive(Clone, Debug)]
+pub struct Binding {
+    pub buffer: BufferRef,
+    pub shape: Vec<usize>,
+}
+
+pub trait Backend {
+    /// "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)".
+    fn describe(&self) -> String;
+
+    /// Storage type of parameters and activations.
+    fn dtype(&self) -> DType;
+
+    /// Uploads a parameter once per key and returns its id; `load` runs only on a miss.
+    fn load_param(
+        &mut self,
+        key: &str,
+        shape: &[usize],
+        load: &mut dyn FnMut() -> Result<Vec<f32>, RuntimeError>,
+    ) -> Result<usize, RuntimeError>;
+
+    /// Makes the arena at least `bytes` long. Called once per plan, never per run.
+    fn reserve_arena(&mut self, bytes: usize) -> Result<(), RuntimeError>;
+
+    /// Copies f32 host data into an arena buffer (converting to its dtype).
+    fn write(&mut self, dst: BufferRef, data: &[f32]) -> Result<(), RuntimeError>;
+
+    /// Copies a buffer back to the host as f32.
+    fn read(&mut self, src: BufferRef) -> Result<Vec<f32>, RuntimeError>;
+
+    /// Runs one op. Errors are plain messages; the executor adds the node's name.
+    fn execute(
+        &mut self,
+        op: &Op,
+        inputs: &[Binding],
+        output: &Binding,
+        workspace: Option<BufferRef>,
+    ) -> Result<(), String>;
+
+    /// Waits for queued work.
+    fn synchronize(&mut self) -> Result<(), RuntimeError>;
+}

@@ -1,0 +1,335 @@
+//! The graph of ops: the one place a model is described. Values are written once (SSA);
+//! nodes are kept in an order where every input is produced before it is read.
+
+use crate::error::RuntimeError;
+use vitrt_kernels::{Activation, Epilogue};
+
+pub type ValueId = usize;
+pub type NodeId = usize;
+
+/// Where a value's bytes come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ValueKind {
+    /// Fed by the caller at every run, always f32 (pixels).
+    Input,
+    /// A weight, loaded once.
+    Param(ParamSource),
+    /// Computed by a node.
+    Activation,
+}
+
+/// How a parameter is assembled from checkpoint tensors.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ParamSource {
+    Tensor(String),
+    /// Several tensors stacked along their first dimension (fused Q, K, V projections).
+    Concat(Vec<String>),
+}
+
+impl ParamSource {
+    /// A key that names the assembled parameter, so backends upload each once.
+    pub fn key(&self) -> String {
+        match self {
+            ParamSource::Tensor(name) => name.clone(),
+            ParamSource::Concat(names) => format!("concat({})", names.join(",")),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Value {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub kind: ValueKind,
+}
+
+impl Value {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// Which columns of a `[B, T, width]` activation hold the heads of Q, K or V: head `h`
+/// starts at column `column_offset + h * head_dim`. Lets attention read Q, K and V where the
+/// projections wrote them, whether as three tensors or one fused QKV tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadSlice {
+    pub column_offset: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// Inputs: pixels [B,C,H,W] (f32), weight [hidden, C·P·P], bias [hidden], cls [hidden],
+    /// pos [T, hidden]. Output [B, T, hidden] with T = 1 + (H/P)·(W/P). Needs a workspace
+    /// for the patch rows.
+    PatchEmbed { patch: usize },
+    /// Inputs: x [.., C], gamma [C], beta [C].
+    LayerNorm { eps: f32 },
+    /// Inputs: x [.., K], weight [N, K], then bias [N] if `epilogue.bias`, then residual
+    /// [.., N] if `epilogue.residual`. Output [.., N].
+    Linear { epilogue: Epilogue },
+    /// Element-wise activation (fused into the producing Linear by a pass).
+    Activation(Activation),
+    /// Element-wise sum of two tensors of one shape.
+    Add,
+    /// Inputs: the tensors holding Q and K, [B, T, width]. Output [B, heads, T, T] =
+    /// scale · Q·Kᵀ per head.
+    AttentionScores {
+        heads: usize,
+        head_dim: usize,
+        scale: f32,
+        q: HeadSlice,
+        k: HeadSlice,
+    },
+    /// Row-wise softmax over the last dimension.
+    Softmax,
+    /// Inputs: probabilities [B, heads, T, T] and the tensor holding V, [B, T, width].
+    /// Output [B, T, heads·head_dim], heads side by side as HF lays them out.
+    AttentionContext { heads: usize, head_dim: usize, v: HeadSlice },
+    /// Input [B, T, C]; output [B, C], the token at `index` of each sequence.
+    SelectToken { index: usize },
+}
+
+impl Op {
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Op::PatchEmbed { .. } => "patch_embed",
+            Op::LayerNorm { .. } => "layernorm",
+            Op::Linear { .. } => "linear",
+            Op::Activation(_) => "activation",
+            Op::Add => "add",
+            Op::AttentionScores { .. } => "attention_scores",
+            Op::Softmax => "softmax",
+            Op::AttentionContext { .. } => "attention_context",
+            Op::SelectToken { .. } => "select_token",
+        }
+    }
+
+    /// The output shape, or an error saying which input does not fit.
+    pub fn output_shape(&self, inputs: &[&[usize]]) -> Result<Vec<usize>, String> {
+        let arity = |n: usize| {
+            if inputs.len() == n {
+                Ok(())
+            } else {
+                Err(format!("{} takes {n} inputs, got {}", self.kind_name(), inputs.len()))
+            }
+        };
+        let last = |s: &[usize]| s.last().copied().unwrap_or(0);
+        match self {
+            Op::PatchEmbed { patch } => {
+                arity(5)?;
+                let (px, w, b, cls, pos) = (inputs[0], inputs[1], inputs[2], inputs[3], inputs[4]);
+                let [batch, c, h, wd] = px else {
+                    return Err(format!("pixels must be [B,C,H,W], got {px:?}"));
+                };
+                if *patch == 0 || h % patch != 0 || wd % patch != 0 {
+                    return Err(format!("image {h}x{wd} is not divisible into {patch}x{patch} patches"));
+                }
+                let hidden = w.first().copied().unwrap_or(0);
+                let tokens = 1 + (h / patch) * (wd / patch);
+                if w != [hidden, c * patch * patch] {
+                    return Err(format!("patch weight must be [{hidden}, {}], got {w:?}", c * patch * patch));
+                }
+                if b != [hidden] || cls != [hidden] || pos != [tokens, hidden] {
+                    return Err(format!(
+                        "patch bias/cls/pos must be [{hidden}]/[{hidden}]/[{tokens}, {hidden}], got {b:?}/{cls:?}/{pos:?}"
+                    ));
+                }
+                Ok(vec![*batch, tokens, hidden])
+            }
+            Op::LayerNorm { .. } => {
+                arity(3)?;
+                let c = last(inputs[0]);
+                if inputs[1] != [c] || inputs[2] != [c] {
+                    return Err(format!("layernorm over {c} columns got gamma {:?}, beta {:?}", inputs[1], inputs[2]));
+                }
+                Ok(inputs[0].to_vec())
+            }
+            Op::Linear { epilogue } => {
+                arity(2 + epilogue.bias as usize + epilogue.residual as usize)?;
+                let (x, w) = (inputs[0], inputs[1]);
+                let k = last(x);
+                if w.len() != 2 || w[1] != k {
+                    return Err(format!("linear weight must be [N, {k}], got {w:?}"));
+                }
+                let mut out = x.to_vec();
+                *out.last_mut().ok_or("linear input has no dimensions")? = w[0];
+                let mut next = 2;
+                if epilogue.bias {
+                    if inputs[next] != [w[0]] {
+                        return Err(format!("linear bias must be [{}], got {:?}", w[0], inputs[next]));
+                    }
+                    next += 1;
+                }
+                if epilogue.residual && inputs[next] != out.as_slice() {
+                    return Err(format!("linear residual must be {out:?}, got {:?}", inputs[next]));
+                }
+                Ok(out)
+            }
+            Op::Activation(_) | Op::Softmax => {
+                arity(1)?;
+                Ok(inputs[0].to_vec())
+            }
+            Op::Add => {
+                arity(2)?;
+                if inputs[0] != inputs[1] {
+                    return Err(format!("add of {:?} and {:?}", inputs[0], inputs[1]));
+                }
+                Ok(inputs[0].to_vec())
+            }
+            Op::AttentionScores { heads, head_dim, q, k, .. } => {
+                arity(2)?;
+                for (src, slice) in [(inputs[0], q), (inputs[1], k)] {
+                    check_head_source(src, *heads, *head_dim, slice)?;
+                }
+                if inputs[0][..2] != inputs[1][..2] {
+                    return Err(format!("Q {:?} and K {:?} differ in batch or tokens", inputs[0], inputs[1]));
+                }
+                Ok(vec![inputs[0][0], *heads, inputs[0][1], inputs[0][1]])
+            }
+            Op::AttentionContext { heads, head_dim, v } => {
+                arity(2)?;
+                check_head_source(inputs[1], *heads, *head_dim, v)?;
+                let (b, t) = (inputs[1][0], inputs[1][1]);
+                if inputs[0] != [b, *heads, t, t] {
+                    return Err(format!("attention probabilities must be {:?}, got {:?}", [b, *heads, t, t], inputs[0]));
+                }
+                Ok(vec![b, t, heads * head_dim])
+            }
+            Op::SelectToken { index } => {
+                arity(1)?;
+                let [b, t, c] = inputs[0] else {
+                    return Err(format!("select_token needs [B,T,C], got {:?}", inputs[0]));
+                };
+                if index >= t {
+                    return Err(format!("token {index} of {t}"));
+                }
+                Ok(vec![*b, *c])
+            }
+        }
+    }
+}
+
+fn check_head_source(shape: &[usize], heads: usize, head_dim: usize, slice: &HeadSlice) -> Result<(), String> {
+    if shape.len() != 3 {
+        return Err(format!("attention operand must be [B,T,width], got {shape:?}"));
+    }
+    if slice.column_offset + heads * head_dim > shape[2] {
+        return Err(format!(
+            "{heads} heads of {head_dim} at column {} overrun width {}",
+            slice.column_offset, shape[2]
+        ));
+    }
+    Ok(())
+}
+
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// A readable name, HF-like ("layer.3.attention.query"), used by profiles and errors.
+    pub name: String,
+    pub op: Op,
+    pub inputs: Vec<ValueId>,
+    pub output: ValueId,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    pub values: Vec<Value>,
+    pub nodes: Vec<Node>,
+    /// Named results the caller reads back; they stay live to the end of a run.
+    pub outputs: Vec<(String, ValueId)>,
+}
+
+impl Graph {
+    pub fn add_input(&mut self, name: &str, shape: &[usize]) -> ValueId {
+        self.push_value(name, shape.to_vec(), ValueKind::Input)
+    }
+
+    pub fn add_param(&mut self, name: &str, shape: &[usize]) -> ValueId {
+        self.push_value(name, shape.to_vec(), ValueKind::Param(ParamSource::Tensor(name.into())))
+    }
+
+    /// Appends a node after checking its inputs' shapes; returns its output value.
+    pub fn add_node(&mut self, name: &str, op: Op, inputs: &[ValueId]) -> Result<ValueId, RuntimeError> {
+        let shapes: Vec<&[usize]> = inputs.iter().map(|&v| self.values[v].shape.as_slice()).collect();
+        let shape = op
+            .output_shape(&shapes)
+            .map_err(|e| RuntimeError::Graph(format!("node {name}: {e}")))?;
+        let output = self.push_value(name, shape, ValueKind::Activation);
+        self.nodes.push(Node {
+            name: name.into(),
+            op,
+            inputs: inputs.to_vec(),
+            output,
+        });
+        Ok(output)
+    }
+
+    pub fn mark_output(&mut self, name: &str, value: ValueId) {
+        self.outputs.push((name.into(), value));
+    }
+
+    pub fn inputs(&self) -> impl Iterator<Item = ValueId> + '_ {
+        (0..self.values.len()).filter(|&v| self.values[v].kind == ValueKind::Input)
+    }
+
+    /// For each value, the nodes that read it.
+    pub fn consumers(&self) -> Vec<Vec<NodeId>> {
+        let mut users = vec![Vec::new(); self.values.len()];
+        for (id, node) in self.nodes.iter().enumerate() {
+            for &v in &node.inputs {
+                if !users[v].contains(&id) {
+                    users[v].push(id);
+                }
+            }
+        }
+        users
+    }
+
+    pub fn is_output(&self, value: ValueId) -> bool {
+        self.outputs.iter().any(|(_, v)| *v == value)
+    }
+
+    /// Checks the invariants passes and the planner rely on: inputs defined before use,
+    /// each activation produced by exactly one node, shapes consistent.
+    pub fn validate(&self) -> Result<(), RuntimeError> {
+        let mut defined: Vec<bool> = self.values.iter().map(|v| v.kind != ValueKind::Activation).collect();
+        for node in &self.nodes {
+            for &v in &node.inputs {
+                if !defined[v] {
+                    return Err(RuntimeError::Graph(format!(
+                        "node {} reads {} before it is produced",
+                        node.name, self.values[v].name
+                    )));
+                }
+            }
+            if defined[node.output] {
+                return Err(RuntimeError::Graph(format!("value {} is produced twice", self.values[node.output].name)));
+            }
+            let shapes: Vec<&[usize]> = node.inputs.iter().map(|&v| self.values[v].shape.as_slice()).collect();
+            let shape = node
+                .op
+                .output_shape(&shapes)
+                .map_err(|e| RuntimeError::Graph(format!("node {}: {e}", node.name)))?;
+            if shape != self.values[node.output].shape {
+                return Err(RuntimeError::Graph(format!("node {}: output shape drifted", node.name)));
+            }
+            defined[node.output] = true;
+        }
+        for (name, v) in &self.outputs {
+            if !defined[*v] {
+                return Err(RuntimeError::Graph(format!("output {name} is never produced")));
+            }
+        }
+        Ok(())
+    }
+
+    fn push_value(&mut self, name: &str, shape: Vec<usize>, kind: ValueKind) -> ValueId {
+        self.values.push(Value {
+            name: name.into(),
+            shape,
+            kind,
+        });
+        self.values.len() - 1
+    }
+}

@@ -1,0 +1,120 @@
+//! How graph ops become kernel problems. Both backends lower through here, so the CPU twin
+//! and the GPU kernel always see the same strides.
+
+use vitrt_kernels::{Epilogue, MatmulProblem, Operand, WeightLayout};
+
+/// `[.., K] · W[N, K]ᵀ` over every leading row.
+pub fn linear(x_shape: &[usize], w_shape: &[usize], epilogue: Epilogue) -> MatmulProblem {
+    let k = w_shape[1];
+    let m = x_shape.iter().product::<usize>() / k.max(1);
+    MatmulProblem::linear(m, w_shape[0], k, epilogue)
+}
+
+/// The patch projection: patch rows `[B, N, C·P·P]` times the conv weight, with the bias and
+/// the position embeddings of tokens 1.. added in the epilogue and the result written
+/// straight into token rows 1.. of `[B, T, hidden]` (row 0 is the CLS token).
+pub fn patch_projection(batch: usize, patches: usize, patch_len: usize, hidden: usize) -> MatmulProblem {
+    let tokens = patches + 1;
+    MatmulProblem {
+        batch,
+        heads: 1,
+        m: patches,
+        n: hidden,
+        k: patch_len,
+        a: Operand {
+            offset: 0,
+            row_stride: patch_len,
+            batch_stride: patches * patch_len,
+            head_stride: 0,
+        },
+        b: Operand::contiguous(patch_len),
+        b_layout: WeightLayout::NK,
+        c: Operand {
+            offset: hidden,
+            row_stride: hidden,
+            batch_stride: tokens * hidden,
+            head_stride: 0,
+        },
+        r: Operand {
+            offset: hidden,
+            row_stride: hidden,
+            batch_stride: 0,
+            head_stride: 0,
+        },
+        epilogue: Epilogue {
+            bias: true,
+            residual: true,
+            ..Epilogue::NONE
+        },
+    }
+}
+
+/// Heads of a `[B, T, width]` tensor starting at `column_offset`.
+fn head_view(tokens: usize, width: usize, head_dim: usize, column_offset: usize) -> Operand {
+    Operand {
+        offset: column_offset,
+        row_stride: width,
+        batch_stride: tokens * width,
+        head_stride: head_dim,
+    }
+}
+
+/// `S[b, h] = scale · Q[b, :, h] · K[b, :, h]ᵀ`, written as `[B, heads, T, T]`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_scores(
+    batch: usize,
+    tokens: usize,
+    heads: usize,
+    head_dim: usize,
+    scale: f32,
+    (q_width, q_offset): (usize, usize),
+    (k_width, k_offset): (usize, usize),
+) -> MatmulProblem {
+    MatmulProblem {
+        batch,
+        heads,
+        m: tokens,
+        n: tokens,
+        k: head_dim,
+        a: head_view(tokens, q_width, head_dim, q_offset),
+        b: head_view(tokens, k_width, head_dim, k_offset),
+        b_layout: WeightLayout::NK,
+        c: Operand {
+            offset: 0,
+            row_stride: tokens,
+            batch_stride: heads * tokens * tokens,
+            head_stride: tokens * tokens,
+        },
+        r: Operand::contiguous(0),
+        epilogue: Epilogue { alpha: scale, ..Epilogue::NONE },
+    }
+}
+
+/// `O[b, :, h] = P[b, h] · V[b, :, h]`, written into `[B, T, heads·head_dim]`.
+pub fn attention_context(
+    batch: usize,
+    tokens: usize,
+    heads: usize,
+    head_dim: usize,
+    (v_width, v_offset): (usize, usize),
+) -> MatmulProblem {
+    let hidden = heads * head_dim;
+    MatmulProblem {
+        batch,
+        heads,
+        m: tokens,
+        n: head_dim,
+        k: tokens,
+        a: Operand {
+            offset: 0,
+            row_stride: tokens,
+            batch_stride: heads * tokens * tokens,
+            head_stride: tokens * tokens,
+        },
+        b: head_view(tokens, v_width, head_dim, v_offset),
+        b_layout: WeightLayout::KN,
+        c: head_view(tokens, hidden, head_dim, 0),
+        r: Operand::contiguous(0),
+        epilogue: Epilogue::NONE,
+    }
+}

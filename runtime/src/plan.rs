@@ -1,0 +1,236 @@
+//! The memory plan: every input and activation gets a byte range in one arena, and two
+//! values share bytes only when their lifetimes do not overlap. Node workspaces (scratch a
+//! node needs while it runs, such as patch rows) are planned the same way.
+//!
+//! Placement is greedy by size: the largest buffers are placed first, each at the lowest
+//! offset that does not collide with an already placed buffer alive at the same time.
+
+use crate::graph::{Graph, Op, ValueKind};
+use vitrt_kernels::DType;
+
+/// Every offset is a multiple of this, so vector loads and `cp.async` see aligned bases.
+pub const ALIGNMENT: usize = 256;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub offset: usize,
+    pub bytes: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Activation storage type; inputs are always f32.
+    pub dtype: DType,
+    /// Per value: its region in the arena (None for parameters).
+    pub values: Vec<Option<Region>>,
+    /// Per node: its workspace, if it needs one.
+    pub workspaces: Vec<Option<Region>>,
+    pub arena_bytes: usize,
+}
+
+/// Elements of scratch a node needs while it runs.
+pub fn workspace_elements(graph: &Graph, node: usize) -> usize {
+    let n = &graph.nodes[node];
+    match n.op {
+        Op::PatchEmbed { patch } => {
+            let pixels = &graph.values[n.inputs[0]].shape;
+            let (b, c, h, w) = (pixels[0], pixels[1], pixels[2], pixels[3]);
+            b * (h / patch) * (w / patch) * c * patch * patch
+        }
+        _ => 0,
+    }
+}
+
+/// The storage type of a value in a run of `dtype`.
+pub fn value_dtype(graph: &Graph, value: usize, dtype: DType) -> DType {
+    match graph.values[value].kind {
+        ValueKind::Input => DType::F32,
+        _ => dtype,
+    }
+}
+
+struct Interval {
+    first: usize,
+    last: usize,
+    bytes: usize,
+    owner: Owner,
+}
+
+#[derive(Clone, Copy)]
+enum Owner {
+    Value(usize),
+    Workspace(usize),
+}
+
+impl Plan {
+    pub fn new(graph: &Graph, dtype: DType) -> Plan {
+        let steps = graph.nodes.len();
+        // Lifetimes in node steps: inputs live from step 0; outputs to the end.
+        let mut first = vec![usize::MAX; graph.values.len()];
+        let mut last = vec![0usize; graph.values.len()];
+        for v in graph.inputs() {
+            first[v] = 0;
+        }
+        for (step, node) in graph.nodes.iter().enumerate() {
+            first[node.output] = step;
+            last[node.output] = last[node.output].max(step);
+            for &v in &node.inputs {
+                last[v] = last[v].max(step);
+            }
+        }
+        for (_, v) in &graph.outputs {
+            last[*v] = steps;
+        }
+
+        let mut intervals = Vec::new();
+        for (v, value) in graph.values.iter().enumerate() {
+            if matches!(value.kind, ValueKind::Param(_)) || first[v] == usize::MAX {
+                continue;
+            }
+            let bytes = value.numel() * value_dtype(graph, v, dtype).size_bytes();
+            intervals.push(Interval {
+                first: first[v],
+                last: last[v].max(first[v]),
+                bytes,
+                owner: Owner::Value(v),
+            });
+        }
+        for step in 0..steps {
+            let elems = workspace_elements(graph, step);
+            if elems > 0 {
+                intervals.push(Interval {
+                    first: step,
+                    last: step,
+                    bytes: elems * dtype.size_bytes(),
+                    owner: Owner::Workspace(step),
+                });
+            }
+        }
+
+        let mut order: Vec<usize> = (0..intervals.len()).collect();
+        order.sort_by(|&a, &b| intervals[b].bytes.cmp(&intervals[a].bytes).then(a.cmp(&b)));
+        let mut placed: Vec<(usize, Region)> = Vec::new();
+        let mut values = vec![None; graph.values.len()];
+        let mut workspaces = vec![None; steps];
+        let mut arena_bytes = 0;
+        for i in order {
+            let iv = &intervals[i];
+            let size = iv.bytes.div_ceil(ALIGNMENT).max(1) * ALIGNMENT;
+            let mut busy: Vec<Region> = placed
+                .iter()
+                .filter(|(j, _)| intervals[*j].first <= iv.last && iv.first <= intervals[*j].last)
+                .map(|(_, r)| *r)
+                .collect();
+            busy.sort_by_key(|r| r.offset);
+            let mut offset = 0;
+            for r in busy {
+                if offset + size <= r.offset {
+                    break;
+                }
+                offset = offset.max((r.offset + r.bytes).div_ceil(ALIGNMENT) * ALIGNMENT);
+            }
+            let region = Region { offset, bytes: iv.bytes };
+            arena_bytes = arena_bytes.max(offset + size);
+            placed.push((i, Region { offset, bytes: size }));
+            match iv.owner {
+                Owner::Value(v) => values[v] = Some(region),
+                Owner::Workspace(n) => workspaces[n] = Some(region),
+            }
+        }
+        Plan {
+            dtype,
+            values,
+            workspaces,
+            arena_bytes,
+        }
+    }
+
+    /// What the arena would take without any reuse: the figure the plan is measured against.
+    pub fn unshared_bytes(&self) -> usize {
+        self.values
+            .iter()
+            .chain(&self.workspaces)
+            .flatten()
+            .map(|r| r.bytes.div_ceil(ALIGNMENT) * ALIGNMENT)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{Graph, Op};
+    use vitrt_kernels::Activation;
+
+    /// A chain of element-wise nodes with a skip connection, like a residual block.
+    fn chain(len: usize) -> Graph {
+        let mut g = Graph::default();
+        let x = g.add_input("x", &[64, 100]);
+        let mut h = x;
+        let mut skip = x;
+        for i in 0..len {
+            let a = g.add_node(&format!("act{i}"), Op::Activation(Activation::Relu), &[h]).unwrap();
+            h = g.add_node(&format!("add{i}"), Op::Add, &[a, skip]).unwrap();
+            skip = h;
+        }
+        g.mark_output("out", h);
+        g
+    }
+
+    fn assert_no_live_overlap(g: &Graph, plan: &Plan) {
+        let steps = g.nodes.len();
+        let mut life = vec![(usize::MAX, 0usize); g.values.len()];
+        for v in g.inputs() {
+            life[v].0 = 0;
+        }
+        for (s, n) in g.nodes.iter().enumerate() {
+            life[n.output].0 = s;
+            life[n.output].1 = life[n.output].1.max(s);
+            for &v in &n.inputs {
+                life[v].1 = life[v].1.max(s);
+            }
+        }
+        for (_, v) in &g.outputs {
+            life[*v].1 = steps;
+        }
+        for a in 0..g.values.len() {
+            for b in a + 1..g.values.len() {
+                let (Some(ra), Some(rb)) = (plan.values[a], plan.values[b]) else { continue };
+                let alive_together = life[a].0 <= life[b].1 && life[b].0 <= life[a].1;
+                let bytes_overlap = ra.offset < rb.offset + rb.bytes && rb.offset < ra.offset + ra.bytes;
+                assert!(!(alive_together && bytes_overlap), "values {a} and {b} collide");
+            }
+        }
+    }
+
+    #[test]
+    fn long_chains_reuse_a_few_buffers() {
+        let g = chain(12);
+        let plan = Plan::new(&g, DType::F32);
+        assert_no_live_overlap(&g, &plan);
+        let one = 64 * 100 * 4;
+        assert!(plan.arena_bytes <= 4 * one.div_ceil(ALIGNMENT) * ALIGNMENT, "arena {}", plan.arena_bytes);
+        assert!(plan.unshared_bytes() > 20 * one);
+    }
+
+    #[test]
+    fn outputs_stay_live_to_the_end() {
+        let mut g = chain(6);
+        let early = g.nodes[1].output;
+        g.mark_output("early", early);
+        let plan = Plan::new(&g, DType::F16);
+        assert_no_live_overlap(&g, &plan);
+        // Input stays f32 while activations take the run dtype.
+        assert_eq!(plan.values[0].unwrap().bytes, 64 * 100 * 4);
+        assert_eq!(plan.values[early].unwrap().bytes, 64 * 100 * 2);
+    }
+
+    #[test]
+    fn offsets_are_aligned() {
+        let g = chain(5);
+        let plan = Plan::new(&g, DType::BF16);
+        for r in plan.values.iter().flatten() {
+            assert_eq!(r.offset % ALIGNMENT, 0);
+        }
+    }
+}
