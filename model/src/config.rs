@@ -42,7 +42,9 @@ impl VitConfig {
         let obj = json.as_object().ok_or("not a JSON object")?;
         if let Some(model_type) = obj.get("model_type").and_then(Value::as_str) {
             if model_type != "vit" {
-                return Err(format!("model_type is \"{model_type}\"; vitrt runs ViT (model_type \"vit\")"));
+                return Err(format!(
+                    "model_type is \"{model_type}\"; vitrt runs ViT (model_type \"vit\")"
+                ));
             }
         }
         let int = |key: &str, default: Option<usize>| -> Result<usize, String> {
@@ -64,7 +66,10 @@ impl VitConfig {
                     let w = a[1].as_u64().filter(|&n| n > 0);
                     match (h, w) {
                         (Some(h), Some(w)) => Ok((h as usize, w as usize)),
-                        _ => Err(format!("\"{key}\" must hold positive integers, got {:?}", a)),
+                        _ => Err(format!(
+                            "\"{key}\" must hold positive integers, got {:?}",
+                            a
+                        )),
                     }
                 }
                 Some(v) => v
@@ -83,7 +88,9 @@ impl VitConfig {
         let image_size = pair("image_size", 224)?;
         let (patch_h, patch_w) = pair("patch_size", 16)?;
         if patch_h != patch_w {
-            return Err(format!("non-square patches {patch_h}x{patch_w} are not supported"));
+            return Err(format!(
+                "non-square patches {patch_h}x{patch_w} are not supported"
+            ));
         }
         let hidden_act_name = match obj.get("hidden_act") {
             None => "gelu".to_string(),
@@ -96,18 +103,26 @@ impl VitConfig {
             Some(v) => v
                 .as_f64()
                 .filter(|e| *e > 0.0 && e.is_finite())
-                .ok_or(format!("\"layer_norm_eps\" must be a positive number, got {v}"))? as f32,
+                .ok_or(format!(
+                    "\"layer_norm_eps\" must be a positive number, got {v}"
+                ))? as f32,
         };
         let qkv_bias = match obj.get("qkv_bias") {
             None => true,
-            Some(v) => v.as_bool().ok_or(format!("\"qkv_bias\" must be true or false, got {v}"))?,
+            Some(v) => v
+                .as_bool()
+                .ok_or(format!("\"qkv_bias\" must be true or false, got {v}"))?,
         };
         let mut id2label = BTreeMap::new();
         if let Some(map) = obj.get("id2label") {
             let map = map.as_object().ok_or("\"id2label\" must be an object")?;
             for (k, v) in map {
-                let index: usize = k.parse().map_err(|_| format!("id2label key \"{k}\" is not a class index"))?;
-                let label = v.as_str().ok_or(format!("id2label[{k}] must be a string"))?;
+                let index: usize = k
+                    .parse()
+                    .map_err(|_| format!("id2label key \"{k}\" is not a class index"))?;
+                let label = v
+                    .as_str()
+                    .ok_or(format!("id2label[{k}] must be a string"))?;
                 id2label.insert(index, label.to_string());
             }
         }
@@ -162,14 +177,25 @@ impl VitConfig {
     }
 
     pub fn label(&self, index: usize) -> String {
-        self.id2label.get(&index).cloned().unwrap_or_else(|| format!("LABEL_{index}"))
+        self.id2label
+            .get(&index)
+            .cloned()
+            .unwrap_or_else(|| format!("LABEL_{index}"))
     }
 
     /// Multiply-adds ×2 of one image's forward pass through the encoder (no classifier).
     pub fn flops_per_image(&self) -> f64 {
-        let (t, d, i) = (self.tokens() as f64, self.hidden_size as f64, self.intermediate_size as f64);
-        let patch = 2.0 * self.num_patches() as f64 * d * (self.num_channels * self.patch_size * self.patch_size) as f64;
-        let per_layer = 2.0 * t * d * 3.0 * d + 2.0 * 2.0 * t * t * d + 2.0 * t * d * d + 2.0 * 2.0 * t * d * i;
+        let (t, d, i) = (
+            self.tokens() as f64,
+            self.hidden_size as f64,
+            self.intermediate_size as f64,
+        );
+        let patch = 2.0
+            * self.num_patches() as f64
+            * d
+            * (self.num_channels * self.patch_size * self.patch_size) as f64;
+        let per_layer =
+            2.0 * t * d * 3.0 * d + 2.0 * 2.0 * t * t * d + 2.0 * t * d * d + 2.0 * 2.0 * t * d * i;
         patch + self.num_hidden_layers as f64 * per_layer
     }
 }
@@ -233,8 +259,14 @@ mod tests {
     #[test]
     fn refuses_what_does_not_add_up() {
         let cases = [
-            (with("hidden_act", "\"mish\""), "unknown hidden_act \"mish\""),
-            (with("num_attention_heads", "5"), "not divisible by num_attention_heads"),
+            (
+                with("hidden_act", "\"mish\""),
+                "unknown hidden_act \"mish\"",
+            ),
+            (
+                with("num_attention_heads", "5"),
+                "not divisible by num_attention_heads",
+            ),
             (with("image_size", "30"), "not divisible by patch_size"),
             (with("hidden_size", "-3"), "positive integer"),
             (with("qkv_bias", "\"yes\""), "true or false"),

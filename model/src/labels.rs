@@ -34,11 +34,16 @@ mod tests {
 
     #[test]
     fn top_k_sorts_and_normalises() {
-        let config = VitConfig::from_json_str(r#"{"id2label": {"0": "a", "1": "b", "2": "c"}}"#).unwrap();
+        let config =
+            VitConfig::from_json_str(r#"{"id2label": {"0": "a", "1": "b", "2": "c"}}"#).unwrap();
         let p = top_k(&[1.0, 3.0, 2.0], 2, &config);
         assert_eq!((p[0].index, p[0].label.as_str(), p[1].index), (1, "b", 2));
         let e = [1.0f64.exp(), 3.0f64.exp(), 2.0f64.exp()];
         assert!((p[0].probability as f64 - e[1] / e.iter().sum::<f64>()).abs() < 1e-6);
-        assert_eq!(top_k(&[0.0, 0.0], 5, &config).len(), 2, "k larger than the classes");
+        assert_eq!(
+            top_k(&[0.0, 0.0], 5, &config).len(),
+            2,
+            "k larger than the classes"
+        );
     }
 }

@@ -66,7 +66,9 @@ impl VitModel {
             )));
         };
         let head = match checkpoint.shape("classifier.weight") {
-            Some(shape) if shape.len() == 2 => Head::Classifier { num_labels: shape[0] },
+            Some(shape) if shape.len() == 2 => Head::Classifier {
+                num_labels: shape[0],
+            },
             Some(shape) => {
                 return Err(ModelError::Checkpoint(format!(
                     "classifier.weight has shape {shape:?}, expected [num_labels, {}]",
@@ -85,7 +87,11 @@ impl VitModel {
         model.expected = model.expected_tensors();
         for (name, shape) in &model.expected {
             match model.checkpoint.shape(name) {
-                None => return Err(ModelError::Checkpoint(format!("missing tensor {name} (expected shape {shape:?})"))),
+                None => {
+                    return Err(ModelError::Checkpoint(format!(
+                        "missing tensor {name} (expected shape {shape:?})"
+                    )))
+                }
                 Some(found) if found != shape.as_slice() => {
                     return Err(ModelError::Checkpoint(format!(
                         "tensor {name} has shape {found:?}, expected {shape:?}"
@@ -126,21 +132,33 @@ impl VitModel {
         let (d, i) = (c.hidden_size, c.intermediate_size);
         let mut t = HashMap::new();
         t.insert(self.name("embeddings.cls_token"), vec![1, 1, d]);
-        t.insert(self.name("embeddings.position_embeddings"), vec![1, c.tokens(), d]);
+        t.insert(
+            self.name("embeddings.position_embeddings"),
+            vec![1, c.tokens(), d],
+        );
         t.insert(
             self.name("embeddings.patch_embeddings.projection.weight"),
             vec![d, c.num_channels, c.patch_size, c.patch_size],
         );
-        t.insert(self.name("embeddings.patch_embeddings.projection.bias"), vec![d]);
+        t.insert(
+            self.name("embeddings.patch_embeddings.projection.bias"),
+            vec![d],
+        );
         for l in 0..c.num_hidden_layers {
             for ln in ["layernorm_before", "layernorm_after"] {
                 t.insert(self.layer(l, &format!("{ln}.weight")), vec![d]);
                 t.insert(self.layer(l, &format!("{ln}.bias")), vec![d]);
             }
             for p in ["query", "key", "value"] {
-                t.insert(self.layer(l, &format!("attention.attention.{p}.weight")), vec![d, d]);
+                t.insert(
+                    self.layer(l, &format!("attention.attention.{p}.weight")),
+                    vec![d, d],
+                );
                 if c.qkv_bias {
-                    t.insert(self.layer(l, &format!("attention.attention.{p}.bias")), vec![d]);
+                    t.insert(
+                        self.layer(l, &format!("attention.attention.{p}.bias")),
+                        vec![d],
+                    );
                 }
             }
             t.insert(self.layer(l, "attention.output.dense.weight"), vec![d, d]);
@@ -162,12 +180,23 @@ impl VitModel {
     /// The forward pass for `batch` images as HF computes it, then the fusion passes.
     pub fn build_graph(&self, batch: usize, options: GraphOptions) -> Result<Graph, ModelError> {
         let c = &self.config;
-        let (d, inter, heads, hd) = (c.hidden_size, c.intermediate_size, c.num_attention_heads, c.head_dim());
+        let (d, inter, heads, hd) = (
+            c.hidden_size,
+            c.intermediate_size,
+            c.num_attention_heads,
+            c.head_dim(),
+        );
         let (h, w) = c.image_size;
         let mut g = Graph::default();
         let pixels = g.add_input("pixel_values", &[batch, c.num_channels, h, w]);
         let param = |g: &mut Graph, name: String, shape: &[usize]| g.add_param(&name, shape);
-        let linear = |g: &mut Graph, node: &str, x: ValueId, weight: String, bias: Option<String>, n: usize, k: usize| {
+        let linear = |g: &mut Graph,
+                      node: &str,
+                      x: ValueId,
+                      weight: String,
+                      bias: Option<String>,
+                      n: usize,
+                      k: usize| {
             let wv = g.add_param(&weight, &[n, k]);
             let mut inputs = vec![x, wv];
             if let Some(b) = &bias {
@@ -185,12 +214,22 @@ impl VitModel {
             self.name("embeddings.patch_embeddings.projection.weight"),
             &[d, c.num_channels * c.patch_size * c.patch_size],
         );
-        let patch_b = param(&mut g, self.name("embeddings.patch_embeddings.projection.bias"), &[d]);
+        let patch_b = param(
+            &mut g,
+            self.name("embeddings.patch_embeddings.projection.bias"),
+            &[d],
+        );
         let cls = param(&mut g, self.name("embeddings.cls_token"), &[d]);
-        let pos = param(&mut g, self.name("embeddings.position_embeddings"), &[c.tokens(), d]);
+        let pos = param(
+            &mut g,
+            self.name("embeddings.position_embeddings"),
+            &[c.tokens(), d],
+        );
         let mut x = g.add_node(
             "embeddings",
-            Op::PatchEmbed { patch: c.patch_size },
+            Op::PatchEmbed {
+                patch: c.patch_size,
+            },
             &[pixels, patch_w, patch_b, cls, pos],
         )?;
         if options.hidden_states {
@@ -202,14 +241,30 @@ impl VitModel {
             let ln = |g: &mut Graph, which: &str, x: ValueId| -> Result<ValueId, RuntimeError> {
                 let gamma = g.add_param(&self.layer(l, &format!("{which}.weight")), &[d]);
                 let beta = g.add_param(&self.layer(l, &format!("{which}.bias")), &[d]);
-                g.add_node(&n(which), Op::LayerNorm { eps: c.layer_norm_eps }, &[x, gamma, beta])
+                g.add_node(
+                    &n(which),
+                    Op::LayerNorm {
+                        eps: c.layer_norm_eps,
+                    },
+                    &[x, gamma, beta],
+                )
             };
             let normed = ln(&mut g, "layernorm_before", x)?;
             let mut qkv = Vec::new();
             for p in ["query", "key", "value"] {
                 let weight = self.layer(l, &format!("attention.attention.{p}.weight"));
-                let bias = c.qkv_bias.then(|| self.layer(l, &format!("attention.attention.{p}.bias")));
-                qkv.push(linear(&mut g, &n(&format!("attention.{p}")), normed, weight, bias, d, d)?);
+                let bias = c
+                    .qkv_bias
+                    .then(|| self.layer(l, &format!("attention.attention.{p}.bias")));
+                qkv.push(linear(
+                    &mut g,
+                    &n(&format!("attention.{p}")),
+                    normed,
+                    weight,
+                    bias,
+                    d,
+                    d,
+                )?);
             }
             let scores = g.add_node(
                 &n("attention.scores"),
@@ -270,7 +325,13 @@ impl VitModel {
 
         let gamma = param(&mut g, self.name("layernorm.weight"), &[d]);
         let beta = param(&mut g, self.name("layernorm.bias"), &[d]);
-        let last = g.add_node("layernorm", Op::LayerNorm { eps: c.layer_norm_eps }, &[x, gamma, beta])?;
+        let last = g.add_node(
+            "layernorm",
+            Op::LayerNorm {
+                eps: c.layer_norm_eps,
+            },
+            &[x, gamma, beta],
+        )?;
         match self.head {
             Head::Base => g.mark_output("last_hidden_state", last),
             Head::Classifier { num_labels } => {
@@ -307,9 +368,11 @@ impl ParamStore for VitModel {
                 message: format!("stored as {stored:?}, cannot be viewed as {shape:?}"),
             });
         }
-        self.checkpoint.load_f32_shaped(name, stored).map_err(|e| RuntimeError::Param {
-            name: name.into(),
-            message: e.to_string(),
-        })
+        self.checkpoint
+            .load_f32_shaped(name, stored)
+            .map_err(|e| RuntimeError::Param {
+                name: name.into(),
+                message: e.to_string(),
+            })
     }
 }

@@ -11,7 +11,11 @@ pub enum RuntimeError {
     #[error("{0}")]
     Unsupported(String),
     #[error("{backend} backend failed in node {node}: {message}")]
-    Node { backend: String, node: String, message: String },
+    Node {
+        backend: String,
+        node: String,
+        message: String,
+    },
     #[error("{0}")]
     Backend(String),
 }

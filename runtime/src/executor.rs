@@ -29,7 +29,11 @@ pub struct Executor {
 impl Executor {
     /// Plans `graph` for the backend's dtype and binds every parameter (uploading those the
     /// backend does not hold yet).
-    pub fn new(graph: Graph, backend: &mut dyn Backend, params: &dyn ParamStore) -> Result<Executor, RuntimeError> {
+    pub fn new(
+        graph: Graph,
+        backend: &mut dyn Backend,
+        params: &dyn ParamStore,
+    ) -> Result<Executor, RuntimeError> {
         graph.validate()?;
         let dtype = backend.dtype();
         let plan = Plan::new(&graph, dtype);
@@ -39,14 +43,21 @@ impl Executor {
                 ValueKind::Param(source) => {
                     let mut load = || load_param(source, &value.shape, params);
                     let id = backend.load_param(&source.key(), &value.shape, &mut load)?;
-                    BufferRef::Param { id, len: value.numel() }
+                    BufferRef::Param {
+                        id,
+                        len: value.numel(),
+                    }
                 }
                 _ => {
                     // A value no node reads nor produces has no region; bind it empty.
                     let offset_bytes = plan.values[v].map_or(0, |r| r.offset);
                     BufferRef::Arena {
                         offset_bytes,
-                        len: if plan.values[v].is_some() { value.numel() } else { 0 },
+                        len: if plan.values[v].is_some() {
+                            value.numel()
+                        } else {
+                            0
+                        },
                         dtype: value_dtype(&graph, v, dtype),
                     }
                 }
@@ -54,7 +65,11 @@ impl Executor {
             bindings.push(binding);
         }
         backend.reserve_arena(plan.arena_bytes)?;
-        Ok(Executor { graph, plan, bindings })
+        Ok(Executor {
+            graph,
+            plan,
+            bindings,
+        })
     }
 
     pub fn graph(&self) -> &Graph {
@@ -67,7 +82,11 @@ impl Executor {
 
     /// Runs the graph on `inputs` (by input name) and returns every graph output, in the
     /// order they were marked.
-    pub fn run(&self, backend: &mut dyn Backend, inputs: &[(&str, &[f32])]) -> Result<Vec<HostTensor>, RuntimeError> {
+    pub fn run(
+        &self,
+        backend: &mut dyn Backend,
+        inputs: &[(&str, &[f32])],
+    ) -> Result<Vec<HostTensor>, RuntimeError> {
         for v in self.graph.inputs() {
             let value = &self.graph.values[v];
             let data = inputs
@@ -81,7 +100,12 @@ impl Executor {
             if data.len() != value.numel() {
                 return Err(RuntimeError::Input {
                     name: value.name.clone(),
-                    message: format!("expected {} values for shape {:?}, got {}", value.numel(), value.shape, data.len()),
+                    message: format!(
+                        "expected {} values for shape {:?}, got {}",
+                        value.numel(),
+                        value.shape,
+                        data.len()
+                    ),
                 });
             }
             backend.write(self.bindings[v], data)?;
@@ -120,7 +144,11 @@ impl Executor {
     }
 }
 
-fn load_param(source: &ParamSource, shape: &[usize], params: &dyn ParamStore) -> Result<Vec<f32>, RuntimeError> {
+fn load_param(
+    source: &ParamSource,
+    shape: &[usize],
+    params: &dyn ParamStore,
+) -> Result<Vec<f32>, RuntimeError> {
     match source {
         ParamSource::Tensor(name) => params.load(name, shape),
         ParamSource::Concat(names) => {

@@ -85,7 +85,11 @@ pub enum Op {
     Softmax,
     /// Inputs: probabilities [B, heads, T, T] and the tensor holding V, [B, T, width].
     /// Output [B, T, heads·head_dim], heads side by side as HF lays them out.
-    AttentionContext { heads: usize, head_dim: usize, v: HeadSlice },
+    AttentionContext {
+        heads: usize,
+        head_dim: usize,
+        v: HeadSlice,
+    },
     /// Input [B, T, C]; output [B, C], the token at `index` of each sequence.
     SelectToken { index: usize },
 }
@@ -111,7 +115,11 @@ impl Op {
             if inputs.len() == n {
                 Ok(())
             } else {
-                Err(format!("{} takes {n} inputs, got {}", self.kind_name(), inputs.len()))
+                Err(format!(
+                    "{} takes {n} inputs, got {}",
+                    self.kind_name(),
+                    inputs.len()
+                ))
             }
         };
         let last = |s: &[usize]| s.last().copied().unwrap_or(0);
@@ -123,12 +131,17 @@ impl Op {
                     return Err(format!("pixels must be [B,C,H,W], got {px:?}"));
                 };
                 if *patch == 0 || h % patch != 0 || wd % patch != 0 {
-                    return Err(format!("image {h}x{wd} is not divisible into {patch}x{patch} patches"));
+                    return Err(format!(
+                        "image {h}x{wd} is not divisible into {patch}x{patch} patches"
+                    ));
                 }
                 let hidden = w.first().copied().unwrap_or(0);
                 let tokens = 1 + (h / patch) * (wd / patch);
                 if w != [hidden, c * patch * patch] {
-                    return Err(format!("patch weight must be [{hidden}, {}], got {w:?}", c * patch * patch));
+                    return Err(format!(
+                        "patch weight must be [{hidden}, {}], got {w:?}",
+                        c * patch * patch
+                    ));
                 }
                 if b != [hidden] || cls != [hidden] || pos != [tokens, hidden] {
                     return Err(format!(
@@ -141,7 +154,10 @@ impl Op {
                 arity(3)?;
                 let c = last(inputs[0]);
                 if inputs[1] != [c] || inputs[2] != [c] {
-                    return Err(format!("layernorm over {c} columns got gamma {:?}, beta {:?}", inputs[1], inputs[2]));
+                    return Err(format!(
+                        "layernorm over {c} columns got gamma {:?}, beta {:?}",
+                        inputs[1], inputs[2]
+                    ));
                 }
                 Ok(inputs[0].to_vec())
             }
@@ -157,12 +173,18 @@ impl Op {
                 let mut next = 2;
                 if epilogue.bias {
                     if inputs[next] != [w[0]] {
-                        return Err(format!("linear bias must be [{}], got {:?}", w[0], inputs[next]));
+                        return Err(format!(
+                            "linear bias must be [{}], got {:?}",
+                            w[0], inputs[next]
+                        ));
                     }
                     next += 1;
                 }
                 if epilogue.residual && inputs[next] != out.as_slice() {
-                    return Err(format!("linear residual must be {out:?}, got {:?}", inputs[next]));
+                    return Err(format!(
+                        "linear residual must be {out:?}, got {:?}",
+                        inputs[next]
+                    ));
                 }
                 Ok(out)
             }
@@ -177,13 +199,22 @@ impl Op {
                 }
                 Ok(inputs[0].to_vec())
             }
-            Op::AttentionScores { heads, head_dim, q, k, .. } => {
+            Op::AttentionScores {
+                heads,
+                head_dim,
+                q,
+                k,
+                ..
+            } => {
                 arity(2)?;
                 for (src, slice) in [(inputs[0], q), (inputs[1], k)] {
                     check_head_source(src, *heads, *head_dim, slice)?;
                 }
                 if inputs[0][..2] != inputs[1][..2] {
-                    return Err(format!("Q {:?} and K {:?} differ in batch or tokens", inputs[0], inputs[1]));
+                    return Err(format!(
+                        "Q {:?} and K {:?} differ in batch or tokens",
+                        inputs[0], inputs[1]
+                    ));
                 }
                 Ok(vec![inputs[0][0], *heads, inputs[0][1], inputs[0][1]])
             }
@@ -192,7 +223,11 @@ impl Op {
                 check_head_source(inputs[1], *heads, *head_dim, v)?;
                 let (b, t) = (inputs[1][0], inputs[1][1]);
                 if inputs[0] != [b, *heads, t, t] {
-                    return Err(format!("attention probabilities must be {:?}, got {:?}", [b, *heads, t, t], inputs[0]));
+                    return Err(format!(
+                        "attention probabilities must be {:?}, got {:?}",
+                        [b, *heads, t, t],
+                        inputs[0]
+                    ));
                 }
                 Ok(vec![b, t, heads * head_dim])
             }
@@ -210,9 +245,16 @@ impl Op {
     }
 }
 
-fn check_head_source(shape: &[usize], heads: usize, head_dim: usize, slice: &HeadSlice) -> Result<(), String> {
+fn check_head_source(
+    shape: &[usize],
+    heads: usize,
+    head_dim: usize,
+    slice: &HeadSlice,
+) -> Result<(), String> {
     if shape.len() != 3 {
-        return Err(format!("attention operand must be [B,T,width], got {shape:?}"));
+        return Err(format!(
+            "attention operand must be [B,T,width], got {shape:?}"
+        ));
     }
     if slice.column_offset + heads * head_dim > shape[2] {
         return Err(format!(
@@ -246,12 +288,24 @@ impl Graph {
     }
 
     pub fn add_param(&mut self, name: &str, shape: &[usize]) -> ValueId {
-        self.push_value(name, shape.to_vec(), ValueKind::Param(ParamSource::Tensor(name.into())))
+        self.push_value(
+            name,
+            shape.to_vec(),
+            ValueKind::Param(ParamSource::Tensor(name.into())),
+        )
     }
 
     /// Appends a node after checking its inputs' shapes; returns its output value.
-    pub fn add_node(&mut self, name: &str, op: Op, inputs: &[ValueId]) -> Result<ValueId, RuntimeError> {
-        let shapes: Vec<&[usize]> = inputs.iter().map(|&v| self.values[v].shape.as_slice()).collect();
+    pub fn add_node(
+        &mut self,
+        name: &str,
+        op: Op,
+        inputs: &[ValueId],
+    ) -> Result<ValueId, RuntimeError> {
+        let shapes: Vec<&[usize]> = inputs
+            .iter()
+            .map(|&v| self.values[v].shape.as_slice())
+            .collect();
         let shape = op
             .output_shape(&shapes)
             .map_err(|e| RuntimeError::Graph(format!("node {name}: {e}")))?;
@@ -293,7 +347,11 @@ impl Graph {
     /// Checks the invariants passes and the planner rely on: inputs defined before use,
     /// each activation produced by exactly one node, shapes consistent.
     pub fn validate(&self) -> Result<(), RuntimeError> {
-        let mut defined: Vec<bool> = self.values.iter().map(|v| v.kind != ValueKind::Activation).collect();
+        let mut defined: Vec<bool> = self
+            .values
+            .iter()
+            .map(|v| v.kind != ValueKind::Activation)
+            .collect();
         for node in &self.nodes {
             for &v in &node.inputs {
                 if !defined[v] {
@@ -304,21 +362,33 @@ impl Graph {
                 }
             }
             if defined[node.output] {
-                return Err(RuntimeError::Graph(format!("value {} is produced twice", self.values[node.output].name)));
+                return Err(RuntimeError::Graph(format!(
+                    "value {} is produced twice",
+                    self.values[node.output].name
+                )));
             }
-            let shapes: Vec<&[usize]> = node.inputs.iter().map(|&v| self.values[v].shape.as_slice()).collect();
+            let shapes: Vec<&[usize]> = node
+                .inputs
+                .iter()
+                .map(|&v| self.values[v].shape.as_slice())
+                .collect();
             let shape = node
                 .op
                 .output_shape(&shapes)
                 .map_err(|e| RuntimeError::Graph(format!("node {}: {e}", node.name)))?;
             if shape != self.values[node.output].shape {
-                return Err(RuntimeError::Graph(format!("node {}: output shape drifted", node.name)));
+                return Err(RuntimeError::Graph(format!(
+                    "node {}: output shape drifted",
+                    node.name
+                )));
             }
             defined[node.output] = true;
         }
         for (name, v) in &self.outputs {
             if !defined[*v] {
-                return Err(RuntimeError::Graph(format!("output {name} is never produced")));
+                return Err(RuntimeError::Graph(format!(
+                    "output {name} is never produced"
+                )));
             }
         }
         Ok(())

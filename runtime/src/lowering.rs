@@ -13,7 +13,12 @@ pub fn linear(x_shape: &[usize], w_shape: &[usize], epilogue: Epilogue) -> Matmu
 /// The patch projection: patch rows `[B, N, C·P·P]` times the conv weight, with the bias and
 /// the position embeddings of tokens 1.. added in the epilogue and the result written
 /// straight into token rows 1.. of `[B, T, hidden]` (row 0 is the CLS token).
-pub fn patch_projection(batch: usize, patches: usize, patch_len: usize, hidden: usize) -> MatmulProblem {
+pub fn patch_projection(
+    batch: usize,
+    patches: usize,
+    patch_len: usize,
+    hidden: usize,
+) -> MatmulProblem {
     let tokens = patches + 1;
     MatmulProblem {
         batch,
@@ -86,7 +91,10 @@ pub fn attention_scores(
             head_stride: tokens * tokens,
         },
         r: Operand::contiguous(0),
-        epilogue: Epilogue { alpha: scale, ..Epilogue::NONE },
+        epilogue: Epilogue {
+            alpha: scale,
+            ..Epilogue::NONE
+        },
     }
 }
 

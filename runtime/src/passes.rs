@@ -13,7 +13,10 @@ pub struct Fusion {
 }
 
 impl Fusion {
-    pub const ALL: Fusion = Fusion { epilogues: true, qkv: true };
+    pub const ALL: Fusion = Fusion {
+        epilogues: true,
+        qkv: true,
+    };
     pub const NONE: Fusion = Fusion {
         epilogues: false,
         qkv: false,
@@ -45,13 +48,17 @@ pub fn fuse_epilogues(graph: &mut Graph) {
             };
             for (slot, v) in candidates.into_iter().enumerate() {
                 let Some(p) = producer[v] else { continue };
-                let Op::Linear { epilogue } = graph.nodes[p].op else { continue };
+                let Op::Linear { epilogue } = graph.nodes[p].op else {
+                    continue;
+                };
                 if users[v].len() != 1 || graph.is_output(v) {
                     continue;
                 }
                 let can = match node.op {
                     // An activation can follow only a bare accumulation + bias.
-                    Op::Activation(_) => epilogue.activation == vitrt_kernels::Activation::None && !epilogue.residual,
+                    Op::Activation(_) => {
+                        epilogue.activation == vitrt_kernels::Activation::None && !epilogue.residual
+                    }
                     _ => !epilogue.residual && node.inputs[0] != node.inputs[1],
                 };
                 if can {
@@ -63,10 +70,14 @@ pub fn fuse_epilogues(graph: &mut Graph) {
                 break;
             }
         }
-        let Some((linear, consumer, slot)) = fused else { return };
+        let Some((linear, consumer, slot)) = fused else {
+            return;
+        };
         let consumer_node = graph.nodes[consumer].clone();
         let lin = &mut graph.nodes[linear];
-        let Op::Linear { mut epilogue } = lin.op else { unreachable!() };
+        let Op::Linear { mut epilogue } = lin.op else {
+            unreachable!()
+        };
         match consumer_node.op {
             Op::Activation(act) => epilogue.activation = act,
             _ => {
@@ -95,20 +106,34 @@ pub fn fuse_qkv(graph: &mut Graph) {
     let users = graph.consumers();
     let mut rewrites = Vec::new();
     for (scores_id, node) in graph.nodes.iter().enumerate() {
-        let Op::AttentionScores { .. } = node.op else { continue };
+        let Op::AttentionScores { .. } = node.op else {
+            continue;
+        };
         let (q, k) = (node.inputs[0], node.inputs[1]);
         // The context node reading the same probabilities.
-        let Some(&softmax) = users[node.output].first() else { continue };
-        let Some(&context_id) = users[graph.nodes[softmax].output].first() else { continue };
-        let Op::AttentionContext { .. } = graph.nodes[context_id].op else { continue };
+        let Some(&softmax) = users[node.output].first() else {
+            continue;
+        };
+        let Some(&context_id) = users[graph.nodes[softmax].output].first() else {
+            continue;
+        };
+        let Op::AttentionContext { .. } = graph.nodes[context_id].op else {
+            continue;
+        };
         let v = graph.nodes[context_id].inputs[1];
-        let (Some(pq), Some(pk), Some(pv)) = (producer[q], producer[k], producer[v]) else { continue };
+        let (Some(pq), Some(pk), Some(pv)) = (producer[q], producer[k], producer[v]) else {
+            continue;
+        };
         let projections = [pq, pk, pv];
-        let same_input = projections.iter().all(|&p| graph.nodes[p].inputs[0] == graph.nodes[pq].inputs[0]);
+        let same_input = projections
+            .iter()
+            .all(|&p| graph.nodes[p].inputs[0] == graph.nodes[pq].inputs[0]);
         let all_linear = projections.iter().all(|&p| {
             matches!(graph.nodes[p].op, Op::Linear { epilogue } if epilogue == linear_epilogue(graph, pq))
         });
-        let only_attention = [q, k, v].iter().all(|&x| users[x].len() == 1 && !graph.is_output(x));
+        let only_attention = [q, k, v]
+            .iter()
+            .all(|&x| users[x].len() == 1 && !graph.is_output(x));
         if same_input && all_linear && only_attention && q != k && k != v {
             rewrites.push((projections, scores_id, context_id));
         }
@@ -124,11 +149,20 @@ pub fn fuse_qkv(graph: &mut Graph) {
                 })
                 .collect()
         };
-        let Some(weights) = param_names(1) else { continue };
+        let Some(weights) = param_names(1) else {
+            continue;
+        };
         let epilogue = linear_epilogue(graph, pq);
-        let biases = if epilogue.bias { param_names(2) } else { Some(Vec::new()) };
+        let biases = if epilogue.bias {
+            param_names(2)
+        } else {
+            Some(Vec::new())
+        };
         let Some(biases) = biases else { continue };
-        let widths: Vec<usize> = projections.iter().map(|&p| graph.values[graph.nodes[p].output].shape[2]).collect();
+        let widths: Vec<usize> = projections
+            .iter()
+            .map(|&p| graph.values[graph.nodes[p].output].shape[2])
+            .collect();
         let k_dim = graph.values[graph.nodes[pq].inputs[1]].shape[1];
         let total: usize = widths.iter().sum();
         let weight = push_param(graph, ParamSource::Concat(weights), vec![total, k_dim]);
@@ -145,7 +179,9 @@ pub fn fuse_qkv(graph: &mut Graph) {
         graph.nodes[pq].inputs = inputs;
         if let Op::AttentionScores { q, k, .. } = &mut graph.nodes[scores_id].op {
             *q = HeadSlice { column_offset: 0 };
-            *k = HeadSlice { column_offset: widths[0] };
+            *k = HeadSlice {
+                column_offset: widths[0],
+            };
         }
         graph.nodes[scores_id].inputs = vec![qkv, qkv];
         if let Op::AttentionContext { v, .. } = &mut graph.nodes[context_id].op {
@@ -198,7 +234,10 @@ fn reorder(graph: &mut Graph) {
             if done[id] {
                 continue;
             }
-            let ready = graph.nodes[id].inputs.iter().all(|&v| producer[v].is_none_or(|p| done[p]));
+            let ready = graph.nodes[id]
+                .inputs
+                .iter()
+                .all(|&v| producer[v].is_none_or(|p| done[p]));
             if ready {
                 done[id] = true;
                 order.push(graph.nodes[id].clone());

@@ -129,9 +129,18 @@ impl Plan {
                 }
                 offset = offset.max((r.offset + r.bytes).div_ceil(ALIGNMENT) * ALIGNMENT);
             }
-            let region = Region { offset, bytes: iv.bytes };
+            let region = Region {
+                offset,
+                bytes: iv.bytes,
+            };
             arena_bytes = arena_bytes.max(offset + size);
-            placed.push((i, Region { offset, bytes: size }));
+            placed.push((
+                i,
+                Region {
+                    offset,
+                    bytes: size,
+                },
+            ));
             match iv.owner {
                 Owner::Value(v) => values[v] = Some(region),
                 Owner::Workspace(n) => workspaces[n] = Some(region),
@@ -169,7 +178,9 @@ mod tests {
         let mut h = x;
         let mut skip = x;
         for i in 0..len {
-            let a = g.add_node(&format!("act{i}"), Op::Activation(Activation::Relu), &[h]).unwrap();
+            let a = g
+                .add_node(&format!("act{i}"), Op::Activation(Activation::Relu), &[h])
+                .unwrap();
             h = g.add_node(&format!("add{i}"), Op::Add, &[a, skip]).unwrap();
             skip = h;
         }
@@ -195,10 +206,16 @@ mod tests {
         }
         for a in 0..g.values.len() {
             for b in a + 1..g.values.len() {
-                let (Some(ra), Some(rb)) = (plan.values[a], plan.values[b]) else { continue };
+                let (Some(ra), Some(rb)) = (plan.values[a], plan.values[b]) else {
+                    continue;
+                };
                 let alive_together = life[a].0 <= life[b].1 && life[b].0 <= life[a].1;
-                let bytes_overlap = ra.offset < rb.offset + rb.bytes && rb.offset < ra.offset + ra.bytes;
-                assert!(!(alive_together && bytes_overlap), "values {a} and {b} collide");
+                let bytes_overlap =
+                    ra.offset < rb.offset + rb.bytes && rb.offset < ra.offset + ra.bytes;
+                assert!(
+                    !(alive_together && bytes_overlap),
+                    "values {a} and {b} collide"
+                );
             }
         }
     }
@@ -209,7 +226,11 @@ mod tests {
         let plan = Plan::new(&g, DType::F32);
         assert_no_live_overlap(&g, &plan);
         let one = 64 * 100 * 4;
-        assert!(plan.arena_bytes <= 4 * one.div_ceil(ALIGNMENT) * ALIGNMENT, "arena {}", plan.arena_bytes);
+        assert!(
+            plan.arena_bytes <= 4 * one.div_ceil(ALIGNMENT) * ALIGNMENT,
+            "arena {}",
+            plan.arena_bytes
+        );
         assert!(plan.unshared_bytes() > 20 * one);
     }
 

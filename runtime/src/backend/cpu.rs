@@ -27,7 +27,9 @@ impl CpuBackend {
                 len,
                 dtype: DType::F32,
             } => Ok(offset_bytes / 4..offset_bytes / 4 + len),
-            BufferRef::Arena { dtype, .. } => Err(format!("the CPU backend stores f32, not {dtype}")),
+            BufferRef::Arena { dtype, .. } => {
+                Err(format!("the CPU backend stores f32, not {dtype}"))
+            }
             BufferRef::Param { .. } => Err("a parameter cannot be written".into()),
         }
     }
@@ -42,7 +44,10 @@ fn split<'a>(
     output: Range<usize>,
 ) -> Result<(Vec<&'a [f32]>, &'a mut [f32]), String> {
     if output.end > arena.len() {
-        return Err(format!("output {output:?} lies outside the arena of {}", arena.len()));
+        return Err(format!(
+            "output {output:?} lies outside the arena of {}",
+            arena.len()
+        ));
     }
     let mut ranges = Vec::with_capacity(inputs.len());
     for &input in inputs {
@@ -51,9 +56,16 @@ fn split<'a>(
             BufferRef::Arena { .. } => {
                 let r = CpuBackend::arena_range(input)?;
                 if r.end > arena.len() {
-                    return Err(format!("input {r:?} lies outside the arena of {}", arena.len()));
+                    return Err(format!(
+                        "input {r:?} lies outside the arena of {}",
+                        arena.len()
+                    ));
                 }
-                if r.start < output.end && output.start < r.end && !r.is_empty() && !output.is_empty() {
+                if r.start < output.end
+                    && output.start < r.end
+                    && !r.is_empty()
+                    && !output.is_empty()
+                {
                     return Err(format!("input {r:?} overlaps output {output:?}"));
                 }
                 Ok(r)
@@ -68,9 +80,13 @@ fn split<'a>(
     let mut views = Vec::with_capacity(ranges.len());
     for r in ranges {
         views.push(match r {
-            Ok(r) => unsafe { std::slice::from_raw_parts(base.add(r.start) as *const f32, r.len()) },
+            Ok(r) => unsafe {
+                std::slice::from_raw_parts(base.add(r.start) as *const f32, r.len())
+            },
             Err((id, len)) => {
-                let p = params.get(id).ok_or_else(|| format!("unknown parameter {id}"))?;
+                let p = params
+                    .get(id)
+                    .ok_or_else(|| format!("unknown parameter {id}"))?;
                 &p[..len.min(p.len())]
             }
         });
@@ -113,7 +129,11 @@ impl Backend for CpuBackend {
         if self.arena.len() < elems {
             self.arena
                 .try_reserve_exact(elems - self.arena.len())
-                .map_err(|_| RuntimeError::Backend(format!("cannot allocate {bytes} bytes of host memory for activations")))?;
+                .map_err(|_| {
+                    RuntimeError::Backend(format!(
+                        "cannot allocate {bytes} bytes of host memory for activations"
+                    ))
+                })?;
             self.arena.resize(elems, 0.0);
         }
         Ok(())
@@ -122,7 +142,10 @@ impl Backend for CpuBackend {
     fn write(&mut self, dst: BufferRef, data: &[f32]) -> Result<(), RuntimeError> {
         let r = Self::arena_range(dst).map_err(RuntimeError::Backend)?;
         if r.len() != data.len() || r.end > self.arena.len() {
-            return Err(RuntimeError::Backend(format!("write of {} values into {r:?}", data.len())));
+            return Err(RuntimeError::Backend(format!(
+                "write of {} values into {r:?}",
+                data.len()
+            )));
         }
         self.arena[r].copy_from_slice(data);
         Ok(())
@@ -136,12 +159,20 @@ impl Backend for CpuBackend {
                 self.arena
                     .get(r.clone())
                     .map(<[f32]>::to_vec)
-                    .ok_or_else(|| RuntimeError::Backend(format!("read of {r:?} outside the arena")))
+                    .ok_or_else(|| {
+                        RuntimeError::Backend(format!("read of {r:?} outside the arena"))
+                    })
             }
         }
     }
 
-    fn execute(&mut self, op: &Op, inputs: &[Binding], output: &Binding, workspace: Option<BufferRef>) -> Result<(), String> {
+    fn execute(
+        &mut self,
+        op: &Op,
+        inputs: &[Binding],
+        output: &Binding,
+        workspace: Option<BufferRef>,
+    ) -> Result<(), String> {
         let out_range = Self::arena_range(output.buffer)?;
         let tiles = cpu::MatmulTiles::default();
         match op {
@@ -154,7 +185,12 @@ impl Backend for CpuBackend {
                 let patches = tokens - 1;
                 // Patch rows into the workspace first, then the projection reads them.
                 {
-                    let (ins, rows) = split(&mut self.arena, &self.params, &[inputs[0].buffer], ws.clone())?;
+                    let (ins, rows) = split(
+                        &mut self.arena,
+                        &self.params,
+                        &[inputs[0].buffer],
+                        ws.clone(),
+                    )?;
                     cpu::patchify(ins[0], b, c, h, w, *patch, rows);
                 }
                 let bufs: Vec<BufferRef> = [ws.clone()]
@@ -197,12 +233,20 @@ fn run_simple(
     let last = |s: &[usize]| *s.last().unwrap_or(&1);
     match op {
         Op::PatchEmbed { .. } => unreachable!("handled by the caller"),
-        Op::LayerNorm { eps } => cpu::layernorm(ins[0], ins[1], ins[2], last(&bindings[0].shape), *eps, out),
+        Op::LayerNorm { eps } => {
+            cpu::layernorm(ins[0], ins[1], ins[2], last(&bindings[0].shape), *eps, out)
+        }
         Op::Linear { epilogue } => {
             let problem = lowering::linear(&bindings[0].shape, &bindings[1].shape, *epilogue);
             let bias = epilogue.bias.then(|| ins[2]);
             let residual = epilogue.residual.then(|| ins[2 + epilogue.bias as usize]);
-            problem.check_bounds(ins[0].len(), ins[1].len(), out.len(), bias.map(<[f32]>::len), residual.map(<[f32]>::len))?;
+            problem.check_bounds(
+                ins[0].len(),
+                ins[1].len(),
+                out.len(),
+                bias.map(<[f32]>::len),
+                residual.map(<[f32]>::len),
+            )?;
             cpu::matmul(&problem, tiles, ins[0], ins[1], bias, residual, out);
         }
         Op::Activation(act) => {
@@ -234,7 +278,13 @@ fn run_simple(
         Op::Softmax => cpu::softmax(ins[0], last(&bindings[0].shape), 1.0, out),
         Op::AttentionContext { heads, head_dim, v } => {
             let vs = &bindings[1].shape;
-            let problem = lowering::attention_context(vs[0], vs[1], *heads, *head_dim, (vs[2], v.column_offset));
+            let problem = lowering::attention_context(
+                vs[0],
+                vs[1],
+                *heads,
+                *head_dim,
+                (vs[2], v.column_offset),
+            );
             problem.check_bounds(ins[0].len(), ins[1].len(), out.len(), None, None)?;
             cpu::matmul(&problem, tiles, ins[0], ins[1], None, None, out);
         }

@@ -11,8 +11,15 @@ use vitrt_kernels::DType;
 /// Where a tensor lives on a backend, in elements of `dtype`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BufferRef {
-    Arena { offset_bytes: usize, len: usize, dtype: DType },
-    Param { id: usize, len: usize },
+    Arena {
+        offset_bytes: usize,
+        len: usize,
+        dtype: DType,
+    },
+    Param {
+        id: usize,
+        len: usize,
+    },
 }
 
 impl BufferRef {
