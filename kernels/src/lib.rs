@@ -5,6 +5,7 @@
 //! meta-parameters, and computes.
 
 pub mod cpu;
+pub mod cuda;
 mod types;
 
 pub use types::{Activation, DType, Epilogue, MatmulProblem, Operand, WeightLayout};

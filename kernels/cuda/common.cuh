@@ -1,0 +1,85 @@
+// Shared by every kernel family: storage-type conversions, 16-byte vector access, and warp /
+// block reductions. NVRTC receives this file in memory as "common.cuh".
+//
+// Storage types are float, __half and __nv_bfloat16; all arithmetic is in float.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+// ---------------------------------------------------------------------------------------------
+// Conversions: load as float, compute in float, convert once at the store.
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+// Round to nearest even, as torch's .to(float16) and half::f16::from_f32 do.
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Vectors of N elements, aligned to their size, so that a 16-byte vector is one LDG.128/STG.128.
+// Callers use them only where the address is aligned (launchers check at launch time).
+
+template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
+    T v[N];
+};
+
+template <typename T, int N> __device__ __forceinline__ Vec<T, N> load_vec(const T* p) {
+    return *reinterpret_cast<const Vec<T, N>*>(p);
+}
+
+template <typename T, int N> __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
+    *reinterpret_cast<Vec<T, N>*>(p) = v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions. A "group" is GROUP_THREADS consecutive threads (a whole number of warps, or one
+// warp) that cooperate on one row; several groups may share a block.
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+struct SumOp {
+    __device__ __forceinline__ static float warp(float v) { return warp_sum(v); }
+    __device__ __forceinline__ static float combine(float a, float b) { return a + b; }
+};
+
+struct MaxOp {
+    __device__ __forceinline__ static float warp(float v) { return warp_max(v); }
+    __device__ __forceinline__ static float combine(float a, float b) { return fmaxf(a, b); }
+};
+
+// Reduces `v` over the GROUP_WARPS warps of the calling thread's group; every thread of the
+// group gets the result. `scratch` holds GROUP_WARPS floats per group in the block (shared
+// memory), and every thread of the block must call this the same number of times (it
+// synchronises the block when a group spans several warps).
+template <typename Op, int GROUP_WARPS>
+__device__ __forceinline__ float group_reduce(float v, float* scratch) {
+    v = Op::warp(v);
+    if (GROUP_WARPS == 1) return v;
+    const int warp = threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    const int group_first_warp = warp - warp % GROUP_WARPS;
+    __syncthreads();  // scratch may still be read by the previous reduction
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float r = scratch[group_first_warp];
+#pragma unroll
+    for (int w = 1; w < GROUP_WARPS; ++w) r = Op::combine(r, scratch[group_first_warp + w]);
+    return r;
+}

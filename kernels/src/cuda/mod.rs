@@ -1,0 +1,447 @@
+//! The CUDA side of the kernels: one [`Gpu`] (context, stream, compiler, module cache), device
+//! memory ([`DeviceBuffer`], [`DevPtr`]) and one method per op. The runtime uses only this
+//! API, never cudarc.
+//!
+//! # How a kernel family plugs in
+//!
+//! 1. **Source.** `kernels/cuda/<family>.cu` defines the program as a templated `__device__`
+//!    function whose template parameters are the meta-parameters (dtype, block shape, vector
+//!    width, ...); it may `#include "common.cuh"` (dtype conversions, vector loads, warp and
+//!    block reductions), which NVRTC is given in memory. The Rust module embeds the file:
+//!    `const SOURCE: &str = include_str!("../../cuda/<family>.cu");`.
+//! 2. **Instantiations.** A Rust `Config` struct mirrors the meta-parameters and turns one
+//!    choice into an [`Instantiation`]: a unique wrapper name that spells the meta-parameters
+//!    (`layernorm_f16_v8_w1_r4_c3`), the template arguments as C++ text, the wrapper's
+//!    parameters ([`KernelParam`], [`ParamKind`]), the block size (which becomes
+//!    `__launch_bounds__`) and the arch it needs. [`Instantiation::program_source`] appends
+//!    the generated `extern "C" __global__` wrapper that calls the template, so the driver
+//!    finds the kernel by that plain name.
+//! 3. **Registry.** The family's `pub(crate) fn instantiations() -> Vec<Instantiation>` lists
+//!    every instantiation its launcher can ever pick, for every dtype; [`all_instantiations`]
+//!    (registry.rs) concatenates the families. CI compiles every entry for sm_80 and sm_90
+//!    without a GPU (kernels/tests/nvrtc_compile.rs), and each family has a unit test that
+//!    its selection over many shapes only picks registered instantiations.
+//! 4. **Launch.** The family's launcher (a `Gpu` method in this file that forwards to the
+//!    family module) checks every [`DevPtr`] (dtype, length) against the problem, picks a
+//!    config from the shape and the pointers' alignment, and calls
+//!    `gpu.launch(&instantiation, LaunchDims { .. }, &[KernelArg::Ptr(..), ...])`. `launch`
+//!    checks the arguments against the parameters, compiles on first use (NVRTC, then the
+//!    in-memory and disk caches), raises the dynamic shared-memory limit when a launch asks
+//!    for more than 48 KiB, and enqueues on the Gpu's stream. Errors surface as
+//!    [`KernelError`]; execution errors surface at the next [`Gpu::synchronize`] or download.
+
+mod cache;
+mod compile;
+mod discovery;
+mod elementwise;
+mod error;
+mod matmul;
+mod memory;
+mod registry;
+
+pub use cache::DiskCache;
+pub use compile::{parse_ptxas_report, CompiledKernel, Compiler, KernelResources};
+pub use discovery::{cuda_include_dir, load_nvrtc, NvrtcLibrary};
+pub(crate) use error::invalid;
+pub use error::KernelError;
+pub use memory::{DevPtr, DeviceBuffer};
+pub use registry::{
+    all_instantiations, Arch, ArchRequirement, Instantiation, KernelArg, KernelParam, ParamKind,
+};
+
+use crate::{DType, MatmulProblem};
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute, CUresult};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtr as _};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Grid and block of one launch. Blocks are one-dimensional: kernels index threads by
+/// `threadIdx.x` and derive any 2-D layout themselves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LaunchDims {
+    pub grid: (u32, u32, u32),
+    pub block: u32,
+    /// Dynamic shared memory, bytes.
+    pub shared_bytes: u32,
+}
+
+/// One loaded kernel and what the driver says it uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadedKernel {
+    pub name: String,
+    pub registers: u32,
+    pub static_shared_bytes: u32,
+    /// Local memory per thread: stack frame and spills.
+    pub local_bytes: u32,
+}
+
+/// One CUDA device: a context, one stream every op is queued on, NVRTC, and the kernels
+/// loaded so far.
+pub struct Gpu {
+    context: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    name: String,
+    compute_capability: (u32, u32),
+    compiler: Compiler,
+    disk_cache: Option<DiskCache>,
+    kernels: Mutex<HashMap<String, CudaFunction>>,
+    /// Tags the buffers this Gpu allocates.
+    id: usize,
+}
+
+static NEXT_GPU_ID: AtomicUsize = AtomicUsize::new(1);
+
+/// Runs a cudarc call that may panic (it does when a library or symbol is missing) and turns
+/// the panic into an error.
+fn guarded<T>(what: &str, call: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".into());
+        format!("{what}: {message}")
+    })
+}
+
+impl Gpu {
+    /// Opens device `ordinal`, and finds NVRTC and the CUDA headers, so that a machine that
+    /// cannot compile kernels fails here rather than at the first op.
+    pub fn new(ordinal: usize) -> Result<Gpu, KernelError> {
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(KernelError::NoDriver(
+                "libcuda.so could not be loaded: is the NVIDIA driver installed?".into(),
+            ));
+        }
+        let count = match guarded("cuDeviceGetCount", CudaContext::device_count)
+            .map_err(KernelError::NoDriver)?
+        {
+            Ok(count) => count.max(0) as usize,
+            Err(e) if e.0 == CUresult::CUDA_ERROR_NO_DEVICE => 0,
+            Err(e) => {
+                return Err(KernelError::NoDriver(format!(
+                    "the driver would not initialise: {e:?}"
+                )))
+            }
+        };
+        if ordinal >= count {
+            return Err(KernelError::NoDevice { ordinal, count });
+        }
+        let compiler = Compiler::new()?;
+        let context = guarded("cuCtx", || CudaContext::new(ordinal))
+            .map_err(KernelError::NoDriver)?
+            .map_err(|e| KernelError::driver("creating the context", e))?;
+        // One stream orders everything, so cudarc's per-buffer event tracking is pure overhead.
+        unsafe { context.disable_event_tracking() };
+        let stream = context
+            .new_stream()
+            .map_err(|e| KernelError::driver("cuStreamCreate", e))?;
+        let name = context
+            .name()
+            .map_err(|e| KernelError::driver("cuDeviceGetName", e))?;
+        let attribute = |a| {
+            context
+                .attribute(a)
+                .map_err(|e| KernelError::driver("cuDeviceGetAttribute", e))
+        };
+        let major = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        Ok(Gpu {
+            context,
+            stream,
+            name,
+            compute_capability: (major as u32, minor as u32),
+            compiler,
+            disk_cache: DiskCache::from_env(),
+            kernels: Mutex::new(HashMap::new()),
+            id: NEXT_GPU_ID.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn compute_capability(&self) -> (u32, u32) {
+        self.compute_capability
+    }
+
+    /// The compiler this device uses (NVRTC version, header directory).
+    pub fn compiler(&self) -> &Compiler {
+        &self.compiler
+    }
+
+    fn bind(&self) -> Result<(), KernelError> {
+        self.context
+            .bind_to_thread()
+            .map_err(|e| KernelError::driver("cuCtxSetCurrent", e))
+    }
+
+    /// Allocates `bytes` of uninitialised device memory.
+    pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, KernelError> {
+        if bytes == 0 {
+            return Ok(DeviceBuffer {
+                _allocation: None,
+                ptr: 0,
+                len_bytes: 0,
+                owner: self.id,
+            });
+        }
+        self.bind()?;
+        let slice = unsafe { self.stream.alloc::<u8>(bytes) }.map_err(|e| {
+            if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                let free = self
+                    .context
+                    .mem_get_info()
+                    .map(|(free, _)| free)
+                    .unwrap_or(0);
+                KernelError::OutOfMemory {
+                    requested: bytes,
+                    free,
+                }
+            } else {
+                KernelError::driver("cuMemAlloc", e)
+            }
+        })?;
+        let (ptr, _) = slice.device_ptr(&self.stream);
+        Ok(DeviceBuffer {
+            ptr,
+            _allocation: Some(slice),
+            len_bytes: bytes,
+            owner: self.id,
+        })
+    }
+
+    fn check_owner(&self, buffer: &DeviceBuffer) -> Result<(), KernelError> {
+        if buffer.owner == self.id {
+            Ok(())
+        } else {
+            Err(invalid!("the buffer belongs to another Gpu"))
+        }
+    }
+
+    /// Copies `src` into `dst` at `offset_bytes`. `src` may be reused as soon as this returns.
+    pub fn upload(
+        &self,
+        dst: &DeviceBuffer,
+        offset_bytes: usize,
+        src: &[u8],
+    ) -> Result<(), KernelError> {
+        self.check_owner(dst)?;
+        dst.check_range(offset_bytes, src.len(), "upload")?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(
+                dst.ptr + offset_bytes as u64,
+                src,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| KernelError::driver("cuMemcpyHtoDAsync", e))
+    }
+
+    /// Copies from `src` at `offset_bytes` into `dst`, after all queued work has finished.
+    pub fn download(
+        &self,
+        src: &DeviceBuffer,
+        offset_bytes: usize,
+        dst: &mut [u8],
+    ) -> Result<(), KernelError> {
+        self.check_owner(src)?;
+        src.check_range(offset_bytes, dst.len(), "download")?;
+        if dst.is_empty() {
+            return self.synchronize();
+        }
+        self.bind()?;
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(
+                dst,
+                src.ptr + offset_bytes as u64,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| KernelError::driver("cuMemcpyDtoHAsync", e))?;
+        self.synchronize()
+    }
+
+    /// Waits for every queued op; reports any error a kernel raised while running.
+    pub fn synchronize(&self) -> Result<(), KernelError> {
+        self.bind()?;
+        self.stream
+            .synchronize()
+            .map_err(|e| KernelError::driver("cuStreamSynchronize", e))
+    }
+
+    /// `c = epilogue(A · B)` for every (batch, head) of `p`; see [`MatmulProblem`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul(
+        &self,
+        dtype: DType,
+        p: &MatmulProblem,
+        a: DevPtr,
+        b: DevPtr,
+        bias: Option<DevPtr>,
+        residual: Option<DevPtr>,
+        c: DevPtr,
+    ) -> Result<(), KernelError> {
+        matmul::launch(self, dtype, p, a, b, bias, residual, c)
+    }
+
+    /// `out = a + b` over `n` elements; `out` may be `a` or `b`.
+    pub fn add(
+        &self,
+        dtype: DType,
+        a: DevPtr,
+        b: DevPtr,
+        n: usize,
+        out: DevPtr,
+    ) -> Result<(), KernelError> {
+        elementwise::launch_add(self, dtype, a, b, n, out)
+    }
+
+    /// Loads (compiling on first use) and launches one instantiation on the Gpu's stream.
+    pub(crate) fn launch(
+        &self,
+        inst: &Instantiation,
+        dims: LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<(), KernelError> {
+        inst.check_args(args)?;
+        if dims.block != inst.block_threads {
+            return Err(invalid!(
+                "kernel {} is built for blocks of {} threads, launch asked for {}",
+                inst.name,
+                inst.block_threads,
+                dims.block
+            ));
+        }
+        let (gx, gy, gz) = dims.grid;
+        if gx == 0 || gy == 0 || gz == 0 {
+            return Ok(());
+        }
+        if gy > 65_535 || gz > 65_535 || gx > i32::MAX as u32 {
+            return Err(invalid!(
+                "grid {:?} for kernel {} is beyond CUDA's limits",
+                dims.grid,
+                inst.name
+            ));
+        }
+        let function = self.kernel(inst)?;
+        if dims.shared_bytes > 48 * 1024 {
+            unsafe {
+                cudarc::driver::result::function::set_function_attribute(
+                    function.cu_function(),
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    dims.shared_bytes as i32,
+                )
+            }
+            .map_err(|e| {
+                KernelError::driver(
+                    &format!("raising the shared-memory limit of {}", inst.name),
+                    e,
+                )
+            })?;
+        }
+        let mut slots: Vec<u64> = args.iter().map(|a| a.to_slot()).collect();
+        let mut params: Vec<*mut std::ffi::c_void> =
+            slots.iter_mut().map(|s| s as *mut u64 as *mut _).collect();
+        self.bind()?;
+        unsafe {
+            cudarc::driver::result::launch_kernel(
+                function.cu_function(),
+                dims.grid,
+                (dims.block, 1, 1),
+                dims.shared_bytes,
+                self.stream.cu_stream(),
+                &mut params,
+            )
+        }
+        .map_err(|e| KernelError::driver(&format!("launching {}", inst.name), e))
+    }
+
+    /// The loaded function for `inst`: from memory, else from the disk cache, else compiled.
+    fn kernel(&self, inst: &Instantiation) -> Result<CudaFunction, KernelError> {
+        let mut kernels = self
+            .kernels
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(function) = kernels.get(&inst.name) {
+            return Ok(function.clone());
+        }
+        let cc = self.compute_capability;
+        let arch = inst.arch.target_for(cc).ok_or_else(|| {
+            invalid!(
+                "kernel {} needs {:?}; {} is compute capability {}.{}",
+                inst.name,
+                inst.arch,
+                self.name,
+                cc.0,
+                cc.1
+            )
+        })?;
+        let key = self.compiler.cache_key(inst, arch);
+        let cached = self
+            .disk_cache
+            .as_ref()
+            .and_then(|cache| cache.load(&inst.name, &key));
+        let function = match cached.map(|cubin| self.load(inst, cubin)) {
+            Some(Ok(function)) => function,
+            // Not cached, or cached but the driver refused it: compile afresh.
+            _ => {
+                let compiled = self.compiler.compile(inst, arch)?;
+                let function = self.load(inst, compiled.cubin.clone())?;
+                if let Some(cache) = &self.disk_cache {
+                    cache.store(&inst.name, &key, &compiled.cubin);
+                }
+                function
+            }
+        };
+        kernels.insert(inst.name.clone(), function.clone());
+        Ok(function)
+    }
+
+    fn load(&self, inst: &Instantiation, cubin: Vec<u8>) -> Result<CudaFunction, KernelError> {
+        let module = self
+            .context
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
+            .map_err(|e| KernelError::driver(&format!("loading the module of {}", inst.name), e))?;
+        module
+            .load_function(&inst.name)
+            .map_err(|e| KernelError::driver(&format!("finding {} in its module", inst.name), e))
+    }
+
+    /// Every kernel loaded so far, with the driver's view of its resources.
+    pub fn loaded_kernels(&self) -> Vec<LoadedKernel> {
+        let kernels = self
+            .kernels
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let attribute = |f: &CudaFunction, a| {
+            unsafe { cudarc::driver::result::function::get_function_attribute(f.cu_function(), a) }
+                .unwrap_or(-1) as u32
+        };
+        let mut loaded: Vec<LoadedKernel> = kernels
+            .iter()
+            .map(|(name, f)| LoadedKernel {
+                name: name.clone(),
+                registers: attribute(f, CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS),
+                static_shared_bytes: attribute(
+                    f,
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                ),
+                local_bytes: attribute(f, CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
+            })
+            .collect();
+        loaded.sort_by(|a, b| a.name.cmp(&b.name));
+        loaded
+    }
+}
+
+/// A length as the `long long` the element-wise kernels index with.
+pub(crate) fn to_i64(value: usize) -> Result<i64, KernelError> {
+    i64::try_from(value).map_err(|_| invalid!("{value} elements exceed the kernels' 64-bit index"))
+}

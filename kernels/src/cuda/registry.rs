@@ -1,0 +1,305 @@
+//! Instantiations: one kernel template with all its meta-parameters fixed, exposed to the
+//! driver through a generated `extern "C"` wrapper whose name says what it is.
+//!
+//! NVRTC mangles template names, and looking mangled names up needs extra round trips
+//! (name expressions). Instead each instantiation gets a plain C symbol:
+//!
+//! ```text
+//! extern "C" __global__ void __launch_bounds__(128) layernorm_f16_v8_w1_r4_c3(
+//!         const __half* x, const __half* gamma, const __half* beta, __half* out,
+//!         int rows, int cols, float eps) {
+//!     layernorm_rows<__half, 8, 1, 4, 3>(x, gamma, beta, out, rows, cols, eps);
+//! }
+//! ```
+//!
+//! The family's `.cu` source defines the templated `__device__` function; the wrapper is
+//! appended to it and the two compile as one NVRTC program.
+
+use super::{invalid, KernelError};
+use crate::DType;
+
+/// The shared header every family source may `#include "common.cuh"`.
+pub const COMMON_HEADER: &str = include_str!("../../cuda/common.cuh");
+pub const COMMON_HEADER_NAME: &str = "common.cuh";
+
+/// The type of one kernel parameter, as the wrapper declares it and as a launch must pass it.
+/// Pointers carry no `__restrict__`: outputs may alias inputs (an in-place residual add).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ParamKind {
+    /// `const T*` for a storage dtype.
+    ConstPtr(DType),
+    /// `T*` for a storage dtype.
+    MutPtr(DType),
+    I32,
+    U32,
+    I64,
+    U64,
+    F32,
+}
+
+impl ParamKind {
+    fn declaration(self) -> String {
+        match self {
+            ParamKind::ConstPtr(d) => format!("const {}*", d.cuda_type()),
+            ParamKind::MutPtr(d) => format!("{}*", d.cuda_type()),
+            ParamKind::I32 => "int".into(),
+            ParamKind::U32 => "unsigned int".into(),
+            ParamKind::I64 => "long long".into(),
+            ParamKind::U64 => "unsigned long long".into(),
+            ParamKind::F32 => "float".into(),
+        }
+    }
+}
+
+/// One parameter of a wrapper.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KernelParam {
+    pub name: &'static str,
+    pub kind: ParamKind,
+}
+
+impl KernelParam {
+    pub fn new(name: &'static str, kind: ParamKind) -> KernelParam {
+        KernelParam { name, kind }
+    }
+}
+
+/// A value passed at launch. Pointers are raw device addresses (see `DevPtr::ptr`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KernelArg {
+    Ptr(u64),
+    I32(i32),
+    U32(u32),
+    I64(i64),
+    U64(u64),
+    F32(f32),
+}
+
+impl KernelArg {
+    fn fits(self, kind: ParamKind) -> bool {
+        matches!(
+            (self, kind),
+            (
+                KernelArg::Ptr(_),
+                ParamKind::ConstPtr(_) | ParamKind::MutPtr(_)
+            ) | (KernelArg::I32(_), ParamKind::I32)
+                | (KernelArg::U32(_), ParamKind::U32)
+                | (KernelArg::I64(_), ParamKind::I64)
+                | (KernelArg::U64(_), ParamKind::U64)
+                | (KernelArg::F32(_), ParamKind::F32)
+        )
+    }
+
+    /// The argument's bytes in an 8-byte slot, as cuLaunchKernel reads them (little-endian,
+    /// value first: the driver reads as many bytes as the parameter is wide).
+    pub(crate) fn to_slot(self) -> u64 {
+        match self {
+            KernelArg::Ptr(v) | KernelArg::U64(v) => v,
+            KernelArg::I64(v) => v as u64,
+            KernelArg::I32(v) => v as u32 as u64,
+            KernelArg::U32(v) => v as u64,
+            KernelArg::F32(v) => v.to_bits() as u64,
+        }
+    }
+}
+
+/// The target a program is compiled for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Arch {
+    pub major: u32,
+    pub minor: u32,
+    /// `sm_90a`-style targets: arch-specific instructions (wgmma, setmaxnreg) that run on
+    /// exactly this major.minor and nothing later.
+    pub specific: bool,
+}
+
+impl Arch {
+    pub fn new(major: u32, minor: u32) -> Arch {
+        Arch {
+            major,
+            minor,
+            specific: false,
+        }
+    }
+
+    /// The `--gpu-architecture` value: `sm_90`, or `sm_90a` for arch-specific code.
+    pub fn sm_name(&self) -> String {
+        format!(
+            "sm_{}{}{}",
+            self.major,
+            self.minor,
+            if self.specific { "a" } else { "" }
+        )
+    }
+}
+
+/// What device an instantiation needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ArchRequirement {
+    /// Runs on compute capability `min` and later.
+    AtLeast(u32, u32),
+    /// Uses arch-specific instructions: compiled as `sm_XYa`, runs only on exactly that major.minor.
+    Exactly(u32, u32),
+}
+
+impl ArchRequirement {
+    /// The target to compile for on a device of compute capability `cc`, or `None` when the
+    /// instantiation cannot run there.
+    pub fn target_for(self, cc: (u32, u32)) -> Option<Arch> {
+        match self {
+            ArchRequirement::AtLeast(major, minor) if cc >= (major, minor) => {
+                Some(Arch::new(cc.0, cc.1))
+            }
+            ArchRequirement::Exactly(major, minor) if cc == (major, minor) => Some(Arch {
+                major,
+                minor,
+                specific: true,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// One kernel template with every meta-parameter fixed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Instantiation {
+    /// The `extern "C"` symbol; unique across the whole registry.
+    pub name: String,
+    /// The op family (`layernorm`, `softmax`, `matmul`, ...): names the `.cu` file.
+    pub family: &'static str,
+    /// The family's `.cu` source, which defines `function`.
+    pub source: &'static str,
+    /// The templated `__device__` function the wrapper calls.
+    pub function: &'static str,
+    /// Template arguments, in order, as C++ text (`__half`, `8`, `Act::Gelu`).
+    pub template_args: Vec<String>,
+    pub params: Vec<KernelParam>,
+    /// Threads per block; also the wrapper's `__launch_bounds__`.
+    pub block_threads: u32,
+    pub arch: ArchRequirement,
+}
+
+impl Instantiation {
+    /// The family source followed by the generated wrapper: one NVRTC program.
+    pub fn program_source(&self) -> String {
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .map(|p| format!("{} {}", p.kind.declaration(), p.name))
+            .collect();
+        let args: Vec<&str> = self.params.iter().map(|p| p.name).collect();
+        format!(
+            "{source}\n\n// Generated wrapper: {function}<{targs}>\n\
+             extern \"C\" __global__ void __launch_bounds__({threads}) {name}({params}) {{\n    \
+             {function}<{targs}>({args});\n}}\n",
+            source = self.source,
+            function = self.function,
+            targs = self.template_args.join(", "),
+            threads = self.block_threads,
+            name = self.name,
+            params = params.join(", "),
+            args = args.join(", "),
+        )
+    }
+
+    /// Checks a launch's arguments against the wrapper's parameters.
+    pub(crate) fn check_args(&self, args: &[KernelArg]) -> Result<(), KernelError> {
+        if args.len() != self.params.len() {
+            return Err(invalid!(
+                "kernel {} takes {} arguments, launch passed {}",
+                self.name,
+                self.params.len(),
+                args.len()
+            ));
+        }
+        for (param, arg) in self.params.iter().zip(args) {
+            if !arg.fits(param.kind) {
+                return Err(invalid!(
+                    "kernel {} parameter {} is {:?}, launch passed {:?}",
+                    self.name,
+                    param.name,
+                    param.kind,
+                    arg
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every instantiation any launcher can pick, for every dtype: what CI compiles.
+pub fn all_instantiations() -> Vec<Instantiation> {
+    let mut all = Vec::new();
+    all.extend(super::elementwise::instantiations());
+    all.extend(super::matmul::instantiations());
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn wrapper_names_are_unique() {
+        let all = all_instantiations();
+        let names: HashSet<&str> = all.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(
+            names.len(),
+            all.len(),
+            "two instantiations share a wrapper name"
+        );
+    }
+
+    #[test]
+    fn wrapper_calls_the_template_with_every_parameter() {
+        let inst = Instantiation {
+            name: "demo_f16".into(),
+            family: "demo",
+            source: "template <typename T, int N> __device__ void demo(const T* x, T* y, int n) {}",
+            function: "demo",
+            template_args: vec!["__half".into(), "4".into()],
+            params: vec![
+                KernelParam::new("x", ParamKind::ConstPtr(DType::F16)),
+                KernelParam::new("y", ParamKind::MutPtr(DType::F16)),
+                KernelParam::new("n", ParamKind::I32),
+            ],
+            block_threads: 64,
+            arch: ArchRequirement::AtLeast(8, 0),
+        };
+        let src = inst.program_source();
+        assert!(src.contains(
+            "extern \"C\" __global__ void __launch_bounds__(64) demo_f16(const __half* x, __half* y, int n)"
+        ));
+        assert!(src.contains("demo<__half, 4>(x, y, n);"));
+        assert!(inst
+            .check_args(&[KernelArg::Ptr(0), KernelArg::Ptr(0), KernelArg::I32(3)])
+            .is_ok());
+        assert!(inst
+            .check_args(&[KernelArg::Ptr(0), KernelArg::Ptr(0)])
+            .is_err());
+        assert!(inst
+            .check_args(&[KernelArg::Ptr(0), KernelArg::Ptr(0), KernelArg::F32(3.0)])
+            .is_err());
+    }
+
+    #[test]
+    fn arch_specific_code_runs_only_on_its_own_arch() {
+        assert_eq!(
+            ArchRequirement::Exactly(9, 0)
+                .target_for((9, 0))
+                .unwrap()
+                .sm_name(),
+            "sm_90a"
+        );
+        assert_eq!(ArchRequirement::Exactly(9, 0).target_for((10, 0)), None);
+        assert_eq!(
+            ArchRequirement::AtLeast(8, 0)
+                .target_for((9, 0))
+                .unwrap()
+                .sm_name(),
+            "sm_90"
+        );
+        assert_eq!(ArchRequirement::AtLeast(8, 0).target_for((7, 5)), None);
+    }
+}

@@ -1,0 +1,137 @@
+//! Compiles every registered kernel instantiation for sm_80 and sm_90 with NVRTC, on a machine
+//! with no GPU, and prints ptxas's resource report (registers, shared memory, stack, spills).
+//!
+//! NVRTC and the CUDA headers come from a CUDA toolkit or from the pip wheels
+//! `nvidia-cuda-nvrtc` and `nvidia-cuda-runtime` (see .ci/install-cuda-wheels.sh). Without
+//! them the test skips, except when the environment variable `CI` is set: there it fails.
+//! Run with `-- --nocapture` to see the table.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+use vitrt_kernels::cuda::{all_instantiations, Arch, Compiler, Instantiation, KernelResources};
+
+/// Compute capabilities CI compiles for: Ampere (A100) and Hopper (H100, H200).
+const TARGETS: [(u32, u32); 2] = [(8, 0), (9, 0)];
+
+fn running_in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+struct Outcome {
+    name: String,
+    arch: Arch,
+    millis: u128,
+    result: Result<Option<KernelResources>, String>,
+}
+
+#[test]
+fn every_instantiation_compiles_for_sm80_and_sm90() {
+    let compiler = match Compiler::new() {
+        Ok(compiler) => compiler,
+        Err(e) if running_in_ci() => panic!(
+            "CI is set but NVRTC cannot run: {e}\n\
+             Install the wheels with .ci/install-cuda-wheels.sh and export what it prints."
+        ),
+        Err(e) => {
+            eprintln!("SKIPPED: NVRTC is not available here ({e})");
+            return;
+        }
+    };
+    let (major, minor) = compiler.nvrtc_version();
+    println!(
+        "NVRTC {major}.{minor} from {}, headers from {}",
+        compiler
+            .nvrtc_path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "the loader's path".into()),
+        compiler.include_dir().display()
+    );
+
+    let jobs: Vec<(Instantiation, Arch)> = all_instantiations()
+        .into_iter()
+        .flat_map(|inst| {
+            TARGETS
+                .iter()
+                .filter_map(|&cc| inst.arch.target_for(cc))
+                .map(|arch| (inst.clone(), arch))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(!jobs.is_empty(), "the registry lists no instantiation");
+
+    // NVRTC is thread-safe across programs: one worker per core.
+    let next = AtomicUsize::new(0);
+    let outcomes = Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((inst, arch)) = jobs.get(i) else {
+                    break;
+                };
+                let t = Instant::now();
+                let result = compiler
+                    .compile(inst, *arch)
+                    .map(|compiled| {
+                        compiled
+                            .resources()
+                            .into_iter()
+                            .find(|r| r.function == inst.name)
+                    })
+                    .map_err(|e| e.to_string());
+                let outcome = Outcome {
+                    name: inst.name.clone(),
+                    arch: *arch,
+                    millis: t.elapsed().as_millis(),
+                    result,
+                };
+                outcomes.lock().unwrap().push(outcome);
+            });
+        }
+    });
+    let mut outcomes = outcomes.into_inner().unwrap();
+    outcomes.sort_by(|a, b| (&a.name, a.arch.sm_name()).cmp(&(&b.name, b.arch.sm_name())));
+
+    println!(
+        "\n{:<44} {:>7} {:>5} {:>6} {:>6} {:>8} {:>8} {:>6}",
+        "instantiation", "arch", "regs", "smem", "stack", "spill_st", "spill_ld", "ms"
+    );
+    let mut failures = Vec::new();
+    for o in &outcomes {
+        match &o.result {
+            Ok(Some(r)) => println!(
+                "{:<44} {:>7} {:>5} {:>6} {:>6} {:>8} {:>8} {:>6}",
+                o.name,
+                o.arch.sm_name(),
+                r.registers,
+                r.shared_bytes,
+                r.stack_frame_bytes,
+                r.spill_store_bytes,
+                r.spill_load_bytes,
+                o.millis
+            ),
+            Ok(None) => failures.push(format!(
+                "{} for {}: compiled, but ptxas reported nothing for it",
+                o.name,
+                o.arch.sm_name()
+            )),
+            Err(e) => failures.push(e.clone()),
+        }
+    }
+    println!(
+        "\n{} compiles ({} instantiations x targets) in {:.1} s on {workers} threads",
+        outcomes.len(),
+        jobs.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} compiles failed:\n{}",
+        failures.len(),
+        jobs.len(),
+        failures.join("\n\n")
+    );
+}
