@@ -22,6 +22,9 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
     return __float2bfloat16_rn(v);
 }
 
+// NVRTC has no <cmath>, hence no INFINITY.
+__device__ __forceinline__ float infinity() { return __int_as_float(0x7f800000); }
+
 // ---------------------------------------------------------------------------------------------
 // Vectors of N elements, aligned to their size, so that a 16-byte vector is one LDG.128/STG.128.
 // Callers use them only where the address is aligned (launchers check at launch time).

@@ -35,9 +35,13 @@ mod compile;
 mod discovery;
 mod elementwise;
 mod error;
+mod layernorm;
 mod matmul;
 mod memory;
+mod patch;
 mod registry;
+mod rows;
+mod softmax;
 
 pub use cache::DiskCache;
 pub use compile::{parse_ptxas_report, CompiledKernel, Compiler, KernelResources};
@@ -291,6 +295,36 @@ impl Gpu {
         matmul::launch(self, dtype, p, a, b, bias, residual, c)
     }
 
+    /// `out[r, :] = (x[r, :] - mean) / sqrt(var + eps) * gamma + beta` for `rows` rows of
+    /// `cols`; statistics in fp32 (as `cpu::layernorm`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn layernorm(
+        &self,
+        dtype: DType,
+        x: DevPtr,
+        gamma: DevPtr,
+        beta: DevPtr,
+        rows: usize,
+        cols: usize,
+        eps: f32,
+        out: DevPtr,
+    ) -> Result<(), KernelError> {
+        layernorm::launch(self, dtype, x, gamma, beta, rows, cols, eps, out)
+    }
+
+    /// `out[r, :] = softmax(scale * x[r, :])` for `rows` rows of `cols` (as `cpu::softmax`).
+    pub fn softmax(
+        &self,
+        dtype: DType,
+        x: DevPtr,
+        rows: usize,
+        cols: usize,
+        scale: f32,
+        out: DevPtr,
+    ) -> Result<(), KernelError> {
+        softmax::launch(self, dtype, x, rows, cols, scale, out)
+    }
+
     /// `out = a + b` over `n` elements; `out` may be `a` or `b`.
     pub fn add(
         &self,
@@ -301,6 +335,47 @@ impl Gpu {
         out: DevPtr,
     ) -> Result<(), KernelError> {
         elementwise::launch_add(self, dtype, a, b, n, out)
+    }
+
+    /// Pixels are f32 `[B, C, H, W]`; writes the patch rows `[B·N, C·P·P]` in `dtype` (as
+    /// `cpu::patchify`) and the CLS row of every image of the token tensor `[B, T, hidden]`:
+    /// `tokens[b, 0, :] = cls + pos[0, :]` (as `cpu::write_cls_rows`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn patchify_with_cls(
+        &self,
+        dtype: DType,
+        pixels: DevPtr,
+        batch: usize,
+        channels: usize,
+        height: usize,
+        width: usize,
+        patch: usize,
+        cls: DevPtr,
+        pos: DevPtr,
+        hidden: usize,
+        tokens_per_image: usize,
+        patches: DevPtr,
+        tokens: DevPtr,
+    ) -> Result<(), KernelError> {
+        let image = patch::Image {
+            batch,
+            channels,
+            height,
+            width,
+            patch,
+        };
+        patch::launch(
+            self,
+            dtype,
+            pixels,
+            image,
+            cls,
+            pos,
+            hidden,
+            tokens_per_image,
+            patches,
+            tokens,
+        )
     }
 
     /// Loads (compiling on first use) and launches one instantiation on the Gpu's stream.
@@ -444,4 +519,9 @@ impl Gpu {
 /// A length as the `long long` the element-wise kernels index with.
 pub(crate) fn to_i64(value: usize) -> Result<i64, KernelError> {
     i64::try_from(value).map_err(|_| invalid!("{value} elements exceed the kernels' 64-bit index"))
+}
+
+/// A count as the `int` the row kernels index with.
+pub(crate) fn to_i32(value: usize, what: &str) -> Result<i32, KernelError> {
+    i32::try_from(value).map_err(|_| invalid!("{what} = {value} exceeds the kernels' 32-bit limit"))
 }

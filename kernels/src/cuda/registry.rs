@@ -230,7 +230,10 @@ impl Instantiation {
 /// Every instantiation any launcher can pick, for every dtype: what CI compiles.
 pub fn all_instantiations() -> Vec<Instantiation> {
     let mut all = Vec::new();
+    all.extend(super::layernorm::instantiations());
+    all.extend(super::softmax::instantiations());
     all.extend(super::elementwise::instantiations());
+    all.extend(super::patch::instantiations());
     all.extend(super::matmul::instantiations());
     all
 }

@@ -1,0 +1,104 @@
+// LayerNorm over the last dimension: out = (x - mean) / sqrt(var + eps) * gamma + beta, with
+// the biased variance, as torch.nn.LayerNorm. Statistics in fp32, two passes (mean, then the
+// mean of squared deviations), as the CPU twin: no precision lost to a large mean.
+//
+// Memory-bound: x is read once and out written once (gamma and beta stay in L1/L2). A group
+// of 32 * GROUP_WARPS threads owns one row; a block holds ROWS groups. With CACHED > 0 each
+// thread keeps its CACHED vectors of the row in registers between the passes, so the row is
+// read from memory once; the launcher picks CACHED (1, 2, 4, 8) so the row fits. With
+// CACHED == 0 (rows too long for registers) the passes re-read the row, mostly from L2.
+//
+// VEC elements per access: 16 bytes when cols is a multiple of VEC and every pointer is
+// 16-byte aligned (then every row start is too), else 1.
+#include "common.cuh"
+
+template <typename T, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
+__device__ __forceinline__ void layernorm_rows(const T* x, const T* gamma, const T* beta, T* out, int rows,
+                                               int cols, float eps) {
+    static_assert(GROUP_WARPS == 1 || ROWS == 1, "a block holds several rows only with one warp per row");
+    constexpr int GROUP = 32 * GROUP_WARPS;
+    __shared__ float scratch[GROUP_WARPS * ROWS];
+
+    const int row = blockIdx.x * ROWS + threadIdx.x / GROUP;
+    // Only warp-per-row blocks can hold rows past the end, and they never synchronise the
+    // block: the whole warp may leave.
+    if (row >= rows) return;
+    const int rank = threadIdx.x % GROUP;
+    const int vectors = cols / VEC;
+    const T* x_row = x + (long long)row * cols;
+    T* out_row = out + (long long)row * cols;
+    const float inv_cols = 1.0f / (float)cols;
+
+    if (CACHED > 0) {
+        float v[CACHED > 0 ? CACHED : 1][VEC];
+        float sum = 0.0f;
+#pragma unroll
+        for (int c = 0; c < CACHED; ++c) {
+            const int i = rank + c * GROUP;
+            if (i < vectors) {
+                const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) {
+                    v[c][j] = to_float(loaded.v[j]);
+                    sum += v[c][j];
+                }
+            }
+        }
+        const float mean = group_reduce<SumOp, GROUP_WARPS>(sum, scratch) * inv_cols;
+        float squares = 0.0f;
+#pragma unroll
+        for (int c = 0; c < CACHED; ++c) {
+            if (rank + c * GROUP < vectors) {
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) {
+                    const float d = v[c][j] - mean;
+                    squares += d * d;
+                }
+            }
+        }
+        const float var = group_reduce<SumOp, GROUP_WARPS>(squares, scratch) * inv_cols;
+        const float inv_std = 1.0f / sqrtf(var + eps);
+#pragma unroll
+        for (int c = 0; c < CACHED; ++c) {
+            const int i = rank + c * GROUP;
+            if (i < vectors) {
+                const Vec<T, VEC> g = load_vec<T, VEC>(gamma + i * VEC);
+                const Vec<T, VEC> b = load_vec<T, VEC>(beta + i * VEC);
+                Vec<T, VEC> r;
+#pragma unroll
+                for (int j = 0; j < VEC; ++j)
+                    r.v[j] = from_float<T>((v[c][j] - mean) * inv_std * to_float(g.v[j]) + to_float(b.v[j]));
+                store_vec<T, VEC>(out_row + i * VEC, r);
+            }
+        }
+    } else {
+        float sum = 0.0f;
+        for (int i = rank; i < vectors; i += GROUP) {
+            const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) sum += to_float(loaded.v[j]);
+        }
+        const float mean = group_reduce<SumOp, GROUP_WARPS>(sum, scratch) * inv_cols;
+        float squares = 0.0f;
+        for (int i = rank; i < vectors; i += GROUP) {
+            const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                const float d = to_float(loaded.v[j]) - mean;
+                squares += d * d;
+            }
+        }
+        const float var = group_reduce<SumOp, GROUP_WARPS>(squares, scratch) * inv_cols;
+        const float inv_std = 1.0f / sqrtf(var + eps);
+        for (int i = rank; i < vectors; i += GROUP) {
+            const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
+            const Vec<T, VEC> g = load_vec<T, VEC>(gamma + i * VEC);
+            const Vec<T, VEC> b = load_vec<T, VEC>(beta + i * VEC);
+            Vec<T, VEC> r;
+#pragma unroll
+            for (int j = 0; j < VEC; ++j)
+                r.v[j] = from_float<T>((to_float(loaded.v[j]) - mean) * inv_std * to_float(g.v[j]) + to_float(b.v[j]));
+            store_vec<T, VEC>(out_row + i * VEC, r);
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Patchify + CLS rows launcher.
+
+use super::{
+    invalid, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
+    KernelParam, LaunchDims, ParamKind,
+};
+use crate::DType;
+
+const SOURCE: &str = include_str!("../../cuda/patch.cu");
+const THREADS: u32 = 256;
+/// Enough blocks to fill any current GPU several times over; grid-stride loops do the rest.
+const MAX_BLOCKS: usize = 4096;
+
+/// The pixel tensor's shape and the patch size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Image {
+    pub batch: usize,
+    pub channels: usize,
+    pub height: usize,
+    pub width: usize,
+    pub patch: usize,
+}
+
+impl Image {
+    fn patches_per_image(&self) -> usize {
+        (self.height / self.patch) * (self.width / self.patch)
+    }
+
+    fn row_len(&self) -> usize {
+        self.channels * self.patch * self.patch
+    }
+}
+
+fn instantiation(dtype: DType, vec: u32) -> Instantiation {
+    Instantiation {
+        name: format!("patchify_with_cls_{}_v{vec}_t{THREADS}", dtype.name()),
+        family: "patch",
+        source: SOURCE,
+        function: "patchify_with_cls",
+        template_args: vec![
+            dtype.cuda_type().into(),
+            vec.to_string(),
+            THREADS.to_string(),
+        ],
+        params: vec![
+            KernelParam::new("pixels", ParamKind::ConstPtr(DType::F32)),
+            KernelParam::new("batch", ParamKind::I32),
+            KernelParam::new("channels", ParamKind::I32),
+            KernelParam::new("height", ParamKind::I32),
+            KernelParam::new("width", ParamKind::I32),
+            KernelParam::new("patch", ParamKind::I32),
+            KernelParam::new("cls", ParamKind::ConstPtr(dtype)),
+            KernelParam::new("pos", ParamKind::ConstPtr(dtype)),
+            KernelParam::new("hidden", ParamKind::I32),
+            KernelParam::new("tokens_per_image", ParamKind::I32),
+            KernelParam::new("patches", ParamKind::MutPtr(dtype)),
+            KernelParam::new("tokens", ParamKind::MutPtr(dtype)),
+        ],
+        block_threads: THREADS,
+        arch: ArchRequirement::AtLeast(7, 0),
+    }
+}
+
+/// 4 pixels (16 bytes) per access when every patch row starts 16-byte aligned in the image
+/// and its 4 outputs are aligned in the patch rows; else 1.
+fn select_vec(dtype: DType, image: &Image, pixels: DevPtr, patches: DevPtr) -> u32 {
+    let vectorisable = image.patch.is_multiple_of(4)
+        && image.width.is_multiple_of(4)
+        && pixels.is_aligned(16)
+        && patches.is_aligned(4 * dtype.size_bytes() as u64);
+    if vectorisable {
+        4
+    } else {
+        1
+    }
+}
+
+pub(crate) fn instantiations() -> Vec<Instantiation> {
+    DType::ALL
+        .into_iter()
+        .flat_map(|dtype| [4, 1].map(|vec| instantiation(dtype, vec)))
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch(
+    gpu: &Gpu,
+    dtype: DType,
+    pixels: DevPtr,
+    image: Image,
+    cls: DevPtr,
+    pos: DevPtr,
+    hidden: usize,
+    tokens_per_image: usize,
+    patches: DevPtr,
+    tokens: DevPtr,
+) -> Result<(), KernelError> {
+    let Image {
+        batch,
+        channels,
+        height,
+        width,
+        patch,
+    } = image;
+    if patch == 0 || channels == 0 || hidden == 0 || tokens_per_image == 0 {
+        return Err(invalid!(
+            "patchify needs patch, channels, hidden and tokens per image of at least 1 \
+             (got {patch}, {channels}, {hidden}, {tokens_per_image})"
+        ));
+    }
+    if height < patch || width < patch {
+        return Err(invalid!(
+            "a {height}x{width} image holds no {patch}x{patch} patch"
+        ));
+    }
+    if batch == 0 {
+        return Ok(());
+    }
+    let product = |factors: &[usize], what: &str| {
+        factors
+            .iter()
+            .try_fold(1usize, |acc, &f| acc.checked_mul(f))
+            .ok_or_else(|| invalid!("patchify {what} overflows"))
+    };
+    pixels.expect(
+        "patchify pixels",
+        DType::F32,
+        product(&[batch, channels, height, width], "pixels")?,
+    )?;
+    let patch_elements = product(
+        &[batch, image.patches_per_image(), image.row_len()],
+        "patches",
+    )?;
+    patches.expect("patchify patch rows", dtype, patch_elements)?;
+    cls.expect("cls token", dtype, hidden)?;
+    pos.expect("position embedding", dtype, hidden)?;
+    tokens.expect(
+        "token tensor",
+        dtype,
+        product(&[batch, tokens_per_image, hidden], "tokens")?,
+    )?;
+
+    let vec = select_vec(dtype, &image, pixels, patches);
+    let work = (patch_elements / vec as usize).max(batch * hidden);
+    let blocks = work.div_ceil(THREADS as usize).min(MAX_BLOCKS) as u32;
+    gpu.launch(
+        &instantiation(dtype, vec),
+        LaunchDims {
+            grid: (blocks, 2, 1),
+            block: THREADS,
+            shared_bytes: 0,
+        },
+        &[
+            KernelArg::Ptr(pixels.ptr),
+            KernelArg::I32(to_i32(batch, "batch")?),
+            KernelArg::I32(to_i32(channels, "channels")?),
+            KernelArg::I32(to_i32(height, "height")?),
+            KernelArg::I32(to_i32(width, "width")?),
+            KernelArg::I32(to_i32(patch, "patch")?),
+            KernelArg::Ptr(cls.ptr),
+            KernelArg::Ptr(pos.ptr),
+            KernelArg::I32(to_i32(hidden, "hidden")?),
+            KernelArg::I32(to_i32(tokens_per_image, "tokens per image")?),
+            KernelArg::Ptr(patches.ptr),
+            KernelArg::Ptr(tokens.ptr),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selection_only_picks_registered_instantiations() {
+        let registered = instantiations();
+        for dtype in DType::ALL {
+            for (patch, width, address) in [
+                (16, 224, 0x1000u64),
+                (14, 224, 0x1000),
+                (16, 226, 0x1000),
+                (16, 224, 0x1004),
+            ] {
+                let image = Image {
+                    batch: 1,
+                    channels: 3,
+                    height: 224,
+                    width,
+                    patch,
+                };
+                let pixels = DevPtr {
+                    ptr: address,
+                    len: 0,
+                    dtype: DType::F32,
+                };
+                let patches = DevPtr {
+                    ptr: 0x10000,
+                    len: 0,
+                    dtype,
+                };
+                let vec = select_vec(dtype, &image, pixels, patches);
+                assert_eq!(vec == 4, patch == 16 && width == 224 && address == 0x1000);
+                assert!(registered.contains(&instantiation(dtype, vec)));
+            }
+        }
+    }
+}

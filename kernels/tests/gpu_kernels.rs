@@ -1,0 +1,645 @@
+//! The non-matmul CUDA kernels against their CPU twins, on random data over ragged shapes, in
+//! every dtype, with aligned and misaligned operands (which select the vector and the scalar
+//! instantiations). Outputs are poisoned before each run (0xFF bytes: NaN in f32, f16 and
+//! bf16) inside a guard region: every element must be written, and the guards untouched.
+//!
+//! Tolerances, as |gpu - twin| <= rtol * |twin| + atol, the twin's f32 result rounded to the
+//! storage dtype:
+//! - add and patchify do the same f32 arithmetic and one rounding on both sides: exact.
+//! - layernorm and softmax reduce in a different order than the twin: f32 rtol 1e-4; f16 rtol
+//!   2e-3 (two f16 ulps, 2^-10 each: the f32 results may straddle a rounding boundary); bf16
+//!   rtol 1e-2 (a bf16 ulp is up to 2^-7 = 7.8e-3). atol 1e-5 (layernorm, outputs of order 1)
+//!   and 1e-6 (softmax, outputs in [0, 1]) absorb differences near zero.
+//!
+//! Needs a CUDA GPU: `cargo test --release -p vitrt-kernels --test gpu_kernels -- --ignored`.
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::sync::OnceLock;
+use std::time::Instant;
+use vitrt_kernels::cpu;
+use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu, KernelError};
+use vitrt_kernels::DType;
+
+/// Bytes of poison on each side of every output.
+const GUARD_BYTES: usize = 256;
+const POISON: u8 = 0xFF;
+
+fn gpu() -> &'static Gpu {
+    static GPU: OnceLock<Gpu> = OnceLock::new();
+    GPU.get_or_init(|| {
+        let gpu = Gpu::new(0).expect("a CUDA GPU");
+        let (major, minor) = gpu.compute_capability();
+        eprintln!("GPU: {} (sm_{major}{minor})", gpu.name());
+        gpu
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host-side data.
+
+fn random(rng: &mut SmallRng, n: usize, lo: f32, hi: f32, dtype: DType) -> Vec<f32> {
+    (0..n)
+        .map(|_| dtype.round(rng.random_range(lo..hi)))
+        .collect()
+}
+
+fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(values.len() * dtype.size_bytes());
+    for &v in values {
+        match dtype {
+            DType::F32 => bytes.extend_from_slice(&v.to_le_bytes()),
+            DType::F16 => bytes.extend_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes()),
+            DType::BF16 => {
+                bytes.extend_from_slice(&half::bf16::from_f32(v).to_bits().to_le_bytes())
+            }
+        }
+    }
+    bytes
+}
+
+fn decode(dtype: DType, bytes: &[u8]) -> Vec<f32> {
+    match dtype {
+        DType::F32 => bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect(),
+        DType::F16 => bytes
+            .chunks_exact(2)
+            .map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
+            .collect(),
+        DType::BF16 => bytes
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
+            .collect(),
+    }
+}
+
+/// An input on the device, `misalign` elements past a 256-byte boundary.
+fn upload(dtype: DType, values: &[f32], misalign: usize) -> (DeviceBuffer, DevPtr) {
+    let offset = misalign * dtype.size_bytes();
+    let bytes = encode(dtype, values);
+    let buffer = gpu().alloc(offset + bytes.len()).unwrap();
+    gpu().upload(&buffer, offset, &bytes).unwrap();
+    let view = buffer.view(offset, values.len(), dtype).unwrap();
+    (buffer, view)
+}
+
+/// An output of `len` elements between two guard regions, all poisoned.
+struct Poisoned {
+    buffer: DeviceBuffer,
+    dtype: DType,
+    offset: usize,
+    len: usize,
+}
+
+impl Poisoned {
+    fn new(dtype: DType, len: usize, misalign: usize) -> Poisoned {
+        let offset = GUARD_BYTES + misalign * dtype.size_bytes();
+        let total = offset + len * dtype.size_bytes() + GUARD_BYTES;
+        let buffer = gpu().alloc(total).unwrap();
+        gpu().upload(&buffer, 0, &vec![POISON; total]).unwrap();
+        Poisoned {
+            buffer,
+            dtype,
+            offset,
+            len,
+        }
+    }
+
+    fn view(&self) -> DevPtr {
+        self.buffer.view(self.offset, self.len, self.dtype).unwrap()
+    }
+
+    /// The output's values, after checking that the guards still hold only poison.
+    fn read(&self, case: &str) -> Vec<f32> {
+        let mut bytes = vec![0u8; self.buffer.len_bytes()];
+        gpu().download(&self.buffer, 0, &mut bytes).unwrap();
+        let end = self.offset + self.len * self.dtype.size_bytes();
+        let before = bytes[..self.offset].iter().position(|&b| b != POISON);
+        let after = bytes[end..].iter().position(|&b| b != POISON);
+        assert!(
+            before.is_none(),
+            "{case}: wrote {} bytes before the output",
+            self.offset - before.unwrap()
+        );
+        assert!(
+            after.is_none(),
+            "{case}: wrote byte {} past the end of the output",
+            after.unwrap()
+        );
+        decode(self.dtype, &bytes[self.offset..end])
+    }
+
+    /// Whether element `i` still holds the poison (was not written).
+    fn untouched(raw: &[u8], dtype: DType, i: usize) -> bool {
+        let size = dtype.size_bytes();
+        raw[i * size..(i + 1) * size].iter().all(|&b| b == POISON)
+    }
+}
+
+/// The worst error seen in one comparison.
+#[derive(Default, Clone, Copy)]
+struct Worst {
+    abs: f32,
+    /// The largest |d| / (rtol |want| + atol): must stay at or under 1.
+    of_tolerance: f32,
+}
+
+fn tolerance(dtype: DType) -> f32 {
+    match dtype {
+        DType::F32 => 1e-4,
+        DType::F16 => 2e-3,
+        DType::BF16 => 1e-2,
+    }
+}
+
+fn compare(case: &str, got: &[f32], want: &[f32], rtol: f32, atol: f32) -> Worst {
+    assert_eq!(got.len(), want.len(), "{case}");
+    let mut worst = Worst::default();
+    let mut failures = Vec::new();
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let d = (g - w).abs();
+        let allowed = rtol * w.abs() + atol;
+        let bad = if w.is_nan() {
+            !g.is_nan()
+        } else {
+            d.is_nan() || d > allowed
+        };
+        if bad {
+            if failures.len() < 8 {
+                failures.push(format!("[{i}] gpu {g} twin {w}"));
+            }
+        } else if !w.is_nan() {
+            worst.abs = worst.abs.max(d);
+            if allowed > 0.0 {
+                worst.of_tolerance = worst.of_tolerance.max(d / allowed);
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{case}: mismatches (NaN = never written):\n{}",
+        failures.join("\n")
+    );
+    worst
+}
+
+fn report(op: &str, dtype: DType, cases: usize, worst: Worst) {
+    println!(
+        "RESULT {op:<10} {dtype:<5} cases {cases:>4}  worst |d| {:>10.3e}  worst |d|/tol {:>6.3}",
+        worst.abs, worst.of_tolerance
+    );
+}
+
+fn merge(a: Worst, b: Worst) -> Worst {
+    Worst {
+        abs: a.abs.max(b.abs),
+        of_tolerance: a.of_tolerance.max(b.of_tolerance),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels against twins.
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn layernorm_matches_its_twin() {
+    let mut rng = SmallRng::seed_from_u64(1);
+    for dtype in DType::ALL {
+        let (mut worst, mut cases) = (Worst::default(), 0);
+        for &cols in &[768, 54, 1, 1000, 4099, 16, 18, 80, 1536, 3000, 16392, 197] {
+            for &rows in &[1usize, 7, 197, 258] {
+                for misalign in [0, 1] {
+                    let case = format!("layernorm {dtype} {rows}x{cols} misalign {misalign}");
+                    // A large common offset checks that the two-pass statistics lose nothing to the mean.
+                    let shift = rng.random_range(-50.0..50.0f32);
+                    let x = random(&mut rng, rows * cols, shift - 4.0, shift + 4.0, dtype);
+                    let gamma = random(&mut rng, cols, 0.5, 1.5, dtype);
+                    let beta = random(&mut rng, cols, -0.5, 0.5, dtype);
+                    let (_xb, xv) = upload(dtype, &x, misalign);
+                    let (_gb, gv) = upload(dtype, &gamma, misalign);
+                    let (_bb, bv) = upload(dtype, &beta, misalign);
+                    let out = Poisoned::new(dtype, rows * cols, misalign);
+                    gpu()
+                        .layernorm(dtype, xv, gv, bv, rows, cols, 1e-5, out.view())
+                        .unwrap();
+                    let got = out.read(&case);
+                    let mut want = vec![0.0; rows * cols];
+                    cpu::layernorm(&x, &gamma, &beta, cols, 1e-5, &mut want);
+                    want.iter_mut().for_each(|v| *v = dtype.round(*v));
+                    worst = merge(worst, compare(&case, &got, &want, tolerance(dtype), 1e-5));
+                    cases += 1;
+                }
+            }
+        }
+        report("layernorm", dtype, cases, worst);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn layernorm_in_place_matches_its_twin() {
+    let mut rng = SmallRng::seed_from_u64(2);
+    for dtype in DType::ALL {
+        for &cols in &[768, 4099, 16392] {
+            let rows = 9;
+            let x = random(&mut rng, rows * cols, -3.0, 3.0, dtype);
+            let gamma = random(&mut rng, cols, 0.5, 1.5, dtype);
+            let beta = random(&mut rng, cols, -0.5, 0.5, dtype);
+            let (xb, xv) = upload(dtype, &x, 0);
+            let (_gb, gv) = upload(dtype, &gamma, 0);
+            let (_bb, bv) = upload(dtype, &beta, 0);
+            gpu()
+                .layernorm(dtype, xv, gv, bv, rows, cols, 1e-6, xv)
+                .unwrap();
+            let mut bytes = vec![0u8; xb.len_bytes()];
+            gpu().download(&xb, 0, &mut bytes).unwrap();
+            let mut want = vec![0.0; rows * cols];
+            cpu::layernorm(&x, &gamma, &beta, cols, 1e-6, &mut want);
+            want.iter_mut().for_each(|v| *v = dtype.round(*v));
+            compare(
+                &format!("in-place layernorm {dtype} {cols}"),
+                &decode(dtype, &bytes),
+                &want,
+                tolerance(dtype),
+                1e-5,
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn softmax_matches_its_twin() {
+    let mut rng = SmallRng::seed_from_u64(3);
+    for dtype in DType::ALL {
+        let (mut worst, mut cases) = (Worst::default(), 0);
+        for &cols in &[197, 198, 1, 7, 257, 1000, 4099, 16392, 64, 2048] {
+            for &rows in &[1usize, 7, 197, 300] {
+                for (misalign, scale) in [(0, 0.125f32), (1, 1.0)] {
+                    let case =
+                        format!("softmax {dtype} {rows}x{cols} scale {scale} misalign {misalign}");
+                    // Rows far from zero check that the maximum is subtracted before exp.
+                    let shift = if rng.random_bool(0.5) {
+                        0.0
+                    } else {
+                        rng.random_range(-500.0..500.0f32)
+                    };
+                    let x = random(&mut rng, rows * cols, shift - 8.0, shift + 8.0, dtype);
+                    let (_xb, xv) = upload(dtype, &x, misalign);
+                    let out = Poisoned::new(dtype, rows * cols, misalign);
+                    gpu()
+                        .softmax(dtype, xv, rows, cols, scale, out.view())
+                        .unwrap();
+                    let got = out.read(&case);
+                    let mut want = vec![0.0; rows * cols];
+                    cpu::softmax(&x, cols, scale, &mut want);
+                    want.iter_mut().for_each(|v| *v = dtype.round(*v));
+                    worst = merge(worst, compare(&case, &got, &want, tolerance(dtype), 1e-6));
+                    cases += 1;
+                }
+            }
+        }
+        report("softmax", dtype, cases, worst);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn add_matches_its_twin_exactly() {
+    let mut rng = SmallRng::seed_from_u64(4);
+    for dtype in DType::ALL {
+        let mut cases = 0;
+        for &n in &[
+            1usize,
+            7,
+            197,
+            198,
+            257,
+            1000,
+            8191,
+            8192,
+            8193,
+            (1 << 20) + 3,
+        ] {
+            for misalign in [0, 1] {
+                let case = format!("add {dtype} n {n} misalign {misalign}");
+                let a = random(&mut rng, n, -10.0, 10.0, dtype);
+                let b = random(&mut rng, n, -10.0, 10.0, dtype);
+                let (_ab, av) = upload(dtype, &a, misalign);
+                let (_bb, bv) = upload(dtype, &b, 0);
+                let out = Poisoned::new(dtype, n, misalign);
+                gpu().add(dtype, av, bv, n, out.view()).unwrap();
+                let got = out.read(&case);
+                let mut want = vec![0.0; n];
+                cpu::add(&a, &b, &mut want);
+                want.iter_mut().for_each(|v| *v = dtype.round(*v));
+                compare(&case, &got, &want, 0.0, 0.0);
+                cases += 1;
+            }
+        }
+        // In place, as a residual add: out is a.
+        let n = 12_345;
+        let a = random(&mut rng, n, -10.0, 10.0, dtype);
+        let b = random(&mut rng, n, -10.0, 10.0, dtype);
+        let (ab, av) = upload(dtype, &a, 0);
+        let (_bb, bv) = upload(dtype, &b, 0);
+        gpu().add(dtype, av, bv, n, av).unwrap();
+        let mut bytes = vec![0u8; ab.len_bytes()];
+        gpu().download(&ab, 0, &mut bytes).unwrap();
+        let mut want = vec![0.0; n];
+        cpu::add(&a, &b, &mut want);
+        want.iter_mut().for_each(|v| *v = dtype.round(*v));
+        compare(
+            &format!("in-place add {dtype}"),
+            &decode(dtype, &bytes),
+            &want,
+            0.0,
+            0.0,
+        );
+        report("add", dtype, cases + 1, Worst::default());
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn patchify_with_cls_matches_its_twins_exactly() {
+    let mut rng = SmallRng::seed_from_u64(5);
+    // (batch, channels, height, width, patch, hidden): ViT-B/16, small, odd patch, a size
+    // that drops a remainder (as Conv2d does), non-square.
+    let shapes = [
+        (2, 3, 224, 224, 16, 768),
+        (1, 3, 32, 32, 4, 54),
+        (3, 3, 30, 30, 6, 20),
+        (1, 1, 9, 9, 2, 7),
+        (2, 3, 64, 48, 8, 33),
+    ];
+    for dtype in DType::ALL {
+        let mut cases = 0;
+        for &(batch, channels, height, width, patch, hidden) in &shapes {
+            for misalign in [0, 1] {
+                let case = format!("patchify {dtype} {batch}x{channels}x{height}x{width} p{patch} misalign {misalign}");
+                let n = (height / patch) * (width / patch);
+                let tokens_per_image = n + 1;
+                let pixels = random(
+                    &mut rng,
+                    batch * channels * height * width,
+                    -2.0,
+                    2.0,
+                    DType::F32,
+                );
+                let cls = random(&mut rng, hidden, -1.0, 1.0, dtype);
+                let pos = random(&mut rng, tokens_per_image * hidden, -1.0, 1.0, dtype);
+                let (_pb, pv) = upload(DType::F32, &pixels, misalign);
+                let (_cb, cv) = upload(dtype, &cls, 0);
+                let (_ob, ov) = upload(dtype, &pos, misalign);
+                let patches = Poisoned::new(dtype, batch * n * channels * patch * patch, misalign);
+                let tokens = Poisoned::new(dtype, batch * tokens_per_image * hidden, 0);
+                gpu()
+                    .patchify_with_cls(
+                        dtype,
+                        pv,
+                        batch,
+                        channels,
+                        height,
+                        width,
+                        patch,
+                        cv,
+                        ov,
+                        hidden,
+                        tokens_per_image,
+                        patches.view(),
+                        tokens.view(),
+                    )
+                    .unwrap();
+
+                let mut want = vec![0.0; batch * n * channels * patch * patch];
+                cpu::patchify(&pixels, batch, channels, height, width, patch, &mut want);
+                want.iter_mut().for_each(|v| *v = dtype.round(*v));
+                compare(&case, &patches.read(&case), &want, 0.0, 0.0);
+
+                // CLS rows are written; every other token row is left to the projection matmul.
+                tokens.read(&case);
+                let mut raw = vec![0u8; tokens.buffer.len_bytes()];
+                gpu().download(&tokens.buffer, 0, &mut raw).unwrap();
+                let raw = &raw[tokens.offset..tokens.offset + tokens.len * dtype.size_bytes()];
+                let got = decode(dtype, raw);
+                let mut want_tokens = vec![f32::NAN; batch * tokens_per_image * hidden];
+                cpu::write_cls_rows(&cls, &pos, batch, tokens_per_image, &mut want_tokens);
+                for (i, w) in want_tokens.iter().enumerate() {
+                    if i % (tokens_per_image * hidden) < hidden {
+                        assert_eq!(got[i], dtype.round(*w), "{case}: CLS element {i}");
+                    } else {
+                        assert!(
+                            Poisoned::untouched(raw, dtype, i),
+                            "{case}: token element {i} was written"
+                        );
+                    }
+                }
+                cases += 1;
+            }
+        }
+        report("patchify", dtype, cases, Worst::default());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input is an error, never a panic or a launch.
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn bad_arguments_are_errors() {
+    let g = gpu();
+    let buffer = g.alloc(4096).unwrap();
+    let f16 = buffer.view(0, 1024, DType::F16).unwrap();
+    let f32 = buffer.view(0, 1024, DType::F32).unwrap();
+    let short = buffer.view(0, 10, DType::F16).unwrap();
+    let invalid = |r: Result<(), KernelError>| matches!(r, Err(KernelError::InvalidArgument(_)));
+    assert!(
+        invalid(g.add(DType::F16, f16, f32, 16, f16)),
+        "mixed dtypes"
+    );
+    assert!(
+        invalid(g.add(DType::F16, f16, f16, 1025, f16)),
+        "n past the views"
+    );
+    assert!(
+        invalid(g.softmax(DType::F16, f16, 4, 256, 1.0, short)),
+        "output too short"
+    );
+    assert!(
+        invalid(g.softmax(DType::F16, f16, 4, 0, 1.0, f16)),
+        "empty rows"
+    );
+    assert!(
+        invalid(g.layernorm(DType::F16, f16, short, f16, 2, 16, 1e-5, f16)),
+        "gamma too short"
+    );
+    assert!(
+        invalid(g.layernorm(DType::F16, f16, f16, f16, 2, 16, f32::NAN, f16)),
+        "NaN eps"
+    );
+    assert!(
+        invalid(g.patchify_with_cls(DType::F16, f32, 1, 3, 8, 8, 16, f16, f16, 8, 1, f16, f16)),
+        "patch > image"
+    );
+    assert!(
+        invalid(g.patchify_with_cls(DType::F16, f16, 1, 1, 8, 8, 4, f16, f16, 8, 5, f16, f16)),
+        "f16 pixels"
+    );
+    assert!(
+        buffer.view(4000, 100, DType::F32).is_err(),
+        "view past the end"
+    );
+    let mut too_long = vec![0u8; 5000];
+    assert!(
+        invalid(g.download(&buffer, 0, &mut too_long)),
+        "download past the end"
+    );
+    assert!(
+        invalid(g.upload(&buffer, 4090, &[0u8; 7])),
+        "upload past the end"
+    );
+    // Zero-sized work is a no-op, not an error.
+    g.add(DType::F16, f16, f16, 0, f16).unwrap();
+    g.softmax(DType::F16, f16, 0, 7, 1.0, f16).unwrap();
+    g.alloc(0).unwrap();
+    g.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn out_of_memory_says_how_much() {
+    match gpu().alloc(1 << 50) {
+        Err(KernelError::OutOfMemory { requested, free }) => {
+            assert_eq!(requested, 1 << 50);
+            assert!(free > 0 && free < requested, "free {free}");
+        }
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Throughput, for the record (prints; asserts only that the kernels run). Bytes are the
+// fewest the op must move: each input read once, each output written once.
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn bandwidth_of_vit_shapes() {
+    let g = gpu();
+    let mut rng = SmallRng::seed_from_u64(6);
+    let dtype = DType::F16;
+    let size = dtype.size_bytes();
+    let time = |run: &dyn Fn()| {
+        for _ in 0..5 {
+            run();
+        }
+        g.synchronize().unwrap();
+        let mut times: Vec<f64> = (0..7)
+            .map(|_| {
+                let t = Instant::now();
+                for _ in 0..20 {
+                    run();
+                }
+                g.synchronize().unwrap();
+                t.elapsed().as_secs_f64() / 20.0
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        times[times.len() / 2]
+    };
+
+    let (rows, cols) = (12_608usize, 768usize);
+    let x = random(&mut rng, rows * cols, -3.0, 3.0, dtype);
+    let (_xb, xv) = upload(dtype, &x, 0);
+    let (_gb, gv) = upload(dtype, &x[..cols], 0);
+    let out = g.alloc(rows * cols * size).unwrap();
+    let ov = out.view(0, rows * cols, dtype).unwrap();
+    let t = time(&|| {
+        g.layernorm(dtype, xv, gv, gv, rows, cols, 1e-6, ov)
+            .unwrap()
+    });
+    println!(
+        "BANDWIDTH layernorm f16 [{rows},{cols}]: {:.1} us, {:.0} GB/s",
+        t * 1e6,
+        (2 * rows * cols * size) as f64 / t / 1e9
+    );
+
+    let (rows, cols) = (151_296usize, 197usize);
+    let x = random(&mut rng, rows * cols, -8.0, 8.0, dtype);
+    let (_sb, sv) = upload(dtype, &x, 0);
+    let out = g.alloc(rows * cols * size).unwrap();
+    let ov = out.view(0, rows * cols, dtype).unwrap();
+    let t = time(&|| g.softmax(dtype, sv, rows, cols, 0.125, ov).unwrap());
+    println!(
+        "BANDWIDTH softmax f16 [{rows},{cols}]: {:.1} us, {:.0} GB/s",
+        t * 1e6,
+        (2 * rows * cols * size) as f64 / t / 1e9
+    );
+
+    let n = 12_608 * 768;
+    let a = random(&mut rng, n, -3.0, 3.0, dtype);
+    let (_ab, av) = upload(dtype, &a, 0);
+    let (_bb, bv) = upload(dtype, &a, 0);
+    let out = g.alloc(n * size).unwrap();
+    let ov = out.view(0, n, dtype).unwrap();
+    let t = time(&|| g.add(dtype, av, bv, n, ov).unwrap());
+    println!(
+        "BANDWIDTH add f16 n={n}: {:.1} us, {:.0} GB/s",
+        t * 1e6,
+        (3 * n * size) as f64 / t / 1e9
+    );
+
+    let (batch, hidden) = (64usize, 768usize);
+    let pixels = random(&mut rng, batch * 3 * 224 * 224, -2.0, 2.0, DType::F32);
+    let (_pb, pv) = upload(DType::F32, &pixels, 0);
+    let (_cb, cv) = upload(dtype, &a[..197 * hidden], 0);
+    let patches = g.alloc(batch * 196 * 768 * size).unwrap();
+    let tokens = g.alloc(batch * 197 * hidden * size).unwrap();
+    let patches_view = patches.view(0, batch * 196 * 768, dtype).unwrap();
+    let tokens_view = tokens.view(0, batch * 197 * hidden, dtype).unwrap();
+    let t = time(&|| {
+        g.patchify_with_cls(
+            dtype,
+            pv,
+            batch,
+            3,
+            224,
+            224,
+            16,
+            cv,
+            cv,
+            hidden,
+            197,
+            patches_view,
+            tokens_view,
+        )
+        .unwrap()
+    });
+    let bytes = pixels.len() * 4 + batch * 196 * 768 * size;
+    println!(
+        "BANDWIDTH patchify f16 batch {batch}: {:.1} us, {:.0} GB/s",
+        t * 1e6,
+        bytes as f64 / t / 1e9
+    );
+
+    for k in g.loaded_kernels() {
+        println!(
+            "LOADED {:<40} regs {:>3} static smem {:>5} local {:>4}",
+            k.name, k.registers, k.static_shared_bytes, k.local_bytes
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runs everywhere: without a driver or a device, opening a GPU is a clear error.
+
+#[test]
+fn opening_a_missing_gpu_is_an_error_not_a_panic() {
+    match Gpu::new(1000) {
+        Err(KernelError::NoDevice { ordinal: 1000, .. }) | Err(KernelError::NoDriver(_)) => {}
+        Err(other) => panic!("unexpected error: {other}"),
+        Ok(_) => panic!("no machine has 1001 GPUs"),
+    }
+}
