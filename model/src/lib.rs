@@ -5,6 +5,7 @@ pub mod config;
 mod error;
 pub mod labels;
 pub mod parity;
+pub mod preprocess;
 pub mod runner;
 pub mod vit;
 

@@ -1,0 +1,351 @@
+//! Preprocessing against Hugging Face: every (config, image) pair in
+//! tests/fixtures/images/reference_pixel_values.safetensors (made by
+//! scripts/make_image_fixtures.py with transformers' slow ViTImageProcessor and Pillow 13) is
+//! run through `preprocess_file` and compared value by value; then the errors.
+
+use std::path::{Path, PathBuf};
+
+use safetensors::SafeTensors;
+use vitrt_model::preprocess::{
+    preprocess_bytes, preprocess_file, PreprocessConfig, PreprocessError, Resample,
+};
+
+/// Largest |ours - HF| allowed, in normalised units. Measured: 0 on every pair (decoding,
+/// colour conversion, resizing and the f32 arithmetic all reproduce PIL and numpy exactly), so
+/// any difference at all is a regression. One uint8 level would be about 0.008 with the
+/// default mean/std of 0.5, and 0.017 with ImageNet's.
+const MAX_ABS_DIFF: f32 = 0.0;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/images")
+}
+
+struct Comparison {
+    key: String,
+    max_abs_diff: f32,
+}
+
+fn compare_with_hf() -> Vec<Comparison> {
+    let dir = fixtures();
+    let bytes = std::fs::read(dir.join("reference_pixel_values.safetensors"))
+        .expect("reference_pixel_values.safetensors: run scripts/make_image_fixtures.py");
+    let references = SafeTensors::deserialize(&bytes).expect("readable safetensors");
+    let mut keys: Vec<String> = references.names().into_iter().map(String::from).collect();
+    keys.sort();
+    assert!(keys.len() >= 30, "only {} references", keys.len());
+
+    keys.into_iter()
+        .map(|key| {
+            let (config_name, image_name) = key.split_once('/').expect("<config>/<image>");
+            let (config_name, channels) = match config_name.strip_suffix("@1ch") {
+                Some(name) => (name, 1),
+                None => (config_name, 3),
+            };
+            let config_path = dir.join("configs").join(format!("{config_name}.json"));
+            let config = PreprocessConfig::from_json_file_for_channels(&config_path, channels)
+                .unwrap_or_else(|e| panic!("{key}: {e}"));
+
+            let reference = references.tensor(&key).unwrap();
+            assert_eq!(reference.dtype(), safetensors::Dtype::F32, "{key}");
+            let expected: Vec<f32> = reference
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+            let (height, width) = config.output_size();
+            assert_eq!(reference.shape(), [channels, height, width], "{key}");
+
+            let ours = preprocess_file(&dir.join(image_name), &config)
+                .unwrap_or_else(|e| panic!("{key}: {e}"));
+            assert_eq!(ours.len(), expected.len(), "{key}");
+            let max_abs_diff = ours
+                .iter()
+                .zip(&expected)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            Comparison { key, max_abs_diff }
+        })
+        .collect()
+}
+
+#[test]
+fn every_fixture_matches_hugging_face() {
+    let comparisons = compare_with_hf();
+    for c in &comparisons {
+        println!("{:55} max |ours - HF| = {}", c.key, c.max_abs_diff);
+    }
+    let failures: Vec<String> = comparisons
+        .iter()
+        .filter(|c| c.max_abs_diff > MAX_ABS_DIFF || c.max_abs_diff.is_nan())
+        .map(|c| format!("{}: {}", c.key, c.max_abs_diff))
+        .collect();
+    assert!(failures.is_empty(), "over {MAX_ABS_DIFF}: {failures:#?}");
+}
+
+#[test]
+fn an_empty_config_is_hf_default() {
+    let empty = PreprocessConfig::from_json_str("{}").unwrap();
+    assert_eq!(empty, PreprocessConfig::hf_default(224, 3));
+    assert_eq!(empty.output_size(), (224, 224));
+    assert_eq!(empty.resample(), Resample::Bilinear);
+    assert_eq!(empty.rescale_factor(), Some(1.0 / 255.0));
+    assert_eq!(
+        empty.normalization(),
+        Some((&[0.5f32; 3][..], &[0.5f32; 3][..]))
+    );
+    let one_channel = PreprocessConfig::hf_default(32, 1);
+    assert_eq!(one_channel.output_size(), (32, 32));
+    assert_eq!(one_channel.normalization().unwrap().0, &[0.5]);
+}
+
+#[test]
+fn a_typical_hub_config_parses() {
+    // google/vit-base-patch16-224's preprocessor_config.json.
+    let config = PreprocessConfig::from_json_str(
+        r#"{"do_normalize": true, "do_resize": true, "feature_extractor_type": "ViTFeatureExtractor",
+            "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "resample": 2, "size": 224}"#,
+    )
+    .unwrap();
+    assert_eq!(config, PreprocessConfig::hf_default(224, 3));
+    let scalar_mean = PreprocessConfig::from_json_str(
+        r#"{"image_mean": 0.25, "image_std": 2, "size": [32, 48], "resample": null}"#,
+    )
+    .unwrap();
+    assert_eq!(scalar_mean.output_size(), (32, 48));
+    assert_eq!(scalar_mean.resample(), Resample::Bilinear);
+    assert_eq!(
+        scalar_mean.normalization(),
+        Some((&[0.25f32; 3][..], &[2.0f32; 3][..]))
+    );
+}
+
+#[test]
+fn bad_config_values_are_errors() {
+    let cases = [
+        (r#"{"resample": 9}"#, "unknown resample filter 9"),
+        (r#"{"resample": 6}"#, "MKS2013"),
+        (r#"{"resample": "bilinear"}"#, "resample must be an integer"),
+        (
+            r#"{"size": {"height": -3, "width": 30}}"#,
+            "positive integer",
+        ),
+        (r#"{"size": 0}"#, "positive integer"),
+        (r#"{"size": 224.5}"#, "positive integer"),
+        (r#"{"size": [1, 2, 3]}"#, "size must be"),
+        (r#"{"size": {"height": 224}}"#, "exactly the keys"),
+        (
+            r#"{"size": {"height": 224, "width": 224, "depth": 3}}"#,
+            "exactly the keys",
+        ),
+        (r#"{"size": {"shortest_edge": 224}}"#, "depend on the image"),
+        (r#"{"size": 100000}"#, "between 1 and"),
+        (r#"{"image_mean": [0.1, 0.2]}"#, "image_mean has 2 values"),
+        (
+            r#"{"image_std": [0.5, 0.5, 0.5, 0.5]}"#,
+            "image_std has 4 values",
+        ),
+        (r#"{"image_std": [0.5, 0, 0.5]}"#, "must not be 0"),
+        (r#"{"image_mean": ["a", 0, 0]}"#, "must hold numbers"),
+        (r#"{"image_mean": {"r": 1}}"#, "number or a list"),
+        (r#"{"rescale_factor": -1}"#, "positive number"),
+        (r#"{"rescale_factor": "1/255"}"#, "must be a number"),
+        (r#"{"do_resize": "yes"}"#, "do_resize must be true or false"),
+        (
+            r#"{"do_convert_rgb": 1}"#,
+            "do_convert_rgb must be true or false",
+        ),
+        (
+            r#"{"do_center_crop": true, "crop_size": 224}"#,
+            "do_center_crop",
+        ),
+        (r#"{"do_pad": true}"#, "do_pad"),
+        (r#"[1, 2]"#, "JSON object"),
+        (r#"{"size": 224,"#, "not valid JSON"),
+    ];
+    for (json, expected) in cases {
+        match PreprocessConfig::from_json_str(json) {
+            Err(e @ PreprocessError::InvalidConfig { .. }) => {
+                let message = e.to_string();
+                assert!(message.contains(expected), "{json}: {message}");
+            }
+            other => panic!("{json}: expected an InvalidConfig error, got {other:?}"),
+        }
+    }
+    // A one-channel model needs one mean and one std; three are an error.
+    let three = r#"{"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}"#;
+    let error = PreprocessConfig::from_json_str_for_channels(three, 1).unwrap_err();
+    assert!(error.to_string().contains("1-channel"), "{error}");
+    let error = PreprocessConfig::from_json_str_for_channels("{}", 4).unwrap_err();
+    assert!(error.to_string().contains("4 input channels"), "{error}");
+}
+
+#[test]
+fn a_config_file_error_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("preprocessor_config.json");
+    std::fs::write(&path, r#"{"resample": 9}"#).unwrap();
+    let error = PreprocessConfig::from_json_file(&path).unwrap_err();
+    assert!(
+        error.to_string().contains(&path.display().to_string()),
+        "{error}"
+    );
+    let missing = dir.path().join("absent.json");
+    assert!(matches!(
+        PreprocessConfig::from_json_file(&missing),
+        Err(PreprocessError::ConfigRead { .. })
+    ));
+}
+
+#[test]
+fn a_config_that_cannot_serve_is_refused_at_preprocessing() {
+    let image = fixtures().join("coffee.png");
+    for config in [
+        PreprocessConfig::hf_default(0, 3),
+        PreprocessConfig::hf_default(224, 2),
+    ] {
+        assert!(matches!(
+            preprocess_file(&image, &config),
+            Err(PreprocessError::InvalidConfig { .. })
+        ));
+    }
+}
+
+fn error_for_bytes(bytes: &[u8]) -> PreprocessError {
+    preprocess_bytes(bytes, &PreprocessConfig::hf_default(32, 3)).unwrap_err()
+}
+
+#[test]
+fn a_missing_file_is_an_error() {
+    let path = fixtures().join("no_such_image.jpg");
+    let error = preprocess_file(&path, &PreprocessConfig::hf_default(32, 3)).unwrap_err();
+    assert!(
+        matches!(error, PreprocessError::FileNotFound { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("no_such_image.jpg"), "{error}");
+}
+
+#[test]
+fn an_empty_file_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.png");
+    std::fs::write(&path, b"").unwrap();
+    let error = preprocess_file(&path, &PreprocessConfig::hf_default(32, 3)).unwrap_err();
+    assert!(
+        matches!(error, PreprocessError::EmptyImage { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("empty.png"), "{error}");
+}
+
+#[test]
+fn a_file_that_is_not_an_image_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.jpg");
+    std::fs::write(&path, "these are not pixels\n").unwrap();
+    let error = preprocess_file(&path, &PreprocessConfig::hf_default(32, 3)).unwrap_err();
+    assert!(
+        matches!(error, PreprocessError::NotAnImage { .. }),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains(&path.display().to_string()),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_unsupported_format_is_an_error() {
+    let gif = b"GIF89a\x01\x00\x01\x00\x80\x00\x00\xff\xff\xff\x00\x00\x00!\xf9\x04\x01\x00\x00\x00\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;";
+    let error = error_for_bytes(gif);
+    assert!(
+        matches!(error, PreprocessError::UnsupportedFormat { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("Gif"), "{error}");
+}
+
+#[test]
+fn corrupt_images_are_errors_not_panics() {
+    let dir = fixtures();
+    let jpeg = std::fs::read(dir.join("cat.jpg")).unwrap();
+    let png = std::fs::read(dir.join("coffee.png")).unwrap();
+    let webp = std::fs::read(dir.join("astronaut.webp")).unwrap();
+    let mut jpeg_garbage_after_header = jpeg[..200].to_vec();
+    jpeg_garbage_after_header.extend(std::iter::repeat_n(0x5a, 300));
+    let corrupt_inputs: [(&str, Vec<u8>); 6] = [
+        ("truncated JPEG", jpeg[..jpeg.len() / 2].to_vec()),
+        ("JPEG with garbage", jpeg_garbage_after_header),
+        ("JPEG signature only", vec![0xff, 0xd8, 0xff]),
+        ("truncated PNG", png[..png.len() / 2].to_vec()),
+        ("PNG signature only", png[..8].to_vec()),
+        ("truncated WebP", webp[..webp.len() / 2].to_vec()),
+    ];
+    for (what, bytes) in corrupt_inputs {
+        let error = error_for_bytes(&bytes);
+        assert!(
+            matches!(error, PreprocessError::CorruptImage { .. }),
+            "{what}: {error:?}"
+        );
+    }
+}
+
+#[test]
+fn do_resize_false_requires_the_configured_size() {
+    let config = PreprocessConfig::from_json_str(r#"{"do_resize": false, "size": 224}"#).unwrap();
+    let error = preprocess_file(&fixtures().join("coffee.png"), &config).unwrap_err();
+    assert!(
+        matches!(error, PreprocessError::SizeMismatch { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("100x150"), "{error}");
+}
+
+fn encode_png(image: image::DynamicImage) -> Vec<u8> {
+    let mut bytes = std::io::Cursor::new(Vec::new());
+    image.write_to(&mut bytes, image::ImageFormat::Png).unwrap();
+    bytes.into_inner()
+}
+
+#[test]
+fn sixteen_bit_rgb_keeps_the_high_byte_as_pil_does() {
+    let (width, height) = (5u32, 4u32);
+    let eight_bit = image::RgbImage::from_fn(width, height, |x, y| {
+        image::Rgb([(x * 50) as u8, (y * 60) as u8, (x * y * 9) as u8])
+    });
+    // Low bytes of 0xff would round the sample up under a /257 conversion; PIL ignores them.
+    let sixteen_bit =
+        image::ImageBuffer::<image::Rgb<u16>, Vec<u16>>::from_fn(width, height, |x, y| {
+            let p = eight_bit.get_pixel(x, y).0;
+            image::Rgb(p.map(|v| (u16::from(v) << 8) | 0xff))
+        });
+    let config = PreprocessConfig::hf_default(7, 3);
+    let from_8 = preprocess_bytes(&encode_png(eight_bit.into()), &config).unwrap();
+    let from_16 = preprocess_bytes(&encode_png(sixteen_bit.into()), &config).unwrap();
+    assert_eq!(from_8, from_16);
+}
+
+#[test]
+fn sixteen_bit_greyscale_is_refused() {
+    let grey =
+        image::ImageBuffer::<image::Luma<u16>, Vec<u16>>::from_pixel(4, 4, image::Luma([40000]));
+    let error = error_for_bytes(&encode_png(grey.into()));
+    assert!(
+        matches!(error, PreprocessError::UnsupportedImage { .. }),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn output_is_channel_major_and_sized_by_the_config() {
+    let config = PreprocessConfig::from_json_str(
+        r#"{"size": {"height": 3, "width": 5}, "do_normalize": false, "do_rescale": false}"#,
+    )
+    .unwrap();
+    let red = image::RgbImage::from_pixel(9, 9, image::Rgb([200, 10, 0]));
+    let values = preprocess_bytes(&encode_png(red.into()), &config).unwrap();
+    assert_eq!(values.len(), 3 * 3 * 5);
+    assert!(values[..15].iter().all(|&v| v == 200.0));
+    assert!(values[15..30].iter().all(|&v| v == 10.0));
+    assert!(values[30..].iter().all(|&v| v == 0.0));
+}

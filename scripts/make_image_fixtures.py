@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""Make the image fixtures of model/tests/preprocess.rs.
+
+Writes small test images, made from photos that ship inside scikit-image (`skimage.data`),
+to tests/fixtures/images/, one preprocessor_config.json per processor configuration to
+tests/fixtures/images/configs/, and Hugging Face's `pixel_values` for each (image, config)
+pair to tests/fixtures/images/reference_pixel_values.safetensors, under the key
+"<config>/<image file>", each a [C, H, W] float32 tensor.
+
+The references follow the path a file takes through `pipeline("image-classification")`:
+`transformers.image_utils.load_image` (EXIF orientation applied, then PIL's convert("RGB"),
+which drops any alpha channel) followed by the slow, PIL-based ViTImageProcessor
+(`ViTImageProcessorPil` in transformers 5). The one-channel references (for models whose
+config.json says num_channels = 1, which HF's pipeline does not serve) take the same path but
+convert to PIL's "L" instead of "RGB", and are named "<config>@1ch/<image file>".
+
+Usage: python3 scripts/make_image_fixtures.py [--out tests/fixtures/images]
+Needs: pip install transformers pillow numpy scikit-image safetensors (no torch).
+"""
+
+import argparse
+import io
+import json
+import pathlib
+
+import numpy as np
+import PIL
+import skimage
+import skimage.data
+import transformers
+from PIL import Image, ImageOps
+from safetensors.numpy import save_file
+from transformers.image_utils import load_image
+
+try:  # transformers 5 names the PIL backend explicitly; 4.x has only the slow class.
+    from transformers import ViTImageProcessorPil as SlowViTImageProcessor
+except ImportError:
+    from transformers import ViTImageProcessor as SlowViTImageProcessor
+
+
+IMAGENET_MEAN = [0.485, 0.456, 0.406]
+IMAGENET_STD = [0.229, 0.224, 0.225]
+
+# name -> (preprocessor_config.json contents, image files it is applied to). The default
+# 224 configuration gives the largest references, so it covers only two images.
+CONFIGS = {
+    "vit_default": ({}, ["cat.jpg", "coffee.png"]),
+    "bicubic_64_imagenet": (
+        {
+            "size": {"height": 64, "width": 64},
+            "resample": 3,
+            "image_mean": IMAGENET_MEAN,
+            "image_std": IMAGENET_STD,
+        },
+        "all",
+    ),
+    "lanczos_40x56": (
+        {
+            "size": {"height": 40, "width": 56},
+            "resample": 1,
+            "image_mean": [0.4, 0.5, 0.6],
+            "image_std": [0.2, 0.25, 0.3],
+        },
+        ["cat.jpg", "astronaut_rgba.png", "cat_palette.png", "coffee_exif6.jpg"],
+    ),
+    "box_int_size_32": ({"size": 32, "resample": 4}, ["cat.jpg", "astronaut_rgba.png"]),
+    "hamming_24x40": (
+        {"size": {"height": 24, "width": 40}, "resample": 5},
+        ["coffee.png", "camera_gray.png"],
+    ),
+    "nearest_list_size_30x45": (
+        {"size": [30, 45], "resample": 0},
+        ["cat.jpg", "coffee_exif6.jpg"],
+    ),
+    # The height shrinks by more than twice as many pixels as the width: Pillow 13 runs the
+    # vertical pass first here.
+    "bicubic_16x120": (
+        {"size": {"height": 16, "width": 120}, "resample": 3},
+        ["coffee.png", "astronaut.webp"],
+    ),
+    "bilinear_no_rescale_48": (
+        {
+            "size": {"height": 48, "width": 48},
+            "do_rescale": False,
+            "image_mean": [127.5, 127.5, 127.5],
+            "image_std": [64.0, 64.0, 64.0],
+        },
+        ["cat_palette.png", "astronaut.webp"],
+    ),
+    "no_resize_no_normalize": (
+        {"do_resize": False, "size": {"height": 72, "width": 96}, "do_normalize": False},
+        ["camera_gray.png"],
+    ),
+    # Every EXIF orientation: the upright image is 24 wide and 16 high in each file.
+    "orientation_no_resize": (
+        {"do_resize": False, "size": {"height": 16, "width": 24}, "do_normalize": False},
+        "orientation",
+    ),
+}
+
+# For each EXIF orientation, the transpose that undoes what exif_transpose will apply, so
+# that every file shows the same upright picture.
+STORED_FOR_ORIENTATION = {
+    1: None,
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_90,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_270,
+}
+
+# Configurations also run on one-channel ("L") images; the mean and std become one value.
+ONE_CHANNEL_CONFIGS = {
+    "bicubic_32_gray": (
+        {"size": {"height": 32, "width": 32}, "resample": 3, "image_mean": [0.45], "image_std": [0.27]},
+        ["cat.jpg", "camera_gray.png", "astronaut_rgba.png"],
+    ),
+}
+
+
+def resized(array, width, height):
+    """A small version of a scikit-image photo (made once here; not what the test measures)."""
+    return Image.fromarray(array).resize((width, height), Image.Resampling.LANCZOS)
+
+
+def make_images(out):
+    """Writes the test images; returns their file names."""
+    cat = resized(skimage.data.chelsea(), 240, 160)
+    coffee = resized(skimage.data.coffee(), 150, 100)
+    astronaut = resized(skimage.data.astronaut(), 120, 120)
+    camera = resized(skimage.data.camera(), 96, 72)
+
+    # JPEG, 4:2:0 chroma subsampling (PIL's default), as most photos are.
+    cat.save(out / "cat.jpg", quality=90)
+
+    # PNG RGB, smaller than 224 on both sides: the default config upscales it.
+    coffee.save(out / "coffee.png", optimize=True)
+
+    # PNG RGBA: alpha falls off from the centre and is 0 in the corners; the colour under a
+    # transparent pixel is still there, and convert("RGB") keeps it.
+    ys, xs = np.mgrid[0:120, 0:120]
+    distance = np.hypot(ys - 59.5, xs - 59.5) / 60.0
+    alpha = np.clip(255.0 * (1.3 - distance), 0, 255).astype(np.uint8)
+    rgba = np.dstack([np.asarray(astronaut), alpha])
+    Image.fromarray(rgba, "RGBA").save(out / "astronaut_rgba.png", optimize=True)
+
+    # PNG grayscale ("L").
+    camera.save(out / "camera_gray.png", optimize=True)
+
+    # PNG palette ("P"), 64 colours.
+    palette = resized(skimage.data.chelsea(), 150, 100).quantize(colors=64)
+    palette.save(out / "cat_palette.png", optimize=True)
+
+    # WebP, lossy.
+    resized(skimage.data.astronaut(), 160, 120).save(out / "astronaut.webp", quality=80)
+
+    # JPEG whose pixels are stored turned a quarter to the left, with EXIF orientation 6
+    # ("rotate 90 degrees clockwise to view"): the upright photo is 120 wide by 80 high.
+    stored = resized(skimage.data.coffee(), 120, 80).transpose(Image.Transpose.ROTATE_90)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    stored.save(out / "coffee_exif6.jpg", quality=90, exif=exif)
+    upright = ImageOps.exif_transpose(Image.open(out / "coffee_exif6.jpg"))
+    assert upright.size == (120, 80), upright.size
+
+    return [
+        "cat.jpg",
+        "coffee.png",
+        "astronaut_rgba.png",
+        "camera_gray.png",
+        "cat_palette.png",
+        "astronaut.webp",
+        "coffee_exif6.jpg",
+    ]
+
+
+def make_orientation_images(out):
+    """Writes the same upright picture stored in each of the 8 EXIF orientations (JPEG), and
+    in orientation 3 as PNG (eXIf chunk) and 8 as lossless WebP; returns the file names."""
+    (out / "orientation").mkdir(exist_ok=True)
+    upright = resized(skimage.data.chelsea(), 24, 16)
+    names = []
+    for orientation, undo in STORED_FOR_ORIENTATION.items():
+        stored = upright if undo is None else upright.transpose(undo)
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        name = f"orientation/exif_{orientation}.jpg"
+        stored.save(out / name, quality=95, exif=exif)
+        names.append(name)
+    for orientation, name, options in (
+        (3, "orientation/exif_3.png", {}),
+        (8, "orientation/exif_8.webp", {"lossless": True}),
+    ):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        upright.transpose(STORED_FOR_ORIENTATION[orientation]).save(out / name, exif=exif, **options)
+        names.append(name)
+    for name in names:
+        assert ImageOps.exif_transpose(Image.open(out / name)).size == (24, 16), name
+    return names
+
+
+def load_as(path, mode):
+    """`load_image` of transformers, generalised to the one-channel mode."""
+    if mode == "RGB":
+        return load_image(str(path))
+    image = ImageOps.exif_transpose(Image.open(path))
+    return image.convert(mode)
+
+
+def pixel_values(config, image):
+    processor = SlowViTImageProcessor(**config)
+    values = processor(images=image, return_tensors="np")["pixel_values"][0]
+    return np.ascontiguousarray(values.astype(np.float32))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    root = pathlib.Path(__file__).resolve().parent.parent
+    parser.add_argument("--out", type=pathlib.Path, default=root / "tests/fixtures/images")
+    out = parser.parse_args().out
+    (out / "configs").mkdir(parents=True, exist_ok=True)
+
+    images = make_images(out)
+    orientation_images = make_orientation_images(out)
+    tensors = {}
+    for configs, mode in ((CONFIGS, "RGB"), (ONE_CHANNEL_CONFIGS, "L")):
+        for name, (config, applies_to) in configs.items():
+            (out / "configs" / f"{name}.json").write_text(json.dumps(config, indent=2) + "\n")
+            key_prefix = name if mode == "RGB" else f"{name}@1ch"
+            if applies_to == "all":
+                applies_to = images
+            elif applies_to == "orientation":
+                applies_to = orientation_images
+            for file_name in applies_to:
+                image = load_as(out / file_name, mode)
+                tensors[f"{key_prefix}/{file_name}"] = pixel_values(config, image)
+
+    versions = {
+        "transformers": transformers.__version__,
+        "pillow": PIL.__version__,
+        "numpy": np.__version__,
+        "scikit-image": skimage.__version__,
+        "processor_class": SlowViTImageProcessor.__name__,
+    }
+    save_file(tensors, out / "reference_pixel_values.safetensors", metadata=versions)
+    for key, value in sorted(tensors.items()):
+        print(f"{key:50s} {tuple(value.shape)}")
+    print(json.dumps(versions))
+
+
+if __name__ == "__main__":
+    main()
