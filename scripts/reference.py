@@ -112,7 +112,13 @@ def load_image_processor(model_id: str):
         from transformers import ViTImageProcessorPil as ProcessorClass
     except ImportError:  # transformers 4.x: the slow processor is the plain class
         from transformers import ViTImageProcessor as ProcessorClass
-    return ProcessorClass.from_pretrained(model_id)
+    try:
+        return ProcessorClass.from_pretrained(model_id)
+    except OSError as error:
+        raise SystemExit(
+            f"reference.py: error: no image preprocessing config for {model_id} "
+            f"(preprocessor_config.json); --images needs one, --random-batch does not.\n{error}"
+        ) from error
 
 
 def pixel_values_from_images(model_id: str, config, paths: list[Path]) -> torch.Tensor:
