@@ -19,86 +19,89 @@ __device__ __forceinline__ void layernorm_rows(const T* x, const T* gamma, const
     constexpr int GROUP = 32 * GROUP_WARPS;
     __shared__ float scratch[GROUP_WARPS * ROWS];
 
-    const int row = blockIdx.x * ROWS + threadIdx.x / GROUP;
-    // Only warp-per-row blocks can hold rows past the end, and they never synchronise the
-    // block: the whole warp may leave.
-    if (row >= rows) return;
     const int rank = threadIdx.x % GROUP;
     const int vectors = cols / VEC;
-    const T* x_row = x + (long long)row * cols;
-    T* out_row = out + (long long)row * cols;
     const float inv_cols = 1.0f / (float)cols;
+    // Each group walks rows gridDim.x * ROWS apart (the launcher gives one block per ROWS rows,
+    // so once; a capped grid would still cover every row). With several warps per row (then
+    // ROWS == 1) the whole block walks the same rows, so its barriers stay uniform.
+    const long long row_stride = (long long)gridDim.x * ROWS;
+    for (long long row = blockIdx.x * ROWS + threadIdx.x / GROUP; row < rows; row += row_stride) {
+        const T* x_row = x + row * cols;
+        T* out_row = out + row * cols;
 
-    if (CACHED > 0) {
-        float v[CACHED > 0 ? CACHED : 1][VEC];
-        float sum = 0.0f;
+        if (CACHED > 0) {
+            float v[CACHED > 0 ? CACHED : 1][VEC];
+            float sum = 0.0f;
 #pragma unroll
-        for (int c = 0; c < CACHED; ++c) {
-            const int i = rank + c * GROUP;
-            if (i < vectors) {
+            for (int c = 0; c < CACHED; ++c) {
+                const int i = rank + c * GROUP;
+                if (i < vectors) {
+                    const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j) {
+                        v[c][j] = to_float(loaded.v[j]);
+                        sum += v[c][j];
+                    }
+                }
+            }
+            const float mean = group_reduce<SumOp, GROUP_WARPS>(sum, scratch) * inv_cols;
+            float squares = 0.0f;
+#pragma unroll
+            for (int c = 0; c < CACHED; ++c) {
+                if (rank + c * GROUP < vectors) {
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j) {
+                        const float d = v[c][j] - mean;
+                        squares += d * d;
+                    }
+                }
+            }
+            const float var = group_reduce<SumOp, GROUP_WARPS>(squares, scratch) * inv_cols;
+            const float inv_std = 1.0f / sqrtf(var + eps);
+#pragma unroll
+            for (int c = 0; c < CACHED; ++c) {
+                const int i = rank + c * GROUP;
+                if (i < vectors) {
+                    const Vec<T, VEC> g = load_vec<T, VEC>(gamma + i * VEC);
+                    const Vec<T, VEC> b = load_vec<T, VEC>(beta + i * VEC);
+                    Vec<T, VEC> r;
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j)
+                        r.v[j] = from_float<T>((v[c][j] - mean) * inv_std * to_float(g.v[j]) + to_float(b.v[j]));
+                    store_vec<T, VEC>(out_row + i * VEC, r);
+                }
+            }
+        } else {
+            float sum = 0.0f;
+            for (int i = rank; i < vectors; i += GROUP) {
+                const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) sum += to_float(loaded.v[j]);
+            }
+            const float mean = group_reduce<SumOp, GROUP_WARPS>(sum, scratch) * inv_cols;
+            float squares = 0.0f;
+            for (int i = rank; i < vectors; i += GROUP) {
                 const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
 #pragma unroll
                 for (int j = 0; j < VEC; ++j) {
-                    v[c][j] = to_float(loaded.v[j]);
-                    sum += v[c][j];
-                }
-            }
-        }
-        const float mean = group_reduce<SumOp, GROUP_WARPS>(sum, scratch) * inv_cols;
-        float squares = 0.0f;
-#pragma unroll
-        for (int c = 0; c < CACHED; ++c) {
-            if (rank + c * GROUP < vectors) {
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) {
-                    const float d = v[c][j] - mean;
+                    const float d = to_float(loaded.v[j]) - mean;
                     squares += d * d;
                 }
             }
-        }
-        const float var = group_reduce<SumOp, GROUP_WARPS>(squares, scratch) * inv_cols;
-        const float inv_std = 1.0f / sqrtf(var + eps);
-#pragma unroll
-        for (int c = 0; c < CACHED; ++c) {
-            const int i = rank + c * GROUP;
-            if (i < vectors) {
+            const float var = group_reduce<SumOp, GROUP_WARPS>(squares, scratch) * inv_cols;
+            const float inv_std = 1.0f / sqrtf(var + eps);
+            for (int i = rank; i < vectors; i += GROUP) {
+                const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
                 const Vec<T, VEC> g = load_vec<T, VEC>(gamma + i * VEC);
                 const Vec<T, VEC> b = load_vec<T, VEC>(beta + i * VEC);
                 Vec<T, VEC> r;
 #pragma unroll
                 for (int j = 0; j < VEC; ++j)
-                    r.v[j] = from_float<T>((v[c][j] - mean) * inv_std * to_float(g.v[j]) + to_float(b.v[j]));
+                    r.v[j] = from_float<T>((to_float(loaded.v[j]) - mean) * inv_std * to_float(g.v[j]) +
+                                           to_float(b.v[j]));
                 store_vec<T, VEC>(out_row + i * VEC, r);
             }
-        }
-    } else {
-        float sum = 0.0f;
-        for (int i = rank; i < vectors; i += GROUP) {
-            const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) sum += to_float(loaded.v[j]);
-        }
-        const float mean = group_reduce<SumOp, GROUP_WARPS>(sum, scratch) * inv_cols;
-        float squares = 0.0f;
-        for (int i = rank; i < vectors; i += GROUP) {
-            const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) {
-                const float d = to_float(loaded.v[j]) - mean;
-                squares += d * d;
-            }
-        }
-        const float var = group_reduce<SumOp, GROUP_WARPS>(squares, scratch) * inv_cols;
-        const float inv_std = 1.0f / sqrtf(var + eps);
-        for (int i = rank; i < vectors; i += GROUP) {
-            const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
-            const Vec<T, VEC> g = load_vec<T, VEC>(gamma + i * VEC);
-            const Vec<T, VEC> b = load_vec<T, VEC>(beta + i * VEC);
-            Vec<T, VEC> r;
-#pragma unroll
-            for (int j = 0; j < VEC; ++j)
-                r.v[j] = from_float<T>((to_float(loaded.v[j]) - mean) * inv_std * to_float(g.v[j]) + to_float(b.v[j]));
-            store_vec<T, VEC>(out_row + i * VEC, r);
         }
     }
 }

@@ -8,8 +8,11 @@
 //! - add and patchify do the same f32 arithmetic and one rounding on both sides: exact.
 //! - layernorm and softmax reduce in a different order than the twin: f32 rtol 1e-4; f16 rtol
 //!   2e-3 (two f16 ulps, 2^-10 each: the f32 results may straddle a rounding boundary); bf16
-//!   rtol 1e-2 (a bf16 ulp is up to 2^-7 = 7.8e-3). atol 1e-5 (layernorm, outputs of order 1)
-//!   and 1e-6 (softmax, outputs in [0, 1]) absorb differences near zero.
+//!   rtol 1e-2 (a bf16 ulp is up to 2^-7 = 7.8e-3). Layernorm's atol is rtol times the
+//!   largest output: its outputs near zero carry the rounding error of the row statistics,
+//!   which are O(1) (and the twin's sequential f32 sum is the less accurate of the two on
+//!   rows with a large mean: 2e-5 absolute seen on a row of 768 around 50). Softmax's atol is
+//!   1e-6: its small outputs are computed with relative accuracy.
 //!
 //! Needs a CUDA GPU: `cargo test --release -p vitrt-kernels --test gpu_kernels -- --ignored`.
 
@@ -185,6 +188,10 @@ fn compare(case: &str, got: &[f32], want: &[f32], rtol: f32, atol: f32) -> Worst
     worst
 }
 
+fn largest(values: &[f32]) -> f32 {
+    values.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+}
+
 fn report(op: &str, dtype: DType, cases: usize, worst: Worst) {
     println!(
         "RESULT {op:<10} {dtype:<5} cases {cases:>4}  worst |d| {:>10.3e}  worst |d|/tol {:>6.3}",
@@ -228,7 +235,8 @@ fn layernorm_matches_its_twin() {
                     let mut want = vec![0.0; rows * cols];
                     cpu::layernorm(&x, &gamma, &beta, cols, 1e-5, &mut want);
                     want.iter_mut().for_each(|v| *v = dtype.round(*v));
-                    worst = merge(worst, compare(&case, &got, &want, tolerance(dtype), 1e-5));
+                    let atol = tolerance(dtype) * largest(&want);
+                    worst = merge(worst, compare(&case, &got, &want, tolerance(dtype), atol));
                     cases += 1;
                 }
             }
@@ -522,11 +530,13 @@ fn out_of_memory_says_how_much() {
 
 // ---------------------------------------------------------------------------------------------
 // Throughput, for the record (prints; asserts only that the kernels run). Bytes are the
-// fewest the op must move: each input read once, each output written once.
+// fewest the op must move: each input read once, each output written once. Tests named
+// bench_* must run alone (scripts/gpu-check.sh does: `bench_ --ignored --test-threads=1`):
+// run beside the other tests, they time the GPU shared with them.
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn bandwidth_of_vit_shapes() {
+fn bench_bandwidth_of_vit_shapes() {
     let g = gpu();
     let mut rng = SmallRng::seed_from_u64(6);
     let dtype = DType::F16;

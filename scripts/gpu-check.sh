@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The GPU check in two halves, because the GPU machine has no Rust toolchain.
+#
+#   scripts/gpu-check.sh stage DIR     (here) build the test executables of the GPU crates in
+#                                      release and copy them into DIR (a git-ignored folder,
+#                                      e.g. .carry-gpu/), without their hash suffixes.
+#   scripts/gpu-check.sh run DIR [LOGS]  (on the GPU machine) run every executable in DIR with
+#                                      its ignored tests included, one log per executable in
+#                                      LOGS (default: $OUT, else ./gpu-check-logs), then its
+#                                      timing tests (named bench_*) again alone, one thread,
+#                                      so nothing shares the GPU with them, and print a summary
+#                                      table last.
+#
+# Each executable runs under a timeout (GPU_CHECK_TIMEOUT seconds, default 240), so a hung
+# kernel costs one row of the table, not the whole call. Kernels compile into a fresh cache
+# (a new temporary VITRT_CACHE_DIR unless one is set) so that every run exercises NVRTC.
+set -uo pipefail
+
+usage() {
+    sed -n '2,16p' "$0" >&2
+    exit 2
+}
+
+stage() {
+    local dir=$1
+    mkdir -p "$dir"
+    local list
+    list=$(cargo test --release -p vitrt-kernels --no-run --message-format=json |
+        python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and "test" in m["target"]["kind"]:
+        print(m["target"]["name"], m["executable"])
+') || exit 1
+    while read -r name exe; do
+        cp "$exe" "$dir/$name"
+        # Debug info is most of the size, and the copy travels to the GPU machine.
+        command -v strip >/dev/null && strip --strip-debug "$dir/$name"
+        echo "staged $dir/$name" >&2
+    done <<<"$list"
+}
+
+# Appends one row to the summary: name, exit code, seconds, libtest's verdict.
+record() {
+    local name=$1 rc=$2 log=$3 start=$4
+    local result
+    result=$(grep -E '^test result:' "$log" | tail -1 | sed 's/^test result: //; s/; finished in.*//')
+    [ "$rc" -eq 124 ] && result="TIMED OUT after ${GPU_CHECK_TIMEOUT:-240}s"
+    [ -z "$result" ] && result="no result (exit $rc)"
+    [ "$rc" -ne 0 ] && failed=1
+    summary+=("$(printf '%-26s exit %-3s %4ss  %s' "$name" "$rc" "$((SECONDS - start))" "$result")")
+}
+
+run() {
+    local dir=$1
+    local logs=${2:-${OUT:-./gpu-check-logs}}
+    local limit=${GPU_CHECK_TIMEOUT:-240}
+    mkdir -p "$logs"
+    export VITRT_CACHE_DIR
+    VITRT_CACHE_DIR=${VITRT_CACHE_DIR:-$(mktemp -d)}
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$logs/gpu.txt" 2>&1
+    local summary=()
+    local failed=0
+    for exe in "$dir"/*; do
+        [ -x "$exe" ] || continue
+        local name
+        name=$(basename "$exe")
+        local start=$SECONDS
+        timeout "$limit" "$exe" --include-ignored --skip bench_ --nocapture >"$logs/$name.log" 2>&1
+        record "$name" $? "$logs/$name.log" "$start"
+        if "$exe" --list --ignored 2>/dev/null | grep -q '^bench_'; then
+            start=$SECONDS
+            timeout "$limit" "$exe" bench_ --ignored --test-threads=1 --nocapture >"$logs/$name.bench.log" 2>&1
+            record "$name (bench)" $? "$logs/$name.bench.log" "$start"
+        fi
+    done
+    echo
+    echo "== failures =="
+    grep -hE -A4 "panicked at" "$logs"/*.log | grep -v -E "^(stack backtrace|   [0-9]+:)" | head -60
+    echo "== figures =="
+    grep -hE '^(RESULT|BANDWIDTH|GPU:)' "$logs"/*.log
+    echo "== gpu-check summary ($(cat "$logs/gpu.txt" 2>/dev/null)) =="
+    printf '%s\n' "${summary[@]}"
+    return $failed
+}
+
+case "${1:-}" in
+    stage) [ $# -eq 2 ] || usage; stage "$2" ;;
+    run) [ $# -ge 2 ] || usage; run "$2" "${3:-}" ;;
+    *) usage ;;
+esac
