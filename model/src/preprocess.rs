@@ -925,16 +925,15 @@ fn convolve_rows(image: &Pixels, taps: &ResampleTaps) -> Pixels {
     for row in image.data.chunks_exact(image.width * channels) {
         for x in 0..out_width {
             let weights = taps.weights_of(x);
-            let window = &row[taps.first[x] * channels..];
-            for c in 0..channels {
-                let sum = weights
-                    .iter()
-                    .enumerate()
-                    .fold(ROUNDING_HALF, |acc, (i, &w)| {
-                        acc + i64::from(window[i * channels + c]) * i64::from(w)
-                    });
-                data.push(fixed_point_to_u8(sum));
+            let window = &row[taps.first[x] * channels..][..weights.len() * channels];
+            // One accumulator per channel (images here have 1 or 3), so the taps are read once.
+            let mut sums = [ROUNDING_HALF; 4];
+            for (pixel, &w) in window.chunks_exact(channels).zip(weights) {
+                for (sum, &sample) in sums.iter_mut().zip(pixel) {
+                    *sum += i64::from(sample) * i64::from(w);
+                }
             }
+            data.extend(sums[..channels].iter().map(|&s| fixed_point_to_u8(s)));
         }
     }
     Pixels {
