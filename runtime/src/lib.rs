@@ -10,7 +10,7 @@ pub mod passes;
 pub mod plan;
 
 pub use backend::cpu::CpuBackend;
-pub use backend::Backend;
+pub use backend::{Backend, Device};
 pub use error::RuntimeError;
 pub use executor::{Executor, HostTensor, ParamStore};
 pub use graph::{Graph, HeadSlice, Op, ParamSource, ValueId, ValueKind};

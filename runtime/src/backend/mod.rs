@@ -3,10 +3,44 @@
 //! largest plan it has run.
 
 pub mod cpu;
+pub mod cuda;
 
 use crate::error::RuntimeError;
 use crate::graph::Op;
 use vitrt_kernels::DType;
+
+/// Where to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda(usize),
+}
+
+impl Device {
+    /// `cpu`, `cuda` (device 0) or `cuda:N`.
+    pub fn parse(s: &str) -> Result<Device, RuntimeError> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" | "gpu" => Ok(Device::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Device::Cuda)
+                .ok_or_else(|| RuntimeError::Unsupported(format!("unknown device \"{s}\" (use cpu, cuda or cuda:N)"))),
+        }
+    }
+}
+
+/// Opens a backend for `device` computing in `dtype`.
+pub fn open(device: Device, dtype: DType) -> Result<Box<dyn Backend>, RuntimeError> {
+    match device {
+        Device::Cpu if dtype == DType::F32 => Ok(Box::new(cpu::CpuBackend::new())),
+        Device::Cpu => Err(RuntimeError::Unsupported(format!(
+            "the CPU backend computes in f32; --dtype {dtype} needs --device cuda"
+        ))),
+        Device::Cuda(ordinal) => Ok(Box::new(cuda::CudaBackend::new(ordinal, dtype)?)),
+    }
+}
 
 /// Where a tensor lives on a backend, in elements of `dtype`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,4 +110,25 @@ pub trait Backend {
 
     /// Waits for queued work.
     fn synchronize(&mut self) -> Result<(), RuntimeError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_parse() {
+        assert_eq!(Device::parse("cpu").unwrap(), Device::Cpu);
+        assert_eq!(Device::parse("cuda").unwrap(), Device::Cuda(0));
+        assert_eq!(Device::parse("cuda:3").unwrap(), Device::Cuda(3));
+        for bad in ["tpu", "cuda:", "cuda:x", "CUDA"] {
+            assert!(Device::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cpu_refuses_half_precision() {
+        let err = open(Device::Cpu, DType::F16).err().unwrap().to_string();
+        assert!(err.contains("needs --device cuda"), "{err}");
+    }
 }

@@ -1,0 +1,223 @@
+//! The CUDA backend: every op in our NVRTC-compiled kernels, through `vitrt_kernels::cuda`.
+//! Weights are uploaded once, converted to the run dtype; activations live in one arena
+//! sized by the plan, so a steady-state run allocates nothing; host copies happen only for
+//! the graph's inputs and outputs.
+
+use super::{Backend, Binding, BufferRef};
+use crate::error::RuntimeError;
+use crate::graph::Op;
+use crate::lowering;
+use half::{bf16, f16};
+use std::collections::HashMap;
+use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu, KernelError};
+use vitrt_kernels::DType;
+
+pub struct CudaBackend {
+    gpu: Gpu,
+    ordinal: usize,
+    dtype: DType,
+    params: Vec<DeviceBuffer>,
+    param_ids: HashMap<String, usize>,
+    arena: Option<DeviceBuffer>,
+}
+
+impl CudaBackend {
+    pub fn new(ordinal: usize, dtype: DType) -> Result<CudaBackend, RuntimeError> {
+        let gpu = Gpu::new(ordinal).map_err(|e| RuntimeError::Backend(e.to_string()))?;
+        Ok(CudaBackend {
+            gpu,
+            ordinal,
+            dtype,
+            params: Vec::new(),
+            param_ids: HashMap::new(),
+            arena: None,
+        })
+    }
+
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    fn ptr(&self, buffer: BufferRef) -> Result<DevPtr, KernelError> {
+        match buffer {
+            BufferRef::Arena { offset_bytes, len, dtype } => {
+                let arena = self
+                    .arena
+                    .as_ref()
+                    .ok_or_else(|| KernelError::InvalidArgument("no arena reserved".into()))?;
+                arena.view(offset_bytes, len, dtype)
+            }
+            BufferRef::Param { id, len } => self
+                .params
+                .get(id)
+                .ok_or_else(|| KernelError::InvalidArgument(format!("unknown parameter {id}")))?
+                .view(0, len, self.dtype),
+        }
+    }
+}
+
+fn backend_error(e: KernelError) -> RuntimeError {
+    RuntimeError::Backend(e.to_string())
+}
+
+/// f32 host values as the little-endian bytes of `dtype`.
+pub fn encode(data: &[f32], dtype: DType) -> Vec<u8> {
+    match dtype {
+        DType::F32 => data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::F16 => data.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect(),
+        DType::BF16 => data.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()).collect(),
+    }
+}
+
+pub fn decode(bytes: &[u8], dtype: DType) -> Vec<f32> {
+    match dtype {
+        DType::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+        DType::F16 => bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+        DType::BF16 => bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+    }
+}
+
+impl Backend for CudaBackend {
+    fn describe(&self) -> String {
+        format!("cuda:{} ({})", self.ordinal, self.gpu.name())
+    }
+
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn load_param(
+        &mut self,
+        key: &str,
+        shape: &[usize],
+        load: &mut dyn FnMut() -> Result<Vec<f32>, RuntimeError>,
+    ) -> Result<usize, RuntimeError> {
+        if let Some(&id) = self.param_ids.get(key) {
+            return Ok(id);
+        }
+        let data = load()?;
+        if data.len() != shape.iter().product::<usize>() {
+            return Err(RuntimeError::Param {
+                name: key.into(),
+                message: format!("{} values for shape {shape:?}", data.len()),
+            });
+        }
+        let bytes = encode(&data, self.dtype);
+        let buffer = self.gpu.alloc(bytes.len().max(1)).map_err(backend_error)?;
+        self.gpu.upload(&buffer, 0, &bytes).map_err(backend_error)?;
+        self.params.push(buffer);
+        self.param_ids.insert(key.into(), self.params.len() - 1);
+        Ok(self.params.len() - 1)
+    }
+
+    fn reserve_arena(&mut self, bytes: usize) -> Result<(), RuntimeError> {
+        let have = self.arena.as_ref().map_or(0, DeviceBuffer::len_bytes);
+        if have < bytes {
+            // Free the old arena first so its memory counts for the new one.
+            self.arena = None;
+            self.arena = Some(self.gpu.alloc(bytes).map_err(backend_error)?);
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, dst: BufferRef, data: &[f32]) -> Result<(), RuntimeError> {
+        let BufferRef::Arena { offset_bytes, len, dtype } = dst else {
+            return Err(RuntimeError::Backend("only arena buffers can be written".into()));
+        };
+        if len != data.len() {
+            return Err(RuntimeError::Backend(format!("write of {} values into {len}", data.len())));
+        }
+        let arena = self.arena.as_ref().ok_or_else(|| RuntimeError::Backend("no arena reserved".into()))?;
+        self.gpu.upload(arena, offset_bytes, &encode(data, dtype)).map_err(backend_error)
+    }
+
+    fn read(&mut self, src: BufferRef) -> Result<Vec<f32>, RuntimeError> {
+        let (buffer, offset, len, dtype) = match src {
+            BufferRef::Arena { offset_bytes, len, dtype } => (
+                self.arena.as_ref().ok_or_else(|| RuntimeError::Backend("no arena reserved".into()))?,
+                offset_bytes,
+                len,
+                dtype,
+            ),
+            BufferRef::Param { id, len } => (&self.params[id], 0, len, self.dtype),
+        };
+        let mut bytes = vec![0u8; len * dtype.size_bytes()];
+        self.gpu.download(buffer, offset, &mut bytes).map_err(backend_error)?;
+        Ok(decode(&bytes, dtype))
+    }
+
+    fn execute(&mut self, op: &Op, inputs: &[Binding], output: &Binding, workspace: Option<BufferRef>) -> Result<(), String> {
+        self.execute_op(op, inputs, output, workspace).map_err(|e| e.to_string())
+    }
+
+    fn synchronize(&mut self) -> Result<(), RuntimeError> {
+        self.gpu.synchronize().map_err(backend_error)
+    }
+}
+
+impl CudaBackend {
+    fn execute_op(&self, op: &Op, inputs: &[Binding], output: &Binding, workspace: Option<BufferRef>) -> Result<(), KernelError> {
+        let d = self.dtype;
+        let ins: Vec<DevPtr> = inputs.iter().map(|b| self.ptr(b.buffer)).collect::<Result<_, _>>()?;
+        let out = self.ptr(output.buffer)?;
+        let last = |s: &[usize]| *s.last().unwrap_or(&1);
+        let gpu = &self.gpu;
+        match op {
+            Op::PatchEmbed { patch } => {
+                let ws = self.ptr(workspace.ok_or_else(|| KernelError::InvalidArgument("patch embedding needs a workspace".into()))?)?;
+                let px = &inputs[0].shape;
+                let (b, c, h, w) = (px[0], px[1], px[2], px[3]);
+                let (tokens, hidden) = (output.shape[1], output.shape[2]);
+                gpu.patchify_with_cls(d, ins[0], b, c, h, w, *patch, ins[3], ins[4], hidden, tokens, ws, out)?;
+                let problem = lowering::patch_projection(b, tokens - 1, c * patch * patch, hidden);
+                gpu.matmul(d, &problem, ws, ins[1], Some(ins[2]), Some(ins[4]), out)
+            }
+            Op::LayerNorm { eps } => {
+                let cols = last(&inputs[0].shape);
+                let rows = inputs[0].shape.iter().product::<usize>() / cols.max(1);
+                gpu.layernorm(d, ins[0], ins[1], ins[2], rows, cols, *eps, out)
+            }
+            Op::Linear { epilogue } => {
+                let problem = lowering::linear(&inputs[0].shape, &inputs[1].shape, *epilogue);
+                let bias = epilogue.bias.then(|| ins[2]);
+                let residual = epilogue.residual.then(|| ins[2 + epilogue.bias as usize]);
+                gpu.matmul(d, &problem, ins[0], ins[1], bias, residual, out)
+            }
+            Op::Activation(act) => gpu.activation(d, *act, ins[0], out.len, out),
+            Op::Add => gpu.add(d, ins[0], ins[1], out.len, out),
+            Op::AttentionScores {
+                heads,
+                head_dim,
+                scale,
+                q,
+                k,
+            } => {
+                let (qs, ks) = (&inputs[0].shape, &inputs[1].shape);
+                let problem = lowering::attention_scores(
+                    qs[0],
+                    qs[1],
+                    *heads,
+                    *head_dim,
+                    *scale,
+                    (qs[2], q.column_offset),
+                    (ks[2], k.column_offset),
+                );
+                gpu.matmul(d, &problem, ins[0], ins[1], None, None, out)
+            }
+            Op::Softmax => {
+                let cols = last(&inputs[0].shape);
+                gpu.softmax(d, ins[0], out.len / cols.max(1), cols, 1.0, out)
+            }
+            Op::AttentionContext { heads, head_dim, v } => {
+                let vs = &inputs[1].shape;
+                let problem = lowering::attention_context(vs[0], vs[1], *heads, *head_dim, (vs[2], v.column_offset));
+                gpu.matmul(d, &problem, ins[0], ins[1], None, None, out)
+            }
+            Op::SelectToken { index } => {
+                let s = &inputs[0].shape;
+                let (b, t, c) = (s[0], s[1], s[2]);
+                gpu.gather_rows(d, ins[0], t * c, index * c, b, c, out)
+            }
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Command-line interface: argument parsing and the shared steps (model resolution,
+//! backend choice) of every subcommand.
+
+mod classify;
+mod infer;
+mod parity;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use vitrt_model::{Runner, VitModel};
+use vitrt_runtime::backend::Device;
+use vitrt_runtime::passes::Fusion;
+use vitrt_runtime::DType;
+use vitrt_weights::{resolve_model, ResolveOptions};
+
+#[derive(Parser, Debug)]
+#[command(name = "vitrt", version, about = "Vision Transformer inference with our own GPU kernels")]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Classify images with a ViTForImageClassification checkpoint.
+    Classify(classify::ClassifyArgs),
+    /// Run a model on `pixel_values` from a safetensors file and write its outputs.
+    Infer(infer::InferArgs),
+    /// Compare a model's outputs, layer by layer, with a reference written by scripts/reference.py.
+    Parity(parity::ParityArgs),
+}
+
+/// Where the model comes from and how it runs: shared by every subcommand.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// A local folder (config.json + safetensors) or a Hugging Face hub id.
+    #[arg(long, short, default_value = "google/vit-base-patch16-224")]
+    model: String,
+    /// Hub revision (branch, tag or commit).
+    #[arg(long)]
+    revision: Option<String>,
+    /// Use only the local hub cache (also when HF_HUB_OFFLINE=1).
+    #[arg(long)]
+    offline: bool,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Storage type of weights and activations (accumulation is always f32).
+    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
+    dtype: DType,
+    /// Graph fusion: all (default) or none, to compare the fused and plain graphs.
+    #[arg(long, value_enum, default_value_t = FusionArg::All)]
+    fusion: FusionArg,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FusionArg {
+    All,
+    None,
+}
+
+fn parse_dtype(s: &str) -> Result<DType, String> {
+    DType::parse(s).ok_or_else(|| format!("unknown dtype \"{s}\" (use f32, f16 or bf16)"))
+}
+
+impl ModelArgs {
+    /// Resolves, loads and checks the model, and opens the backend. Also returns the
+    /// model's folder (for preprocessor_config.json).
+    fn open(&self) -> Result<(Runner, PathBuf)> {
+        let files = resolve_model(
+            &self.model,
+            &ResolveOptions {
+                revision: self.revision.clone(),
+                offline: self.offline,
+            },
+        )?;
+        let model = VitModel::load(&files.dir).with_context(|| format!("loading model {}", self.model))?;
+        let device = Device::parse(&self.device)?;
+        let backend = vitrt_runtime::backend::open(device, self.dtype)?;
+        let fusion = match self.fusion {
+            FusionArg::All => Fusion::ALL,
+            FusionArg::None => Fusion::NONE,
+        };
+        Ok((Runner::new(model, backend, fusion), files.dir))
+    }
+}
+
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Classify(args) => classify::run(args),
+        Command::Infer(args) => infer::run(args),
+        Command::Parity(args) => parity::run(args),
+    }
+}
+
+/// Reads a safetensors file of f32-convertible tensors.
+fn read_tensors(path: &PathBuf) -> Result<Vec<vitrt_runtime::HostTensor>> {
+    Ok(vitrt_weights::read_f32_tensors(path)?
+        .into_iter()
+        .map(|(name, shape, data)| vitrt_runtime::HostTensor { name, shape, data })
+        .collect())
+}
+
+/// The `pixel_values` tensor of a file, checked against the model's input shape.
+fn pixel_values(tensors: &[vitrt_runtime::HostTensor], runner: &Runner, path: &std::path::Path) -> Result<(usize, Vec<f32>)> {
+    let Some(px) = tensors.iter().find(|t| t.name == "pixel_values") else {
+        bail!("{} holds no tensor named pixel_values", path.display());
+    };
+    let want = runner.input_shape(px.shape.first().copied().unwrap_or(0));
+    if px.shape.len() != 4 || px.shape[0] == 0 || px.shape[1..] != want[1..] {
+        bail!(
+            "{}: pixel_values has shape {:?}; this model takes [B, {}, {}, {}]",
+            path.display(),
+            px.shape,
+            want[1],
+            want[2],
+            want[3]
+        );
+    }
+    Ok((px.shape[0], px.data.clone()))
+}
