@@ -41,6 +41,7 @@ mod memory;
 mod patch;
 mod registry;
 mod rows;
+mod rows_gather;
 mod softmax;
 
 pub use cache::DiskCache;

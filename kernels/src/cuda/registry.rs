@@ -235,6 +235,7 @@ pub fn all_instantiations() -> Vec<Instantiation> {
     all.extend(super::elementwise::instantiations());
     all.extend(super::patch::instantiations());
     all.extend(super::matmul::instantiations());
+    all.extend(super::rows_gather::instantiations());
     all
 }
 

@@ -1,0 +1,34 @@
+// Small data-movement and element-wise kernels the runtime needs beside the big families:
+// a standalone activation (for graphs run without epilogue fusion) and a strided row gather
+// (the CLS token of every sequence, ahead of the classifier).
+#include "common.cuh"
+
+// Same formulas as kernels::Activation::apply (and the matmul epilogue): 0 none, 1 gelu (erf),
+// 2 gelu tanh, 3 quick gelu, 4 relu, 5 silu.
+template <int ACT> __device__ __forceinline__ float apply_activation(float x) {
+    if (ACT == 1) return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    if (ACT == 2) return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    if (ACT == 3) return x / (1.0f + expf(-1.702f * x));
+    if (ACT == 4) return fmaxf(x, 0.0f);
+    if (ACT == 5) return x / (1.0f + expf(-x));
+    return x;
+}
+
+// out[i] = act(x[i]); a grid-stride loop, one element per step (memory-bound, rarely used:
+// the fused graph folds activations into matmul epilogues).
+template <typename T, int ACT>
+__device__ __forceinline__ void activation_program(const T* x, T* out, long long n) {
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+        out[i] = from_float<T>(apply_activation<ACT>(to_float(x[i])));
+}
+
+// out[r, c] = src[r * src_row_stride + src_offset + c] for r < rows, c < cols: one block per
+// row, threads striding across its columns.
+template <typename T>
+__device__ __forceinline__ void gather_rows_program(const T* src, T* out, long long src_row_stride,
+                                                    long long src_offset, int cols) {
+    const long long r = blockIdx.x;
+    const T* in = src + r * src_row_stride + src_offset;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) out[r * cols + c] = in[c];
+}
