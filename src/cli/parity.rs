@@ -42,10 +42,11 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
     let mut failed = Vec::new();
     for row in &rows {
         let ok = row.relative_error <= limit && row.same_top1 != Some(false);
-        let top1 = match row.same_top1 {
-            Some(true) => ", same top-1",
-            Some(false) => ", TOP-1 DIFFERS",
-            None => "",
+        let top1 = match (&row.shape_mismatch, row.same_top1) {
+            (Some(ours), _) => format!(", ours has shape {ours:?}"),
+            (None, Some(true)) => ", same top-1".into(),
+            (None, Some(false)) => ", TOP-1 DIFFERS".into(),
+            (None, None) => String::new(),
         };
         println!(
             "{:<20} {:>18} {:>14.3e} {:>14.3e}  {}{top1}",

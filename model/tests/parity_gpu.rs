@@ -1,0 +1,65 @@
+//! Every committed fixture on the CUDA backend in f32, f16 and bf16, fused and unfused,
+//! against PyTorch's float64 reference, layer by layer. Run on the GPU machine
+//! (scripts/gpu-check.sh).
+
+use std::path::{Path, PathBuf};
+use vitrt_model::parity::{compare, tolerance};
+use vitrt_model::{Runner, VitModel};
+use vitrt_runtime::backend::cuda::CudaBackend;
+use vitrt_runtime::passes::Fusion;
+use vitrt_runtime::{DType, HostTensor};
+
+fn fixtures() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("config.json").exists())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_fixture_matches_pytorch_on_the_gpu() {
+    let mut failures = Vec::new();
+    for dtype in DType::ALL {
+        let mut worst_overall = 0.0f64;
+        for fusion in [Fusion::ALL, Fusion::NONE] {
+            for dir in fixtures() {
+                let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+                let model = VitModel::load(&dir).unwrap();
+                let refs: Vec<HostTensor> = vitrt_weights::read_f32_tensors(&dir.join("reference.safetensors"))
+                    .unwrap()
+                    .into_iter()
+                    .map(|(name, shape, data)| HostTensor { name, shape, data })
+                    .collect();
+                let pixels = refs.iter().find(|t| t.name == "pixel_values").unwrap();
+                let wanted: Vec<HostTensor> = refs
+                    .iter()
+                    .filter(|t| t.name == "logits" || t.name == "last_hidden_state" || t.name.starts_with("hidden_states."))
+                    .cloned()
+                    .collect();
+                let backend = CudaBackend::new(0, dtype).unwrap();
+                let mut runner = Runner::new(model, Box::new(backend), fusion);
+                let ours = runner.run(&pixels.data, pixels.shape[0], true).unwrap();
+                let rows = compare(&ours, &wanted).unwrap();
+                let worst = rows.iter().map(|r| r.relative_error).fold(0.0, f64::max);
+                worst_overall = worst_overall.max(worst);
+                let fused = if fusion == Fusion::ALL { "fused" } else { "unfused" };
+                println!("{dtype:4} {fused:7} {name:26} worst relative error {worst:.2e}");
+                for row in rows {
+                    if row.relative_error > tolerance(dtype) || row.same_top1 == Some(false) {
+                        failures.push(format!(
+                            "{dtype} {fused} {name}: {} relative error {:.3e}, top-1 same: {:?}",
+                            row.name, row.relative_error, row.same_top1
+                        ));
+                    }
+                }
+            }
+        }
+        println!("{dtype}: worst relative error over all fixtures {worst_overall:.2e}");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
