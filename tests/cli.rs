@@ -31,11 +31,17 @@ fn stderr(o: &Output) -> String {
 /// and no panic.
 fn assert_clean_failure(o: &Output, needle: &str) {
     let err = stderr(o);
-    assert!(!o.status.success(), "expected failure, got success; stderr: {err}");
+    assert!(
+        !o.status.success(),
+        "expected failure, got success; stderr: {err}"
+    );
     assert_eq!(o.status.code(), Some(1), "exit code; stderr: {err}");
     assert!(!err.contains("panicked"), "panic: {err}");
     assert!(err.starts_with("error: "), "no error line: {err}");
-    assert!(err.contains(needle), "stderr should mention {needle:?}: {err}");
+    assert!(
+        err.contains(needle),
+        "stderr should mention {needle:?}: {err}"
+    );
 }
 
 fn temp() -> tempfile::TempDir {
@@ -49,14 +55,31 @@ fn infer_writes_logits_matching_pytorch() {
     let model = fixture("tiny-gelu");
     let reference = model.join("reference.safetensors");
     let o = vitrt(
-        &["infer", "--model", model.to_str().unwrap(), "--input", reference.to_str().unwrap(), "--output", out.to_str().unwrap(), "--dump-activations"],
+        &[
+            "infer",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            reference.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+            "--dump-activations",
+        ],
         dir.path(),
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let ours = vitrt_weights::read_f32_tensors(&out).unwrap();
     let refs = vitrt_weights::read_f32_tensors(&reference).unwrap();
     let names: Vec<&str> = ours.iter().map(|(n, _, _)| n.as_str()).collect();
-    assert_eq!(names, ["hidden_states.0", "hidden_states.1", "hidden_states.2", "logits"]);
+    assert_eq!(
+        names,
+        [
+            "hidden_states.0",
+            "hidden_states.1",
+            "hidden_states.2",
+            "logits"
+        ]
+    );
     let (_, shape, logits) = ours.iter().find(|t| t.0 == "logits").unwrap();
     let (_, _, want) = refs.iter().find(|t| t.0 == "logits").unwrap();
     assert_eq!(shape, &vec![2, 10]);
@@ -68,13 +91,30 @@ fn infer_writes_logits_matching_pytorch() {
 #[test]
 fn parity_passes_on_every_fixture_and_names_each_tensor() {
     let dir = temp();
-    for name in ["tiny-gelu", "vitmodel-relu", "sharded", "headdim80-silu-1ch"] {
+    for name in [
+        "tiny-gelu",
+        "vitmodel-relu",
+        "sharded",
+        "headdim80-silu-1ch",
+    ] {
         let model = fixture(name);
         let reference = model.join("reference.safetensors");
-        let o = vitrt(&["parity", "--model", model.to_str().unwrap(), "--reference", reference.to_str().unwrap()], dir.path());
+        let o = vitrt(
+            &[
+                "parity",
+                "--model",
+                model.to_str().unwrap(),
+                "--reference",
+                reference.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
         let stdout = String::from_utf8_lossy(&o.stdout);
         assert!(o.status.success(), "{name}: {}{}", stdout, stderr(&o));
-        assert!(stdout.contains("hidden_states.0") && stdout.contains("parity: ok"), "{stdout}");
+        assert!(
+            stdout.contains("hidden_states.0") && stdout.contains("parity: ok"),
+            "{stdout}"
+        );
     }
 }
 
@@ -84,22 +124,53 @@ fn parity_fails_when_the_model_differs_from_the_reference() {
     let dir = temp();
     let model = fixture("sharded");
     let reference = fixture("tiny-gelu").join("reference.safetensors");
-    let o = vitrt(&["parity", "--model", model.to_str().unwrap(), "--reference", reference.to_str().unwrap()], dir.path());
+    let o = vitrt(
+        &[
+            "parity",
+            "--model",
+            model.to_str().unwrap(),
+            "--reference",
+            reference.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
     assert!(!o.status.success());
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("FAIL"), "{stdout}");
-    assert!(stderr(&o).contains("parity failed for hidden_states.0"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("parity failed for hidden_states.0"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
 fn infer_refuses_pixels_of_the_wrong_shape_and_writes_nothing() {
     let dir = temp();
     let input = dir.path().join("in.safetensors");
-    vitrt_weights::write_f32_tensors(&input, &[("pixel_values".into(), vec![1, 3, 16, 16], vec![0.5; 768])]).unwrap();
+    vitrt_weights::write_f32_tensors(
+        &input,
+        &[("pixel_values".into(), vec![1, 3, 16, 16], vec![0.5; 768])],
+    )
+    .unwrap();
     let out = dir.path().join("out.safetensors");
     let model = fixture("tiny-gelu");
-    let o = vitrt(&["infer", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap(), "--output", out.to_str().unwrap()], dir.path());
-    assert_clean_failure(&o, "pixel_values has shape [1, 3, 16, 16]; this model takes [B, 3, 32, 32]");
+    let o = vitrt(
+        &[
+            "infer",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_clean_failure(
+        &o,
+        "pixel_values has shape [1, 3, 16, 16]; this model takes [B, 3, 32, 32]",
+    );
     assert!(!out.exists(), "nothing half-written");
 }
 
@@ -117,17 +188,37 @@ fn broken_models_are_clear_errors() {
         m
     };
     let set_config = |m: &Path, key: &str, value: serde_json::Value| {
-        let mut c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(m.join("config.json")).unwrap()).unwrap();
+        let mut c: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(m.join("config.json")).unwrap()).unwrap();
         c[key] = value;
         std::fs::write(m.join("config.json"), c.to_string()).unwrap();
     };
     let cases: Vec<(PathBuf, &str)> = vec![
         (dir.path().join("does-not-exist"), "does-not-exist"),
-        (make("no-config", &|m| std::fs::remove_file(m.join("config.json")).unwrap()), "config.json"),
-        (make("bad-json", &|m| std::fs::write(m.join("config.json"), "{ not json").unwrap()), "config.json"),
-        (make("mish", &|m| set_config(m, "hidden_act", "mish".into())), "unknown hidden_act \"mish\""),
-        (make("heads", &|m| set_config(m, "num_attention_heads", 5.into())), "not divisible by num_attention_heads"),
-        (make("wider", &|m| set_config(m, "intermediate_size", 256.into())), "has shape [128, 64], expected [256, 64]"),
+        (
+            make("no-config", &|m| {
+                std::fs::remove_file(m.join("config.json")).unwrap()
+            }),
+            "config.json",
+        ),
+        (
+            make("bad-json", &|m| {
+                std::fs::write(m.join("config.json"), "{ not json").unwrap()
+            }),
+            "config.json",
+        ),
+        (
+            make("mish", &|m| set_config(m, "hidden_act", "mish".into())),
+            "unknown hidden_act \"mish\"",
+        ),
+        (
+            make("heads", &|m| set_config(m, "num_attention_heads", 5.into())),
+            "not divisible by num_attention_heads",
+        ),
+        (
+            make("wider", &|m| set_config(m, "intermediate_size", 256.into())),
+            "has shape [128, 64], expected [256, 64]",
+        ),
         (
             make("truncated", &|m| {
                 let bytes = std::fs::read(m.join("model.safetensors")).unwrap();
@@ -136,14 +227,34 @@ fn broken_models_are_clear_errors() {
             "model.safetensors",
         ),
         (
-            make("garbage", &|m| std::fs::write(m.join("model.safetensors"), b"\xff\xff\xff\xff\xff\xff\xff\x7fjunk").unwrap()),
+            make("garbage", &|m| {
+                std::fs::write(
+                    m.join("model.safetensors"),
+                    b"\xff\xff\xff\xff\xff\xff\xff\x7fjunk",
+                )
+                .unwrap()
+            }),
             "model.safetensors",
         ),
-        (make("more-layers", &|m| set_config(m, "num_hidden_layers", 3.into())), "missing tensor vit.encoder.layer.2"),
+        (
+            make("more-layers", &|m| {
+                set_config(m, "num_hidden_layers", 3.into())
+            }),
+            "missing tensor vit.encoder.layer.2",
+        ),
     ];
     let reference = good.join("reference.safetensors");
     for (model, needle) in cases {
-        let o = vitrt(&["parity", "--model", model.to_str().unwrap(), "--reference", reference.to_str().unwrap()], dir.path());
+        let o = vitrt(
+            &[
+                "parity",
+                "--model",
+                model.to_str().unwrap(),
+                "--reference",
+                reference.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
         assert_clean_failure(&o, needle);
     }
 }
@@ -152,8 +263,21 @@ fn broken_models_are_clear_errors() {
 fn hub_ids_not_cached_fail_at_once_offline() {
     let dir = temp();
     let img = root().join("tests/fixtures/images");
-    let any_image = std::fs::read_dir(&img).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|e| e == "png")).unwrap();
-    let o = vitrt(&["classify", "--model", "google/vit-base-patch16-224", "--offline", any_image.to_str().unwrap()], dir.path());
+    let any_image = std::fs::read_dir(&img)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "png"))
+        .unwrap();
+    let o = vitrt(
+        &[
+            "classify",
+            "--model",
+            "google/vit-base-patch16-224",
+            "--offline",
+            any_image.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
     assert_clean_failure(&o, "google/vit-base-patch16-224");
 }
 
@@ -166,14 +290,44 @@ fn classify_explains_bad_images_and_models_without_a_head() {
     let text = dir.path().join("notes.jpg");
     std::fs::write(&text, b"this is not an image at all").unwrap();
     let missing = dir.path().join("missing.png");
-    for (image, needle) in [(&empty, "empty.png"), (&text, "notes.jpg"), (&missing, "missing.png")] {
-        let o = vitrt(&["classify", "--model", model.to_str().unwrap(), image.to_str().unwrap()], dir.path());
+    for (image, needle) in [
+        (&empty, "empty.png"),
+        (&text, "notes.jpg"),
+        (&missing, "missing.png"),
+    ] {
+        let o = vitrt(
+            &[
+                "classify",
+                "--model",
+                model.to_str().unwrap(),
+                image.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
         assert_clean_failure(&o, needle);
     }
     let base = fixture("vitmodel-relu");
     let png = dir.path().join("img.png");
-    std::fs::copy(root().join("examples/digits").read_dir().unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|e| e == "png")).unwrap(), &png).unwrap();
-    let o = vitrt(&["classify", "--model", base.to_str().unwrap(), png.to_str().unwrap()], dir.path());
+    std::fs::copy(
+        root()
+            .join("examples/digits")
+            .read_dir()
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "png"))
+            .unwrap(),
+        &png,
+    )
+    .unwrap();
+    let o = vitrt(
+        &[
+            "classify",
+            "--model",
+            base.to_str().unwrap(),
+            png.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
     assert_clean_failure(&o, "vitrt infer");
 }
 
@@ -184,33 +338,73 @@ fn device_and_dtype_errors_are_clear() {
     let reference = model.join("reference.safetensors");
     let m = model.to_str().unwrap();
     let r = reference.to_str().unwrap();
-    let o = vitrt(&["parity", "--model", m, "--reference", r, "--dtype", "f16"], dir.path());
+    let o = vitrt(
+        &["parity", "--model", m, "--reference", r, "--dtype", "f16"],
+        dir.path(),
+    );
     assert_clean_failure(&o, "needs --device cuda");
-    let o = vitrt(&["parity", "--model", m, "--reference", r, "--device", "tpu"], dir.path());
+    let o = vitrt(
+        &["parity", "--model", m, "--reference", r, "--device", "tpu"],
+        dir.path(),
+    );
     assert_clean_failure(&o, "unknown device \"tpu\"");
-    let o = vitrt(&["parity", "--model", m, "--reference", r, "--device", "cuda:7"], dir.path());
+    let o = vitrt(
+        &[
+            "parity",
+            "--model",
+            m,
+            "--reference",
+            r,
+            "--device",
+            "cuda:7",
+        ],
+        dir.path(),
+    );
     // Without a GPU: no driver; with one: no device 7 (or NVRTC missing). Never a panic.
     assert_clean_failure(&o, "");
-    assert!(stderr(&o).contains("CUDA") || stderr(&o).contains("NVRTC"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("CUDA") || stderr(&o).contains("NVRTC"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// The README's first command: the shipped demo model on the shipped digits, offline. Its
 /// predictions must equal PyTorch's (committed in examples/digits/expected.json).
 #[test]
 fn demo_model_classifies_the_shipped_digits_as_pytorch_does() {
-    let dir = temp();
+    let _dir = temp();
     let digits = root().join("examples/digits");
-    let expected: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(digits.join("expected.json")).unwrap()).unwrap();
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(digits.join("expected.json")).unwrap())
+            .unwrap();
     let mut images: Vec<PathBuf> = std::fs::read_dir(&digits)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "png"))
         .collect();
     images.sort();
-    let mut args = vec!["classify", "--model", "examples/digits-vit", "--json", "--top-k", "1", "--batch-size", "16"];
-    let paths: Vec<String> = images.iter().map(|p| p.strip_prefix(root()).unwrap().display().to_string()).collect();
+    let mut args = vec![
+        "classify",
+        "--model",
+        "examples/digits-vit",
+        "--json",
+        "--top-k",
+        "1",
+        "--batch-size",
+        "16",
+    ];
+    let paths: Vec<String> = images
+        .iter()
+        .map(|p| p.strip_prefix(root()).unwrap().display().to_string())
+        .collect();
     args.extend(paths.iter().map(String::as_str));
-    let o = Command::new(env!("CARGO_BIN_EXE_vitrt")).current_dir(root()).args(&args).env("HF_HUB_OFFLINE", "1").output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_vitrt"))
+        .current_dir(root())
+        .args(&args)
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(report["device"], "cpu");
@@ -220,16 +414,28 @@ fn demo_model_classifies_the_shipped_digits_as_pytorch_does() {
     let mut correct = 0;
     for (result, path) in results.iter().zip(&images) {
         let file = path.file_name().unwrap().to_str().unwrap();
-        let reference = want.iter().find(|p| p["image"] == file).unwrap_or_else(|| panic!("{file} not in expected.json"));
+        let reference = want
+            .iter()
+            .find(|p| p["image"] == file)
+            .unwrap_or_else(|| panic!("{file} not in expected.json"));
         let ours = &result["predictions"][0];
         assert_eq!(ours["label"], reference["label"], "{file}");
-        let (p, q) = (ours["probability"].as_f64().unwrap(), reference["probability"].as_f64().unwrap());
-        assert!((p - q).abs() < 1e-3, "{file}: probability {p} vs PyTorch {q}");
+        let (p, q) = (
+            ours["probability"].as_f64().unwrap(),
+            reference["probability"].as_f64().unwrap(),
+        );
+        assert!(
+            (p - q).abs() < 1e-3,
+            "{file}: probability {p} vs PyTorch {q}"
+        );
         if file.ends_with(&format!("label-{}.png", ours["label"].as_str().unwrap())) {
             correct += 1;
         }
     }
     let accuracy = correct as f64 / images.len() as f64;
     let stated = expected["accuracy_on_shipped"].as_f64().unwrap();
-    assert!((accuracy - stated).abs() < 1e-9, "accuracy {accuracy} vs stated {stated}");
+    assert!(
+        (accuracy - stated).abs() < 1e-9,
+        "accuracy {accuracy} vs stated {stated}"
+    );
 }

@@ -231,7 +231,11 @@ impl Operand {
     }
 
     pub fn index(&self, batch: usize, head: usize, row: usize, col: usize) -> usize {
-        self.offset + batch * self.batch_stride + head * self.head_stride + row * self.row_stride + col
+        self.offset
+            + batch * self.batch_stride
+            + head * self.head_stride
+            + row * self.row_stride
+            + col
     }
 
     /// One past the largest index a (batch, heads, rows, cols) walk touches; 0 when empty.
@@ -304,21 +308,37 @@ impl MatmulProblem {
             WeightLayout::KN => (self.k, self.n),
         };
         let checks = [
-            ("A", self.a.extent(self.batch, self.heads, self.m, self.k), Some(a_len)),
-            ("B", self.b.extent(self.batch, self.heads, b_rows, b_cols), Some(b_len)),
-            ("C", self.c.extent(self.batch, self.heads, self.m, self.n), Some(c_len)),
+            (
+                "A",
+                self.a.extent(self.batch, self.heads, self.m, self.k),
+                Some(a_len),
+            ),
+            (
+                "B",
+                self.b.extent(self.batch, self.heads, b_rows, b_cols),
+                Some(b_len),
+            ),
+            (
+                "C",
+                self.c.extent(self.batch, self.heads, self.m, self.n),
+                Some(c_len),
+            ),
         ];
         for (name, need, have) in checks {
             if let Some(have) = have {
                 if need > have {
-                    return Err(format!("matmul operand {name} needs {need} elements, buffer has {have}"));
+                    return Err(format!(
+                        "matmul operand {name} needs {need} elements, buffer has {have}"
+                    ));
                 }
             }
         }
         if self.epilogue.bias {
             match bias_len {
                 Some(len) if len >= self.n => {}
-                Some(len) => return Err(format!("matmul bias needs {} elements, has {len}", self.n)),
+                Some(len) => {
+                    return Err(format!("matmul bias needs {} elements, has {len}", self.n))
+                }
                 None => return Err("matmul epilogue wants a bias and none was given".into()),
             }
         }
@@ -326,7 +346,9 @@ impl MatmulProblem {
             let need = self.r.extent(self.batch, self.heads, self.m, self.n);
             match residual_len {
                 Some(len) if len >= need => {}
-                Some(len) => return Err(format!("matmul residual needs {need} elements, has {len}")),
+                Some(len) => {
+                    return Err(format!("matmul residual needs {need} elements, has {len}"))
+                }
                 None => return Err("matmul epilogue wants a residual and none was given".into()),
             }
         }
@@ -363,11 +385,23 @@ mod tests {
     fn activations_match_pytorch_values() {
         // The formulas evaluated in float64 by Python's math module.
         let close = |a: f32, b: f64| (a as f64 - b).abs() < 1e-6;
-        assert!(close(Activation::Gelu.apply(-1.0), -0.158_655_253_931_457_05));
+        assert!(close(
+            Activation::Gelu.apply(-1.0),
+            -0.158_655_253_931_457_05
+        ));
         assert!(close(Activation::Gelu.apply(2.0), 1.954_499_736_103_642));
-        assert!(close(Activation::GeluTanh.apply(0.5), 0.345_714_010_294_053_3));
-        assert!(close(Activation::QuickGelu.apply(1.0), 0.845_795_765_932_821_2));
-        assert!(close(Activation::Silu.apply(-2.0), -0.238_405_844_044_234_03));
+        assert!(close(
+            Activation::GeluTanh.apply(0.5),
+            0.345_714_010_294_053_3
+        ));
+        assert!(close(
+            Activation::QuickGelu.apply(1.0),
+            0.845_795_765_932_821_2
+        ));
+        assert!(close(
+            Activation::Silu.apply(-2.0),
+            -0.238_405_844_044_234_03
+        ));
         assert_eq!(Activation::Relu.apply(-3.0), 0.0);
     }
 

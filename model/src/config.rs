@@ -147,7 +147,7 @@ impl VitConfig {
 
     /// The arithmetic the graph relies on.
     fn check(&self) -> Result<(), String> {
-        if self.hidden_size % self.num_attention_heads != 0 {
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(format!(
                 "hidden_size {} is not divisible by num_attention_heads {}",
                 self.hidden_size, self.num_attention_heads

@@ -30,15 +30,20 @@ fn every_fixture_matches_pytorch_on_the_gpu() {
             for dir in fixtures() {
                 let name = dir.file_name().unwrap().to_string_lossy().into_owned();
                 let model = VitModel::load(&dir).unwrap();
-                let refs: Vec<HostTensor> = vitrt_weights::read_f32_tensors(&dir.join("reference.safetensors"))
-                    .unwrap()
-                    .into_iter()
-                    .map(|(name, shape, data)| HostTensor { name, shape, data })
-                    .collect();
+                let refs: Vec<HostTensor> =
+                    vitrt_weights::read_f32_tensors(&dir.join("reference.safetensors"))
+                        .unwrap()
+                        .into_iter()
+                        .map(|(name, shape, data)| HostTensor { name, shape, data })
+                        .collect();
                 let pixels = refs.iter().find(|t| t.name == "pixel_values").unwrap();
                 let wanted: Vec<HostTensor> = refs
                     .iter()
-                    .filter(|t| t.name == "logits" || t.name == "last_hidden_state" || t.name.starts_with("hidden_states."))
+                    .filter(|t| {
+                        t.name == "logits"
+                            || t.name == "last_hidden_state"
+                            || t.name.starts_with("hidden_states.")
+                    })
                     .cloned()
                     .collect();
                 let backend = CudaBackend::new(0, dtype).unwrap();
@@ -47,7 +52,11 @@ fn every_fixture_matches_pytorch_on_the_gpu() {
                 let rows = compare(&ours, &wanted).unwrap();
                 let worst = rows.iter().map(|r| r.relative_error).fold(0.0, f64::max);
                 worst_overall = worst_overall.max(worst);
-                let fused = if fusion == Fusion::ALL { "fused" } else { "unfused" };
+                let fused = if fusion == Fusion::ALL {
+                    "fused"
+                } else {
+                    "unfused"
+                };
                 println!("{dtype:4} {fused:7} {name:26} worst relative error {worst:.2e}");
                 for row in rows {
                     if row.relative_error > tolerance(dtype) || row.same_top1 == Some(false) {

@@ -154,7 +154,7 @@ fn load_param(
         ParamSource::Concat(names) => {
             // Stacked along dim 0: each part has shape [shape[0] / parts, rest...].
             let parts = names.len();
-            if parts == 0 || shape.is_empty() || shape[0] % parts != 0 {
+            if parts == 0 || shape.is_empty() || !shape[0].is_multiple_of(parts) {
                 return Err(RuntimeError::Param {
                     name: source.key(),
                     message: format!("cannot split shape {shape:?} into {parts} parts"),

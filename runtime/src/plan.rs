@@ -225,7 +225,7 @@ mod tests {
         let g = chain(12);
         let plan = Plan::new(&g, DType::F32);
         assert_no_live_overlap(&g, &plan);
-        let one = 64 * 100 * 4;
+        let one: usize = 64 * 100 * 4;
         assert!(
             plan.arena_bytes <= 4 * one.div_ceil(ALIGNMENT) * ALIGNMENT,
             "arena {}",

@@ -77,7 +77,8 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
     let per_image = config.num_channels * config.image_size.0 * config.image_size.1;
     let mut pixels = Vec::with_capacity(args.images.len() * per_image);
     for path in &args.images {
-        let chw = preprocess_file(path, &pre).with_context(|| format!("reading image {}", path.display()))?;
+        let chw = preprocess_file(path, &pre)
+            .with_context(|| format!("reading image {}", path.display()))?;
         pixels.extend(chw);
     }
 
@@ -87,10 +88,16 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
         let start = chunk_index * batch_size * per_image;
         let batch_pixels = &pixels[start..start + chunk.len() * per_image];
         let outputs = runner.run(batch_pixels, chunk.len(), false)?;
-        let logits = outputs.iter().find(|t| t.name == "logits").context("the model produced no logits")?;
+        let logits = outputs
+            .iter()
+            .find(|t| t.name == "logits")
+            .context("the model produced no logits")?;
         let classes = *logits.shape.last().unwrap_or(&0);
         for (path, row) in chunk.iter().zip(logits.data.chunks(classes)) {
-            results.push((path.display().to_string(), top_k(row, args.top_k as usize, &config)));
+            results.push((
+                path.display().to_string(),
+                top_k(row, args.top_k as usize, &config),
+            ));
         }
     }
 
@@ -128,9 +135,23 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
 
 fn print_table(image: &str, preds: &[Prediction]) {
     println!("\n{image}");
-    let width = preds.iter().map(|p| p.label.chars().count()).max().unwrap_or(5).max(5);
-    println!("  {:>4}  {:>6}  {:<width$}  {:>11}", "rank", "class", "label", "probability");
+    let width = preds
+        .iter()
+        .map(|p| p.label.chars().count())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    println!(
+        "  {:>4}  {:>6}  {:<width$}  {:>11}",
+        "rank", "class", "label", "probability"
+    );
     for (rank, p) in preds.iter().enumerate() {
-        println!("  {:>4}  {:>6}  {:<width$}  {:>10.2}%", rank + 1, p.index, p.label, 100.0 * p.probability);
+        println!(
+            "  {:>4}  {:>6}  {:<width$}  {:>10.2}%",
+            rank + 1,
+            p.index,
+            p.label,
+            100.0 * p.probability
+        );
     }
 }

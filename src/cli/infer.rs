@@ -26,7 +26,10 @@ pub fn run(args: InferArgs) -> Result<ExitCode> {
     let tensors = read_tensors(&args.input)?;
     let (batch, pixels) = pixel_values(&tensors, &runner, &args.input)?;
     let outputs = runner.run(&pixels, batch, args.dump_activations)?;
-    let named: Vec<_> = outputs.into_iter().map(|t| (t.name, t.shape, t.data)).collect();
+    let named: Vec<_> = outputs
+        .into_iter()
+        .map(|t| (t.name, t.shape, t.data))
+        .collect();
     // Written whole or not at all: the writer goes through a temporary file and a rename.
     vitrt_weights::write_f32_tensors(&args.output, &named)?;
     let names: Vec<&str> = named.iter().map(|(n, _, _)| n.as_str()).collect();

@@ -16,7 +16,11 @@ use vitrt_runtime::DType;
 use vitrt_weights::{resolve_model, ResolveOptions};
 
 #[derive(Parser, Debug)]
-#[command(name = "vitrt", version, about = "Vision Transformer inference with our own GPU kernels")]
+#[command(
+    name = "vitrt",
+    version,
+    about = "Vision Transformer inference with our own GPU kernels"
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -76,7 +80,8 @@ impl ModelArgs {
                 offline: self.offline,
             },
         )?;
-        let model = VitModel::load(&files.dir).with_context(|| format!("loading model {}", self.model))?;
+        let model =
+            VitModel::load(&files.dir).with_context(|| format!("loading model {}", self.model))?;
         let device = Device::parse(&self.device)?;
         let backend = vitrt_runtime::backend::open(device, self.dtype)?;
         let fusion = match self.fusion {
@@ -96,7 +101,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 /// Reads a safetensors file of f32-convertible tensors.
-fn read_tensors(path: &PathBuf) -> Result<Vec<vitrt_runtime::HostTensor>> {
+fn read_tensors(path: &std::path::Path) -> Result<Vec<vitrt_runtime::HostTensor>> {
     Ok(vitrt_weights::read_f32_tensors(path)?
         .into_iter()
         .map(|(name, shape, data)| vitrt_runtime::HostTensor { name, shape, data })
@@ -104,7 +109,11 @@ fn read_tensors(path: &PathBuf) -> Result<Vec<vitrt_runtime::HostTensor>> {
 }
 
 /// The `pixel_values` tensor of a file, checked against the model's input shape.
-fn pixel_values(tensors: &[vitrt_runtime::HostTensor], runner: &Runner, path: &std::path::Path) -> Result<(usize, Vec<f32>)> {
+fn pixel_values(
+    tensors: &[vitrt_runtime::HostTensor],
+    runner: &Runner,
+    path: &std::path::Path,
+) -> Result<(usize, Vec<f32>)> {
     let Some(px) = tensors.iter().find(|t| t.name == "pixel_values") else {
         bail!("{} holds no tensor named pixel_values", path.display());
     };

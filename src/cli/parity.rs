@@ -29,16 +29,28 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
         .filter(|t| t.name == main_output || t.name.starts_with("hidden_states."))
         .collect();
     if expected.is_empty() {
-        anyhow::bail!("{} holds neither {main_output} nor hidden_states.*: nothing to compare", args.reference.display());
+        anyhow::bail!(
+            "{} holds neither {main_output} nor hidden_states.*: nothing to compare",
+            args.reference.display()
+        );
     }
-    let wants_hidden = expected.iter().any(|t| t.name.starts_with("hidden_states."));
+    let wants_hidden = expected
+        .iter()
+        .any(|t| t.name.starts_with("hidden_states."));
     let outputs = runner.run(&pixels, batch, wants_hidden)?;
     let rows = compare(&outputs, &expected).map_err(anyhow::Error::msg)?;
 
     let dtype = runner.backend().dtype();
     let limit = args.tolerance.unwrap_or_else(|| tolerance(dtype));
-    println!("{} on {} ({dtype}), batch {batch}, tolerance {limit:.0e}", args.model.model, runner.backend().describe());
-    println!("{:<20} {:>18} {:>14} {:>14}  {}", "tensor", "shape", "max abs err", "rel err", "");
+    println!(
+        "{} on {} ({dtype}), batch {batch}, tolerance {limit:.0e}",
+        args.model.model,
+        runner.backend().describe()
+    );
+    println!(
+        "{:<20} {:>18} {:>14} {:>14}  ",
+        "tensor", "shape", "max abs err", "rel err"
+    );
     let mut failed = Vec::new();
     for row in &rows {
         let ok = row.relative_error <= limit && row.same_top1 != Some(false);
@@ -64,7 +76,11 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
         println!("parity: ok ({} tensors)", rows.len());
         Ok(ExitCode::SUCCESS)
     } else {
-        eprintln!("error: parity failed for {} (first: {})", failed.join(", "), failed[0]);
+        eprintln!(
+            "error: parity failed for {} (first: {})",
+            failed.join(", "),
+            failed[0]
+        );
         Ok(ExitCode::FAILURE)
     }
 }

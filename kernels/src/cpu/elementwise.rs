@@ -6,31 +6,35 @@ use rayon::prelude::*;
 /// `out[r, :] = (x[r, :] - mean) / sqrt(var + eps) * gamma + beta`, biased variance, as
 /// torch.nn.LayerNorm. Two passes over the row, so a large mean does not cost precision.
 pub fn layernorm(x: &[f32], gamma: &[f32], beta: &[f32], cols: usize, eps: f32, out: &mut [f32]) {
-    assert!(cols > 0 && x.len() % cols == 0 && out.len() == x.len());
+    assert!(cols > 0 && x.len().is_multiple_of(cols) && out.len() == x.len());
     assert!(gamma.len() == cols && beta.len() == cols);
-    out.par_chunks_mut(cols).zip(x.par_chunks(cols)).for_each(|(o, row)| {
-        let mean = row.iter().sum::<f32>() / cols as f32;
-        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / cols as f32;
-        let inv_std = 1.0 / (var + eps).sqrt();
-        for (((o, &v), &g), &b) in o.iter_mut().zip(row).zip(gamma).zip(beta) {
-            *o = (v - mean) * inv_std * g + b;
-        }
-    });
+    out.par_chunks_mut(cols)
+        .zip(x.par_chunks(cols))
+        .for_each(|(o, row)| {
+            let mean = row.iter().sum::<f32>() / cols as f32;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / cols as f32;
+            let inv_std = 1.0 / (var + eps).sqrt();
+            for (((o, &v), &g), &b) in o.iter_mut().zip(row).zip(gamma).zip(beta) {
+                *o = (v - mean) * inv_std * g + b;
+            }
+        });
 }
 
 /// `out[r, :] = softmax(scale * x[r, :])`, with the row maximum subtracted first.
 pub fn softmax(x: &[f32], cols: usize, scale: f32, out: &mut [f32]) {
-    assert!(cols > 0 && x.len() % cols == 0 && out.len() == x.len());
-    out.par_chunks_mut(cols).zip(x.par_chunks(cols)).for_each(|(o, row)| {
-        let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(scale * v));
-        let mut sum = 0.0f32;
-        for (o, &v) in o.iter_mut().zip(row) {
-            *o = (scale * v - max).exp();
-            sum += *o;
-        }
-        let inv = 1.0 / sum;
-        o.iter_mut().for_each(|v| *v *= inv);
-    });
+    assert!(cols > 0 && x.len().is_multiple_of(cols) && out.len() == x.len());
+    out.par_chunks_mut(cols)
+        .zip(x.par_chunks(cols))
+        .for_each(|(o, row)| {
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(scale * v));
+            let mut sum = 0.0f32;
+            for (o, &v) in o.iter_mut().zip(row) {
+                *o = (scale * v - max).exp();
+                sum += *o;
+            }
+            let inv = 1.0 / sum;
+            o.iter_mut().for_each(|v| *v *= inv);
+        });
 }
 
 /// `out = a + b`, element by element.
@@ -61,17 +65,19 @@ pub fn patchify(
     let row_len = channels * patch * patch;
     assert_eq!(pixels.len(), batch * channels * height * width);
     assert_eq!(out.len(), batch * grid_h * grid_w * row_len);
-    out.par_chunks_mut(row_len).enumerate().for_each(|(row, o)| {
-        let b = row / (grid_h * grid_w);
-        let (py, px) = ((row / grid_w) % grid_h, row % grid_w);
-        for c in 0..channels {
-            for y in 0..patch {
-                let src = ((b * channels + c) * height + py * patch + y) * width + px * patch;
-                let dst = (c * patch + y) * patch;
-                o[dst..dst + patch].copy_from_slice(&pixels[src..src + patch]);
+    out.par_chunks_mut(row_len)
+        .enumerate()
+        .for_each(|(row, o)| {
+            let b = row / (grid_h * grid_w);
+            let (py, px) = ((row / grid_w) % grid_h, row % grid_w);
+            for c in 0..channels {
+                for y in 0..patch {
+                    let src = ((b * channels + c) * height + py * patch + y) * width + px * patch;
+                    let dst = (c * patch + y) * patch;
+                    o[dst..dst + patch].copy_from_slice(&pixels[src..src + patch]);
+                }
             }
-        }
-    });
+        });
 }
 
 /// Writes the CLS row of every image: `out[b, 0, :] = cls + pos[0, :]`. The patch rows
@@ -98,7 +104,16 @@ mod tests {
         let mut out = [0.0; 8];
         layernorm(&x, &g, &b, 4, 1e-5, &mut out);
         let inv = 1.0 / (1.25f32 + 1e-5).sqrt();
-        let want = [-1.5 * inv, -0.5 * inv, 1.0 * inv, 3.0 * inv + 1.0, 0.0, 0.0, 0.0, 1.0];
+        let want = [
+            -1.5 * inv,
+            -0.5 * inv,
+            1.0 * inv,
+            3.0 * inv + 1.0,
+            0.0,
+            0.0,
+            0.0,
+            1.0,
+        ];
         for (o, w) in out.iter().zip(want) {
             assert!((o - w).abs() < 1e-5, "{out:?}");
         }

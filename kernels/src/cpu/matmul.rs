@@ -27,7 +27,12 @@ impl Default for MatmulTiles {
 }
 
 /// Maps a linear program id to its (tile row, tile column) with grouped ordering.
-pub(crate) fn grouped_tile(pid: usize, tiles_m: usize, tiles_n: usize, group_m: usize) -> (usize, usize) {
+pub(crate) fn grouped_tile(
+    pid: usize,
+    tiles_m: usize,
+    tiles_n: usize,
+    group_m: usize,
+) -> (usize, usize) {
     let programs_in_group = group_m * tiles_n;
     let group = pid / programs_in_group;
     let first_m = group * group_m;
@@ -48,7 +53,13 @@ pub fn matmul(
     c: &mut [f32],
 ) {
     let p = problem;
-    if let Err(e) = p.check_bounds(a.len(), b.len(), c.len(), bias.map(<[f32]>::len), residual.map(<[f32]>::len)) {
+    if let Err(e) = p.check_bounds(
+        a.len(),
+        b.len(),
+        c.len(),
+        bias.map(<[f32]>::len),
+        residual.map(<[f32]>::len),
+    ) {
         panic!("{e}");
     }
     let tiles_m = p.m.div_ceil(tiles.block_m);
@@ -76,7 +87,12 @@ pub fn matmul(
         let rows = (p.m - tile_m * tiles.block_m).min(tiles.block_m);
         let cols = (p.n - tile_n * tiles.block_n).min(tiles.block_n);
         for i in 0..rows {
-            let start = p.c.index(batch, head, tile_m * tiles.block_m + i, tile_n * tiles.block_n);
+            let start = p.c.index(
+                batch,
+                head,
+                tile_m * tiles.block_m + i,
+                tile_n * tiles.block_n,
+            );
             c[start..start + cols].copy_from_slice(&tile[i * cols..(i + 1) * cols]);
         }
     }
@@ -129,7 +145,11 @@ fn compute_tile(
     let epi = &p.epilogue;
     for i in 0..rows {
         for j in 0..cols {
-            let bias_val = if epi.bias { bias.map(|bias| bias[col0 + j]) } else { None };
+            let bias_val = if epi.bias {
+                bias.map(|bias| bias[col0 + j])
+            } else {
+                None
+            };
             let res_val = if epi.residual {
                 residual.map(|r| r[p.r.index(batch, head, row0 + i, col0 + j)])
             } else {
@@ -147,7 +167,12 @@ fn dot(x: &[f32], y: &[f32]) -> f32 {
     let mut lanes = [0.0f32; 8];
     let xc = x.chunks_exact(8);
     let yc = y.chunks_exact(8);
-    let tail: f32 = xc.remainder().iter().zip(yc.remainder()).map(|(a, b)| a * b).sum();
+    let tail: f32 = xc
+        .remainder()
+        .iter()
+        .zip(yc.remainder())
+        .map(|(a, b)| a * b)
+        .sum();
     for (xs, ys) in xc.zip(yc) {
         for l in 0..8 {
             lanes[l] += xs[l] * ys[l];
@@ -167,7 +192,14 @@ mod tests {
     }
 
     /// The plainest possible triple loop, in f64.
-    fn naive(p: &MatmulProblem, a: &[f32], b: &[f32], bias: Option<&[f32]>, r: Option<&[f32]>, c: &mut [f32]) {
+    fn naive(
+        p: &MatmulProblem,
+        a: &[f32],
+        b: &[f32],
+        bias: Option<&[f32]>,
+        r: Option<&[f32]>,
+        c: &mut [f32],
+    ) {
         for bt in 0..p.batch {
             for h in 0..p.heads {
                 for i in 0..p.m {
@@ -191,7 +223,10 @@ mod tests {
 
     fn assert_close(got: &[f32], want: &[f32]) {
         for (i, (g, w)) in got.iter().zip(want).enumerate() {
-            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "index {i}: got {g}, want {w}");
+            assert!(
+                (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                "index {i}: got {g}, want {w}"
+            );
         }
     }
 
@@ -219,10 +254,23 @@ mod tests {
                 residual: true,
             };
             let p = MatmulProblem::linear(m, n, k, epi);
-            let (a, b, bias, r) = (random(m * k, &mut rng), random(n * k, &mut rng), random(n, &mut rng), random(m * n, &mut rng));
+            let (a, b, bias, r) = (
+                random(m * k, &mut rng),
+                random(n * k, &mut rng),
+                random(n, &mut rng),
+                random(m * n, &mut rng),
+            );
             let mut got = vec![f32::NAN; m * n];
             let mut want = vec![f32::NAN; m * n];
-            matmul(&p, MatmulTiles::default(), &a, &b, Some(&bias), Some(&r), &mut got);
+            matmul(
+                &p,
+                MatmulTiles::default(),
+                &a,
+                &b,
+                Some(&bias),
+                Some(&r),
+                &mut got,
+            );
             naive(&p, &a, &b, Some(&bias), Some(&r), &mut want);
             assert_close(&got, &want);
         }
@@ -264,7 +312,20 @@ mod tests {
         };
         let mut got = vec![f32::NAN; batch * heads * tokens * tokens];
         let mut want = got.clone();
-        matmul(&scores, MatmulTiles { block_m: 4, block_n: 8, block_k: 8, group_m: 2 }, &qkv, &qkv, None, None, &mut got);
+        matmul(
+            &scores,
+            MatmulTiles {
+                block_m: 4,
+                block_n: 8,
+                block_k: 8,
+                group_m: 2,
+            },
+            &qkv,
+            &qkv,
+            None,
+            None,
+            &mut got,
+        );
         naive(&scores, &qkv, &qkv, None, None, &mut want);
         assert_close(&got, &want);
 
@@ -285,9 +346,20 @@ mod tests {
         };
         let mut got_o = vec![f32::NAN; batch * tokens * hidden];
         let mut want_o = got_o.clone();
-        matmul(&context, MatmulTiles::default(), &got, &qkv, None, None, &mut got_o);
+        matmul(
+            &context,
+            MatmulTiles::default(),
+            &got,
+            &qkv,
+            None,
+            None,
+            &mut got_o,
+        );
         naive(&context, &want, &qkv, None, None, &mut want_o);
         assert_close(&got_o, &want_o);
-        assert!(got_o.iter().all(|v| v.is_finite()), "every element of O is written");
+        assert!(
+            got_o.iter().all(|v| v.is_finite()),
+            "every element of O is written"
+        );
     }
 }

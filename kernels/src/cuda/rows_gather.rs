@@ -1,7 +1,10 @@
 //! A standalone activation and a strided row gather: small kernels for the parts of a graph
 //! that fusion does not absorb.
 
-use super::{to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError, KernelParam, LaunchDims, ParamKind};
+use super::{
+    to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError, KernelParam,
+    LaunchDims, ParamKind,
+};
 use crate::{Activation, DType};
 
 const SOURCE: &str = include_str!("../../cuda/rows_gather.cu");
@@ -65,7 +68,14 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
     all
 }
 
-pub(crate) fn launch_activation(gpu: &Gpu, dtype: DType, act: Activation, x: DevPtr, n: usize, out: DevPtr) -> Result<(), KernelError> {
+pub(crate) fn launch_activation(
+    gpu: &Gpu,
+    dtype: DType,
+    act: Activation,
+    x: DevPtr,
+    n: usize,
+    out: DevPtr,
+) -> Result<(), KernelError> {
     x.expect("activation input", dtype, n)?;
     out.expect("activation output", dtype, n)?;
     if n == 0 {
@@ -80,7 +90,11 @@ pub(crate) fn launch_activation(gpu: &Gpu, dtype: DType, act: Activation, x: Dev
             block: THREADS,
             shared_bytes: 0,
         },
-        &[KernelArg::Ptr(x.ptr), KernelArg::Ptr(out.ptr), KernelArg::I64(to_i64(n)?)],
+        &[
+            KernelArg::Ptr(x.ptr),
+            KernelArg::Ptr(out.ptr),
+            KernelArg::I64(to_i64(n)?),
+        ],
     )
 }
 
@@ -99,7 +113,11 @@ pub(crate) fn launch_gather_rows(
     if rows == 0 || cols == 0 {
         return Ok(());
     }
-    src.expect("gather source", dtype, (rows - 1) * src_row_stride + src_offset + cols)?;
+    src.expect(
+        "gather source",
+        dtype,
+        (rows - 1) * src_row_stride + src_offset + cols,
+    )?;
     out.expect("gather output", dtype, rows * cols)?;
     let blocks = u32::try_from(rows).map_err(|_| super::invalid!("gather of {rows} rows"))?;
     gpu.launch(
@@ -114,14 +132,23 @@ pub(crate) fn launch_gather_rows(
             KernelArg::Ptr(out.ptr),
             KernelArg::I64(to_i64(src_row_stride)?),
             KernelArg::I64(to_i64(src_offset)?),
-            KernelArg::I32(i32::try_from(cols).map_err(|_| super::invalid!("gather of {cols} columns"))?),
+            KernelArg::I32(
+                i32::try_from(cols).map_err(|_| super::invalid!("gather of {cols} columns"))?,
+            ),
         ],
     )
 }
 
 impl Gpu {
     /// `out = act(x)` element by element (graphs run without epilogue fusion need it).
-    pub fn activation(&self, dtype: DType, act: Activation, x: DevPtr, n: usize, out: DevPtr) -> Result<(), KernelError> {
+    pub fn activation(
+        &self,
+        dtype: DType,
+        act: Activation,
+        x: DevPtr,
+        n: usize,
+        out: DevPtr,
+    ) -> Result<(), KernelError> {
         launch_activation(self, dtype, act, x, n, out)
     }
 
@@ -138,6 +165,15 @@ impl Gpu {
         cols: usize,
         out: DevPtr,
     ) -> Result<(), KernelError> {
-        launch_gather_rows(self, dtype, src, src_row_stride, src_offset, rows, cols, out)
+        launch_gather_rows(
+            self,
+            dtype,
+            src,
+            src_row_stride,
+            src_offset,
+            rows,
+            cols,
+            out,
+        )
     }
 }

@@ -40,7 +40,11 @@ impl CudaBackend {
 
     fn ptr(&self, buffer: BufferRef) -> Result<DevPtr, KernelError> {
         match buffer {
-            BufferRef::Arena { offset_bytes, len, dtype } => {
+            BufferRef::Arena {
+                offset_bytes,
+                len,
+                dtype,
+            } => {
                 let arena = self
                     .arena
                     .as_ref()
@@ -64,16 +68,31 @@ fn backend_error(e: KernelError) -> RuntimeError {
 pub fn encode(data: &[f32], dtype: DType) -> Vec<u8> {
     match dtype {
         DType::F32 => data.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        DType::F16 => data.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect(),
-        DType::BF16 => data.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()).collect(),
+        DType::F16 => data
+            .iter()
+            .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+            .collect(),
+        DType::BF16 => data
+            .iter()
+            .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
+            .collect(),
     }
 }
 
 pub fn decode(bytes: &[u8], dtype: DType) -> Vec<f32> {
     match dtype {
-        DType::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-        DType::F16 => bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-        DType::BF16 => bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+        DType::F32 => bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        DType::F16 => bytes
+            .chunks_exact(2)
+            .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        DType::BF16 => bytes
+            .chunks_exact(2)
+            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
     }
 }
 
@@ -121,20 +140,41 @@ impl Backend for CudaBackend {
     }
 
     fn write(&mut self, dst: BufferRef, data: &[f32]) -> Result<(), RuntimeError> {
-        let BufferRef::Arena { offset_bytes, len, dtype } = dst else {
-            return Err(RuntimeError::Backend("only arena buffers can be written".into()));
+        let BufferRef::Arena {
+            offset_bytes,
+            len,
+            dtype,
+        } = dst
+        else {
+            return Err(RuntimeError::Backend(
+                "only arena buffers can be written".into(),
+            ));
         };
         if len != data.len() {
-            return Err(RuntimeError::Backend(format!("write of {} values into {len}", data.len())));
+            return Err(RuntimeError::Backend(format!(
+                "write of {} values into {len}",
+                data.len()
+            )));
         }
-        let arena = self.arena.as_ref().ok_or_else(|| RuntimeError::Backend("no arena reserved".into()))?;
-        self.gpu.upload(arena, offset_bytes, &encode(data, dtype)).map_err(backend_error)
+        let arena = self
+            .arena
+            .as_ref()
+            .ok_or_else(|| RuntimeError::Backend("no arena reserved".into()))?;
+        self.gpu
+            .upload(arena, offset_bytes, &encode(data, dtype))
+            .map_err(backend_error)
     }
 
     fn read(&mut self, src: BufferRef) -> Result<Vec<f32>, RuntimeError> {
         let (buffer, offset, len, dtype) = match src {
-            BufferRef::Arena { offset_bytes, len, dtype } => (
-                self.arena.as_ref().ok_or_else(|| RuntimeError::Backend("no arena reserved".into()))?,
+            BufferRef::Arena {
+                offset_bytes,
+                len,
+                dtype,
+            } => (
+                self.arena
+                    .as_ref()
+                    .ok_or_else(|| RuntimeError::Backend("no arena reserved".into()))?,
                 offset_bytes,
                 len,
                 dtype,
@@ -142,12 +182,21 @@ impl Backend for CudaBackend {
             BufferRef::Param { id, len } => (&self.params[id], 0, len, self.dtype),
         };
         let mut bytes = vec![0u8; len * dtype.size_bytes()];
-        self.gpu.download(buffer, offset, &mut bytes).map_err(backend_error)?;
+        self.gpu
+            .download(buffer, offset, &mut bytes)
+            .map_err(backend_error)?;
         Ok(decode(&bytes, dtype))
     }
 
-    fn execute(&mut self, op: &Op, inputs: &[Binding], output: &Binding, workspace: Option<BufferRef>) -> Result<(), String> {
-        self.execute_op(op, inputs, output, workspace).map_err(|e| e.to_string())
+    fn execute(
+        &mut self,
+        op: &Op,
+        inputs: &[Binding],
+        output: &Binding,
+        workspace: Option<BufferRef>,
+    ) -> Result<(), String> {
+        self.execute_op(op, inputs, output, workspace)
+            .map_err(|e| e.to_string())
     }
 
     fn synchronize(&mut self) -> Result<(), RuntimeError> {
@@ -156,19 +205,32 @@ impl Backend for CudaBackend {
 }
 
 impl CudaBackend {
-    fn execute_op(&self, op: &Op, inputs: &[Binding], output: &Binding, workspace: Option<BufferRef>) -> Result<(), KernelError> {
+    fn execute_op(
+        &self,
+        op: &Op,
+        inputs: &[Binding],
+        output: &Binding,
+        workspace: Option<BufferRef>,
+    ) -> Result<(), KernelError> {
         let d = self.dtype;
-        let ins: Vec<DevPtr> = inputs.iter().map(|b| self.ptr(b.buffer)).collect::<Result<_, _>>()?;
+        let ins: Vec<DevPtr> = inputs
+            .iter()
+            .map(|b| self.ptr(b.buffer))
+            .collect::<Result<_, _>>()?;
         let out = self.ptr(output.buffer)?;
         let last = |s: &[usize]| *s.last().unwrap_or(&1);
         let gpu = &self.gpu;
         match op {
             Op::PatchEmbed { patch } => {
-                let ws = self.ptr(workspace.ok_or_else(|| KernelError::InvalidArgument("patch embedding needs a workspace".into()))?)?;
+                let ws = self.ptr(workspace.ok_or_else(|| {
+                    KernelError::InvalidArgument("patch embedding needs a workspace".into())
+                })?)?;
                 let px = &inputs[0].shape;
                 let (b, c, h, w) = (px[0], px[1], px[2], px[3]);
                 let (tokens, hidden) = (output.shape[1], output.shape[2]);
-                gpu.patchify_with_cls(d, ins[0], b, c, h, w, *patch, ins[3], ins[4], hidden, tokens, ws, out)?;
+                gpu.patchify_with_cls(
+                    d, ins[0], b, c, h, w, *patch, ins[3], ins[4], hidden, tokens, ws, out,
+                )?;
                 let problem = lowering::patch_projection(b, tokens - 1, c * patch * patch, hidden);
                 gpu.matmul(d, &problem, ws, ins[1], Some(ins[2]), Some(ins[4]), out)
             }
@@ -210,7 +272,13 @@ impl CudaBackend {
             }
             Op::AttentionContext { heads, head_dim, v } => {
                 let vs = &inputs[1].shape;
-                let problem = lowering::attention_context(vs[0], vs[1], *heads, *head_dim, (vs[2], v.column_offset));
+                let problem = lowering::attention_context(
+                    vs[0],
+                    vs[1],
+                    *heads,
+                    *head_dim,
+                    (vs[2], v.column_offset),
+                );
                 gpu.matmul(d, &problem, ins[0], ins[1], None, None, out)
             }
             Op::SelectToken { index } => {

@@ -26,7 +26,11 @@ impl Device {
                 .strip_prefix("cuda:")
                 .and_then(|n| n.parse().ok())
                 .map(Device::Cuda)
-                .ok_or_else(|| RuntimeError::Unsupported(format!("unknown device \"{s}\" (use cpu, cuda or cuda:N)"))),
+                .ok_or_else(|| {
+                    RuntimeError::Unsupported(format!(
+                        "unknown device \"{s}\" (use cpu, cuda or cuda:N)"
+                    ))
+                }),
         }
     }
 }
