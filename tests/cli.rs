@@ -217,7 +217,7 @@ fn broken_models_are_clear_errors() {
         ),
         (
             make("wider", &|m| set_config(m, "intermediate_size", 256.into())),
-            "has shape [128, 64], expected [256, 64]",
+            "tensor vit.encoder.layer.0.intermediate.dense.bias has shape [128], expected [256]",
         ),
         (
             make("truncated", &|m| {

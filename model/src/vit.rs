@@ -3,7 +3,7 @@
 
 use crate::config::VitConfig;
 use crate::error::ModelError;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::Path;
 use vitrt_runtime::passes::{self, Fusion};
 use vitrt_runtime::{Epilogue, Graph, HeadSlice, Op, ParamStore, RuntimeError, ValueId};
@@ -40,8 +40,9 @@ pub struct VitModel {
     checkpoint: Checkpoint,
     /// "vit." for ViTForImageClassification, "" for ViTModel.
     prefix: String,
-    /// Checkpoint shape of every tensor the graph reads, checked at load.
-    expected: HashMap<String, Vec<usize>>,
+    /// Checkpoint shape of every tensor the graph reads, checked at load (in name order, so
+    /// the first problem reported is always the same one).
+    expected: BTreeMap<String, Vec<usize>>,
 }
 
 impl VitModel {
@@ -82,7 +83,7 @@ impl VitModel {
             head,
             checkpoint,
             prefix: prefix.to_string(),
-            expected: HashMap::new(),
+            expected: BTreeMap::new(),
         };
         model.expected = model.expected_tensors();
         for (name, shape) in &model.expected {
@@ -127,10 +128,10 @@ impl VitModel {
     }
 
     /// Every checkpoint tensor the graph reads, with its shape as stored.
-    fn expected_tensors(&self) -> HashMap<String, Vec<usize>> {
+    fn expected_tensors(&self) -> BTreeMap<String, Vec<usize>> {
         let c = &self.config;
         let (d, i) = (c.hidden_size, c.intermediate_size);
-        let mut t = HashMap::new();
+        let mut t = BTreeMap::new();
         t.insert(self.name("embeddings.cls_token"), vec![1, 1, d]);
         t.insert(
             self.name("embeddings.position_embeddings"),
