@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # The GPU check in two halves, because the GPU machine has no Rust toolchain.
 #
-#   scripts/gpu-check.sh stage DIR     (here) build the test executables of the GPU crates in
-#                                      release and copy them into DIR (a git-ignored folder,
-#                                      e.g. .carry-gpu/), without their hash suffixes.
+#   scripts/gpu-check.sh stage DIR     (here) build the test executables of the GPU crates
+#                                      (kernels, model) and the vitrt binary in release and copy
+#                                      them into DIR (a git-ignored folder, e.g. .carry/),
+#                                      without their hash suffixes.
 #   scripts/gpu-check.sh run DIR [LOGS]  (on the GPU machine) run every executable in DIR with
 #                                      its ignored tests included, one log per executable in
 #                                      LOGS (default: $OUT, else ./gpu-check-logs), then its
 #                                      timing tests (named bench_*) again alone, one thread,
-#                                      so nothing shares the GPU with them, and print a summary
-#                                      table last.
+#                                      so nothing shares the GPU with them; then PyTorch parity
+#                                      through the CLI (every fixture, and a ViT-B/16 with random
+#                                      weights made by transformers on the spot, each in f32, f16
+#                                      and bf16); pack the logs into LOGS/gpu-check-logs.tgz and
+#                                      print a summary table last. Run it from the repository
+#                                      root.
 #
 # Each executable runs under a timeout (GPU_CHECK_TIMEOUT seconds, default 240), so a hung
 # kernel costs one row of the table, not the whole call. Kernels compile into a fresh cache
@@ -25,7 +30,10 @@ stage() {
     local dir=$1
     mkdir -p "$dir"
     local list
-    list=$(cargo test --release -p vitrt-kernels --no-run --message-format=json |
+    cargo build --release --bin vitrt || exit 1
+    cp target/release/vitrt "$dir/vitrt.bin"
+    command -v strip >/dev/null && strip --strip-debug "$dir/vitrt.bin"
+    list=$(cargo test --release -p vitrt-kernels -p vitrt-model --no-run --message-format=json |
         python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -34,7 +42,10 @@ for line in sys.stdin:
     except ValueError:
         continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") and "test" in m["target"]["kind"]:
-        print(m["target"]["name"], m["executable"])
+        name = m["target"]["name"]
+        # A lib and its integration tests can share a target name: prefix the package.
+        package = m["package_id"].split("#")[0].rsplit("/", 1)[-1]
+        print(package + "-" + name, m["executable"])
 ') || exit 1
     while read -r name exe; do
         cp "$exe" "$dir/$name"
@@ -55,18 +66,62 @@ record() {
     summary+=("$(printf '%-26s exit %-3s %4ss  %s' "$name" "$rc" "$((SECONDS - start))" "$result")")
 }
 
+# One `vitrt parity` run: a row per (model, dtype) with the worst relative error.
+parity_row() {
+    local label=$1 model=$2 reference=$3 dtype=$4 log=$5
+    local start=$SECONDS
+    timeout "${GPU_CHECK_TIMEOUT:-240}" "$dir/vitrt.bin" parity --model "$model" --reference "$reference" \
+        --device cuda --dtype "$dtype" >>"$log" 2>&1
+    local rc=$?
+    local worst
+    worst=$(grep -oE 'worst relative error [^)]*' "$log" | tail -1 | awk '{print $4}')
+    [ "$rc" -ne 0 ] && failed=1
+    summary+=("$(printf '%-26s exit %-3s %4ss  parity %-5s worst rel err %s' "$label" "$rc" "$((SECONDS - start))" "$dtype" "${worst:-?}")")
+}
+
+parity() {
+    local logs=$1
+    local log
+    for fixture in tests/fixtures/models/*/; do
+        local name
+        name=$(basename "$fixture")
+        log="$logs/parity-$name.log"
+        for dtype in f32 f16 bf16; do
+            echo "== $name $dtype" >>"$log"
+            parity_row "$name" "$fixture" "$fixture/reference.safetensors" "$dtype" "$log"
+        done
+    done
+    # ViT-B/16 at 224 with random weights; the reference in float64 (eager, TF32 off).
+    local vitb=/tmp/vitrt-vit-base
+    log="$logs/parity-vit-base.log"
+    {
+        python3 scripts/make_random_vit.py --out "$vitb" --preset base &&
+            python3 scripts/reference.py --model "$vitb" --out "$vitb/reference.safetensors" \
+                --random-batch 2 --seed 1 --dtype float64
+    } >"$log" 2>&1 || {
+        failed=1
+        summary+=("vit-base                   could not make the model or its reference (see log)")
+        return
+    }
+    for dtype in f32 f16 bf16; do
+        echo "== vit-base $dtype" >>"$log"
+        parity_row "vit-base" "$vitb" "$vitb/reference.safetensors" "$dtype" "$log"
+    done
+}
+
 run() {
-    local dir=$1
+    dir=$1
     local logs=${2:-${OUT:-./gpu-check-logs}}
     local limit=${GPU_CHECK_TIMEOUT:-240}
     mkdir -p "$logs"
-    export VITRT_CACHE_DIR
+    export VITRT_CACHE_DIR VITRT_REPO_ROOT=$PWD
     VITRT_CACHE_DIR=${VITRT_CACHE_DIR:-$(mktemp -d)}
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$logs/gpu.txt" 2>&1
     local summary=()
     local failed=0
     for exe in "$dir"/*; do
         [ -x "$exe" ] || continue
+        case "$exe" in *.bin) continue ;; esac
         local name
         name=$(basename "$exe")
         local start=$SECONDS
@@ -78,13 +133,17 @@ run() {
             record "$name (bench)" $? "$logs/$name.bench.log" "$start"
         fi
     done
+    parity "$logs"
     echo
     echo "== failures =="
     grep -hE -A4 "panicked at" "$logs"/*.log | grep -v -E "^(stack backtrace|   [0-9]+:)" | head -60
     echo "== figures =="
     grep -hE '^(RESULT|BANDWIDTH|GPU:)' "$logs"/*.log
     echo "== gpu-check summary ($(cat "$logs/gpu.txt" 2>/dev/null)) =="
-    printf '%s\n' "${summary[@]}"
+    printf '%s\n' "${summary[@]}" | tee "$logs/summary.txt"
+    # $OUT brings back at most 8 files: the logs travel as one archive.
+    (cd "$logs" && tar czf gpu-check-logs.tgz --exclude=gpu-check-logs.tgz --exclude=summary.txt . &&
+        find . -maxdepth 1 -name '*.log' -delete)
     return $failed
 }
 

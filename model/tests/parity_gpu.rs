@@ -10,7 +10,12 @@ use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::{DType, HostTensor};
 
 fn fixtures() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models");
+    // On the GPU machine the executable runs from a copy of the repository elsewhere:
+    // scripts/gpu-check.sh points VITRT_REPO_ROOT at it.
+    let repo = std::env::var_os("VITRT_REPO_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+    let root = repo.join("tests/fixtures/models");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -72,10 +72,12 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
             failed.push(row.name.clone());
         }
     }
+    let worst = rows.iter().map(|r| r.relative_error).fold(0.0, f64::max);
     if failed.is_empty() {
-        println!("parity: ok ({} tensors)", rows.len());
+        println!("parity: ok ({} tensors, worst relative error {worst:.3e})", rows.len());
         Ok(ExitCode::SUCCESS)
     } else {
+        println!("parity: FAILED ({} tensors, worst relative error {worst:.3e})", rows.len());
         eprintln!(
             "error: parity failed for {} (first: {})",
             failed.join(", "),
