@@ -205,8 +205,12 @@ the demo model in `examples/digits-vit/`, a {parameters:,}-parameter ViT
 (ViTForImageClassification: image 32, patch 8, hidden 64, 4 layers, 4 heads, mlp 128,
 gelu; labels "0".."9").
 
-Run `vitrt classify` with the model folder `examples/digits-vit` on these files, and
-compare with `expected.json`.
+Classify them with
+
+    cargo run --release -- classify --model examples/digits-vit --top-k 3 examples/digits/*.png
+
+(`--json` gives machine-readable output); the test `demo_model_classifies_the_shipped_digits_as_pytorch_does`
+in `tests/cli.rs` checks that vitrt's predictions equal PyTorch's in `expected.json`.
 
 The file name says the digit's index in the data set and its true label:
 `digit-0003-label-3.png` is digit number 3, a 3.
