@@ -74,10 +74,16 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
     }
     let worst = rows.iter().map(|r| r.relative_error).fold(0.0, f64::max);
     if failed.is_empty() {
-        println!("parity: ok ({} tensors, worst relative error {worst:.3e})", rows.len());
+        println!(
+            "parity: ok ({} tensors, worst relative error {worst:.3e})",
+            rows.len()
+        );
         Ok(ExitCode::SUCCESS)
     } else {
-        println!("parity: FAILED ({} tensors, worst relative error {worst:.3e})", rows.len());
+        println!(
+            "parity: FAILED ({} tensors, worst relative error {worst:.3e})",
+            rows.len()
+        );
         eprintln!(
             "error: parity failed for {} (first: {})",
             failed.join(", "),
