@@ -1,26 +1,785 @@
-//! TEMPORARY: the matmul kernel is being written in parallel (kernels/cuda/matmul.cu and this
-//! file will be replaced by it). Until then `Gpu::matmul` reports that it is not built, and
-//! the registry holds no matmul instantiation.
+//! The matmul launcher: picks a tile configuration for a [`MatmulProblem`] and launches
+//! kernels/cuda/matmul.cu, the block program behind every linear layer, the patch embedding and
+//! both attention products.
+//!
+//! A configuration is a tile shape ([`MatmulTile`]: BLOCK_M, BLOCK_N, BLOCK_K, pipeline stages,
+//! warps), the storage dtype, the activation, B's layout, and whether A and B rows allow
+//! 16-byte copies. Bias and residual are run-time arguments (null when absent); see the note at
+//! `matmul_block` in the source. Every combination the launcher can pick is registered in
+//! [`instantiations`], so CI compiles all of them.
+//!
+//! Choosing a tile: a small cost model ([`MatmulTile::cost`]) estimates how long the busiest SM
+//! takes, from the number of tiles, how many CTAs of the shape one SM holds, and the shape's
+//! measured speed. Large tiles win on large problems (fewer bytes moved per FLOP) unless their
+//! last wave leaves SMs idle; small ones win when large tiles would leave most SMs idle
+//! (batch-1 shapes, attention with few heads).
 
-use super::{DevPtr, Gpu, Instantiation, KernelError};
-use crate::{DType, MatmulProblem};
+use super::{
+    invalid, to_i32, to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
+    KernelParam, LaunchDims, ParamKind,
+};
+use crate::{Activation, DType, MatmulProblem, Operand, WeightLayout};
+use cudarc::driver::sys::CUdevice_attribute;
+
+const SOURCE: &str = include_str!("../../cuda/matmul.cu");
+
+/// Tile rows per group of the grouped program order (Triton's GROUP_SIZE_M).
+const GROUP_M: u32 = 8;
+
+/// One tile shape of the block program, and what it costs the SM that runs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatmulTile {
+    pub block_m: u32,
+    pub block_n: u32,
+    pub block_k: u32,
+    /// Shared-memory pipeline depth (cp.async stages; the f32 body always double-buffers).
+    pub stages: u32,
+    pub warps_m: u32,
+    pub warps_n: u32,
+    /// CTAs of this shape one SM holds at once (from registers and shared memory on sm_90;
+    /// the resource report of the CI compile test shows the inputs).
+    pub ctas_per_sm: u32,
+    /// Relative speed of one fully occupied SM running this shape, for the cost model.
+    pub speed: u32,
+}
+
+impl MatmulTile {
+    pub fn threads(&self) -> u32 {
+        self.warps_m * self.warps_n * 32
+    }
+
+    /// A short name: `128x128x32_s4_w2x2`.
+    pub fn name(&self) -> String {
+        format!(
+            "{}x{}x{}_s{}_w{}x{}",
+            self.block_m, self.block_n, self.block_k, self.stages, self.warps_m, self.warps_n
+        )
+    }
+
+    /// Estimated run time (arbitrary units) of `programs` tiles on `sms` SMs: the busiest SM
+    /// gets `ceil(programs / sms)` tiles and runs them in rounds of up to `ctas_per_sm`
+    /// sharing it; a round takes as long as its tiles' work at the shape's speed, and a last,
+    /// partial round as long as a full one (its CTAs run no faster for having the SM to
+    /// themselves only in part).
+    fn cost(&self, programs: u64, sms: u64) -> u64 {
+        let per_sm = programs.div_ceil(sms);
+        let concurrent = per_sm.min(self.ctas_per_sm as u64);
+        let rounds = per_sm.div_ceil(self.ctas_per_sm as u64);
+        let tile_work = (self.block_m * self.block_n) as u64;
+        rounds * concurrent * tile_work * 1000 / self.speed as u64
+    }
+}
+
+const fn tile(
+    (block_m, block_n, block_k): (u32, u32, u32),
+    stages: u32,
+    (warps_m, warps_n): (u32, u32),
+    ctas_per_sm: u32,
+    speed: u32,
+) -> MatmulTile {
+    MatmulTile {
+        block_m,
+        block_n,
+        block_k,
+        stages,
+        warps_m,
+        warps_n,
+        ctas_per_sm,
+        speed,
+    }
+}
+
+/// Tensor-core tiles (f16, bf16). Measured on an H100 (f16, ViT-B/16 shapes, see
+/// `matmul_speed_report` in kernels/tests/gpu_matmul.rs), 128x128x32 with four warps of 64x64
+/// was the fastest on every batch-64 GEMM (qkv, proj, fc1, fc2: 309 / 249 / 317 / 333 TFLOP/s),
+/// ahead of 128x192x32 (8 warps; 240 / 220 / 246 / 303), 128x128x64 in three stages (265 /
+/// 216 / 278 / 274), 128x256 in BK 32 and 64, and 128x128 with eight warps of 64x32 (one CTA
+/// per SM for registers). 64x64x32 (32x32 warp tiles, ~250 TFLOP/s when the GPU is full) wins
+/// whenever 128x128 tiles leave SMs idle: every batch-1 GEMM (M = 197) by 1.4-1.8x.
+/// The small tile comes last: it is also the one for operands whose rows do not allow 16-byte
+/// copies (see [`configure`]).
+pub const TENSOR_CORE_TILES: [MatmulTile; 2] = [
+    tile((128, 128, 32), 4, (2, 2), 2, 100),
+    SMALL_TENSOR_CORE_TILE,
+];
+
+/// The tensor-core tile for small problems and for operands that need element loads.
+const SMALL_TENSOR_CORE_TILE: MatmulTile = tile((64, 64, 32), 4, (2, 2), 4, 78);
+
+/// CUDA-core FMA tiles (f32): 256 threads, 8x8 or 4x4 outputs per thread. Their speeds are
+/// estimates, not yet measured: f32 is the parity path, not the fast one.
+pub const FMA_TILES: [MatmulTile; 2] = [
+    tile((128, 128, 16), 2, (2, 4), 1, 100),
+    tile((64, 64, 16), 2, (2, 4), 3, 70),
+];
+
+/// The tile shapes the launcher chooses among for `dtype`.
+pub fn tiles_for(dtype: DType) -> &'static [MatmulTile] {
+    match dtype {
+        DType::F32 => &FMA_TILES,
+        DType::F16 | DType::BF16 => &TENSOR_CORE_TILES,
+    }
+}
+
+/// Every meta-parameter of one matmul instantiation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct MatmulConfig {
+    pub dtype: DType,
+    pub tile: MatmulTile,
+    pub activation: Activation,
+    pub b_layout: WeightLayout,
+    /// A and B rows start on 16-byte boundaries: tiles are fetched with 16-byte cp.async.
+    pub vec16: bool,
+}
+
+impl MatmulConfig {
+    /// Dynamic shared memory: the pipeline's stages, or what the epilogue keeps in the same
+    /// memory afterwards (the fp32 tile with padded rows, then a residual tile in the storage
+    /// type), whichever is larger (formulas as in matmul.cu).
+    pub fn shared_bytes(&self) -> u32 {
+        let t = &self.tile;
+        let size = self.dtype.size_bytes() as u32;
+        let residual = t.block_m * t.block_n * size;
+        let (pipeline, staged) = match self.dtype {
+            DType::F32 => (
+                2 * t.block_k * (t.block_m + 1 + t.block_n + 1) * 4,
+                t.block_m * (t.block_n + 16) * 4,
+            ),
+            DType::F16 | DType::BF16 => (
+                t.stages * (t.block_m + t.block_n) * t.block_k * 2,
+                t.block_m * (t.block_n + 8) * 4,
+            ),
+        };
+        pipeline.max(staged + residual)
+    }
+
+    pub fn instantiation(&self) -> Instantiation {
+        let d = self.dtype;
+        let t = &self.tile;
+        let layout = match self.b_layout {
+            WeightLayout::NK => "nk",
+            WeightLayout::KN => "kn",
+        };
+        let name = format!(
+            "matmul_{}_bm{}_bn{}_bk{}_g{GROUP_M}_s{}_w{}x{}_{}_{layout}_{}",
+            d.name(),
+            t.block_m,
+            t.block_n,
+            t.block_k,
+            t.stages,
+            t.warps_m,
+            t.warps_n,
+            self.activation.short_name(),
+            if self.vec16 { "v16" } else { "v1" },
+        );
+        let mut params = vec![
+            KernelParam::new("a", ParamKind::ConstPtr(d)),
+            KernelParam::new("b", ParamKind::ConstPtr(d)),
+            KernelParam::new("bias", ParamKind::ConstPtr(d)),
+            KernelParam::new("residual", ParamKind::ConstPtr(d)),
+            KernelParam::new("c", ParamKind::MutPtr(d)),
+            KernelParam::new("heads", ParamKind::I32),
+            KernelParam::new("m", ParamKind::I32),
+            KernelParam::new("n", ParamKind::I32),
+            KernelParam::new("k", ParamKind::I32),
+        ];
+        for names in VIEW_PARAM_NAMES {
+            params.extend(
+                names
+                    .iter()
+                    .map(|&name| KernelParam::new(name, ParamKind::I64)),
+            );
+        }
+        params.push(KernelParam::new("alpha", ParamKind::F32));
+        params.push(KernelParam::new("vector_epilogue", ParamKind::I32));
+        Instantiation {
+            name,
+            family: "matmul",
+            source: SOURCE,
+            function: "matmul_block",
+            template_args: vec![
+                d.cuda_type().into(),
+                t.block_m.to_string(),
+                t.block_n.to_string(),
+                t.block_k.to_string(),
+                GROUP_M.to_string(),
+                t.stages.to_string(),
+                t.warps_m.to_string(),
+                t.warps_n.to_string(),
+                self.activation.cuda_name().into(),
+                (self.b_layout == WeightLayout::KN).to_string(),
+                self.vec16.to_string(),
+            ],
+            params,
+            block_threads: t.threads(),
+            // cp.async, ldmatrix and bf16 mma.sync need sm_80.
+            arch: ArchRequirement::AtLeast(8, 0),
+        }
+    }
+}
+
+/// The wrapper's stride parameters, one group per operand view (A, B, C, residual).
+const VIEW_PARAM_NAMES: [[&str; 4]; 4] = [
+    [
+        "a_offset",
+        "a_row_stride",
+        "a_batch_stride",
+        "a_head_stride",
+    ],
+    [
+        "b_offset",
+        "b_row_stride",
+        "b_batch_stride",
+        "b_head_stride",
+    ],
+    [
+        "c_offset",
+        "c_row_stride",
+        "c_batch_stride",
+        "c_head_stride",
+    ],
+    [
+        "r_offset",
+        "r_row_stride",
+        "r_batch_stride",
+        "r_head_stride",
+    ],
+];
+
+/// Every instantiation [`launch`] can pick.
+pub(crate) fn instantiations() -> Vec<Instantiation> {
+    let mut all = Vec::new();
+    for dtype in DType::ALL {
+        for &tile in tiles_for(dtype) {
+            let vec16_choices: &[bool] = match dtype {
+                DType::F32 => &[false],
+                _ if tile == SMALL_TENSOR_CORE_TILE => &[true, false],
+                _ => &[true],
+            };
+            for activation in Activation::ALL {
+                for b_layout in [WeightLayout::NK, WeightLayout::KN] {
+                    for &vec16 in vec16_choices {
+                        let config = MatmulConfig {
+                            dtype,
+                            tile,
+                            activation,
+                            b_layout,
+                            vec16,
+                        };
+                        all.push(config.instantiation());
+                    }
+                }
+            }
+        }
+    }
+    all
+}
+
+/// Whether every row a walk over (batch, heads, rows) of `view` touches starts on an
+/// `elements`-element boundary from `base`, itself `elements · size`-byte aligned. Strides of
+/// dimensions of extent 1 are never used, so they do not count.
+fn rows_aligned(
+    base: u64,
+    size: usize,
+    view: &Operand,
+    extents: (usize, usize, usize),
+    elements: usize,
+) -> bool {
+    let (batch, heads, rows) = extents;
+    let bytes = (elements * size) as u64;
+    let start = base + (view.offset * size) as u64;
+    start.is_multiple_of(bytes)
+        && (rows <= 1 || view.row_stride.is_multiple_of(elements))
+        && (batch <= 1 || view.batch_stride.is_multiple_of(elements))
+        && (heads <= 1 || view.head_stride.is_multiple_of(elements))
+}
+
+/// The tile shape the cost model prefers for `p` on a GPU with `sms` multiprocessors.
+pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32) -> MatmulTile {
+    let matrices = (p.batch * p.heads) as u64;
+    let candidates = tiles_for(dtype);
+    let mut best = candidates[0];
+    let mut best_cost = u64::MAX;
+    for &tile in candidates {
+        let programs = matrices
+            * p.m.div_ceil(tile.block_m as usize) as u64
+            * p.n.div_ceil(tile.block_n as usize) as u64;
+        let cost = tile.cost(programs, sms.max(1) as u64);
+        if cost < best_cost {
+            best = tile;
+            best_cost = cost;
+        }
+    }
+    best
+}
+
+/// The configuration for `p` with tile `tile`, from the actual pointers' alignment. Tensor-core
+/// problems whose A or B rows are not 16-byte aligned (odd head dims such as 18, offsets into
+/// the middle of a row) run on the small tile whatever `tile` says: element loads make them
+/// slow anyway, and it keeps the big tiles to one load path, half the instantiations.
+fn configure(
+    dtype: DType,
+    p: &MatmulProblem,
+    tile: MatmulTile,
+    a: DevPtr,
+    b: DevPtr,
+) -> MatmulConfig {
+    let size = dtype.size_bytes();
+    let b_rows = match p.b_layout {
+        WeightLayout::NK => p.n,
+        WeightLayout::KN => p.k,
+    };
+    let vec16 = dtype != DType::F32
+        && rows_aligned(a.ptr, size, &p.a, (p.batch, p.heads, p.m), 16 / size)
+        && rows_aligned(b.ptr, size, &p.b, (p.batch, p.heads, b_rows), 16 / size);
+    let tile = if dtype != DType::F32 && !vec16 {
+        SMALL_TENSOR_CORE_TILE
+    } else {
+        tile
+    };
+    MatmulConfig {
+        dtype,
+        tile,
+        activation: p.epilogue.activation,
+        b_layout: p.b_layout,
+        vec16,
+    }
+}
+
+fn sm_count(gpu: &Gpu) -> Result<u32, KernelError> {
+    gpu.context
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map(|count| count.max(1) as u32)
+        .map_err(|e| KernelError::driver("cuDeviceGetAttribute(multiprocessor count)", e))
+}
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch(
-    _gpu: &Gpu,
-    _dtype: DType,
-    _problem: &MatmulProblem,
-    _a: DevPtr,
-    _b: DevPtr,
-    _bias: Option<DevPtr>,
-    _residual: Option<DevPtr>,
-    _c: DevPtr,
+    gpu: &Gpu,
+    dtype: DType,
+    p: &MatmulProblem,
+    a: DevPtr,
+    b: DevPtr,
+    bias: Option<DevPtr>,
+    residual: Option<DevPtr>,
+    c: DevPtr,
 ) -> Result<(), KernelError> {
-    Err(KernelError::InvalidArgument(
-        "matmul kernel not built yet".into(),
-    ))
+    let tile = select_tile(dtype, p, sm_count(gpu)?);
+    launch_with_tile(gpu, dtype, p, tile, a, b, bias, residual, c)
 }
 
-pub(crate) fn instantiations() -> Vec<Instantiation> {
-    Vec::new()
+impl Gpu {
+    /// The tile shape [`Gpu::matmul`] picks for `p` on this device.
+    /// (The small tile instead when the operands turn out to need element loads.)
+    pub fn matmul_tile_for(
+        &self,
+        dtype: DType,
+        p: &MatmulProblem,
+    ) -> Result<MatmulTile, KernelError> {
+        Ok(select_tile(dtype, p, sm_count(self)?))
+    }
+
+    /// [`Gpu::matmul`] with the tile shape forced instead of chosen: for tuning and for
+    /// benchmarks that compare tile shapes. `tile` must be one of [`tiles_for`]`(dtype)`.
+    /// f16/bf16 operands whose rows are not 16-byte aligned still run on the small tile.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_with_tile(
+        &self,
+        dtype: DType,
+        p: &MatmulProblem,
+        tile: MatmulTile,
+        a: DevPtr,
+        b: DevPtr,
+        bias: Option<DevPtr>,
+        residual: Option<DevPtr>,
+        c: DevPtr,
+    ) -> Result<(), KernelError> {
+        if !tiles_for(dtype).contains(&tile) {
+            return Err(invalid!(
+                "tile {} is not one of the {dtype} matmul tiles",
+                tile.name()
+            ));
+        }
+        launch_with_tile(self, dtype, p, tile, a, b, bias, residual, c)
+    }
+}
+
+/// Checks every view's dtype and length against the problem; returns the bias and residual
+/// the epilogue actually reads (`None` where the epilogue does not ask for one, even if given).
+fn validate(
+    dtype: DType,
+    p: &MatmulProblem,
+    a: DevPtr,
+    b: DevPtr,
+    bias: Option<DevPtr>,
+    residual: Option<DevPtr>,
+    c: DevPtr,
+) -> Result<(Option<DevPtr>, Option<DevPtr>), KernelError> {
+    let bias = if p.epilogue.bias { bias } else { None };
+    let residual = if p.epilogue.residual { residual } else { None };
+    let views = [
+        ("A", Some(a)),
+        ("B", Some(b)),
+        ("C", Some(c)),
+        ("bias", bias),
+        ("residual", residual),
+    ];
+    for (what, view) in views {
+        if let Some(view) = view {
+            view.expect(&format!("matmul {what}"), dtype, 0)?;
+        }
+    }
+    p.check_bounds(
+        a.len,
+        b.len,
+        c.len,
+        bias.map(|v| v.len),
+        residual.map(|v| v.len),
+    )
+    .map_err(KernelError::InvalidArgument)?;
+    Ok((bias, residual))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_with_tile(
+    gpu: &Gpu,
+    dtype: DType,
+    p: &MatmulProblem,
+    tile: MatmulTile,
+    a: DevPtr,
+    b: DevPtr,
+    bias: Option<DevPtr>,
+    residual: Option<DevPtr>,
+    c: DevPtr,
+) -> Result<(), KernelError> {
+    let (bias, residual) = validate(dtype, p, a, b, bias, residual, c)?;
+    if p.batch == 0 || p.heads == 0 || p.m == 0 || p.n == 0 {
+        return Ok(());
+    }
+
+    let config = configure(dtype, p, tile, a, b);
+    let tile = config.tile;
+    let size = dtype.size_bytes();
+    let c_rows_aligned = rows_aligned(c.ptr, size, &p.c, (p.batch, p.heads, p.m), 4);
+    let r_rows_aligned =
+        residual.is_none_or(|r| rows_aligned(r.ptr, size, &p.r, (p.batch, p.heads, p.m), 4));
+    let bias_aligned = bias.is_none_or(|v| v.is_aligned(4 * size as u64));
+    let vector_epilogue = c_rows_aligned && r_rows_aligned && bias_aligned;
+
+    let programs = (p.batch as u64)
+        .checked_mul(p.heads as u64)
+        .and_then(|x| x.checked_mul(p.m.div_ceil(tile.block_m as usize) as u64))
+        .and_then(|x| x.checked_mul(p.n.div_ceil(tile.block_n as usize) as u64))
+        .filter(|&x| x <= i32::MAX as u64)
+        .ok_or_else(|| {
+            invalid!(
+                "matmul {}x{}x{} over {}x{} matrices needs more than 2^31 programs",
+                p.m,
+                p.n,
+                p.k,
+                p.batch,
+                p.heads
+            )
+        })?;
+
+    let mut args = vec![
+        KernelArg::Ptr(a.ptr),
+        KernelArg::Ptr(b.ptr),
+        KernelArg::Ptr(bias.map_or(0, |v| v.ptr)),
+        KernelArg::Ptr(residual.map_or(0, |v| v.ptr)),
+        KernelArg::Ptr(c.ptr),
+        KernelArg::I32(to_i32(p.heads, "matmul heads")?),
+        KernelArg::I32(to_i32(p.m, "matmul m")?),
+        KernelArg::I32(to_i32(p.n, "matmul n")?),
+        KernelArg::I32(to_i32(p.k, "matmul k")?),
+    ];
+    for view in [&p.a, &p.b, &p.c, &p.r] {
+        for value in [
+            view.offset,
+            view.row_stride,
+            view.batch_stride,
+            view.head_stride,
+        ] {
+            args.push(KernelArg::I64(to_i64(value)?));
+        }
+    }
+    args.push(KernelArg::F32(p.epilogue.alpha));
+    args.push(KernelArg::I32(vector_epilogue as i32));
+
+    gpu.launch(
+        &config.instantiation(),
+        LaunchDims {
+            grid: (programs as u32, 1, 1),
+            block: tile.threads(),
+            shared_bytes: config.shared_bytes(),
+        },
+        &args,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Epilogue;
+
+    fn fake(ptr: u64, dtype: DType) -> DevPtr {
+        DevPtr {
+            ptr,
+            len: usize::MAX,
+            dtype,
+        }
+    }
+
+    #[test]
+    fn selection_only_picks_registered_instantiations() {
+        let registered = instantiations();
+        let dims = [1usize, 7, 18, 64, 197, 768, 1000, 3072, 12608];
+        for dtype in DType::ALL {
+            for &m in &dims {
+                for &n in &dims {
+                    for (k, a_offset) in [(64usize, 0usize), (18, 0), (768, 3)] {
+                        for layout in [WeightLayout::NK, WeightLayout::KN] {
+                            for activation in Activation::ALL {
+                                let mut p = MatmulProblem::linear(
+                                    m,
+                                    n,
+                                    k,
+                                    Epilogue {
+                                        activation,
+                                        ..Epilogue::NONE
+                                    },
+                                );
+                                p.a.offset = a_offset;
+                                p.b_layout = layout;
+                                let tile = select_tile(dtype, &p, 132);
+                                let config = configure(
+                                    dtype,
+                                    &p,
+                                    tile,
+                                    fake(0x1000, dtype),
+                                    fake(0x2000, dtype),
+                                );
+                                assert!(registered.contains(&config.instantiation()), "{config:?}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sixteen_byte_copies_only_where_every_row_is_aligned() {
+        let dtype = DType::F16;
+        let tile = TENSOR_CORE_TILES[0];
+        let aligned = MatmulProblem::linear(197, 768, 768, Epilogue::NONE);
+        let config = |p: &MatmulProblem, a: u64| {
+            configure(dtype, p, tile, fake(a, dtype), fake(0x2000, dtype)).vec16
+        };
+        assert!(config(&aligned, 0x1000));
+        assert!(!config(&aligned, 0x1002), "base pointer 2 bytes off");
+        let mut odd_k = MatmulProblem::linear(197, 768, 18, Epilogue::NONE);
+        assert!(
+            !config(&odd_k, 0x1000),
+            "rows of 18 halves are 36 bytes apart"
+        );
+        odd_k.a.row_stride = 24;
+        odd_k.b.row_stride = 24;
+        assert!(
+            config(&odd_k, 0x1000),
+            "padded rows: K itself need not be a multiple of 8"
+        );
+        let mut heads = MatmulProblem::linear(197, 197, 64, Epilogue::NONE);
+        heads.heads = 12;
+        heads.a.head_stride = 64;
+        heads.b.head_stride = 64;
+        assert!(config(&heads, 0x1000));
+        heads.a.head_stride = 18;
+        assert!(!config(&heads, 0x1000), "head 1 starts 36 bytes in");
+        heads.heads = 1;
+        assert!(
+            config(&heads, 0x1000),
+            "the head stride of a single head is never used"
+        );
+        assert!(
+            !configure(
+                DType::F32,
+                &aligned,
+                FMA_TILES[0],
+                fake(0x1000, DType::F32),
+                fake(0x2000, DType::F32)
+            )
+            .vec16
+        );
+        // Element loads only on the small tile.
+        let unaligned = configure(
+            dtype,
+            &aligned,
+            tile,
+            fake(0x1002, dtype),
+            fake(0x2000, dtype),
+        );
+        assert_eq!(unaligned.tile, SMALL_TENSOR_CORE_TILE);
+        assert_eq!(
+            configure(
+                dtype,
+                &aligned,
+                tile,
+                fake(0x1000, dtype),
+                fake(0x2000, dtype)
+            )
+            .tile,
+            tile
+        );
+    }
+
+    #[test]
+    fn the_cost_model_prefers_full_waves_and_small_tiles_for_small_problems() {
+        let big = MatmulProblem::linear(12608, 768, 768, Epilogue::NONE);
+        let small = MatmulProblem::linear(197, 768, 768, Epilogue::NONE);
+        let small_tile = select_tile(DType::F16, &small, 132);
+        assert!(
+            small_tile.block_m * small_tile.block_n < 128 * 128,
+            "{small_tile:?}"
+        );
+        let big_tile = select_tile(DType::F16, &big, 132);
+        assert!(big_tile.block_m >= 128, "{big_tile:?}");
+    }
+
+    #[test]
+    fn every_tile_fits_the_shared_memory_of_sm80_and_sm90() {
+        // sm_80 lets a block use up to 163 KiB of dynamic shared memory, sm_90 227 KiB.
+        for config in instantiations_configs() {
+            let bytes = config.shared_bytes();
+            assert!(bytes <= 163 * 1024, "{config:?} needs {bytes} bytes");
+            let per_sm = bytes * config.tile.ctas_per_sm;
+            assert!(
+                per_sm <= 228 * 1024,
+                "{config:?}: {} CTAs need {per_sm} bytes",
+                config.tile.ctas_per_sm
+            );
+        }
+    }
+
+    fn instantiations_configs() -> Vec<MatmulConfig> {
+        let mut all = Vec::new();
+        for dtype in DType::ALL {
+            for &tile in tiles_for(dtype) {
+                all.push(MatmulConfig {
+                    dtype,
+                    tile,
+                    activation: Activation::None,
+                    b_layout: WeightLayout::NK,
+                    vec16: false,
+                });
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn bad_views_are_errors_before_anything_is_launched() {
+        let dtype = DType::F16;
+        let view = |len: usize| DevPtr {
+            ptr: 0x1000,
+            len,
+            dtype,
+        };
+        let epilogue = Epilogue {
+            bias: true,
+            residual: true,
+            ..Epilogue::NONE
+        };
+        let p = MatmulProblem::linear(4, 5, 6, epilogue);
+        let ok = validate(
+            dtype,
+            &p,
+            view(24),
+            view(30),
+            Some(view(5)),
+            Some(view(20)),
+            view(20),
+        );
+        assert!(ok.is_ok());
+        let message = |r: Result<_, KernelError>| match r {
+            Err(KernelError::InvalidArgument(m)) => m,
+            other => panic!("expected an invalid-argument error, got {other:?}"),
+        };
+        let e = message(validate(
+            dtype,
+            &p,
+            view(23),
+            view(30),
+            Some(view(5)),
+            Some(view(20)),
+            view(20),
+        ));
+        assert!(e.contains("A needs 24"), "{e}");
+        let e = message(validate(
+            dtype,
+            &p,
+            view(24),
+            view(30),
+            None,
+            Some(view(20)),
+            view(20),
+        ));
+        assert!(e.contains("bias"), "{e}");
+        let e = message(validate(
+            dtype,
+            &p,
+            view(24),
+            view(30),
+            Some(view(5)),
+            Some(view(19)),
+            view(20),
+        ));
+        assert!(e.contains("residual"), "{e}");
+        let f32_c = DevPtr {
+            dtype: DType::F32,
+            ..view(20)
+        };
+        let e = message(validate(
+            dtype,
+            &p,
+            view(24),
+            view(30),
+            Some(view(5)),
+            Some(view(20)),
+            f32_c,
+        ));
+        assert!(e.contains("matmul C holds f32"), "{e}");
+        // An epilogue without bias ignores a bias view, whatever it holds.
+        let plain = MatmulProblem::linear(4, 5, 6, Epilogue::NONE);
+        let (bias, residual) = validate(
+            dtype,
+            &plain,
+            view(24),
+            view(30),
+            Some(f32_c),
+            None,
+            view(20),
+        )
+        .unwrap();
+        assert_eq!((bias, residual), (None, None));
+    }
+
+    #[test]
+    fn instantiation_names_spell_the_meta_parameters() {
+        let config = MatmulConfig {
+            dtype: DType::BF16,
+            tile: TENSOR_CORE_TILES[0],
+            activation: Activation::Gelu,
+            b_layout: WeightLayout::KN,
+            vec16: true,
+        };
+        let inst = config.instantiation();
+        assert_eq!(
+            inst.name,
+            "matmul_bf16_bm128_bn128_bk32_g8_s4_w2x2_gelu_kn_v16"
+        );
+        assert!(inst.program_source().contains(
+            "matmul_block<__nv_bfloat16, 128, 128, 32, 8, 4, 2, 2, Act::Gelu, true, true>("
+        ));
+    }
 }

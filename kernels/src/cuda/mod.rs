@@ -43,12 +43,14 @@ mod registry;
 mod rows;
 mod rows_gather;
 mod softmax;
+mod timing;
 
 pub use cache::DiskCache;
 pub use compile::{parse_ptxas_report, CompiledKernel, Compiler, KernelResources};
 pub use discovery::{cuda_include_dir, load_nvrtc, NvrtcLibrary};
 pub(crate) use error::invalid;
 pub use error::KernelError;
+pub use matmul::{tiles_for, MatmulTile, FMA_TILES, TENSOR_CORE_TILES};
 pub use memory::{DevPtr, DeviceBuffer};
 pub use registry::{
     all_instantiations, Arch, ArchRequirement, Instantiation, KernelArg, KernelParam, ParamKind,

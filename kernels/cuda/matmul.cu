@@ -1,0 +1,720 @@
+// Block-program matmul: C = epilogue(A · B) for one (batch, head) matrix per group of programs.
+//
+// One CTA owns a BLOCK_M x BLOCK_N tile of C. Program ids are remapped in groups of GROUP_M
+// tile rows (Triton's matmul tutorial): CTAs that run at the same time read the same few rows of
+// A and sweep the columns of B, so both stay in L2. The epilogue runs in fp32 on the
+// accumulators and casts once at the store:
+//
+//     C[m, n] = act(alpha * acc[m, n] + bias[n]) + residual[m, n]
+//
+// Two bodies share that frame:
+// - f16 / bf16 storage: tensor cores through `mma.sync.m16n8k16` with fp32 accumulators, fed by
+//   `ldmatrix` from XOR-swizzled shared memory, which a STAGES-deep `cp.async` pipeline fills
+//   from global memory.
+// - f32 storage: CUDA-core FMA on 4x4..8x8 register tiles per thread, with a register-staged
+//   double buffer. No TF32: f32 results must match PyTorch's fp32 (TF32 off) to 1e-4.
+//
+// Every operand is a strided view (offset, row, batch and head strides in elements; columns
+// contiguous), so attention reads Q, K and V heads in place. Edges are masked for any M, N, K.
+// 16-byte copies need 16-byte aligned rows; the launcher proves that from the actual pointers
+// and strides and otherwise picks the instantiation with VEC16 = false, which loads element
+// by element with the same masks.
+
+#include "common.cuh"
+
+// The activations kernels::Activation names (its `cuda_name` spells these).
+enum class Act { None, Gelu, GeluTanh, QuickGelu, Relu, Silu };
+
+namespace vitrt_matmul {
+
+// ---------------------------------------------------------------------------------------------
+// Small device helpers
+
+// Two adjacent 16-bit elements as one 4-byte access (the caller proves 4-byte alignment).
+template <typename T>
+__device__ __forceinline__ float2 load_pair_as_float(const T* p);
+template <>
+__device__ __forceinline__ float2 load_pair_as_float<__half>(const __half* p) {
+    return __half22float2(*reinterpret_cast<const __half2*>(p));
+}
+template <>
+__device__ __forceinline__ float2 load_pair_as_float<__nv_bfloat16>(const __nv_bfloat16* p) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+
+template <typename T>
+__device__ __forceinline__ void store_pair_from_float(T* p, float x, float y);
+template <>
+__device__ __forceinline__ void store_pair_from_float<__half>(__half* p, float x, float y) {
+    *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
+}
+template <>
+__device__ __forceinline__ void store_pair_from_float<__nv_bfloat16>(__nv_bfloat16* p, float x, float y) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+}
+
+// The activations as kernels::Activation::apply writes them, in the same operation order
+// (erff for the exact GELU).
+template <Act ACT>
+__device__ __forceinline__ float activate(float x) {
+    if constexpr (ACT == Act::None) {
+        return x;
+    } else if constexpr (ACT == Act::Gelu) {
+        // x · (1/√2) rather than x / √2: as PyTorch computes it, and an IEEE division per
+        // element would cost more than the erff (the twin's division differs by < 1 ulp).
+        return 0.5f * x * (1.0f + erff(x * 0.707106781186547524f));
+    } else if constexpr (ACT == Act::GeluTanh) {
+        const float inner = 0.7978846f * (x + 0.044715f * x * x * x);
+        return 0.5f * x * (1.0f + tanhf(inner));
+    } else if constexpr (ACT == Act::QuickGelu) {
+        return x / (1.0f + expf(-1.702f * x));
+    } else if constexpr (ACT == Act::Relu) {
+        return fmaxf(x, 0.0f);
+    } else {
+        static_assert(ACT == Act::Silu, "unhandled activation");
+        return x / (1.0f + expf(-x));
+    }
+}
+
+template <typename T>
+struct is_f32 {
+    static constexpr bool value = false;
+};
+template <>
+struct is_f32<float> {
+    static constexpr bool value = true;
+};
+
+// A strided view of one operand, in elements (kernels::Operand).
+struct View {
+    long long offset, row_stride, batch_stride, head_stride;
+    __device__ __forceinline__ long long matrix_base(int batch, int head) const {
+        return offset + (long long)batch * batch_stride + (long long)head * head_stride;
+    }
+};
+
+// The tile this program owns, in Triton's grouped order, and the (batch, head) matrix.
+struct TileCoords {
+    int batch, head, tile_m, tile_n;
+};
+
+template <int GROUP_M>
+__device__ __forceinline__ TileCoords tile_of_program(int heads, int tiles_m, int tiles_n) {
+    const int per_matrix = tiles_m * tiles_n;
+    const int pid = blockIdx.x;
+    const int matrix = pid / per_matrix;
+    const int local = pid - matrix * per_matrix;
+    const int programs_in_group = GROUP_M * tiles_n;
+    const int group = local / programs_in_group;
+    const int first_m = group * GROUP_M;
+    const int group_size = min(tiles_m - first_m, GROUP_M);
+    const int in_group = local - group * programs_in_group;
+    TileCoords t;
+    t.batch = matrix / heads;
+    t.head = matrix - t.batch * heads;
+    t.tile_m = first_m + in_group % group_size;
+    t.tile_n = in_group / group_size;
+    return t;
+}
+
+// The fused epilogue for one element, in fp32.
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// A 16-byte global→shared copy that reads `src_bytes` (0..16) and zero-fills the rest.
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+// A BYTES-long (4, 8 or 16) global→shared copy through L1.
+template <int BYTES>
+__device__ __forceinline__ void cp_async_ca(unsigned dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(src), "n"(BYTES));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+}
+
+// Four adjacent elements as one access (the caller proves alignment to four elements).
+__device__ __forceinline__ void load_run(const float* p, float (&v)[4]) {
+    const float4 x = *reinterpret_cast<const float4*>(p);
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+}
+template <typename T>
+__device__ __forceinline__ void load_run(const T* p, float (&v)[4]) {
+    const uint2 x = *reinterpret_cast<const uint2*>(p);
+    const float2 lo = load_pair_as_float(reinterpret_cast<const T*>(&x.x));
+    const float2 hi = load_pair_as_float(reinterpret_cast<const T*>(&x.y));
+    v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
+}
+__device__ __forceinline__ void store_run(float* p, const float (&v)[4]) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+template <typename T>
+__device__ __forceinline__ void store_run(T* p, const float (&v)[4]) {
+    uint2 x;
+    store_pair_from_float(reinterpret_cast<T*>(&x.x), v[0], v[1]);
+    store_pair_from_float(reinterpret_cast<T*>(&x.y), v[2], v[3]);
+    *reinterpret_cast<uint2*>(p) = x;
+}
+
+// Residual runs (four columns) go through shared memory: each thread issues its cp.async for
+// them before staging the accumulators, so one memory latency per tile overlaps the staging
+// instead of one per run stalling the epilogue loop. Only whole runs on rows inside M, and
+// only when `vector_epilogue` allows run-wide accesses; the rest are read element by element.
+// `tile` is BM x BN elements of T in shared memory, row pitch BN.
+template <typename T, int BM, int BN, int THREADS>
+__device__ __forceinline__ void stage_residual_runs(T* tile, const T* residual, long long r_row_stride, int m, int n,
+                                                    int m0, int n0) {
+    constexpr int kRunsPerRow = BN / 4;
+    constexpr int kRunsPerThread = BM * kRunsPerRow / THREADS;
+    const unsigned base = shared_address(tile);
+#pragma unroll 4
+    for (int run = 0; run < kRunsPerThread; ++run) {
+        const int idx = threadIdx.x + run * THREADS;
+        const int row_in_tile = idx / kRunsPerRow;
+        const int col_in_tile = (idx % kRunsPerRow) * 4;
+        const int row = m0 + row_in_tile, col = n0 + col_in_tile;
+        if (row < m && col + 4 <= n) {
+            cp_async_ca<4 * sizeof(T)>(base + (row_in_tile * BN + col_in_tile) * sizeof(T),
+                                       residual + (long long)row * r_row_stride + col);
+        }
+    }
+}
+
+// The shared epilogue: the tile's fp32 accumulators sit in shared memory (row pitch PITCH);
+// each thread takes runs of four columns, applies the epilogue and stores them. A run is one
+// vector access when `vector_epilogue` says C, R and the bias are aligned to four elements and
+// the run lies inside N; otherwise it goes element by element. The loop over runs is unrolled
+// four times, not fully: the activation is inlined 16 times rather than once per accumulator,
+// which keeps NVRTC compile times short. `residual_tile` holds the residual runs that
+// stage_residual_runs fetched (null: read R from global memory).
+// A residual may alias C element for element (in-place `x += f(x)`): each element is read
+// before the same thread writes it.
+template <typename T, int BM, int BN, int PITCH, int THREADS, Act ACT>
+__device__ __forceinline__ void store_staged_tile(const float* staged, const T* residual_tile, const T* bias,
+                                                  const T* residual, T* c, int m, int n, int m0, int n0,
+                                                  long long c_base, long long r_base, long long c_row_stride,
+                                                  long long r_row_stride, float alpha, int vector_epilogue) {
+    constexpr int kRunsPerRow = BN / 4;
+    constexpr int kRunsPerThread = BM * kRunsPerRow / THREADS;
+    static_assert(BM * kRunsPerRow % THREADS == 0 && kRunsPerThread % 4 == 0, "runs split evenly over threads");
+    // When the block is a whole number of rows of runs, a thread's runs share their columns:
+    // its bias run is read once.
+    constexpr bool kFixedColumns = THREADS % kRunsPerRow == 0;
+    auto bias_run = [&](int col, int count, float (&add)[4]) {
+        if (bias == nullptr) return;
+        if (vector_epilogue && count == 4) {
+            load_run(bias + col, add);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (e < count) add[e] = to_float(bias[col + e]);
+        }
+    };
+    float fixed_bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if constexpr (kFixedColumns) {
+        const int col = n0 + (threadIdx.x % kRunsPerRow) * 4;
+        if (col < n) bias_run(col, min(4, n - col), fixed_bias);
+    }
+    // Four runs in flight per thread hide the shared and global latencies of each.
+#pragma unroll 4
+    for (int run = 0; run < kRunsPerThread; ++run) {
+        const int idx = threadIdx.x + run * THREADS;
+        const int row_in_tile = idx / kRunsPerRow;
+        const int col_in_tile = (idx % kRunsPerRow) * 4;
+        const int row = m0 + row_in_tile, col = n0 + col_in_tile;
+        if (row >= m || col >= n) continue;
+        const int count = min(4, n - col);
+        const bool whole_vector = vector_epilogue && count == 4;
+        float v[4];
+        load_run(staged + row_in_tile * PITCH + col_in_tile, v);
+        float add[4] = {fixed_bias[0], fixed_bias[1], fixed_bias[2], fixed_bias[3]};  // added before the activation
+        if constexpr (!kFixedColumns) bias_run(col, count, add);
+        float res[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (residual != nullptr) {
+            if (residual_tile != nullptr && whole_vector) {
+                load_run(residual_tile + row_in_tile * BN + col_in_tile, res);
+            } else {
+                const T* r_ptr = residual + r_base + (long long)row * r_row_stride + col;
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (e < count) res[e] = to_float(r_ptr[e]);
+            }
+        }
+        // As Epilogue::apply: act(alpha * acc + bias) + residual, with 0 for what is absent.
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[e] = activate<ACT>(alpha * v[e] + add[e]) + res[e];
+        T* c_ptr = c + c_base + (long long)row * c_row_stride + col;
+        if (whole_vector) {
+            store_run(c_ptr, v);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (e < count) c_ptr[e] = from_float<T>(v[e]);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core path (f16, bf16)
+
+__device__ __forceinline__ void store_shared_16(unsigned dst, uint4 v) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// d += a · b for one m16n8k16 fragment, fp32 accumulators.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                                         unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Shared-memory tiles are rows of CHUNKS 16-byte chunks. ldmatrix reads one 16-byte chunk from
+// each of 8 consecutive rows per phase; XOR-ing the chunk index with bits of the row spreads
+// those 8 chunks over all 32 banks (and keeps the 16-byte cp.async stores conflict-free too).
+// Rows shorter than 128 bytes share a 128-byte line, so the XOR uses the row's line index.
+template <int CHUNKS>
+__device__ __forceinline__ int swizzled_chunk(int row, int chunk) {
+    constexpr int kXorRange = CHUNKS < 8 ? CHUNKS : 8;
+    constexpr int kRowsPerLine = CHUNKS < 8 ? 8 / CHUNKS : 1;
+    return row * CHUNKS + (chunk ^ ((row / kRowsPerLine) % kXorRange));
+}
+
+// Eight elements starting at `src`, of which the first `count` (0..8) are real; the rest are 0.
+template <typename T>
+__device__ __forceinline__ uint4 load_8_masked(const T* src, int count) {
+    unsigned short bits[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        bits[e] = e < count ? __ldg(reinterpret_cast<const unsigned short*>(src) + e) : (unsigned short)0;
+    }
+    uint4 v;
+    v.x = bits[0] | (unsigned(bits[1]) << 16);
+    v.y = bits[2] | (unsigned(bits[3]) << 16);
+    v.z = bits[4] | (unsigned(bits[5]) << 16);
+    v.w = bits[6] | (unsigned(bits[7]) << 16);
+    return v;
+}
+
+// Copies one 16-byte chunk (8 elements) of global memory to shared memory, reading only its
+// first `bytes` and zero-filling the rest (with 0, nothing is read).
+template <typename T, bool VEC16>
+__device__ __forceinline__ void copy_chunk(unsigned dst, const T* src, int bytes) {
+    if constexpr (VEC16) {
+        cp_async_16(dst, src, bytes);
+    } else {
+        store_shared_16(dst, load_8_masked(src, bytes / 2));
+    }
+}
+
+template <typename T, int BM, int BN, int BK, int GROUP_M, int STAGES, int WARPS_M, int WARPS_N, Act ACT, bool B_KN,
+          bool VEC16>
+__device__ __forceinline__ void matmul_tensor_core(const T* __restrict__ a, const T* __restrict__ b,
+                                                   const T* bias, const T* residual, T* c, int heads, int m, int n,
+                                                   int k, View av, View bv, View cv, View rv, float alpha,
+                                                   int vector_epilogue) {
+    constexpr int kThreads = WARPS_M * WARPS_N * 32;
+    constexpr int kWarpM = BM / WARPS_M;  // rows of C per warp
+    constexpr int kWarpN = BN / WARPS_N;  // columns of C per warp
+    constexpr int kFragsM = kWarpM / 16;  // m16 fragments per warp
+    constexpr int kFragsN = kWarpN / 8;   // n8 fragments per warp
+    static_assert(BK % 16 == 0 && BK / 8 <= 8, "BK is a multiple of 16, at most 64");
+    static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "warp tiles are multiples of 16x16");
+
+    // Shared tiles: A is [BM][BK]; B is [BN][BK] (NK) or [BK][BN] (KN), k or n contiguous.
+    constexpr int kChunksA = BK / 8;
+    constexpr int kChunksB = B_KN ? BN / 8 : BK / 8;
+    constexpr int kBytesA = BM * BK * 2;
+    constexpr int kBytesB = BN * BK * 2;
+    constexpr int kStageBytes = kBytesA + kBytesB;
+    constexpr int kLoadsA = BM * kChunksA / kThreads;
+    constexpr int kLoadsB = BN * BK / 8 / kThreads;
+    static_assert(BM * kChunksA % kThreads == 0 && BN * BK / 8 % kThreads == 0, "tiles split evenly over threads");
+
+    extern __shared__ __align__(128) unsigned char shared_tiles[];
+    const unsigned smem = shared_address(shared_tiles);
+
+    const int tiles_m = (m + BM - 1) / BM;
+    const int tiles_n = (n + BN - 1) / BN;
+    const TileCoords tile = tile_of_program<GROUP_M>(heads, tiles_m, tiles_n);
+    const int m0 = tile.tile_m * BM;
+    const int n0 = tile.tile_n * BN;
+    const T* a_matrix = a + av.matrix_base(tile.batch, tile.head);
+    const T* b_matrix = b + bv.matrix_base(tile.batch, tile.head);
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int warp_m = warp / WARPS_N;
+    const int warp_n = warp % WARPS_N;
+
+    // The copy plan: each thread copies the same chunks of every stage, only k moves. `*_src`
+    // point at the chunk for k = 0; `*_bytes` is what a k-tile lying wholly inside K reads of
+    // the chunk: 16, or 0 for rows past M or N (whose pointers stay at row 0: cp.async reads
+    // nothing then, but wants an address), or less where N ends inside a KN chunk.
+    const T* a_src[kLoadsA];
+    int a_dst[kLoadsA], a_bytes[kLoadsA], a_k[kLoadsA];
+#pragma unroll
+    for (int i = 0; i < kLoadsA; ++i) {
+        const int id = tid + i * kThreads;
+        const int row = id / kChunksA, chunk = id % kChunksA;
+        const bool row_inside = m0 + row < m;
+        a_src[i] = a_matrix + (row_inside ? (long long)(m0 + row) * av.row_stride : 0) + chunk * 8;
+        a_bytes[i] = row_inside ? 16 : 0;
+        a_k[i] = chunk * 8;
+        a_dst[i] = swizzled_chunk<kChunksA>(row, chunk) * 16;
+    }
+    const T* b_src[kLoadsB];
+    int b_dst[kLoadsB], b_bytes[kLoadsB], b_k[kLoadsB];
+#pragma unroll
+    for (int i = 0; i < kLoadsB; ++i) {
+        const int id = tid + i * kThreads;
+        const int row = id / kChunksB, chunk = id % kChunksB;
+        if constexpr (B_KN) {  // row = k, chunk along n
+            const int col = n0 + chunk * 8;
+            b_src[i] = b_matrix + (long long)row * bv.row_stride + (col < n ? col : 0);
+            b_bytes[i] = col < n ? min(8, n - col) * 2 : 0;
+            b_k[i] = row;
+        } else {  // row = n, chunk along k
+            const bool row_inside = n0 + row < n;
+            b_src[i] = b_matrix + (row_inside ? (long long)(n0 + row) * bv.row_stride : 0) + chunk * 8;
+            b_bytes[i] = row_inside ? 16 : 0;
+            b_k[i] = chunk * 8;
+        }
+        b_dst[i] = swizzled_chunk<kChunksB>(row, chunk) * 16;
+    }
+
+    const int k_tiles = (k + BK - 1) / BK;
+
+    // Copies the k-tile starting at k0 into `stage`. A tile wholly inside K (all but maybe the
+    // last) takes the short path: per chunk one address, one copy; it runs once per k-tile
+    // between the tensor-core instructions, so every instruction here costs.
+    auto load_stage = [&](int stage, int k0) {
+        const unsigned stage_a = smem + stage * kStageBytes;
+        const unsigned stage_b = stage_a + kBytesA;
+        const long long b_k0 = B_KN ? (long long)k0 * bv.row_stride : k0;
+        if (k0 + BK <= k) {
+#pragma unroll
+            for (int i = 0; i < kLoadsA; ++i) copy_chunk<T, VEC16>(stage_a + a_dst[i], a_src[i] + k0, a_bytes[i]);
+#pragma unroll
+            for (int i = 0; i < kLoadsB; ++i) copy_chunk<T, VEC16>(stage_b + b_dst[i], b_src[i] + b_k0, b_bytes[i]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < kLoadsA; ++i) {
+                const int bytes = min(a_bytes[i], max(0, k - k0 - a_k[i]) * 2);
+                copy_chunk<T, VEC16>(stage_a + a_dst[i], a_src[i] + k0, bytes);
+            }
+#pragma unroll
+            for (int i = 0; i < kLoadsB; ++i) {
+                const int bytes = B_KN ? (k0 + b_k[i] < k ? b_bytes[i] : 0)
+                                       : min(b_bytes[i], max(0, k - k0 - b_k[i]) * 2);
+                copy_chunk<T, VEC16>(stage_b + b_dst[i], b_src[i] + b_k0, bytes);
+            }
+        }
+    };
+
+    float acc[kFragsM][kFragsN][4];
+#pragma unroll
+    for (int i = 0; i < kFragsM; ++i)
+#pragma unroll
+        for (int j = 0; j < kFragsN; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+    // Pipeline: STAGES - 1 tiles in flight before the first use; each iteration waits for the
+    // oldest, then refills the stage that the previous iteration finished reading (every warp
+    // is past the barrier, so done with it).
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) load_stage(s, s * BK);
+        cp_async_commit();
+    }
+
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+
+        const unsigned stage_a = smem + (kt % STAGES) * kStageBytes;
+        const unsigned stage_b = stage_a + kBytesA;
+#pragma unroll
+        for (int ks = 0; ks < BK / 16; ++ks) {
+            unsigned a_frag[kFragsM][4];
+            unsigned b_frag[kFragsN][2];
+#pragma unroll
+            for (int i = 0; i < kFragsM; ++i) {
+                // Matrices: rows 0-7 / 8-15 of the fragment x k-chunks 0 / 1, in a0..a3 order.
+                const int row = warp_m * kWarpM + i * 16 + (lane & 15);
+                const int chunk = ks * 2 + (lane >> 4);
+                ldmatrix_x4(a_frag[i], stage_a + swizzled_chunk<kChunksA>(row, chunk) * 16);
+            }
+#pragma unroll
+            for (int j = 0; j < kFragsN; j += 2) {
+                unsigned r[4];
+                if constexpr (B_KN) {
+                    // Rows are k; the transposing load turns [k][n] 8x8 blocks into col-major B.
+                    const int row = ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+                    const int chunk = (warp_n * kWarpN + j * 8) / 8 + (lane >> 4);
+                    ldmatrix_x4_trans(r, stage_b + swizzled_chunk<kChunksB>(row, chunk) * 16);
+                } else {
+                    const int row = warp_n * kWarpN + j * 8 + (lane & 7) + ((lane >> 4) << 3);
+                    const int chunk = ks * 2 + ((lane >> 3) & 1);
+                    ldmatrix_x4(r, stage_b + swizzled_chunk<kChunksB>(row, chunk) * 16);
+                }
+                b_frag[j][0] = r[0];
+                b_frag[j][1] = r[1];
+                b_frag[j + 1][0] = r[2];
+                b_frag[j + 1][1] = r[3];
+            }
+            if (ks == 0) {
+                // Refill the stage the previous iteration finished with. Issued after the first
+                // fragments' ldmatrix, so the tensor cores start as soon as those arrive.
+                const int next = kt + STAGES - 1;
+                if (next < k_tiles) load_stage(next % STAGES, next * BK);
+                cp_async_commit();
+            }
+#pragma unroll
+            for (int i = 0; i < kFragsM; ++i)
+#pragma unroll
+                for (int j = 0; j < kFragsN; ++j) mma_16816<T>(acc[i][j], a_frag[i], b_frag[j][0], b_frag[j][1]);
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // every warp is done reading the stages: their memory now stages C
+
+    // Shared memory from here on: the fp32 tile, then the residual tile (see the launcher's
+    // shared_bytes). The row pitch of BN + 8 floats puts the four rows a half-warp writes in
+    // different banks.
+    constexpr int kPitch = BN + 8;
+    float* staged = reinterpret_cast<float*>(shared_tiles);
+    T* residual_tile = reinterpret_cast<T*>(shared_tiles + BM * kPitch * sizeof(float));
+    const long long r_base = rv.matrix_base(tile.batch, tile.head);
+    const bool stage_residual = residual != nullptr && vector_epilogue;
+    if (stage_residual)
+        stage_residual_runs<T, BM, BN, kThreads>(residual_tile, residual + r_base, rv.row_stride, m, n, m0, n0);
+    cp_async_commit();
+
+    // Thread (g, q) of a warp holds rows g and g + 8, columns 2q and 2q + 1 of every m16n8
+    // fragment.
+    const int group_row = lane >> 2;
+    const int pair_col = (lane & 3) * 2;
+#pragma unroll
+    for (int i = 0; i < kFragsM; ++i) {
+#pragma unroll
+        for (int j = 0; j < kFragsN; ++j) {
+            const int row = warp_m * kWarpM + i * 16 + group_row;
+            const int col = warp_n * kWarpN + j * 8 + pair_col;
+            *reinterpret_cast<float2*>(staged + row * kPitch + col) = make_float2(acc[i][j][0], acc[i][j][1]);
+            *reinterpret_cast<float2*>(staged + (row + 8) * kPitch + col) = make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    store_staged_tile<T, BM, BN, kPitch, kThreads, ACT>(
+        staged, stage_residual ? residual_tile : nullptr, bias, residual, c, m, n, m0, n0,
+        cv.matrix_base(tile.batch, tile.head), r_base, cv.row_stride, rv.row_stride, alpha, vector_epilogue);
+}
+
+// ---------------------------------------------------------------------------------------------
+// f32 path: CUDA-core FMA, fp32 throughout (no TF32)
+//
+// 256 threads as a 16x16 grid; thread (ty, tx) owns rows ty + 16·i and columns tx + 16·j of the
+// tile, so a warp's shared reads are conflict-free or broadcast. Both operands sit in shared
+// memory k-major ([BK][BM], [BK][BN]); the next tile is fetched into registers while the
+// current one is multiplied (two buffers, one barrier per step).
+//
+// Dynamic shared memory: max(2·BK·(BM + 1 + BN + 1), BM·(BN + 16) + BM·BN) floats.
+
+template <int BM, int BN, int BK, int GROUP_M, Act ACT, bool B_KN>
+__device__ __forceinline__ void matmul_fma_f32(const float* __restrict__ a, const float* __restrict__ b,
+                                               const float* bias, const float* residual, float* c, int heads, int m,
+                                               int n, int k, View av, View bv, View cv, View rv, float alpha,
+                                               int vector_epilogue) {
+    constexpr int kThreads = 256;
+    constexpr int kRowsPerThread = BM / 16;
+    constexpr int kColsPerThread = BN / 16;
+    constexpr int kLoadsA = BM * BK / kThreads;
+    constexpr int kLoadsB = BN * BK / kThreads;
+    static_assert(BM % 16 == 0 && BN % 32 == 0 && (BM * BK) % kThreads == 0 && (BN * BK) % kThreads == 0,
+                  "f32 tiles split evenly over 256 threads");
+    // One float of padding per row keeps the transposing stores from piling onto one bank.
+    constexpr int kPitchA = BM + 1, kPitchB = BN + 1;
+    extern __shared__ __align__(128) unsigned char shared_tiles[];
+    float* a_tiles = reinterpret_cast<float*>(shared_tiles);  // [2][BK][kPitchA]
+    float* b_tiles = a_tiles + 2 * BK * kPitchA;              // [2][BK][kPitchB]
+
+    const int tiles_m = (m + BM - 1) / BM;
+    const int tiles_n = (n + BN - 1) / BN;
+    const TileCoords tile = tile_of_program<GROUP_M>(heads, tiles_m, tiles_n);
+    const int m0 = tile.tile_m * BM;
+    const int n0 = tile.tile_n * BN;
+    const float* a_matrix = a + av.matrix_base(tile.batch, tile.head);
+    const float* b_matrix = b + bv.matrix_base(tile.batch, tile.head);
+    const int tid = threadIdx.x;
+    const int tx = tid % 16, ty = tid / 16;
+
+    float a_next[kLoadsA], b_next[kLoadsB];
+    // Element e of the tile: A and NK-B walk k fastest (coalesced along rows); KN-B walks n.
+    auto fetch = [&](int k0) {
+#pragma unroll
+        for (int i = 0; i < kLoadsA; ++i) {
+            const int e = tid + i * kThreads;
+            const int row = e / BK, kk = e % BK;
+            const bool inside = m0 + row < m && k0 + kk < k;
+            a_next[i] = inside ? __ldg(a_matrix + (long long)(m0 + row) * av.row_stride + k0 + kk) : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < kLoadsB; ++i) {
+            const int e = tid + i * kThreads;
+            if constexpr (B_KN) {
+                const int kk = e / BN, col = e % BN;
+                const bool inside = k0 + kk < k && n0 + col < n;
+                b_next[i] = inside ? __ldg(b_matrix + (long long)(k0 + kk) * bv.row_stride + n0 + col) : 0.0f;
+            } else {
+                const int col = e / BK, kk = e % BK;
+                const bool inside = n0 + col < n && k0 + kk < k;
+                b_next[i] = inside ? __ldg(b_matrix + (long long)(n0 + col) * bv.row_stride + k0 + kk) : 0.0f;
+            }
+        }
+    };
+    auto stash = [&](int buffer) {
+        float* a_tile = a_tiles + buffer * BK * kPitchA;
+        float* b_tile = b_tiles + buffer * BK * kPitchB;
+#pragma unroll
+        for (int i = 0; i < kLoadsA; ++i) {
+            const int e = tid + i * kThreads;
+            a_tile[(e % BK) * kPitchA + e / BK] = a_next[i];
+        }
+#pragma unroll
+        for (int i = 0; i < kLoadsB; ++i) {
+            const int e = tid + i * kThreads;
+            if constexpr (B_KN) {
+                b_tile[(e / BN) * kPitchB + e % BN] = b_next[i];
+            } else {
+                b_tile[(e % BK) * kPitchB + e / BK] = b_next[i];
+            }
+        }
+    };
+
+    float acc[kRowsPerThread][kColsPerThread];
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i)
+#pragma unroll
+        for (int j = 0; j < kColsPerThread; ++j) acc[i][j] = 0.0f;
+
+    const int k_tiles = (k + BK - 1) / BK;
+    if (k_tiles > 0) {
+        fetch(0);
+        stash(0);
+        __syncthreads();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        const int buffer = kt & 1;
+        const bool more = kt + 1 < k_tiles;
+        if (more) fetch((kt + 1) * BK);
+        const float* a_tile = a_tiles + buffer * BK * kPitchA;
+        const float* b_tile = b_tiles + buffer * BK * kPitchB;
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            float a_col[kRowsPerThread], b_row[kColsPerThread];
+#pragma unroll
+            for (int i = 0; i < kRowsPerThread; ++i) a_col[i] = a_tile[kk * kPitchA + ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < kColsPerThread; ++j) b_row[j] = b_tile[kk * kPitchB + tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < kRowsPerThread; ++i)
+#pragma unroll
+                for (int j = 0; j < kColsPerThread; ++j) acc[i][j] = fmaf(a_col[i], b_row[j], acc[i][j]);
+        }
+        // The other buffer was last read in the previous iteration, before its closing barrier.
+        if (more) stash(buffer ^ 1);
+        __syncthreads();
+    }
+
+    // The last barrier above (or none, when K = 0) freed the operand tiles. Shared memory from
+    // here on: the fp32 tile, then the residual tile. A warp writes two rows of 16 consecutive
+    // floats; a pitch of BN + 16 puts them in different banks.
+    constexpr int kPitch = BN + 16;
+    float* staged = reinterpret_cast<float*>(shared_tiles);
+    float* residual_tile = staged + BM * kPitch;
+    const long long r_base = rv.matrix_base(tile.batch, tile.head);
+    const bool stage_residual = residual != nullptr && vector_epilogue;
+    if (stage_residual)
+        stage_residual_runs<float, BM, BN, kThreads>(residual_tile, residual + r_base, rv.row_stride, m, n, m0, n0);
+    cp_async_commit();
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i)
+#pragma unroll
+        for (int j = 0; j < kColsPerThread; ++j) staged[(ty + 16 * i) * kPitch + tx + 16 * j] = acc[i][j];
+    cp_async_wait<0>();
+    __syncthreads();
+    store_staged_tile<float, BM, BN, kPitch, kThreads, ACT>(
+        staged, stage_residual ? residual_tile : nullptr, bias, residual, c, m, n, m0, n0,
+        cv.matrix_base(tile.batch, tile.head), r_base, cv.row_stride, rv.row_stride, alpha, vector_epilogue);
+}
+
+}  // namespace vitrt_matmul
+
+// The entry point every generated wrapper calls. Template arguments, in order: storage type,
+// BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, WARPS_M, WARPS_N, activation, B layout is KN,
+// 16-byte loads. f32 instantiations use the FMA body (which fixes 8 warps, two register-staged
+// buffers and element loads; their STAGES/WARPS/VEC16 arguments must say so).
+//
+// Bias and residual are run-time choices (null when absent), not template flags: the epilogue
+// is a loop that runs once per tile, where a uniform branch costs nothing measurable, while
+// two more flags would quadruple the instantiations NVRTC has to build.
+// `vector_epilogue`: C (and R and the bias, when present) rows start on four-element
+// boundaries, so runs of four columns can be read and written as one access.
+template <typename T, int BM, int BN, int BK, int GROUP_M, int STAGES, int WARPS_M, int WARPS_N, Act ACT, bool B_KN,
+          bool VEC16>
+__device__ __forceinline__ void matmul_block(const T* __restrict__ a, const T* __restrict__ b, const T* bias,
+                                             const T* residual, T* c, int heads, int m, int n, int k,
+                                             long long a_offset, long long a_row_stride, long long a_batch_stride,
+                                             long long a_head_stride, long long b_offset, long long b_row_stride,
+                                             long long b_batch_stride, long long b_head_stride, long long c_offset,
+                                             long long c_row_stride, long long c_batch_stride,
+                                             long long c_head_stride, long long r_offset, long long r_row_stride,
+                                             long long r_batch_stride, long long r_head_stride, float alpha,
+                                             int vector_epilogue) {
+    using namespace vitrt_matmul;
+    const View av{a_offset, a_row_stride, a_batch_stride, a_head_stride};
+    const View bv{b_offset, b_row_stride, b_batch_stride, b_head_stride};
+    const View cv{c_offset, c_row_stride, c_batch_stride, c_head_stride};
+    const View rv{r_offset, r_row_stride, r_batch_stride, r_head_stride};
+    if constexpr (is_f32<T>::value) {
+        static_assert(STAGES == 2 && WARPS_M * WARPS_N == 8 && !VEC16, "the f32 body is fixed at 2 stages, 8 warps");
+        matmul_fma_f32<BM, BN, BK, GROUP_M, ACT, B_KN>(a, b, bias, residual, c, heads, m, n,
+                                                                              k, av, bv, cv, rv, alpha, vector_epilogue);
+    } else {
+        matmul_tensor_core<T, BM, BN, BK, GROUP_M, STAGES, WARPS_M, WARPS_N, ACT, B_KN, VEC16>(
+            a, b, bias, residual, c, heads, m, n, k, av, bv, cv, rv, alpha, vector_epilogue);
+    }
+}

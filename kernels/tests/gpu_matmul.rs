@@ -1,0 +1,921 @@
+//! The GPU matmul against its CPU twin (`kernels::cpu::matmul`), on random data.
+//!
+//! Every run poisons the whole output buffer first (0xFF bytes: NaN in f32, f16 and bf16), then
+//! checks that every element the problem writes holds the right value and that every other
+//! byte, the gaps between strided rows and a guard region after the last one, still holds the
+//! poison.
+//!
+//! Tolerances, as the largest `|gpu - twin| / max(|twin|, rms(twin) / 10)` over the output (the
+//! floor keeps cancellation-sized values from dividing by ~0):
+//! - f32: 1e-4. Both sides accumulate in fp32 (the GPU with CUDA-core FMA, no TF32); what is
+//!   left is summation order, ~1e-6 here.
+//! - f16: 2e-3; bf16: 1e-2. The twin runs in f32 on the same f16/bf16-rounded inputs, so the
+//!   products and sums match to fp32 rounding; the difference is the one cast of the result to
+//!   the storage type, at most half an ulp: 2^-11 = 4.9e-4 (f16) and 2^-8 = 3.9e-3 (bf16)
+//!   relative. The bounds leave 4x and 2.5x room for fp32 summation order and for the
+//!   activation's slope (at most 1.13).
+//!
+//! Run on a GPU machine: `cargo test --release -p vitrt-kernels --test gpu_matmul -- --ignored
+//! --test-threads=1` (add `--nocapture` to see worst errors and the speed table).
+
+use half::{bf16, f16};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use vitrt_kernels::cpu::{self, MatmulTiles};
+use vitrt_kernels::cuda::{tiles_for, DevPtr, DeviceBuffer, Gpu, MatmulTile};
+use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem, Operand, WeightLayout};
+
+const POISON: u8 = 0xFF;
+const GUARD_BYTES: usize = 512;
+/// The shapes every dimension is drawn from: tiny, prime-ish, around 197 (ViT tokens), large.
+const RAGGED: [usize; 6] = [1, 7, 197, 198, 257, 1000];
+
+fn gpu() -> Gpu {
+    Gpu::new(0).unwrap_or_else(|e| panic!("this test needs a CUDA GPU: {e}"))
+}
+
+fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 1e-4,
+        DType::F16 => 2e-3,
+        DType::BF16 => 1e-2,
+    }
+}
+
+fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
+    match dtype {
+        DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::F16 => values
+            .iter()
+            .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+            .collect(),
+        DType::BF16 => values
+            .iter()
+            .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
+            .collect(),
+    }
+}
+
+fn decode(dtype: DType, bytes: &[u8]) -> Vec<f32> {
+    match dtype {
+        DType::F32 => bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        DType::F16 => bytes
+            .chunks_exact(2)
+            .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        DType::BF16 => bytes
+            .chunks_exact(2)
+            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+    }
+}
+
+/// Uniform values in [lo, hi), already rounded to `dtype` so that the twin sees exactly what the
+/// GPU reads.
+fn random(dtype: DType, n: usize, range: std::ops::Range<f32>, rng: &mut StdRng) -> Vec<f32> {
+    (0..n)
+        .map(|_| dtype.round(rng.random_range(range.clone())))
+        .collect()
+}
+
+/// Device copies of one input, `shift` elements into its buffer so the base address can be
+/// misaligned on purpose.
+struct Uploaded {
+    _buffer: DeviceBuffer,
+    view: DevPtr,
+}
+
+fn upload(gpu: &Gpu, dtype: DType, values: &[f32], shift: usize) -> Uploaded {
+    let size = dtype.size_bytes();
+    let buffer = gpu.alloc((shift + values.len()).max(1) * size).unwrap();
+    gpu.upload(&buffer, shift * size, &encode(dtype, values))
+        .unwrap();
+    let view = buffer.view(shift * size, values.len(), dtype).unwrap();
+    Uploaded {
+        _buffer: buffer,
+        view,
+    }
+}
+
+/// One matmul to run on both sides.
+struct Case {
+    label: String,
+    dtype: DType,
+    problem: MatmulProblem,
+    /// Force a tile shape instead of letting the launcher choose.
+    tile: Option<MatmulTile>,
+    a: Vec<f32>,
+    b: Vec<f32>,
+    bias: Option<Vec<f32>>,
+    residual: Option<Vec<f32>>,
+    /// Elements of C's buffer (at least the problem's extent; more leaves a tail to check).
+    c_len: usize,
+    /// Elements every input and output view starts into its buffer (misaligns base pointers).
+    shift: usize,
+    /// The residual is read from C itself (`x += f(x)` in place): C starts out holding it.
+    residual_in_place: bool,
+}
+
+/// The worst scaled error of one case; panics with the case's label on any failed check.
+fn run(gpu: &Gpu, case: &Case) -> f64 {
+    let p = &case.problem;
+    let dtype = case.dtype;
+    let size = dtype.size_bytes();
+    let a = upload(gpu, dtype, &case.a, case.shift);
+    let b = upload(gpu, dtype, &case.b, case.shift);
+    let bias = case
+        .bias
+        .as_ref()
+        .map(|v| upload(gpu, dtype, v, case.shift));
+    let external_residual = match (&case.residual, case.residual_in_place) {
+        (Some(r), false) => Some(upload(gpu, dtype, r, case.shift)),
+        _ => None,
+    };
+
+    // C: poison everywhere (before the view, inside it, and the guard after it).
+    let c_bytes = (case.shift + case.c_len) * size + GUARD_BYTES;
+    let c_buffer = gpu.alloc(c_bytes).unwrap();
+    let mut initial = vec![POISON; c_bytes];
+    if case.residual_in_place {
+        let r = case
+            .residual
+            .as_ref()
+            .expect("an in-place residual needs residual values");
+        let start = case.shift * size;
+        initial[start..start + r.len() * size].copy_from_slice(&encode(dtype, r));
+    }
+    gpu.upload(&c_buffer, 0, &initial).unwrap();
+    let c_view = c_buffer.view(case.shift * size, case.c_len, dtype).unwrap();
+    let residual_view = if case.residual_in_place {
+        Some(c_view)
+    } else {
+        external_residual.as_ref().map(|r| r.view)
+    };
+
+    let bias_view = bias.as_ref().map(|x| x.view);
+    match case.tile {
+        Some(tile) => gpu.matmul_with_tile(
+            dtype,
+            p,
+            tile,
+            a.view,
+            b.view,
+            bias_view,
+            residual_view,
+            c_view,
+        ),
+        None => gpu.matmul(dtype, p, a.view, b.view, bias_view, residual_view, c_view),
+    }
+    .unwrap_or_else(|e| panic!("{}: launch failed: {e}", case.label));
+    let mut out = vec![0u8; c_bytes];
+    gpu.download(&c_buffer, 0, &mut out)
+        .unwrap_or_else(|e| panic!("{}: the kernel failed: {e}", case.label));
+
+    // The twin, on the same (rounded) values.
+    let mut want = vec![f32::NAN; case.c_len];
+    cpu::matmul(
+        p,
+        MatmulTiles::default(),
+        &case.a,
+        &case.b,
+        case.bias.as_deref(),
+        case.residual.as_deref(),
+        &mut want,
+    );
+
+    let mut written = vec![false; case.c_len];
+    for bt in 0..p.batch {
+        for h in 0..p.heads {
+            for i in 0..p.m {
+                for j in 0..p.n {
+                    written[p.c.index(bt, h, i, j)] = true;
+                }
+            }
+        }
+    }
+    let got = decode(
+        dtype,
+        &out[case.shift * size..(case.shift + case.c_len) * size],
+    );
+    let sum_sq: f64 = want
+        .iter()
+        .zip(&written)
+        .filter(|(_, &w)| w)
+        .map(|(&v, _)| (v as f64).powi(2))
+        .sum();
+    let count = written.iter().filter(|&&w| w).count().max(1);
+    let floor = ((sum_sq / count as f64).sqrt() / 10.0).max(1e-30);
+
+    let mut worst = (0.0f64, 0usize);
+    for (idx, &is_written) in written.iter().enumerate() {
+        let bytes = &out[(case.shift + idx) * size..(case.shift + idx + 1) * size];
+        if is_written {
+            let (g, w) = (got[idx] as f64, want[idx] as f64);
+            assert!(
+                g.is_finite(),
+                "{}: C[{idx}] was not written (or is not finite: {g})",
+                case.label
+            );
+            let err = (g - w).abs() / w.abs().max(floor);
+            if err > worst.0 {
+                worst = (err, idx);
+            }
+        } else if !case.residual_in_place {
+            assert!(
+                bytes.iter().all(|&x| x == POISON),
+                "{}: C[{idx}] lies outside the problem and was written",
+                case.label
+            );
+        }
+    }
+    let outside = [
+        &out[..case.shift * size],
+        &out[(case.shift + case.c_len) * size..],
+    ];
+    for region in outside {
+        assert!(
+            region.iter().all(|&x| x == POISON),
+            "{}: bytes before or after C were written",
+            case.label
+        );
+    }
+    let (err, idx) = worst;
+    assert!(
+        err <= tolerance(dtype),
+        "{}: C[{idx}] = {}, twin says {} (scaled error {err:.2e} > {:.0e})",
+        case.label,
+        got[idx],
+        want[idx],
+        tolerance(dtype)
+    );
+    err
+}
+
+/// Worst errors per dtype, printed at the end of a test.
+#[derive(Default)]
+struct Worst {
+    by_dtype: Vec<(DType, f64, String)>,
+}
+
+impl Worst {
+    fn record(&mut self, dtype: DType, err: f64, label: &str) {
+        match self.by_dtype.iter_mut().find(|(d, _, _)| *d == dtype) {
+            Some(entry) if entry.1 >= err => {}
+            Some(entry) => *entry = (dtype, err, label.to_string()),
+            None => self.by_dtype.push((dtype, err, label.to_string())),
+        }
+    }
+
+    fn print(&self, test: &str) {
+        for (dtype, err, label) in &self.by_dtype {
+            println!(
+                "{test}: worst {dtype} error {err:.2e} (tolerance {:.0e}) in {label}",
+                tolerance(*dtype)
+            );
+        }
+    }
+}
+
+/// An operand of `rows` x `cols` with `pad` extra elements per row and `offset` in front.
+fn strided(cols: usize, pad: usize, offset: usize) -> Operand {
+    Operand {
+        offset,
+        row_stride: cols + pad,
+        batch_stride: 0,
+        head_stride: 0,
+    }
+}
+
+/// A linear-layer case: A [m, k], B [n, k] or [k, n], C [m, n], each possibly with padded rows
+/// and offsets.
+#[allow(clippy::too_many_arguments)]
+fn linear_case(
+    dtype: DType,
+    (m, n, k): (usize, usize, usize),
+    layout: WeightLayout,
+    epilogue: Epilogue,
+    pad: usize,
+    shift: usize,
+    tile: Option<MatmulTile>,
+    rng: &mut StdRng,
+) -> Case {
+    let (b_rows, b_cols) = match layout {
+        WeightLayout::NK => (n, k),
+        WeightLayout::KN => (k, n),
+    };
+    let problem = MatmulProblem {
+        batch: 1,
+        heads: 1,
+        m,
+        n,
+        k,
+        a: strided(k, pad, pad / 2),
+        b: strided(b_cols, pad, pad),
+        b_layout: layout,
+        c: strided(n, pad, pad / 3),
+        r: strided(n, pad / 2, pad),
+        epilogue,
+    };
+    let a = random(dtype, problem.a.extent(1, 1, m, k), -1.0..1.0, rng);
+    let b = random(
+        dtype,
+        problem.b.extent(1, 1, b_rows, b_cols),
+        -1.0..1.0,
+        rng,
+    );
+    let bias = epilogue.bias.then(|| random(dtype, n, -1.0..1.0, rng));
+    let residual = epilogue
+        .residual
+        .then(|| random(dtype, problem.r.extent(1, 1, m, n), -2.0..2.0, rng));
+    Case {
+        label: format!(
+            "{dtype} {m}x{n}x{k} {layout:?} pad {pad} shift {shift} {:?} bias {} residual {} alpha {}{}",
+            epilogue.activation,
+            epilogue.bias,
+            epilogue.residual,
+            epilogue.alpha,
+            tile.map(|t| format!(" tile {}", t.name())).unwrap_or_default()
+        ),
+        dtype,
+        c_len: problem.c.extent(1, 1, m, n),
+        problem,
+        tile,
+        a,
+        b,
+        bias,
+        residual,
+        shift,
+        residual_in_place: false,
+    }
+}
+
+/// The `i`-th epilogue of a cycle through every activation, bias and residual on and off, and
+/// alpha 1 or not.
+fn epilogue_number(i: usize) -> Epilogue {
+    Epilogue {
+        alpha: if i % 5 == 4 { 0.125 } else { 1.0 },
+        bias: i % 2 == 0,
+        activation: Activation::ALL[(i / 4) % Activation::ALL.len()],
+        residual: (i / 2) % 2 == 0,
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn linear_layers_match_the_twin_on_ragged_shapes() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(11);
+    // Every size of RAGGED appears as m, as n and as k, against small and large partners.
+    let shapes = [
+        (1, 1, 1),
+        (1, 7, 197),
+        (7, 1, 1000),
+        (7, 257, 7),
+        (197, 198, 257),
+        (198, 197, 7),
+        (257, 1000, 1),
+        (1000, 257, 198),
+        (7, 1000, 257),
+        (257, 7, 198),
+        (198, 1, 1000),
+        (1, 257, 198),
+        (197, 1000, 197),
+        (1000, 198, 257),
+        (1000, 1000, 1000),
+    ];
+    for &(m, n, k) in &shapes {
+        assert!([m, n, k].iter().all(|d| RAGGED.contains(d)));
+    }
+    let mut worst = Worst::default();
+    let mut number = 0;
+    for dtype in DType::ALL {
+        for layout in [WeightLayout::NK, WeightLayout::KN] {
+            for &shape in &shapes {
+                // Plain rows; padded rows and offsets (16-byte copies off, gaps in C); then
+                // misaligned base pointers.
+                let (pad, shift) = [(0, 0), (5, 0), (0, 1)][number % 3];
+                let case = linear_case(
+                    dtype,
+                    shape,
+                    layout,
+                    epilogue_number(number),
+                    pad,
+                    shift,
+                    None,
+                    &mut rng,
+                );
+                worst.record(dtype, run(&gpu, &case), &case.label);
+                number += 1;
+            }
+        }
+    }
+    worst.print("linear");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_tile_shape_matches_the_twin() {
+    // The launcher's choice covers only some tiles on the shapes above; force each one, with
+    // the whole epilogue, on plain and padded rows. (Rows that rule out 16-byte copies send
+    // every f16/bf16 tile to the small one; the other tests cover that path.)
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(12);
+    let mut worst = Worst::default();
+    let full = Epilogue {
+        alpha: 0.5,
+        bias: true,
+        activation: Activation::Gelu,
+        residual: true,
+    };
+    for dtype in DType::ALL {
+        for &tile in tiles_for(dtype) {
+            for layout in [WeightLayout::NK, WeightLayout::KN] {
+                for (shape, pad) in [((197, 198, 257), 0), ((257, 1000, 197), 8), ((7, 1, 64), 0)] {
+                    let case =
+                        linear_case(dtype, shape, layout, full, pad, 0, Some(tile), &mut rng);
+                    worst.record(dtype, run(&gpu, &case), &case.label);
+                }
+            }
+        }
+    }
+    worst.print("tiles");
+}
+
+/// Q·Kᵀ and P·V for `heads` heads of `dim` over `tokens` tokens of `batch` images, reading Q,
+/// K and V in place: from one fused [B, T, 3·hidden] activation, or from three [B, T, hidden]
+/// ones.
+fn attention_cases(
+    dtype: DType,
+    batch: usize,
+    heads: usize,
+    tokens: usize,
+    dim: usize,
+    fused: bool,
+    rng: &mut StdRng,
+) -> [Case; 2] {
+    let hidden = heads * dim;
+    let row = if fused { 3 * hidden } else { hidden };
+    let head_view = |offset: usize| Operand {
+        offset,
+        row_stride: row,
+        batch_stride: tokens * row,
+        head_stride: dim,
+    };
+    // Separate Q, K, V live in one buffer each here: their offsets are 0 in their own buffers.
+    let (q_offset, k_offset, v_offset) = if fused {
+        (0, hidden, 2 * hidden)
+    } else {
+        (0, 0, 0)
+    };
+    let activation = random(dtype, batch * tokens * row, -1.0..1.0, rng);
+    let other = if fused {
+        activation.clone()
+    } else {
+        random(dtype, batch * tokens * row, -1.0..1.0, rng)
+    };
+    let scores_view = Operand {
+        offset: 0,
+        row_stride: tokens,
+        batch_stride: heads * tokens * tokens,
+        head_stride: tokens * tokens,
+    };
+    let scores = MatmulProblem {
+        batch,
+        heads,
+        m: tokens,
+        n: tokens,
+        k: dim,
+        a: head_view(q_offset),
+        b: head_view(k_offset),
+        b_layout: WeightLayout::NK,
+        c: scores_view,
+        r: Operand::contiguous(0),
+        epilogue: Epilogue {
+            alpha: 1.0 / (dim as f32).sqrt(),
+            ..Epilogue::NONE
+        },
+    };
+    let form = if fused { "fused QKV" } else { "separate Q/K/V" };
+    let label = |what: &str| format!("{dtype} {what} {form} B{batch} H{heads} T{tokens} d{dim}");
+    let qk = Case {
+        label: label("Q·Kᵀ"),
+        dtype,
+        c_len: batch * heads * tokens * tokens,
+        problem: scores,
+        tile: None,
+        a: activation.clone(),
+        b: other.clone(),
+        bias: None,
+        residual: None,
+        shift: 0,
+        residual_in_place: false,
+    };
+    // Probabilities in [0, 1): what a softmax hands P·V.
+    let probabilities = random(dtype, batch * heads * tokens * tokens, 0.0..1.0, rng);
+    let context = MatmulProblem {
+        k: tokens,
+        n: dim,
+        a: scores_view,
+        b: head_view(v_offset),
+        b_layout: WeightLayout::KN,
+        c: Operand {
+            offset: 0,
+            row_stride: hidden,
+            batch_stride: tokens * hidden,
+            head_stride: dim,
+        },
+        epilogue: Epilogue::NONE,
+        ..scores
+    };
+    let pv = Case {
+        label: label("P·V"),
+        dtype,
+        c_len: batch * tokens * hidden,
+        problem: context,
+        tile: None,
+        a: probabilities,
+        b: other,
+        bias: None,
+        residual: None,
+        shift: 0,
+        residual_in_place: false,
+    };
+    [qk, pv]
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn attention_products_read_heads_in_place() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(13);
+    let mut worst = Worst::default();
+    for dtype in DType::ALL {
+        for (heads, dim) in [(3, 16), (3, 18), (2, 24), (2, 32), (12, 64), (2, 80)] {
+            for fused in [true, false] {
+                for tokens in [197, 7] {
+                    for case in attention_cases(dtype, 2, heads, tokens, dim, fused, &mut rng) {
+                        worst.record(dtype, run(&gpu, &case), &case.label);
+                    }
+                }
+            }
+        }
+        // One token: m = n = k = 1 per head.
+        for case in attention_cases(dtype, 3, 2, 1, 18, true, &mut rng) {
+            worst.record(dtype, run(&gpu, &case), &case.label);
+        }
+    }
+    worst.print("attention");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn patch_embedding_writes_token_rows_after_the_cls_row() {
+    // tokens[b, 1 + i, :] = patches[b, i, :] · Wᵀ + bias + pos[1 + i, :]: C and R start one row
+    // in, R broadcasts over the batch; row 0 of every image is left alone.
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(14);
+    let mut worst = Worst::default();
+    let (batch, patches, patch_len, hidden) = (3, 196, 3 * 16 * 16, 96);
+    let tokens = patches + 1;
+    for dtype in DType::ALL {
+        let problem = MatmulProblem {
+            batch,
+            heads: 1,
+            m: patches,
+            n: hidden,
+            k: patch_len,
+            a: Operand {
+                offset: 0,
+                row_stride: patch_len,
+                batch_stride: patches * patch_len,
+                head_stride: 0,
+            },
+            b: Operand::contiguous(patch_len),
+            b_layout: WeightLayout::NK,
+            c: Operand {
+                offset: hidden,
+                row_stride: hidden,
+                batch_stride: tokens * hidden,
+                head_stride: 0,
+            },
+            r: Operand {
+                offset: hidden,
+                row_stride: hidden,
+                batch_stride: 0,
+                head_stride: 0,
+            },
+            epilogue: Epilogue {
+                bias: true,
+                residual: true,
+                ..Epilogue::NONE
+            },
+        };
+        let case = Case {
+            label: format!("{dtype} patch embedding"),
+            dtype,
+            problem,
+            tile: None,
+            a: random(dtype, batch * patches * patch_len, -1.0..1.0, &mut rng),
+            b: random(dtype, hidden * patch_len, -0.1..0.1, &mut rng),
+            bias: Some(random(dtype, hidden, -1.0..1.0, &mut rng)),
+            residual: Some(random(dtype, tokens * hidden, -1.0..1.0, &mut rng)),
+            c_len: batch * tokens * hidden,
+            shift: 0,
+            residual_in_place: false,
+        };
+        worst.record(dtype, run(&gpu, &case), &case.label);
+    }
+    worst.print("patch embedding");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn residual_may_be_the_output_itself() {
+    // x = x + proj(h): the residual view is C's own view.
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(15);
+    let mut worst = Worst::default();
+    for dtype in DType::ALL {
+        for (shape, pad) in [((197, 198, 257), 0), ((257, 1000, 7), 2)] {
+            let epilogue = Epilogue {
+                bias: true,
+                residual: true,
+                ..Epilogue::NONE
+            };
+            let mut case = linear_case(
+                dtype,
+                shape,
+                WeightLayout::NK,
+                epilogue,
+                pad,
+                0,
+                None,
+                &mut rng,
+            );
+            case.problem.r = case.problem.c;
+            let (m, n) = (shape.0, shape.1);
+            case.residual = Some(random(dtype, case.c_len, -2.0..2.0, &mut rng));
+            case.residual_in_place = true;
+            case.label = format!("{dtype} in-place residual {m}x{n} pad {pad}");
+            worst.record(dtype, run(&gpu, &case), &case.label);
+        }
+    }
+    worst.print("in-place residual");
+}
+
+/// The median of `samples` device timings of `run`, in milliseconds, after `warmup` runs.
+fn median_ms(gpu: &Gpu, warmup: usize, samples: usize, mut run: impl FnMut()) -> f64 {
+    for _ in 0..warmup {
+        run();
+    }
+    gpu.synchronize().unwrap();
+    let mut times: Vec<f64> = (0..samples)
+        .map(|_| {
+            gpu.time_ms(|| {
+                run();
+                Ok(())
+            })
+            .unwrap() as f64
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[samples / 2]
+}
+
+/// Device buffers of random f16 values for timing: A, B, bias, residual and C of one problem.
+struct TimedProblem {
+    p: MatmulProblem,
+    buffers: Vec<(DeviceBuffer, usize)>,
+}
+
+impl TimedProblem {
+    fn new(gpu: &Gpu, dtype: DType, p: MatmulProblem, rng: &mut StdRng) -> TimedProblem {
+        let (b_rows, b_cols) = match p.b_layout {
+            WeightLayout::NK => (p.n, p.k),
+            WeightLayout::KN => (p.k, p.n),
+        };
+        let lens = [
+            p.a.extent(p.batch, p.heads, p.m, p.k),
+            p.b.extent(p.batch, p.heads, b_rows, b_cols),
+            p.n,
+            p.r.extent(p.batch, p.heads, p.m, p.n),
+            p.c.extent(p.batch, p.heads, p.m, p.n),
+        ];
+        let buffers = lens
+            .iter()
+            .map(|&len| {
+                let buffer = gpu.alloc(len.max(1) * dtype.size_bytes()).unwrap();
+                gpu.upload(
+                    &buffer,
+                    0,
+                    &encode(dtype, &random(dtype, len, -1.0..1.0, rng)),
+                )
+                .unwrap();
+                (buffer, len)
+            })
+            .collect();
+        TimedProblem { p, buffers }
+    }
+
+    /// Median device time of one launch, in ms: `tile` forced, or the launcher's choice.
+    fn median_ms(&self, gpu: &Gpu, dtype: DType, tile: Option<MatmulTile>) -> f64 {
+        let view = |i: usize| self.buffers[i].0.view(0, self.buffers[i].1, dtype).unwrap();
+        let (a, b, bias, r, c) = (view(0), view(1), view(2), view(3), view(4));
+        median_ms(gpu, 10, 30, || {
+            match tile {
+                Some(tile) => {
+                    gpu.matmul_with_tile(dtype, &self.p, tile, a, b, Some(bias), Some(r), c)
+                }
+                None => gpu.matmul(dtype, &self.p, a, b, Some(bias), Some(r), c),
+            }
+            .unwrap()
+        })
+    }
+}
+
+/// The ViT-B/16 GEMMs in f16 (batch 64, then batch 1, then batch-64 attention), with and without
+/// their fused epilogues, timed with the launcher's tile choice and with every tile shape:
+/// device time by CUDA events, 10 warm-up runs, median of 30. Not a pass/fail test: the table
+/// says where the kernel stands. cuBLAS on an H200, batch 64: 615 / 531 / 608 / 655 TFLOP/s;
+/// batch 1: 79 / 29 / 111 / 80 TFLOP/s.
+#[test]
+#[ignore = "needs a CUDA GPU; prints a speed table"]
+fn matmul_speed_report() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(16);
+    let dtype = DType::F16;
+    let linear = |m, n, k, activation, residual| {
+        MatmulProblem::linear(
+            m,
+            n,
+            k,
+            Epilogue {
+                alpha: 1.0,
+                bias: true,
+                activation,
+                residual,
+            },
+        )
+    };
+    let mut problems = Vec::new();
+    for (m, batch_label, cublas) in [
+        (12608, "b64", [615.0, 531.0, 608.0, 655.0]),
+        (197, "b1", [79.0, 29.0, 111.0, 80.0]),
+    ] {
+        let gemms = [
+            ("qkv", linear(m, 2304, 768, Activation::None, false)),
+            ("proj", linear(m, 768, 768, Activation::None, true)),
+            ("fc1", linear(m, 3072, 768, Activation::Gelu, false)),
+            ("fc2", linear(m, 768, 3072, Activation::None, true)),
+        ];
+        for ((name, fused), reference) in gemms.into_iter().zip(cublas) {
+            let plain = MatmulProblem {
+                epilogue: Epilogue::NONE,
+                ..fused
+            };
+            problems.push((
+                format!("{name} {batch_label}"),
+                "none",
+                plain,
+                Some(reference),
+            ));
+            let epilogue = if fused.epilogue.residual {
+                "bias+residual"
+            } else if fused.epilogue.activation == Activation::Gelu {
+                "bias+gelu"
+            } else {
+                "bias"
+            };
+            problems.push((
+                format!("{name} {batch_label}"),
+                epilogue,
+                fused,
+                Some(reference),
+            ));
+        }
+    }
+    // Attention at batch 64, fused QKV [64, 197, 2304], 12 heads of 64.
+    let [scores, context] =
+        attention_cases(DType::F16, 1, 12, 197, 64, true, &mut rng).map(|case| case.problem);
+    let (batch, tokens, hidden) = (64, 197, 768);
+    let scores = MatmulProblem {
+        batch,
+        a: Operand {
+            batch_stride: tokens * 3 * hidden,
+            ..scores.a
+        },
+        b: Operand {
+            batch_stride: tokens * 3 * hidden,
+            ..scores.b
+        },
+        ..scores
+    };
+    let context = MatmulProblem {
+        batch,
+        b: Operand {
+            batch_stride: tokens * 3 * hidden,
+            ..context.b
+        },
+        ..context
+    };
+    problems.push(("Q·Kᵀ b64".into(), "alpha", scores, None));
+    problems.push(("P·V b64".into(), "none", context, None));
+
+    println!(
+        "\nmatmul {dtype} on {}: median of 30 after 10 warm-up runs (CUDA events)",
+        gpu.name()
+    );
+    println!(
+        "{:<10} {:>6} {:>5} {:>5} {:<14} {:<26} {:>9} {:>8} {:>8}",
+        "gemm", "M", "N", "K", "epilogue", "tile", "ms", "TFLOP/s", "/cuBLAS"
+    );
+    // VITRT_SPEED_FILTER=<text> keeps the rows whose name contains it (for a profiler run).
+    let filter = std::env::var("VITRT_SPEED_FILTER").unwrap_or_default();
+    for (name, epilogue, p, cublas) in problems.into_iter().filter(|row| row.0.contains(&filter)) {
+        let timed = TimedProblem::new(&gpu, dtype, p, &mut rng);
+        let chosen = gpu.matmul_tile_for(dtype, &p).unwrap();
+        let tflops = |ms: f64| p.flops() / (ms * 1e-3) / 1e12;
+        let ratio = |ms: f64| {
+            cublas
+                .map(|c| format!("{:.0}%", 100.0 * tflops(ms) / c))
+                .unwrap_or_default()
+        };
+        let ms = timed.median_ms(&gpu, dtype, None);
+        let label = format!("{} (chosen)", chosen.name());
+        println!(
+            "{name:<10} {:>6} {:>5} {:>5} {epilogue:<14} {label:<26} {ms:>9.4} {:>8.1} {:>8}",
+            p.m,
+            p.n,
+            p.k,
+            tflops(ms),
+            ratio(ms)
+        );
+        for &tile in tiles_for(dtype) {
+            let ms = timed.median_ms(&gpu, dtype, Some(tile));
+            println!(
+                "{:<10} {:>6} {:>5} {:>5} {:<14} {:<26} {ms:>9.4} {:>8.1} {:>8}",
+                "",
+                "",
+                "",
+                "",
+                "",
+                tile.name(),
+                tflops(ms),
+                ratio(ms)
+            );
+        }
+    }
+}
+
+/// Compiles every matmul instantiation for one compute capability into the on-disk kernel
+/// cache, so that GPU runs skip NVRTC: `VITRT_CACHE_DIR=<dir> VITRT_CACHE_ARCH=90 cargo test
+/// ... -- --ignored fill_the_kernel_cache`, then carry `<dir>` along and point
+/// `VITRT_CACHE_DIR` at it there (cache keys ignore where the CUDA headers live). Needs NVRTC,
+/// not a GPU; fails if any instantiation does not compile.
+#[test]
+#[ignore = "fills the kernel disk cache for a GPU run; needs NVRTC"]
+fn fill_the_kernel_cache_with_every_matmul_instantiation() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use vitrt_kernels::cuda::{all_instantiations, Arch, Compiler, DiskCache};
+    let compiler = Compiler::new().expect("NVRTC and the CUDA headers");
+    let cache = DiskCache::from_env().expect("a cache directory (set VITRT_CACHE_DIR)");
+    let arch_digits = std::env::var("VITRT_CACHE_ARCH").unwrap_or_else(|_| "90".into());
+    let (major, minor) = arch_digits.split_at(arch_digits.len() - 1);
+    let arch = Arch::new(
+        major.parse().expect("VITRT_CACHE_ARCH like 90"),
+        minor.parse().expect("VITRT_CACHE_ARCH like 90"),
+    );
+    let jobs: Vec<_> = all_instantiations()
+        .into_iter()
+        .filter(|i| i.family == "matmul")
+        .collect();
+    let next = AtomicUsize::new(0);
+    let failures = std::sync::Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                while let Some(inst) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    match compiler.compile(inst, arch) {
+                        Ok(compiled) => cache.store(
+                            &inst.name,
+                            &compiler.cache_key(inst, arch),
+                            &compiled.cubin,
+                        ),
+                        Err(e) => failures.lock().unwrap().push(e.to_string()),
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    println!(
+        "{} matmul kernels for {} cached in {}",
+        jobs.len(),
+        arch.sm_name(),
+        cache.dir().display()
+    );
+}
