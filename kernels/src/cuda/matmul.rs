@@ -92,9 +92,9 @@ const fn tile(
 /// Tensor-core tiles (f16, bf16). Measured on an H100 (f16, ViT-B/16 shapes, see
 /// `matmul_speed_report` in kernels/tests/gpu_matmul.rs), 128x128x32 with four warps of 64x64
 /// was the fastest on every batch-64 GEMM (qkv, proj, fc1, fc2: 309 / 249 / 317 / 333 TFLOP/s),
-/// ahead of 128x192x32 (8 warps; 240 / 220 / 246 / 303), 128x128x64 in three stages (265 /
-/// 216 / 278 / 274), 128x256 in BK 32 and 64, and 128x128 with eight warps of 64x32 (one CTA
-/// per SM for registers). 64x64x32 (32x32 warp tiles, ~250 TFLOP/s when the GPU is full) wins
+/// ahead of 128x192x32 (8 warps; 240 / 220 / 246 / 303) and 128x128x64 in three stages (265 /
+/// 216 / 278 / 274); an earlier build also tried 128x256 (BK 32 and 64, 8 warps) and 128x128
+/// with eight warps of 64x32 (one CTA per SM for registers), both slower. 64x64x32 (32x32 warp tiles, ~250 TFLOP/s when the GPU is full) wins
 /// whenever 128x128 tiles leave SMs idle: every batch-1 GEMM (M = 197) by 1.4-1.8x.
 /// The small tile comes last: it is also the one for operands whose rows do not allow 16-byte
 /// copies (see [`configure`]).
