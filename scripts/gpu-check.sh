@@ -142,8 +142,10 @@ run() {
     echo "== gpu-check summary ($(cat "$logs/gpu.txt" 2>/dev/null)) =="
     printf '%s\n' "${summary[@]}" | tee "$logs/summary.txt"
     # $OUT brings back at most 8 files: the logs travel as one archive.
-    (cd "$logs" && tar czf gpu-check-logs.tgz --exclude=gpu-check-logs.tgz --exclude=summary.txt . &&
-        find . -maxdepth 1 -name '*.log' -delete)
+    local archive
+    archive=$(mktemp)
+    (cd "$logs" && tar czf "$archive" --exclude=summary.txt . && rm -rf ./*.log ./*/ &&
+        mv "$archive" gpu-check-logs.tgz)
     return $failed
 }
 
