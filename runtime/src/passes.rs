@@ -86,16 +86,13 @@ pub fn fuse_epilogues(graph: &mut Graph) {
             }
         }
         lin.op = Op::Linear { epilogue };
-        // The fused Linear now produces the consumer's value, under the consumer's name, so
-        // outputs and later readers see no change.
-        let dead = lin.output;
+        // The fused Linear now produces the consumer's value, so outputs and later readers see
+        // no change; its old output value is left unread and unplanned.
         lin.output = consumer_node.output;
         lin.name = format!("{}+{}", lin.name, consumer_node.op.kind_name());
         graph.nodes.remove(consumer);
-        // The residual input must be produced before the fused node runs: move the fused node
-        // to the consumer's old position if the residual comes later.
+        // The residual input must be produced before the fused node runs.
         reorder(graph);
-        let _ = dead;
     }
 }
 

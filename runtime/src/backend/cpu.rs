@@ -6,7 +6,7 @@ use crate::graph::Op;
 use crate::lowering;
 use std::collections::HashMap;
 use std::ops::Range;
-use vitrt_kernels::{cpu, DType, Epilogue};
+use vitrt_kernels::{cpu, DType};
 
 #[derive(Default)]
 pub struct CpuBackend {
@@ -211,7 +211,7 @@ impl Backend for CpuBackend {
             _ => {
                 let bufs: Vec<BufferRef> = inputs.iter().map(|i| i.buffer).collect();
                 let (ins, out) = split(&mut self.arena, &self.params, &bufs, out_range)?;
-                run_simple(op, inputs, &ins, output, out, tiles)?;
+                run_simple(op, inputs, &ins, out, tiles)?;
             }
         }
         Ok(())
@@ -226,7 +226,6 @@ fn run_simple(
     op: &Op,
     bindings: &[Binding],
     ins: &[&[f32]],
-    output: &Binding,
     out: &mut [f32],
     tiles: cpu::MatmulTiles,
 ) -> Result<(), String> {
@@ -297,6 +296,5 @@ fn run_simple(
             }
         }
     }
-    let _ = (output, Epilogue::NONE);
     Ok(())
 }
