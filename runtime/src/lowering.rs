@@ -1,6 +1,7 @@
 //! How graph ops become kernel problems. Both backends lower through here, so the CPU twin
 //! and the GPU kernel always see the same strides.
 
+use crate::graph::Op;
 use vitrt_kernels::{Epilogue, MatmulProblem, Operand, WeightLayout};
 
 /// `[.., K] · W[N, K]ᵀ` over every leading row.
@@ -124,5 +125,43 @@ pub fn attention_context(
         c: head_view(tokens, hidden, head_dim, 0),
         r: Operand::contiguous(0),
         epilogue: Epilogue::NONE,
+    }
+}
+
+/// The matmul an op runs, for the ops that are one matmul (Linear and both attention
+/// products), from its inputs' shapes; None for every other op. Each backend then only binds
+/// buffers: `inputs[0]` is A, `inputs[1]` is B, and for Linear the bias and residual follow.
+pub fn matmul_for(op: &Op, input_shapes: &[&[usize]]) -> Option<MatmulProblem> {
+    match op {
+        Op::Linear { epilogue } => Some(linear(input_shapes[0], input_shapes[1], *epilogue)),
+        Op::AttentionScores {
+            heads,
+            head_dim,
+            scale,
+            q,
+            k,
+        } => {
+            let (qs, ks) = (input_shapes[0], input_shapes[1]);
+            Some(attention_scores(
+                qs[0],
+                qs[1],
+                *heads,
+                *head_dim,
+                *scale,
+                (qs[2], q.column_offset),
+                (ks[2], k.column_offset),
+            ))
+        }
+        Op::AttentionContext { heads, head_dim, v } => {
+            let vs = input_shapes[1];
+            Some(attention_context(
+                vs[0],
+                vs[1],
+                *heads,
+                *head_dim,
+                (vs[2], v.column_offset),
+            ))
+        }
+        _ => None,
     }
 }

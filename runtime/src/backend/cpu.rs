@@ -235,8 +235,10 @@ fn run_simple(
         Op::LayerNorm { eps } => {
             cpu::layernorm(ins[0], ins[1], ins[2], last(&bindings[0].shape), *eps, out)
         }
-        Op::Linear { epilogue } => {
-            let problem = lowering::linear(&bindings[0].shape, &bindings[1].shape, *epilogue);
+        Op::Linear { .. } | Op::AttentionScores { .. } | Op::AttentionContext { .. } => {
+            let shapes: Vec<&[usize]> = bindings.iter().map(|b| b.shape.as_slice()).collect();
+            let problem = lowering::matmul_for(op, &shapes).ok_or("not a matmul")?;
+            let epilogue = problem.epilogue;
             let bias = epilogue.bias.then(|| ins[2]);
             let residual = epilogue.residual.then(|| ins[2 + epilogue.bias as usize]);
             problem.check_bounds(
@@ -254,39 +256,7 @@ fn run_simple(
             }
         }
         Op::Add => cpu::add(ins[0], ins[1], out),
-        Op::AttentionScores {
-            heads,
-            head_dim,
-            scale,
-            q,
-            k,
-        } => {
-            let (qs, ks) = (&bindings[0].shape, &bindings[1].shape);
-            let problem = lowering::attention_scores(
-                qs[0],
-                qs[1],
-                *heads,
-                *head_dim,
-                *scale,
-                (qs[2], q.column_offset),
-                (ks[2], k.column_offset),
-            );
-            problem.check_bounds(ins[0].len(), ins[1].len(), out.len(), None, None)?;
-            cpu::matmul(&problem, tiles, ins[0], ins[1], None, None, out);
-        }
         Op::Softmax => cpu::softmax(ins[0], last(&bindings[0].shape), 1.0, out),
-        Op::AttentionContext { heads, head_dim, v } => {
-            let vs = &bindings[1].shape;
-            let problem = lowering::attention_context(
-                vs[0],
-                vs[1],
-                *heads,
-                *head_dim,
-                (vs[2], v.column_offset),
-            );
-            problem.check_bounds(ins[0].len(), ins[1].len(), out.len(), None, None)?;
-            cpu::matmul(&problem, tiles, ins[0], ins[1], None, None, out);
-        }
         Op::SelectToken { index } => {
             let s = &bindings[0].shape;
             let (t, c) = (s[1], s[2]);

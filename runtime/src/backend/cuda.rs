@@ -239,47 +239,20 @@ impl CudaBackend {
                 let rows = inputs[0].shape.iter().product::<usize>() / cols.max(1);
                 gpu.layernorm(d, ins[0], ins[1], ins[2], rows, cols, *eps, out)
             }
-            Op::Linear { epilogue } => {
-                let problem = lowering::linear(&inputs[0].shape, &inputs[1].shape, *epilogue);
+            Op::Linear { .. } | Op::AttentionScores { .. } | Op::AttentionContext { .. } => {
+                let shapes: Vec<&[usize]> = inputs.iter().map(|b| b.shape.as_slice()).collect();
+                let problem = lowering::matmul_for(op, &shapes)
+                    .ok_or_else(|| KernelError::InvalidArgument("not a matmul".into()))?;
+                let epilogue = problem.epilogue;
                 let bias = epilogue.bias.then(|| ins[2]);
                 let residual = epilogue.residual.then(|| ins[2 + epilogue.bias as usize]);
                 gpu.matmul(d, &problem, ins[0], ins[1], bias, residual, out)
             }
             Op::Activation(act) => gpu.activation(d, *act, ins[0], out.len, out),
             Op::Add => gpu.add(d, ins[0], ins[1], out.len, out),
-            Op::AttentionScores {
-                heads,
-                head_dim,
-                scale,
-                q,
-                k,
-            } => {
-                let (qs, ks) = (&inputs[0].shape, &inputs[1].shape);
-                let problem = lowering::attention_scores(
-                    qs[0],
-                    qs[1],
-                    *heads,
-                    *head_dim,
-                    *scale,
-                    (qs[2], q.column_offset),
-                    (ks[2], k.column_offset),
-                );
-                gpu.matmul(d, &problem, ins[0], ins[1], None, None, out)
-            }
             Op::Softmax => {
                 let cols = last(&inputs[0].shape);
                 gpu.softmax(d, ins[0], out.len / cols.max(1), cols, 1.0, out)
-            }
-            Op::AttentionContext { heads, head_dim, v } => {
-                let vs = &inputs[1].shape;
-                let problem = lowering::attention_context(
-                    vs[0],
-                    vs[1],
-                    *heads,
-                    *head_dim,
-                    (vs[2], v.column_offset),
-                );
-                gpu.matmul(d, &problem, ins[0], ins[1], None, None, out)
             }
             Op::SelectToken { index } => {
                 let s = &inputs[0].shape;
