@@ -47,6 +47,40 @@ impl DType {
         }
     }
 
+    /// f32 values as the little-endian bytes of this storage type (round to nearest even):
+    /// what is uploaded to a device buffer of this type.
+    pub fn encode(self, values: &[f32]) -> Vec<u8> {
+        match self {
+            DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            DType::F16 => values
+                .iter()
+                .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                .collect(),
+            DType::BF16 => values
+                .iter()
+                .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+                .collect(),
+        }
+    }
+
+    /// The inverse of [`DType::encode`]: little-endian bytes of this type as f32 values.
+    pub fn decode(self, bytes: &[u8]) -> Vec<f32> {
+        match self {
+            DType::F32 => bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            DType::F16 => bytes
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            DType::BF16 => bytes
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+        }
+    }
+
     /// Rounds an f32 to this storage type and back: what a value looks like after a store.
     pub fn round(self, x: f32) -> f32 {
         match self {
@@ -355,6 +389,47 @@ impl MatmulProblem {
         Ok(())
     }
 
+    /// The patch-embedding projection: patch rows `[B, N, C·P·P]` times the conv weight
+    /// `[hidden, C·P·P]`, with the bias and the position embeddings of tokens 1.. (the
+    /// residual, broadcast over the batch) added in the epilogue, written straight into token
+    /// rows 1.. of `[B, N+1, hidden]`; row 0 of each image (the CLS token) is left alone.
+    pub fn patch_projection(
+        batch: usize,
+        patches: usize,
+        patch_len: usize,
+        hidden: usize,
+    ) -> MatmulProblem {
+        let tokens = patches + 1;
+        let token_rows = |batch_stride| Operand {
+            offset: hidden,
+            row_stride: hidden,
+            batch_stride,
+            head_stride: 0,
+        };
+        MatmulProblem {
+            batch,
+            heads: 1,
+            m: patches,
+            n: hidden,
+            k: patch_len,
+            a: Operand {
+                offset: 0,
+                row_stride: patch_len,
+                batch_stride: patches * patch_len,
+                head_stride: 0,
+            },
+            b: Operand::contiguous(patch_len),
+            b_layout: WeightLayout::NK,
+            c: token_rows(tokens * hidden),
+            r: token_rows(0),
+            epilogue: Epilogue {
+                bias: true,
+                residual: true,
+                ..Epilogue::NONE
+            },
+        }
+    }
+
     pub fn flops(&self) -> f64 {
         2.0 * (self.batch * self.heads * self.m * self.n * self.k) as f64
     }
@@ -403,6 +478,19 @@ mod tests {
             -0.238_405_844_044_234_03
         ));
         assert_eq!(Activation::Relu.apply(-3.0), 0.0);
+    }
+
+    #[test]
+    fn encode_and_decode_round_trip_through_each_storage_type() {
+        let values = [0.0, -1.5, 3.140625, 65504.0, 1e-3];
+        for d in DType::ALL {
+            let bytes = d.encode(&values);
+            assert_eq!(bytes.len(), values.len() * d.size_bytes());
+            let back = d.decode(&bytes);
+            for (v, b) in values.iter().zip(back) {
+                assert_eq!(b, d.round(*v), "{d}");
+            }
+        }
     }
 
     #[test]

@@ -47,41 +47,10 @@ fn random(rng: &mut SmallRng, n: usize, lo: f32, hi: f32, dtype: DType) -> Vec<f
         .collect()
 }
 
-fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(values.len() * dtype.size_bytes());
-    for &v in values {
-        match dtype {
-            DType::F32 => bytes.extend_from_slice(&v.to_le_bytes()),
-            DType::F16 => bytes.extend_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes()),
-            DType::BF16 => {
-                bytes.extend_from_slice(&half::bf16::from_f32(v).to_bits().to_le_bytes())
-            }
-        }
-    }
-    bytes
-}
-
-fn decode(dtype: DType, bytes: &[u8]) -> Vec<f32> {
-    match dtype {
-        DType::F32 => bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-            .collect(),
-        DType::F16 => bytes
-            .chunks_exact(2)
-            .map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
-            .collect(),
-        DType::BF16 => bytes
-            .chunks_exact(2)
-            .map(|b| half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
-            .collect(),
-    }
-}
-
 /// An input on the device, `misalign` elements past a 256-byte boundary.
 fn upload(dtype: DType, values: &[f32], misalign: usize) -> (DeviceBuffer, DevPtr) {
     let offset = misalign * dtype.size_bytes();
-    let bytes = encode(dtype, values);
+    let bytes = dtype.encode(values);
     let buffer = gpu().alloc(offset + bytes.len()).unwrap();
     gpu().upload(&buffer, offset, &bytes).unwrap();
     let view = buffer.view(offset, values.len(), dtype).unwrap();
@@ -131,7 +100,7 @@ impl Poisoned {
             "{case}: wrote byte {} past the end of the output",
             after.unwrap()
         );
-        decode(self.dtype, &bytes[self.offset..end])
+        self.dtype.decode(&bytes[self.offset..end])
     }
 
     /// Whether element `i` still holds the poison (was not written).
@@ -268,7 +237,7 @@ fn layernorm_in_place_matches_its_twin() {
             want.iter_mut().for_each(|v| *v = dtype.round(*v));
             compare(
                 &format!("in-place layernorm {dtype} {cols}"),
-                &decode(dtype, &bytes),
+                &dtype.decode(&bytes),
                 &want,
                 tolerance(dtype),
                 1e-5,
@@ -361,7 +330,7 @@ fn add_matches_its_twin_exactly() {
         want.iter_mut().for_each(|v| *v = dtype.round(*v));
         compare(
             &format!("in-place add {dtype}"),
-            &decode(dtype, &bytes),
+            &dtype.decode(&bytes),
             &want,
             0.0,
             0.0,
@@ -432,7 +401,7 @@ fn patchify_with_cls_matches_its_twins_exactly() {
                 let mut raw = vec![0u8; tokens.buffer.len_bytes()];
                 gpu().download(&tokens.buffer, 0, &mut raw).unwrap();
                 let raw = &raw[tokens.offset..tokens.offset + tokens.len * dtype.size_bytes()];
-                let got = decode(dtype, raw);
+                let got = dtype.decode(raw);
                 let mut want_tokens = vec![f32::NAN; batch * tokens_per_image * hidden];
                 cpu::write_cls_rows(&cls, &pos, batch, tokens_per_image, &mut want_tokens);
                 for (i, w) in want_tokens.iter().enumerate() {

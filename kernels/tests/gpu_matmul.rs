@@ -18,7 +18,6 @@
 //! Run on a GPU machine: `cargo test --release -p vitrt-kernels --test gpu_matmul -- --ignored
 //! --test-threads=1` (add `--nocapture` to see worst errors and the speed table).
 
-use half::{bf16, f16};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use vitrt_kernels::cpu::{self, MatmulTiles};
 use vitrt_kernels::cuda::{tiles_for, DevPtr, DeviceBuffer, Gpu, MatmulTile};
@@ -41,37 +40,6 @@ fn tolerance(dtype: DType) -> f64 {
     }
 }
 
-fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
-    match dtype {
-        DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        DType::F16 => values
-            .iter()
-            .flat_map(|&v| f16::from_f32(v).to_le_bytes())
-            .collect(),
-        DType::BF16 => values
-            .iter()
-            .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
-            .collect(),
-    }
-}
-
-fn decode(dtype: DType, bytes: &[u8]) -> Vec<f32> {
-    match dtype {
-        DType::F32 => bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-        DType::F16 => bytes
-            .chunks_exact(2)
-            .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        DType::BF16 => bytes
-            .chunks_exact(2)
-            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-    }
-}
-
 /// Uniform values in [lo, hi), already rounded to `dtype` so that the twin sees exactly what the
 /// GPU reads.
 fn random(dtype: DType, n: usize, range: std::ops::Range<f32>, rng: &mut StdRng) -> Vec<f32> {
@@ -90,7 +58,7 @@ struct Uploaded {
 fn upload(gpu: &Gpu, dtype: DType, values: &[f32], shift: usize) -> Uploaded {
     let size = dtype.size_bytes();
     let buffer = gpu.alloc((shift + values.len()).max(1) * size).unwrap();
-    gpu.upload(&buffer, shift * size, &encode(dtype, values))
+    gpu.upload(&buffer, shift * size, &dtype.encode(values))
         .unwrap();
     let view = buffer.view(shift * size, values.len(), dtype).unwrap();
     Uploaded {
@@ -144,7 +112,7 @@ fn run(gpu: &Gpu, case: &Case) -> f64 {
             .as_ref()
             .expect("an in-place residual needs residual values");
         let start = case.shift * size;
-        initial[start..start + r.len() * size].copy_from_slice(&encode(dtype, r));
+        initial[start..start + r.len() * size].copy_from_slice(&dtype.encode(r));
     }
     gpu.upload(&c_buffer, 0, &initial).unwrap();
     let c_view = c_buffer.view(case.shift * size, case.c_len, dtype).unwrap();
@@ -195,10 +163,7 @@ fn run(gpu: &Gpu, case: &Case) -> f64 {
             }
         }
     }
-    let got = decode(
-        dtype,
-        &out[case.shift * size..(case.shift + case.c_len) * size],
-    );
+    let got = dtype.decode(&out[case.shift * size..(case.shift + case.c_len) * size]);
     let sum_sq: f64 = want
         .iter()
         .zip(&written)
@@ -580,38 +545,7 @@ fn patch_embedding_writes_token_rows_after_the_cls_row() {
     let (batch, patches, patch_len, hidden) = (3, 196, 3 * 16 * 16, 96);
     let tokens = patches + 1;
     for dtype in DType::ALL {
-        let problem = MatmulProblem {
-            batch,
-            heads: 1,
-            m: patches,
-            n: hidden,
-            k: patch_len,
-            a: Operand {
-                offset: 0,
-                row_stride: patch_len,
-                batch_stride: patches * patch_len,
-                head_stride: 0,
-            },
-            b: Operand::contiguous(patch_len),
-            b_layout: WeightLayout::NK,
-            c: Operand {
-                offset: hidden,
-                row_stride: hidden,
-                batch_stride: tokens * hidden,
-                head_stride: 0,
-            },
-            r: Operand {
-                offset: hidden,
-                row_stride: hidden,
-                batch_stride: 0,
-                head_stride: 0,
-            },
-            epilogue: Epilogue {
-                bias: true,
-                residual: true,
-                ..Epilogue::NONE
-            },
-        };
+        let problem = MatmulProblem::patch_projection(batch, patches, patch_len, hidden);
         let case = Case {
             label: format!("{dtype} patch embedding"),
             dtype,
@@ -710,7 +644,7 @@ impl TimedProblem {
                 gpu.upload(
                     &buffer,
                     0,
-                    &encode(dtype, &random(dtype, len, -1.0..1.0, rng)),
+                    &dtype.encode(&random(dtype, len, -1.0..1.0, rng)),
                 )
                 .unwrap();
                 (buffer, len)

@@ -11,50 +11,6 @@ pub fn linear(x_shape: &[usize], w_shape: &[usize], epilogue: Epilogue) -> Matmu
     MatmulProblem::linear(m, w_shape[0], k, epilogue)
 }
 
-/// The patch projection: patch rows `[B, N, C·P·P]` times the conv weight, with the bias and
-/// the position embeddings of tokens 1.. added in the epilogue and the result written
-/// straight into token rows 1.. of `[B, T, hidden]` (row 0 is the CLS token).
-pub fn patch_projection(
-    batch: usize,
-    patches: usize,
-    patch_len: usize,
-    hidden: usize,
-) -> MatmulProblem {
-    let tokens = patches + 1;
-    MatmulProblem {
-        batch,
-        heads: 1,
-        m: patches,
-        n: hidden,
-        k: patch_len,
-        a: Operand {
-            offset: 0,
-            row_stride: patch_len,
-            batch_stride: patches * patch_len,
-            head_stride: 0,
-        },
-        b: Operand::contiguous(patch_len),
-        b_layout: WeightLayout::NK,
-        c: Operand {
-            offset: hidden,
-            row_stride: hidden,
-            batch_stride: tokens * hidden,
-            head_stride: 0,
-        },
-        r: Operand {
-            offset: hidden,
-            row_stride: hidden,
-            batch_stride: 0,
-            head_stride: 0,
-        },
-        epilogue: Epilogue {
-            bias: true,
-            residual: true,
-            ..Epilogue::NONE
-        },
-    }
-}
-
 /// Heads of a `[B, T, width]` tensor starting at `column_offset`.
 fn head_view(tokens: usize, width: usize, head_dim: usize, column_offset: usize) -> Operand {
     Operand {

@@ -6,7 +6,7 @@ use crate::graph::Op;
 use crate::lowering;
 use std::collections::HashMap;
 use std::ops::Range;
-use vitrt_kernels::{cpu, DType};
+use vitrt_kernels::{cpu, DType, MatmulProblem};
 
 #[derive(Default)]
 pub struct CpuBackend {
@@ -205,7 +205,8 @@ impl Backend for CpuBackend {
                 let (ins, out) = split(&mut self.arena, &self.params, &bufs, out_range)?;
                 let (rows, weight, bias, cls, pos) = (ins[0], ins[1], ins[2], ins[3], ins[4]);
                 cpu::write_cls_rows(cls, pos, b, tokens, out);
-                let problem = lowering::patch_projection(b, patches, c * patch * patch, hidden);
+                let problem =
+                    MatmulProblem::patch_projection(b, patches, c * patch * patch, hidden);
                 cpu::matmul(&problem, tiles, rows, weight, Some(bias), Some(pos), out);
             }
             _ => {

@@ -7,10 +7,9 @@ use super::{Backend, Binding, BufferRef};
 use crate::error::RuntimeError;
 use crate::graph::Op;
 use crate::lowering;
-use half::{bf16, f16};
 use std::collections::HashMap;
 use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu, KernelError};
-use vitrt_kernels::DType;
+use vitrt_kernels::{DType, MatmulProblem};
 
 pub struct CudaBackend {
     gpu: Gpu,
@@ -64,38 +63,6 @@ fn backend_error(e: KernelError) -> RuntimeError {
     RuntimeError::Backend(e.to_string())
 }
 
-/// f32 host values as the little-endian bytes of `dtype`.
-pub fn encode(data: &[f32], dtype: DType) -> Vec<u8> {
-    match dtype {
-        DType::F32 => data.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        DType::F16 => data
-            .iter()
-            .flat_map(|v| f16::from_f32(*v).to_le_bytes())
-            .collect(),
-        DType::BF16 => data
-            .iter()
-            .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
-            .collect(),
-    }
-}
-
-pub fn decode(bytes: &[u8], dtype: DType) -> Vec<f32> {
-    match dtype {
-        DType::F32 => bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect(),
-        DType::F16 => bytes
-            .chunks_exact(2)
-            .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-        DType::BF16 => bytes
-            .chunks_exact(2)
-            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
-    }
-}
-
 impl Backend for CudaBackend {
     fn describe(&self) -> String {
         format!("cuda:{} ({})", self.ordinal, self.gpu.name())
@@ -121,7 +88,7 @@ impl Backend for CudaBackend {
                 message: format!("{} values for shape {shape:?}", data.len()),
             });
         }
-        let bytes = encode(&data, self.dtype);
+        let bytes = self.dtype.encode(&data);
         let buffer = self.gpu.alloc(bytes.len().max(1)).map_err(backend_error)?;
         self.gpu.upload(&buffer, 0, &bytes).map_err(backend_error)?;
         self.params.push(buffer);
@@ -161,7 +128,7 @@ impl Backend for CudaBackend {
             .as_ref()
             .ok_or_else(|| RuntimeError::Backend("no arena reserved".into()))?;
         self.gpu
-            .upload(arena, offset_bytes, &encode(data, dtype))
+            .upload(arena, offset_bytes, &dtype.encode(data))
             .map_err(backend_error)
     }
 
@@ -185,7 +152,7 @@ impl Backend for CudaBackend {
         self.gpu
             .download(buffer, offset, &mut bytes)
             .map_err(backend_error)?;
-        Ok(decode(&bytes, dtype))
+        Ok(dtype.decode(&bytes))
     }
 
     fn execute(
@@ -231,7 +198,8 @@ impl CudaBackend {
                 gpu.patchify_with_cls(
                     d, ins[0], b, c, h, w, *patch, ins[3], ins[4], hidden, tokens, ws, out,
                 )?;
-                let problem = lowering::patch_projection(b, tokens - 1, c * patch * patch, hidden);
+                let problem =
+                    MatmulProblem::patch_projection(b, tokens - 1, c * patch * patch, hidden);
                 gpu.matmul(d, &problem, ws, ins[1], Some(ins[2]), Some(ins[4]), out)
             }
             Op::LayerNorm { eps } => {
