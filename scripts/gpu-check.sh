@@ -66,12 +66,14 @@ record() {
     summary+=("$(printf '%-26s exit %-3s %4ss  %s' "$name" "$rc" "$((SECONDS - start))" "$result")")
 }
 
-# One `vitrt parity` run: a row per (model, dtype) with the worst relative error.
+# One `vitrt parity` run: a row per (model, dtype) with the worst relative error. Arguments
+# after the fifth go to vitrt.
 parity_row() {
     local label=$1 model=$2 reference=$3 dtype=$4 log=$5
+    shift 5
     local start=$SECONDS
     timeout "${GPU_CHECK_TIMEOUT:-240}" "$dir/vitrt.bin" parity --model "$model" --reference "$reference" \
-        --device cuda --dtype "$dtype" >>"$log" 2>&1
+        --device cuda --dtype "$dtype" "$@" >>"$log" 2>&1
     local rc=$?
     local worst
     worst=$(grep -oE 'worst relative error [^)]*' "$log" | tail -1 | awk '{print $4}')
@@ -107,6 +109,11 @@ parity() {
         echo "== vit-base $dtype" >>"$log"
         parity_row "vit-base" "$vitb" "$vitb/reference.safetensors" "$dtype" "$log"
     done
+    # The residual stream stored in bf16 too, as PyTorch stores it: the figure the f32 stream
+    # improves on (reported, not held to 1e-2).
+    echo "== vit-base bf16, bf16 residual stream" >>"$log"
+    parity_row "vit-base bf16-stream" "$vitb" "$vitb/reference.safetensors" bf16 "$log" \
+        --residual-dtype bf16 --tolerance 0.05
 }
 
 run() {

@@ -8,12 +8,15 @@
 // read from memory once; the launcher picks CACHED (1, 2, 4, 8) so the row fits. With
 // CACHED == 0 (rows too long for registers) the passes re-read the row, mostly from L2.
 //
-// VEC elements per access: 16 bytes when cols is a multiple of VEC and every pointer is
-// 16-byte aligned (then every row start is too), else 1.
+// VEC elements per access: 16 bytes of the wider of x's and out's types when cols is a multiple
+// of VEC and every pointer is 16-byte aligned (then every row start is too), else 1.
+//
+// x is stored as TI, gamma, beta and out as T: a half-precision run keeps its residual stream
+// (the layernorm's input) in f32 and normalises it into the f16/bf16 operand of the next matmul.
 #include "common.cuh"
 
-template <typename T, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
-__device__ __forceinline__ void layernorm_rows(const T* x, const T* gamma, const T* beta, T* out, int rows,
+template <typename TI, typename T, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
+__device__ __forceinline__ void layernorm_rows(const TI* x, const T* gamma, const T* beta, T* out, int rows,
                                                int cols, float eps) {
     static_assert(GROUP_WARPS == 1 || ROWS == 1, "a block holds several rows only with one warp per row");
     constexpr int GROUP = 32 * GROUP_WARPS;
@@ -27,7 +30,7 @@ __device__ __forceinline__ void layernorm_rows(const T* x, const T* gamma, const
     // ROWS == 1) the whole block walks the same rows, so its barriers stay uniform.
     const long long row_stride = (long long)gridDim.x * ROWS;
     for (long long row = blockIdx.x * ROWS + threadIdx.x / GROUP; row < rows; row += row_stride) {
-        const T* x_row = x + row * cols;
+        const TI* x_row = x + row * cols;
         T* out_row = out + row * cols;
 
         if (CACHED > 0) {
@@ -37,7 +40,7 @@ __device__ __forceinline__ void layernorm_rows(const T* x, const T* gamma, const
             for (int c = 0; c < CACHED; ++c) {
                 const int i = rank + c * GROUP;
                 if (i < vectors) {
-                    const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
+                    const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
 #pragma unroll
                     for (int j = 0; j < VEC; ++j) {
                         v[c][j] = to_float(loaded.v[j]);
@@ -75,14 +78,14 @@ __device__ __forceinline__ void layernorm_rows(const T* x, const T* gamma, const
         } else {
             float sum = 0.0f;
             for (int i = rank; i < vectors; i += GROUP) {
-                const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
+                const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
 #pragma unroll
                 for (int j = 0; j < VEC; ++j) sum += to_float(loaded.v[j]);
             }
             const float mean = group_reduce<SumOp, GROUP_WARPS>(sum, scratch) * inv_cols;
             float squares = 0.0f;
             for (int i = rank; i < vectors; i += GROUP) {
-                const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
+                const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
 #pragma unroll
                 for (int j = 0; j < VEC; ++j) {
                     const float d = to_float(loaded.v[j]) - mean;
@@ -92,7 +95,7 @@ __device__ __forceinline__ void layernorm_rows(const T* x, const T* gamma, const
             const float var = group_reduce<SumOp, GROUP_WARPS>(squares, scratch) * inv_cols;
             const float inv_std = 1.0f / sqrtf(var + eps);
             for (int i = rank; i < vectors; i += GROUP) {
-                const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
+                const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
                 const Vec<T, VEC> g = load_vec<T, VEC>(gamma + i * VEC);
                 const Vec<T, VEC> b = load_vec<T, VEC>(beta + i * VEC);
                 Vec<T, VEC> r;

@@ -214,9 +214,9 @@ __device__ __forceinline__ void stage_residual_runs(T* tile, const T* residual, 
 // stage_residual_runs fetched (null: read R from global memory).
 // A residual may alias C element for element (in-place `x += f(x)`): each element is read
 // before the same thread writes it.
-template <typename T, int BM, int BN, int PITCH, int THREADS, Act ACT>
-__device__ __forceinline__ void store_staged_tile(const float* staged, const T* residual_tile, const T* bias,
-                                                  const T* residual, T* c, int m, int n, int m0, int n0,
+template <typename T, typename TR, typename TC, int BM, int BN, int PITCH, int THREADS, Act ACT>
+__device__ __forceinline__ void store_staged_tile(const float* staged, const TR* residual_tile, const T* bias,
+                                                  const TR* residual, TC* c, int m, int n, int m0, int n0,
                                                   long long c_base, long long r_base, long long c_row_stride,
                                                   long long r_row_stride, float alpha, int vector_epilogue) {
     constexpr int kRunsPerRow = BN / 4;
@@ -258,8 +258,10 @@ __device__ __forceinline__ void store_staged_tile(const float* staged, const T* 
         if (residual != nullptr) {
             if (residual_tile != nullptr && whole_vector) {
                 load_run(residual_tile + row_in_tile * BN + col_in_tile, res);
+            } else if (whole_vector) {
+                load_run(residual + r_base + (long long)row * r_row_stride + col, res);
             } else {
-                const T* r_ptr = residual + r_base + (long long)row * r_row_stride + col;
+                const TR* r_ptr = residual + r_base + (long long)row * r_row_stride + col;
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
                     if (e < count) res[e] = to_float(r_ptr[e]);
@@ -268,13 +270,13 @@ __device__ __forceinline__ void store_staged_tile(const float* staged, const T* 
         // As Epilogue::apply: act(alpha * acc + bias) + residual, with 0 for what is absent.
 #pragma unroll
         for (int e = 0; e < 4; ++e) v[e] = activate<ACT>(alpha * v[e] + add[e]) + res[e];
-        T* c_ptr = c + c_base + (long long)row * c_row_stride + col;
+        TC* c_ptr = c + c_base + (long long)row * c_row_stride + col;
         if (whole_vector) {
             store_run(c_ptr, v);
         } else {
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                if (e < count) c_ptr[e] = from_float<T>(v[e]);
+                if (e < count) c_ptr[e] = from_float<TC>(v[e]);
         }
     }
 }
@@ -357,10 +359,10 @@ __device__ __forceinline__ void copy_chunk(unsigned dst, const T* src, int bytes
     }
 }
 
-template <typename T, int BM, int BN, int BK, int GROUP_M, int STAGES, int WARPS_M, int WARPS_N, Act ACT, bool B_KN,
-          bool VEC16>
+template <typename T, typename TR, typename TC, int BM, int BN, int BK, int GROUP_M, int STAGES, int WARPS_M,
+          int WARPS_N, Act ACT, bool B_KN, bool VEC16>
 __device__ __forceinline__ void matmul_tensor_core(const T* __restrict__ a, const T* __restrict__ b,
-                                                   const T* bias, const T* residual, T* c, int heads, int m, int n,
+                                                   const T* bias, const TR* residual, TC* c, int heads, int m, int n,
                                                    int k, View av, View bv, View cv, View rv, float alpha,
                                                    int vector_epilogue) {
     constexpr int kThreads = WARPS_M * WARPS_N * 32;
@@ -536,11 +538,14 @@ __device__ __forceinline__ void matmul_tensor_core(const T* __restrict__ a, cons
     // different banks.
     constexpr int kPitch = BN + 8;
     float* staged = reinterpret_cast<float*>(shared_tiles);
-    T* residual_tile = reinterpret_cast<T*>(shared_tiles + BM * kPitch * sizeof(float));
+    TR* residual_tile = reinterpret_cast<TR*>(shared_tiles + BM * kPitch * sizeof(float));
     const long long r_base = rv.matrix_base(tile.batch, tile.head);
-    const bool stage_residual = residual != nullptr && vector_epilogue;
+    // An f32 residual tile next to a large staged tile would take the shared memory of the
+    // SM's second CTA: such residuals are read straight from global memory instead.
+    constexpr bool kStageResidual = sizeof(TR) == sizeof(T) || BM * BN <= 64 * 64;
+    const bool stage_residual = kStageResidual && residual != nullptr && vector_epilogue;
     if (stage_residual)
-        stage_residual_runs<T, BM, BN, kThreads>(residual_tile, residual + r_base, rv.row_stride, m, n, m0, n0);
+        stage_residual_runs<TR, BM, BN, kThreads>(residual_tile, residual + r_base, rv.row_stride, m, n, m0, n0);
     cp_async_commit();
 
     // Thread (g, q) of a warp holds rows g and g + 8, columns 2q and 2q + 1 of every m16n8
@@ -559,7 +564,7 @@ __device__ __forceinline__ void matmul_tensor_core(const T* __restrict__ a, cons
     }
     cp_async_wait<0>();
     __syncthreads();
-    store_staged_tile<T, BM, BN, kPitch, kThreads, ACT>(
+    store_staged_tile<T, TR, TC, BM, BN, kPitch, kThreads, ACT>(
         staged, stage_residual ? residual_tile : nullptr, bias, residual, c, m, n, m0, n0,
         cv.matrix_base(tile.batch, tile.head), r_base, cv.row_stride, rv.row_stride, alpha, vector_epilogue);
 }
@@ -697,15 +702,16 @@ __device__ __forceinline__ void matmul_fma_f32(const float* __restrict__ a, cons
         for (int j = 0; j < kColsPerThread; ++j) staged[(ty + 16 * i) * kPitch + tx + 16 * j] = acc[i][j];
     cp_async_wait<0>();
     __syncthreads();
-    store_staged_tile<float, BM, BN, kPitch, kThreads, ACT>(
+    store_staged_tile<float, float, float, BM, BN, kPitch, kThreads, ACT>(
         staged, stage_residual ? residual_tile : nullptr, bias, residual, c, m, n, m0, n0,
         cv.matrix_base(tile.batch, tile.head), r_base, cv.row_stride, rv.row_stride, alpha, vector_epilogue);
 }
 
 }  // namespace vitrt_matmul
 
-// The entry point every generated wrapper calls. Template arguments, in order: storage type,
-// BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, WARPS_M, WARPS_N, activation, B layout is KN,
+// The entry point every generated wrapper calls. Template arguments, in order: the storage
+// type of A, B and the bias; the residual's; C's (f32 for a residual stream kept in f32 while
+// the operands are f16/bf16: the epilogue converts once, at the load and the store); BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, WARPS_M, WARPS_N, activation, B layout is KN,
 // 16-byte loads. f32 instantiations use the FMA body (which fixes 8 warps, two register-staged
 // buffers and element loads; their STAGES/WARPS/VEC16 arguments must say so).
 //
@@ -714,10 +720,10 @@ __device__ __forceinline__ void matmul_fma_f32(const float* __restrict__ a, cons
 // two more flags would quadruple the instantiations NVRTC has to build.
 // `vector_epilogue`: C (and R and the bias, when present) rows start on four-element
 // boundaries, so runs of four columns can be read and written as one access.
-template <typename T, int BM, int BN, int BK, int GROUP_M, int STAGES, int WARPS_M, int WARPS_N, Act ACT, bool B_KN,
-          bool VEC16>
+template <typename T, typename TR, typename TC, int BM, int BN, int BK, int GROUP_M, int STAGES, int WARPS_M,
+          int WARPS_N, Act ACT, bool B_KN, bool VEC16>
 __device__ __forceinline__ void matmul_block(const T* __restrict__ a, const T* __restrict__ b, const T* bias,
-                                             const T* residual, T* c, int heads, int m, int n, int k,
+                                             const TR* residual, TC* c, int heads, int m, int n, int k,
                                              long long a_offset, long long a_row_stride, long long a_batch_stride,
                                              long long a_head_stride, long long b_offset, long long b_row_stride,
                                              long long b_batch_stride, long long b_head_stride, long long c_offset,
@@ -732,10 +738,11 @@ __device__ __forceinline__ void matmul_block(const T* __restrict__ a, const T* _
     const View rv{r_offset, r_row_stride, r_batch_stride, r_head_stride};
     if constexpr (is_f32<T>::value) {
         static_assert(STAGES == 2 && WARPS_M * WARPS_N == 8 && !VEC16, "the f32 body is fixed at 2 stages, 8 warps");
+        static_assert(is_f32<TR>::value && is_f32<TC>::value, "an f32 matmul keeps every operand in f32");
         matmul_fma_f32<BM, BN, BK, GROUP_M, ACT, B_KN>(a, b, bias, residual, c, heads, m, n,
                                                                               k, av, bv, cv, rv, alpha, vector_epilogue);
     } else {
-        matmul_tensor_core<T, BM, BN, BK, GROUP_M, STAGES, WARPS_M, WARPS_N, ACT, B_KN, VEC16>(
+        matmul_tensor_core<T, TR, TC, BM, BN, BK, GROUP_M, STAGES, WARPS_M, WARPS_N, ACT, B_KN, VEC16>(
             a, b, bias, residual, c, heads, m, n, k, av, bv, cv, rv, alpha, vector_epilogue);
     }
 }

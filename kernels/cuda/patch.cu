@@ -5,16 +5,17 @@
 // writes token rows 1..N with pos[1..N] as its residual.
 //
 // blockIdx.y == 0 copies patches, blockIdx.y == 1 writes CLS rows; both walk their elements
-// with a grid-stride loop. A patch row's P pixels along x are contiguous in the image and in
+// with a grid-stride loop. The token tensor is stored as TT: the run's dtype T, or f32 when a
+// half-precision run keeps its residual stream in f32. A patch row's P pixels along x are contiguous in the image and in
 // the output, so with VEC = 4 (P and W multiples of 4, pointers aligned) each thread moves one
 // 16-byte vector of pixels; otherwise VEC = 1. Integer division decodes the indices: this
 // kernel moves about 0.6 MB per 224x224 image, far from any bound that would make it matter.
 #include "common.cuh"
 
-template <typename T, int VEC, int THREADS>
+template <typename T, typename TT, int VEC, int THREADS>
 __device__ __forceinline__ void patchify_with_cls(const float* pixels, int batch, int channels, int height,
                                                   int width, int patch, const T* cls, const T* pos, int hidden,
-                                                  int tokens_per_image, T* patches, T* tokens) {
+                                                  int tokens_per_image, T* patches, TT* tokens) {
     const long long stride = (long long)gridDim.x * THREADS;
     const long long first = (long long)blockIdx.x * THREADS + threadIdx.x;
     if (blockIdx.y == 0) {
@@ -47,7 +48,7 @@ __device__ __forceinline__ void patchify_with_cls(const float* pixels, int batch
         for (long long i = first; i < elements; i += stride) {
             const int b = (int)(i / hidden);
             const int h = (int)(i % hidden);
-            tokens[(long long)b * tokens_per_image * hidden + h] = from_float<T>(to_float(cls[h]) + to_float(pos[h]));
+            tokens[(long long)b * tokens_per_image * hidden + h] = from_float<TT>(to_float(cls[h]) + to_float(pos[h]));
         }
     }
 }

@@ -182,18 +182,27 @@ fn merge(a: Worst, b: Worst) -> Worst {
 #[ignore = "needs a CUDA GPU"]
 fn layernorm_matches_its_twin() {
     let mut rng = SmallRng::seed_from_u64(1);
-    for dtype in DType::ALL {
+    // (input, output) storage: one dtype, or an f32 residual stream normalised into f16/bf16.
+    let storage = [
+        (DType::F32, DType::F32),
+        (DType::F16, DType::F16),
+        (DType::BF16, DType::BF16),
+        (DType::F32, DType::F16),
+        (DType::F32, DType::BF16),
+    ];
+    for (input, dtype) in storage {
         let (mut worst, mut cases) = (Worst::default(), 0);
         for &cols in &[768, 54, 1, 1000, 4099, 16, 18, 80, 1536, 3000, 16392, 197] {
             for &rows in &[1usize, 7, 197, 258] {
                 for misalign in [0, 1] {
-                    let case = format!("layernorm {dtype} {rows}x{cols} misalign {misalign}");
+                    let case =
+                        format!("layernorm {input} to {dtype} {rows}x{cols} misalign {misalign}");
                     // A large common offset checks that the two-pass statistics lose nothing to the mean.
                     let shift = rng.random_range(-50.0..50.0f32);
-                    let x = random(&mut rng, rows * cols, shift - 4.0, shift + 4.0, dtype);
+                    let x = random(&mut rng, rows * cols, shift - 4.0, shift + 4.0, input);
                     let gamma = random(&mut rng, cols, 0.5, 1.5, dtype);
                     let beta = random(&mut rng, cols, -0.5, 0.5, dtype);
-                    let (_xb, xv) = upload(dtype, &x, misalign);
+                    let (_xb, xv) = upload(input, &x, misalign);
                     let (_gb, gv) = upload(dtype, &gamma, misalign);
                     let (_bb, bv) = upload(dtype, &beta, misalign);
                     let out = Poisoned::new(dtype, rows * cols, misalign);
@@ -210,7 +219,12 @@ fn layernorm_matches_its_twin() {
                 }
             }
         }
-        report("layernorm", dtype, cases, worst);
+        let op = if input == dtype {
+            "layernorm".to_string()
+        } else {
+            format!("layernorm from {input}")
+        };
+        report(&op, dtype, cases, worst);
     }
 }
 
@@ -341,6 +355,50 @@ fn add_matches_its_twin_exactly() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
+fn add_into_an_f32_stream_matches_its_twin_exactly() {
+    // A half-precision branch added into an f32 residual stream, either operand order, out of
+    // place and in place (out = the stream). The twin adds the same values in f32: exact.
+    let mut rng = SmallRng::seed_from_u64(6);
+    for dtype in [DType::F16, DType::BF16] {
+        let mut cases = 0;
+        for &n in &[1usize, 7, 197, 1000, 8193, (1 << 20) + 3] {
+            for misalign in [0, 1] {
+                for stream_first in [true, false] {
+                    for in_place in [false, true] {
+                        let case = format!(
+                            "add {dtype} into f32 n {n} misalign {misalign} stream first \
+                             {stream_first} in place {in_place}"
+                        );
+                        let stream = random(&mut rng, n, -10.0, 10.0, DType::F32);
+                        let branch = random(&mut rng, n, -10.0, 10.0, dtype);
+                        let (sb, sv) = upload(DType::F32, &stream, misalign);
+                        let (_bb, bv) = upload(dtype, &branch, 0);
+                        let (a, b) = if stream_first { (sv, bv) } else { (bv, sv) };
+                        let out = Poisoned::new(DType::F32, n, misalign);
+                        let target = if in_place { sv } else { out.view() };
+                        gpu().add(dtype, a, b, n, target).unwrap();
+                        let got = if in_place {
+                            let mut bytes = vec![0u8; sb.len_bytes()];
+                            gpu().download(&sb, 0, &mut bytes).unwrap();
+                            let start = misalign * 4;
+                            DType::F32.decode(&bytes[start..start + n * 4])
+                        } else {
+                            out.read(&case)
+                        };
+                        let mut want = vec![0.0; n];
+                        cpu::add(&stream, &branch, &mut want);
+                        compare(&case, &got, &want, 0.0, 0.0);
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        report("add into f32", dtype, cases, Worst::default());
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
 fn patchify_with_cls_matches_its_twins_exactly() {
     let mut rng = SmallRng::seed_from_u64(5);
     // (batch, channels, height, width, patch, hidden): ViT-B/16, small, odd patch, a size
@@ -352,11 +410,20 @@ fn patchify_with_cls_matches_its_twins_exactly() {
         (1, 1, 9, 9, 2, 7),
         (2, 3, 64, 48, 8, 33),
     ];
-    for dtype in DType::ALL {
+    // (operand dtype, token dtype): one dtype, or tokens in f32 (the start of a residual stream
+    // kept in f32).
+    let storage = [
+        (DType::F32, DType::F32),
+        (DType::F16, DType::F16),
+        (DType::BF16, DType::BF16),
+        (DType::F16, DType::F32),
+        (DType::BF16, DType::F32),
+    ];
+    for (dtype, token_dtype) in storage {
         let mut cases = 0;
         for &(batch, channels, height, width, patch, hidden) in &shapes {
             for misalign in [0, 1] {
-                let case = format!("patchify {dtype} {batch}x{channels}x{height}x{width} p{patch} misalign {misalign}");
+                let case = format!("patchify {dtype} tokens {token_dtype} {batch}x{channels}x{height}x{width} p{patch} misalign {misalign}");
                 let n = (height / patch) * (width / patch);
                 let tokens_per_image = n + 1;
                 let pixels = random(
@@ -372,7 +439,7 @@ fn patchify_with_cls_matches_its_twins_exactly() {
                 let (_cb, cv) = upload(dtype, &cls, 0);
                 let (_ob, ov) = upload(dtype, &pos, misalign);
                 let patches = Poisoned::new(dtype, batch * n * channels * patch * patch, misalign);
-                let tokens = Poisoned::new(dtype, batch * tokens_per_image * hidden, 0);
+                let tokens = Poisoned::new(token_dtype, batch * tokens_per_image * hidden, 0);
                 gpu()
                     .patchify_with_cls(
                         dtype,
@@ -400,16 +467,17 @@ fn patchify_with_cls_matches_its_twins_exactly() {
                 tokens.read(&case);
                 let mut raw = vec![0u8; tokens.buffer.len_bytes()];
                 gpu().download(&tokens.buffer, 0, &mut raw).unwrap();
-                let raw = &raw[tokens.offset..tokens.offset + tokens.len * dtype.size_bytes()];
-                let got = dtype.decode(raw);
+                let raw =
+                    &raw[tokens.offset..tokens.offset + tokens.len * token_dtype.size_bytes()];
+                let got = token_dtype.decode(raw);
                 let mut want_tokens = vec![f32::NAN; batch * tokens_per_image * hidden];
                 cpu::write_cls_rows(&cls, &pos, batch, tokens_per_image, &mut want_tokens);
                 for (i, w) in want_tokens.iter().enumerate() {
                     if i % (tokens_per_image * hidden) < hidden {
-                        assert_eq!(got[i], dtype.round(*w), "{case}: CLS element {i}");
+                        assert_eq!(got[i], token_dtype.round(*w), "{case}: CLS element {i}");
                     } else {
                         assert!(
-                            Poisoned::untouched(raw, dtype, i),
+                            Poisoned::untouched(raw, token_dtype, i),
                             "{case}: token element {i} was written"
                         );
                     }
@@ -417,7 +485,12 @@ fn patchify_with_cls_matches_its_twins_exactly() {
                 cases += 1;
             }
         }
-        report("patchify", dtype, cases, Worst::default());
+        report(
+            &format!("patchify into {token_dtype}"),
+            dtype,
+            cases,
+            Worst::default(),
+        );
     }
 }
 

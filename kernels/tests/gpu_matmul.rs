@@ -84,13 +84,17 @@ struct Case {
     shift: usize,
     /// The residual is read from C itself (`x += f(x)` in place): C starts out holding it.
     residual_in_place: bool,
+    /// Storage types of C and of the residual: `dtype`, or f32 for a residual stream kept in
+    /// f32 (see `Gpu::matmul`).
+    c_dtype: DType,
+    residual_dtype: DType,
 }
 
 /// The worst scaled error of one case; panics with the case's label on any failed check.
 fn run(gpu: &Gpu, case: &Case) -> f64 {
     let p = &case.problem;
     let dtype = case.dtype;
-    let size = dtype.size_bytes();
+    let size = case.c_dtype.size_bytes();
     let a = upload(gpu, dtype, &case.a, case.shift);
     let b = upload(gpu, dtype, &case.b, case.shift);
     let bias = case
@@ -98,7 +102,7 @@ fn run(gpu: &Gpu, case: &Case) -> f64 {
         .as_ref()
         .map(|v| upload(gpu, dtype, v, case.shift));
     let external_residual = match (&case.residual, case.residual_in_place) {
-        (Some(r), false) => Some(upload(gpu, dtype, r, case.shift)),
+        (Some(r), false) => Some(upload(gpu, case.residual_dtype, r, case.shift)),
         _ => None,
     };
 
@@ -112,10 +116,12 @@ fn run(gpu: &Gpu, case: &Case) -> f64 {
             .as_ref()
             .expect("an in-place residual needs residual values");
         let start = case.shift * size;
-        initial[start..start + r.len() * size].copy_from_slice(&dtype.encode(r));
+        initial[start..start + r.len() * size].copy_from_slice(&case.c_dtype.encode(r));
     }
     gpu.upload(&c_buffer, 0, &initial).unwrap();
-    let c_view = c_buffer.view(case.shift * size, case.c_len, dtype).unwrap();
+    let c_view = c_buffer
+        .view(case.shift * size, case.c_len, case.c_dtype)
+        .unwrap();
     let residual_view = if case.residual_in_place {
         Some(c_view)
     } else {
@@ -163,7 +169,9 @@ fn run(gpu: &Gpu, case: &Case) -> f64 {
             }
         }
     }
-    let got = dtype.decode(&out[case.shift * size..(case.shift + case.c_len) * size]);
+    let got = case
+        .c_dtype
+        .decode(&out[case.shift * size..(case.shift + case.c_len) * size]);
     let sum_sq: f64 = want
         .iter()
         .zip(&written)
@@ -313,6 +321,8 @@ fn linear_case(
         residual,
         shift,
         residual_in_place: false,
+        c_dtype: dtype,
+        residual_dtype: dtype,
     }
 }
 
@@ -476,6 +486,8 @@ fn attention_cases(
         residual: None,
         shift: 0,
         residual_in_place: false,
+        c_dtype: dtype,
+        residual_dtype: dtype,
     };
     // Probabilities in [0, 1): what a softmax hands P·V.
     let probabilities = random(dtype, batch * heads * tokens * tokens, 0.0..1.0, rng);
@@ -506,6 +518,8 @@ fn attention_cases(
         residual: None,
         shift: 0,
         residual_in_place: false,
+        c_dtype: dtype,
+        residual_dtype: dtype,
     };
     [qk, pv]
 }
@@ -558,10 +572,106 @@ fn patch_embedding_writes_token_rows_after_the_cls_row() {
             c_len: batch * tokens * hidden,
             shift: 0,
             residual_in_place: false,
+            c_dtype: dtype,
+            residual_dtype: dtype,
+            c_dtype: dtype,
+            residual_dtype: dtype,
         };
         worst.record(dtype, run(&gpu, &case), &case.label);
     }
     worst.print("patch embedding");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_f32_residual_stream_matches_the_twin() {
+    // Half-precision operands adding into an f32 residual stream (R and C f32), on every tile
+    // (the 128x128 tile reads an f32 residual from global memory, the small one stages it),
+    // every activation, plain, padded and misaligned rows, and in place; and the patch
+    // projection writing f32 tokens with a half-precision residual (the position embeddings).
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(16);
+    let mut worst = Worst::default();
+    let stream = |dtype: DType, mut case: Case, rng: &mut StdRng| {
+        case.c_dtype = DType::F32;
+        case.residual_dtype = DType::F32;
+        // Residual values that f32 holds but f16/bf16 would round: the sum must keep them.
+        if let Some(r) = case.residual.as_mut() {
+            *r = random(DType::F32, r.len(), -2.0..2.0, rng);
+        }
+        case.label = format!("{} into an f32 stream", case.label);
+        assert_ne!(dtype, DType::F32);
+        case
+    };
+    let mut number = 0;
+    for dtype in [DType::F16, DType::BF16] {
+        for &tile in tiles_for(dtype) {
+            for (shape, pad, shift) in [
+                ((197, 198, 257), 0, 0),
+                ((257, 1000, 197), 8, 0),
+                ((7, 1, 64), 0, 1),
+                ((1000, 768, 768), 0, 0),
+            ] {
+                let epilogue = Epilogue {
+                    residual: true,
+                    ..epilogue_number(number)
+                };
+                number += 1;
+                let case = linear_case(
+                    dtype,
+                    shape,
+                    WeightLayout::NK,
+                    epilogue,
+                    pad,
+                    shift,
+                    Some(tile),
+                    &mut rng,
+                );
+                let case = stream(dtype, case, &mut rng);
+                worst.record(dtype, run(&gpu, &case), &case.label);
+            }
+        }
+        // In place: x += proj(h) with x in f32.
+        let epilogue = Epilogue {
+            bias: true,
+            residual: true,
+            ..Epilogue::NONE
+        };
+        let mut case = linear_case(
+            dtype,
+            (197, 768, 768),
+            WeightLayout::NK,
+            epilogue,
+            0,
+            0,
+            None,
+            &mut rng,
+        );
+        case.problem.r = case.problem.c;
+        let mut case = stream(dtype, case, &mut rng);
+        case.residual = Some(random(DType::F32, case.c_len, -2.0..2.0, &mut rng));
+        case.residual_in_place = true;
+        worst.record(dtype, run(&gpu, &case), &case.label);
+
+        let (batch, patches, patch_len, hidden) = (2, 196, 3 * 16 * 16, 96);
+        let case = Case {
+            label: format!("{dtype} patch embedding into f32 tokens"),
+            dtype,
+            problem: MatmulProblem::patch_projection(batch, patches, patch_len, hidden),
+            tile: None,
+            a: random(dtype, batch * patches * patch_len, -1.0..1.0, &mut rng),
+            b: random(dtype, hidden * patch_len, -0.1..0.1, &mut rng),
+            bias: Some(random(dtype, hidden, -1.0..1.0, &mut rng)),
+            residual: Some(random(dtype, (patches + 1) * hidden, -1.0..1.0, &mut rng)),
+            c_len: batch * (patches + 1) * hidden,
+            shift: 0,
+            residual_in_place: false,
+            c_dtype: DType::F32,
+            residual_dtype: dtype,
+        };
+        worst.record(dtype, run(&gpu, &case), &case.label);
+    }
+    worst.print("f32 residual stream");
 }
 
 #[test]

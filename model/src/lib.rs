@@ -11,5 +11,5 @@ pub mod vit;
 
 pub use config::VitConfig;
 pub use error::ModelError;
-pub use runner::Runner;
+pub use runner::{ForwardTimes, Runner};
 pub use vit::{GraphOptions, Head, VitModel};

@@ -5,27 +5,42 @@ use crate::error::ModelError;
 use crate::vit::{GraphOptions, VitModel};
 use std::collections::HashMap;
 use vitrt_runtime::passes::Fusion;
-use vitrt_runtime::{Backend, Executor, HostTensor};
+use vitrt_runtime::{Backend, DType, Executor, HostTensor, Marks, Precision};
 
 pub struct Runner {
     pub model: VitModel,
     backend: Box<dyn Backend>,
     fusion: Fusion,
+    precision: Precision,
     executors: HashMap<(usize, bool), Executor>,
 }
 
 impl Runner {
+    /// A runner computing in the backend's dtype, with the residual stream in f32.
     pub fn new(model: VitModel, backend: Box<dyn Backend>, fusion: Fusion) -> Runner {
+        let precision = Precision::with_f32_residual(backend.dtype());
         Runner {
             model,
             backend,
             fusion,
+            precision,
             executors: HashMap::new(),
         }
     }
 
+    /// Stores the residual stream as `residual` (f32, or the backend's dtype) instead.
+    pub fn with_residual(mut self, residual: DType) -> Result<Runner, ModelError> {
+        self.precision = Precision::new(self.backend.dtype(), residual)?;
+        self.executors.clear();
+        Ok(self)
+    }
+
     pub fn backend(&self) -> &dyn Backend {
         self.backend.as_ref()
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// Shape every pixel tensor must have for `batch` images.
@@ -42,25 +57,9 @@ impl Runner {
         batch: usize,
         hidden_states: bool,
     ) -> Result<Vec<HostTensor>, ModelError> {
-        let shape = self.input_shape(batch);
-        if batch == 0 || pixels.len() != shape.iter().product::<usize>() {
-            return Err(ModelError::Usage(format!(
-                "pixel_values must be {:?} for {batch} images; got {} values",
-                shape,
-                pixels.len()
-            )));
-        }
-        let key = (batch, hidden_states);
-        if !self.executors.contains_key(&key) {
-            let options = GraphOptions {
-                hidden_states,
-                fusion: self.fusion,
-            };
-            let graph = self.model.build_graph(batch, options)?;
-            let executor = Executor::new(graph, self.backend.as_mut(), &self.model)?;
-            self.executors.insert(key, executor);
-        }
-        let executor = &self.executors[&key];
+        self.check_pixels(pixels, batch)?;
+        self.prepare(batch, hidden_states)?;
+        let executor = &self.executors[&(batch, hidden_states)];
         let mut outputs = executor.run(self.backend.as_mut(), &[("pixel_values", pixels)])?;
         // Hidden states in layer order first, then the main output.
         outputs.sort_by_key(|t| match t.name.strip_prefix("hidden_states.") {
@@ -69,4 +68,80 @@ impl Runner {
         });
         Ok(outputs)
     }
+
+    /// Builds, plans and binds the executor for `batch` images (once), and returns it.
+    pub fn prepare(&mut self, batch: usize, hidden_states: bool) -> Result<&Executor, ModelError> {
+        let key = (batch, hidden_states);
+        if !self.executors.contains_key(&key) {
+            let options = GraphOptions {
+                hidden_states,
+                fusion: self.fusion,
+            };
+            let graph = self.model.build_graph(batch, options)?;
+            let executor =
+                Executor::new(graph, self.backend.as_mut(), &self.model, self.precision)?;
+            self.executors.insert(key, executor);
+        }
+        Ok(&self.executors[&key])
+    }
+
+    /// Times forward passes of `batch` images of `pixels` (the main output only): `warmup`
+    /// untimed, then `reps` timed on the device (CUDA events; host time on the CPU), the
+    /// pixels written once beforehand. With `per_node`, each graph node is timed too (the
+    /// forward pass is then the sum of its nodes). `progress` is called after every pass.
+    pub fn time_forward(
+        &mut self,
+        pixels: &[f32],
+        batch: usize,
+        (warmup, reps): (usize, usize),
+        per_node: bool,
+        progress: &mut dyn FnMut(),
+    ) -> Result<ForwardTimes, ModelError> {
+        self.check_pixels(pixels, batch)?;
+        self.prepare(batch, false)?;
+        let executor = &self.executors[&(batch, false)];
+        let backend = self.backend.as_mut();
+        executor.write_inputs(backend, &[("pixel_values", pixels)])?;
+        let marks = if per_node {
+            Marks::EachNode
+        } else {
+            Marks::Forward
+        };
+        let mut times = ForwardTimes::default();
+        for rep in 0..warmup + reps {
+            executor.launch(backend, marks)?;
+            // Reading the marks waits for the pass: passes are timed one at a time, as a
+            // caller waiting for its result would see them.
+            let intervals = backend.take_mark_intervals()?;
+            if rep >= warmup {
+                times.forward_ms.push(intervals.iter().sum());
+                if per_node {
+                    times.node_ms.push(intervals);
+                }
+            }
+            progress();
+        }
+        Ok(times)
+    }
+
+    fn check_pixels(&self, pixels: &[f32], batch: usize) -> Result<(), ModelError> {
+        let shape = self.input_shape(batch);
+        if batch == 0 || pixels.len() != shape.iter().product::<usize>() {
+            return Err(ModelError::Usage(format!(
+                "pixel_values must be {:?} for {batch} images; got {} values",
+                shape,
+                pixels.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Device times of repeated forward passes, in milliseconds.
+#[derive(Clone, Debug, Default)]
+pub struct ForwardTimes {
+    /// Per timed pass: the whole forward pass.
+    pub forward_ms: Vec<f32>,
+    /// Per timed pass, per graph node in execution order (only when timed per node).
+    pub node_ms: Vec<Vec<f32>>,
 }

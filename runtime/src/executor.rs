@@ -5,7 +5,7 @@
 use crate::backend::{Backend, Binding, BufferRef};
 use crate::error::RuntimeError;
 use crate::graph::{Graph, ParamSource, ValueKind};
-use crate::plan::{value_dtype, Plan};
+use crate::plan::{Plan, Precision};
 
 /// Supplies checkpoint tensors by name, converted to f32 and checked against `shape`.
 pub trait ParamStore {
@@ -27,16 +27,23 @@ pub struct Executor {
 }
 
 impl Executor {
-    /// Plans `graph` for the backend's dtype and binds every parameter (uploading those the
-    /// backend does not hold yet).
+    /// Plans `graph` under `precision` (whose compute type must be the backend's) and binds
+    /// every parameter (uploading those the backend does not hold yet).
     pub fn new(
         graph: Graph,
         backend: &mut dyn Backend,
         params: &dyn ParamStore,
+        precision: Precision,
     ) -> Result<Executor, RuntimeError> {
         graph.validate()?;
-        let dtype = backend.dtype();
-        let plan = Plan::new(&graph, dtype);
+        if precision.compute != backend.dtype() {
+            return Err(RuntimeError::Unsupported(format!(
+                "a {} plan on a {} backend",
+                precision.compute,
+                backend.dtype()
+            )));
+        }
+        let plan = Plan::new(&graph, precision);
         let mut bindings = Vec::with_capacity(graph.values.len());
         for (v, value) in graph.values.iter().enumerate() {
             let binding = match &value.kind {
@@ -58,7 +65,7 @@ impl Executor {
                         } else {
                             0
                         },
-                        dtype: value_dtype(&graph, v, dtype),
+                        dtype: plan.dtypes[v],
                     }
                 }
             };
@@ -87,6 +94,17 @@ impl Executor {
         backend: &mut dyn Backend,
         inputs: &[(&str, &[f32])],
     ) -> Result<Vec<HostTensor>, RuntimeError> {
+        self.write_inputs(backend, inputs)?;
+        self.launch(backend, Marks::None)?;
+        self.read_outputs(backend)
+    }
+
+    /// Copies `inputs` (by input name) into their arena buffers.
+    pub fn write_inputs(
+        &self,
+        backend: &mut dyn Backend,
+        inputs: &[(&str, &[f32])],
+    ) -> Result<(), RuntimeError> {
         for v in self.graph.inputs() {
             let value = &self.graph.values[v];
             let data = inputs
@@ -110,8 +128,17 @@ impl Executor {
             }
             backend.write(self.bindings[v], data)?;
         }
+        Ok(())
+    }
 
+    /// Queues every node on the backend, on the inputs last written. With `marks`, also
+    /// records timing marks (see [`Backend::mark`]) around the forward pass or around each
+    /// node; the caller collects them with [`Backend::take_mark_intervals`].
+    pub fn launch(&self, backend: &mut dyn Backend, marks: Marks) -> Result<(), RuntimeError> {
         let describe = backend.describe();
+        if marks != Marks::None {
+            backend.mark()?;
+        }
         for (step, node) in self.graph.nodes.iter().enumerate() {
             let bind = |v: usize| Binding {
                 buffer: self.bindings[v],
@@ -120,8 +147,8 @@ impl Executor {
             let inputs: Vec<Binding> = node.inputs.iter().map(|&v| bind(v)).collect();
             let workspace = self.plan.workspaces[step].map(|r| BufferRef::Arena {
                 offset_bytes: r.offset,
-                len: r.bytes / self.plan.dtype.size_bytes(),
-                dtype: self.plan.dtype,
+                len: r.bytes / self.plan.precision.compute.size_bytes(),
+                dtype: self.plan.precision.compute,
             });
             backend
                 .execute(&node.op, &inputs, &bind(node.output), workspace)
@@ -130,8 +157,18 @@ impl Executor {
                     node: node.name.clone(),
                     message,
                 })?;
+            if marks == Marks::EachNode {
+                backend.mark()?;
+            }
         }
+        if marks == Marks::Forward {
+            backend.mark()?;
+        }
+        Ok(())
+    }
 
+    /// Copies every graph output back, in the order they were marked.
+    pub fn read_outputs(&self, backend: &mut dyn Backend) -> Result<Vec<HostTensor>, RuntimeError> {
         let mut outputs = Vec::with_capacity(self.graph.outputs.len());
         for (name, v) in &self.graph.outputs {
             outputs.push(HostTensor {
@@ -142,6 +179,16 @@ impl Executor {
         }
         Ok(outputs)
     }
+}
+
+/// Where [`Executor::launch`] records timing marks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Marks {
+    None,
+    /// Before the first node and after the last: one interval, the forward pass.
+    Forward,
+    /// Before the first node and after every node: one interval per node.
+    EachNode,
 }
 
 fn load_param(

@@ -54,6 +54,11 @@ pub struct ModelArgs {
     /// Storage type of weights and activations (accumulation is always f32).
     #[arg(long, default_value = "f32", value_parser = parse_dtype)]
     dtype: DType,
+    /// Storage type of the residual stream, the values every block adds into: f32 (default,
+    /// so half-precision runs do not round it after each block) or the --dtype itself, as
+    /// PyTorch stores it.
+    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
+    residual_dtype: DType,
     /// Graph fusion: all (default) or none, to compare the fused and plain graphs.
     #[arg(long, value_enum, default_value_t = FusionArg::All)]
     fusion: FusionArg,
@@ -88,7 +93,8 @@ impl ModelArgs {
             FusionArg::All => Fusion::ALL,
             FusionArg::None => Fusion::NONE,
         };
-        Ok((Runner::new(model, backend, fusion), files.dir))
+        let runner = Runner::new(model, backend, fusion).with_residual(self.residual_dtype)?;
+        Ok((runner, files.dir))
     }
 }
 

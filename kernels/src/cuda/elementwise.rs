@@ -11,24 +11,39 @@ const THREADS: u32 = 256;
 /// Vectors per thread: four 16-byte loads of each input in flight.
 const UNROLL: u32 = 4;
 
+/// (a, b, out) storage types: one dtype throughout, or a half-precision branch added into an
+/// f32 residual stream, either way round.
+const STORAGE: [[DType; 3]; 7] = [
+    [DType::F32, DType::F32, DType::F32],
+    [DType::F16, DType::F16, DType::F16],
+    [DType::BF16, DType::BF16, DType::BF16],
+    [DType::F32, DType::F16, DType::F32],
+    [DType::F16, DType::F32, DType::F32],
+    [DType::F32, DType::BF16, DType::F32],
+    [DType::BF16, DType::F32, DType::F32],
+];
+
 /// The add kernel's meta-parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct AddConfig {
-    pub dtype: DType,
-    /// Elements per access: 16 bytes' worth, or 1 when a pointer is not 16-byte aligned.
+    /// Storage types of a, b and out.
+    pub types: [DType; 3],
+    /// Elements per access: 16 bytes' worth of the widest type, or 1 when a pointer is not
+    /// 16-byte aligned.
     pub vec: u32,
 }
 
 impl AddConfig {
-    pub fn select(dtype: DType, pointers: &[DevPtr]) -> AddConfig {
-        let aligned = pointers.iter().all(|p| p.is_aligned(16));
+    fn widest_vec(types: [DType; 3]) -> u32 {
+        16 / types.iter().map(|d| d.size_bytes()).max().unwrap_or(4) as u32
+    }
+
+    pub fn select(a: DevPtr, b: DevPtr, out: DevPtr) -> AddConfig {
+        let types = [a.dtype, b.dtype, out.dtype];
+        let aligned = [a, b, out].iter().all(|p| p.is_aligned(16));
         AddConfig {
-            dtype,
-            vec: if aligned {
-                16 / dtype.size_bytes() as u32
-            } else {
-                1
-            },
+            types,
+            vec: if aligned { Self::widest_vec(types) } else { 1 },
         }
     }
 
@@ -37,22 +52,30 @@ impl AddConfig {
     }
 
     pub fn instantiation(&self) -> Instantiation {
-        let d = self.dtype;
+        let [a, b, out] = self.types;
+        // One name per type when they agree (the common case), else all three.
+        let types = if a == b && b == out {
+            a.name().to_string()
+        } else {
+            format!("{}_{}_{}", a.name(), b.name(), out.name())
+        };
         Instantiation {
-            name: format!("add_{}_v{}_t{THREADS}_u{UNROLL}", d.name(), self.vec),
+            name: format!("add_{types}_v{}_t{THREADS}_u{UNROLL}", self.vec),
             family: "elementwise",
             source: SOURCE,
             function: "add_program",
             template_args: vec![
-                d.cuda_type().into(),
+                a.cuda_type().into(),
+                b.cuda_type().into(),
+                out.cuda_type().into(),
                 self.vec.to_string(),
                 THREADS.to_string(),
                 UNROLL.to_string(),
             ],
             params: vec![
-                KernelParam::new("a", ParamKind::ConstPtr(d)),
-                KernelParam::new("b", ParamKind::ConstPtr(d)),
-                KernelParam::new("out", ParamKind::MutPtr(d)),
+                KernelParam::new("a", ParamKind::ConstPtr(a)),
+                KernelParam::new("b", ParamKind::ConstPtr(b)),
+                KernelParam::new("out", ParamKind::MutPtr(out)),
                 KernelParam::new("n", ParamKind::I64),
             ],
             block_threads: THREADS,
@@ -62,14 +85,15 @@ impl AddConfig {
 }
 
 pub(crate) fn instantiations() -> Vec<Instantiation> {
-    DType::ALL
+    STORAGE
         .into_iter()
-        .flat_map(|dtype| {
-            [16 / dtype.size_bytes() as u32, 1].map(|vec| AddConfig { dtype, vec }.instantiation())
+        .flat_map(|types| {
+            [AddConfig::widest_vec(types), 1].map(|vec| AddConfig { types, vec }.instantiation())
         })
         .collect()
 }
 
+/// `out = a + b`. Each operand holds `dtype`, or f32 where [`STORAGE`] allows it.
 pub(crate) fn launch_add(
     gpu: &Gpu,
     dtype: DType,
@@ -78,13 +102,23 @@ pub(crate) fn launch_add(
     n: usize,
     out: DevPtr,
 ) -> Result<(), KernelError> {
-    a.expect("add input a", dtype, n)?;
-    b.expect("add input b", dtype, n)?;
-    out.expect("add output", dtype, n)?;
+    let types = [a.dtype, b.dtype, out.dtype];
+    if !STORAGE.contains(&types) || !types.iter().all(|&t| t == dtype || t == DType::F32) {
+        return Err(super::invalid!(
+            "add of {} and {} into {} in a {dtype} run: operands hold one dtype, or a \
+             half-precision one is added into f32",
+            a.dtype,
+            b.dtype,
+            out.dtype
+        ));
+    }
+    a.expect("add input a", a.dtype, n)?;
+    b.expect("add input b", b.dtype, n)?;
+    out.expect("add output", out.dtype, n)?;
     if n == 0 {
         return Ok(());
     }
-    let config = AddConfig::select(dtype, &[a, b, out]);
+    let config = AddConfig::select(a, b, out);
     let blocks = (n as u64).div_ceil(config.elements_per_block());
     let blocks = u32::try_from(blocks)
         .map_err(|_| super::invalid!("add of {n} elements needs too many blocks"))?;
@@ -123,9 +157,21 @@ mod tests {
                     len: 1,
                     dtype,
                 };
-                let config = AddConfig::select(dtype, &[p, q, q]);
+                let config = AddConfig::select(p, q, q);
                 assert_eq!(config.vec > 1, address % 16 == 0);
                 assert!(registered.contains(&config.instantiation()), "{config:?}");
+                if dtype != DType::F32 {
+                    let stream = DevPtr {
+                        dtype: DType::F32,
+                        ..q
+                    };
+                    for (a, b) in [(p, stream), (stream, p)] {
+                        let config = AddConfig::select(a, b, stream);
+                        assert_eq!(config.vec > 1, address % 16 == 0);
+                        assert!(config.vec <= 4, "16 bytes of f32 at most");
+                        assert!(registered.contains(&config.instantiation()), "{config:?}");
+                    }
+                }
             }
         }
     }

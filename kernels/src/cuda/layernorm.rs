@@ -1,4 +1,7 @@
 //! LayerNorm launcher: checks the operands, picks a row layout by shape and alignment.
+//!
+//! gamma, beta and the output are stored in the run's dtype; the input may also be f32 (a
+//! half-precision run's residual stream, see `runtime::plan`).
 
 use super::rows::RowConfig;
 use super::{
@@ -9,17 +12,40 @@ use crate::DType;
 
 const SOURCE: &str = include_str!("../../cuda/layernorm.cu");
 
-fn instantiation(dtype: DType, config: RowConfig) -> Instantiation {
-    let mut template_args = vec![dtype.cuda_type().to_string()];
+/// (input, output) storage types: every dtype to itself, and f32 into each half type.
+const STORAGE: [(DType, DType); 5] = [
+    (DType::F32, DType::F32),
+    (DType::F16, DType::F16),
+    (DType::BF16, DType::BF16),
+    (DType::F32, DType::F16),
+    (DType::F32, DType::BF16),
+];
+
+/// The type whose 16 bytes set the vector width: the wider of input and output.
+fn widest(input: DType, dtype: DType) -> DType {
+    if input.size_bytes() >= dtype.size_bytes() {
+        input
+    } else {
+        dtype
+    }
+}
+
+fn instantiation(input: DType, dtype: DType, config: RowConfig) -> Instantiation {
+    let mut template_args = vec![input.cuda_type().to_string(), dtype.cuda_type().to_string()];
     template_args.extend(config.template_args());
+    let types = if input == dtype {
+        dtype.name().to_string()
+    } else {
+        format!("{}to{}", input.name(), dtype.name())
+    };
     Instantiation {
-        name: format!("layernorm_{}_{}", dtype.name(), config.tag()),
+        name: format!("layernorm_{types}_{}", config.tag()),
         family: "layernorm",
         source: SOURCE,
         function: "layernorm_rows",
         template_args,
         params: vec![
-            KernelParam::new("x", ParamKind::ConstPtr(dtype)),
+            KernelParam::new("x", ParamKind::ConstPtr(input)),
             KernelParam::new("gamma", ParamKind::ConstPtr(dtype)),
             KernelParam::new("beta", ParamKind::ConstPtr(dtype)),
             KernelParam::new("out", ParamKind::MutPtr(dtype)),
@@ -33,12 +59,12 @@ fn instantiation(dtype: DType, config: RowConfig) -> Instantiation {
 }
 
 pub(crate) fn instantiations() -> Vec<Instantiation> {
-    DType::ALL
+    STORAGE
         .into_iter()
-        .flat_map(|dtype| {
-            RowConfig::all(dtype)
+        .flat_map(|(input, dtype)| {
+            RowConfig::all(widest(input, dtype))
                 .into_iter()
-                .map(move |config| instantiation(dtype, config))
+                .map(move |config| instantiation(input, dtype, config))
         })
         .collect()
 }
@@ -69,7 +95,13 @@ pub(crate) fn launch(
     let elements = rows
         .checked_mul(cols)
         .ok_or_else(|| invalid!("layernorm {rows} x {cols} overflows"))?;
-    x.expect("layernorm input", dtype, elements)?;
+    // Every (f32 or dtype, dtype) pair is in STORAGE.
+    let input = if x.dtype == DType::F32 {
+        DType::F32
+    } else {
+        dtype
+    };
+    x.expect("layernorm input", input, elements)?;
     out.expect("layernorm output", dtype, elements)?;
     gamma.expect("layernorm gamma", dtype, cols)?;
     beta.expect("layernorm beta", dtype, cols)?;
@@ -77,9 +109,9 @@ pub(crate) fn launch(
         to_i32(rows, "layernorm rows")?,
         to_i32(cols, "layernorm cols")?,
     );
-    let config = RowConfig::select(dtype, cols, &[x, gamma, beta, out]);
+    let config = RowConfig::select(widest(input, dtype), cols, &[x, gamma, beta, out]);
     gpu.launch(
-        &instantiation(dtype, config),
+        &instantiation(input, dtype, config),
         LaunchDims {
             // One block per ROWS rows. A persistent grid (as many blocks as fit at once, each
             // walking rows) was tried; its timings, like the first ones, were taken while other

@@ -3,7 +3,8 @@
 //! both attention products.
 //!
 //! A configuration is a tile shape ([`MatmulTile`]: BLOCK_M, BLOCK_N, BLOCK_K, pipeline stages,
-//! warps), the storage dtype, the activation, B's layout, and whether A and B rows allow
+//! warps), the storage dtype of A, B and the bias, those of the residual and of C (f32 where a
+//! half-precision run keeps its residual stream in f32, see [`MixedOutput`]), the activation, B's layout, and whether A and B rows allow
 //! 16-byte copies. Bias and residual are run-time arguments (null when absent); see the note at
 //! `matmul_block` in the source. Every combination the launcher can pick is registered in
 //! [`instantiations`], so CI compiles all of them.
@@ -124,7 +125,12 @@ pub fn tiles_for(dtype: DType) -> &'static [MatmulTile] {
 /// Every meta-parameter of one matmul instantiation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct MatmulConfig {
+    /// Storage type of A, B and the bias.
     pub dtype: DType,
+    /// Storage type of the residual (C's when there is none).
+    pub residual: DType,
+    /// Storage type of C.
+    pub output: DType,
     pub tile: MatmulTile,
     pub activation: Activation,
     pub b_layout: WeightLayout,
@@ -138,8 +144,11 @@ impl MatmulConfig {
     /// type), whichever is larger (formulas as in matmul.cu).
     pub fn shared_bytes(&self) -> u32 {
         let t = &self.tile;
-        let size = self.dtype.size_bytes() as u32;
-        let residual = t.block_m * t.block_n * size;
+        let residual = if self.stages_residual() {
+            t.block_m * t.block_n * self.residual.size_bytes() as u32
+        } else {
+            0
+        };
         let (pipeline, staged) = match self.dtype {
             DType::F32 => (
                 2 * t.block_k * (t.block_m + 1 + t.block_n + 1) * 4,
@@ -153,6 +162,14 @@ impl MatmulConfig {
         pipeline.max(staged + residual)
     }
 
+    /// Whether the epilogue fetches residual runs into shared memory (`kStageResidual` in
+    /// matmul.cu): not for an f32 residual of a half-precision tile larger than 64x64, whose
+    /// residual tile would leave no room for the SM's second CTA.
+    fn stages_residual(&self) -> bool {
+        self.residual.size_bytes() == self.dtype.size_bytes()
+            || self.tile.block_m * self.tile.block_n <= 64 * 64
+    }
+
     pub fn instantiation(&self) -> Instantiation {
         let d = self.dtype;
         let t = &self.tile;
@@ -160,8 +177,14 @@ impl MatmulConfig {
             WeightLayout::NK => "nk",
             WeightLayout::KN => "kn",
         };
+        // Uniform instantiations keep their short names; mixed ones spell R's and C's types.
+        let mixed = if (self.residual, self.output) == (d, d) {
+            String::new()
+        } else {
+            format!("_r{}_c{}", self.residual.name(), self.output.name())
+        };
         let name = format!(
-            "matmul_{}_bm{}_bn{}_bk{}_g{GROUP_M}_s{}_w{}x{}_{}_{layout}_{}",
+            "matmul_{}_bm{}_bn{}_bk{}_g{GROUP_M}_s{}_w{}x{}_{}_{layout}_{}{mixed}",
             d.name(),
             t.block_m,
             t.block_n,
@@ -176,8 +199,8 @@ impl MatmulConfig {
             KernelParam::new("a", ParamKind::ConstPtr(d)),
             KernelParam::new("b", ParamKind::ConstPtr(d)),
             KernelParam::new("bias", ParamKind::ConstPtr(d)),
-            KernelParam::new("residual", ParamKind::ConstPtr(d)),
-            KernelParam::new("c", ParamKind::MutPtr(d)),
+            KernelParam::new("residual", ParamKind::ConstPtr(self.residual)),
+            KernelParam::new("c", ParamKind::MutPtr(self.output)),
             KernelParam::new("heads", ParamKind::I32),
             KernelParam::new("m", ParamKind::I32),
             KernelParam::new("n", ParamKind::I32),
@@ -199,6 +222,8 @@ impl MatmulConfig {
             function: "matmul_block",
             template_args: vec![
                 d.cuda_type().into(),
+                self.residual.cuda_type().into(),
+                self.output.cuda_type().into(),
                 t.block_m.to_string(),
                 t.block_n.to_string(),
                 t.block_k.to_string(),
@@ -246,10 +271,46 @@ const VIEW_PARAM_NAMES: [[&str; 4]; 4] = [
     ],
 ];
 
+/// The (residual, C) storage types a half-precision matmul may use besides its own: a linear
+/// layer that adds into an f32 residual stream (R and C f32, any activation), and the patch
+/// projection, which writes the stream's first values with the position embeddings (stored
+/// like the weights) as its residual (R the weights' type, C f32, no activation). Both only
+/// with B as [N, K] weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MixedOutput {
+    /// R and C f32.
+    ResidualStream,
+    /// R in the operands' type, C f32.
+    StreamStart,
+}
+
+impl MixedOutput {
+    fn of(dtype: DType, residual: DType, output: DType) -> Option<MixedOutput> {
+        match (residual, output) {
+            (DType::F32, DType::F32) if dtype != DType::F32 => Some(MixedOutput::ResidualStream),
+            (r, DType::F32) if r == dtype && dtype != DType::F32 => Some(MixedOutput::StreamStart),
+            _ => None,
+        }
+    }
+
+    fn allows(self, activation: Activation, b_layout: WeightLayout) -> bool {
+        b_layout == WeightLayout::NK
+            && (self == MixedOutput::ResidualStream || activation == Activation::None)
+    }
+}
+
 /// Every instantiation [`launch`] can pick.
 pub(crate) fn instantiations() -> Vec<Instantiation> {
     let mut all = Vec::new();
     for dtype in DType::ALL {
+        let storage: &[(DType, DType)] = match dtype {
+            DType::F32 => &[(DType::F32, DType::F32)],
+            _ => &[
+                (dtype, dtype),
+                (DType::F32, DType::F32),
+                (dtype, DType::F32),
+            ],
+        };
         for &tile in tiles_for(dtype) {
             let vec16_choices: &[bool] = match dtype {
                 DType::F32 => &[false],
@@ -258,15 +319,24 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
             };
             for activation in Activation::ALL {
                 for b_layout in [WeightLayout::NK, WeightLayout::KN] {
-                    for &vec16 in vec16_choices {
-                        let config = MatmulConfig {
-                            dtype,
-                            tile,
-                            activation,
-                            b_layout,
-                            vec16,
-                        };
-                        all.push(config.instantiation());
+                    for &(residual, output) in storage {
+                        if MixedOutput::of(dtype, residual, output)
+                            .is_some_and(|mixed| !mixed.allows(activation, b_layout))
+                        {
+                            continue;
+                        }
+                        for &vec16 in vec16_choices {
+                            let config = MatmulConfig {
+                                dtype,
+                                residual,
+                                output,
+                                tile,
+                                activation,
+                                b_layout,
+                                vec16,
+                            };
+                            all.push(config.instantiation());
+                        }
                     }
                 }
             }
@@ -323,6 +393,8 @@ fn configure(
     tile: MatmulTile,
     a: DevPtr,
     b: DevPtr,
+    residual: Option<DevPtr>,
+    c: DevPtr,
 ) -> MatmulConfig {
     let size = dtype.size_bytes();
     let b_rows = match p.b_layout {
@@ -339,6 +411,8 @@ fn configure(
     };
     MatmulConfig {
         dtype,
+        residual: residual.map_or(c.dtype, |r| r.dtype),
+        output: c.dtype,
         tile,
         activation: p.epilogue.activation,
         b_layout: p.b_layout,
@@ -417,16 +491,28 @@ fn validate(
 ) -> Result<(Option<DevPtr>, Option<DevPtr>), KernelError> {
     let bias = if p.epilogue.bias { bias } else { None };
     let residual = if p.epilogue.residual { residual } else { None };
-    let views = [
-        ("A", Some(a)),
-        ("B", Some(b)),
-        ("C", Some(c)),
-        ("bias", bias),
-        ("residual", residual),
-    ];
-    for (what, view) in views {
+    for (what, view) in [("A", Some(a)), ("B", Some(b)), ("bias", bias)] {
         if let Some(view) = view {
             view.expect(&format!("matmul {what}"), dtype, 0)?;
+        }
+    }
+    // C, and the residual, hold the operands' type, or f32 where MixedOutput allows it.
+    let residual_dtype = residual.map_or(c.dtype, |r| r.dtype);
+    if (residual_dtype, c.dtype) != (dtype, dtype) {
+        let allowed = MixedOutput::of(dtype, residual_dtype, c.dtype)
+            .is_some_and(|mixed| mixed.allows(p.epilogue.activation, p.b_layout));
+        if !allowed {
+            let residual_part = match residual {
+                Some(r) => format!(", residual {}", r.dtype),
+                None => String::new(),
+            };
+            return Err(invalid!(
+                "matmul C holds {}{residual_part} with {dtype} operands, {:?} and B as {:?}: \
+                 not a combination the kernels are built for",
+                c.dtype,
+                p.epilogue.activation,
+                p.b_layout
+            ));
         }
     }
     p.check_bounds(
@@ -457,13 +543,13 @@ fn launch_with_tile(
         return Ok(());
     }
 
-    let config = configure(dtype, p, tile, a, b);
+    let config = configure(dtype, p, tile, a, b, residual, c);
     let tile = config.tile;
-    let size = dtype.size_bytes();
-    let c_rows_aligned = rows_aligned(c.ptr, size, &p.c, (p.batch, p.heads, p.m), 4);
+    let extents = (p.batch, p.heads, p.m);
+    let c_rows_aligned = rows_aligned(c.ptr, c.dtype.size_bytes(), &p.c, extents, 4);
     let r_rows_aligned =
-        residual.is_none_or(|r| rows_aligned(r.ptr, size, &p.r, (p.batch, p.heads, p.m), 4));
-    let bias_aligned = bias.is_none_or(|v| v.is_aligned(4 * size as u64));
+        residual.is_none_or(|r| rows_aligned(r.ptr, r.dtype.size_bytes(), &p.r, extents, 4));
+    let bias_aligned = bias.is_none_or(|v| v.is_aligned(4 * dtype.size_bytes() as u64));
     let vector_epilogue = c_rows_aligned && r_rows_aligned && bias_aligned;
 
     let programs = (p.batch as u64)
@@ -522,6 +608,17 @@ mod tests {
     use super::*;
     use crate::Epilogue;
 
+    /// `configure` for a problem whose C and residual hold the operands' type.
+    fn configure_uniform(
+        dtype: DType,
+        p: &MatmulProblem,
+        tile: MatmulTile,
+        a: DevPtr,
+        b: DevPtr,
+    ) -> MatmulConfig {
+        configure(dtype, p, tile, a, b, None, fake(0x3000, dtype))
+    }
+
     fn fake(ptr: u64, dtype: DType) -> DevPtr {
         DevPtr {
             ptr,
@@ -552,7 +649,7 @@ mod tests {
                                 p.a.offset = a_offset;
                                 p.b_layout = layout;
                                 let tile = select_tile(dtype, &p, 132);
-                                let config = configure(
+                                let config = configure_uniform(
                                     dtype,
                                     &p,
                                     tile,
@@ -574,7 +671,7 @@ mod tests {
         let tile = TENSOR_CORE_TILES[0];
         let aligned = MatmulProblem::linear(197, 768, 768, Epilogue::NONE);
         let config = |p: &MatmulProblem, a: u64| {
-            configure(dtype, p, tile, fake(a, dtype), fake(0x2000, dtype)).vec16
+            configure_uniform(dtype, p, tile, fake(a, dtype), fake(0x2000, dtype)).vec16
         };
         assert!(config(&aligned, 0x1000));
         assert!(!config(&aligned, 0x1002), "base pointer 2 bytes off");
@@ -602,7 +699,7 @@ mod tests {
             "the head stride of a single head is never used"
         );
         assert!(
-            !configure(
+            !configure_uniform(
                 DType::F32,
                 &aligned,
                 FMA_TILES[0],
@@ -612,7 +709,7 @@ mod tests {
             .vec16
         );
         // Element loads only on the small tile.
-        let unaligned = configure(
+        let unaligned = configure_uniform(
             dtype,
             &aligned,
             tile,
@@ -621,7 +718,7 @@ mod tests {
         );
         assert_eq!(unaligned.tile, SMALL_TENSOR_CORE_TILE);
         assert_eq!(
-            configure(
+            configure_uniform(
                 dtype,
                 &aligned,
                 tile,
@@ -667,6 +764,8 @@ mod tests {
             for &tile in tiles_for(dtype) {
                 all.push(MatmulConfig {
                     dtype,
+                    residual: DType::F32,
+                    output: DType::F32,
                     tile,
                     activation: Activation::None,
                     b_layout: WeightLayout::NK,
@@ -735,8 +834,8 @@ mod tests {
             view(20),
         ));
         assert!(e.contains("residual"), "{e}");
-        let f32_c = DevPtr {
-            dtype: DType::F32,
+        let bf16_c = DevPtr {
+            dtype: DType::BF16,
             ..view(20)
         };
         let e = message(validate(
@@ -746,9 +845,13 @@ mod tests {
             view(30),
             Some(view(5)),
             Some(view(20)),
-            f32_c,
+            bf16_c,
         ));
-        assert!(e.contains("matmul C holds f32"), "{e}");
+        assert!(e.contains("matmul C holds bf16"), "{e}");
+        let f32_c = DevPtr {
+            dtype: DType::F32,
+            ..view(20)
+        };
         // An epilogue without bias ignores a bias view, whatever it holds.
         let plain = MatmulProblem::linear(4, 5, 6, Epilogue::NONE);
         let (bias, residual) = validate(
@@ -768,6 +871,8 @@ mod tests {
     fn instantiation_names_spell_the_meta_parameters() {
         let config = MatmulConfig {
             dtype: DType::BF16,
+            residual: DType::BF16,
+            output: DType::BF16,
             tile: TENSOR_CORE_TILES[0],
             activation: Activation::Gelu,
             b_layout: WeightLayout::KN,
@@ -779,7 +884,99 @@ mod tests {
             "matmul_bf16_bm128_bn128_bk32_g8_s4_w2x2_gelu_kn_v16"
         );
         assert!(inst.program_source().contains(
-            "matmul_block<__nv_bfloat16, 128, 128, 32, 8, 4, 2, 2, Act::Gelu, true, true>("
+            "matmul_block<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 128, 128, 32, 8, 4, 2, 2, \
+             Act::Gelu, true, true>("
         ));
+        let stream = MatmulConfig {
+            residual: DType::F32,
+            output: DType::F32,
+            activation: Activation::None,
+            b_layout: WeightLayout::NK,
+            ..config
+        };
+        assert_eq!(
+            stream.instantiation().name,
+            "matmul_bf16_bm128_bn128_bk32_g8_s4_w2x2_none_nk_v16_rf32_cf32"
+        );
+    }
+
+    #[test]
+    fn mixed_storage_is_checked_against_what_is_built() {
+        let dtype = DType::BF16;
+        let view = |dtype: DType| DevPtr {
+            ptr: 0x1000,
+            len: 1 << 20,
+            dtype,
+        };
+        let registered = instantiations();
+        let stream = Epilogue {
+            bias: true,
+            residual: true,
+            ..Epilogue::NONE
+        };
+        let p = MatmulProblem::linear(197, 768, 768, stream);
+        let (a, b, bias) = (view(dtype), view(dtype), Some(view(dtype)));
+        for (residual, c) in [
+            (DType::F32, DType::F32),
+            (DType::BF16, DType::F32),
+            (DType::BF16, DType::BF16),
+        ] {
+            validate(dtype, &p, a, b, bias, Some(view(residual)), view(c)).unwrap();
+            let tile = select_tile(dtype, &p, 132);
+            let config = configure(dtype, &p, tile, a, b, Some(view(residual)), view(c));
+            assert_eq!((config.residual, config.output), (residual, c));
+            assert!(registered.contains(&config.instantiation()), "{config:?}");
+        }
+        let e = validate(
+            dtype,
+            &p,
+            a,
+            b,
+            bias,
+            Some(view(DType::F32)),
+            view(DType::BF16),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("C holds bf16, residual f32"), "{e}");
+        let gelu = MatmulProblem::linear(
+            197,
+            768,
+            768,
+            Epilogue {
+                activation: Activation::Gelu,
+                ..stream
+            },
+        );
+        validate(
+            dtype,
+            &gelu,
+            a,
+            b,
+            bias,
+            Some(view(DType::F32)),
+            view(DType::F32),
+        )
+        .unwrap();
+        assert!(validate(
+            dtype,
+            &gelu,
+            a,
+            b,
+            bias,
+            Some(view(dtype)),
+            view(DType::F32)
+        )
+        .is_err());
+        assert!(validate(
+            DType::F32,
+            &p,
+            view(DType::F32),
+            view(DType::F32),
+            None,
+            None,
+            view(dtype)
+        )
+        .is_err());
     }
 }

@@ -35,6 +35,7 @@ mod compile;
 mod discovery;
 mod elementwise;
 mod error;
+mod events;
 mod layernorm;
 mod matmul;
 mod memory;
@@ -50,6 +51,7 @@ pub use compile::{parse_ptxas_report, CompiledKernel, Compiler, KernelResources}
 pub use discovery::{cuda_include_dir, load_nvrtc, NvrtcLibrary};
 pub(crate) use error::invalid;
 pub use error::KernelError;
+pub use events::GpuEvent;
 pub use matmul::{tiles_for, MatmulTile, FMA_TILES, TENSOR_CORE_TILES};
 pub use memory::{DevPtr, DeviceBuffer};
 pub use registry::{
@@ -292,7 +294,10 @@ impl Gpu {
             .map_err(|e| KernelError::driver("cuStreamSynchronize", e))
     }
 
-    /// `c = epilogue(A · B)` for every (batch, head) of `p`; see [`MatmulProblem`].
+    /// `c = epilogue(A · B)` for every (batch, head) of `p`; see [`MatmulProblem`]. A, B and
+    /// the bias hold `dtype`; with f16/bf16 operands, C and the residual may hold f32 (a
+    /// residual stream kept in f32: C and R f32 on [N, K] weights; or C f32 with the residual
+    /// in `dtype` and no activation, as the patch projection writes the stream's start).
     #[allow(clippy::too_many_arguments)]
     pub fn matmul(
         &self,
@@ -308,7 +313,8 @@ impl Gpu {
     }
 
     /// `out[r, :] = (x[r, :] - mean) / sqrt(var + eps) * gamma + beta` for `rows` rows of
-    /// `cols`; statistics in fp32 (as `cpu::layernorm`).
+    /// `cols`; statistics in fp32 (as `cpu::layernorm`). gamma, beta and out hold `dtype`; x
+    /// holds `dtype` or f32.
     #[allow(clippy::too_many_arguments)]
     pub fn layernorm(
         &self,
@@ -337,7 +343,8 @@ impl Gpu {
         softmax::launch(self, dtype, x, rows, cols, scale, out)
     }
 
-    /// `out = a + b` over `n` elements; `out` may be `a` or `b`.
+    /// `out = a + b` over `n` elements; `out` may be `a` or `b`. All three hold `dtype`, or a
+    /// half-precision operand is added into f32 (a, or b, and out f32).
     pub fn add(
         &self,
         dtype: DType,
@@ -351,7 +358,8 @@ impl Gpu {
 
     /// Pixels are f32 `[B, C, H, W]`; writes the patch rows `[B·N, C·P·P]` in `dtype` (as
     /// `cpu::patchify`) and the CLS row of every image of the token tensor `[B, T, hidden]`:
-    /// `tokens[b, 0, :] = cls + pos[0, :]` (as `cpu::write_cls_rows`).
+    /// `tokens[b, 0, :] = cls + pos[0, :]` (as `cpu::write_cls_rows`). The token tensor holds
+    /// `dtype` or f32.
     #[allow(clippy::too_many_arguments)]
     pub fn patchify_with_cls(
         &self,

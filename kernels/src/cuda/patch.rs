@@ -31,14 +31,24 @@ impl Image {
     }
 }
 
-fn instantiation(dtype: DType, vec: u32) -> Instantiation {
+/// `tokens`: the token tensor's storage type, `dtype` or f32 (a residual stream kept in f32).
+fn instantiation(dtype: DType, tokens: DType, vec: u32) -> Instantiation {
+    let tokens_suffix = if tokens == dtype {
+        String::new()
+    } else {
+        format!("_t{}", tokens.name())
+    };
     Instantiation {
-        name: format!("patchify_with_cls_{}_v{vec}_t{THREADS}", dtype.name()),
+        name: format!(
+            "patchify_with_cls_{}_v{vec}_t{THREADS}{tokens_suffix}",
+            dtype.name()
+        ),
         family: "patch",
         source: SOURCE,
         function: "patchify_with_cls",
         template_args: vec![
             dtype.cuda_type().into(),
+            tokens.cuda_type().into(),
             vec.to_string(),
             THREADS.to_string(),
         ],
@@ -54,7 +64,7 @@ fn instantiation(dtype: DType, vec: u32) -> Instantiation {
             KernelParam::new("hidden", ParamKind::I32),
             KernelParam::new("tokens_per_image", ParamKind::I32),
             KernelParam::new("patches", ParamKind::MutPtr(dtype)),
-            KernelParam::new("tokens", ParamKind::MutPtr(dtype)),
+            KernelParam::new("tokens", ParamKind::MutPtr(tokens)),
         ],
         block_threads: THREADS,
         arch: ArchRequirement::AtLeast(7, 0),
@@ -76,10 +86,17 @@ fn select_vec(dtype: DType, image: &Image, pixels: DevPtr, patches: DevPtr) -> u
 }
 
 pub(crate) fn instantiations() -> Vec<Instantiation> {
-    DType::ALL
-        .into_iter()
-        .flat_map(|dtype| [4, 1].map(|vec| instantiation(dtype, vec)))
-        .collect()
+    let mut all = Vec::new();
+    for dtype in DType::ALL {
+        let token_types: &[DType] = match dtype {
+            DType::F32 => &[DType::F32],
+            _ => &[dtype, DType::F32],
+        };
+        for &tokens in token_types {
+            all.extend([4, 1].map(|vec| instantiation(dtype, tokens, vec)));
+        }
+    }
+    all
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -134,9 +151,15 @@ pub(crate) fn launch(
     patches.expect("patchify patch rows", dtype, patch_elements)?;
     cls.expect("cls token", dtype, hidden)?;
     pos.expect("position embedding", dtype, hidden)?;
+    // The token tensor holds dtype, or f32 (the residual stream of a half-precision run).
+    let tokens_dtype = if tokens.dtype == DType::F32 {
+        DType::F32
+    } else {
+        dtype
+    };
     tokens.expect(
         "token tensor",
-        dtype,
+        tokens_dtype,
         product(&[batch, tokens_per_image, hidden], "tokens")?,
     )?;
 
@@ -144,7 +167,7 @@ pub(crate) fn launch(
     let work = (patch_elements / vec as usize).max(batch * hidden);
     let blocks = work.div_ceil(THREADS as usize).min(MAX_BLOCKS) as u32;
     gpu.launch(
-        &instantiation(dtype, vec),
+        &instantiation(dtype, tokens_dtype, vec),
         LaunchDims {
             grid: (blocks, 2, 1),
             block: THREADS,
@@ -200,7 +223,9 @@ mod tests {
                 };
                 let vec = select_vec(dtype, &image, pixels, patches);
                 assert_eq!(vec == 4, patch == 16 && width == 224 && address == 0x1000);
-                assert!(registered.contains(&instantiation(dtype, vec)));
+                for tokens in [dtype, DType::F32] {
+                    assert!(registered.contains(&instantiation(dtype, tokens, vec)));
+                }
             }
         }
     }

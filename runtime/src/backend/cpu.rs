@@ -13,6 +13,7 @@ pub struct CpuBackend {
     params: Vec<Vec<f32>>,
     param_ids: HashMap<String, usize>,
     arena: Vec<f32>,
+    marks: Vec<std::time::Instant>,
 }
 
 impl CpuBackend {
@@ -220,6 +221,19 @@ impl Backend for CpuBackend {
 
     fn synchronize(&mut self) -> Result<(), RuntimeError> {
         Ok(())
+    }
+
+    fn mark(&mut self) -> Result<(), RuntimeError> {
+        self.marks.push(std::time::Instant::now());
+        Ok(())
+    }
+
+    fn take_mark_intervals(&mut self) -> Result<Vec<f32>, RuntimeError> {
+        let marks = std::mem::take(&mut self.marks);
+        Ok(marks
+            .windows(2)
+            .map(|pair| (pair[1] - pair[0]).as_secs_f32() * 1e3)
+            .collect())
     }
 }
 

@@ -8,7 +8,7 @@ use crate::error::RuntimeError;
 use crate::graph::Op;
 use crate::lowering;
 use std::collections::HashMap;
-use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu, KernelError};
+use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu, GpuEvent, KernelError};
 use vitrt_kernels::{DType, MatmulProblem};
 
 pub struct CudaBackend {
@@ -18,6 +18,7 @@ pub struct CudaBackend {
     params: Vec<DeviceBuffer>,
     param_ids: HashMap<String, usize>,
     arena: Option<DeviceBuffer>,
+    marks: Vec<GpuEvent>,
 }
 
 impl CudaBackend {
@@ -30,6 +31,7 @@ impl CudaBackend {
             params: Vec::new(),
             param_ids: HashMap::new(),
             arena: None,
+            marks: Vec::new(),
         })
     }
 
@@ -169,6 +171,20 @@ impl Backend for CudaBackend {
     fn synchronize(&mut self) -> Result<(), RuntimeError> {
         self.gpu.synchronize().map_err(backend_error)
     }
+
+    fn mark(&mut self) -> Result<(), RuntimeError> {
+        self.marks
+            .push(self.gpu.record_event().map_err(backend_error)?);
+        Ok(())
+    }
+
+    fn take_mark_intervals(&mut self) -> Result<Vec<f32>, RuntimeError> {
+        let marks = std::mem::take(&mut self.marks);
+        marks
+            .windows(2)
+            .map(|pair| pair[1].ms_since(&pair[0]).map_err(backend_error))
+            .collect()
+    }
 }
 
 impl CudaBackend {
@@ -225,7 +241,8 @@ impl CudaBackend {
             Op::SelectToken { index } => {
                 let s = &inputs[0].shape;
                 let (b, t, c) = (s[0], s[1], s[2]);
-                gpu.gather_rows(d, ins[0], t * c, index * c, b, c, out)
+                // The token keeps its tensor's type (f32 when selected from the stream).
+                gpu.gather_rows(ins[0].dtype, ins[0], t * c, index * c, b, c, out)
             }
         }
     }

@@ -114,6 +114,14 @@ pub trait Backend {
 
     /// Waits for queued work.
     fn synchronize(&mut self) -> Result<(), RuntimeError>;
+
+    /// Records a timing mark after the work queued so far (a CUDA event; on the CPU, where
+    /// work runs as it is called, the time now), without waiting for anything.
+    fn mark(&mut self) -> Result<(), RuntimeError>;
+
+    /// The milliseconds between consecutive marks since the last call (n marks give n - 1
+    /// intervals), and forgets the marks. Waits for the marked work.
+    fn take_mark_intervals(&mut self) -> Result<Vec<f32>, RuntimeError>;
 }
 
 #[cfg(test)]

@@ -1,0 +1,37 @@
+//! Events on the Gpu's stream for timing work queued by someone else: the runtime records one
+//! before and after each graph node of a profiled run, and reads the intervals once the run is
+//! done, so the timing adds no synchronisation between nodes.
+
+use super::{Gpu, KernelError};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::CudaEvent;
+
+/// A point on the Gpu's stream: it completes when the work queued before it has.
+pub struct GpuEvent {
+    event: CudaEvent,
+}
+
+impl Gpu {
+    /// Records an event after the work queued so far.
+    pub fn record_event(&self) -> Result<GpuEvent, KernelError> {
+        self.bind()?;
+        let event = self
+            .context
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| KernelError::driver("cuEventCreate", e))?;
+        event
+            .record(&self.stream)
+            .map_err(|e| KernelError::driver("cuEventRecord", e))?;
+        Ok(GpuEvent { event })
+    }
+}
+
+impl GpuEvent {
+    /// Device milliseconds from `start` to this event; waits for both to complete.
+    pub fn ms_since(&self, start: &GpuEvent) -> Result<f32, KernelError> {
+        start
+            .event
+            .elapsed_ms(&self.event)
+            .map_err(|e| KernelError::driver("cuEventElapsedTime", e))
+    }
+}
