@@ -574,8 +574,6 @@ fn patch_embedding_writes_token_rows_after_the_cls_row() {
             residual_in_place: false,
             c_dtype: dtype,
             residual_dtype: dtype,
-            c_dtype: dtype,
-            residual_dtype: dtype,
         };
         worst.record(dtype, run(&gpu, &case), &case.label);
     }

@@ -2,6 +2,7 @@
 //! The runtime knows nothing of ViT: models describe themselves as a [`Graph`].
 
 pub mod backend;
+pub mod cost;
 mod error;
 pub mod executor;
 pub mod graph;

@@ -1,0 +1,84 @@
+//! What a graph node costs: its arithmetic and the bytes it must move at the least (each input
+//! read once, the output written once, in their planned storage types). A profile divides its
+//! times by these to say how close each node comes to the GPU's ceilings.
+
+use crate::graph::{Graph, Op};
+use crate::lowering;
+use crate::plan::{workspace_elements, Plan};
+use vitrt_kernels::MatmulProblem;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NodeCost {
+    /// Multiply-adds count two; element-wise arithmetic is not counted.
+    pub flops: f64,
+    pub bytes: f64,
+    /// The matmul the node runs, if it is one (the patch embedding: its projection).
+    pub matmul: Option<MatmulProblem>,
+}
+
+pub fn node_cost(graph: &Graph, plan: &Plan, node: usize) -> NodeCost {
+    let n = &graph.nodes[node];
+    let value_bytes = |v: usize| (graph.values[v].numel() * plan.dtypes[v].size_bytes()) as f64;
+    let mut bytes: f64 =
+        n.inputs.iter().map(|&v| value_bytes(v)).sum::<f64>() + value_bytes(n.output);
+    let shapes: Vec<&[usize]> = n
+        .inputs
+        .iter()
+        .map(|&v| graph.values[v].shape.as_slice())
+        .collect();
+    let matmul = match n.op {
+        Op::PatchEmbed { patch } => {
+            // The patch rows go through the workspace: written once, read once.
+            bytes += 2.0
+                * (workspace_elements(graph, node) * plan.precision.compute.size_bytes()) as f64;
+            let (px, out) = (shapes[0], &graph.values[n.output].shape);
+            let patches = (px[2] / patch) * (px[3] / patch);
+            Some(MatmulProblem::patch_projection(
+                px[0],
+                patches,
+                px[1] * patch * patch,
+                out[2],
+            ))
+        }
+        _ => lowering::matmul_for(&n.op, &shapes),
+    };
+    NodeCost {
+        flops: matmul.as_ref().map_or(0.0, MatmulProblem::flops),
+        bytes,
+        matmul,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Precision;
+    use crate::{DType, Epilogue, ValueKind};
+
+    #[test]
+    fn a_linear_layer_costs_its_matmul_and_its_operands() {
+        let mut g = Graph::default();
+        let x = g.add_input("x", &[2, 10, 16]);
+        let w = g.add_param("w", &[32, 16]);
+        let y = g
+            .add_node(
+                "fc",
+                Op::Linear {
+                    epilogue: Epilogue::NONE,
+                },
+                &[x, w],
+            )
+            .unwrap();
+        let z = g.add_node("add", Op::Add, &[y, y]).unwrap();
+        g.mark_output("z", z);
+        let plan = Plan::new(&g, Precision::uniform(DType::F16));
+        assert!(matches!(g.values[w].kind, ValueKind::Param(_)));
+        let fc = node_cost(&g, &plan, 0);
+        assert_eq!(fc.flops, 2.0 * 20.0 * 32.0 * 16.0);
+        // x in f32 (an input), w and y in f16.
+        assert_eq!(fc.bytes, (20 * 16 * 4 + 32 * 16 * 2 + 20 * 32 * 2) as f64);
+        let add = node_cost(&g, &plan, 1);
+        assert_eq!((add.flops, add.bytes), (0.0, (3 * 20 * 32 * 2) as f64));
+        assert!(add.matmul.is_none());
+    }
+}
