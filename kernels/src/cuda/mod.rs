@@ -30,6 +30,7 @@
 //!    for more than 48 KiB, and enqueues on the Gpu's stream. Errors surface as
 //!    [`KernelError`]; execution errors surface at the next [`Gpu::synchronize`] or download.
 
+mod bench_support;
 mod cache;
 mod compile;
 mod discovery;
