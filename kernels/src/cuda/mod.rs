@@ -33,6 +33,7 @@
 mod bench_support;
 mod cache;
 mod compile;
+mod cublas;
 mod discovery;
 mod elementwise;
 mod error;
@@ -48,6 +49,7 @@ mod timing;
 
 pub use cache::DiskCache;
 pub use compile::{parse_ptxas_report, CompiledKernel, Compiler, KernelResources};
+pub use cublas::Cublas;
 pub use discovery::{cuda_include_dir, load_nvrtc, NvrtcLibrary};
 pub(crate) use error::invalid;
 pub use error::KernelError;
