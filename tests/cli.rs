@@ -369,6 +369,36 @@ fn device_and_dtype_errors_are_clear() {
     );
 }
 
+#[test]
+fn bench_kernels_explains_what_it_cannot_do() {
+    let dir = temp();
+    let bench = |extra: &[&str]| {
+        let mut args = vec!["bench", "kernels"];
+        args.extend_from_slice(extra);
+        vitrt(&args, dir.path())
+    };
+    let o = bench(&["--device", "cpu"]);
+    assert_clean_failure(&o, "use --device cuda or cuda:N");
+    assert_eq!(stderr(&o).lines().count(), 1, "one line: {}", stderr(&o));
+    assert_clean_failure(&bench(&["--device", "tpu"]), "unknown device \"tpu\"");
+    assert_clean_failure(&bench(&["--dtype", "f64"]), "unknown dtype \"f64\"");
+    assert_clean_failure(&bench(&["--reps", "5"]), "at least 20");
+    assert_clean_failure(&bench(&["--filter", "no such case"]), "no case matches");
+    let missing = dir.path().join("no/such/folder/out.json");
+    assert_clean_failure(
+        &bench(&["--json", missing.to_str().unwrap()]),
+        "is not a folder",
+    );
+    // Without a GPU: no driver; with one: no device 7 (or NVRTC missing). Never a panic.
+    let o = bench(&["--device", "cuda:7", "--filter", "add/vit-b16/b1"]);
+    assert_clean_failure(&o, "cuda:7");
+    assert!(
+        stderr(&o).contains("CUDA") || stderr(&o).contains("NVRTC"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// The README's first command: the shipped demo model on the shipped digits, offline. Its
 /// predictions must equal PyTorch's (committed in examples/digits/expected.json).
 #[test]

@@ -32,3 +32,39 @@ __device__ __forceinline__ void gather_rows_program(const T* src, T* out, long l
     const T* in = src + r * src_row_stride + src_offset;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) out[r * cols + c] = in[c];
 }
+
+// out[r, c] = act(x[r, c] + bias[c]) for r < rows, c < cols: the bias and activation a GEMM
+// without a fused epilogue leaves to a separate pass (the benchmarks time cuBLAS plus this, to
+// compare with our fused epilogue). `out` may be `x`.
+//
+// Memory-bound, so it moves VEC-element vectors (16 bytes when cols is a multiple of VEC and
+// every pointer is 16-byte aligned, else VEC = 1) in a grid-stride loop. Each thread tracks its
+// (row, vector column) and advances both by the grid stride with one carry, instead of paying
+// a 64-bit division per vector to find the bias column.
+template <typename T, int ACT, int VEC>
+__device__ __forceinline__ void bias_activation_program(const T* x, const T* bias, T* out, int rows,
+                                                        int cols) {
+    const int vecs_per_row = cols / VEC;
+    const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    long long r = first / vecs_per_row;
+    int c = (int)(first % vecs_per_row);
+    const long long step_rows = step / vecs_per_row;
+    const int step_cols = (int)(step % vecs_per_row);
+    while (r < rows) {
+        const long long i = r * cols + (long long)c * VEC;
+        const Vec<T, VEC> xv = load_vec<T, VEC>(x + i);
+        const Vec<T, VEC> bv = load_vec<T, VEC>(bias + (long long)c * VEC);
+        Vec<T, VEC> o;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j)
+            o.v[j] = from_float<T>(apply_activation<ACT>(to_float(xv.v[j]) + to_float(bv.v[j])));
+        store_vec<T, VEC>(out + i, o);
+        c += step_cols;
+        r += step_rows;
+        if (c >= vecs_per_row) {
+            c -= vecs_per_row;
+            ++r;
+        }
+    }
+}

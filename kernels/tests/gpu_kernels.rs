@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 use vitrt_kernels::cpu;
 use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu, KernelError};
-use vitrt_kernels::DType;
+use vitrt_kernels::{Activation, DType};
 
 /// Bytes of poison on each side of every output.
 const GUARD_BYTES: usize = 256;
@@ -491,6 +491,66 @@ fn patchify_with_cls_matches_its_twins_exactly() {
             cases,
             Worst::default(),
         );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn bias_activation_matches_its_twin() {
+    // The same f32 add on both sides, then the activation: erff, tanhf and expf on the GPU
+    // against the twin's formulas (erf in f64), a few f32 ulps apart. Tolerance as for the
+    // row kernels; atol 1e-5 covers GELU's tail, where 1 + erf(x) cancels to ~1e-6.
+    let mut rng = SmallRng::seed_from_u64(8);
+    for dtype in DType::ALL {
+        let (mut worst, mut cases) = (Worst::default(), 0);
+        for act in Activation::ALL {
+            for &cols in &[1usize, 7, 768, 1000, 3072] {
+                for &rows in &[1usize, 5, 197] {
+                    // Misaligned operands (and cols 1, 7, 1000 in f16/bf16) take the scalar
+                    // instantiation; the rest the 16-byte one.
+                    for misalign in [0, 1] {
+                        let case = format!(
+                            "bias_activation {} {dtype} {rows}x{cols} misalign {misalign}",
+                            act.short_name()
+                        );
+                        let x = random(&mut rng, rows * cols, -4.0, 4.0, dtype);
+                        let bias = random(&mut rng, cols, -1.0, 1.0, dtype);
+                        let (_xb, xv) = upload(dtype, &x, misalign);
+                        let (_bb, bv) = upload(dtype, &bias, misalign);
+                        let out = Poisoned::new(dtype, rows * cols, misalign);
+                        gpu()
+                            .bias_activation(dtype, act, xv, bv, rows, cols, out.view())
+                            .unwrap();
+                        let got = out.read(&case);
+                        let mut want = vec![0.0; rows * cols];
+                        cpu::bias_activation(&x, &bias, act, &mut want);
+                        want.iter_mut().for_each(|v| *v = dtype.round(*v));
+                        worst = merge(worst, compare(&case, &got, &want, tolerance(dtype), 1e-5));
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        // In place, as after a GEMM: out is x.
+        let (rows, cols) = (197, 768);
+        let x = random(&mut rng, rows * cols, -4.0, 4.0, dtype);
+        let bias = random(&mut rng, cols, -1.0, 1.0, dtype);
+        let (xb, xv) = upload(dtype, &x, 0);
+        let (_bb, bv) = upload(dtype, &bias, 0);
+        gpu()
+            .bias_activation(dtype, Activation::Gelu, xv, bv, rows, cols, xv)
+            .unwrap();
+        let mut bytes = vec![0u8; xb.len_bytes()];
+        gpu().download(&xb, 0, &mut bytes).unwrap();
+        let mut want = vec![0.0; rows * cols];
+        cpu::bias_activation(&x, &bias, Activation::Gelu, &mut want);
+        want.iter_mut().for_each(|v| *v = dtype.round(*v));
+        let case = format!("in-place bias_activation {dtype}");
+        worst = merge(
+            worst,
+            compare(&case, &dtype.decode(&bytes), &want, tolerance(dtype), 1e-5),
+        );
+        report("bias_act", dtype, cases + 1, worst);
     }
 }
 

@@ -1,6 +1,7 @@
 //! Command-line interface: argument parsing and the shared steps (model resolution,
 //! backend choice) of every subcommand.
 
+mod bench;
 mod classify;
 mod infer;
 mod parity;
@@ -34,6 +35,8 @@ enum Command {
     Infer(infer::InferArgs),
     /// Compare a model's outputs, layer by layer, with a reference written by scripts/reference.py.
     Parity(parity::ParityArgs),
+    /// Benchmarks: `vitrt bench kernels` times our kernels against cuBLAS and a memory copy.
+    Bench(bench::BenchArgs),
 }
 
 /// Where the model comes from and how it runs: shared by every subcommand.
@@ -103,6 +106,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Classify(args) => classify::run(args),
         Command::Infer(args) => infer::run(args),
         Command::Parity(args) => parity::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }
 

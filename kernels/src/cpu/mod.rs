@@ -5,5 +5,5 @@
 mod elementwise;
 mod matmul;
 
-pub use elementwise::{add, layernorm, patchify, softmax, write_cls_rows};
+pub use elementwise::{add, bias_activation, layernorm, patchify, softmax, write_cls_rows};
 pub use matmul::{matmul, MatmulTiles};

@@ -97,7 +97,7 @@ fn keep_loaded_with_builtins(nvrtc: &Path) -> Result<(), String> {
 }
 
 /// Opens a shared library and never closes it.
-fn keep_loaded(path: &Path) -> Result<(), String> {
+pub(super) fn keep_loaded(path: &Path) -> Result<(), String> {
     let library = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
     std::mem::forget(library);
     Ok(())
@@ -160,7 +160,7 @@ fn find_include_dir() -> Result<PathBuf, String> {
     })
 }
 
-fn toolkit_roots() -> Vec<PathBuf> {
+pub(super) fn toolkit_roots() -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"]
         .iter()
         .filter_map(std::env::var_os)
@@ -172,7 +172,7 @@ fn toolkit_roots() -> Vec<PathBuf> {
 
 /// Where pip may have put the nvidia wheels: PYTHONPATH entries, the active virtual or conda
 /// environment, the user site, the system site directories and pyenv's interpreters.
-fn python_site_dirs() -> Vec<PathBuf> {
+pub(super) fn python_site_dirs() -> Vec<PathBuf> {
     let mut sites: Vec<PathBuf> = Vec::new();
     if let Some(paths) = std::env::var_os("PYTHONPATH") {
         sites.extend(std::env::split_paths(&paths));
@@ -217,7 +217,7 @@ fn subdirs(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-fn list_paths(paths: &[PathBuf]) -> String {
+pub(super) fn list_paths(paths: &[PathBuf]) -> String {
     paths
         .iter()
         .map(|p| p.display().to_string())

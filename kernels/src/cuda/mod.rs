@@ -30,8 +30,10 @@
 //!    for more than 48 KiB, and enqueues on the Gpu's stream. Errors surface as
 //!    [`KernelError`]; execution errors surface at the next [`Gpu::synchronize`] or download.
 
+mod bench_support;
 mod cache;
 mod compile;
+mod cublas;
 mod discovery;
 mod elementwise;
 mod error;
@@ -48,6 +50,7 @@ mod timing;
 
 pub use cache::DiskCache;
 pub use compile::{parse_ptxas_report, CompiledKernel, Compiler, KernelResources};
+pub use cublas::Cublas;
 pub use discovery::{cuda_include_dir, load_nvrtc, NvrtcLibrary};
 pub(crate) use error::invalid;
 pub use error::KernelError;

@@ -1,5 +1,6 @@
-//! A standalone activation and a strided row gather: small kernels for the parts of a graph
-//! that fusion does not absorb.
+//! A standalone activation, a strided row gather and a bias-plus-activation pass: small kernels
+//! for the parts of a graph that fusion does not absorb (and, for the last, for the benchmark
+//! that times cuBLAS followed by the epilogue it cannot fuse).
 
 use super::{
     to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError, KernelParam,
@@ -57,12 +58,67 @@ fn gather_instantiation(dtype: DType) -> Instantiation {
     }
 }
 
+/// The bias-plus-activation kernel's meta-parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BiasActivationConfig {
+    pub dtype: DType,
+    pub act: Activation,
+    /// Elements per access: 16 bytes' worth when every row and pointer allows it, else 1.
+    pub vec: u32,
+}
+
+impl BiasActivationConfig {
+    /// 16-byte vectors need every row to start on a 16-byte boundary: `cols` a multiple of
+    /// the vector and every pointer aligned (bias rows are the bias itself).
+    pub fn select(dtype: DType, act: Activation, cols: usize, pointers: &[DevPtr]) -> Self {
+        let wide = 16 / dtype.size_bytes();
+        let aligned = cols.is_multiple_of(wide) && pointers.iter().all(|p| p.is_aligned(16));
+        BiasActivationConfig {
+            dtype,
+            act,
+            vec: if aligned { wide as u32 } else { 1 },
+        }
+    }
+
+    pub fn instantiation(&self) -> Instantiation {
+        let d = self.dtype;
+        Instantiation {
+            name: format!(
+                "bias_activation_{}_{}_v{}",
+                self.act.short_name(),
+                d.name(),
+                self.vec
+            ),
+            family: "rows_gather",
+            source: SOURCE,
+            function: "bias_activation_program",
+            template_args: vec![
+                d.cuda_type().into(),
+                act_code(self.act).to_string(),
+                self.vec.to_string(),
+            ],
+            params: vec![
+                KernelParam::new("x", ParamKind::ConstPtr(d)),
+                KernelParam::new("bias", ParamKind::ConstPtr(d)),
+                KernelParam::new("out", ParamKind::MutPtr(d)),
+                KernelParam::new("rows", ParamKind::I32),
+                KernelParam::new("cols", ParamKind::I32),
+            ],
+            block_threads: THREADS,
+            arch: ArchRequirement::AtLeast(7, 0),
+        }
+    }
+}
+
 pub(crate) fn instantiations() -> Vec<Instantiation> {
     let mut all = Vec::new();
     for dtype in DType::ALL {
         all.push(gather_instantiation(dtype));
         for act in Activation::ALL {
             all.push(activation_instantiation(dtype, act));
+            for vec in [16 / dtype.size_bytes() as u32, 1] {
+                all.push(BiasActivationConfig { dtype, act, vec }.instantiation());
+            }
         }
     }
     all
@@ -139,7 +195,68 @@ pub(crate) fn launch_gather_rows(
     )
 }
 
+/// `out[r, c] = act(x[r, c] + bias[c])` for `r < rows`, `c < cols`; `out` may be `x`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_bias_activation(
+    gpu: &Gpu,
+    dtype: DType,
+    act: Activation,
+    x: DevPtr,
+    bias: DevPtr,
+    rows: usize,
+    cols: usize,
+    out: DevPtr,
+) -> Result<(), KernelError> {
+    let n = rows
+        .checked_mul(cols)
+        .ok_or_else(|| super::invalid!("bias_activation {rows} x {cols} overflows"))?;
+    x.expect("bias_activation input", dtype, n)?;
+    bias.expect("bias_activation bias", dtype, cols)?;
+    out.expect("bias_activation output", dtype, n)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let rows_i32 = super::to_i32(rows, "bias_activation rows")?;
+    let cols_i32 = super::to_i32(cols, "bias_activation cols")?;
+    let config = BiasActivationConfig::select(dtype, act, cols, &[x, bias, out]);
+    // One thread per vector up to 65,535 blocks; the grid-stride loop covers the rest.
+    let vectors = (n / config.vec as usize) as u64;
+    let blocks = vectors.div_ceil(THREADS as u64).min(65_535) as u32;
+    gpu.launch(
+        &config.instantiation(),
+        LaunchDims {
+            grid: (blocks, 1, 1),
+            block: THREADS,
+            shared_bytes: 0,
+        },
+        &[
+            KernelArg::Ptr(x.ptr),
+            KernelArg::Ptr(bias.ptr),
+            KernelArg::Ptr(out.ptr),
+            KernelArg::I32(rows_i32),
+            KernelArg::I32(cols_i32),
+        ],
+    )
+}
+
 impl Gpu {
+    /// `out[r, c] = act(x[r, c] + bias[c])` for `rows` rows of `cols` (as
+    /// `cpu::bias_activation`); `out` may be `x`. The bias and activation of a linear layer as
+    /// a pass of its own: the benchmarks add it after cuBLAS, which cannot fuse our epilogue.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bias_activation(
+        &self,
+        dtype: DType,
+        act: Activation,
+        x: DevPtr,
+        bias: DevPtr,
+        rows: usize,
+        cols: usize,
+        out: DevPtr,
+    ) -> Result<(), KernelError> {
+        launch_bias_activation(self, dtype, act, x, bias, rows, cols, out)
+    }
+
     /// `out = act(x)` element by element (graphs run without epilogue fusion need it).
     pub fn activation(
         &self,
@@ -175,5 +292,41 @@ impl Gpu {
             cols,
             out,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bias_activation_selection_only_picks_registered_instantiations() {
+        let registered = instantiations();
+        for dtype in DType::ALL {
+            for act in Activation::ALL {
+                for cols in [1usize, 7, 8, 768, 1000, 3072] {
+                    for address in [0u64, 2, 4, 16] {
+                        let p = DevPtr {
+                            ptr: 0x10000 + address,
+                            len: 1,
+                            dtype,
+                        };
+                        let q = DevPtr {
+                            ptr: 0x20000,
+                            len: 1,
+                            dtype,
+                        };
+                        let config = BiasActivationConfig::select(dtype, act, cols, &[p, q, q]);
+                        let wide = 16 / dtype.size_bytes();
+                        assert_eq!(
+                            config.vec > 1,
+                            address % 16 == 0 && cols % wide == 0,
+                            "{config:?} cols {cols} address {address}"
+                        );
+                        assert!(registered.contains(&config.instantiation()), "{config:?}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -1,0 +1,214 @@
+//! What `vitrt bench kernels` relies on besides the ops: cuBLAS computes the GEMM we compare
+//! with (with the transposes and leading dimensions right, and no TF32 in f32), the copy
+//! moves exactly the bytes asked for, the spin kernel holds the stream, and the device facts
+//! are sane. The bias-plus-activation kernel is tested against its twin in gpu_kernels.rs.
+//!
+//! Needs a CUDA GPU: `cargo test --release -p vitrt-kernels --test gpu_bench_support -- --ignored`.
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use vitrt_kernels::cpu::{self, MatmulTiles};
+use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu, KernelError};
+use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem};
+
+const POISON: u8 = 0xFF;
+const GUARD_BYTES: usize = 256;
+
+fn gpu() -> Gpu {
+    Gpu::new(0).unwrap_or_else(|e| panic!("this test needs a CUDA GPU: {e}"))
+}
+
+fn random(rng: &mut SmallRng, n: usize, dtype: DType) -> Vec<f32> {
+    (0..n)
+        .map(|_| dtype.round(rng.random_range(-1.0..1.0f32)))
+        .collect()
+}
+
+/// `values` on the device, `misalign` elements past a 256-byte boundary.
+fn upload(gpu: &Gpu, dtype: DType, values: &[f32], misalign: usize) -> (DeviceBuffer, DevPtr) {
+    let offset = misalign * dtype.size_bytes();
+    let bytes = dtype.encode(values);
+    let buffer = gpu.alloc(offset + bytes.len()).unwrap();
+    gpu.upload(&buffer, offset, &bytes).unwrap();
+    let view = buffer.view(offset, values.len(), dtype).unwrap();
+    (buffer, view)
+}
+
+/// A poisoned buffer with `len` elements between two guard regions: (buffer, view).
+fn poisoned(gpu: &Gpu, dtype: DType, len: usize) -> (DeviceBuffer, DevPtr) {
+    let total = GUARD_BYTES + len * dtype.size_bytes() + GUARD_BYTES;
+    let buffer = gpu.alloc(total).unwrap();
+    gpu.upload(&buffer, 0, &vec![POISON; total]).unwrap();
+    let view = buffer.view(GUARD_BYTES, len, dtype).unwrap();
+    (buffer, view)
+}
+
+/// The values between the guards, after checking the guards hold only poison.
+fn read_guarded(
+    gpu: &Gpu,
+    buffer: &DeviceBuffer,
+    dtype: DType,
+    len: usize,
+    case: &str,
+) -> Vec<f32> {
+    let mut bytes = vec![0u8; buffer.len_bytes()];
+    gpu.download(buffer, 0, &mut bytes).unwrap();
+    let end = GUARD_BYTES + len * dtype.size_bytes();
+    assert!(
+        bytes[..GUARD_BYTES]
+            .iter()
+            .chain(&bytes[end..])
+            .all(|&b| b == POISON),
+        "{case}: wrote outside the output"
+    );
+    dtype.decode(&bytes[GUARD_BYTES..end])
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cublas_computes_a_linear_layer() {
+    let gpu = gpu();
+    let cublas = match gpu.cublas() {
+        Ok(cublas) => cublas,
+        Err(e) => {
+            eprintln!("SKIPPED: {e}");
+            return;
+        }
+    };
+    let mut rng = SmallRng::seed_from_u64(21);
+    // Tolerances as gpu_matmul.rs: |d| <= tol * max(|twin|, rms(twin) / 10). TF32 in f32
+    // (10-bit mantissas) would miss 1e-4 by an order of magnitude.
+    for (dtype, tol) in [
+        (DType::F32, 1e-4f32),
+        (DType::F16, 2e-3),
+        (DType::BF16, 1e-2),
+    ] {
+        for (m, n, k) in [(1, 1, 1), (7, 5, 3), (197, 96, 64), (33, 130, 257)] {
+            let case = format!("cuBLAS {dtype} {m}x{n}x{k}");
+            let a = random(&mut rng, m * k, dtype);
+            let w = random(&mut rng, n * k, dtype);
+            let (_ab, av) = upload(&gpu, dtype, &a, 0);
+            let (_wb, wv) = upload(&gpu, dtype, &w, 0);
+            let (cb, cv) = poisoned(&gpu, dtype, m * n);
+            cublas.gemm_nt(dtype, m, n, k, av, wv, cv).unwrap();
+            let got = read_guarded(&gpu, &cb, dtype, m * n, &case);
+            let mut want = vec![0.0; m * n];
+            let p = MatmulProblem::linear(m, n, k, Epilogue::NONE);
+            cpu::matmul(&p, MatmulTiles::default(), &a, &w, None, None, &mut want);
+            let rms = (want.iter().map(|v| v * v).sum::<f32>() / want.len() as f32).sqrt();
+            for (i, (g, t)) in got.iter().zip(&want).enumerate() {
+                let allowed = tol * t.abs().max(rms / 10.0);
+                assert!(
+                    (g - t).abs() <= allowed,
+                    "{case}: [{i}] cuBLAS {g} twin {t}"
+                );
+            }
+        }
+    }
+    let buffer = gpu.alloc(64).unwrap();
+    let f16 = buffer.view(0, 16, DType::F16).unwrap();
+    assert!(
+        matches!(
+            cublas.gemm_nt(DType::F16, 4, 4, 8, f16, f16, f16),
+            Err(KernelError::InvalidArgument(_))
+        ),
+        "A needs 32 elements, the view has 16"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn copy_moves_exactly_the_bytes_asked_for() {
+    let gpu = gpu();
+    let mut rng = SmallRng::seed_from_u64(22);
+    for dtype in DType::ALL {
+        for n in [1usize, 7, 4096, 100_003] {
+            for misalign in [0, 1] {
+                let case = format!("copy {dtype} n {n} misalign {misalign}");
+                let values = random(&mut rng, n + 5, dtype);
+                let (_sb, src) = upload(&gpu, dtype, &values, misalign);
+                let (out_buffer, out) = poisoned(&gpu, dtype, n);
+                gpu.copy(dtype, src, n, out).unwrap();
+                let got = read_guarded(&gpu, &out_buffer, dtype, n, &case);
+                assert_eq!(got, values[..n], "{case}");
+            }
+        }
+    }
+    let buffer = gpu.alloc(4096).unwrap();
+    let a = buffer.view(0, 1024, DType::F16).unwrap();
+    let b = buffer.view(1024, 1024, DType::F16).unwrap();
+    let invalid = |r: Result<(), KernelError>| matches!(r, Err(KernelError::InvalidArgument(_)));
+    assert!(
+        invalid(gpu.copy(DType::F16, a, 1024, b)),
+        "overlapping ranges"
+    );
+    assert!(invalid(gpu.copy(DType::F32, a, 16, b)), "wrong dtype");
+    assert!(invalid(gpu.copy(DType::F16, a, 1025, b)), "past the views");
+    gpu.copy(DType::F16, a, 512, b).unwrap();
+    gpu.copy(DType::F16, a, 0, a).unwrap();
+    gpu.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_spin_holds_the_stream_and_the_start_event_waits_for_it() {
+    let gpu = gpu();
+    gpu.spin(1000).unwrap(); // compile and load it first
+    gpu.synchronize().unwrap();
+    let spun = gpu.time_ms(|| gpu.spin(2_000_000)).unwrap();
+    assert!((1.9..50.0).contains(&spun), "a 2 ms spin took {spun} ms");
+    // Queued behind a spin, the start event fires when the spin ends, so a span holding no
+    // work measures (almost) nothing, however long the host took to record the end event.
+    gpu.spin(1_000_000).unwrap();
+    let empty = gpu
+        .time_ms(|| {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            Ok(())
+        })
+        .unwrap();
+    assert!(
+        empty < 0.1,
+        "an empty span after a spin measured {empty} ms"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn device_facts_are_sane() {
+    let gpu = gpu();
+    let l2 = gpu.l2_cache_bytes().unwrap();
+    assert!((1 << 20..1 << 30).contains(&l2), "L2 of {l2} bytes");
+    let (major, minor) = gpu.driver_version().unwrap();
+    assert!(major >= 11 && minor < 100, "driver API {major}.{minor}");
+    println!(
+        "{}: L2 {} MiB, CUDA driver API {major}.{minor}",
+        gpu.name(),
+        l2 >> 20
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn bias_activation_checks_its_operands() {
+    let gpu = gpu();
+    let buffer = gpu.alloc(4096).unwrap();
+    let x = buffer.view(0, 1024, DType::F16).unwrap();
+    let short = buffer.view(0, 10, DType::F16).unwrap();
+    let invalid = |r: Result<(), KernelError>| matches!(r, Err(KernelError::InvalidArgument(_)));
+    let act = Activation::Gelu;
+    assert!(
+        invalid(gpu.bias_activation(DType::F16, act, x, short, 4, 16, x)),
+        "bias too short"
+    );
+    assert!(
+        invalid(gpu.bias_activation(DType::F16, act, x, x, 64, 17, x)),
+        "rows x cols past x"
+    );
+    assert!(
+        invalid(gpu.bias_activation(DType::F32, act, x, x, 4, 4, x)),
+        "wrong dtype"
+    );
+    gpu.bias_activation(DType::F16, act, x, x, 0, 16, x)
+        .unwrap();
+    gpu.synchronize().unwrap();
+}

@@ -1,0 +1,513 @@
+//! Timing the cases on the GPU: random operands in enough copies to defeat L2, a spin before
+//! every repetition, one CUDA event pair per repetition, and the yardstick of each case timed
+//! right after ours in the same run.
+
+use super::cases::{Case, Kind, CHANNELS, HEADS, HEAD_DIM, HIDDEN, IMAGE, PATCH, TOKENS};
+use crate::report::schema::{DeviceInfo, KernelRow, Skipped};
+use crate::report::stats::{copies_for, copy_for_rep, slot_offset, Stats};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use vitrt_kernels::cuda::{Cublas, DevPtr, DeviceBuffer, Gpu, KernelError};
+use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem};
+use vitrt_runtime::lowering;
+
+/// Device time every repetition waits behind (see `Gpu::spin`): far longer than the host takes
+/// to queue one repetition's launches (a few, microseconds each), so the start event never
+/// fires on an idle GPU while the work is still being queued.
+const SPIN_NANOSECONDS: u64 = 200_000;
+/// Operands are random but the same from run to run.
+const SEED: u64 = 0x76_69_74_72_74;
+/// ViT-B/16's layer-norm epsilon.
+const LAYER_NORM_EPS: f32 = 1e-12;
+
+/// What to time and how often.
+pub struct Settings {
+    pub dtype: DType,
+    pub reps: usize,
+    pub warmup: usize,
+    pub cases: Vec<Case>,
+}
+
+/// Everything a run produced, for the report.
+pub struct Results {
+    pub kernels: Vec<KernelRow>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// The device facts of the report: the driver release from the kernel module where it can
+/// be read, else the CUDA version of the driver's API.
+pub fn device_info(gpu: &Gpu) -> Result<DeviceInfo, KernelError> {
+    let driver = std::fs::read_to_string("/proc/driver/nvidia/version")
+        .ok()
+        .and_then(|text| crate::report::schema::driver_release(&text))
+        .or_else(|| {
+            gpu.driver_version()
+                .ok()
+                .map(|(major, minor)| format!("CUDA {major}.{minor}"))
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let (major, minor) = gpu.compute_capability();
+    Ok(DeviceInfo {
+        name: gpu.name().into(),
+        driver,
+        compute_capability: format!("{major}.{minor}"),
+        l2_bytes: gpu.l2_cache_bytes()? as u64,
+    })
+}
+
+/// Times every case of `settings` on `gpu`. Cases that cannot run are recorded as skipped
+/// with the reason (and a line on stderr); only a failure to start at all is an error.
+pub fn run(gpu: &Gpu, settings: &Settings) -> Result<Results, KernelError> {
+    let l2_bytes = gpu.l2_cache_bytes()?;
+    let cublas = gpu.cublas();
+    let total: usize = settings.cases.iter().map(Case::measurements).sum();
+    let mut bench = Bench {
+        gpu,
+        cublas: cublas.as_ref().ok(),
+        cublas_missing: cublas.as_ref().err().map(|e| e.to_string()),
+        dtype: settings.dtype,
+        reps: settings.reps,
+        warmup: settings.warmup,
+        l2_bytes,
+        rng: SmallRng::seed_from_u64(SEED),
+        progress: progress_bar(total as u64),
+        kernels: Vec::new(),
+        skipped: Vec::new(),
+        cublas_missing_said: false,
+    };
+    for case in &settings.cases {
+        bench
+            .progress
+            .set_message(format!("{} {}", case.op(), case.name));
+        match case.kind {
+            Kind::Matmul { m, n, k } => bench.matmul(case, m, n, k),
+            _ => bench.memory_bound(case),
+        }
+    }
+    bench.progress.finish_and_clear();
+    Ok(Results {
+        kernels: bench.kernels,
+        skipped: bench.skipped,
+    })
+}
+
+/// Progress on stderr, drawn only when stderr is a terminal (indicatif hides it otherwise).
+fn progress_bar(total: u64) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    if let Ok(style) =
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+/// `copies` copies of one operand, in one allocation, each in its own 256-byte-aligned slot
+/// (see `slot_offset`); every copy holds the same values.
+struct Rotated {
+    buffer: DeviceBuffer,
+    len: usize,
+    dtype: DType,
+}
+
+impl Rotated {
+    /// The copies, uninitialised when `values` is `None` (outputs).
+    fn new(
+        gpu: &Gpu,
+        dtype: DType,
+        len: usize,
+        copies: usize,
+        values: Option<&[f32]>,
+    ) -> Result<Rotated, KernelError> {
+        let bytes = len * dtype.size_bytes();
+        let buffer = gpu.alloc(slot_offset(copies, bytes).max(1))?;
+        if let Some(values) = values {
+            let encoded = dtype.encode(values);
+            for i in 0..copies {
+                gpu.upload(&buffer, slot_offset(i, bytes), &encoded)?;
+            }
+        }
+        Ok(Rotated { buffer, len, dtype })
+    }
+
+    fn view(&self, copy: usize) -> Result<DevPtr, KernelError> {
+        let offset = slot_offset(copy, self.len * self.dtype.size_bytes());
+        self.buffer.view(offset, self.len, self.dtype)
+    }
+}
+
+struct Bench<'g> {
+    gpu: &'g Gpu,
+    cublas: Option<&'g Cublas<'g>>,
+    /// Why cuBLAS could not be opened, when it could not.
+    cublas_missing: Option<String>,
+    dtype: DType,
+    reps: usize,
+    warmup: usize,
+    l2_bytes: usize,
+    rng: SmallRng,
+    progress: ProgressBar,
+    kernels: Vec<KernelRow>,
+    skipped: Vec<Skipped>,
+    /// Whether the line saying cuBLAS is missing has been printed.
+    cublas_missing_said: bool,
+}
+
+impl Bench<'_> {
+    /// `len` random values of the run's dtype, never zero: magnitudes in [1/64, 1) times
+    /// `scale`, either sign. Zeros could take fast paths (and hide unwritten outputs).
+    fn values(&mut self, len: usize, scale: f32) -> Vec<f32> {
+        (0..len)
+            .map(|_| {
+                let magnitude = self.rng.random_range(1.0 / 64.0..1.0f32) * scale;
+                if self.rng.random_bool(0.5) {
+                    magnitude
+                } else {
+                    -magnitude
+                }
+            })
+            .collect()
+    }
+
+    /// An input of `len` random values of `dtype` in `copies` copies.
+    fn input(
+        &mut self,
+        dtype: DType,
+        len: usize,
+        copies: usize,
+        scale: f32,
+    ) -> Result<Rotated, KernelError> {
+        let values = self.values(len, scale);
+        Rotated::new(self.gpu, dtype, len, copies, Some(&values))
+    }
+
+    fn output(&self, len: usize, copies: usize) -> Result<Rotated, KernelError> {
+        Rotated::new(self.gpu, self.dtype, len, copies, None)
+    }
+
+    /// How many copies of inputs totalling `bytes` to rotate through.
+    fn copies(&self, bytes: usize) -> usize {
+        copies_for(bytes, self.l2_bytes)
+    }
+
+    /// The statistics of `reps` timed repetitions of `work`, after the warm-up ones.
+    /// Repetition `rep` reads copy `rep % copies` of the inputs.
+    fn measure(
+        &self,
+        copies: usize,
+        mut work: impl FnMut(usize) -> Result<(), KernelError>,
+    ) -> Result<Stats, KernelError> {
+        // At least one: the first run compiles and loads the kernels (and lets cuBLAS choose
+        // its algorithm), which must not be timed.
+        let warmup = self.warmup.max(1);
+        for rep in 0..warmup {
+            work(copy_for_rep(rep, copies))?;
+        }
+        self.gpu.synchronize()?;
+        let mut samples = Vec::with_capacity(self.reps);
+        for rep in warmup..warmup + self.reps {
+            self.gpu.spin(SPIN_NANOSECONDS)?;
+            let ms = self.gpu.time_ms(|| work(copy_for_rep(rep, copies)))?;
+            samples.push(ms as f64);
+        }
+        Stats::from_samples(&samples)
+            .ok_or_else(|| KernelError::Cuda("the CUDA events gave no usable time".into()))
+    }
+
+    /// Records one timing, or the reason it could not be taken.
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        op: &str,
+        case: &str,
+        provider: &str,
+        epilogue: Option<&str>,
+        shape: Vec<u64>,
+        timing: Result<Stats, KernelError>,
+        flops: Option<f64>,
+        bytes: Option<f64>,
+    ) {
+        match timing {
+            Ok(stats) => self.kernels.push(KernelRow::new(
+                op, case, provider, epilogue, shape, &stats, flops, bytes,
+            )),
+            Err(e) => self.skip(op, case, provider, epilogue, e.to_string()),
+        }
+        self.progress.inc(1);
+    }
+
+    fn skip(
+        &mut self,
+        op: &str,
+        case: &str,
+        provider: &str,
+        epilogue: Option<&str>,
+        reason: String,
+    ) {
+        // A missing cuBLAS is said once, not once per case. Compile errors carry NVRTC's whole
+        // log, kept in the JSON: on stderr, the first line says what failed.
+        let first_line = reason.lines().next().unwrap_or_default();
+        let line = if self.cublas_missing.as_deref() == Some(reason.as_str()) {
+            let said_before = std::mem::replace(&mut self.cublas_missing_said, true);
+            (!said_before).then(|| format!("skipped every cuBLAS timing: {first_line}"))
+        } else {
+            Some(match epilogue {
+                Some(e) => format!("skipped {op} {case} {provider} ({e}): {first_line}"),
+                None => format!("skipped {op} {case} {provider}: {first_line}"),
+            })
+        };
+        if let Some(line) = line {
+            self.progress.suspend(|| eprintln!("{line}"));
+        }
+        self.skipped.push(Skipped {
+            op: op.into(),
+            case: case.into(),
+            provider: provider.into(),
+            epilogue: epilogue.map(Into::into),
+            reason,
+        });
+    }
+
+    /// Ours and cuBLAS, each without and with bias + GELU, on the same rotated operands.
+    /// Ours fuses the epilogue; cuBLAS is followed by our `bias_activation` kernel, in place
+    /// on its output, inside the same timed span.
+    fn matmul(&mut self, case: &Case, m: usize, n: usize, k: usize) {
+        let d = self.dtype;
+        let epilogues = [
+            ("none", Epilogue::NONE),
+            (
+                "bias+gelu",
+                Epilogue {
+                    bias: true,
+                    activation: Activation::Gelu,
+                    ..Epilogue::NONE
+                },
+            ),
+        ];
+        let copies = self.copies((m * k + n * k + n) * d.size_bytes());
+        let operands = (|| {
+            Ok::<_, KernelError>((
+                self.input(d, m * k, copies, 1.0)?,
+                self.input(d, n * k, copies, 1.0)?,
+                self.input(d, n, copies, 1.0)?,
+                self.output(m * n, copies)?,
+            ))
+        })();
+        let (a, w, bias, c) = match operands {
+            Ok(operands) => operands,
+            Err(e) => {
+                for (name, _) in epilogues {
+                    for provider in ["vitrt", "cublas"] {
+                        self.skip("matmul", &case.name, provider, Some(name), e.to_string());
+                        self.progress.inc(1);
+                    }
+                }
+                return;
+            }
+        };
+        let (gpu, flops) = (self.gpu, case.flops());
+        for (name, epilogue) in epilogues {
+            let p = MatmulProblem::linear(m, n, k, epilogue);
+            let ours = self.measure(copies, |i| {
+                let bias = if epilogue.bias {
+                    Some(bias.view(i)?)
+                } else {
+                    None
+                };
+                gpu.matmul(d, &p, a.view(i)?, w.view(i)?, bias, None, c.view(i)?)
+            });
+            self.record(
+                "matmul",
+                &case.name,
+                "vitrt",
+                Some(name),
+                case.shape(),
+                ours,
+                flops,
+                None,
+            );
+
+            let Some(cublas) = self.cublas else {
+                let reason = self.cublas_missing.clone().unwrap_or_default();
+                self.skip("matmul", &case.name, "cublas", Some(name), reason);
+                self.progress.inc(1);
+                continue;
+            };
+            let theirs = self.measure(copies, |i| {
+                let out = c.view(i)?;
+                cublas.gemm_nt(d, m, n, k, a.view(i)?, w.view(i)?, out)?;
+                if epilogue.bias {
+                    gpu.bias_activation(d, Activation::Gelu, out, bias.view(i)?, m, n, out)?;
+                }
+                Ok(())
+            });
+            self.record(
+                "matmul",
+                &case.name,
+                "cublas",
+                Some(name),
+                case.shape(),
+                theirs,
+                flops,
+                None,
+            );
+        }
+    }
+
+    /// Ours, then a device-to-device copy moving the same traffic (half of it read, half
+    /// written), each on its own rotated buffers (ours freed before the copy's are made).
+    fn memory_bound(&mut self, case: &Case) {
+        let d = self.dtype;
+        let op = case.op();
+        let bytes = case.bytes(d).unwrap_or(0);
+        let ours = self.time_memory_bound(case);
+        self.record(
+            op,
+            &case.name,
+            "vitrt",
+            None,
+            case.shape(),
+            ours,
+            None,
+            Some(bytes as f64),
+        );
+
+        let elements = (bytes / 2) as usize / d.size_bytes();
+        let copied = (elements * d.size_bytes()) as u64;
+        let copy = self.time_copy(elements);
+        self.record(
+            "copy",
+            &format!("{op}/{}", case.name),
+            "copy",
+            None,
+            vec![copied],
+            copy,
+            None,
+            Some(2.0 * copied as f64),
+        );
+    }
+
+    fn time_copy(&mut self, elements: usize) -> Result<Stats, KernelError> {
+        let d = self.dtype;
+        let copies = self.copies(elements * d.size_bytes());
+        let src = self.input(d, elements, copies, 1.0)?;
+        let dst = self.output(elements, copies)?;
+        let gpu = self.gpu;
+        self.measure(copies, |i| {
+            gpu.copy(d, src.view(i)?, elements, dst.view(i)?)
+        })
+    }
+
+    fn time_memory_bound(&mut self, case: &Case) -> Result<Stats, KernelError> {
+        let (d, size, gpu) = (self.dtype, self.dtype.size_bytes(), self.gpu);
+        match case.kind {
+            Kind::LayerNorm { rows, cols } => {
+                let copies = self.copies((rows * cols + 2 * cols) * size);
+                let x = self.input(d, rows * cols, copies, 4.0)?;
+                let gamma = self.input(d, cols, copies, 1.5)?;
+                let beta = self.input(d, cols, copies, 0.5)?;
+                let out = self.output(rows * cols, copies)?;
+                self.measure(copies, |i| {
+                    let (x, g, b, o) = (x.view(i)?, gamma.view(i)?, beta.view(i)?, out.view(i)?);
+                    gpu.layernorm(d, x, g, b, rows, cols, LAYER_NORM_EPS, o)
+                })
+            }
+            Kind::Softmax { rows, cols } => {
+                let copies = self.copies(rows * cols * size);
+                let x = self.input(d, rows * cols, copies, 8.0)?;
+                let out = self.output(rows * cols, copies)?;
+                // Scale 1: the attention scores arrive already scaled (by their matmul's alpha).
+                self.measure(copies, |i| {
+                    gpu.softmax(d, x.view(i)?, rows, cols, 1.0, out.view(i)?)
+                })
+            }
+            Kind::Add { n } => {
+                let copies = self.copies(2 * n * size);
+                let a = self.input(d, n, copies, 4.0)?;
+                let b = self.input(d, n, copies, 4.0)?;
+                let out = self.output(n, copies)?;
+                self.measure(copies, |i| {
+                    gpu.add(d, a.view(i)?, b.view(i)?, n, out.view(i)?)
+                })
+            }
+            Kind::Patch { batch } => {
+                // As the CUDA backend runs Op::PatchEmbed: patch rows into a workspace and the
+                // CLS rows into the tokens, then the projection matmul writes token rows 1..
+                // with the bias and the position embeddings in its epilogue.
+                let patches = (IMAGE / PATCH) * (IMAGE / PATCH);
+                let patch_len = CHANNELS * PATCH * PATCH;
+                let pixel_count = batch * CHANNELS * IMAGE * IMAGE;
+                let copies = self.copies(
+                    pixel_count * 4 + (HIDDEN * patch_len + 2 * HIDDEN + TOKENS * HIDDEN) * size,
+                );
+                let pixels = self.input(DType::F32, pixel_count, copies, 2.0)?;
+                let weight = self.input(d, HIDDEN * patch_len, copies, 0.1)?;
+                let bias = self.input(d, HIDDEN, copies, 1.0)?;
+                let cls = self.input(d, HIDDEN, copies, 1.0)?;
+                let pos = self.input(d, TOKENS * HIDDEN, copies, 1.0)?;
+                let workspace = self.output(batch * patches * patch_len, 1)?;
+                let tokens = self.output(batch * TOKENS * HIDDEN, copies)?;
+                let problem = MatmulProblem::patch_projection(batch, patches, patch_len, HIDDEN);
+                self.measure(copies, |i| {
+                    let (ws, out, pos) = (workspace.view(0)?, tokens.view(i)?, pos.view(i)?);
+                    gpu.patchify_with_cls(
+                        d,
+                        pixels.view(i)?,
+                        batch,
+                        CHANNELS,
+                        IMAGE,
+                        IMAGE,
+                        PATCH,
+                        cls.view(i)?,
+                        pos,
+                        HIDDEN,
+                        TOKENS,
+                        ws,
+                        out,
+                    )?;
+                    let (w, b) = (weight.view(i)?, bias.view(i)?);
+                    gpu.matmul(d, &problem, ws, w, Some(b), Some(pos), out)
+                })
+            }
+            Kind::Attention { batch } => {
+                // The unfused path of the fused-QKV graph, lowered as the runtime lowers it:
+                // scores = scale·Q·Kᵀ per head, softmax over each row, context = P·V, with Q,
+                // K and V read in place from the [B, T, 3·hidden] QKV activation.
+                let width = 3 * HIDDEN;
+                let copies = self.copies(batch * TOKENS * width * size);
+                let qkv = self.input(d, batch * TOKENS * width, copies, 1.0)?;
+                let score_len = batch * HEADS * TOKENS * TOKENS;
+                let scores = self.output(score_len, 1)?;
+                let probs = self.output(score_len, 1)?;
+                let context = self.output(batch * TOKENS * HIDDEN, copies)?;
+                let scale = 1.0 / (HEAD_DIM as f32).sqrt();
+                let scores_problem = lowering::attention_scores(
+                    batch,
+                    TOKENS,
+                    HEADS,
+                    HEAD_DIM,
+                    scale,
+                    (width, 0),
+                    (width, HIDDEN),
+                );
+                let context_problem = lowering::attention_context(
+                    batch,
+                    TOKENS,
+                    HEADS,
+                    HEAD_DIM,
+                    (width, 2 * HIDDEN),
+                );
+                self.measure(copies, |i| {
+                    let (qkv, s, p) = (qkv.view(i)?, scores.view(0)?, probs.view(0)?);
+                    gpu.matmul(d, &scores_problem, qkv, qkv, None, None, s)?;
+                    gpu.softmax(d, s, batch * HEADS * TOKENS, TOKENS, 1.0, p)?;
+                    gpu.matmul(d, &context_problem, p, qkv, None, None, context.view(i)?)
+                })
+            }
+            Kind::Matmul { .. } => Err(KernelError::InvalidArgument(
+                "matmuls are timed by Bench::matmul".into(),
+            )),
+        }
+    }
+}
