@@ -339,10 +339,18 @@ fn device_and_dtype_errors_are_clear() {
     let m = model.to_str().unwrap();
     let r = reference.to_str().unwrap();
     let o = vitrt(
-        &["parity", "--model", m, "--reference", r, "--dtype", "f16"],
+        &[
+            "parity",
+            "--model",
+            m,
+            "--reference",
+            r,
+            "--residual-dtype",
+            "bf16",
+        ],
         dir.path(),
     );
-    assert_clean_failure(&o, "needs --device cuda");
+    assert_clean_failure(&o, "stored as f32 or as the run's dtype (f32), not bf16");
     let o = vitrt(
         &["parity", "--model", m, "--reference", r, "--device", "tpu"],
         dir.path(),

@@ -1,4 +1,9 @@
 //! The CPU backend: every op through the kernels' CPU twins, in f32, on all cores.
+//!
+//! It can also emulate a half-precision run ([`CpuBackend::emulating`]): arithmetic stays f32
+//! (as the GPU kernels' accumulation), and every stored value is rounded to the storage type
+//! the plan gives it, weights included. That is how the GPU path rounds, short of summation
+//! order, so precision policies can be studied and tested without a GPU.
 
 use super::{Backend, Binding, BufferRef};
 use crate::error::RuntimeError;
@@ -8,30 +13,73 @@ use std::collections::HashMap;
 use std::ops::Range;
 use vitrt_kernels::{cpu, DType, MatmulProblem};
 
-#[derive(Default)]
 pub struct CpuBackend {
+    /// The run's storage type: f32, or the half type being emulated.
+    dtype: DType,
     params: Vec<Vec<f32>>,
     param_ids: HashMap<String, usize>,
     arena: Vec<f32>,
     marks: Vec<std::time::Instant>,
 }
 
+impl Default for CpuBackend {
+    fn default() -> Self {
+        CpuBackend::new()
+    }
+}
+
 impl CpuBackend {
     pub fn new() -> CpuBackend {
-        CpuBackend::default()
+        CpuBackend::emulating(DType::F32)
     }
 
-    fn arena_range(buffer: BufferRef) -> Result<Range<usize>, String> {
+    /// A backend that computes in f32 but stores every value as the plan says (`dtype` for
+    /// weights and activations), rounding it as the GPU would.
+    pub fn emulating(dtype: DType) -> CpuBackend {
+        CpuBackend {
+            dtype,
+            params: Vec::new(),
+            param_ids: HashMap::new(),
+            arena: Vec::new(),
+            marks: Vec::new(),
+        }
+    }
+
+    /// Bytes of the plan's arena per f32 slot of ours. The plan lays values out in their
+    /// storage size; with every size at least `slot_bytes`, a value at byte offset o of n
+    /// elements keeps to slots o / slot_bytes .. + n, inside its own bytes.
+    fn slot_bytes(&self) -> usize {
+        if self.dtype == DType::F32 {
+            4
+        } else {
+            2
+        }
+    }
+
+    fn arena_range(&self, buffer: BufferRef) -> Result<Range<usize>, String> {
         match buffer {
             BufferRef::Arena {
                 offset_bytes,
                 len,
-                dtype: DType::F32,
-            } => Ok(offset_bytes / 4..offset_bytes / 4 + len),
-            BufferRef::Arena { dtype, .. } => {
-                Err(format!("the CPU backend stores f32, not {dtype}"))
+                dtype,
+            } => {
+                if dtype.size_bytes() < self.slot_bytes() {
+                    return Err(format!(
+                        "the CPU backend running in {} does not store {dtype}",
+                        self.dtype
+                    ));
+                }
+                let start = offset_bytes / self.slot_bytes();
+                Ok(start..start + len)
             }
             BufferRef::Param { .. } => Err("a parameter cannot be written".into()),
+        }
+    }
+
+    /// Rounds `values` to what storing them as `dtype` keeps.
+    fn store_as(dtype: DType, values: &mut [f32]) {
+        if dtype != DType::F32 {
+            values.iter_mut().for_each(|v| *v = dtype.round(*v));
         }
     }
 }
@@ -39,11 +87,18 @@ impl CpuBackend {
 /// Borrows the output region mutably and the inputs immutably from one arena, after checking
 /// that the output overlaps none of them (the plan guarantees it; this makes it a checked fact).
 fn split<'a>(
-    arena: &'a mut [f32],
-    params: &'a [Vec<f32>],
+    backend: &'a mut CpuBackend,
     inputs: &[BufferRef],
     output: Range<usize>,
 ) -> Result<(Vec<&'a [f32]>, &'a mut [f32]), String> {
+    let input_ranges: Vec<Result<Range<usize>, (usize, usize)>> = inputs
+        .iter()
+        .map(|&input| match input {
+            BufferRef::Param { id, len } => Ok(Err((id, len))),
+            BufferRef::Arena { .. } => backend.arena_range(input).map(Ok),
+        })
+        .collect::<Result<_, String>>()?;
+    let (arena, params) = (&mut backend.arena, &backend.params);
     if output.end > arena.len() {
         return Err(format!(
             "output {output:?} lies outside the arena of {}",
@@ -51,11 +106,10 @@ fn split<'a>(
         ));
     }
     let mut ranges = Vec::with_capacity(inputs.len());
-    for &input in inputs {
+    for input in input_ranges {
         ranges.push(match input {
-            BufferRef::Param { id, len } => Err((id, len)),
-            BufferRef::Arena { .. } => {
-                let r = CpuBackend::arena_range(input)?;
+            Err(param) => Err(param),
+            Ok(r) => {
                 if r.end > arena.len() {
                     return Err(format!(
                         "input {r:?} lies outside the arena of {}",
@@ -101,7 +155,7 @@ impl Backend for CpuBackend {
     }
 
     fn dtype(&self) -> DType {
-        DType::F32
+        self.dtype
     }
 
     fn load_param(
@@ -113,7 +167,8 @@ impl Backend for CpuBackend {
         if let Some(&id) = self.param_ids.get(key) {
             return Ok(id);
         }
-        let data = load()?;
+        let mut data = load()?;
+        Self::store_as(self.dtype, &mut data);
         if data.len() != shape.iter().product::<usize>() {
             return Err(RuntimeError::Param {
                 name: key.into(),
@@ -126,7 +181,7 @@ impl Backend for CpuBackend {
     }
 
     fn reserve_arena(&mut self, bytes: usize) -> Result<(), RuntimeError> {
-        let elems = bytes.div_ceil(4);
+        let elems = bytes.div_ceil(self.slot_bytes());
         if self.arena.len() < elems {
             self.arena
                 .try_reserve_exact(elems - self.arena.len())
@@ -141,14 +196,17 @@ impl Backend for CpuBackend {
     }
 
     fn write(&mut self, dst: BufferRef, data: &[f32]) -> Result<(), RuntimeError> {
-        let r = Self::arena_range(dst).map_err(RuntimeError::Backend)?;
+        let r = self.arena_range(dst).map_err(RuntimeError::Backend)?;
         if r.len() != data.len() || r.end > self.arena.len() {
             return Err(RuntimeError::Backend(format!(
                 "write of {} values into {r:?}",
                 data.len()
             )));
         }
-        self.arena[r].copy_from_slice(data);
+        self.arena[r.clone()].copy_from_slice(data);
+        if let BufferRef::Arena { dtype, .. } = dst {
+            Self::store_as(dtype, &mut self.arena[r]);
+        }
         Ok(())
     }
 
@@ -156,7 +214,7 @@ impl Backend for CpuBackend {
         match src {
             BufferRef::Param { id, len } => Ok(self.params[id][..len].to_vec()),
             _ => {
-                let r = Self::arena_range(src).map_err(RuntimeError::Backend)?;
+                let r = self.arena_range(src).map_err(RuntimeError::Backend)?;
                 self.arena
                     .get(r.clone())
                     .map(<[f32]>::to_vec)
@@ -174,11 +232,12 @@ impl Backend for CpuBackend {
         output: &Binding,
         workspace: Option<BufferRef>,
     ) -> Result<(), String> {
-        let out_range = Self::arena_range(output.buffer)?;
+        let out_range = self.arena_range(output.buffer)?;
         let tiles = cpu::MatmulTiles::default();
         match op {
             Op::PatchEmbed { patch } => {
-                let ws = Self::arena_range(workspace.ok_or("patch embedding needs a workspace")?)?;
+                let workspace = workspace.ok_or("patch embedding needs a workspace")?;
+                let ws = self.arena_range(workspace)?;
                 let px = &inputs[0].shape;
                 let (b, c, h, w) = (px[0], px[1], px[2], px[3]);
                 let hidden = output.shape[2];
@@ -186,24 +245,15 @@ impl Backend for CpuBackend {
                 let patches = tokens - 1;
                 // Patch rows into the workspace first, then the projection reads them.
                 {
-                    let (ins, rows) = split(
-                        &mut self.arena,
-                        &self.params,
-                        &[inputs[0].buffer],
-                        ws.clone(),
-                    )?;
+                    let dtype = self.dtype;
+                    let (ins, rows) = split(self, &[inputs[0].buffer], ws.clone())?;
                     cpu::patchify(ins[0], b, c, h, w, *patch, rows);
+                    Self::store_as(dtype, rows);
                 }
-                let bufs: Vec<BufferRef> = [ws.clone()]
-                    .iter()
-                    .map(|r| BufferRef::Arena {
-                        offset_bytes: r.start * 4,
-                        len: r.len(),
-                        dtype: DType::F32,
-                    })
+                let bufs: Vec<BufferRef> = std::iter::once(workspace)
                     .chain(inputs[1..].iter().map(|i| i.buffer))
                     .collect();
-                let (ins, out) = split(&mut self.arena, &self.params, &bufs, out_range)?;
+                let (ins, out) = split(self, &bufs, out_range.clone())?;
                 let (rows, weight, bias, cls, pos) = (ins[0], ins[1], ins[2], ins[3], ins[4]);
                 cpu::write_cls_rows(cls, pos, b, tokens, out);
                 let problem =
@@ -212,9 +262,12 @@ impl Backend for CpuBackend {
             }
             _ => {
                 let bufs: Vec<BufferRef> = inputs.iter().map(|i| i.buffer).collect();
-                let (ins, out) = split(&mut self.arena, &self.params, &bufs, out_range)?;
+                let (ins, out) = split(self, &bufs, out_range.clone())?;
                 run_simple(op, inputs, &ins, out, tiles)?;
             }
+        }
+        if let BufferRef::Arena { dtype, .. } = output.buffer {
+            Self::store_as(dtype, &mut self.arena[out_range]);
         }
         Ok(())
     }
