@@ -477,3 +477,99 @@ fn demo_model_classifies_the_shipped_digits_as_pytorch_does() {
         "accuracy {accuracy} vs stated {stated}"
     );
 }
+
+#[test]
+fn profile_times_every_node_and_writes_json_and_a_trace() {
+    let dir = temp();
+    let model = fixture("tiny-gelu");
+    let (json, trace) = (dir.path().join("p.json"), dir.path().join("t.json"));
+    let o = vitrt(
+        &[
+            "profile",
+            "--model",
+            model.to_str().unwrap(),
+            "--batch-size",
+            "2",
+            "--reps",
+            "5",
+            "--json",
+            json.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}{}", stderr(&o));
+    assert!(
+        stdout.contains("layer.0.attention.qkv") && stdout.contains("share"),
+        "{stdout}"
+    );
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let nodes = profile["nodes"].as_array().unwrap();
+    assert!(nodes.len() > 10);
+    let shares: f64 = nodes.iter().map(|n| n["share"].as_f64().unwrap()).sum();
+    assert!((shares - 1.0).abs() < 1e-6, "shares add up to {shares}");
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert_eq!(trace["traceEvents"].as_array().unwrap().len(), nodes.len());
+
+    let o = vitrt(
+        &[
+            "profile",
+            "--model",
+            model.to_str().unwrap(),
+            "--batch-size",
+            "0",
+        ],
+        dir.path(),
+    );
+    assert_clean_failure(&o, "--batch-size must be at least 1");
+}
+
+#[test]
+fn bench_model_reports_each_batch_size() {
+    let dir = temp();
+    let model = fixture("tiny-gelu");
+    let json = dir.path().join("m.json");
+    let o = vitrt(
+        &[
+            "bench",
+            "model",
+            "--model",
+            model.to_str().unwrap(),
+            "--batch-sizes",
+            "1,3",
+            "--reps",
+            "5",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["schema"], "vitrt-bench/1");
+    let rows = report["models"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for (row, batch) in rows.iter().zip([1, 3]) {
+        assert_eq!(row["batch"], batch);
+        let median = row["median_ms"].as_f64().unwrap();
+        let ips = row["images_per_s"].as_f64().unwrap();
+        assert!((ips - batch as f64 / (median * 1e-3)).abs() < 1e-6 * ips);
+    }
+    let o = vitrt(
+        &[
+            "bench",
+            "model",
+            "--model",
+            model.to_str().unwrap(),
+            "--batch-sizes",
+            "0",
+        ],
+        dir.path(),
+    );
+    assert_clean_failure(&o, "positive batch sizes");
+}

@@ -5,6 +5,7 @@ mod bench;
 mod classify;
 mod infer;
 mod parity;
+mod profile;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -37,6 +38,8 @@ enum Command {
     Parity(parity::ParityArgs),
     /// Benchmarks: `vitrt bench kernels` times our kernels against cuBLAS and a memory copy.
     Bench(bench::BenchArgs),
+    /// Time every graph node of a forward pass against cuBLAS and the memory bandwidth.
+    Profile(profile::ProfileArgs),
 }
 
 /// Where the model comes from and how it runs: shared by every subcommand.
@@ -78,6 +81,15 @@ fn parse_dtype(s: &str) -> Result<DType, String> {
 }
 
 impl ModelArgs {
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    /// The model as the user named it.
+    pub fn name(&self) -> &str {
+        &self.model
+    }
+
     /// Resolves, loads and checks the model, and opens the backend. Also returns the
     /// model's folder (for preprocessor_config.json).
     fn open(&self) -> Result<(Runner, PathBuf)> {
@@ -107,6 +119,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Infer(args) => infer::run(args),
         Command::Parity(args) => parity::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Profile(args) => profile::run(args),
     }
 }
 

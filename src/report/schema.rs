@@ -4,9 +4,9 @@
 //! ```text
 //! {"schema": "vitrt-bench/1", "tool": "vitrt 0.1.0", "date": "2026-11-22T12:34:56Z",
 //!  "device": {"name", "driver", "compute_capability", "l2_bytes"}, "dtype": "f16",
-//!  "kernels": [{"op", "case", "provider", "epilogue" (matmul rows only), "shape", "reps",
+//!  "kernels": [{"op", "case", "provider", "epilogue" (null but for matmul), "shape", "reps",
 //!               "median_ms", "min_ms", "max_ms", "tflops" (or null), "gbps" (or null)}],
-//!  "models": [], "skipped": [{"op", "case", "provider", "epilogue" (matmul only), "reason"}]}
+//!  "models": [], "skipped": [{"op", "case", "provider", "epilogue" (null but for matmul), "reason"}]}
 //! ```
 
 use super::stats::Stats;
@@ -46,8 +46,8 @@ pub struct KernelRow {
     pub case: String,
     /// "vitrt", "cublas" or "copy".
     pub provider: String,
-    /// "none" or "bias+gelu"; matmul rows only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// "none" or "bias+gelu" for matmul rows; null for the others (benchmarks/SCHEMA.md).
+    #[serde(default)]
     pub epilogue: Option<String>,
     pub shape: Vec<u64>,
     pub reps: usize,
@@ -235,7 +235,7 @@ mod tests {
             Some(2e6),
         );
         let json = serde_json::to_string(&copy).unwrap();
-        assert!(!json.contains("epilogue"), "{json}");
+        assert!(json.contains(r#""epilogue":null"#), "{json}");
         assert!(json.contains(r#""tflops":null,"gbps":20.0"#), "{json}");
         assert_eq!(copy.rate(), Some(20.0));
     }

@@ -4,6 +4,7 @@
 
 mod cases;
 mod measure;
+mod model;
 
 use crate::report::{self, plot, schema, table};
 use anyhow::{bail, Context, Result};
@@ -24,6 +25,8 @@ pub struct BenchArgs {
 enum BenchCommand {
     /// Time our kernels against cuBLAS (matmul) and a device-to-device copy (the rest).
     Kernels(KernelsArgs),
+    /// Time whole forward passes of a model: latency and images per second per batch size.
+    Model(model::ModelBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -57,6 +60,7 @@ const MIN_REPS: usize = 20;
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
     match args.command {
         BenchCommand::Kernels(args) => kernels(args),
+        BenchCommand::Model(args) => model::run(args),
     }
 }
 
@@ -148,7 +152,7 @@ fn kernels(args: KernelsArgs) -> Result<ExitCode> {
 }
 
 /// Fails at once, rather than after minutes of timing, when an output's folder is missing.
-fn check_writable_folder(path: &Path) -> Result<()> {
+pub(crate) fn check_writable_folder(path: &Path) -> Result<()> {
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
             bail!(

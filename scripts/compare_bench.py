@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Ratios of vitrt to PyTorch from two vitrt-bench/1 documents taken in the same GPU session.
+
+    python3 scripts/compare_bench.py VITRT.json [VITRT_MODEL.json ...] --torch TORCH.json
+
+Kernel rows are paired on (op, case, epilogue): vitrt's matmul against torch-cublas, its
+attention against torch-sdpa, the rest against torch. Model rows are paired on batch size:
+vitrt against every PyTorch provider. A ratio above 1 means vitrt is faster (rates divide,
+so it is throughput over throughput). Prints aligned tables; exits 1 if a file is unreadable.
+"""
+import argparse
+import json
+import sys
+
+TORCH_PROVIDER = {"matmul": "torch-cublas", "attention": "torch-sdpa"}
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"error: cannot read {path}: {e}")
+    if doc.get("schema") != "vitrt-bench/1":
+        sys.exit(f"error: {path} is not a vitrt-bench/1 document")
+    return doc
+
+
+def rate(row):
+    return row["tflops"] if row.get("tflops") is not None else row.get("gbps")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("vitrt", nargs="+", help="vitrt bench kernels / bench model JSON")
+    parser.add_argument("--torch", required=True, help="scripts/bench_torch.py JSON")
+    args = parser.parse_args()
+    torch_doc = load(args.torch)
+    ours = [load(p) for p in args.vitrt]
+
+    torch_kernels = {(r["op"], r["case"], r.get("epilogue"), r["provider"]): r for r in torch_doc["kernels"]}
+    lines = []
+    for doc in ours:
+        for r in doc["kernels"]:
+            if r["provider"] != "vitrt":
+                continue
+            provider = TORCH_PROVIDER.get(r["op"], "torch")
+            t = torch_kernels.get((r["op"], r["case"], r.get("epilogue"), provider))
+            if t is None or rate(t) is None or rate(r) is None:
+                continue
+            unit = "TFLOP/s" if r.get("tflops") is not None and r["op"] == "matmul" else "GB/s"
+            if unit == "GB/s" and r.get("gbps") is None:
+                continue
+            ours_rate = r["tflops"] if unit == "TFLOP/s" else r["gbps"]
+            theirs = t["tflops"] if unit == "TFLOP/s" else t["gbps"]
+            epilogue = r.get("epilogue") or ""
+            lines.append((r["op"], r["case"], epilogue, provider, ours_rate, theirs, unit))
+    if lines:
+        print(f"{'op':<10} {'case':<22} {'epilogue':<10} {'vs':<13} {'vitrt':>9} {'torch':>9} {'unit':<8} {'ratio':>6}")
+        for op, case, epi, prov, a, b, unit in lines:
+            print(f"{op:<10} {case:<22} {epi:<10} {prov:<13} {a:>9.1f} {b:>9.1f} {unit:<8} {a / b:>6.2f}")
+    torch_models = torch_doc.get("models", [])
+    model_lines = []
+    for doc in ours:
+        for r in doc.get("models", []):
+            for t in torch_models:
+                if t["batch"] == r["batch"]:
+                    model_lines.append((r["batch"], t["provider"], r["images_per_s"], t["images_per_s"], r["median_ms"], t["median_ms"]))
+    if model_lines:
+        print(f"\n{'batch':>5} {'vs':<13} {'vitrt img/s':>12} {'torch img/s':>12} {'vitrt ms':>9} {'torch ms':>9} {'ratio':>6}")
+        for batch, prov, a, b, ams, bms in sorted(model_lines):
+            print(f"{batch:>5} {prov:<13} {a:>12.1f} {b:>12.1f} {ams:>9.3f} {bms:>9.3f} {a / b:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()

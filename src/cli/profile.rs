@@ -1,0 +1,332 @@
+//! `vitrt profile`: where a forward pass spends its time. Every graph node is timed between
+//! CUDA events over repeated passes (host time on the CPU backend); the table gives each
+//! node's median time, its share, what it achieves (TFLOP/s for matmuls, GB/s for the rest,
+//! from `runtime::cost`) and how close that is to a ceiling measured in the same run on the
+//! same GPU: cuBLAS on the same GEMM shape for linear layers and the patch projection, a
+//! device-to-device copy for the memory-bound nodes.
+
+use super::ModelArgs;
+use crate::report::stats::Stats;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use vitrt_kernels::cuda::Gpu;
+use vitrt_kernels::{DType, MatmulProblem};
+use vitrt_runtime::backend::Device;
+use vitrt_runtime::cost::{node_cost, NodeCost};
+
+#[derive(Args, Debug)]
+pub struct ProfileArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Images per forward pass.
+    #[arg(long, default_value_t = 64)]
+    batch_size: usize,
+    /// Timed forward passes (at least 5); each node's median over them is reported.
+    #[arg(long, default_value_t = 20)]
+    reps: usize,
+    /// Untimed passes first (at least one: it compiles the kernels).
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Also write the profile as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Also write one forward pass as a Chrome trace (chrome://tracing, ui.perfetto.dev).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+}
+
+/// One node of the profile.
+#[derive(serde::Serialize)]
+struct NodeRow {
+    node: String,
+    op: &'static str,
+    median_ms: f64,
+    share: f64,
+    tflops: Option<f64>,
+    gbps: Option<f64>,
+    /// Achieved over the ceiling (cuBLAS's TFLOP/s on the same GEMM, or the copy's GB/s).
+    ceiling_ratio: Option<f64>,
+    ceiling: Option<String>,
+}
+
+pub fn run(args: ProfileArgs) -> Result<ExitCode> {
+    if args.batch_size == 0 {
+        bail!("--batch-size must be at least 1");
+    }
+    if args.reps < 5 {
+        bail!(
+            "--reps {} is too few for a median: use at least 5",
+            args.reps
+        );
+    }
+    for path in [&args.json, &args.trace].into_iter().flatten() {
+        super::bench::check_writable_folder(path)?;
+    }
+    let (mut runner, _) = args.model.open()?;
+    let dtype = runner.backend().dtype();
+    let batch = args.batch_size;
+    let len: usize = runner.input_shape(batch).iter().product();
+    let mut rng = SmallRng::seed_from_u64(7);
+    let pixels: Vec<f32> = (0..len).map(|_| rng.random_range(-1.0..1.0f32)).collect();
+    eprintln!(
+        "profiling {} on {}: batch {batch}, {dtype}, {} passes after {} warm-up",
+        args.model.name(),
+        runner.backend().describe(),
+        args.reps,
+        args.warmup.max(1)
+    );
+    let times = runner.time_forward(
+        &pixels,
+        batch,
+        (args.warmup.max(1), args.reps),
+        true,
+        &mut || {},
+    )?;
+    let described = runner.backend().describe();
+    let executor = runner.prepare(batch, false)?;
+    let (graph, plan) = (executor.graph(), executor.plan());
+    let costs: Vec<NodeCost> = (0..graph.nodes.len())
+        .map(|n| node_cost(graph, plan, n))
+        .collect();
+    let medians: Vec<f64> = (0..graph.nodes.len())
+        .map(|n| {
+            let samples: Vec<f64> = times.node_ms.iter().map(|pass| pass[n] as f64).collect();
+            Stats::from_samples(&samples).map_or(f64::NAN, |s| s.median_ms)
+        })
+        .collect();
+    let total: f64 = medians.iter().sum();
+    let forward = Stats::from_samples(
+        &times
+            .forward_ms
+            .iter()
+            .map(|&t| t as f64)
+            .collect::<Vec<_>>(),
+    )
+    .context("the timer gave no usable time")?;
+
+    // Ceilings, on the GPU only: a second context on the same device, timed after the model.
+    let ceilings = match Device::parse(args.model.device())? {
+        Device::Cuda(ordinal) => Some(Ceilings::measure(ordinal, dtype, &costs)?),
+        Device::Cpu => None,
+    };
+
+    let rows: Vec<NodeRow> = graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(n, node)| {
+            let (cost, ms) = (&costs[n], medians[n]);
+            let seconds = ms * 1e-3;
+            let tflops = (cost.flops > 0.0).then(|| cost.flops / seconds / 1e12);
+            let gbps = (cost.flops == 0.0).then(|| cost.bytes / seconds / 1e9);
+            let (ceiling_ratio, ceiling) = match (&ceilings, cost.matmul, tflops, gbps) {
+                (Some(c), Some(p), Some(t), _) => match c.gemm_tflops.get(&gemm_key(&p)) {
+                    Some(&cublas) => (
+                        Some(t / cublas),
+                        Some(format!("cuBLAS {cublas:.0} TFLOP/s")),
+                    ),
+                    None => (None, None),
+                },
+                (Some(c), None, _, Some(g)) => (
+                    Some(g / c.copy_gbps),
+                    Some(format!("copy {:.0} GB/s", c.copy_gbps)),
+                ),
+                _ => (None, None),
+            };
+            NodeRow {
+                node: node.name.clone(),
+                op: node.op.kind_name(),
+                median_ms: ms,
+                share: ms / total,
+                tflops,
+                gbps,
+                ceiling_ratio,
+                ceiling,
+            }
+        })
+        .collect();
+
+    println!(
+        "{} on {}, batch {batch}, {dtype}: forward {:.3} ms median ({:.0} images/s; with a mark \
+         after every node: {total:.3} ms)",
+        args.model.name(),
+        described,
+        forward.median_ms,
+        batch as f64 / (forward.median_ms * 1e-3),
+    );
+    print_by_kind(&rows, total);
+    print_by_node(&rows);
+
+    if let Some(path) = &args.json {
+        let document = serde_json::json!({
+            "model": args.model.name(),
+            "device": described,
+            "dtype": dtype.name(),
+            "batch": batch,
+            "reps": args.reps,
+            "forward_median_ms": forward.median_ms,
+            "ceilings": ceilings.as_ref().map(|c| serde_json::json!({"copy_gbps": c.copy_gbps})),
+            "nodes": rows,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&document)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.trace {
+        // The last timed pass, its nodes laid end to end (the marks leave no gaps to show).
+        let pass = times.node_ms.last().context("no pass was timed")?;
+        let mut start_us = 0.0f64;
+        let mut events = Vec::with_capacity(pass.len());
+        for (n, &ms) in pass.iter().enumerate() {
+            let dur_us = ms as f64 * 1e3;
+            events.push(serde_json::json!({
+                "name": graph.nodes[n].name,
+                "cat": graph.nodes[n].op.kind_name(),
+                "ph": "X",
+                "ts": start_us,
+                "dur": dur_us,
+                "pid": 0,
+                "tid": 0,
+                "args": {"flops": costs[n].flops, "bytes": costs[n].bytes},
+            }));
+            start_us += dur_us;
+        }
+        let trace = serde_json::json!({"traceEvents": events, "displayTimeUnit": "ms"});
+        std::fs::write(path, serde_json::to_string(&trace)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn rate(row: &NodeRow) -> String {
+    match (row.tflops, row.gbps) {
+        (Some(t), _) => format!("{t:>8.1} TFLOP/s"),
+        (_, Some(g)) => format!("{g:>8.0} GB/s   "),
+        _ => String::new(),
+    }
+}
+
+fn ratio(r: Option<f64>) -> String {
+    r.map_or("-".into(), |r| format!("{r:.2}"))
+}
+
+fn print_by_kind(rows: &[NodeRow], total: f64) {
+    let mut kinds: BTreeMap<&str, (usize, f64)> = BTreeMap::new();
+    for row in rows {
+        let entry = kinds.entry(row.op).or_default();
+        entry.0 += 1;
+        entry.1 += row.median_ms;
+    }
+    let mut kinds: Vec<_> = kinds.into_iter().collect();
+    kinds.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+    println!("\n{:<20} {:>6} {:>11} {:>7}", "op", "nodes", "ms", "share");
+    for (op, (count, ms)) in kinds {
+        println!(
+            "{op:<20} {count:>6} {ms:>11.3} {:>6.1}%",
+            100.0 * ms / total
+        );
+    }
+}
+
+fn print_by_node(rows: &[NodeRow]) {
+    println!(
+        "\n{:<34} {:<18} {:>9} {:>6} {:>17} {:>7}  ceiling",
+        "node", "op", "ms", "share", "achieved", "ratio"
+    );
+    for row in rows {
+        println!(
+            "{:<34} {:<18} {:>9.4} {:>5.1}% {:>17} {:>7}  {}",
+            row.node,
+            row.op,
+            row.median_ms,
+            100.0 * row.share,
+            rate(row),
+            ratio(row.ceiling_ratio),
+            row.ceiling.as_deref().unwrap_or("")
+        );
+    }
+}
+
+/// The GEMM shape cuBLAS is timed on for a node's matmul: (m, n, k) of one matrix, when the
+/// node multiplies a single one (linear layers, the patch projection).
+fn gemm_key(p: &MatmulProblem) -> (usize, usize, usize) {
+    (p.m, p.n, p.k)
+}
+
+struct Ceilings {
+    copy_gbps: f64,
+    /// cuBLAS TFLOP/s per GEMM shape (m, n, k).
+    gemm_tflops: BTreeMap<(usize, usize, usize), f64>,
+}
+
+impl Ceilings {
+    fn measure(ordinal: usize, dtype: DType, costs: &[NodeCost]) -> Result<Ceilings> {
+        let gpu = Gpu::new(ordinal)?;
+        let time =
+            |work: &dyn Fn() -> Result<(), vitrt_kernels::cuda::KernelError>| -> Result<f64> {
+                for _ in 0..3 {
+                    work()?;
+                }
+                let mut samples = Vec::new();
+                for _ in 0..20 {
+                    gpu.spin(100_000)?;
+                    samples.push(gpu.time_ms(work)? as f64);
+                }
+                Ok(Stats::from_samples(&samples)
+                    .context("the timer gave no usable time")?
+                    .median_ms)
+            };
+        // 256 MiB each way: far larger than L2.
+        let bytes = 256usize << 20;
+        let (src, dst) = (gpu.alloc(bytes)?, gpu.alloc(bytes)?);
+        let n = bytes / 4;
+        let (s, d) = (src.view(0, n, DType::F32)?, dst.view(0, n, DType::F32)?);
+        let copy_ms = time(&|| gpu.copy(DType::F32, s, n, d))?;
+        let copy_gbps = 2.0 * bytes as f64 / (copy_ms * 1e-3) / 1e9;
+        drop((src, dst));
+
+        let mut gemm_tflops = BTreeMap::new();
+        let cublas = match gpu.cublas() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("no cuBLAS ceilings for the matmuls: {e}");
+                None
+            }
+        };
+        if let Some(cublas) = &cublas {
+            let mut rng = SmallRng::seed_from_u64(11);
+            for p in costs.iter().filter_map(|c| c.matmul) {
+                if p.batch * p.heads != 1 || gemm_tflops.contains_key(&gemm_key(&p)) {
+                    continue;
+                }
+                let (m, n, k) = gemm_key(&p);
+                let upload = |len: usize, rng: &mut SmallRng| -> Result<_> {
+                    let values: Vec<f32> =
+                        (0..len).map(|_| rng.random_range(-1.0..1.0f32)).collect();
+                    let buffer = gpu.alloc(len * dtype.size_bytes())?;
+                    gpu.upload(&buffer, 0, &dtype.encode(&values))?;
+                    Ok(buffer)
+                };
+                let (a, w) = (upload(m * k, &mut rng)?, upload(n * k, &mut rng)?);
+                let c = gpu.alloc(m * n * dtype.size_bytes())?;
+                let (av, wv, cv) = (
+                    a.view(0, m * k, dtype)?,
+                    w.view(0, n * k, dtype)?,
+                    c.view(0, m * n, dtype)?,
+                );
+                let ms = time(&|| cublas.gemm_nt(dtype, m, n, k, av, wv, cv))?;
+                gemm_tflops.insert((m, n, k), p.flops() / (ms * 1e-3) / 1e12);
+            }
+        }
+        Ok(Ceilings {
+            copy_gbps,
+            gemm_tflops,
+        })
+    }
+}
