@@ -93,7 +93,7 @@ pub fn run(gpu: &Gpu, settings: &Settings) -> Result<Results, KernelError> {
 }
 
 /// Progress on stderr, drawn only when stderr is a terminal (indicatif hides it otherwise).
-fn progress_bar(total: u64) -> ProgressBar {
+pub(super) fn progress_bar(total: u64) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
     if let Ok(style) =
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")

@@ -4,11 +4,10 @@
 //! (scripts/bench_torch.py) takes around `model(pixels)`, host launch overhead included.
 
 use crate::cli::ModelArgs;
-use crate::report::schema::{self, BenchReport, DeviceInfo};
+use crate::report::schema::{self, BenchReport, DeviceInfo, Skipped};
 use crate::report::stats::Stats;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::path::PathBuf;
@@ -56,12 +55,7 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
         args.warmup.max(1)
     );
     let passes = args.batch_sizes.len() * (args.reps + args.warmup.max(1));
-    let progress = ProgressBar::with_draw_target(Some(passes as u64), ProgressDrawTarget::stderr());
-    if let Ok(style) =
-        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
-    {
-        progress.set_style(style.progress_chars("=> "));
-    }
+    let progress = super::measure::progress_bar(passes as u64);
     let mut rng = SmallRng::seed_from_u64(7);
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
@@ -86,10 +80,13 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
             Err(e) => {
                 // Out of memory at a large batch is a result, not a reason to lose the others.
                 progress.suspend(|| eprintln!("skipped batch {batch}: {e}"));
-                skipped.push(serde_json::json!({
-                    "what": format!("model vitrt b{batch}"),
-                    "reason": e.to_string(),
-                }));
+                skipped.push(Skipped {
+                    op: "model".into(),
+                    case: format!("b{batch}"),
+                    provider: "vitrt".into(),
+                    epilogue: None,
+                    reason: e.to_string(),
+                });
                 continue;
             }
         };
@@ -129,11 +126,9 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
             dtype: dtype.name().into(),
             kernels: Vec::new(),
             models: rows,
-            skipped: Vec::new(),
+            skipped,
         };
-        let mut value = serde_json::to_value(&report)?;
-        value["skipped"] = serde_json::Value::Array(skipped);
-        std::fs::write(path, serde_json::to_string_pretty(&value)? + "\n")
+        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
