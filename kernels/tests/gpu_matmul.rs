@@ -418,6 +418,66 @@ fn every_tile_shape_matches_the_twin() {
     worst.print("tiles");
 }
 
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn hopper_tiles_match_the_twin() {
+    // The wgmma tiles take only 16-byte aligned rows of [N, K] weights, so their shapes keep
+    // every row stride and A/B offset a multiple of 8 elements (pads of 16 and 32 offset A by
+    // pad / 2) while M, N and K stay ragged: K past the last whole 64-wide k-tile, N inside the
+    // last column tile, M inside the last row tile, padded rows, C and residual views that rule
+    // out vector epilogues, every epilogue, C and residual in the operands' type or in f32.
+    let gpu = gpu();
+    if gpu.compute_capability() != (9, 0) {
+        eprintln!("SKIPPED: the Hopper tiles need an sm_90 GPU");
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(19);
+    let mut worst = Worst::default();
+    let mut number = 0;
+    for dtype in [DType::F16, DType::BF16] {
+        for &tile in tiles_for(dtype).iter().filter(|t| t.wgmma) {
+            for (shape, pad) in [
+                ((197, 200, 264), 0),
+                ((257, 1000, 200), 32),
+                ((1, 8, 8), 0),
+                ((300, 2304, 768), 0),
+                ((129, 200, 3072), 16),
+                ((64, 64, 0), 0),
+            ] {
+                for f32_stream in [false, true] {
+                    let epilogue = epilogue_number(number);
+                    number += 1;
+                    let mut case = linear_case(
+                        dtype,
+                        shape,
+                        WeightLayout::NK,
+                        epilogue,
+                        pad,
+                        0,
+                        Some(tile),
+                        &mut rng,
+                    );
+                    if f32_stream && epilogue.residual {
+                        case.c_dtype = DType::F32;
+                        case.residual_dtype = DType::F32;
+                        if let Some(r) = case.residual.as_mut() {
+                            *r = random(DType::F32, r.len(), -2.0..2.0, &mut rng);
+                        }
+                        case.label = format!("{} into an f32 stream", case.label);
+                    }
+                    worst.record(dtype, run(&gpu, &case), &case.label);
+                }
+            }
+        }
+    }
+    let loaded = gpu.loaded_kernels();
+    assert!(
+        loaded.iter().any(|k| k.name.contains("_wg_")),
+        "no wgmma instantiation was loaded: the forced Hopper tiles fell back to mma.sync"
+    );
+    worst.print("hopper tiles");
+}
+
 /// Q·Kᵀ and P·V for `heads` heads of `dim` over `tokens` tokens of `batch` images, reading Q,
 /// K and V in place: from one fused [B, T, 3·hidden] activation, or from three [B, T, hidden]
 /// ones.

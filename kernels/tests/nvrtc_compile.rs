@@ -4,7 +4,8 @@
 //! NVRTC and the CUDA headers come from a CUDA toolkit or from the pip wheels
 //! `nvidia-cuda-nvrtc` and `nvidia-cuda-runtime` (see .ci/install-cuda-wheels.sh). Without
 //! them the test skips, except when the environment variable `CI` is set: there it fails.
-//! Run with `-- --nocapture` to see the table.
+//! Run with `-- --nocapture` to see the table; set VITRT_COMPILE_FILTER to a part of a name to
+//! compile only the instantiations that contain it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -20,9 +21,19 @@ fn running_in_ci() -> bool {
 
 fn compile_one(compiler: &Compiler, inst: &Instantiation, arch: Arch) -> Outcome {
     let started = Instant::now();
+    let mut warnings = Vec::new();
     let result = compiler
         .compile(inst, arch)
         .map(|compiled| {
+            // ptxas's advisories (a serialised wgmma, say) cost speed, not correctness: shown,
+            // not failed on.
+            warnings.extend(
+                compiled
+                    .log
+                    .lines()
+                    .filter(|line| line.contains("warning"))
+                    .map(str::to_owned),
+            );
             compiled
                 .resources()
                 .into_iter()
@@ -34,6 +45,7 @@ fn compile_one(compiler: &Compiler, inst: &Instantiation, arch: Arch) -> Outcome
         arch,
         millis: started.elapsed().as_millis(),
         result,
+        warnings,
     }
 }
 
@@ -43,6 +55,8 @@ struct Outcome {
     millis: u128,
     /// The resources, or `None` when the log held no ptxas report for the kernel.
     result: Result<Option<KernelResources>, String>,
+    /// Warning lines of the compile log.
+    warnings: Vec<String>,
 }
 
 #[test]
@@ -76,9 +90,13 @@ fn every_instantiation_compiles_for_sm80_and_sm90() {
         compiler.include_dir().display()
     );
 
+    // VITRT_COMPILE_FILTER=<text> compiles only the instantiations whose name contains it (for
+    // a quick check while writing a kernel; CI compiles everything).
+    let filter = std::env::var("VITRT_COMPILE_FILTER").unwrap_or_default();
     let registry = all_instantiations();
     let jobs: Vec<(Instantiation, Arch)> = registry
         .iter()
+        .filter(|inst| inst.name.contains(&filter))
         .flat_map(|inst| {
             TARGETS
                 .iter()
@@ -159,6 +177,12 @@ fn every_instantiation_compiles_for_sm80_and_sm90() {
     );
     if unreported > 0 {
         println!("{unreported} compiles came back without a ptxas report (shown as -)");
+    }
+    for o in outcomes.iter().filter(|o| !o.warnings.is_empty()) {
+        println!("\n{} ({}):", o.name, o.arch.sm_name());
+        for line in &o.warnings {
+            println!("    {line}");
+        }
     }
     assert!(
         failures.is_empty(),

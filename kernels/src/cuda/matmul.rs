@@ -42,6 +42,9 @@ pub struct MatmulTile {
     pub ctas_per_sm: u32,
     /// Relative speed of one fully occupied SM running this shape, for the cost model.
     pub speed: u32,
+    /// A Hopper tile (`matmul_block_wgmma`, sm_90a): warpgroup MMA from shared memory. Only
+    /// for f16/bf16 with B as [N, K] and 16-byte aligned rows; `warps_m` counts its warps.
+    pub wgmma: bool,
 }
 
 impl MatmulTile {
@@ -49,8 +52,14 @@ impl MatmulTile {
         self.warps_m * self.warps_n * 32
     }
 
-    /// A short name: `128x128x32_s4_w2x2`.
+    /// A short name: `128x128x32_s4_w2x2`, or `wg128x192x64_s5` for a Hopper tile.
     pub fn name(&self) -> String {
+        if self.wgmma {
+            return format!(
+                "wg{}x{}x{}_s{}",
+                self.block_m, self.block_n, self.block_k, self.stages
+            );
+        }
         format!(
             "{}x{}x{}_s{}_w{}x{}",
             self.block_m, self.block_n, self.block_k, self.stages, self.warps_m, self.warps_n
@@ -62,6 +71,11 @@ impl MatmulTile {
     /// sharing it; a round takes as long as its tiles' work at the shape's speed, and a last,
     /// partial round as long as a full one (its CTAs run no faster for having the SM to
     /// themselves only in part).
+    /// Whether a device of compute capability `cc` can run this tile.
+    pub fn runs_on(&self, cc: (u32, u32)) -> bool {
+        !self.wgmma || cc == (9, 0)
+    }
+
     fn cost(&self, programs: u64, sms: u64) -> u64 {
         let per_sm = programs.div_ceil(sms);
         let concurrent = per_sm.min(self.ctas_per_sm as u64);
@@ -87,6 +101,27 @@ const fn tile(
         warps_n,
         ctas_per_sm,
         speed,
+        wgmma: false,
+    }
+}
+
+/// A Hopper tile: BLOCK_M / 64 warpgroups of four warps, BLOCK_K 64 (128-byte swizzled rows).
+const fn wgmma_tile(
+    (block_m, block_n): (u32, u32),
+    stages: u32,
+    ctas_per_sm: u32,
+    speed: u32,
+) -> MatmulTile {
+    MatmulTile {
+        block_m,
+        block_n,
+        block_k: 64,
+        stages,
+        warps_m: block_m / 16,
+        warps_n: 1,
+        ctas_per_sm,
+        speed,
+        wgmma: true,
     }
 }
 
@@ -114,11 +149,50 @@ pub const FMA_TILES: [MatmulTile; 2] = [
     tile((64, 64, 16), 2, (2, 4), 3, 70),
 ];
 
-/// The tile shapes the launcher chooses among for `dtype`.
+/// Hopper tiles (sm_90a), for f16/bf16 linear layers. Speeds are first estimates, from the
+/// instruction rates (wgmma keeps the tensor pipe about twice as busy as mma.sync here);
+/// `vitrt tune` measures. 128x192 and 128x256 take most of the SM's shared memory (one CTA
+/// per SM); 128x128 in three stages fits twice, so one CTA's epilogue overlaps the other's
+/// main loop.
+pub const WGMMA_TILES: [MatmulTile; 3] = [
+    wgmma_tile((128, 192), 5, 1, 190),
+    wgmma_tile((128, 256), 4, 1, 190),
+    wgmma_tile((128, 128), 3, 2, 170),
+];
+
+/// Every half-precision tile: the mma.sync ones (sm_80 and later), then the Hopper ones.
+const HALF_TILES: [MatmulTile; 5] = [
+    TENSOR_CORE_TILES[0],
+    TENSOR_CORE_TILES[1],
+    WGMMA_TILES[0],
+    WGMMA_TILES[1],
+    WGMMA_TILES[2],
+];
+
+/// The tile shapes the launcher chooses among for `dtype`, on any device (see
+/// [`MatmulTile::runs_on`]).
 pub fn tiles_for(dtype: DType) -> &'static [MatmulTile] {
     match dtype {
         DType::F32 => &FMA_TILES,
-        DType::F16 | DType::BF16 => &TENSOR_CORE_TILES,
+        DType::F16 | DType::BF16 => &HALF_TILES,
+    }
+}
+
+/// Shared memory of the main loop's stages (formulas as in matmul.cu). Hopper tiles ask for
+/// 1024 bytes more, to align their stages to the 128-byte swizzle's 1024-byte period.
+fn pipeline_bytes(dtype: DType, t: &MatmulTile) -> u32 {
+    match dtype {
+        DType::F32 => 2 * t.block_k * (t.block_m + 1 + t.block_n + 1) * 4,
+        DType::F16 | DType::BF16 if t.wgmma => 1024 + t.stages * (t.block_m + t.block_n) * t.block_k * 2,
+        DType::F16 | DType::BF16 => t.stages * (t.block_m + t.block_n) * t.block_k * 2,
+    }
+}
+
+/// Shared memory of the epilogue's fp32 tile, rows padded (formulas as in matmul.cu).
+fn staged_bytes(dtype: DType, t: &MatmulTile) -> u32 {
+    match dtype {
+        DType::F32 => t.block_m * (t.block_n + 16) * 4,
+        DType::F16 | DType::BF16 => t.block_m * (t.block_n + 8) * 4,
     }
 }
 
@@ -149,25 +223,20 @@ impl MatmulConfig {
         } else {
             0
         };
-        let (pipeline, staged) = match self.dtype {
-            DType::F32 => (
-                2 * t.block_k * (t.block_m + 1 + t.block_n + 1) * 4,
-                t.block_m * (t.block_n + 16) * 4,
-            ),
-            DType::F16 | DType::BF16 => (
-                t.stages * (t.block_m + t.block_n) * t.block_k * 2,
-                t.block_m * (t.block_n + 8) * 4,
-            ),
-        };
-        pipeline.max(staged + residual)
+        pipeline_bytes(self.dtype, t).max(staged_bytes(self.dtype, t) + residual)
     }
 
     /// Whether the epilogue fetches residual runs into shared memory (`kStageResidual` in
-    /// matmul.cu): not for an f32 residual of a half-precision tile larger than 64x64, whose
-    /// residual tile would leave no room for the SM's second CTA.
+    /// matmul.cu). mma.sync tiles: not for an f32 residual of a half-precision tile larger than
+    /// 64x64, whose residual tile would leave no room for the SM's second CTA. Hopper tiles:
+    /// where it adds at most 8 KB to what the pipeline takes.
     fn stages_residual(&self) -> bool {
-        self.residual.size_bytes() == self.dtype.size_bytes()
-            || self.tile.block_m * self.tile.block_n <= 64 * 64
+        let t = &self.tile;
+        if t.wgmma {
+            let residual = t.block_m * t.block_n * self.residual.size_bytes() as u32;
+            return staged_bytes(self.dtype, t) + residual <= pipeline_bytes(self.dtype, t) + 8192;
+        }
+        self.residual.size_bytes() == self.dtype.size_bytes() || t.block_m * t.block_n <= 64 * 64
     }
 
     pub fn instantiation(&self) -> Instantiation {
@@ -183,18 +252,30 @@ impl MatmulConfig {
         } else {
             format!("_r{}_c{}", self.residual.name(), self.output.name())
         };
-        let name = format!(
-            "matmul_{}_bm{}_bn{}_bk{}_g{GROUP_M}_s{}_w{}x{}_{}_{layout}_{}{mixed}",
-            d.name(),
-            t.block_m,
-            t.block_n,
-            t.block_k,
-            t.stages,
-            t.warps_m,
-            t.warps_n,
-            self.activation.short_name(),
-            if self.vec16 { "v16" } else { "v1" },
-        );
+        let name = if t.wgmma {
+            format!(
+                "matmul_{}_wg_bm{}_bn{}_bk{}_g{GROUP_M}_s{}_{}_{layout}{mixed}",
+                d.name(),
+                t.block_m,
+                t.block_n,
+                t.block_k,
+                t.stages,
+                self.activation.short_name(),
+            )
+        } else {
+            format!(
+                "matmul_{}_bm{}_bn{}_bk{}_g{GROUP_M}_s{}_w{}x{}_{}_{layout}_{}{mixed}",
+                d.name(),
+                t.block_m,
+                t.block_n,
+                t.block_k,
+                t.stages,
+                t.warps_m,
+                t.warps_n,
+                self.activation.short_name(),
+                if self.vec16 { "v16" } else { "v1" },
+            )
+        };
         let mut params = vec![
             KernelParam::new("a", ParamKind::ConstPtr(d)),
             KernelParam::new("b", ParamKind::ConstPtr(d)),
@@ -215,26 +296,43 @@ impl MatmulConfig {
         }
         params.push(KernelParam::new("alpha", ParamKind::F32));
         params.push(KernelParam::new("vector_epilogue", ParamKind::I32));
+        let mut template_args = vec![
+            d.cuda_type().into(),
+            self.residual.cuda_type().into(),
+            self.output.cuda_type().into(),
+            t.block_m.to_string(),
+            t.block_n.to_string(),
+            t.block_k.to_string(),
+            GROUP_M.to_string(),
+            t.stages.to_string(),
+        ];
+        if t.wgmma {
+            template_args.push(self.activation.cuda_name().into());
+            return Instantiation {
+                name,
+                family: "matmul",
+                source: SOURCE,
+                function: "matmul_block_wgmma",
+                template_args,
+                params,
+                block_threads: t.threads(),
+                // wgmma exists on sm_90a only.
+                arch: ArchRequirement::Exactly(9, 0),
+            };
+        }
+        template_args.extend([
+            t.warps_m.to_string(),
+            t.warps_n.to_string(),
+            self.activation.cuda_name().into(),
+            (self.b_layout == WeightLayout::KN).to_string(),
+            self.vec16.to_string(),
+        ]);
         Instantiation {
             name,
             family: "matmul",
             source: SOURCE,
             function: "matmul_block",
-            template_args: vec![
-                d.cuda_type().into(),
-                self.residual.cuda_type().into(),
-                self.output.cuda_type().into(),
-                t.block_m.to_string(),
-                t.block_n.to_string(),
-                t.block_k.to_string(),
-                GROUP_M.to_string(),
-                t.stages.to_string(),
-                t.warps_m.to_string(),
-                t.warps_n.to_string(),
-                self.activation.cuda_name().into(),
-                (self.b_layout == WeightLayout::KN).to_string(),
-                self.vec16.to_string(),
-            ],
+            template_args,
             params,
             block_threads: t.threads(),
             // cp.async, ldmatrix and bf16 mma.sync need sm_80.
@@ -317,8 +415,14 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
                 _ if tile == SMALL_TENSOR_CORE_TILE => &[true, false],
                 _ => &[true],
             };
+            // Hopper tiles take [N, K] weights only (see `configure`).
+            let layouts: &[WeightLayout] = if tile.wgmma {
+                &[WeightLayout::NK]
+            } else {
+                &[WeightLayout::NK, WeightLayout::KN]
+            };
             for activation in Activation::ALL {
-                for b_layout in [WeightLayout::NK, WeightLayout::KN] {
+                for &b_layout in layouts {
                     for &(residual, output) in storage {
                         if MixedOutput::of(dtype, residual, output)
                             .is_some_and(|mixed| !mixed.allows(activation, b_layout))
@@ -364,13 +468,17 @@ fn rows_aligned(
         && (heads <= 1 || view.head_stride.is_multiple_of(elements))
 }
 
-/// The tile shape the cost model prefers for `p` on a GPU with `sms` multiprocessors.
-pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32) -> MatmulTile {
+/// The tile shape the cost model prefers for `p` on a GPU with `sms` multiprocessors of
+/// compute capability `cc`.
+pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u32)) -> MatmulTile {
     let matrices = (p.batch * p.heads) as u64;
     let candidates = tiles_for(dtype);
     let mut best = candidates[0];
     let mut best_cost = u64::MAX;
-    for &tile in candidates {
+    let usable = |tile: &MatmulTile| {
+        tile.runs_on(cc) && !(tile.wgmma && p.b_layout == WeightLayout::KN)
+    };
+    for &tile in candidates.iter().filter(|t| usable(t)) {
         let programs = matrices
             * p.m.div_ceil(tile.block_m as usize) as u64
             * p.n.div_ceil(tile.block_n as usize) as u64;
@@ -406,6 +514,9 @@ fn configure(
         && rows_aligned(b.ptr, size, &p.b, (p.batch, p.heads, b_rows), 16 / size);
     let tile = if dtype != DType::F32 && !vec16 {
         SMALL_TENSOR_CORE_TILE
+    } else if tile.wgmma && p.b_layout == WeightLayout::KN {
+        // The Hopper body reads B K-major only: [K, N] operands (P·V) take the mma.sync tile.
+        TENSOR_CORE_TILES[0]
     } else {
         tile
     };
@@ -438,7 +549,7 @@ pub(crate) fn launch(
     residual: Option<DevPtr>,
     c: DevPtr,
 ) -> Result<(), KernelError> {
-    let tile = select_tile(dtype, p, sm_count(gpu)?);
+    let tile = select_tile(dtype, p, sm_count(gpu)?, gpu.compute_capability());
     launch_with_tile(gpu, dtype, p, tile, a, b, bias, residual, c)
 }
 
@@ -450,7 +561,12 @@ impl Gpu {
         dtype: DType,
         p: &MatmulProblem,
     ) -> Result<MatmulTile, KernelError> {
-        Ok(select_tile(dtype, p, sm_count(self)?))
+        Ok(select_tile(
+            dtype,
+            p,
+            sm_count(self)?,
+            self.compute_capability(),
+        ))
     }
 
     /// [`Gpu::matmul`] with the tile shape forced instead of chosen: for tuning and for
@@ -471,6 +587,13 @@ impl Gpu {
         if !tiles_for(dtype).contains(&tile) {
             return Err(invalid!(
                 "tile {} is not one of the {dtype} matmul tiles",
+                tile.name()
+            ));
+        }
+        if !tile.runs_on(self.compute_capability()) {
+            let (major, minor) = self.compute_capability();
+            return Err(invalid!(
+                "tile {} needs an sm_90 GPU (wgmma); this one is sm_{major}{minor}",
                 tile.name()
             ));
         }
@@ -648,7 +771,7 @@ mod tests {
                                 );
                                 p.a.offset = a_offset;
                                 p.b_layout = layout;
-                                let tile = select_tile(dtype, &p, 132);
+                                let tile = select_tile(dtype, &p, 132, (8, 0));
                                 let config = configure_uniform(
                                     dtype,
                                     &p,
@@ -734,22 +857,50 @@ mod tests {
     fn the_cost_model_prefers_full_waves_and_small_tiles_for_small_problems() {
         let big = MatmulProblem::linear(12608, 768, 768, Epilogue::NONE);
         let small = MatmulProblem::linear(197, 768, 768, Epilogue::NONE);
-        let small_tile = select_tile(DType::F16, &small, 132);
+        let small_tile = select_tile(DType::F16, &small, 132, (8, 0));
         assert!(
             small_tile.block_m * small_tile.block_n < 128 * 128,
             "{small_tile:?}"
         );
-        let big_tile = select_tile(DType::F16, &big, 132);
+        let big_tile = select_tile(DType::F16, &big, 132, (8, 0));
         assert!(big_tile.block_m >= 128, "{big_tile:?}");
     }
 
     #[test]
+    fn hopper_tiles_are_chosen_only_on_sm90_for_nk_weights() {
+        let big = MatmulProblem::linear(12608, 2304, 768, Epilogue::NONE);
+        assert!(select_tile(DType::F16, &big, 132, (9, 0)).wgmma);
+        assert!(!select_tile(DType::F16, &big, 132, (8, 0)).wgmma);
+        assert!(!select_tile(DType::F16, &big, 132, (10, 0)).wgmma);
+        let kn = MatmulProblem {
+            b_layout: WeightLayout::KN,
+            ..big
+        };
+        assert!(!select_tile(DType::BF16, &kn, 132, (9, 0)).wgmma);
+        // Forced onto a [K, N] operand, a Hopper tile gives way to the mma.sync one.
+        let forced = configure_uniform(
+            DType::F16,
+            &kn,
+            WGMMA_TILES[0],
+            fake(0x1000, DType::F16),
+            fake(0x2000, DType::F16),
+        );
+        assert_eq!(forced.tile, TENSOR_CORE_TILES[0]);
+        for tile in WGMMA_TILES {
+            assert!(tile.runs_on((9, 0)) && !tile.runs_on((8, 0)) && !tile.runs_on((12, 0)));
+            assert_eq!(tile.threads(), tile.block_m / 64 * 128);
+        }
+    }
+
+    #[test]
     fn every_tile_fits_the_shared_memory_of_sm80_and_sm90() {
-        // sm_80 lets a block use up to 163 KiB of dynamic shared memory, sm_90 227 KiB.
+        // sm_80 lets a block use up to 163 KiB of dynamic shared memory, sm_90 227 KiB (the
+        // Hopper tiles run only there); an SM has 228 KiB, of which each CTA's 1 KiB is reserved.
         for config in instantiations_configs() {
             let bytes = config.shared_bytes();
-            assert!(bytes <= 163 * 1024, "{config:?} needs {bytes} bytes");
-            let per_sm = bytes * config.tile.ctas_per_sm;
+            let limit = if config.tile.wgmma { 227 } else { 163 } * 1024;
+            assert!(bytes <= limit, "{config:?} needs {bytes} bytes");
+            let per_sm = (bytes + 1024) * config.tile.ctas_per_sm;
             assert!(
                 per_sm <= 228 * 1024,
                 "{config:?}: {} CTAs need {per_sm} bytes",
@@ -762,15 +913,17 @@ mod tests {
         let mut all = Vec::new();
         for dtype in DType::ALL {
             for &tile in tiles_for(dtype) {
-                all.push(MatmulConfig {
-                    dtype,
-                    residual: DType::F32,
-                    output: DType::F32,
-                    tile,
-                    activation: Activation::None,
-                    b_layout: WeightLayout::NK,
-                    vec16: false,
-                });
+                for residual in [dtype, DType::F32] {
+                    all.push(MatmulConfig {
+                        dtype,
+                        residual,
+                        output: residual,
+                        tile,
+                        activation: Activation::None,
+                        b_layout: WeightLayout::NK,
+                        vec16: tile.wgmma,
+                    });
+                }
             }
         }
         all
@@ -922,7 +1075,7 @@ mod tests {
             (DType::BF16, DType::BF16),
         ] {
             validate(dtype, &p, a, b, bias, Some(view(residual)), view(c)).unwrap();
-            let tile = select_tile(dtype, &p, 132);
+            let tile = select_tile(dtype, &p, 132, (8, 0));
             let config = configure(dtype, &p, tile, a, b, Some(view(residual)), view(c));
             assert_eq!((config.residual, config.output), (residual, c));
             assert!(registered.contains(&config.instantiation()), "{config:?}");

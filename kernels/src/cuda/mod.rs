@@ -55,7 +55,7 @@ pub use discovery::{cuda_include_dir, load_nvrtc, NvrtcLibrary};
 pub(crate) use error::invalid;
 pub use error::KernelError;
 pub use events::GpuEvent;
-pub use matmul::{tiles_for, MatmulTile, FMA_TILES, TENSOR_CORE_TILES};
+pub use matmul::{tiles_for, MatmulTile, FMA_TILES, TENSOR_CORE_TILES, WGMMA_TILES};
 pub use memory::{DevPtr, DeviceBuffer};
 pub use registry::{
     all_instantiations, Arch, ArchRequirement, Instantiation, KernelArg, KernelParam, ParamKind,
