@@ -79,6 +79,7 @@ impl AddConfig {
                 KernelParam::new("n", ParamKind::I64),
             ],
             block_threads: THREADS,
+            min_blocks_per_sm: 0,
             arch: ArchRequirement::AtLeast(7, 0),
         }
     }

@@ -54,6 +54,7 @@ fn instantiation(input: DType, dtype: DType, config: RowConfig) -> Instantiation
             KernelParam::new("eps", ParamKind::F32),
         ],
         block_threads: config.block_threads(),
+        min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
     }
 }

@@ -149,15 +149,17 @@ pub const FMA_TILES: [MatmulTile; 2] = [
     tile((64, 64, 16), 2, (2, 4), 3, 70),
 ];
 
-/// Hopper tiles (sm_90a), for f16/bf16 linear layers. Speeds are first estimates, from the
-/// instruction rates (wgmma keeps the tensor pipe about twice as busy as mma.sync here);
-/// `vitrt tune` measures. 128x192 and 128x256 take most of the SM's shared memory (one CTA
-/// per SM); 128x128 in three stages fits twice, so one CTA's epilogue overlaps the other's
-/// main loop.
+/// Hopper tiles (sm_90a), for f16/bf16 linear layers. Speeds from their first measurement
+/// (H200, f16, ViT-B/16 batch 64, no epilogue: 128x256 418 / 445 TFLOP/s on qkv / fc1,
+/// 128x192 337 / 546 on proj / fc2, 128x128 385-422; the mma.sync 128x128 tile 250-330), set
+/// so that the cost model picks what measured fastest on each of the four shapes; `vitrt tune`
+/// measures instead. 128x192 and 128x256 take most of the SM's shared memory (one CTA per SM);
+/// 128x128 in three stages fits twice (registers capped at 128 for it), so one CTA's epilogue
+/// overlaps the other's main loop.
 pub const WGMMA_TILES: [MatmulTile; 3] = [
     wgmma_tile((128, 192), 5, 1, 190),
-    wgmma_tile((128, 256), 4, 1, 190),
-    wgmma_tile((128, 128), 3, 2, 170),
+    wgmma_tile((128, 256), 4, 1, 220),
+    wgmma_tile((128, 128), 3, 2, 200),
 ];
 
 /// Every half-precision tile: the mma.sync ones (sm_80 and later), then the Hopper ones.
@@ -183,7 +185,9 @@ pub fn tiles_for(dtype: DType) -> &'static [MatmulTile] {
 fn pipeline_bytes(dtype: DType, t: &MatmulTile) -> u32 {
     match dtype {
         DType::F32 => 2 * t.block_k * (t.block_m + 1 + t.block_n + 1) * 4,
-        DType::F16 | DType::BF16 if t.wgmma => 1024 + t.stages * (t.block_m + t.block_n) * t.block_k * 2,
+        DType::F16 | DType::BF16 if t.wgmma => {
+            1024 + t.stages * (t.block_m + t.block_n) * t.block_k * 2
+        }
         DType::F16 | DType::BF16 => t.stages * (t.block_m + t.block_n) * t.block_k * 2,
     }
 }
@@ -316,6 +320,8 @@ impl MatmulConfig {
                 template_args,
                 params,
                 block_threads: t.threads(),
+                // Tiles meant to share an SM must fit its registers twice.
+                min_blocks_per_sm: if t.ctas_per_sm > 1 { t.ctas_per_sm } else { 0 },
                 // wgmma exists on sm_90a only.
                 arch: ArchRequirement::Exactly(9, 0),
             };
@@ -335,6 +341,7 @@ impl MatmulConfig {
             template_args,
             params,
             block_threads: t.threads(),
+            min_blocks_per_sm: 0,
             // cp.async, ldmatrix and bf16 mma.sync need sm_80.
             arch: ArchRequirement::AtLeast(8, 0),
         }
@@ -475,9 +482,8 @@ pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u
     let candidates = tiles_for(dtype);
     let mut best = candidates[0];
     let mut best_cost = u64::MAX;
-    let usable = |tile: &MatmulTile| {
-        tile.runs_on(cc) && !(tile.wgmma && p.b_layout == WeightLayout::KN)
-    };
+    let usable =
+        |tile: &MatmulTile| tile.runs_on(cc) && !(tile.wgmma && p.b_layout == WeightLayout::KN);
     for &tile in candidates.iter().filter(|t| usable(t)) {
         let programs = matrices
             * p.m.div_ceil(tile.block_m as usize) as u64
@@ -864,6 +870,18 @@ mod tests {
         );
         let big_tile = select_tile(DType::F16, &big, 132, (8, 0));
         assert!(big_tile.block_m >= 128, "{big_tile:?}");
+    }
+
+    #[test]
+    fn the_cost_model_picks_the_fastest_measured_hopper_tile_on_vit_b_shapes() {
+        let pick = |n, k| {
+            let p = MatmulProblem::linear(12608, n, k, Epilogue::NONE);
+            select_tile(DType::F16, &p, 132, (9, 0)).name()
+        };
+        assert_eq!(pick(2304, 768), "wg128x256x64_s4");
+        assert_eq!(pick(768, 768), "wg128x192x64_s5");
+        assert_eq!(pick(3072, 768), "wg128x256x64_s4");
+        assert_eq!(pick(768, 3072), "wg128x192x64_s5");
     }
 
     #[test]

@@ -67,6 +67,7 @@ fn instantiation(dtype: DType, tokens: DType, vec: u32) -> Instantiation {
             KernelParam::new("tokens", ParamKind::MutPtr(tokens)),
         ],
         block_threads: THREADS,
+        min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
     }
 }

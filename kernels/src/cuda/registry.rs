@@ -176,6 +176,9 @@ pub struct Instantiation {
     pub params: Vec<KernelParam>,
     /// Threads per block; also the wrapper's `__launch_bounds__`.
     pub block_threads: u32,
+    /// CTAs per SM the compiler must leave room for (the second `__launch_bounds__`
+    /// argument, which caps registers); 0 leaves the compiler free.
+    pub min_blocks_per_sm: u32,
     pub arch: ArchRequirement,
 }
 
@@ -188,14 +191,17 @@ impl Instantiation {
             .map(|p| format!("{} {}", p.kind.declaration(), p.name))
             .collect();
         let args: Vec<&str> = self.params.iter().map(|p| p.name).collect();
+        let bounds = match self.min_blocks_per_sm {
+            0 => self.block_threads.to_string(),
+            blocks => format!("{}, {blocks}", self.block_threads),
+        };
         format!(
             "{source}\n\n// Generated wrapper: {function}<{targs}>\n\
-             extern \"C\" __global__ void __launch_bounds__({threads}) {name}({params}) {{\n    \
+             extern \"C\" __global__ void __launch_bounds__({bounds}) {name}({params}) {{\n    \
              {function}<{targs}>({args});\n}}\n",
             source = self.source,
             function = self.function,
             targs = self.template_args.join(", "),
-            threads = self.block_threads,
             name = self.name,
             params = params.join(", "),
             args = args.join(", "),
@@ -270,6 +276,7 @@ mod tests {
                 KernelParam::new("n", ParamKind::I32),
             ],
             block_threads: 64,
+            min_blocks_per_sm: 0,
             arch: ArchRequirement::AtLeast(8, 0),
         };
         let src = inst.program_source();

@@ -35,6 +35,7 @@ fn activation_instantiation(dtype: DType, act: Activation) -> Instantiation {
             KernelParam::new("n", ParamKind::I64),
         ],
         block_threads: THREADS,
+        min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
     }
 }
@@ -54,6 +55,7 @@ fn gather_instantiation(dtype: DType) -> Instantiation {
             KernelParam::new("cols", ParamKind::I32),
         ],
         block_threads: THREADS,
+        min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
     }
 }
@@ -105,6 +107,7 @@ impl BiasActivationConfig {
                 KernelParam::new("cols", ParamKind::I32),
             ],
             block_threads: THREADS,
+            min_blocks_per_sm: 0,
             arch: ArchRequirement::AtLeast(7, 0),
         }
     }

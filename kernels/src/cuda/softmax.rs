@@ -26,6 +26,7 @@ fn instantiation(dtype: DType, config: RowConfig) -> Instantiation {
             KernelParam::new("scale", ParamKind::F32),
         ],
         block_threads: config.block_threads(),
+        min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
     }
 }

@@ -19,6 +19,7 @@ fn spin_instantiation() -> Instantiation {
         template_args: vec![SPIN_THREADS.to_string()],
         params: vec![KernelParam::new("nanoseconds", ParamKind::U64)],
         block_threads: SPIN_THREADS,
+        min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
     }
 }
