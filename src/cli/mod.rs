@@ -68,6 +68,16 @@ pub struct ModelArgs {
     /// Graph fusion: all (default) or none, to compare the fused and plain graphs.
     #[arg(long, value_enum, default_value_t = FusionArg::All)]
     fusion: FusionArg,
+    /// CUDA graphs: on (default) replays each forward pass as one captured graph after a
+    /// first eager pass; off launches kernel by kernel. Ignored on the CPU.
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    cuda_graphs: Switch,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Switch {
+    On,
+    Off,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -108,7 +118,9 @@ impl ModelArgs {
             FusionArg::All => Fusion::ALL,
             FusionArg::None => Fusion::NONE,
         };
-        let runner = Runner::new(model, backend, fusion).with_residual(self.residual_dtype)?;
+        let runner = Runner::new(model, backend, fusion)
+            .with_residual(self.residual_dtype)?
+            .with_graph_replay(self.cuda_graphs == Switch::On);
         Ok((runner, files.dir))
     }
 }
