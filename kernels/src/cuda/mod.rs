@@ -48,6 +48,7 @@ mod rows;
 mod rows_gather;
 mod softmax;
 mod timing;
+mod tuning;
 
 pub use cache::DiskCache;
 pub use compile::{parse_ptxas_report, CompiledKernel, Compiler, KernelResources};
@@ -61,6 +62,11 @@ pub use matmul::{tiles_for, MatmulTile, FMA_TILES, TENSOR_CORE_TILES};
 pub use memory::{DevPtr, DeviceBuffer};
 pub use registry::{
     all_instantiations, Arch, ArchRequirement, Instantiation, KernelArg, KernelParam, ParamKind,
+};
+pub use tuning::{
+    matmul_candidates, matmul_signature, matmul_source_hash, resolve_tuned_tile, CandidateTime,
+    MatmulCase, MatmulStorage, MatmulTuning, TileSource, TuneSettings, TunedChoice, TuningKey,
+    TuningTable, TUNING_FILE_NAME, TUNING_FORMAT,
 };
 
 use crate::{DType, MatmulProblem};
@@ -110,6 +116,8 @@ pub struct Gpu {
     capturing: AtomicBool,
     /// Kernel launches recorded by the open capture.
     captured_launches: AtomicUsize,
+    /// Tuned configs (tuning.rs), loaded on first use.
+    tuning: tuning::TableCell,
 }
 
 static NEXT_GPU_ID: AtomicUsize = AtomicUsize::new(1);
@@ -184,6 +192,7 @@ impl Gpu {
             id: NEXT_GPU_ID.fetch_add(1, Ordering::Relaxed),
             capturing: AtomicBool::new(false),
             captured_launches: AtomicUsize::new(0),
+            tuning: tuning::TableCell::new(),
         })
     }
 
