@@ -6,6 +6,7 @@ mod classify;
 mod infer;
 mod parity;
 mod profile;
+mod tune;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -40,6 +41,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Time every graph node of a forward pass against cuBLAS and the memory bandwidth.
     Profile(profile::ProfileArgs),
+    /// Time every candidate tile on the matmuls a model launches and keep the fastest.
+    Tune(tune::TuneArgs),
 }
 
 /// Where the model comes from and how it runs: shared by every subcommand.
@@ -132,6 +135,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Parity(args) => parity::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Profile(args) => profile::run(args),
+        Command::Tune(args) => tune::run(args),
     }
 }
 
