@@ -573,3 +573,123 @@ fn bench_model_reports_each_batch_size() {
     );
     assert_clean_failure(&o, "positive batch sizes");
 }
+
+#[test]
+fn tune_explains_what_it_cannot_do() {
+    let dir = temp();
+    let model = fixture("tiny-gelu");
+    let tune = |extra: &[&str]| {
+        let mut args = vec!["tune", "--model", model.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        vitrt(&args, dir.path())
+    };
+    assert_clean_failure(&tune(&["--batch-sizes", "1,0"]), "positive batch sizes");
+    assert_clean_failure(&tune(&["--reps", "2"]), "at least 5");
+    let o = tune(&["--device", "cpu"]);
+    assert_clean_failure(&o, "use --device cuda or cuda:N");
+    assert_eq!(stderr(&o).lines().count(), 1, "one line: {}", stderr(&o));
+    assert_clean_failure(&tune(&["--device", "tpu"]), "unknown device \"tpu\"");
+    assert_clean_failure(
+        &tune(&["--dtype", "f16", "--residual-dtype", "bf16"]),
+        "not bf16",
+    );
+    let missing = dir.path().join("no/such/folder/tune.json");
+    assert_clean_failure(
+        &tune(&["--json", missing.to_str().unwrap()]),
+        "is not a folder",
+    );
+    let o = vitrt(
+        &[
+            "tune",
+            "--model",
+            dir.path().join("nothing").to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_clean_failure(&o, "nothing");
+    // Without a GPU: no driver; with one: no device 7 (or NVRTC missing). Never a panic.
+    let o = tune(&["--device", "cuda:7"]);
+    assert_clean_failure(&o, "cuda:7");
+    assert!(
+        stderr(&o).contains("CUDA") || stderr(&o).contains("NVRTC"),
+        "{}",
+        stderr(&o)
+    );
+    // A value clap cannot parse is a usage error (exit 2, as for every subcommand).
+    let o = tune(&["--dtype", "f64"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("unknown dtype \"f64\""),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn cuda_graphs_switch_is_accepted_everywhere_and_changes_nothing_on_the_cpu() {
+    let dir = temp();
+    let model = fixture("tiny-gelu");
+    let m = model.to_str().unwrap();
+    let reference = model.join("reference.safetensors");
+    let mut outputs = Vec::new();
+    for switch in ["on", "off"] {
+        let out = dir.path().join(format!("out-{switch}.safetensors"));
+        let o = vitrt(
+            &[
+                "infer",
+                "--model",
+                m,
+                "--input",
+                reference.to_str().unwrap(),
+                "--output",
+                out.to_str().unwrap(),
+                "--cuda-graphs",
+                switch,
+            ],
+            dir.path(),
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("graph"),
+            "the CPU says nothing of graphs: {}",
+            stderr(&o)
+        );
+        outputs.push(std::fs::read(&out).unwrap());
+    }
+    assert_eq!(outputs[0], outputs[1]);
+    let o = vitrt(
+        &[
+            "parity",
+            "--model",
+            m,
+            "--reference",
+            reference.to_str().unwrap(),
+            "--cuda-graphs",
+            "off",
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = vitrt(
+        &[
+            "bench",
+            "model",
+            "--model",
+            m,
+            "--batch-sizes",
+            "1",
+            "--reps",
+            "5",
+            "--cuda-graphs",
+            "on",
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = vitrt(
+        &["infer", "--model", m, "--cuda-graphs", "sometimes"],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--cuda-graphs"), "{}", stderr(&o));
+}

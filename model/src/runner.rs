@@ -12,6 +12,8 @@ pub struct Runner {
     backend: Box<dyn Backend>,
     fusion: Fusion,
     precision: Precision,
+    /// Replay each plan's forward pass as one captured graph where the backend can.
+    graph_replay: bool,
     executors: HashMap<(usize, bool), Executor>,
 }
 
@@ -24,8 +26,17 @@ impl Runner {
             backend,
             fusion,
             precision,
+            graph_replay: true,
             executors: HashMap::new(),
         }
+    }
+
+    /// Turns graph replay (CUDA graphs; see `vitrt_runtime::Executor`) on, the default, or
+    /// off.
+    pub fn with_graph_replay(mut self, enabled: bool) -> Runner {
+        self.graph_replay = enabled;
+        self.executors.clear();
+        self
     }
 
     /// Stores the residual stream as `residual` (f32, or the backend's dtype) instead.
@@ -79,10 +90,16 @@ impl Runner {
             };
             let graph = self.model.build_graph(batch, options)?;
             let executor =
-                Executor::new(graph, self.backend.as_mut(), &self.model, self.precision)?;
+                Executor::new(graph, self.backend.as_mut(), &self.model, self.precision)?
+                    .with_graph_replay(self.graph_replay);
             self.executors.insert(key, executor);
         }
         Ok(&self.executors[&key])
+    }
+
+    /// The executor prepared for `batch` images, if any.
+    pub fn executor(&self, batch: usize, hidden_states: bool) -> Option<&Executor> {
+        self.executors.get(&(batch, hidden_states))
     }
 
     /// Times forward passes of `batch` images of `pixels` (the main output only): `warmup`

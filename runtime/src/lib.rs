@@ -13,7 +13,7 @@ pub mod plan;
 pub use backend::cpu::CpuBackend;
 pub use backend::{Backend, Device};
 pub use error::RuntimeError;
-pub use executor::{Executor, HostTensor, Marks, ParamStore};
+pub use executor::{Executor, HostTensor, Marks, ParamStore, ReplayState};
 pub use graph::{Graph, HeadSlice, Op, ParamSource, ValueId, ValueKind};
 pub use plan::{Plan, Precision};
 pub use vitrt_kernels::{Activation, DType, Epilogue};

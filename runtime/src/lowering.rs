@@ -1,8 +1,9 @@
 //! How graph ops become kernel problems. Both backends lower through here, so the CPU twin
 //! and the GPU kernel always see the same strides.
 
-use crate::graph::Op;
-use vitrt_kernels::{Epilogue, MatmulProblem, Operand, WeightLayout};
+use crate::graph::{Graph, Op};
+use crate::plan::Plan;
+use vitrt_kernels::{DType, Epilogue, MatmulProblem, Operand, WeightLayout};
 
 /// `[.., K] · W[N, K]ᵀ` over every leading row.
 pub fn linear(x_shape: &[usize], w_shape: &[usize], epilogue: Epilogue) -> MatmulProblem {
@@ -119,5 +120,125 @@ pub fn matmul_for(op: &Op, input_shapes: &[&[usize]]) -> Option<MatmulProblem> {
             ))
         }
         _ => None,
+    }
+}
+
+/// One matmul a planned graph launches, with the storage types the backend will hand it.
+#[derive(Clone, Debug)]
+pub struct MatmulLaunch {
+    /// The node that launches it.
+    pub node: String,
+    pub problem: MatmulProblem,
+    /// The operands' type (A, B, bias): the plan's compute type.
+    pub dtype: DType,
+    /// C's type.
+    pub output: DType,
+    /// The residual's type, when the epilogue adds one.
+    pub residual: Option<DType>,
+}
+
+/// Every matmul a forward pass of `graph` under `plan` launches, in execution order, as the
+/// CUDA backend launches them: the patch projection of the patch embedding (its residual the
+/// position embeddings), and every op [`matmul_for`] lowers. For the tuner, which times the
+/// problems a model really runs.
+pub fn matmul_launches(graph: &Graph, plan: &Plan) -> Vec<MatmulLaunch> {
+    let compute = plan.precision.compute;
+    let mut launches = Vec::new();
+    for node in &graph.nodes {
+        let shape = |i: usize| graph.values[node.inputs[i]].shape.as_slice();
+        let output = plan.dtypes[node.output];
+        let launch = match &node.op {
+            Op::PatchEmbed { patch } => {
+                let (px, tokens) = (shape(0), &graph.values[node.output].shape);
+                let (batch, channels) = (px[0], px[1]);
+                let problem = MatmulProblem::patch_projection(
+                    batch,
+                    tokens[1] - 1,
+                    channels * patch * patch,
+                    tokens[2],
+                );
+                Some((problem, Some(plan.dtypes[node.inputs[4]])))
+            }
+            op => {
+                let shapes: Vec<&[usize]> = (0..node.inputs.len()).map(shape).collect();
+                matmul_for(op, &shapes).map(|problem| {
+                    let epilogue = problem.epilogue;
+                    let residual = epilogue
+                        .residual
+                        .then(|| plan.dtypes[node.inputs[2 + epilogue.bias as usize]]);
+                    (problem, residual)
+                })
+            }
+        };
+        if let Some((problem, residual)) = launch {
+            launches.push(MatmulLaunch {
+                node: node.name.clone(),
+                problem,
+                dtype: compute,
+                output,
+                residual,
+            });
+        }
+    }
+    launches
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Precision;
+    use crate::Activation;
+
+    #[test]
+    fn a_planned_graph_lists_its_matmuls_with_their_storage() {
+        let mut g = Graph::default();
+        let x = g.add_input("x", &[2, 5, 16]);
+        let w1 = g.add_param("w1", &[32, 16]);
+        let w2 = g.add_param("w2", &[16, 32]);
+        let b2 = g.add_param("b2", &[16]);
+        let h = g
+            .add_node(
+                "fc1",
+                Op::Linear {
+                    epilogue: Epilogue {
+                        activation: Activation::Gelu,
+                        ..Epilogue::NONE
+                    },
+                },
+                &[x, w1],
+            )
+            .unwrap();
+        let y = g
+            .add_node(
+                "fc2",
+                Op::Linear {
+                    epilogue: Epilogue {
+                        bias: true,
+                        residual: true,
+                        ..Epilogue::NONE
+                    },
+                },
+                &[h, w2, b2, x],
+            )
+            .unwrap();
+        let z = g
+            .add_node("act", Op::Activation(Activation::Gelu), &[y])
+            .unwrap();
+        g.mark_output("z", z);
+        let plan = Plan::new(&g, Precision::with_f32_residual(DType::F16));
+        let launches = matmul_launches(&g, &plan);
+        let names: Vec<&str> = launches.iter().map(|l| l.node.as_str()).collect();
+        assert_eq!(names, ["fc1", "fc2"], "the activation is no matmul");
+        let (fc1, fc2) = (&launches[0], &launches[1]);
+        assert_eq!((fc1.problem.m, fc1.problem.n, fc1.problem.k), (10, 32, 16));
+        assert_eq!(fc1.problem.epilogue.activation, Activation::Gelu);
+        assert_eq!(
+            (fc1.dtype, fc1.output, fc1.residual),
+            (DType::F16, DType::F16, None)
+        );
+        assert_eq!((fc2.problem.m, fc2.problem.n, fc2.problem.k), (10, 16, 32));
+        // The residual is the graph's input, stored in f32.
+        assert_eq!(fc2.residual, Some(DType::F32));
+        assert_eq!(fc2.output, plan.dtypes[y]);
     }
 }

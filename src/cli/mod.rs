@@ -6,6 +6,7 @@ mod classify;
 mod infer;
 mod parity;
 mod profile;
+mod tune;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -40,6 +41,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Time every graph node of a forward pass against cuBLAS and the memory bandwidth.
     Profile(profile::ProfileArgs),
+    /// Time every candidate tile on the matmuls a model launches and keep the fastest.
+    Tune(tune::TuneArgs),
 }
 
 /// Where the model comes from and how it runs: shared by every subcommand.
@@ -68,6 +71,16 @@ pub struct ModelArgs {
     /// Graph fusion: all (default) or none, to compare the fused and plain graphs.
     #[arg(long, value_enum, default_value_t = FusionArg::All)]
     fusion: FusionArg,
+    /// CUDA graphs: on (default) replays each forward pass as one captured graph after a
+    /// first eager pass; off launches kernel by kernel. Ignored on the CPU.
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    cuda_graphs: Switch,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Switch {
+    On,
+    Off,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -108,7 +121,9 @@ impl ModelArgs {
             FusionArg::All => Fusion::ALL,
             FusionArg::None => Fusion::NONE,
         };
-        let runner = Runner::new(model, backend, fusion).with_residual(self.residual_dtype)?;
+        let runner = Runner::new(model, backend, fusion)
+            .with_residual(self.residual_dtype)?
+            .with_graph_replay(self.cuda_graphs == Switch::On);
         Ok((runner, files.dir))
     }
 }
@@ -120,6 +135,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Parity(args) => parity::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Profile(args) => profile::run(args),
+        Command::Tune(args) => tune::run(args),
     }
 }
 

@@ -22,7 +22,7 @@ use super::{
 use crate::{Activation, DType, MatmulProblem, Operand, WeightLayout};
 use cudarc::driver::sys::CUdevice_attribute;
 
-const SOURCE: &str = include_str!("../../cuda/matmul.cu");
+pub(crate) const SOURCE: &str = include_str!("../../cuda/matmul.cu");
 
 /// Tile rows per group of the grouped program order (Triton's GROUP_SIZE_M).
 const GROUP_M: u32 = 8;
@@ -555,7 +555,15 @@ pub(crate) fn launch(
     residual: Option<DevPtr>,
     c: DevPtr,
 ) -> Result<(), KernelError> {
-    let tile = select_tile(dtype, p, sm_count(gpu)?, gpu.compute_capability());
+    // A tile tuned for this problem on this device (tuning.rs) wins over the cost model.
+    let storage = super::MatmulStorage {
+        output: c.dtype,
+        residual: residual.filter(|_| p.epilogue.residual).map(|r| r.dtype),
+    };
+    let tile = match gpu.tuned_matmul_tile(dtype, p, storage) {
+        Some(tile) => tile,
+        None => select_tile(dtype, p, sm_count(gpu)?, gpu.compute_capability()),
+    };
     launch_with_tile(gpu, dtype, p, tile, a, b, bias, residual, c)
 }
 

@@ -38,6 +38,7 @@ mod discovery;
 mod elementwise;
 mod error;
 mod events;
+mod graph;
 mod layernorm;
 mod matmul;
 mod memory;
@@ -47,6 +48,7 @@ mod rows;
 mod rows_gather;
 mod softmax;
 mod timing;
+mod tuning;
 
 pub use cache::DiskCache;
 pub use compile::{parse_ptxas_report, CompiledKernel, Compiler, KernelResources};
@@ -55,17 +57,23 @@ pub use discovery::{cuda_include_dir, load_nvrtc, NvrtcLibrary};
 pub(crate) use error::invalid;
 pub use error::KernelError;
 pub use events::GpuEvent;
+pub use graph::GpuGraph;
 pub use matmul::{tiles_for, MatmulTile, FMA_TILES, TENSOR_CORE_TILES, WGMMA_TILES};
 pub use memory::{DevPtr, DeviceBuffer};
 pub use registry::{
     all_instantiations, Arch, ArchRequirement, Instantiation, KernelArg, KernelParam, ParamKind,
+};
+pub use tuning::{
+    matmul_candidates, matmul_signature, matmul_source_hash, resolve_tuned_tile, CandidateTime,
+    MatmulCase, MatmulStorage, MatmulTuning, TileSource, TuneSettings, TunedChoice, TuningKey,
+    TuningTable, TUNING_FILE_NAME, TUNING_FORMAT,
 };
 
 use crate::{DType, MatmulProblem};
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute, CUresult};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtr as _};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Grid and block of one launch. Blocks are one-dimensional: kernels index threads by
@@ -99,8 +107,17 @@ pub struct Gpu {
     compiler: Compiler,
     disk_cache: Option<DiskCache>,
     kernels: Mutex<HashMap<String, CudaFunction>>,
-    /// Tags the buffers this Gpu allocates.
+    /// The dynamic shared-memory limit raised so far, per kernel: raised once, not per launch
+    /// (so that a CUDA graph capture sees only launches).
+    shared_limits: Mutex<HashMap<String, u32>>,
+    /// Tags the buffers (and graphs) this Gpu makes.
     id: usize,
+    /// A CUDA graph capture is open on the stream (graph.rs).
+    capturing: AtomicBool,
+    /// Kernel launches recorded by the open capture.
+    captured_launches: AtomicUsize,
+    /// Tuned configs (tuning.rs), loaded on first use.
+    tuning: tuning::TableCell,
 }
 
 static NEXT_GPU_ID: AtomicUsize = AtomicUsize::new(1);
@@ -171,7 +188,11 @@ impl Gpu {
             compiler,
             disk_cache: DiskCache::from_env(),
             kernels: Mutex::new(HashMap::new()),
+            shared_limits: Mutex::new(HashMap::new()),
             id: NEXT_GPU_ID.fetch_add(1, Ordering::Relaxed),
+            capturing: AtomicBool::new(false),
+            captured_launches: AtomicUsize::new(0),
+            tuning: tuning::TableCell::new(),
         })
     }
 
@@ -209,6 +230,7 @@ impl Gpu {
                 owner: self.id,
             });
         }
+        self.refuse_while_capturing("allocating device memory")?;
         self.bind()?;
         let slice = unsafe { self.stream.alloc::<u8>(bytes) }.map_err(|e| {
             if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
@@ -254,6 +276,7 @@ impl Gpu {
         if src.is_empty() {
             return Ok(());
         }
+        self.refuse_while_capturing("a host-to-device copy")?;
         self.bind()?;
         unsafe {
             cudarc::driver::result::memcpy_htod_async(
@@ -277,6 +300,7 @@ impl Gpu {
         if dst.is_empty() {
             return self.synchronize();
         }
+        self.refuse_while_capturing("a device-to-host copy")?;
         self.bind()?;
         unsafe {
             cudarc::driver::result::memcpy_dtoh_async(
@@ -291,6 +315,7 @@ impl Gpu {
 
     /// Waits for every queued op; reports any error a kernel raised while running.
     pub fn synchronize(&self) -> Result<(), KernelError> {
+        self.refuse_while_capturing("waiting for the stream")?;
         self.bind()?;
         self.stream
             .synchronize()
@@ -429,7 +454,11 @@ impl Gpu {
             ));
         }
         let function = self.kernel(inst)?;
-        if dims.shared_bytes > 48 * 1024 {
+        if dims.shared_bytes > 48 * 1024 && self.shared_limit(&inst.name) < dims.shared_bytes {
+            self.refuse_while_capturing(&format!(
+                "raising the shared-memory limit of {}",
+                inst.name
+            ))?;
             unsafe {
                 cudarc::driver::result::function::set_function_attribute(
                     function.cu_function(),
@@ -443,6 +472,10 @@ impl Gpu {
                     e,
                 )
             })?;
+            self.shared_limits
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(inst.name.clone(), dims.shared_bytes);
         }
         let mut slots: Vec<u64> = args.iter().map(|a| a.to_slot()).collect();
         let mut params: Vec<*mut std::ffi::c_void> =
@@ -458,7 +491,21 @@ impl Gpu {
                 &mut params,
             )
         }
-        .map_err(|e| KernelError::driver(&format!("launching {}", inst.name), e))
+        .map_err(|e| KernelError::driver(&format!("launching {}", inst.name), e))?;
+        if self.is_capturing() {
+            self.captured_launches.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// The dynamic shared memory `name` has been allowed so far (48 KiB without asking).
+    fn shared_limit(&self, name: &str) -> u32 {
+        self.shared_limits
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(name)
+            .copied()
+            .unwrap_or(48 * 1024)
     }
 
     /// The loaded function for `inst`: from memory, else from the disk cache, else compiled.
@@ -470,6 +517,7 @@ impl Gpu {
         if let Some(function) = kernels.get(&inst.name) {
             return Ok(function.clone());
         }
+        self.refuse_while_capturing(&format!("compiling or loading kernel {}", inst.name))?;
         let cc = self.compute_capability;
         let arch = inst.arch.target_for(cc).ok_or_else(|| {
             invalid!(

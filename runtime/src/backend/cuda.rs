@@ -8,7 +8,7 @@ use crate::error::RuntimeError;
 use crate::graph::Op;
 use crate::lowering;
 use std::collections::HashMap;
-use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu, GpuEvent, KernelError};
+use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu, GpuEvent, GpuGraph, KernelError};
 use vitrt_kernels::{DType, MatmulProblem};
 
 pub struct CudaBackend {
@@ -19,6 +19,9 @@ pub struct CudaBackend {
     param_ids: HashMap<String, usize>,
     arena: Option<DeviceBuffer>,
     marks: Vec<GpuEvent>,
+    /// Captured forward passes by executor key; they hold arena addresses, so they are
+    /// dropped whenever the arena is reallocated.
+    graphs: HashMap<u64, GpuGraph>,
 }
 
 impl CudaBackend {
@@ -32,6 +35,7 @@ impl CudaBackend {
             param_ids: HashMap::new(),
             arena: None,
             marks: Vec::new(),
+            graphs: HashMap::new(),
         })
     }
 
@@ -101,7 +105,9 @@ impl Backend for CudaBackend {
     fn reserve_arena(&mut self, bytes: usize) -> Result<(), RuntimeError> {
         let have = self.arena.as_ref().map_or(0, DeviceBuffer::len_bytes);
         if have < bytes {
-            // Free the old arena first so its memory counts for the new one.
+            // Free the old arena first so its memory counts for the new one. Graphs captured on
+            // it would read and write freed memory: drop them, their executors capture anew.
+            self.graphs.clear();
             self.arena = None;
             self.arena = Some(self.gpu.alloc(bytes).map_err(backend_error)?);
         }
@@ -184,6 +190,38 @@ impl Backend for CudaBackend {
             .windows(2)
             .map(|pair| pair[1].ms_since(&pair[0]).map_err(backend_error))
             .collect()
+    }
+
+    fn can_capture(&self) -> bool {
+        true
+    }
+
+    fn capture_graph(
+        &mut self,
+        key: u64,
+        queue: &mut dyn FnMut(&mut dyn Backend) -> Result<(), RuntimeError>,
+    ) -> Result<(), String> {
+        self.graphs.remove(&key);
+        self.gpu.begin_capture().map_err(|e| e.to_string())?;
+        let queued = queue(self);
+        // End the capture whatever happened, so the stream runs eagerly again.
+        let ended = self.gpu.end_capture();
+        queued.map_err(|e| format!("queuing the forward pass failed: {e}"))?;
+        let graph = ended.map_err(|e| e.to_string())?;
+        self.graphs.insert(key, graph);
+        Ok(())
+    }
+
+    fn has_graph(&self, key: u64) -> bool {
+        self.graphs.contains_key(&key)
+    }
+
+    fn replay_graph(&mut self, key: u64) -> Result<(), RuntimeError> {
+        let graph = self
+            .graphs
+            .get(&key)
+            .ok_or_else(|| RuntimeError::Backend(format!("no captured graph {key} to replay")))?;
+        self.gpu.replay(graph).map_err(backend_error)
     }
 }
 

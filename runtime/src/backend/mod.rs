@@ -120,6 +120,40 @@ pub trait Backend {
     /// The milliseconds between consecutive marks since the last call (n marks give n - 1
     /// intervals), and forgets the marks. Waits for the marked work.
     fn take_mark_intervals(&mut self) -> Result<Vec<f32>, RuntimeError>;
+
+    /// Whether this backend can record the ops of a forward pass into a graph and replay
+    /// it with one launch (CUDA graphs). The CPU cannot: it runs ops as they are called.
+    fn can_capture(&self) -> bool {
+        false
+    }
+
+    /// Records the ops `queue` issues on this backend into a graph kept under `key`
+    /// (replacing one there) without running them. Recorded ops read and write the buffers
+    /// where they are now, so the backend drops every graph when its arena moves. On failure
+    /// nothing is kept and the backend runs ops eagerly as before; the message says why.
+    fn capture_graph(
+        &mut self,
+        key: u64,
+        queue: &mut dyn FnMut(&mut dyn Backend) -> Result<(), RuntimeError>,
+    ) -> Result<(), String> {
+        let _ = (key, queue);
+        Err(format!("{} cannot capture graphs", self.describe()))
+    }
+
+    /// Whether a graph is kept under `key` (captured, and not dropped since).
+    fn has_graph(&self, key: u64) -> bool {
+        let _ = key;
+        false
+    }
+
+    /// Queues the graph kept under `key`: the ops it recorded, on the buffers' current
+    /// contents.
+    fn replay_graph(&mut self, key: u64) -> Result<(), RuntimeError> {
+        Err(RuntimeError::Backend(format!(
+            "{} holds no graph {key} to replay",
+            self.describe()
+        )))
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,784 @@
+//! Autotuning, as `triton.autotune(key=[...])`: a kernel lists candidate configs; for a key
+//! (the problem's shape, dtype, the GPU's architecture and name) the tuner times every
+//! candidate on random data and keeps the fastest in a table on disk, which every later
+//! process loads once per [`Gpu`] and consults before the cost-model heuristic. A problem the
+//! table does not know runs on the heuristic's choice.
+//!
+//! Only the matmul has real choices today: its tile shape ([`MatmulTile`]), picked by a cost
+//! model that cannot see everything (L2 reuse, the epilogue, ragged last waves). The row
+//! kernels (layernorm, softmax) and the element-wise ones derive their layout from the row
+//! length and alignment (the fewest registers that hold a row); there is nothing to choose.
+//!
+//! # The file
+//!
+//! `tuning.json` in the kernel cache's folder (`VITRT_CACHE_DIR`, else
+//! `$XDG_CACHE_HOME/vitrt/kernels`, else `~/.cache/vitrt/kernels`):
+//!
+//! ```json
+//! {"format": "vitrt-tuning/1", "entries": [{"kernel": "matmul",
+//!   "problem": "b1h1_m197n2304k768_nk_none_bias_cf32", "dtype": "f16", "arch": "sm_90",
+//!   "device": "NVIDIA H200", "source_hash": "…", "choice": "64x64x32_s4_w2x2",
+//!   "median_ms": 0.0123}]}
+//! ```
+//!
+//! Every entry carries the hash of the kernel's source and of its candidate list when it was
+//! tuned; an entry with another hash (the kernel changed since) is ignored, as is a choice
+//! that is no longer a candidate. A file that cannot be read as this format is reported once
+//! on stderr and ignored, never trusted; the next `vitrt tune` replaces it. Writes go to a
+//! temporary file renamed into place.
+
+use super::compile::fnv_checksum;
+use super::matmul::{self, MatmulTile};
+use super::registry::COMMON_HEADER;
+use super::{invalid, DevPtr, DeviceBuffer, Gpu, KernelError};
+use crate::{DType, MatmulProblem, WeightLayout};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+/// The `format` field of a tuning file this version reads and writes.
+pub const TUNING_FORMAT: &str = "vitrt-tuning/1";
+/// The tuning file's name in the kernel cache's folder.
+pub const TUNING_FILE_NAME: &str = "tuning.json";
+
+/// The tiles the matmul tuner times for `dtype` on `gpu`. The one place that says which tiles
+/// are candidates, so that tiles which need a newer architecture can be filtered here.
+pub fn matmul_candidates(gpu: &Gpu, dtype: DType) -> Vec<MatmulTile> {
+    let cc = gpu.compute_capability();
+    matmul::tiles_for(dtype)
+        .iter()
+        .copied()
+        .filter(|tile| tile.runs_on(cc))
+        .collect()
+}
+
+/// The hash of the matmul's source (with the shared header) and of its candidates: a table
+/// entry tuned with another is stale.
+pub fn matmul_source_hash(candidates: &[MatmulTile]) -> String {
+    static SOURCE_HASH: OnceLock<u64> = OnceLock::new();
+    let source = *SOURCE_HASH.get_or_init(|| {
+        let mut text = String::from(matmul::SOURCE);
+        text.push_str(COMMON_HEADER);
+        fnv_checksum(text.as_bytes())
+    });
+    let names: Vec<String> = candidates.iter().map(MatmulTile::name).collect();
+    let candidates = fnv_checksum(names.join(",").as_bytes());
+    format!("{source:016x}{candidates:016x}")
+}
+
+/// What a tuned choice is valid for.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TuningKey {
+    /// The kernel family: `matmul`.
+    pub kernel: String,
+    /// The problem's signature (see [`matmul_signature`]).
+    pub problem: String,
+    /// The operands' storage type.
+    pub dtype: String,
+    /// `sm_90`.
+    pub arch: String,
+    /// The device's name, as the driver gives it.
+    pub device: String,
+}
+
+impl TuningKey {
+    pub fn matmul(
+        problem: &MatmulProblem,
+        dtype: DType,
+        storage: MatmulStorage,
+        compute_capability: (u32, u32),
+        device: &str,
+    ) -> TuningKey {
+        TuningKey {
+            kernel: "matmul".into(),
+            problem: matmul_signature(problem, storage),
+            dtype: dtype.name().into(),
+            arch: format!("sm_{}{}", compute_capability.0, compute_capability.1),
+            device: device.into(),
+        }
+    }
+}
+
+/// Storage types of a matmul's C and residual (the operands' own type, or f32 for a residual
+/// stream kept in f32).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatmulStorage {
+    pub output: DType,
+    /// The residual's type, when the epilogue adds one.
+    pub residual: Option<DType>,
+}
+
+/// A matmul problem as a key: its extents, B's layout, the epilogue and the storage of C and
+/// the residual, e.g. `b2h12_m197n197k64_nk_none_cf16`. Strides and offsets are left out:
+/// they decide only whether rows allow 16-byte copies, and operands that do not run on the
+/// small tile whatever the table says.
+pub fn matmul_signature(p: &MatmulProblem, storage: MatmulStorage) -> String {
+    let layout = match p.b_layout {
+        WeightLayout::NK => "nk",
+        WeightLayout::KN => "kn",
+    };
+    let mut signature = format!(
+        "b{}h{}_m{}n{}k{}_{layout}_{}",
+        p.batch,
+        p.heads,
+        p.m,
+        p.n,
+        p.k,
+        p.epilogue.activation.short_name()
+    );
+    if p.epilogue.bias {
+        signature.push_str("_bias");
+    }
+    if p.epilogue.residual {
+        let residual = storage.residual.unwrap_or(storage.output);
+        signature.push_str(&format!("_r{}", residual.name()));
+    }
+    signature.push_str(&format!("_c{}", storage.output.name()));
+    signature
+}
+
+/// One tuned choice.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TunedChoice {
+    /// The config's name ([`MatmulTile::name`]).
+    pub choice: String,
+    pub median_ms: f64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredEntry {
+    #[serde(flatten)]
+    key: TuningKey,
+    source_hash: String,
+    choice: String,
+    median_ms: f64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredFile {
+    format: String,
+    entries: Vec<StoredEntry>,
+}
+
+/// The tuned choices, by key and source hash, and the file they live in.
+#[derive(Debug, Default)]
+pub struct TuningTable {
+    path: Option<PathBuf>,
+    entries: BTreeMap<(TuningKey, String), TunedChoice>,
+}
+
+impl TuningTable {
+    /// A table with no entries that saves to `path` (nowhere with `None`).
+    pub fn empty(path: Option<PathBuf>) -> TuningTable {
+        TuningTable {
+            path,
+            entries: BTreeMap::new(),
+        }
+    }
+
+    /// The default file: [`TUNING_FILE_NAME`] in the kernel cache's folder.
+    pub fn default_path() -> Option<PathBuf> {
+        super::DiskCache::from_env().map(|cache| cache.dir().join(TUNING_FILE_NAME))
+    }
+
+    /// Reads the table at `path`. A missing file is an empty table; a file that is not a
+    /// tuning file of this format is an empty table and a message saying why, for the caller
+    /// to report. Entries with invalid fields are skipped.
+    pub fn load(path: &Path) -> (TuningTable, Option<String>) {
+        let mut table = TuningTable::empty(Some(path.to_path_buf()));
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (table, None),
+            Err(e) => {
+                return (
+                    table,
+                    Some(format!("ignoring tuning file {}: {e}", path.display())),
+                )
+            }
+        };
+        let file: StoredFile = match serde_json::from_str(&text) {
+            Ok(file) => file,
+            Err(e) => {
+                return (
+                    table,
+                    Some(format!(
+                        "ignoring tuning file {}: not a {TUNING_FORMAT} file ({e}); \
+                         `vitrt tune` rewrites it",
+                        path.display()
+                    )),
+                )
+            }
+        };
+        if file.format != TUNING_FORMAT {
+            return (
+                table,
+                Some(format!(
+                    "ignoring tuning file {}: format \"{}\", this vitrt reads \"{TUNING_FORMAT}\"",
+                    path.display(),
+                    file.format
+                )),
+            );
+        }
+        for entry in file.entries {
+            let valid = !entry.choice.is_empty()
+                && entry.median_ms.is_finite()
+                && entry.median_ms >= 0.0
+                && !entry.source_hash.is_empty();
+            if valid {
+                table.entries.insert(
+                    (entry.key, entry.source_hash),
+                    TunedChoice {
+                        choice: entry.choice,
+                        median_ms: entry.median_ms,
+                    },
+                );
+            }
+        }
+        (table, None)
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The choice tuned for `key` with the kernel at `source_hash`; entries tuned with another
+    /// hash do not count.
+    pub fn lookup(&self, key: &TuningKey, source_hash: &str) -> Option<&TunedChoice> {
+        self.entries.get(&(key.clone(), source_hash.to_string()))
+    }
+
+    /// Keeps `choice` for `key` at `source_hash`, replacing what was there.
+    pub fn insert(&mut self, key: TuningKey, source_hash: &str, choice: TunedChoice) {
+        self.entries.insert((key, source_hash.to_string()), choice);
+    }
+
+    /// Writes the table to its file, whole or not at all.
+    pub fn save(&self) -> Result<&Path, String> {
+        let path = self
+            .path
+            .as_deref()
+            .ok_or("no tuning file: set VITRT_CACHE_DIR or HOME")?;
+        let file = StoredFile {
+            format: TUNING_FORMAT.into(),
+            entries: self
+                .entries
+                .iter()
+                .map(|((key, source_hash), choice)| StoredEntry {
+                    key: key.clone(),
+                    source_hash: source_hash.clone(),
+                    choice: choice.choice.clone(),
+                    median_ms: choice.median_ms,
+                })
+                .collect(),
+        };
+        let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
+        let fail = |e: std::io::Error| format!("writing {}: {e}", path.display());
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(fail)?;
+        }
+        let temporary = path.with_extension(format!("json.{}.tmp", std::process::id()));
+        let written = std::fs::write(&temporary, text + "\n")
+            .and_then(|()| std::fs::rename(&temporary, path));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&temporary);
+            return Err(fail(e));
+        }
+        Ok(path)
+    }
+}
+
+/// Where a matmul's tile came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TileSource {
+    Tuned,
+    Heuristic,
+}
+
+/// One matmul to tune: the problem and the storage of its C and residual.
+#[derive(Clone, Debug)]
+pub struct MatmulCase {
+    pub dtype: DType,
+    pub problem: MatmulProblem,
+    pub storage: MatmulStorage,
+}
+
+/// The candidate `table` holds for `key`, tuned with today's source and candidates; `None`
+/// when there is no such entry or its choice is no longer a candidate.
+pub fn resolve_tuned_tile(
+    table: &TuningTable,
+    key: &TuningKey,
+    candidates: &[MatmulTile],
+) -> Option<MatmulTile> {
+    let tuned = table.lookup(key, &matmul_source_hash(candidates))?;
+    candidates
+        .iter()
+        .find(|t| t.name() == tuned.choice)
+        .copied()
+}
+
+/// How long to time each candidate.
+#[derive(Clone, Copy, Debug)]
+pub struct TuneSettings {
+    /// Untimed launches first (the first also compiles).
+    pub warmup: usize,
+    /// Timed launches; the median counts.
+    pub reps: usize,
+}
+
+/// One candidate's time.
+#[derive(Clone, Debug)]
+pub struct CandidateTime {
+    pub tile: MatmulTile,
+    pub median_ms: f64,
+}
+
+/// What tuning one matmul found.
+#[derive(Clone, Debug)]
+pub struct MatmulTuning {
+    pub key: TuningKey,
+    pub source_hash: String,
+    pub heuristic: MatmulTile,
+    pub heuristic_ms: f64,
+    pub best: MatmulTile,
+    pub best_ms: f64,
+    /// Every candidate timed, in candidate order.
+    pub times: Vec<CandidateTime>,
+}
+
+/// Device time each timed launch waits behind (see [`Gpu::spin`]), so that the start event
+/// does not fire on an idle GPU while the host is still queuing the launch.
+const SPIN_NANOSECONDS: u64 = 50_000;
+
+/// The table of a Gpu, loaded on first use.
+pub(crate) type TableCell = OnceLock<Mutex<TuningTable>>;
+
+impl Gpu {
+    fn tuning_table(&self) -> std::sync::MutexGuard<'_, TuningTable> {
+        self.tuning
+            .get_or_init(|| {
+                let table = match TuningTable::default_path() {
+                    Some(path) => {
+                        let (table, problem) = TuningTable::load(&path);
+                        if let Some(problem) = problem {
+                            eprintln!("vitrt: {problem}");
+                        }
+                        table
+                    }
+                    None => TuningTable::empty(None),
+                };
+                Mutex::new(table)
+            })
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Uses the tuning file at `path` instead of the default one from now on (tests, and
+    /// callers with their own cache). Returns the reason when the file was ignored.
+    pub fn use_tuning_file(&self, path: &Path) -> Option<String> {
+        let (table, problem) = TuningTable::load(path);
+        *self.tuning_table() = table;
+        problem
+    }
+
+    /// The tuning file this Gpu reads and writes.
+    pub fn tuning_file(&self) -> Option<PathBuf> {
+        self.tuning_table().path().map(Path::to_path_buf)
+    }
+
+    /// The tile [`Gpu::matmul`] runs `p` on (with C and the residual stored as `storage`),
+    /// and whether the tuning table or the heuristic chose it. (The small tile instead when
+    /// the operands turn out to need element loads.)
+    pub fn matmul_choice(
+        &self,
+        dtype: DType,
+        p: &MatmulProblem,
+        storage: MatmulStorage,
+    ) -> Result<(MatmulTile, TileSource), KernelError> {
+        match self.tuned_matmul_tile(dtype, p, storage) {
+            Some(tile) => Ok((tile, TileSource::Tuned)),
+            None => Ok((self.matmul_tile_for(dtype, p)?, TileSource::Heuristic)),
+        }
+    }
+
+    /// The tuned tile for `p`, if the table holds one that is still a candidate.
+    pub(crate) fn tuned_matmul_tile(
+        &self,
+        dtype: DType,
+        p: &MatmulProblem,
+        storage: MatmulStorage,
+    ) -> Option<MatmulTile> {
+        let table = self.tuning_table();
+        if table.is_empty() {
+            return None;
+        }
+        let key = TuningKey::matmul(p, dtype, storage, self.compute_capability, &self.name);
+        resolve_tuned_tile(&table, &key, &matmul_candidates(self, dtype))
+    }
+
+    /// Times every candidate tile on `case` (random operands, enough copies to exceed L2
+    /// twice, `settings.warmup` untimed launches, the median of `settings.reps` timed ones)
+    /// and returns the times; nothing is stored (see [`Gpu::store_matmul_tuning`]).
+    pub fn tune_matmul(
+        &self,
+        case: &MatmulCase,
+        settings: TuneSettings,
+    ) -> Result<MatmulTuning, KernelError> {
+        if settings.reps == 0 {
+            return Err(invalid!("tuning needs at least one timed launch"));
+        }
+        let (dtype, p) = (case.dtype, &case.problem);
+        let candidates = matmul_candidates(self, dtype);
+        if candidates.is_empty() {
+            return Err(invalid!("no {dtype} matmul tiles to tune on {}", self.name));
+        }
+        let heuristic = self.matmul_tile_for(dtype, p)?;
+        let operands = TuningOperands::new(self, case)?;
+        let mut times = Vec::with_capacity(candidates.len());
+        let mut timed = candidates.clone();
+        if !timed.contains(&heuristic) {
+            timed.push(heuristic);
+        }
+        for tile in timed {
+            let mut copy = 0;
+            let launch = |copy: usize| {
+                let (a, b, bias, residual) = operands.inputs(copy);
+                self.matmul_with_tile(dtype, p, tile, a, b, bias, residual, operands.c)
+            };
+            for _ in 0..settings.warmup.max(1) {
+                launch(copy)?;
+                copy = (copy + 1) % operands.copies;
+            }
+            let mut samples = Vec::with_capacity(settings.reps);
+            for _ in 0..settings.reps {
+                self.spin(SPIN_NANOSECONDS)?;
+                samples.push(self.time_ms(|| launch(copy))? as f64);
+                copy = (copy + 1) % operands.copies;
+            }
+            samples.sort_by(f64::total_cmp);
+            times.push(CandidateTime {
+                tile,
+                median_ms: samples[samples.len() / 2],
+            });
+        }
+        let heuristic_ms = times
+            .iter()
+            .find(|t| t.tile == heuristic)
+            .map_or(f64::NAN, |t| t.median_ms);
+        // The best among the candidates (the heuristic's tile is timed for comparison even if
+        // it is not one).
+        let best = times
+            .iter()
+            .filter(|t| candidates.contains(&t.tile))
+            .min_by(|x, y| x.median_ms.total_cmp(&y.median_ms))
+            .cloned()
+            .ok_or_else(|| invalid!("no candidate was timed"))?;
+        Ok(MatmulTuning {
+            key: TuningKey::matmul(p, dtype, case.storage, self.compute_capability, &self.name),
+            source_hash: matmul_source_hash(&candidates),
+            heuristic,
+            heuristic_ms,
+            best: best.tile,
+            best_ms: best.median_ms,
+            times,
+        })
+    }
+
+    /// Keeps `tuning`'s best tile in this Gpu's table (so the next launch of the problem uses
+    /// it) and writes the table to its file; returns the file.
+    pub fn store_matmul_tuning(&self, tuning: &MatmulTuning) -> Result<PathBuf, KernelError> {
+        let mut table = self.tuning_table();
+        table.insert(
+            tuning.key.clone(),
+            &tuning.source_hash,
+            TunedChoice {
+                choice: tuning.best.name(),
+                median_ms: tuning.best_ms,
+            },
+        );
+        table
+            .save()
+            .map(Path::to_path_buf)
+            .map_err(KernelError::Cuda)
+    }
+}
+
+/// Random operands for timing one matmul: `copies` sets of A, B, bias and residual, enough
+/// to exceed twice the L2 cache, so that no launch finds its inputs left there by the last.
+struct TuningOperands {
+    _buffers: Vec<DeviceBuffer>,
+    sets: Vec<(DevPtr, DevPtr, Option<DevPtr>, Option<DevPtr>)>,
+    c: DevPtr,
+    copies: usize,
+}
+
+impl TuningOperands {
+    fn new(gpu: &Gpu, case: &MatmulCase) -> Result<TuningOperands, KernelError> {
+        let (dtype, p) = (case.dtype, &case.problem);
+        let (batch, heads) = (p.batch, p.heads);
+        let b_rows_cols = match p.b_layout {
+            WeightLayout::NK => (p.n, p.k),
+            WeightLayout::KN => (p.k, p.n),
+        };
+        let a_len = p.a.extent(batch, heads, p.m, p.k);
+        let b_len = p.b.extent(batch, heads, b_rows_cols.0, b_rows_cols.1);
+        let c_len = p.c.extent(batch, heads, p.m, p.n);
+        let bias_len = p.epilogue.bias.then_some(p.n);
+        let residual = p.epilogue.residual.then(|| {
+            let dtype = case.storage.residual.unwrap_or(case.storage.output);
+            (p.r.extent(batch, heads, p.m, p.n), dtype)
+        });
+        let set_bytes = (a_len + b_len + bias_len.unwrap_or(0)) * dtype.size_bytes()
+            + residual.map_or(0, |(len, d)| len * d.size_bytes());
+        let l2 = gpu.l2_cache_bytes().unwrap_or(50 << 20);
+        let copies = (2 * l2).div_ceil(set_bytes.max(1)).clamp(1, 64);
+        let mut random = Xorshift(0x7475_6e65 ^ (set_bytes as u64).rotate_left(17));
+        let mut buffers = Vec::new();
+        let mut upload = |len: usize, dtype: DType, scale: f32| -> Result<DevPtr, KernelError> {
+            let values: Vec<f32> = (0..len).map(|_| random.uniform() * scale).collect();
+            let buffer = gpu.alloc((len * dtype.size_bytes()).max(1))?;
+            gpu.upload(&buffer, 0, &dtype.encode(&values))?;
+            let view = buffer.view(0, len, dtype)?;
+            buffers.push(buffer);
+            Ok(view)
+        };
+        // Sums of k products of values in [-1, 1] · 1/√k stay near 1: no overflow in f16.
+        let b_scale = 1.0 / (p.k.max(1) as f32).sqrt();
+        let mut sets = Vec::with_capacity(copies);
+        for _ in 0..copies {
+            let a = upload(a_len, dtype, 1.0)?;
+            let b = upload(b_len, dtype, b_scale)?;
+            let bias = bias_len.map(|len| upload(len, dtype, 1.0)).transpose()?;
+            let residual = residual.map(|(len, d)| upload(len, d, 1.0)).transpose()?;
+            sets.push((a, b, bias, residual));
+        }
+        let c = upload(c_len, case.storage.output, 0.0)?;
+        Ok(TuningOperands {
+            _buffers: buffers,
+            sets,
+            c,
+            copies,
+        })
+    }
+
+    fn inputs(&self, copy: usize) -> (DevPtr, DevPtr, Option<DevPtr>, Option<DevPtr>) {
+        self.sets[copy % self.sets.len()]
+    }
+}
+
+/// A small deterministic generator: the kernels crate has no `rand`.
+struct Xorshift(u64);
+
+impl Xorshift {
+    /// Uniform in [-1, 1).
+    fn uniform(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Activation, Epilogue};
+
+    fn scratch(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("vitrt-tuning-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join(TUNING_FILE_NAME)
+    }
+
+    fn qkv(batch: usize) -> MatmulProblem {
+        MatmulProblem::linear(
+            batch * 197,
+            2304,
+            768,
+            Epilogue {
+                bias: true,
+                ..Epilogue::NONE
+            },
+        )
+    }
+
+    const HALF: MatmulStorage = MatmulStorage {
+        output: DType::F16,
+        residual: None,
+    };
+
+    fn key(batch: usize) -> TuningKey {
+        TuningKey::matmul(&qkv(batch), DType::F16, HALF, (9, 0), "NVIDIA H200")
+    }
+
+    fn hash() -> String {
+        matmul_source_hash(matmul::tiles_for(DType::F16))
+    }
+
+    #[test]
+    fn keys_spell_the_problem_dtype_arch_and_device() {
+        let k = key(1);
+        assert_eq!(k.kernel, "matmul");
+        assert_eq!(k.problem, "b1h1_m197n2304k768_nk_none_bias_cf16");
+        assert_eq!((k.dtype.as_str(), k.arch.as_str()), ("f16", "sm_90"));
+        assert_eq!(k.device, "NVIDIA H200");
+        assert_ne!(key(1), key(8), "another M is another key");
+        let on_h100 = TuningKey::matmul(&qkv(1), DType::F16, HALF, (9, 0), "NVIDIA H100");
+        assert_ne!(key(1), on_h100);
+        let on_sm80 = TuningKey::matmul(&qkv(1), DType::F16, HALF, (8, 0), "NVIDIA H200");
+        assert_eq!(on_sm80.arch, "sm_80");
+        let bf16 = TuningKey::matmul(&qkv(1), DType::BF16, HALF, (9, 0), "NVIDIA H200");
+        assert_ne!(key(1), bf16);
+
+        // The epilogue and the storage of C and the residual are part of the problem.
+        let mut fc2 = MatmulProblem::linear(197, 768, 3072, Epilogue::NONE);
+        fc2.epilogue.bias = true;
+        fc2.epilogue.residual = true;
+        let stream = MatmulStorage {
+            output: DType::F32,
+            residual: Some(DType::F32),
+        };
+        assert_eq!(
+            matmul_signature(&fc2, stream),
+            "b1h1_m197n768k3072_nk_none_bias_rf32_cf32"
+        );
+        let mut fc1 = MatmulProblem::linear(197, 3072, 768, Epilogue::NONE);
+        fc1.epilogue.activation = Activation::Gelu;
+        assert!(matmul_signature(&fc1, HALF).contains(Activation::Gelu.short_name()));
+        let mut scores = qkv(1);
+        scores.b_layout = WeightLayout::KN;
+        assert!(matmul_signature(&scores, HALF).contains("_kn_"));
+    }
+
+    #[test]
+    fn the_source_hash_changes_with_the_candidates() {
+        let tiles = matmul::tiles_for(DType::F16);
+        assert_eq!(matmul_source_hash(tiles), matmul_source_hash(tiles));
+        assert_ne!(matmul_source_hash(tiles), matmul_source_hash(&tiles[..1]));
+    }
+
+    #[test]
+    fn tables_round_trip_through_their_file() {
+        let path = scratch("round-trip");
+        let mut table = TuningTable::empty(Some(path.clone()));
+        let choice = TunedChoice {
+            choice: "64x64x32_s4_w2x2".into(),
+            median_ms: 0.0125,
+        };
+        table.insert(key(1), &hash(), choice.clone());
+        table.insert(
+            key(8),
+            &hash(),
+            TunedChoice {
+                choice: "128x128x32_s4_w2x2".into(),
+                median_ms: 0.05,
+            },
+        );
+        assert_eq!(table.save().unwrap(), path);
+        let (loaded, problem) = TuningTable::load(&path);
+        assert_eq!(problem, None);
+        assert_eq!(loaded.len(), 2);
+        assert_eq!(loaded.lookup(&key(1), &hash()), Some(&choice));
+        assert_eq!(loaded.lookup(&key(64), &hash()), None);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(TUNING_FORMAT), "{text}");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_missing_file_is_an_empty_table_without_a_message() {
+        let path = scratch("missing");
+        let (table, problem) = TuningTable::load(&path);
+        assert!(table.is_empty());
+        assert_eq!(problem, None);
+        assert_eq!(table.path(), Some(path.as_path()));
+    }
+
+    #[test]
+    fn corrupt_files_are_reported_and_ignored() {
+        let path = scratch("corrupt");
+        let mut table = TuningTable::empty(Some(path.clone()));
+        table.insert(
+            key(1),
+            &hash(),
+            TunedChoice {
+                choice: "64x64x32_s4_w2x2".into(),
+                median_ms: 0.01,
+            },
+        );
+        table.save().unwrap();
+        let good = std::fs::read_to_string(&path).unwrap();
+        let truncated = &good[..good.len() / 2];
+        let other_format = good.replace(TUNING_FORMAT, "vitrt-tuning/0");
+        for bad in [truncated, "not json", "{}", "[1, 2]", other_format.as_str()] {
+            std::fs::write(&path, bad).unwrap();
+            let (table, problem) = TuningTable::load(&path);
+            assert!(table.is_empty(), "{bad}");
+            let problem = problem.unwrap_or_else(|| panic!("no message for {bad:?}"));
+            assert!(problem.contains("ignoring tuning file"), "{problem}");
+            assert!(problem.contains(&path.display().to_string()), "{problem}");
+        }
+        // Entries with impossible fields are skipped, the rest kept.
+        let mixed = good.replace("\"median_ms\": 0.01", "\"median_ms\": -1.0");
+        std::fs::write(&path, mixed).unwrap();
+        let (table, problem) = TuningTable::load(&path);
+        assert_eq!((table.len(), problem), (0, None));
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn entries_of_another_source_hash_are_ignored() {
+        let path = scratch("hash");
+        let mut table = TuningTable::empty(Some(path.clone()));
+        let stale = "0000000000000000ffffffffffffffff";
+        table.insert(
+            key(1),
+            stale,
+            TunedChoice {
+                choice: "64x64x32_s4_w2x2".into(),
+                median_ms: 0.01,
+            },
+        );
+        table.save().unwrap();
+        let (loaded, _) = TuningTable::load(&path);
+        assert_eq!(loaded.len(), 1, "kept on disk for the version that made it");
+        assert_eq!(loaded.lookup(&key(1), &hash()), None);
+        assert!(loaded.lookup(&key(1), stale).is_some());
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn stored_choices_resolve_only_to_current_candidates() {
+        let candidates = matmul::tiles_for(DType::F16);
+        let mut table = TuningTable::empty(None);
+        let choose = |name: &str| TunedChoice {
+            choice: name.into(),
+            median_ms: 0.01,
+        };
+        table.insert(key(1), &hash(), choose(&candidates[1].name()));
+        table.insert(key(8), &hash(), choose("256x256x64_s9_w4x4"));
+        table.insert(key(64), "stale", choose(&candidates[0].name()));
+        assert_eq!(
+            resolve_tuned_tile(&table, &key(1), candidates),
+            Some(candidates[1])
+        );
+        assert_eq!(
+            resolve_tuned_tile(&table, &key(8), candidates),
+            None,
+            "a tile name that no longer exists"
+        );
+        assert_eq!(resolve_tuned_tile(&table, &key(64), candidates), None);
+        assert_eq!(resolve_tuned_tile(&table, &key(256), candidates), None);
+        // Once the candidate list changes, every entry tuned against the old one is stale.
+        assert_eq!(resolve_tuned_tile(&table, &key(1), &candidates[1..]), None);
+    }
+}

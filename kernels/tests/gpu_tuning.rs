@@ -1,0 +1,241 @@
+//! The matmul autotuner on the GPU: tuning a small problem times every candidate, stores the
+//! best in the tuning file, and a later launch of the same problem, on a fresh Gpu reading
+//! that file, runs on the stored tile and still matches the CPU twin. Also: a stored tile
+//! that is not the heuristic's is obeyed, and one of another source hash is not.
+//!
+//! Run on a GPU machine: `cargo test --release -p vitrt-kernels --test gpu_tuning --
+//! --ignored --test-threads=1`.
+
+use std::path::PathBuf;
+use vitrt_kernels::cpu::{self, MatmulTiles};
+use vitrt_kernels::cuda::{
+    matmul_candidates, DevPtr, DeviceBuffer, Gpu, MatmulCase, MatmulStorage, MatmulTile,
+    TileSource, TuneSettings, TunedChoice, TuningKey, TuningTable,
+};
+use vitrt_kernels::{DType, Epilogue, MatmulProblem};
+
+fn gpu() -> Gpu {
+    Gpu::new(0).unwrap_or_else(|e| panic!("this test needs a CUDA GPU: {e}"))
+}
+
+fn scratch_file(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vitrt-gpu-tuning-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("tuning.json")
+}
+
+const DTYPE: DType = DType::F16;
+const STORAGE: MatmulStorage = MatmulStorage {
+    output: DType::F16,
+    residual: None,
+};
+
+/// A batch-1 ViT projection-like problem, small enough to tune in a moment.
+fn problem() -> MatmulProblem {
+    MatmulProblem::linear(
+        197,
+        384,
+        256,
+        Epilogue {
+            bias: true,
+            ..Epilogue::NONE
+        },
+    )
+}
+
+fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let x = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
+            DTYPE.round((x as f32 / (1u32 << 24) as f32 * 2.0 - 1.0) * scale)
+        })
+        .collect()
+}
+
+struct Uploaded {
+    _buffer: DeviceBuffer,
+    view: DevPtr,
+}
+
+fn upload(gpu: &Gpu, data: &[f32]) -> Uploaded {
+    let buffer = gpu.alloc(data.len() * DTYPE.size_bytes()).unwrap();
+    gpu.upload(&buffer, 0, &DTYPE.encode(data)).unwrap();
+    let view = buffer.view(0, data.len(), DTYPE).unwrap();
+    Uploaded {
+        _buffer: buffer,
+        view,
+    }
+}
+
+/// Runs `problem()` through `Gpu::matmul` (the tuned-or-heuristic path) and returns the
+/// largest error against the CPU twin, relative to the output's largest magnitude.
+fn matmul_against_twin(gpu: &Gpu) -> f64 {
+    let p = problem();
+    let (a, b, bias) = (
+        values(p.m * p.k, 1, 1.0),
+        values(p.n * p.k, 2, 1.0 / 16.0),
+        values(p.n, 3, 1.0),
+    );
+    let (da, db, dbias) = (upload(gpu, &a), upload(gpu, &b), upload(gpu, &bias));
+    let c = upload(gpu, &vec![0.0; p.m * p.n]);
+    gpu.matmul(DTYPE, &p, da.view, db.view, Some(dbias.view), None, c.view)
+        .unwrap();
+    let mut bytes = vec![0u8; p.m * p.n * DTYPE.size_bytes()];
+    gpu.download(&c._buffer, 0, &mut bytes).unwrap();
+    let ours = DTYPE.decode(&bytes);
+    let mut twin = vec![0.0f32; p.m * p.n];
+    cpu::matmul(
+        &p,
+        MatmulTiles::default(),
+        &a,
+        &b,
+        Some(&bias),
+        None,
+        &mut twin,
+    );
+    let twin: Vec<f32> = twin.into_iter().map(|x| DTYPE.round(x)).collect();
+    let scale = twin.iter().fold(1e-6f64, |m, &x| m.max(x.abs() as f64));
+    ours.iter()
+        .zip(&twin)
+        .map(|(&o, &t)| (o as f64 - t as f64).abs() / scale)
+        .fold(0.0, f64::max)
+}
+
+/// The block shape of the one matmul kernel `gpu` has loaded (its name spells it).
+fn loaded_matmul_shape(gpu: &Gpu) -> String {
+    let names: Vec<String> = gpu
+        .loaded_kernels()
+        .into_iter()
+        .map(|k| k.name)
+        .filter(|n| n.starts_with("matmul_"))
+        .collect();
+    assert_eq!(names.len(), 1, "one matmul kernel loaded: {names:?}");
+    names[0].clone()
+}
+
+fn spells(kernel: &str, tile: MatmulTile) -> bool {
+    kernel.contains(&format!(
+        "_bm{}_bn{}_bk{}_",
+        tile.block_m, tile.block_n, tile.block_k
+    ))
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tuning_stores_the_best_tile_and_later_launches_use_it() {
+    let path = scratch_file("store");
+    let tuner = gpu();
+    assert_eq!(tuner.use_tuning_file(&path), None);
+    let case = MatmulCase {
+        dtype: DTYPE,
+        problem: problem(),
+        storage: STORAGE,
+    };
+    let tuning = tuner
+        .tune_matmul(&case, TuneSettings { warmup: 2, reps: 7 })
+        .unwrap();
+    let candidates = matmul_candidates(&tuner, DTYPE);
+    assert_eq!(
+        tuning.times.len(),
+        candidates.len(),
+        "every candidate timed"
+    );
+    assert!(tuning
+        .times
+        .iter()
+        .all(|t| t.median_ms.is_finite() && t.median_ms > 0.0));
+    assert!(tuning.best_ms <= tuning.heuristic_ms);
+    println!(
+        "heuristic {} {:.4} ms, best {} {:.4} ms",
+        tuning.heuristic.name(),
+        tuning.heuristic_ms,
+        tuning.best.name(),
+        tuning.best_ms
+    );
+    assert_eq!(tuner.store_matmul_tuning(&tuning).unwrap(), path);
+
+    let (table, problem_message) = TuningTable::load(&path);
+    assert_eq!(problem_message, None);
+    let stored = table.lookup(&tuning.key, &tuning.source_hash).unwrap();
+    assert_eq!(stored.choice, tuning.best.name());
+
+    // The tuning Gpu uses it at once; a fresh one reading the file does too.
+    assert_eq!(
+        tuner.matmul_choice(DTYPE, &problem(), STORAGE).unwrap(),
+        (tuning.best, TileSource::Tuned)
+    );
+    let later = gpu();
+    assert_eq!(later.use_tuning_file(&path), None);
+    assert_eq!(
+        later.matmul_choice(DTYPE, &problem(), STORAGE).unwrap(),
+        (tuning.best, TileSource::Tuned)
+    );
+    let error = matmul_against_twin(&later);
+    assert!(
+        error < 2e-3,
+        "tuned matmul differs from the twin: {error:.3e}"
+    );
+    let kernel = loaded_matmul_shape(&later);
+    assert!(
+        spells(&kernel, tuning.best),
+        "{kernel} is not {}",
+        tuning.best.name()
+    );
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_stored_tile_other_than_the_heuristics_is_obeyed_and_a_stale_one_is_not() {
+    let path = scratch_file("forced");
+    let probe = gpu();
+    let candidates = matmul_candidates(&probe, DTYPE);
+    let heuristic = probe.matmul_tile_for(DTYPE, &problem()).unwrap();
+    let other = *candidates
+        .iter()
+        .find(|&&t| t != heuristic)
+        .expect("at least two f16 candidates");
+    let key = TuningKey::matmul(
+        &problem(),
+        DTYPE,
+        STORAGE,
+        probe.compute_capability(),
+        probe.name(),
+    );
+    let hash = vitrt_kernels::cuda::matmul_source_hash(&candidates);
+    let choice = |tile: MatmulTile| TunedChoice {
+        choice: tile.name(),
+        median_ms: 0.01,
+    };
+
+    let mut table = TuningTable::empty(Some(path.clone()));
+    table.insert(key.clone(), &hash, choice(other));
+    table.save().unwrap();
+    let forced = gpu();
+    assert_eq!(forced.use_tuning_file(&path), None);
+    assert_eq!(
+        forced.matmul_choice(DTYPE, &problem(), STORAGE).unwrap(),
+        (other, TileSource::Tuned)
+    );
+    let error = matmul_against_twin(&forced);
+    assert!(
+        error < 2e-3,
+        "{} differs from the twin: {error:.3e}",
+        other.name()
+    );
+    let kernel = loaded_matmul_shape(&forced);
+    assert!(spells(&kernel, other), "{kernel} is not {}", other.name());
+
+    // The same entry under another source hash is ignored: the heuristic decides.
+    let mut stale = TuningTable::empty(Some(path.clone()));
+    stale.insert(key, "0123456789abcdef0123456789abcdef", choice(other));
+    stale.save().unwrap();
+    let fresh = gpu();
+    assert_eq!(fresh.use_tuning_file(&path), None);
+    assert_eq!(
+        fresh.matmul_choice(DTYPE, &problem(), STORAGE).unwrap(),
+        (heuristic, TileSource::Heuristic)
+    );
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
