@@ -31,7 +31,7 @@ stage() {
     mkdir -p "$dir"
     local list
     cargo build --release --bin vitrt || exit 1
-    cp target/release/vitrt "$dir/vitrt.bin"
+    cp "${CARGO_TARGET_DIR:-target}/release/vitrt" "$dir/vitrt.bin"
     command -v strip >/dev/null && strip --strip-debug "$dir/vitrt.bin"
     list=$(cargo test --release -p vitrt-kernels -p vitrt-model --no-run --message-format=json |
         python3 -c '

@@ -152,14 +152,15 @@ pub const FMA_TILES: [MatmulTile; 2] = [
 /// Hopper tiles (sm_90a), for f16/bf16 linear layers. Speeds from their first measurement
 /// (H200, f16, ViT-B/16 batch 64, no epilogue: 128x256 418 / 445 TFLOP/s on qkv / fc1,
 /// 128x192 337 / 546 on proj / fc2, 128x128 385-422; the mma.sync 128x128 tile 250-330), set
-/// so that the cost model picks what measured fastest on each of the four shapes; `vitrt tune`
-/// measures instead. 128x192 and 128x256 take most of the SM's shared memory (one CTA per SM);
+/// so that the cost model picks what measured fastest on each of the four shapes (128x128 set
+/// lower than its batch-64 speed: at batch 1 `vitrt tune` measured the mma.sync 64x64 tile
+/// 1.4x faster on qkv and fc1, where the model had picked it); `vitrt tune` measures instead. 128x192 and 128x256 take most of the SM's shared memory (one CTA per SM);
 /// 128x128 in three stages fits twice (registers capped at 128 for it), so one CTA's epilogue
 /// overlaps the other's main loop.
 pub const WGMMA_TILES: [MatmulTile; 3] = [
     wgmma_tile((128, 192), 5, 1, 190),
     wgmma_tile((128, 256), 4, 1, 220),
-    wgmma_tile((128, 128), 3, 2, 200),
+    wgmma_tile((128, 128), 3, 2, 150),
 ];
 
 /// Every half-precision tile: the mma.sync ones (sm_80 and later), then the Hopper ones.
