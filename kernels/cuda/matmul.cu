@@ -43,6 +43,11 @@
 
 #include "common.cuh"
 
+// The 128 opaque bytes of a CUtensorMap, passed by value as a __grid_constant__ parameter.
+struct alignas(64) TmaDescriptor {
+    unsigned long long opaque[16];
+};
+
 // The activations kernels::Activation names (its `cuda_name` spells these).
 enum class Act { None, Gelu, GeluTanh, QuickGelu, Relu, Silu };
 
@@ -129,9 +134,8 @@ struct TileCoords {
 };
 
 template <int GROUP_M>
-__device__ __forceinline__ TileCoords tile_of_program(int heads, int tiles_m, int tiles_n) {
+__device__ __forceinline__ TileCoords tile_of_program(int heads, int tiles_m, int tiles_n, int pid = blockIdx.x) {
     const int per_matrix = tiles_m * tiles_n;
-    const int pid = blockIdx.x;
     const int matrix = pid / per_matrix;
     const int local = pid - matrix * per_matrix;
     const int programs_in_group = GROUP_M * tiles_n;
@@ -710,11 +714,11 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// d (64 x BN: this thread's BN / 2 accumulators) += A (64 x 16) · B (BN x 16)ᵀ, both K-major in
-// shared memory. The scale-d predicate is 1: accumulate (the accumulators start at zero).
+// d (64 x BN: this thread's BN / 2 accumulators) = A (64 x 16) · B (BN x 16)ᵀ + (accumulate ? d : 0),
+// both operands K-major in shared memory.
 template <typename T, int BN>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], unsigned long long a_desc,
-                                             unsigned long long b_desc) {
+                                             unsigned long long b_desc, int accumulate = 1) {
 #if VITRT_HAS_WGMMA
     if constexpr (false) {
     } else if constexpr (BN == 128 && is_same_type<T, __half>::value) {
@@ -722,37 +726,37 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], unsigned long l
             "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " VITRT_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
             : VITRT_WGMMA_OUT64(d)
-            : "l"(a_desc), "l"(b_desc), "r"(1));
+            : "l"(a_desc), "l"(b_desc), "r"(accumulate));
     } else if constexpr (BN == 128 && is_same_type<T, __nv_bfloat16>::value) {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " VITRT_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
             : VITRT_WGMMA_OUT64(d)
-            : "l"(a_desc), "l"(b_desc), "r"(1));
+            : "l"(a_desc), "l"(b_desc), "r"(accumulate));
     } else if constexpr (BN == 192 && is_same_type<T, __half>::value) {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 " VITRT_WGMMA_D96 ", %96, %97, p, 1, 1, 0, 0;\n}\n"
             : VITRT_WGMMA_OUT96(d)
-            : "l"(a_desc), "l"(b_desc), "r"(1));
+            : "l"(a_desc), "l"(b_desc), "r"(accumulate));
     } else if constexpr (BN == 192 && is_same_type<T, __nv_bfloat16>::value) {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " VITRT_WGMMA_D96 ", %96, %97, p, 1, 1, 0, 0;\n}\n"
             : VITRT_WGMMA_OUT96(d)
-            : "l"(a_desc), "l"(b_desc), "r"(1));
+            : "l"(a_desc), "l"(b_desc), "r"(accumulate));
     } else if constexpr (BN == 256 && is_same_type<T, __half>::value) {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " VITRT_WGMMA_D128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
             : VITRT_WGMMA_OUT128(d)
-            : "l"(a_desc), "l"(b_desc), "r"(1));
+            : "l"(a_desc), "l"(b_desc), "r"(accumulate));
     } else if constexpr (BN == 256 && is_same_type<T, __nv_bfloat16>::value) {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " VITRT_WGMMA_D128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
             : VITRT_WGMMA_OUT128(d)
-            : "l"(a_desc), "l"(b_desc), "r"(1));
+            : "l"(a_desc), "l"(b_desc), "r"(accumulate));
     } else {
         static_assert(BN == 128 || BN == 192 || BN == 256, "wgmma tiles are 128, 192 or 256 columns wide");
     }
@@ -908,6 +912,241 @@ __device__ __forceinline__ void matmul_wgmma(const T* __restrict__ a, const T* _
     store_staged_tile<T, TR, TC, BM, BN, kPitch, kThreads, ACT>(
         staged, stage_residual ? residual_tile : nullptr, bias, residual, c, m, n, m0, n0,
         cv.matrix_base(tile.batch, tile.head), r_base, cv.row_stride, rv.row_stride, alpha, vector_epilogue);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hopper path, warp-specialised (sm_90a): TMA copies on mbarriers, persistent tiles
+//
+// The wgmma body above fills its pipeline with cp.async issued by every thread, one tile per
+// CTA: every CTA of a wave fills its stages at the same moment and writes its tile at the same
+// moment, which at K = 768 cost as much as the main loop (see benchmarks/NOTES.md). Here a
+// producer warp issues one TMA copy per operand and stage (the tensor map does the addressing,
+// the 128-byte swizzle and the zero fill past M, N and K), two consumer warpgroups multiply,
+// and the grid is persistent: while the consumers run one tile's epilogue, the producer is
+// already loading the next tile's stages. Stages are handed over with two mbarriers each:
+// `full` (the producer's expect-tx arrival plus the copies' bytes) and `empty` (one arrival
+// per consumer warp once its wgmma has read the stage). For single matrices (batch and heads
+// 1) with 16-byte aligned rows, as every linear layer is; the launcher sends the rest to the
+// bodies above.
+
+__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
+#if VITRT_HAS_WGMMA
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
+#if VITRT_HAS_WGMMA
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
+#if VITRT_HAS_WGMMA
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+// Waits until the barrier's phase with this parity has completed.
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
+#if VITRT_HAS_WGMMA
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "wait_again:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait_again;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+#endif
+}
+// One box of a 2-D tensor map (inner coordinate first) into shared memory, completing on `bar`.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* map, int inner, int outer,
+                                            unsigned bar) {
+#if VITRT_HAS_WGMMA
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+            "r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(inner), "r"(outer), "r"(bar)
+        : "memory");
+#endif
+}
+
+// The epilogue straight from a consumer's accumulators (layout as in matmul_wgmma): C =
+// act(alpha · acc + bias) + residual on this thread's two rows and BN / 4 column pairs. Eight
+// 8-column blocks at a time, their residual pairs all loaded before any store: a residual
+// may alias C, so the compiler may not move a load past an earlier store, and one load per
+// store would pay a memory latency each.
+template <typename T, typename TR, typename TC, int BN, Act ACT>
+__device__ __forceinline__ void store_accumulators(const float (&acc)[BN / 2], const T* bias, const TR* residual,
+                                                   TC* c, int m, int n, int row0, int col0, long long c_base,
+                                                   long long r_base, long long c_row_stride, long long r_row_stride,
+                                                   float alpha, int vector_epilogue) {
+    constexpr int kBlocks = BN / 8;
+    constexpr int kBatch = 8;
+    static_assert(kBlocks % kBatch == 0, "column blocks in batches of eight");
+#pragma unroll
+    for (int first = 0; first < kBlocks; first += kBatch) {
+        float res[kBatch][2][2];
+        float add[kBatch][2];
+#pragma unroll
+        for (int jb = 0; jb < kBatch; ++jb) {
+            const int col = col0 + (first + jb) * 8;
+            const bool pair = vector_epilogue && col + 1 < n;
+            add[jb][0] = add[jb][1] = 0.0f;
+            if (bias != nullptr && col < n) {
+                if (pair) {
+                    const float2 b2 = load_pair_as_float(bias + col);
+                    add[jb][0] = b2.x, add[jb][1] = b2.y;
+                } else {
+                    add[jb][0] = to_float(bias[col]);
+                    if (col + 1 < n) add[jb][1] = to_float(bias[col + 1]);
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = row0 + h * 8;
+                res[jb][h][0] = res[jb][h][1] = 0.0f;
+                if (residual == nullptr || row >= m || col >= n) continue;
+                const TR* r_ptr = residual + r_base + (long long)row * r_row_stride + col;
+                if (pair) {
+                    if constexpr (is_f32<TR>::value) {
+                        const float2 r2 = *reinterpret_cast<const float2*>(r_ptr);
+                        res[jb][h][0] = r2.x, res[jb][h][1] = r2.y;
+                    } else {
+                        const float2 r2 = load_pair_as_float(r_ptr);
+                        res[jb][h][0] = r2.x, res[jb][h][1] = r2.y;
+                    }
+                } else {
+                    res[jb][h][0] = to_float(r_ptr[0]);
+                    if (col + 1 < n) res[jb][h][1] = to_float(r_ptr[1]);
+                }
+            }
+        }
+#pragma unroll
+        for (int jb = 0; jb < kBatch; ++jb) {
+            const int j = first + jb;
+            const int col = col0 + j * 8;
+            if (col >= n) continue;
+            const bool pair = vector_epilogue && col + 1 < n;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = row0 + h * 8;
+                if (row >= m) continue;
+                const float v0 = activate<ACT>(alpha * acc[4 * j + 2 * h] + add[jb][0]) + res[jb][h][0];
+                const float v1 = activate<ACT>(alpha * acc[4 * j + 2 * h + 1] + add[jb][1]) + res[jb][h][1];
+                TC* c_ptr = c + c_base + (long long)row * c_row_stride + col;
+                if (pair) {
+                    if constexpr (is_f32<TC>::value) {
+                        *reinterpret_cast<float2*>(c_ptr) = make_float2(v0, v1);
+                    } else {
+                        store_pair_from_float(c_ptr, v0, v1);
+                    }
+                } else {
+                    c_ptr[0] = from_float<TC>(v0);
+                    if (col + 1 < n) c_ptr[1] = from_float<TC>(v1);
+                }
+            }
+        }
+    }
+}
+
+template <typename T, typename TR, typename TC, int BN, int STAGES, int GROUP_M, Act ACT>
+__device__ __forceinline__ void matmul_tma(const TmaDescriptor& a_map, const TmaDescriptor& b_map, const T* bias,
+                                           const TR* residual, TC* c, int m, int n, int k, View cv, View rv,
+                                           float alpha, int vector_epilogue) {
+    constexpr int BM = 128, BK = 64;
+    constexpr int kAccumulators = BN / 2;
+    constexpr int kBytesA = BM * BK * 2;
+    constexpr int kBytesB = BN * BK * 2;
+    constexpr int kStageBytes = kBytesA + kBytesB;
+    constexpr unsigned kConsumerWarps = 8;
+    static_assert(BN % 64 == 0 && BN <= 256, "B boxes are at most 256 rows, in batches of 64 columns");
+
+    extern __shared__ __align__(128) unsigned char shared_tiles[];
+    __shared__ __align__(8) unsigned long long barriers[2 * STAGES];  // full[s], then empty[s]
+    const unsigned smem = (shared_address(shared_tiles) + 1023) & ~1023u;
+    const unsigned full_bar = shared_address(barriers);
+    const unsigned empty_bar = full_bar + STAGES * 8;
+
+    const int tiles_m = (m + BM - 1) / BM;
+    const int tiles_n = (n + BN - 1) / BN;
+    const int tiles = tiles_m * tiles_n;
+    const int k_tiles = (k + BK - 1) / BK;
+    const int warpgroup = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbarrier_init(full_bar + s * 8, 1);
+            mbarrier_init(empty_bar + s * 8, kConsumerWarps);
+        }
+        // Makes the initialised barriers visible to the async proxy (the TMA unit).
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        // Producer: one thread issues every copy; the warpgroup's registers go to the consumers.
+#if VITRT_HAS_WGMMA
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+#endif
+        if (threadIdx.x == 0 && k_tiles > 0) {
+            int step = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
+                for (int kt = 0; kt < k_tiles; ++kt, ++step) {
+                    const int s = step % STAGES;
+                    // Stage s was last used by step - STAGES: its consumers' release is completion
+                    // number step / STAGES - 1 of empty[s].
+                    if (step >= STAGES) mbarrier_wait(empty_bar + s * 8, ((step / STAGES) + 1) & 1);
+                    const unsigned stage_a = smem + s * kStageBytes;
+                    mbarrier_arrive_expect_tx(full_bar + s * 8, kStageBytes);
+                    tma_load_2d(stage_a, &a_map, kt * BK, t.tile_m * BM, full_bar + s * 8);
+                    tma_load_2d(stage_a + kBytesA, &b_map, kt * BK, t.tile_n * BN, full_bar + s * 8);
+                }
+            }
+        }
+        return;
+    }
+
+    // Consumers: warpgroup 1 takes the tile's rows 0-63, warpgroup 2 rows 64-127.
+#if VITRT_HAS_WGMMA
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+#endif
+    const int consumer = warpgroup - 1;
+    const int tid = threadIdx.x - 128 * warpgroup;
+    const int lane = threadIdx.x & 31;
+    const int thread_row = consumer * 64 + (tid / 32) * 16 + (lane >> 2);
+    const int thread_col = (lane & 3) * 2;
+    float acc[kAccumulators];
+#pragma unroll
+    for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
+    int step = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
+        for (int kt = 0; kt < k_tiles; ++kt, ++step) {
+            const int s = step % STAGES;
+            mbarrier_wait(full_bar + s * 8, (step / STAGES) & 1);
+            const unsigned stage_a = smem + s * kStageBytes + consumer * 64 * BK * 2;
+            const unsigned stage_b = smem + s * kStageBytes + kBytesA;
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < BK / 16; ++ks) {
+                wgmma_m64k16<T, BN>(acc, wgmma_descriptor(stage_a + ks * 32), wgmma_descriptor(stage_b + ks * 32),
+                                    kt > 0 || ks > 0);
+            }
+            wgmma_commit();
+            // The previous step's group has retired once at most one is pending: its stage is free.
+            wgmma_wait<1>();
+            if (kt > 0 && lane == 0) mbarrier_arrive(empty_bar + ((step - 1) % STAGES) * 8);
+        }
+        if (k_tiles > 0) {
+            wgmma_wait<0>();
+            if (lane == 0) mbarrier_arrive(empty_bar + ((step - 1) % STAGES) * 8);
+        }
+        fence_accumulators(acc);
+        store_accumulators<T, TR, TC, BN, ACT>(acc, bias, residual, c, m, n, t.tile_m * BM + thread_row,
+                                               t.tile_n * BN + thread_col, cv.offset, rv.offset, cv.row_stride,
+                                               rv.row_stride, alpha, vector_epilogue);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1116,6 +1355,29 @@ __device__ __forceinline__ void matmul_block_wgmma(const T* __restrict__ a, cons
                                                                rv, alpha, vector_epilogue);
 #else
     // Compiled for a target without wgmma: the launcher never picks this instantiation there.
+    __trap();
+#endif
+}
+
+// The entry point of the warp-specialised Hopper instantiations (sm_90a only): A and B as TMA
+// tensor maps ([M, K] and [N, K], 128-byte swizzled boxes of 64 x 128 and 64 x BLOCK_N), one
+// matrix (the launcher checks batch and heads are 1), C and the residual as matmul_block's
+// views. Template arguments: T, TR, TC, BLOCK_N, STAGES, GROUP_M, activation. 384 threads: a
+// producer warpgroup and two consumer warpgroups.
+template <typename T, typename TR, typename TC, int BN, int STAGES, int GROUP_M, Act ACT>
+__device__ __forceinline__ void matmul_block_tma(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
+                                                 const T* bias, const TR* residual, TC* c, int m, int n, int k,
+                                                 long long c_offset, long long c_row_stride,
+                                                 long long r_offset, long long r_row_stride, float alpha,
+                                                 int vector_epilogue) {
+    using namespace vitrt_matmul;
+    static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
+#if VITRT_HAS_WGMMA
+    const View cv{c_offset, c_row_stride, 0, 0};
+    const View rv{r_offset, r_row_stride, 0, 0};
+    matmul_tma<T, TR, TC, BN, STAGES, GROUP_M, ACT>(a_map, b_map, bias, residual, c, m, n, k, cv, rv, alpha,
+                                                    vector_epilogue);
+#else
     __trap();
 #endif
 }

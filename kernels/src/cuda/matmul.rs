@@ -45,6 +45,10 @@ pub struct MatmulTile {
     /// A Hopper tile (`matmul_block_wgmma`, sm_90a): warpgroup MMA from shared memory. Only
     /// for f16/bf16 with B as [N, K] and 16-byte aligned rows; `warps_m` counts its warps.
     pub wgmma: bool,
+    /// A warp-specialised Hopper tile (`matmul_block_tma`, sm_90a): TMA copies on mbarriers, a
+    /// persistent grid, BLOCK_M 128, 384 threads. Only for single [M, K] x [N, K] matrices
+    /// with 16-byte aligned rows (every linear layer); `wgmma` is set too.
+    pub tma: bool,
 }
 
 impl MatmulTile {
@@ -54,6 +58,12 @@ impl MatmulTile {
 
     /// A short name: `128x128x32_s4_w2x2`, or `wg128x192x64_s5` for a Hopper tile.
     pub fn name(&self) -> String {
+        if self.tma {
+            return format!(
+                "tma{}x{}x{}_s{}",
+                self.block_m, self.block_n, self.block_k, self.stages
+            );
+        }
         if self.wgmma {
             return format!(
                 "wg{}x{}x{}_s{}",
@@ -73,7 +83,7 @@ impl MatmulTile {
     /// themselves only in part).
     /// Whether a device of compute capability `cc` can run this tile.
     pub fn runs_on(&self, cc: (u32, u32)) -> bool {
-        !self.wgmma || cc == (9, 0)
+        !(self.wgmma || self.tma) || cc == (9, 0)
     }
 
     fn cost(&self, programs: u64, sms: u64) -> u64 {
@@ -102,6 +112,7 @@ const fn tile(
         ctas_per_sm,
         speed,
         wgmma: false,
+        tma: false,
     }
 }
 
@@ -122,6 +133,24 @@ const fn wgmma_tile(
         ctas_per_sm,
         speed,
         wgmma: true,
+        tma: false,
+    }
+}
+
+/// A warp-specialised Hopper tile: 128 x BLOCK_N, BLOCK_K 64, a producer warpgroup and two
+/// consumers (384 threads, `warps_m` 12), one CTA per SM.
+const fn tma_tile(block_n: u32, stages: u32, speed: u32) -> MatmulTile {
+    MatmulTile {
+        block_m: 128,
+        block_n,
+        block_k: 64,
+        stages,
+        warps_m: 12,
+        warps_n: 1,
+        ctas_per_sm: 1,
+        speed,
+        wgmma: true,
+        tma: true,
     }
 }
 
@@ -163,13 +192,23 @@ pub const WGMMA_TILES: [MatmulTile; 3] = [
     wgmma_tile((128, 128), 3, 2, 150),
 ];
 
+/// Warp-specialised Hopper tiles (see [`MatmulTile::tma`]). First measurement (H200, f16,
+/// batch-64 GEMMs, TFLOP/s): without epilogue 128x192 reaches 412 / 352 / 432 / 603 on qkv /
+/// proj / fc1 / fc2 (fc2 0.92 of cuBLAS), ahead of the cp.async tiles; with the model's
+/// epilogues (bias; bias+residual; bias+GELU) its register epilogue, which no other CTA
+/// overlaps, leaves it behind them (330 / 189 / 298 / 446 against 419 / 258 / 329 / 487). The
+/// low speed keeps the cost model off it; `vitrt tune` picks it where it measures faster.
+pub const TMA_TILES: [MatmulTile; 2] = [tma_tile(192, 5, 150), tma_tile(256, 4, 150)];
+
 /// Every half-precision tile: the mma.sync ones (sm_80 and later), then the Hopper ones.
-const HALF_TILES: [MatmulTile; 5] = [
+const HALF_TILES: [MatmulTile; 7] = [
     TENSOR_CORE_TILES[0],
     TENSOR_CORE_TILES[1],
     WGMMA_TILES[0],
     WGMMA_TILES[1],
     WGMMA_TILES[2],
+    TMA_TILES[0],
+    TMA_TILES[1],
 ];
 
 /// The tile shapes the launcher chooses among for `dtype`, on any device (see
@@ -223,6 +262,10 @@ impl MatmulConfig {
     /// type), whichever is larger (formulas as in matmul.cu).
     pub fn shared_bytes(&self) -> u32 {
         let t = &self.tile;
+        if t.tma {
+            // The epilogue works from the accumulators; the barriers are static shared memory.
+            return pipeline_bytes(self.dtype, t);
+        }
         let residual = if self.stages_residual() {
             t.block_m * t.block_n * self.residual.size_bytes() as u32
         } else {
@@ -257,6 +300,9 @@ impl MatmulConfig {
         } else {
             format!("_r{}_c{}", self.residual.name(), self.output.name())
         };
+        if t.tma {
+            return self.tma_instantiation(mixed);
+        }
         let name = if t.wgmma {
             format!(
                 "matmul_{}_wg_bm{}_bn{}_bk{}_g{GROUP_M}_s{}_{}_{layout}{mixed}",
@@ -345,6 +391,57 @@ impl MatmulConfig {
             min_blocks_per_sm: 0,
             // cp.async, ldmatrix and bf16 mma.sync need sm_80.
             arch: ArchRequirement::AtLeast(8, 0),
+        }
+    }
+}
+
+impl MatmulConfig {
+    /// The warp-specialised Hopper instantiation: A and B as tensor maps, one matrix.
+    fn tma_instantiation(&self, mixed: String) -> Instantiation {
+        let d = self.dtype;
+        let t = &self.tile;
+        let name = format!(
+            "matmul_{}_tma_bn{}_s{}_g{GROUP_M}_{}_nk{mixed}",
+            d.name(),
+            t.block_n,
+            t.stages,
+            self.activation.short_name(),
+        );
+        let params = vec![
+            KernelParam::new("a_map", ParamKind::TensorMap),
+            KernelParam::new("b_map", ParamKind::TensorMap),
+            KernelParam::new("bias", ParamKind::ConstPtr(d)),
+            KernelParam::new("residual", ParamKind::ConstPtr(self.residual)),
+            KernelParam::new("c", ParamKind::MutPtr(self.output)),
+            KernelParam::new("m", ParamKind::I32),
+            KernelParam::new("n", ParamKind::I32),
+            KernelParam::new("k", ParamKind::I32),
+            KernelParam::new("c_offset", ParamKind::I64),
+            KernelParam::new("c_row_stride", ParamKind::I64),
+            KernelParam::new("r_offset", ParamKind::I64),
+            KernelParam::new("r_row_stride", ParamKind::I64),
+            KernelParam::new("alpha", ParamKind::F32),
+            KernelParam::new("vector_epilogue", ParamKind::I32),
+        ];
+        Instantiation {
+            name,
+            family: "matmul",
+            source: SOURCE,
+            function: "matmul_block_tma",
+            template_args: vec![
+                d.cuda_type().into(),
+                self.residual.cuda_type().into(),
+                self.output.cuda_type().into(),
+                t.block_n.to_string(),
+                t.stages.to_string(),
+                GROUP_M.to_string(),
+                self.activation.cuda_name().into(),
+            ],
+            params,
+            block_threads: t.threads(),
+            // setmaxnreg moves registers between the warpgroups only under a cap at entry.
+            min_blocks_per_sm: 1,
+            arch: ArchRequirement::Exactly(9, 0),
         }
     }
 }
@@ -483,8 +580,11 @@ pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u
     let candidates = tiles_for(dtype);
     let mut best = candidates[0];
     let mut best_cost = u64::MAX;
-    let usable =
-        |tile: &MatmulTile| tile.runs_on(cc) && !(tile.wgmma && p.b_layout == WeightLayout::KN);
+    let usable = |tile: &MatmulTile| {
+        tile.runs_on(cc)
+            && !(tile.wgmma && p.b_layout == WeightLayout::KN)
+            && (!tile.tma || takes_tma(p))
+    };
     for &tile in candidates.iter().filter(|t| usable(t)) {
         let programs = matrices
             * p.m.div_ceil(tile.block_m as usize) as u64
@@ -524,6 +624,9 @@ fn configure(
     } else if tile.wgmma && p.b_layout == WeightLayout::KN {
         // The Hopper body reads B K-major only: [K, N] operands (P·V) take the mma.sync tile.
         TENSOR_CORE_TILES[0]
+    } else if tile.tma && !takes_tma(p) {
+        // Tensor maps here describe one matrix each: batched products take the cp.async body.
+        WGMMA_TILES[0]
     } else {
         tile
     };
@@ -536,6 +639,62 @@ fn configure(
         b_layout: p.b_layout,
         vec16,
     }
+}
+
+/// Whether the warp-specialised tiles can take `p`: one [M, K] x [N, K] matrix product with
+/// K > 0 (row alignment is checked from the pointers, as for every 16-byte path).
+fn takes_tma(p: &MatmulProblem) -> bool {
+    p.batch == 1 && p.heads == 1 && p.b_layout == WeightLayout::NK && p.k > 0
+}
+
+/// A 2-D TMA tensor map over `rows` rows of `cols` elements starting at `base` (bytes),
+/// rows `row_stride` elements apart, read in 128-byte-swizzled boxes of 64 x `box_rows`
+/// (zero-filled past the edges).
+fn tensor_map(
+    dtype: DType,
+    base: u64,
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    box_rows: u32,
+) -> Result<[u64; 16], KernelError> {
+    use cudarc::driver::sys::{
+        cuTensorMapEncodeTiled, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
+        CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
+    };
+    let data_type = match dtype {
+        DType::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        DType::BF16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        DType::F32 => return Err(invalid!("TMA matmul tiles take f16 or bf16, not f32")),
+    };
+    let size = dtype.size_bytes() as u64;
+    let dims = [cols as u64, rows as u64];
+    let strides = [row_stride as u64 * size];
+    let boxes = [64u32, box_rows];
+    let element_strides = [1u32, 1];
+    let mut map = std::mem::MaybeUninit::<CUtensorMap>::zeroed();
+    // SAFETY: every array has the rank's length (strides one less), and `map` is the output.
+    let result = unsafe {
+        cuTensorMapEncodeTiled(
+            map.as_mut_ptr(),
+            data_type,
+            2,
+            base as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            element_strides.as_ptr(),
+            CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    result
+        .result()
+        .map_err(|e| KernelError::driver("cuTensorMapEncodeTiled", e))?;
+    // SAFETY: the driver wrote the map.
+    Ok(unsafe { map.assume_init() }.opaque)
 }
 
 fn sm_count(gpu: &Gpu) -> Result<u32, KernelError> {
@@ -706,6 +865,50 @@ fn launch_with_tile(
             )
         })?;
 
+    if tile.tma {
+        let size = dtype.size_bytes() as u64;
+        let args = vec![
+            KernelArg::TensorMap(tensor_map(
+                dtype,
+                a.ptr + p.a.offset as u64 * size,
+                p.m,
+                p.k,
+                p.a.row_stride,
+                tile.block_m,
+            )?),
+            KernelArg::TensorMap(tensor_map(
+                dtype,
+                b.ptr + p.b.offset as u64 * size,
+                p.n,
+                p.k,
+                p.b.row_stride,
+                tile.block_n,
+            )?),
+            KernelArg::Ptr(bias.map_or(0, |v| v.ptr)),
+            KernelArg::Ptr(residual.map_or(0, |v| v.ptr)),
+            KernelArg::Ptr(c.ptr),
+            KernelArg::I32(to_i32(p.m, "matmul m")?),
+            KernelArg::I32(to_i32(p.n, "matmul n")?),
+            KernelArg::I32(to_i32(p.k, "matmul k")?),
+            KernelArg::I64(to_i64(p.c.offset)?),
+            KernelArg::I64(to_i64(p.c.row_stride)?),
+            KernelArg::I64(to_i64(p.r.offset)?),
+            KernelArg::I64(to_i64(p.r.row_stride)?),
+            KernelArg::F32(p.epilogue.alpha),
+            KernelArg::I32(vector_epilogue as i32),
+        ];
+        // Persistent: one CTA per SM, each walking the tiles in steps of the grid.
+        let grid = programs.min(sm_count(gpu)? as u64);
+        return gpu.launch(
+            &config.instantiation(),
+            LaunchDims {
+                grid: (grid as u32, 1, 1),
+                block: tile.threads(),
+                shared_bytes: config.shared_bytes(),
+            },
+            &args,
+        );
+    }
     let mut args = vec![
         KernelArg::Ptr(a.ptr),
         KernelArg::Ptr(b.ptr),

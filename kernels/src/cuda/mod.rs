@@ -477,9 +477,11 @@ impl Gpu {
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .insert(inst.name.clone(), dims.shared_bytes);
         }
-        let mut slots: Vec<u64> = args.iter().map(|a| a.to_slot()).collect();
-        let mut params: Vec<*mut std::ffi::c_void> =
-            slots.iter_mut().map(|s| s as *mut u64 as *mut _).collect();
+        let mut slots: Vec<registry::ParamSlot> = args.iter().map(|a| a.to_slot()).collect();
+        let mut params: Vec<*mut std::ffi::c_void> = slots
+            .iter_mut()
+            .map(|s| s as *mut registry::ParamSlot as *mut _)
+            .collect();
         self.bind()?;
         unsafe {
             cudarc::driver::result::launch_kernel(

@@ -35,6 +35,8 @@ pub enum ParamKind {
     I64,
     U64,
     F32,
+    /// A TMA tensor map (`CUtensorMap`, 128 bytes), passed by value as `__grid_constant__`.
+    TensorMap,
 }
 
 impl ParamKind {
@@ -47,6 +49,7 @@ impl ParamKind {
             ParamKind::I64 => "long long".into(),
             ParamKind::U64 => "unsigned long long".into(),
             ParamKind::F32 => "float".into(),
+            ParamKind::TensorMap => "const __grid_constant__ TmaDescriptor".into(),
         }
     }
 }
@@ -73,7 +76,13 @@ pub enum KernelArg {
     I64(i64),
     U64(u64),
     F32(f32),
+    /// The 128 opaque bytes cuTensorMapEncodeTiled wrote.
+    TensorMap([u64; 16]),
 }
+
+/// One launch parameter's bytes, aligned as the widest parameter (a tensor map) needs.
+#[repr(C, align(64))]
+pub(crate) struct ParamSlot(pub [u64; 16]);
 
 impl KernelArg {
     fn fits(self, kind: ParamKind) -> bool {
@@ -87,19 +96,23 @@ impl KernelArg {
                 | (KernelArg::I64(_), ParamKind::I64)
                 | (KernelArg::U64(_), ParamKind::U64)
                 | (KernelArg::F32(_), ParamKind::F32)
+                | (KernelArg::TensorMap(_), ParamKind::TensorMap)
         )
     }
 
-    /// The argument's bytes in an 8-byte slot, as cuLaunchKernel reads them (little-endian,
-    /// value first: the driver reads as many bytes as the parameter is wide).
-    pub(crate) fn to_slot(self) -> u64 {
-        match self {
+    /// The argument's bytes in a slot, as cuLaunchKernel reads them (little-endian, value
+    /// first: the driver reads as many bytes as the parameter is wide).
+    pub(crate) fn to_slot(self) -> ParamSlot {
+        let mut slot = [0u64; 16];
+        slot[0] = match self {
             KernelArg::Ptr(v) | KernelArg::U64(v) => v,
             KernelArg::I64(v) => v as u64,
             KernelArg::I32(v) => v as u32 as u64,
             KernelArg::U32(v) => v as u64,
             KernelArg::F32(v) => v.to_bits() as u64,
-        }
+            KernelArg::TensorMap(map) => return ParamSlot(map),
+        };
+        ParamSlot(slot)
     }
 }
 
