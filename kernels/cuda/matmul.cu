@@ -922,8 +922,9 @@ __device__ __forceinline__ void matmul_wgmma(const T* __restrict__ a, const T* _
 // moment, which at K = 768 cost as much as the main loop (see benchmarks/NOTES.md). Here a
 // producer warp issues one TMA copy per operand and stage (the tensor map does the addressing,
 // the 128-byte swizzle and the zero fill past M, N and K), two consumer warpgroups multiply,
-// and the grid is persistent: while the consumers run one tile's epilogue, the producer is
-// already loading the next tile's stages. Stages are handed over with two mbarriers each:
+// and the grid is persistent: while the consumers run one tile's epilogue (staged through
+// shared memory of their own, see store_block_staged), the producer is already loading the
+// next tile's stages. Stages are handed over with two mbarriers each:
 // `full` (the producer's expect-tx arrival plus the copies' bytes) and `empty` (one arrival
 // per consumer warp once its wgmma has read the stage). For single matrices (batch and heads
 // 1) with 16-byte aligned rows, as every linear layer is; the launcher sends the rest to the
@@ -970,80 +971,84 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* m
 #endif
 }
 
-// The epilogue straight from a consumer's accumulators (layout as in matmul_wgmma): C =
-// act(alpha · acc + bias) + residual on this thread's two rows and BN / 4 column pairs. Eight
-// 8-column blocks at a time, their residual pairs all loaded before any store: a residual
-// may alias C, so the compiler may not move a load past an earlier store, and one load per
-// store would pay a memory latency each.
+// The epilogue of one consumer warpgroup's 64 x BN block, through shared memory in chunks of
+// 64 columns: the accumulators go to a 64 x 64 fp32 buffer (row pitch 68 floats, so the
+// 8-byte stores of a warp's rows spread over the banks), then each thread takes runs of four
+// columns, as the cp.async bodies' store_staged_tile does: bias, residual and C are read and
+// written as 8- or 16-byte accesses whose warp covers whole rows (the register epilogue's
+// 4-byte pairs left C's writes scattered). A chunk's residual runs are all loaded before its
+// first store: a residual may alias C, so the compiler may not hoist a load over a store.
+// `bar_id` names the warpgroup's own barrier (1 or 2; 0 is __syncthreads).
 template <typename T, typename TR, typename TC, int BN, Act ACT>
-__device__ __forceinline__ void store_accumulators(const float (&acc)[BN / 2], const T* bias, const TR* residual,
-                                                   TC* c, int m, int n, int row0, int col0, long long c_base,
-                                                   long long r_base, long long c_row_stride, long long r_row_stride,
-                                                   float alpha, int vector_epilogue) {
-    constexpr int kBlocks = BN / 8;
-    constexpr int kBatch = 8;
-    static_assert(kBlocks % kBatch == 0, "column blocks in batches of eight");
+__device__ __forceinline__ void store_block_staged(const float (&acc)[BN / 2], float* buffer, int bar_id,
+                                                   const T* bias, const TR* residual, TC* c, int m, int n,
+                                                   int row0, int col0, long long c_base, long long r_base,
+                                                   long long c_row_stride, long long r_row_stride, float alpha,
+                                                   int vector_epilogue) {
+    constexpr int kPitch = 68;
+    constexpr int kRuns = 64 * 64 / 4 / 128;  // runs of four per thread per chunk
+    const int tid = threadIdx.x % 128;
+    const int lane = tid & 31;
+    const int frag_row = (tid / 32) * 16 + (lane >> 2);
+    const int frag_col = (lane & 3) * 2;
 #pragma unroll
-    for (int first = 0; first < kBlocks; first += kBatch) {
-        float res[kBatch][2][2];
-        float add[kBatch][2];
+    for (int chunk = 0; chunk < BN / 64; ++chunk) {
+        // The previous chunk's runs have been read by every thread of the warpgroup.
+        asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
 #pragma unroll
-        for (int jb = 0; jb < kBatch; ++jb) {
-            const int col = col0 + (first + jb) * 8;
-            const bool pair = vector_epilogue && col + 1 < n;
-            add[jb][0] = add[jb][1] = 0.0f;
-            if (bias != nullptr && col < n) {
-                if (pair) {
-                    const float2 b2 = load_pair_as_float(bias + col);
-                    add[jb][0] = b2.x, add[jb][1] = b2.y;
-                } else {
-                    add[jb][0] = to_float(bias[col]);
-                    if (col + 1 < n) add[jb][1] = to_float(bias[col + 1]);
-                }
-            }
+        for (int jb = 0; jb < 8; ++jb) {
+            const int j = chunk * 8 + jb;
+            const int col = jb * 8 + frag_col;
+            *reinterpret_cast<float2*>(buffer + frag_row * kPitch + col) = make_float2(acc[4 * j], acc[4 * j + 1]);
+            *reinterpret_cast<float2*>(buffer + (frag_row + 8) * kPitch + col) =
+                make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+        }
+        asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
+        float res[kRuns][4];
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = row0 + h * 8;
-                res[jb][h][0] = res[jb][h][1] = 0.0f;
-                if (residual == nullptr || row >= m || col >= n) continue;
-                const TR* r_ptr = residual + r_base + (long long)row * r_row_stride + col;
-                if (pair) {
-                    if constexpr (is_f32<TR>::value) {
-                        const float2 r2 = *reinterpret_cast<const float2*>(r_ptr);
-                        res[jb][h][0] = r2.x, res[jb][h][1] = r2.y;
-                    } else {
-                        const float2 r2 = load_pair_as_float(r_ptr);
-                        res[jb][h][0] = r2.x, res[jb][h][1] = r2.y;
-                    }
-                } else {
-                    res[jb][h][0] = to_float(r_ptr[0]);
-                    if (col + 1 < n) res[jb][h][1] = to_float(r_ptr[1]);
-                }
+        for (int r = 0; r < kRuns; ++r) {
+            const int idx = tid + r * 128;
+            const int row = row0 + idx / 16;
+            const int col = col0 + chunk * 64 + (idx % 16) * 4;
+            res[r][0] = res[r][1] = res[r][2] = res[r][3] = 0.0f;
+            if (residual == nullptr || row >= m || col >= n) continue;
+            const TR* r_ptr = residual + r_base + (long long)row * r_row_stride + col;
+            if (vector_epilogue && col + 4 <= n) {
+                load_run(r_ptr, res[r]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (col + e < n) res[r][e] = to_float(r_ptr[e]);
             }
         }
 #pragma unroll
-        for (int jb = 0; jb < kBatch; ++jb) {
-            const int j = first + jb;
-            const int col = col0 + j * 8;
-            if (col >= n) continue;
-            const bool pair = vector_epilogue && col + 1 < n;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = row0 + h * 8;
-                if (row >= m) continue;
-                const float v0 = activate<ACT>(alpha * acc[4 * j + 2 * h] + add[jb][0]) + res[jb][h][0];
-                const float v1 = activate<ACT>(alpha * acc[4 * j + 2 * h + 1] + add[jb][1]) + res[jb][h][1];
-                TC* c_ptr = c + c_base + (long long)row * c_row_stride + col;
-                if (pair) {
-                    if constexpr (is_f32<TC>::value) {
-                        *reinterpret_cast<float2*>(c_ptr) = make_float2(v0, v1);
-                    } else {
-                        store_pair_from_float(c_ptr, v0, v1);
-                    }
+        for (int r = 0; r < kRuns; ++r) {
+            const int idx = tid + r * 128;
+            const int row = row0 + idx / 16;
+            const int col = col0 + chunk * 64 + (idx % 16) * 4;
+            if (row >= m || col >= n) continue;
+            const bool whole = vector_epilogue && col + 4 <= n;
+            float v[4];
+            load_run(buffer + (idx / 16) * kPitch + (idx % 16) * 4, v);
+            float add[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (bias != nullptr) {
+                if (whole) {
+                    load_run(bias + col, add);
                 } else {
-                    c_ptr[0] = from_float<TC>(v0);
-                    if (col + 1 < n) c_ptr[1] = from_float<TC>(v1);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        if (col + e < n) add[e] = to_float(bias[col + e]);
                 }
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) v[e] = activate<ACT>(alpha * v[e] + add[e]) + res[r][e];
+            TC* c_ptr = c + c_base + (long long)row * c_row_stride + col;
+            if (whole) {
+                store_run(c_ptr, v);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (col + e < n) c_ptr[e] = from_float<TC>(v[e]);
             }
         }
     }
@@ -1112,10 +1117,11 @@ __device__ __forceinline__ void matmul_tma(const TmaDescriptor& a_map, const Tma
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
 #endif
     const int consumer = warpgroup - 1;
-    const int tid = threadIdx.x - 128 * warpgroup;
+    // Each consumer's 64 x 64 fp32 epilogue buffer (row pitch 68) follows the stages.
+    float* epilogue_buffer =
+        reinterpret_cast<float*>(shared_tiles + (smem - shared_address(shared_tiles)) + STAGES * kStageBytes) +
+        consumer * 64 * 68;
     const int lane = threadIdx.x & 31;
-    const int thread_row = consumer * 64 + (tid / 32) * 16 + (lane >> 2);
-    const int thread_col = (lane & 3) * 2;
     float acc[kAccumulators];
 #pragma unroll
     for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
@@ -1143,9 +1149,9 @@ __device__ __forceinline__ void matmul_tma(const TmaDescriptor& a_map, const Tma
             if (lane == 0) mbarrier_arrive(empty_bar + ((step - 1) % STAGES) * 8);
         }
         fence_accumulators(acc);
-        store_accumulators<T, TR, TC, BN, ACT>(acc, bias, residual, c, m, n, t.tile_m * BM + thread_row,
-                                               t.tile_n * BN + thread_col, cv.offset, rv.offset, cv.row_stride,
-                                               rv.row_stride, alpha, vector_epilogue);
+        store_block_staged<T, TR, TC, BN, ACT>(acc, epilogue_buffer, 1 + consumer, bias, residual, c, m, n,
+                                               t.tile_m * BM + consumer * 64, t.tile_n * BN, cv.offset, rv.offset,
+                                               cv.row_stride, rv.row_stride, alpha, vector_epilogue);
     }
 }
 

@@ -181,24 +181,25 @@ pub const FMA_TILES: [MatmulTile; 2] = [
 /// Hopper tiles (sm_90a), for f16/bf16 linear layers. Speeds from their first measurement
 /// (H200, f16, ViT-B/16 batch 64, no epilogue: 128x256 418 / 445 TFLOP/s on qkv / fc1,
 /// 128x192 337 / 546 on proj / fc2, 128x128 385-422; the mma.sync 128x128 tile 250-330), set
-/// so that the cost model picks what measured fastest on each of the four shapes (128x128 set
-/// lower than its batch-64 speed: at batch 1 `vitrt tune` measured the mma.sync 64x64 tile
-/// 1.4x faster on qkv and fc1, where the model had picked it); `vitrt tune` measures instead. 128x192 and 128x256 take most of the SM's shared memory (one CTA per SM);
+/// so that the cost model picks what measured fastest on each of the four shapes; `vitrt tune`
+/// measures instead. 128x192 and 128x256 take most of the SM's shared memory (one CTA per SM);
 /// 128x128 in three stages fits twice (registers capped at 128 for it), so one CTA's epilogue
 /// overlaps the other's main loop.
 pub const WGMMA_TILES: [MatmulTile; 3] = [
     wgmma_tile((128, 192), 5, 1, 190),
     wgmma_tile((128, 256), 4, 1, 220),
-    wgmma_tile((128, 128), 3, 2, 150),
+    wgmma_tile((128, 128), 3, 2, 200),
 ];
 
-/// Warp-specialised Hopper tiles (see [`MatmulTile::tma`]). First measurement (H200, f16,
-/// batch-64 GEMMs, TFLOP/s): without epilogue 128x192 reaches 412 / 352 / 432 / 603 on qkv /
-/// proj / fc1 / fc2 (fc2 0.92 of cuBLAS), ahead of the cp.async tiles; with the model's
-/// epilogues (bias; bias+residual; bias+GELU) its register epilogue, which no other CTA
-/// overlaps, leaves it behind them (330 / 189 / 298 / 446 against 419 / 258 / 329 / 487). The
-/// low speed keeps the cost model off it; `vitrt tune` picks it where it measures faster.
-pub const TMA_TILES: [MatmulTile; 2] = [tma_tile(192, 5, 150), tma_tile(256, 4, 150)];
+/// Warp-specialised Hopper tiles (see [`MatmulTile::tma`]). Measured (H200, f16, batch-64
+/// GEMMs, TFLOP/s, qkv / proj / fc1 / fc2): without epilogue 128x192 reaches 487 / 421 / 500 /
+/// 638 (0.79 / 0.79 / 0.82 / 0.97 of cuBLAS), well ahead of the cp.async tiles; with the
+/// model's epilogues 425 (bias) and 336 (bias+GELU) on qkv and fc1, still the fastest, but
+/// only 201 / 463 with a residual on proj / fc2, where the epilogue (an f32 stream read and
+/// written) runs while the tensor cores idle and the cp.async tiles, whose second CTA or
+/// staged residual hides part of it, win (257 / 492). Hence no Hopper TMA tile for a residual
+/// epilogue in [`select_tile`]. 128x256 fits only three stages beside the epilogue buffers.
+pub const TMA_TILES: [MatmulTile; 2] = [tma_tile(192, 4, 240), tma_tile(256, 3, 200)];
 
 /// Every half-precision tile: the mma.sync ones (sm_80 and later), then the Hopper ones.
 const HALF_TILES: [MatmulTile; 7] = [
@@ -263,8 +264,9 @@ impl MatmulConfig {
     pub fn shared_bytes(&self) -> u32 {
         let t = &self.tile;
         if t.tma {
-            // The epilogue works from the accumulators; the barriers are static shared memory.
-            return pipeline_bytes(self.dtype, t);
+            // The stages, then each consumer warpgroup's 64 x 64 fp32 epilogue buffer (row
+            // pitch 68); the barriers are static shared memory.
+            return pipeline_bytes(self.dtype, t) + 2 * 64 * 68 * 4;
         }
         let residual = if self.stages_residual() {
             t.block_m * t.block_n * self.residual.size_bytes() as u32
@@ -580,16 +582,21 @@ pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u
     let candidates = tiles_for(dtype);
     let mut best = candidates[0];
     let mut best_cost = u64::MAX;
+    let programs_of = |tile: &MatmulTile| {
+        matrices
+            * p.m.div_ceil(tile.block_m as usize) as u64
+            * p.n.div_ceil(tile.block_n as usize) as u64
+    };
+    // The Hopper tiles pay a pipeline fill the cost model does not count; below one full wave
+    // of them the 64x64 mma.sync tile wins (`vitrt tune` at batch 1: 1.4x on qkv and fc1).
     let usable = |tile: &MatmulTile| {
         tile.runs_on(cc)
             && !(tile.wgmma && p.b_layout == WeightLayout::KN)
-            && (!tile.tma || takes_tma(p))
+            && (!tile.tma || (takes_tma(p) && !p.epilogue.residual))
+            && (!tile.wgmma || programs_of(tile) >= sms as u64)
     };
     for &tile in candidates.iter().filter(|t| usable(t)) {
-        let programs = matrices
-            * p.m.div_ceil(tile.block_m as usize) as u64
-            * p.n.div_ceil(tile.block_n as usize) as u64;
-        let cost = tile.cost(programs, sms.max(1) as u64);
+        let cost = tile.cost(programs_of(&tile), sms.max(1) as u64);
         if cost < best_cost {
             best = tile;
             best_cost = cost;
@@ -1086,14 +1093,31 @@ mod tests {
 
     #[test]
     fn the_cost_model_picks_the_fastest_measured_hopper_tile_on_vit_b_shapes() {
-        let pick = |n, k| {
-            let p = MatmulProblem::linear(12608, n, k, Epilogue::NONE);
+        let pick = |n, k, activation, residual| {
+            let epilogue = Epilogue {
+                alpha: 1.0,
+                bias: true,
+                activation,
+                residual,
+            };
+            let p = MatmulProblem::linear(12608, n, k, epilogue);
             select_tile(DType::F16, &p, 132, (9, 0)).name()
         };
-        assert_eq!(pick(2304, 768), "wg128x256x64_s4");
-        assert_eq!(pick(768, 768), "wg128x192x64_s5");
-        assert_eq!(pick(3072, 768), "wg128x256x64_s4");
-        assert_eq!(pick(768, 3072), "wg128x192x64_s5");
+        assert_eq!(pick(2304, 768, Activation::None, false), "tma128x192x64_s4");
+        assert_eq!(pick(768, 768, Activation::None, true), "wg128x192x64_s5");
+        assert_eq!(pick(3072, 768, Activation::Gelu, false), "tma128x192x64_s4");
+        assert_eq!(pick(768, 3072, Activation::None, true), "wg128x192x64_s5");
+    }
+
+    #[test]
+    fn batch_one_linear_layers_keep_the_small_mma_sync_tile_on_sm90() {
+        for (n, k) in [(2304, 768), (768, 768), (3072, 768), (768, 3072)] {
+            let p = MatmulProblem::linear(197, n, k, Epilogue::NONE);
+            assert_eq!(
+                select_tile(DType::F16, &p, 132, (9, 0)),
+                SMALL_TENSOR_CORE_TILE
+            );
+        }
     }
 
     #[test]
