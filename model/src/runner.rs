@@ -77,12 +77,29 @@ impl Runner {
                 hidden_states,
                 fusion: self.fusion,
             };
-            let graph = self.model.build_graph(batch, options)?;
+            let backend = self.backend.as_ref();
+            let graph = self
+                .model
+                .build_graph_for(batch, options, &|op, shapes| backend.supports(op, shapes))?;
             let executor =
                 Executor::new(graph, self.backend.as_mut(), &self.model, self.precision)?;
             self.executors.insert(key, executor);
         }
         Ok(&self.executors[&key])
+    }
+
+    /// Builds the graph for one image on this backend, without planning or uploading
+    /// anything: fails early when the fusion asks for something the backend cannot run (a
+    /// required fused attention with a head dim or dtype its kernel does not take).
+    pub fn check_graph(&self) -> Result<(), ModelError> {
+        let options = GraphOptions {
+            hidden_states: false,
+            fusion: self.fusion,
+        };
+        let backend = self.backend.as_ref();
+        self.model
+            .build_graph_for(1, options, &|op, shapes| backend.supports(op, shapes))
+            .map(|_| ())
     }
 
     /// Times forward passes of `batch` images of `pixels` (the main output only): `warmup`
