@@ -8,4 +8,6 @@ pub mod cpu;
 pub mod cuda;
 mod types;
 
-pub use types::{Activation, DType, Epilogue, MatmulProblem, Operand, WeightLayout};
+pub use types::{
+    Activation, AttentionProblem, DType, Epilogue, MatmulProblem, Operand, WeightLayout,
+};

@@ -88,7 +88,10 @@ impl Runner {
                 hidden_states,
                 fusion: self.fusion,
             };
-            let graph = self.model.build_graph(batch, options)?;
+            let backend = self.backend.as_ref();
+            let graph = self
+                .model
+                .build_graph_for(batch, options, &|op, shapes| backend.supports(op, shapes))?;
             let executor =
                 Executor::new(graph, self.backend.as_mut(), &self.model, self.precision)?
                     .with_graph_replay(self.graph_replay);
@@ -100,6 +103,20 @@ impl Runner {
     /// The executor prepared for `batch` images, if any.
     pub fn executor(&self, batch: usize, hidden_states: bool) -> Option<&Executor> {
         self.executors.get(&(batch, hidden_states))
+    }
+
+    /// Builds the graph for one image on this backend, without planning or uploading
+    /// anything: fails early when the fusion asks for something the backend cannot run (a
+    /// required fused attention with a head dim or dtype its kernel does not take).
+    pub fn check_graph(&self) -> Result<(), ModelError> {
+        let options = GraphOptions {
+            hidden_states: false,
+            fusion: self.fusion,
+        };
+        let backend = self.backend.as_ref();
+        self.model
+            .build_graph_for(1, options, &|op, shapes| backend.supports(op, shapes))
+            .map(|_| ())
     }
 
     /// Times forward passes of `batch` images of `pixels` (the main output only): `warmup`

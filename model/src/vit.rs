@@ -178,8 +178,20 @@ impl VitModel {
         t
     }
 
-    /// The forward pass for `batch` images as HF computes it, then the fusion passes.
+    /// The forward pass for `batch` images as HF computes it, then the fusion passes, for a
+    /// backend that runs every op (the CPU).
     pub fn build_graph(&self, batch: usize, options: GraphOptions) -> Result<Graph, ModelError> {
+        self.build_graph_for(batch, options, &|_, _| Ok(()))
+    }
+
+    /// [`VitModel::build_graph`] for a backend that may lack a kernel for a fused op:
+    /// `supports` (the backend's `Backend::supports`) says which attention can be fused.
+    pub fn build_graph_for(
+        &self,
+        batch: usize,
+        options: GraphOptions,
+        supports: passes::Supports,
+    ) -> Result<Graph, ModelError> {
         let c = &self.config;
         let (d, inter, heads, hd) = (
             c.hidden_size,
@@ -349,7 +361,7 @@ impl VitModel {
                 g.mark_output("logits", logits);
             }
         }
-        passes::apply(&mut g, options.fusion);
+        passes::apply_for(&mut g, options.fusion, supports).map_err(ModelError::Usage)?;
         g.validate()?;
         Ok(g)
     }

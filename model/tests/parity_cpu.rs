@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use vitrt_model::parity::compare;
 use vitrt_model::{Runner, VitModel};
-use vitrt_runtime::passes::Fusion;
-use vitrt_runtime::{CpuBackend, DType, HostTensor};
+use vitrt_runtime::passes::{AttentionFusion, Fusion};
+use vitrt_runtime::{CpuBackend, DType, HostTensor, Op};
 
 fn fixtures() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models");
@@ -92,8 +92,91 @@ fn fused_and_unfused_graphs_differ_in_node_count() {
     let fused = model.build_graph(2, opts(Fusion::ALL)).unwrap();
     let unfused = model.build_graph(2, opts(Fusion::NONE)).unwrap();
     let layers = model.config.num_hidden_layers;
-    // Per layer: K and V projections, the activation and both residual adds disappear.
-    assert_eq!(unfused.nodes.len() - fused.nodes.len(), 5 * layers);
+    // Per layer: K and V projections, the activation and both residual adds disappear, and
+    // scores, softmax and context become one node.
+    assert_eq!(unfused.nodes.len() - fused.nodes.len(), 7 * layers);
+    let attention_nodes = |g: &vitrt_runtime::Graph| {
+        g.nodes
+            .iter()
+            .filter(|n| matches!(n.op, Op::Attention { .. }))
+            .count()
+    };
+    assert_eq!(attention_nodes(&fused), layers);
+    assert_eq!(attention_nodes(&unfused), 0);
+}
+
+/// Fusion::ALL with attention left as three nodes.
+fn attention_unfused() -> Fusion {
+    Fusion {
+        attention: AttentionFusion::Off,
+        ..Fusion::ALL
+    }
+}
+
+#[test]
+fn fused_attention_computes_what_scores_softmax_context_compute() {
+    // On the CPU in f32 the two differ only in summation order (and exp2 for exp): every
+    // output and hidden state of every fixture within 1e-5 of the largest value.
+    for dir in fixtures() {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let refs = reference(&dir);
+        let pixels = refs.iter().find(|t| t.name == "pixel_values").unwrap();
+        let run = |fusion| {
+            let model = VitModel::load(&dir).unwrap();
+            let mut runner = Runner::new(model, Box::new(CpuBackend::new()), fusion);
+            runner.run(&pixels.data, pixels.shape[0], true).unwrap()
+        };
+        let (fused, unfused) = (run(Fusion::ALL), run(attention_unfused()));
+        assert_eq!(fused.len(), unfused.len());
+        for (a, b) in fused.iter().zip(&unfused) {
+            assert_eq!((&a.name, &a.shape), (&b.name, &b.shape));
+            let largest = b.data.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            let worst = a
+                .data
+                .iter()
+                .zip(&b.data)
+                .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+            assert!(
+                worst <= 1e-5 * largest,
+                "{name}: {} differs by {worst:.3e} (largest {largest:.3e})",
+                a.name
+            );
+        }
+    }
+}
+
+#[test]
+fn fused_attention_is_an_option_of_its_own() {
+    // --fusion all --attention unfused: every other fusion, attention in three nodes; and
+    // --fusion none --attention fused: only attention fused, reading Q, K and V from the
+    // three projections' outputs.
+    let dir = &fixtures()[0];
+    let model = VitModel::load(dir).unwrap();
+    let layers = model.config.num_hidden_layers;
+    let graph = |fusion| {
+        let options = vitrt_model::GraphOptions {
+            hidden_states: false,
+            fusion,
+        };
+        model.build_graph(2, options).unwrap()
+    };
+    let count = |g: &vitrt_runtime::Graph, kind: &str| {
+        g.nodes.iter().filter(|n| n.op.kind_name() == kind).count()
+    };
+    let three_nodes = graph(attention_unfused());
+    assert_eq!(count(&three_nodes, "attention"), 0);
+    assert_eq!(count(&three_nodes, "softmax"), layers);
+    let only_attention = graph(Fusion {
+        attention: AttentionFusion::Required,
+        ..Fusion::NONE
+    });
+    assert_eq!(count(&only_attention, "attention"), layers);
+    assert_eq!(count(&only_attention, "softmax"), 0);
+    // Q, K and V still come from three linear layers.
+    assert_eq!(
+        count(&only_attention, "linear"),
+        3 * layers + count(&three_nodes, "linear") - layers
+    );
 }
 
 /// The worst relative error per tensor of a fixture run on the CPU emulating `dtype` storage

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use vitrt_model::parity::{compare, tolerance};
 use vitrt_model::{Runner, VitModel};
 use vitrt_runtime::backend::cuda::CudaBackend;
-use vitrt_runtime::passes::Fusion;
+use vitrt_runtime::passes::{AttentionFusion, Fusion};
 use vitrt_runtime::{DType, HostTensor};
 
 fn fixtures() -> Vec<PathBuf> {
@@ -31,7 +31,13 @@ fn every_fixture_matches_pytorch_on_the_gpu() {
     let mut failures = Vec::new();
     for dtype in DType::ALL {
         let mut worst_overall = 0.0f64;
-        for fusion in [Fusion::ALL, Fusion::NONE] {
+        // Fused attention where the kernel takes the model (f16/bf16; head dims 16, 32 and 80
+        // here, not 18 or 24), and the same graph with attention as three nodes.
+        let attention_unfused = Fusion {
+            attention: AttentionFusion::Off,
+            ..Fusion::ALL
+        };
+        for fusion in [Fusion::ALL, attention_unfused, Fusion::NONE] {
             for dir in fixtures() {
                 let name = dir.file_name().unwrap().to_string_lossy().into_owned();
                 let model = VitModel::load(&dir).unwrap();
@@ -59,10 +65,12 @@ fn every_fixture_matches_pytorch_on_the_gpu() {
                 worst_overall = worst_overall.max(worst);
                 let fused = if fusion == Fusion::ALL {
                     "fused"
+                } else if fusion == attention_unfused {
+                    "attn-unfused"
                 } else {
                     "unfused"
                 };
-                println!("{dtype:4} {fused:7} {name:26} worst relative error {worst:.2e}");
+                println!("{dtype:4} {fused:12} {name:26} worst relative error {worst:.2e}");
                 for row in rows {
                     if row.relative_error > tolerance(dtype) || row.same_top1 == Some(false) {
                         failures.push(format!(
@@ -76,4 +84,27 @@ fn every_fixture_matches_pytorch_on_the_gpu() {
         println!("{dtype}: worst relative error over all fixtures {worst_overall:.2e}");
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn attention_is_fused_exactly_where_the_kernel_takes_the_model() {
+    let required = Fusion {
+        attention: AttentionFusion::Required,
+        ..Fusion::ALL
+    };
+    for dtype in DType::ALL {
+        for dir in fixtures() {
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            let model = VitModel::load(&dir).unwrap();
+            let head_dim = model.config.head_dim();
+            let backend = CudaBackend::new(0, dtype).unwrap();
+            let runner = Runner::new(model, Box::new(backend), required);
+            let takes = dtype != DType::F32 && head_dim.is_multiple_of(16) && head_dim <= 128;
+            match runner.check_graph() {
+                Ok(()) => assert!(takes, "{dtype} {name}: head dim {head_dim} was fused"),
+                Err(e) => assert!(!takes, "{dtype} {name}: head dim {head_dim} not fused: {e}"),
+            }
+        }
+    }
 }

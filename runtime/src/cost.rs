@@ -42,8 +42,21 @@ pub fn node_cost(graph: &Graph, plan: &Plan, node: usize) -> NodeCost {
         }
         _ => lowering::matmul_for(&n.op, &shapes),
     };
+    let mut flops = matmul.as_ref().map_or(0.0, MatmulProblem::flops);
+    if let Some(p) = lowering::attention_for(&n.op, &shapes) {
+        // Q, K and V are head slices of their tensors (often one fused QKV tensor, which the
+        // node lists three times): the least it reads is each slice once.
+        let slice = (p.batch * p.tokens * p.heads * p.head_dim) as f64;
+        bytes = n
+            .inputs
+            .iter()
+            .map(|&v| slice * plan.dtypes[v].size_bytes() as f64)
+            .sum::<f64>()
+            + value_bytes(n.output);
+        flops = p.flops();
+    }
     NodeCost {
-        flops: matmul.as_ref().map_or(0.0, MatmulProblem::flops),
+        flops,
         bytes,
         matmul,
     }
@@ -80,5 +93,38 @@ mod tests {
         let add = node_cost(&g, &plan, 1);
         assert_eq!((add.flops, add.bytes), (0.0, (3 * 20 * 32 * 2) as f64));
         assert!(add.matmul.is_none());
+    }
+
+    #[test]
+    fn fused_attention_costs_its_two_products_and_q_k_v_o_once() {
+        let (b, t, heads, d) = (2, 197, 12, 64);
+        let hidden = heads * d;
+        let mut g = Graph::default();
+        let qkv = g.add_input("qkv", &[b, t, 3 * hidden]);
+        let slice = |column_offset| crate::graph::HeadSlice { column_offset };
+        let o = g
+            .add_node(
+                "attention",
+                Op::Attention {
+                    heads,
+                    head_dim: d,
+                    scale: 0.125,
+                    q: slice(0),
+                    k: slice(hidden),
+                    v: slice(2 * hidden),
+                },
+                &[qkv, qkv, qkv],
+            )
+            .unwrap();
+        g.mark_output("o", o);
+        let plan = Plan::new(&g, Precision::uniform(DType::F16));
+        let cost = node_cost(&g, &plan, 0);
+        assert_eq!(cost.flops, 4.0 * (b * heads * t * t * d) as f64);
+        // Q, K, V from the f32 input, O in f16.
+        assert_eq!(
+            cost.bytes,
+            (3 * b * t * hidden * 4 + b * t * hidden * 2) as f64
+        );
+        assert!(cost.matmul.is_none());
     }
 }

@@ -90,6 +90,18 @@ pub enum Op {
         head_dim: usize,
         v: HeadSlice,
     },
+    /// Scores, softmax and context in one node (made by `passes::fuse_attention`): inputs the
+    /// tensors holding Q, K and V, [B, T, width]; output [B, T, heads·head_dim] =
+    /// softmax(scale · Q·Kᵀ)·V per head, heads side by side as `AttentionContext` writes them.
+    /// The scores and probabilities are never stored.
+    Attention {
+        heads: usize,
+        head_dim: usize,
+        scale: f32,
+        q: HeadSlice,
+        k: HeadSlice,
+        v: HeadSlice,
+    },
     /// Input [B, T, C]; output [B, C], the token at `index` of each sequence.
     SelectToken { index: usize },
 }
@@ -105,6 +117,7 @@ impl Op {
             Op::AttentionScores { .. } => "attention_scores",
             Op::Softmax => "softmax",
             Op::AttentionContext { .. } => "attention_context",
+            Op::Attention { .. } => "attention",
             Op::SelectToken { .. } => "select_token",
         }
     }
@@ -230,6 +243,26 @@ impl Op {
                     ));
                 }
                 Ok(vec![b, t, heads * head_dim])
+            }
+            Op::Attention {
+                heads,
+                head_dim,
+                q,
+                k,
+                v,
+                ..
+            } => {
+                arity(3)?;
+                for (src, slice) in [(inputs[0], q), (inputs[1], k), (inputs[2], v)] {
+                    check_head_source(src, *heads, *head_dim, slice)?;
+                }
+                if inputs[1][..2] != inputs[0][..2] || inputs[2][..2] != inputs[0][..2] {
+                    return Err(format!(
+                        "Q {:?}, K {:?} and V {:?} differ in batch or tokens",
+                        inputs[0], inputs[1], inputs[2]
+                    ));
+                }
+                Ok(vec![inputs[0][0], inputs[0][1], heads * head_dim])
             }
             Op::SelectToken { index } => {
                 arity(1)?;

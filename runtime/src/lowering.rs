@@ -3,7 +3,7 @@
 
 use crate::graph::{Graph, Op};
 use crate::plan::Plan;
-use vitrt_kernels::{DType, Epilogue, MatmulProblem, Operand, WeightLayout};
+use vitrt_kernels::{AttentionProblem, DType, Epilogue, MatmulProblem, Operand, WeightLayout};
 
 /// `[.., K] · W[N, K]ᵀ` over every leading row.
 pub fn linear(x_shape: &[usize], w_shape: &[usize], epilogue: Epilogue) -> MatmulProblem {
@@ -121,6 +121,38 @@ pub fn matmul_for(op: &Op, input_shapes: &[&[usize]]) -> Option<MatmulProblem> {
         }
         _ => None,
     }
+}
+
+/// The fused attention an `Op::Attention` runs, from its inputs' shapes (Q, K, V, each
+/// `[B, T, width]`); None for every other op. O is `[B, T, heads·head_dim]`.
+pub fn attention_for(op: &Op, input_shapes: &[&[usize]]) -> Option<AttentionProblem> {
+    let Op::Attention {
+        heads,
+        head_dim,
+        scale,
+        q,
+        k,
+        v,
+    } = op
+    else {
+        return None;
+    };
+    let [qs, ks, vs] = input_shapes else {
+        return None;
+    };
+    let (batch, tokens) = (qs[0], qs[1]);
+    let view = |shape: &[usize], column: usize| head_view(tokens, shape[2], *head_dim, column);
+    Some(AttentionProblem {
+        batch,
+        heads: *heads,
+        tokens,
+        head_dim: *head_dim,
+        scale: *scale,
+        q: view(qs, q.column_offset),
+        k: view(ks, k.column_offset),
+        v: view(vs, v.column_offset),
+        o: head_view(tokens, heads * head_dim, *head_dim, 0),
+    })
 }
 
 /// One matmul a planned graph launches, with the storage types the backend will hand it.

@@ -10,26 +10,166 @@ pub struct Fusion {
     pub epilogues: bool,
     /// Q, K and V projections of one input into one matmul with concatenated weights.
     pub qkv: bool,
+    /// Attention scores, softmax and context into one fused attention node.
+    pub attention: AttentionFusion,
+}
+
+/// When [`fuse_attention`] fuses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionFusion {
+    /// Never: three nodes, the scores and probabilities stored in between.
+    Off,
+    /// Wherever the backend has a kernel for the case (the default); the rest stays unfused.
+    WhereSupported,
+    /// Everywhere: a case the backend has no kernel for is an error.
+    Required,
 }
 
 impl Fusion {
     pub const ALL: Fusion = Fusion {
         epilogues: true,
         qkv: true,
+        attention: AttentionFusion::WhereSupported,
     };
     pub const NONE: Fusion = Fusion {
         epilogues: false,
         qkv: false,
+        attention: AttentionFusion::Off,
     };
 }
 
+/// What a backend answers when asked whether it runs an op on inputs of given shapes
+/// (`Backend::supports`): Ok, or the reason it does not.
+pub type Supports<'a> = &'a dyn Fn(&Op, &[&[usize]]) -> Result<(), String>;
+
+/// Applies the passes for a backend that runs every op.
 pub fn apply(graph: &mut Graph, fusion: Fusion) {
+    apply_for(graph, fusion, &|_, _| Ok(())).expect("every op is supported");
+}
+
+/// Applies the passes, fusing attention only where `supports` allows; fails only when
+/// `fusion.attention` is `Required` and some attention cannot be fused.
+pub fn apply_for(graph: &mut Graph, fusion: Fusion, supports: Supports) -> Result<(), String> {
+    // After fuse_qkv, which recognises attention by its three unfused nodes.
     if fusion.qkv {
         fuse_qkv(graph);
+    }
+    if fusion.attention != AttentionFusion::Off {
+        fuse_attention(
+            graph,
+            fusion.attention == AttentionFusion::Required,
+            supports,
+        )?;
     }
     if fusion.epilogues {
         fuse_epilogues(graph);
     }
+    Ok(())
+}
+
+/// `AttentionScores → Softmax → AttentionContext` becomes one `Attention` node, where the
+/// scores and the probabilities are read by nothing else and are no named output: the
+/// fused kernel never stores them. A chain the backend cannot fuse (`supports` says why) is
+/// left as it is, or, with `required`, is an error naming the node and the reason. Returns
+/// the number of nodes fused.
+pub fn fuse_attention(
+    graph: &mut Graph,
+    required: bool,
+    supports: Supports,
+) -> Result<usize, String> {
+    let users = graph.consumers();
+    let mut fused = 0;
+    let mut dead = vec![false; graph.nodes.len()];
+    let mut rewrites = Vec::new();
+    for (softmax_id, node) in graph.nodes.iter().enumerate() {
+        if node.op != Op::Softmax {
+            continue;
+        }
+        let scores = node.inputs[0];
+        let probabilities = node.output;
+        let Some(scores_id) = graph.nodes.iter().position(|n| n.output == scores) else {
+            continue;
+        };
+        let Op::AttentionScores {
+            heads,
+            head_dim,
+            scale,
+            q,
+            k,
+        } = graph.nodes[scores_id].op
+        else {
+            continue;
+        };
+        let [context_id] = users[probabilities][..] else {
+            continue;
+        };
+        let context = &graph.nodes[context_id];
+        let Op::AttentionContext {
+            heads: context_heads,
+            head_dim: context_head_dim,
+            v,
+        } = context.op
+        else {
+            continue;
+        };
+        let private = users[scores] == [softmax_id]
+            && context.inputs[0] == probabilities
+            && context.inputs[1] != probabilities
+            && !graph.is_output(scores)
+            && !graph.is_output(probabilities);
+        if !private || (context_heads, context_head_dim) != (heads, head_dim) {
+            continue;
+        }
+        let op = Op::Attention {
+            heads,
+            head_dim,
+            scale,
+            q,
+            k,
+            v,
+        };
+        let scores_node = &graph.nodes[scores_id];
+        let inputs = vec![
+            scores_node.inputs[0],
+            scores_node.inputs[1],
+            context.inputs[1],
+        ];
+        let shapes: Vec<&[usize]> = inputs
+            .iter()
+            .map(|&v| graph.values[v].shape.as_slice())
+            .collect();
+        if let Err(reason) = supports(&op, &shapes) {
+            if required {
+                return Err(format!(
+                    "attention {} cannot be fused: {reason}",
+                    scores_node.name
+                ));
+            }
+            continue;
+        }
+        let name = match scores_node.name.strip_suffix(".scores") {
+            Some(prefix) => format!("{prefix}.fused"),
+            None => format!("{}+softmax+context", scores_node.name),
+        };
+        rewrites.push((scores_id, softmax_id, context_id, op, inputs, name));
+    }
+    for (scores_id, softmax_id, context_id, op, inputs, name) in rewrites {
+        // The context node becomes the fused node: it keeps its place (after Q's, K's and V's
+        // producers) and its output value, so later readers see no change.
+        let context = &mut graph.nodes[context_id];
+        context.op = op;
+        context.inputs = inputs;
+        context.name = name;
+        dead[scores_id] = true;
+        dead[softmax_id] = true;
+        fused += 1;
+    }
+    let mut id = 0;
+    graph.nodes.retain(|_| {
+        id += 1;
+        !dead[id - 1]
+    });
+    Ok(fused)
 }
 
 /// `Linear → Activation` and `Linear → Add` become one Linear whose epilogue applies the
@@ -244,4 +384,99 @@ fn reorder(graph: &mut Graph) {
         assert!(order.len() > before, "graph has a cycle");
     }
     graph.nodes = order;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Scores → softmax → context over three [2, 5, 32] inputs, 2 heads of 16.
+    fn attention_graph() -> Graph {
+        let mut g = Graph::default();
+        let [q, k, v] = ["q", "k", "v"].map(|name| g.add_input(name, &[2, 5, 32]));
+        let slice = HeadSlice { column_offset: 0 };
+        let scores = g
+            .add_node(
+                "layer.0.attention.scores",
+                Op::AttentionScores {
+                    heads: 2,
+                    head_dim: 16,
+                    scale: 0.25,
+                    q: slice,
+                    k: slice,
+                },
+                &[q, k],
+            )
+            .unwrap();
+        let probs = g
+            .add_node("layer.0.attention.softmax", Op::Softmax, &[scores])
+            .unwrap();
+        let context = g
+            .add_node(
+                "layer.0.attention.context",
+                Op::AttentionContext {
+                    heads: 2,
+                    head_dim: 16,
+                    v: slice,
+                },
+                &[probs, v],
+            )
+            .unwrap();
+        g.mark_output("context", context);
+        g
+    }
+
+    #[test]
+    fn scores_softmax_context_become_one_node() {
+        let mut g = attention_graph();
+        let context = g.nodes[2].output;
+        assert_eq!(fuse_attention(&mut g, true, &|_, _| Ok(())), Ok(1));
+        g.validate().unwrap();
+        assert_eq!(g.nodes.len(), 1);
+        let node = &g.nodes[0];
+        assert_eq!(node.name, "layer.0.attention.fused");
+        assert_eq!(node.inputs, vec![0, 1, 2]);
+        assert_eq!(node.output, context);
+        assert!(matches!(
+            node.op,
+            Op::Attention {
+                heads: 2,
+                head_dim: 16,
+                scale: 0.25,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn probabilities_someone_reads_are_not_fused_away() {
+        let mut g = attention_graph();
+        let probs = g.nodes[1].output;
+        g.mark_output("probs", probs);
+        assert_eq!(fuse_attention(&mut g, false, &|_, _| Ok(())), Ok(0));
+        assert_eq!(g.nodes.len(), 3);
+    }
+
+    #[test]
+    fn unsupported_attention_stays_unfused_unless_required() {
+        let refuse: Supports = &|op, _| match op {
+            Op::Attention { head_dim, .. } => Err(format!("no kernel for head dim {head_dim}")),
+            _ => Ok(()),
+        };
+        let mut g = attention_graph();
+        assert_eq!(fuse_attention(&mut g, false, refuse), Ok(0));
+        assert_eq!(g.nodes.len(), 3);
+        let required = Fusion {
+            attention: AttentionFusion::Required,
+            ..Fusion::NONE
+        };
+        let e = apply_for(&mut g, required, refuse).unwrap_err();
+        assert!(
+            e.contains("layer.0.attention.scores") && e.contains("head dim 16"),
+            "{e}"
+        );
+        // Fusion::NONE leaves attention alone, whatever the backend supports.
+        apply_for(&mut g, Fusion::NONE, &|_, _| Ok(())).unwrap();
+        assert_eq!(g.nodes.len(), 3);
+    }
 }

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use vitrt_model::{Runner, VitModel};
 use vitrt_runtime::backend::Device;
-use vitrt_runtime::passes::Fusion;
+use vitrt_runtime::passes::{AttentionFusion, Fusion};
 use vitrt_runtime::DType;
 use vitrt_weights::{resolve_model, ResolveOptions};
 
@@ -71,6 +71,11 @@ pub struct ModelArgs {
     /// Graph fusion: all (default) or none, to compare the fused and plain graphs.
     #[arg(long, value_enum, default_value_t = FusionArg::All)]
     fusion: FusionArg,
+    /// Attention as one fused kernel or as scores, softmax and context. Default: fused where
+    /// the backend has a kernel for the model (CUDA: f16/bf16, head dims 16 to 128 by 16) and
+    /// --fusion is all; `fused` makes it an error when it cannot be.
+    #[arg(long, value_enum)]
+    attention: Option<AttentionArg>,
     /// CUDA graphs: on (default) replays each forward pass as one captured graph after a
     /// first eager pass; off launches kernel by kernel. Ignored on the CPU.
     #[arg(long, value_enum, default_value_t = Switch::On)]
@@ -87,6 +92,12 @@ enum Switch {
 enum FusionArg {
     All,
     None,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum AttentionArg {
+    Fused,
+    Unfused,
 }
 
 fn parse_dtype(s: &str) -> Result<DType, String> {
@@ -117,13 +128,21 @@ impl ModelArgs {
             VitModel::load(&files.dir).with_context(|| format!("loading model {}", self.model))?;
         let device = Device::parse(&self.device)?;
         let backend = vitrt_runtime::backend::open(device, self.dtype)?;
-        let fusion = match self.fusion {
+        let mut fusion = match self.fusion {
             FusionArg::All => Fusion::ALL,
             FusionArg::None => Fusion::NONE,
         };
+        match self.attention {
+            Some(AttentionArg::Fused) => fusion.attention = AttentionFusion::Required,
+            Some(AttentionArg::Unfused) => fusion.attention = AttentionFusion::Off,
+            None => {}
+        }
         let runner = Runner::new(model, backend, fusion)
             .with_residual(self.residual_dtype)?
             .with_graph_replay(self.cuda_graphs == Switch::On);
+        if self.attention == Some(AttentionArg::Fused) {
+            runner.check_graph().context("--attention fused")?;
+        }
         Ok((runner, files.dir))
     }
 }

@@ -2,8 +2,10 @@
 //! and the same block decomposition. They are the reference in GPU tests and the CPU backend.
 //! Written for clarity first; rayon spreads the programs over cores.
 
+mod attention;
 mod elementwise;
 mod matmul;
 
+pub use attention::{attention, AttentionTiles};
 pub use elementwise::{add, bias_activation, layernorm, patchify, softmax, write_cls_rows};
 pub use matmul::{matmul, MatmulTiles};

@@ -30,6 +30,7 @@
 //!    for more than 48 KiB, and enqueues on the Gpu's stream. Errors surface as
 //!    [`KernelError`]; execution errors surface at the next [`Gpu::synchronize`] or download.
 
+mod attention;
 mod bench_support;
 mod cache;
 mod compile;
@@ -50,6 +51,9 @@ mod softmax;
 mod timing;
 mod tuning;
 
+pub use attention::{
+    attention_rows_aligned, fused_attention_support, ATTENTION_BLOCK_M, ATTENTION_HEAD_DIMS,
+};
 pub use cache::DiskCache;
 pub use compile::{parse_ptxas_report, CompiledKernel, Compiler, KernelResources};
 pub use cublas::Cublas;
@@ -69,7 +73,7 @@ pub use tuning::{
     TuningTable, TUNING_FILE_NAME, TUNING_FORMAT,
 };
 
-use crate::{DType, MatmulProblem};
+use crate::{AttentionProblem, DType, MatmulProblem};
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute, CUresult};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtr as _};
 use std::collections::HashMap;
@@ -356,6 +360,21 @@ impl Gpu {
         out: DevPtr,
     ) -> Result<(), KernelError> {
         layernorm::launch(self, dtype, x, gamma, beta, rows, cols, eps, out)
+    }
+
+    /// Fused attention, `O = softmax(scale · Q·Kᵀ) · V` for every (batch, head) of `p`, in
+    /// f16 or bf16 with fp32 arithmetic (as `cpu::attention`; the probabilities enter P·V in
+    /// the storage type). Head dims: [`ATTENTION_HEAD_DIMS`]; every row 16-byte aligned.
+    pub fn attention(
+        &self,
+        dtype: DType,
+        p: &AttentionProblem,
+        q: DevPtr,
+        k: DevPtr,
+        v: DevPtr,
+        o: DevPtr,
+    ) -> Result<(), KernelError> {
+        attention::launch(self, dtype, p, q, k, v, o)
     }
 
     /// `out[r, :] = softmax(scale * x[r, :])` for `rows` rows of `cols` (as `cpu::softmax`).

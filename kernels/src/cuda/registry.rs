@@ -255,6 +255,7 @@ pub fn all_instantiations() -> Vec<Instantiation> {
     all.extend(super::patch::instantiations());
     all.extend(super::matmul::instantiations());
     all.extend(super::rows_gather::instantiations());
+    all.extend(super::attention::instantiations());
     all.extend(super::timing::instantiations());
     all
 }

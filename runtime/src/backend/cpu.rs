@@ -323,6 +323,21 @@ fn run_simple(
                 *o = act.apply(x);
             }
         }
+        Op::Attention { .. } => {
+            let shapes: Vec<&[usize]> = bindings.iter().map(|b| b.shape.as_slice()).collect();
+            let problem = lowering::attention_for(op, &shapes).ok_or("not an attention")?;
+            problem.check_bounds(ins[0].len(), ins[1].len(), ins[2].len(), out.len())?;
+            // Scores and probabilities stay f32 inside; only the output is stored (and
+            // rounded by the caller when emulating half precision), as on the GPU.
+            cpu::attention(
+                &problem,
+                cpu::AttentionTiles::default(),
+                ins[0],
+                ins[1],
+                ins[2],
+                out,
+            );
+        }
         Op::Add => cpu::add(ins[0], ins[1], out),
         Op::Softmax => cpu::softmax(ins[0], last(&bindings[0].shape), 1.0, out),
         Op::SelectToken { index } => {

@@ -8,7 +8,10 @@ use crate::error::RuntimeError;
 use crate::graph::Op;
 use crate::lowering;
 use std::collections::HashMap;
-use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu, GpuEvent, GpuGraph, KernelError};
+use vitrt_kernels::cuda::{
+    attention_rows_aligned, fused_attention_support, DevPtr, DeviceBuffer, Gpu, GpuEvent, GpuGraph,
+    KernelError,
+};
 use vitrt_kernels::{DType, MatmulProblem};
 
 pub struct CudaBackend {
@@ -163,6 +166,25 @@ impl Backend for CudaBackend {
         Ok(dtype.decode(&bytes))
     }
 
+    fn supports(&self, op: &Op, input_shapes: &[&[usize]]) -> Result<(), String> {
+        let Some(p) = lowering::attention_for(op, input_shapes) else {
+            return Ok(());
+        };
+        fused_attention_support(self.dtype, p.head_dim)?;
+        // The plan puts every value on a 256-byte boundary, so the strides decide.
+        let extents = (p.batch, p.heads, p.tokens);
+        for (what, view) in [("Q", &p.q), ("K", &p.k), ("V", &p.v), ("O", &p.o)] {
+            if !attention_rows_aligned(0, self.dtype, view, extents) {
+                return Err(format!(
+                    "the fused attention kernel needs 16-byte aligned rows; {what} rows are {} \
+                     elements apart from column {}",
+                    view.row_stride, view.offset
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn execute(
         &mut self,
         op: &Op,
@@ -271,6 +293,12 @@ impl CudaBackend {
                 gpu.matmul(d, &problem, ins[0], ins[1], bias, residual, out)
             }
             Op::Activation(act) => gpu.activation(d, *act, ins[0], out.len, out),
+            Op::Attention { .. } => {
+                let shapes: Vec<&[usize]> = inputs.iter().map(|b| b.shape.as_slice()).collect();
+                let problem = lowering::attention_for(op, &shapes)
+                    .ok_or_else(|| KernelError::InvalidArgument("not an attention".into()))?;
+                gpu.attention(d, &problem, ins[0], ins[1], ins[2], out)
+            }
             Op::Add => gpu.add(d, ins[0], ins[1], out.len, out),
             Op::Softmax => {
                 let cols = last(&inputs[0].shape);

@@ -101,6 +101,14 @@ pub trait Backend {
     /// Copies a buffer back to the host as f32.
     fn read(&mut self, src: BufferRef) -> Result<Vec<f32>, RuntimeError>;
 
+    /// Whether this backend has a kernel for `op` on inputs of these shapes, or why not. Every
+    /// backend runs every op but the fused attention, whose GPU kernel takes only some dtypes
+    /// and head dims: the fusion pass asks before it fuses (`passes::apply_for`).
+    fn supports(&self, op: &Op, input_shapes: &[&[usize]]) -> Result<(), String> {
+        let _ = (op, input_shapes);
+        Ok(())
+    }
+
     /// Runs one op. Errors are plain messages; the executor adds the node's name.
     fn execute(
         &mut self,

@@ -48,7 +48,8 @@ pub enum Kind {
     Patch {
         batch: usize,
     },
-    /// Scores matmul, softmax, context matmul over the fused QKV activation.
+    /// Attention over the fused QKV activation: the fused kernel (provider `vitrt`), and
+    /// scores matmul, softmax, context matmul (provider `vitrt-unfused`).
     Attention {
         batch: usize,
     },
@@ -118,10 +119,12 @@ impl Case {
     }
 
     /// Timings the case makes: ours and cuBLAS, each without and with the epilogue, for a
-    /// matmul; ours and the copy otherwise.
+    /// matmul; ours fused and unfused and the copy for attention; ours and the copy otherwise.
     pub fn measurements(&self) -> usize {
         match self.kind {
             Kind::Matmul { .. } => 4,
+            // Fused, unfused, the copy.
+            Kind::Attention { .. } => 3,
             _ => 2,
         }
     }
@@ -208,7 +211,8 @@ mod tests {
         assert_eq!(unique.len(), names.len(), "every case has its own name");
         assert_eq!(
             all.iter().map(Case::measurements).sum::<usize>(),
-            22 * 4 + 20 * 2
+            // Matmuls 4 each; attention (4 batches) 3; the other 16 memory-bound cases 2.
+            22 * 4 + 4 * 3 + 16 * 2
         );
     }
 

@@ -10,7 +10,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use vitrt_kernels::cuda::{Cublas, DevPtr, DeviceBuffer, Gpu, KernelError};
 use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem};
-use vitrt_runtime::lowering;
+use vitrt_runtime::{lowering, HeadSlice, Op};
 
 /// Device time every repetition waits behind (see `Gpu::spin`): far longer than the host takes
 /// to queue one repetition's launches (a few, microseconds each), so the start event never
@@ -372,6 +372,20 @@ impl Bench<'_> {
             None,
             Some(bytes as f64),
         );
+        if let Kind::Attention { batch } = case.kind {
+            // The three unfused kernels on the same traffic, as the second row of the case.
+            let unfused = self.time_attention(batch, false);
+            self.record(
+                op,
+                &case.name,
+                "vitrt-unfused",
+                None,
+                case.shape(),
+                unfused,
+                None,
+                Some(bytes as f64),
+            );
+        }
 
         let elements = (bytes / 2) as usize / d.size_bytes();
         let copied = (elements * d.size_bytes()) as u64;
@@ -386,6 +400,56 @@ impl Bench<'_> {
             None,
             Some(2.0 * copied as f64),
         );
+    }
+
+    /// Attention over the fused-QKV activation as the runtime lowers it, Q, K and V read in
+    /// place from the [B, T, 3·hidden] tensor: fused (the one kernel; f16 and bf16 only), or
+    /// unfused (scores = scale·Q·Kᵀ per head, softmax over each row, context = P·V).
+    fn time_attention(&mut self, batch: usize, fused: bool) -> Result<Stats, KernelError> {
+        let (d, size, gpu) = (self.dtype, self.dtype.size_bytes(), self.gpu);
+        let width = 3 * HIDDEN;
+        let copies = self.copies(batch * TOKENS * width * size);
+        let qkv = self.input(d, batch * TOKENS * width, copies, 1.0)?;
+        let context = self.output(batch * TOKENS * HIDDEN, copies)?;
+        let scale = 1.0 / (HEAD_DIM as f32).sqrt();
+        let slice = |column_offset| HeadSlice { column_offset };
+        let shape = [batch, TOKENS, width];
+        if fused {
+            let op = Op::Attention {
+                heads: HEADS,
+                head_dim: HEAD_DIM,
+                scale,
+                q: slice(0),
+                k: slice(HIDDEN),
+                v: slice(2 * HIDDEN),
+            };
+            let problem = lowering::attention_for(&op, &[&shape, &shape, &shape])
+                .ok_or_else(|| KernelError::InvalidArgument("attention did not lower".into()))?;
+            return self.measure(copies, |i| {
+                let qkv = qkv.view(i)?;
+                gpu.attention(d, &problem, qkv, qkv, qkv, context.view(i)?)
+            });
+        }
+        let score_len = batch * HEADS * TOKENS * TOKENS;
+        let scores = self.output(score_len, 1)?;
+        let probs = self.output(score_len, 1)?;
+        let scores_problem = lowering::attention_scores(
+            batch,
+            TOKENS,
+            HEADS,
+            HEAD_DIM,
+            scale,
+            (width, 0),
+            (width, HIDDEN),
+        );
+        let context_problem =
+            lowering::attention_context(batch, TOKENS, HEADS, HEAD_DIM, (width, 2 * HIDDEN));
+        self.measure(copies, |i| {
+            let (qkv, s, p) = (qkv.view(i)?, scores.view(0)?, probs.view(0)?);
+            gpu.matmul(d, &scores_problem, qkv, qkv, None, None, s)?;
+            gpu.softmax(d, s, batch * HEADS * TOKENS, TOKENS, 1.0, p)?;
+            gpu.matmul(d, &context_problem, p, qkv, None, None, context.view(i)?)
+        })
     }
 
     fn time_copy(&mut self, elements: usize) -> Result<Stats, KernelError> {
@@ -470,41 +534,7 @@ impl Bench<'_> {
                     gpu.matmul(d, &problem, ws, w, Some(b), Some(pos), out)
                 })
             }
-            Kind::Attention { batch } => {
-                // The unfused path of the fused-QKV graph, lowered as the runtime lowers it:
-                // scores = scale·Q·Kᵀ per head, softmax over each row, context = P·V, with Q,
-                // K and V read in place from the [B, T, 3·hidden] QKV activation.
-                let width = 3 * HIDDEN;
-                let copies = self.copies(batch * TOKENS * width * size);
-                let qkv = self.input(d, batch * TOKENS * width, copies, 1.0)?;
-                let score_len = batch * HEADS * TOKENS * TOKENS;
-                let scores = self.output(score_len, 1)?;
-                let probs = self.output(score_len, 1)?;
-                let context = self.output(batch * TOKENS * HIDDEN, copies)?;
-                let scale = 1.0 / (HEAD_DIM as f32).sqrt();
-                let scores_problem = lowering::attention_scores(
-                    batch,
-                    TOKENS,
-                    HEADS,
-                    HEAD_DIM,
-                    scale,
-                    (width, 0),
-                    (width, HIDDEN),
-                );
-                let context_problem = lowering::attention_context(
-                    batch,
-                    TOKENS,
-                    HEADS,
-                    HEAD_DIM,
-                    (width, 2 * HIDDEN),
-                );
-                self.measure(copies, |i| {
-                    let (qkv, s, p) = (qkv.view(i)?, scores.view(0)?, probs.view(0)?);
-                    gpu.matmul(d, &scores_problem, qkv, qkv, None, None, s)?;
-                    gpu.softmax(d, s, batch * HEADS * TOKENS, TOKENS, 1.0, p)?;
-                    gpu.matmul(d, &context_problem, p, qkv, None, None, context.view(i)?)
-                })
-            }
+            Kind::Attention { batch } => self.time_attention(batch, true),
             Kind::Matmul { .. } => Err(KernelError::InvalidArgument(
                 "matmuls are timed by Bench::matmul".into(),
             )),

@@ -1,0 +1,252 @@
+//! Fused attention, as kernels/cuda/attention.cu computes it: one program per (batch, head,
+//! block of query rows), key blocks streamed with an online softmax (a running maximum and a
+//! running sum per row, the accumulator rescaled whenever the maximum grows), one division at
+//! the end. Everything stays f32 between reading Q, K, V and writing O: no scores or
+//! probabilities are stored, so none are rounded.
+
+use crate::AttentionProblem;
+use rayon::prelude::*;
+
+/// The CPU twin's meta-parameters: query rows per program, keys per streamed block (the
+/// GPU kernel's BLOCK_M and BLOCK_N).
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionTiles {
+    pub block_m: usize,
+    pub block_n: usize,
+}
+
+impl Default for AttentionTiles {
+    fn default() -> Self {
+        AttentionTiles {
+            block_m: 64,
+            block_n: 64,
+        }
+    }
+}
+
+/// Runs `problem` on f32 buffers. Panics if a view does not fit its buffer: callers check
+/// with [`AttentionProblem::check_bounds`] and turn that into an error first.
+pub fn attention(
+    problem: &AttentionProblem,
+    tiles: AttentionTiles,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    o: &mut [f32],
+) {
+    let p = problem;
+    if let Err(e) = p.check_bounds(q.len(), k.len(), v.len(), o.len()) {
+        panic!("cpu::attention: {e}");
+    }
+    let (block_m, block_n) = (tiles.block_m.max(1), tiles.block_n.max(1));
+    let (t, d) = (p.tokens, p.head_dim);
+    let query_blocks = t.div_ceil(block_m);
+    let programs = p.batch * p.heads * query_blocks;
+    // exp(scale · s - m) as exp2(s · scale·log2(e) - m'), as the GPU kernel computes it.
+    let scale_log2 = p.scale * std::f32::consts::LOG2_E;
+
+    // Each program's rows of O, computed in parallel, then written through O's view.
+    let blocks: Vec<Vec<f32>> = (0..programs)
+        .into_par_iter()
+        .map(|program| {
+            let matrix = program / query_blocks;
+            let m0 = (program % query_blocks) * block_m;
+            let (b, h) = (matrix / p.heads, matrix % p.heads);
+            let rows = block_m.min(t - m0);
+            let mut acc = vec![0.0f32; rows * d];
+            let mut row_max = vec![f32::NEG_INFINITY; rows];
+            let mut row_sum = vec![0.0f32; rows];
+            let mut scores = vec![0.0f32; block_n];
+            for n0 in (0..t).step_by(block_n) {
+                let keys = block_n.min(t - n0);
+                for r in 0..rows {
+                    let q_row = &q[p.q.index(b, h, m0 + r, 0)..][..d];
+                    let mut block_max = f32::NEG_INFINITY;
+                    for (c, score) in scores[..keys].iter_mut().enumerate() {
+                        let k_row = &k[p.k.index(b, h, n0 + c, 0)..][..d];
+                        let dot: f32 = q_row.iter().zip(k_row).map(|(x, y)| x * y).sum();
+                        *score = dot * scale_log2;
+                        block_max = block_max.max(*score);
+                    }
+                    let new_max = row_max[r].max(block_max);
+                    // On the first block the old maximum is -inf: the correction is 0.
+                    let correction = (row_max[r] - new_max).exp2();
+                    row_max[r] = new_max;
+                    row_sum[r] *= correction;
+                    let out = &mut acc[r * d..(r + 1) * d];
+                    out.iter_mut().for_each(|x| *x *= correction);
+                    for (c, &score) in scores[..keys].iter().enumerate() {
+                        let weight = (score - new_max).exp2();
+                        row_sum[r] += weight;
+                        let v_row = &v[p.v.index(b, h, n0 + c, 0)..][..d];
+                        for (x, &y) in out.iter_mut().zip(v_row) {
+                            *x += weight * y;
+                        }
+                    }
+                }
+            }
+            for (r, out) in acc.chunks_mut(d.max(1)).enumerate() {
+                let inv_sum = 1.0 / row_sum[r];
+                out.iter_mut().for_each(|x| *x *= inv_sum);
+            }
+            acc
+        })
+        .collect();
+    for (program, block) in blocks.iter().enumerate() {
+        let matrix = program / query_blocks;
+        let m0 = (program % query_blocks) * block_m;
+        let (b, h) = (matrix / p.heads, matrix % p.heads);
+        for (r, row) in block.chunks(d.max(1)).enumerate() {
+            let start = p.o.index(b, h, m0 + r, 0);
+            o[start..start + d].copy_from_slice(row);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::{matmul, softmax, MatmulTiles};
+    use crate::{Epilogue, MatmulProblem, Operand, WeightLayout};
+
+    /// A deterministic, varied sequence (no rand dependency in unit tests).
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                (state % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Heads of a [batch, tokens, width] tensor starting at `column`.
+    fn heads_of(tokens: usize, width: usize, head_dim: usize, column: usize) -> Operand {
+        Operand {
+            offset: column,
+            row_stride: width,
+            batch_stride: tokens * width,
+            head_stride: head_dim,
+        }
+    }
+
+    /// The unfused composition: scores matmul, softmax, context matmul (all f32).
+    fn unfused(p: &AttentionProblem, q: &[f32], k: &[f32], v: &[f32], o: &mut [f32]) {
+        let (t, bh) = (p.tokens, p.batch * p.heads);
+        let probabilities = Operand {
+            offset: 0,
+            row_stride: t,
+            batch_stride: p.heads * t * t,
+            head_stride: t * t,
+        };
+        let scores_problem = MatmulProblem {
+            batch: p.batch,
+            heads: p.heads,
+            m: t,
+            n: t,
+            k: p.head_dim,
+            a: p.q,
+            b: p.k,
+            b_layout: WeightLayout::NK,
+            c: probabilities,
+            r: Operand::contiguous(0),
+            epilogue: Epilogue {
+                alpha: p.scale,
+                ..Epilogue::NONE
+            },
+        };
+        let mut scores = vec![0.0; bh * t * t];
+        let tiles = MatmulTiles::default();
+        matmul(&scores_problem, tiles, q, k, None, None, &mut scores);
+        let mut probs = vec![0.0; scores.len()];
+        softmax(&scores, t, 1.0, &mut probs);
+        let context_problem = MatmulProblem {
+            m: t,
+            n: p.head_dim,
+            k: t,
+            a: probabilities,
+            b: p.v,
+            b_layout: WeightLayout::KN,
+            c: p.o,
+            epilogue: Epilogue::NONE,
+            ..scores_problem
+        };
+        matmul(&context_problem, tiles, &probs, v, None, None, o);
+    }
+
+    #[test]
+    fn fused_attention_matches_scores_softmax_context() {
+        for (batch, heads, tokens, head_dim) in [
+            (1, 1, 1, 8),
+            (2, 3, 7, 16),
+            (1, 2, 65, 80),
+            (2, 2, 197, 64),
+            (1, 1, 130, 32),
+        ] {
+            // Q, K and V side by side in one [batch, tokens, 3·hidden] tensor, as after the
+            // fused QKV projection; O with its heads side by side.
+            let hidden = heads * head_dim;
+            let width = 3 * hidden;
+            let qkv = values(batch * tokens * width, tokens as u32);
+            let p = AttentionProblem {
+                batch,
+                heads,
+                tokens,
+                head_dim,
+                scale: 1.0 / (head_dim as f32).sqrt(),
+                q: heads_of(tokens, width, head_dim, 0),
+                k: heads_of(tokens, width, head_dim, hidden),
+                v: heads_of(tokens, width, head_dim, 2 * hidden),
+                o: heads_of(tokens, hidden, head_dim, 0),
+            };
+            let mut fused = vec![f32::NAN; batch * tokens * hidden];
+            // Small blocks, so that several query and key blocks (and a partial one) are run.
+            let tiles = AttentionTiles {
+                block_m: 16,
+                block_n: 24,
+            };
+            attention(&p, tiles, &qkv, &qkv, &qkv, &mut fused);
+            let mut reference = vec![f32::NAN; fused.len()];
+            unfused(&p, &qkv, &qkv, &qkv, &mut reference);
+            for (i, (&got, &want)) in fused.iter().zip(&reference).enumerate() {
+                assert!(
+                    (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                    "{batch}x{heads}x{tokens}x{head_dim}: element {i}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn large_scores_do_not_overflow() {
+        // Scores of ±1e4: a softmax without the running maximum would give inf / inf.
+        let (tokens, head_dim) = (70, 16);
+        let mut q = vec![0.0; tokens * head_dim];
+        let mut k = q.clone();
+        let v = values(tokens * head_dim, 3);
+        for t in 0..tokens {
+            q[t * head_dim] = 100.0;
+            k[t * head_dim] = if t == 50 { 100.0 } else { -100.0 + t as f32 };
+        }
+        let view = Operand::contiguous(head_dim);
+        let p = AttentionProblem {
+            batch: 1,
+            heads: 1,
+            tokens,
+            head_dim,
+            scale: 1.0,
+            q: view,
+            k: view,
+            v: view,
+            o: view,
+        };
+        let mut o = vec![f32::NAN; tokens * head_dim];
+        attention(&p, AttentionTiles::default(), &q, &k, &v, &mut o);
+        // Key 50 wins by e^(1e4 - ...) : every output row is V's row 50.
+        for row in o.chunks(head_dim) {
+            assert_eq!(row, &v[50 * head_dim..51 * head_dim]);
+        }
+    }
+}

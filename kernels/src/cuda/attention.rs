@@ -1,0 +1,317 @@
+//! The fused attention launcher: kernels/cuda/attention.cu, FlashAttention-2 style, one CTA
+//! per (batch, head, block of 64 query rows), for f16 and bf16 storage and head dims that are
+//! multiples of 16 from 16 to 128 (ViT-B/16's 64, ViT-L's 64, ViT-H's 80, ...). f32 has no
+//! fused kernel: its attention runs unfused (the matmul's exact fp32 FMA path), and the
+//! runtime asks [`fused_attention_support`] before it fuses.
+
+use super::{
+    invalid, to_i32, to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
+    KernelParam, LaunchDims, ParamKind,
+};
+use crate::{AttentionProblem, DType, Operand};
+
+const SOURCE: &str = include_str!("../../cuda/attention.cu");
+
+/// The head dims the kernel is instantiated for: every multiple of 16 up to 128 (16 for the
+/// small test fixtures). A multiple of 16 is what one m16n8k16 step of Q·Kᵀ takes; past 128
+/// the output accumulator (head_dim / 2 registers per thread) and the Q fragments would
+/// spill (128 already takes 243 registers on sm_90).
+pub const ATTENTION_HEAD_DIMS: [usize; 8] = [16, 32, 48, 64, 80, 96, 112, 128];
+
+/// Keys per streamed K/V tile.
+const BLOCK_N: u32 = 64;
+/// Warps per CTA, 16 query rows each: BLOCK_M = 64.
+const WARPS: u32 = 4;
+
+/// Query rows per CTA.
+pub const ATTENTION_BLOCK_M: usize = (WARPS * 16) as usize;
+
+/// Every meta-parameter of one attention instantiation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct AttentionConfig {
+    pub dtype: DType,
+    pub head_dim: u32,
+}
+
+impl AttentionConfig {
+    fn threads(&self) -> u32 {
+        WARPS * 32
+    }
+
+    /// Q, then two K and two V buffers, rows padded by 8 elements (as attention.cu).
+    fn shared_bytes(&self) -> u32 {
+        let pitch = self.head_dim + 8;
+        (WARPS * 16 + 4 * BLOCK_N) * pitch * self.dtype.size_bytes() as u32
+    }
+
+    pub fn instantiation(&self) -> Instantiation {
+        let mut params = vec![
+            KernelParam::new("q", ParamKind::ConstPtr(self.dtype)),
+            KernelParam::new("k", ParamKind::ConstPtr(self.dtype)),
+            KernelParam::new("v", ParamKind::ConstPtr(self.dtype)),
+            KernelParam::new("o", ParamKind::MutPtr(self.dtype)),
+            KernelParam::new("heads", ParamKind::I32),
+            KernelParam::new("tokens", ParamKind::I32),
+        ];
+        for names in VIEW_PARAM_NAMES {
+            params.extend(
+                names
+                    .iter()
+                    .map(|&name| KernelParam::new(name, ParamKind::I64)),
+            );
+        }
+        params.push(KernelParam::new("scale", ParamKind::F32));
+        Instantiation {
+            name: format!(
+                "attention_{}_d{}_bn{BLOCK_N}_w{WARPS}",
+                self.dtype.name(),
+                self.head_dim
+            ),
+            family: "attention",
+            source: SOURCE,
+            function: "attention_block",
+            template_args: vec![
+                self.dtype.cuda_type().into(),
+                self.head_dim.to_string(),
+                BLOCK_N.to_string(),
+                WARPS.to_string(),
+            ],
+            params,
+            block_threads: self.threads(),
+            min_blocks_per_sm: 0,
+            // cp.async, ldmatrix and bf16 mma.sync need sm_80.
+            arch: ArchRequirement::AtLeast(8, 0),
+        }
+    }
+}
+
+/// The wrapper's stride parameters, one group per view (Q, K, V, O).
+const VIEW_PARAM_NAMES: [[&str; 4]; 4] = [
+    [
+        "q_offset",
+        "q_row_stride",
+        "q_batch_stride",
+        "q_head_stride",
+    ],
+    [
+        "k_offset",
+        "k_row_stride",
+        "k_batch_stride",
+        "k_head_stride",
+    ],
+    [
+        "v_offset",
+        "v_row_stride",
+        "v_batch_stride",
+        "v_head_stride",
+    ],
+    [
+        "o_offset",
+        "o_row_stride",
+        "o_batch_stride",
+        "o_head_stride",
+    ],
+];
+
+/// Every instantiation [`launch`] can pick.
+pub(crate) fn instantiations() -> Vec<Instantiation> {
+    [DType::F16, DType::BF16]
+        .into_iter()
+        .flat_map(|dtype| {
+            ATTENTION_HEAD_DIMS.into_iter().map(move |head_dim| {
+                AttentionConfig {
+                    dtype,
+                    head_dim: head_dim as u32,
+                }
+                .instantiation()
+            })
+        })
+        .collect()
+}
+
+/// Whether the fused kernel takes `dtype` and `head_dim`; the reason when it does not. What the
+/// runtime asks before it fuses attention for a CUDA run.
+pub fn fused_attention_support(dtype: DType, head_dim: usize) -> Result<(), String> {
+    if dtype == DType::F32 {
+        return Err("the fused attention kernel has no f32 variant (f16 and bf16 only)".into());
+    }
+    if !ATTENTION_HEAD_DIMS.contains(&head_dim) {
+        return Err(format!(
+            "the fused attention kernel takes head dims {ATTENTION_HEAD_DIMS:?}, not {head_dim}"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether every row a walk over (batch, heads, tokens) of `view` touches starts 16 bytes
+/// after a 16-byte boundary: what the kernel's 16-byte copies need. Strides of dimensions of
+/// extent 1 are never used, so they do not count.
+pub fn attention_rows_aligned(
+    base: u64,
+    dtype: DType,
+    view: &Operand,
+    (batch, heads, tokens): (usize, usize, usize),
+) -> bool {
+    let size = dtype.size_bytes();
+    let elements = 16 / size;
+    (base + (view.offset * size) as u64).is_multiple_of(16)
+        && (tokens <= 1 || view.row_stride.is_multiple_of(elements))
+        && (batch <= 1 || view.batch_stride.is_multiple_of(elements))
+        && (heads <= 1 || view.head_stride.is_multiple_of(elements))
+}
+
+pub(crate) fn launch(
+    gpu: &Gpu,
+    dtype: DType,
+    p: &AttentionProblem,
+    q: DevPtr,
+    k: DevPtr,
+    v: DevPtr,
+    o: DevPtr,
+) -> Result<(), KernelError> {
+    fused_attention_support(dtype, p.head_dim).map_err(KernelError::InvalidArgument)?;
+    for (what, view) in [("Q", q), ("K", k), ("V", v), ("O", o)] {
+        view.expect(&format!("attention {what}"), dtype, 0)?;
+    }
+    p.check_bounds(q.len, k.len, v.len, o.len)
+        .map_err(KernelError::InvalidArgument)?;
+    if !p.scale.is_finite() {
+        return Err(invalid!("attention scale must be finite, got {}", p.scale));
+    }
+    if p.batch == 0 || p.heads == 0 || p.tokens == 0 {
+        return Ok(());
+    }
+    let extents = (p.batch, p.heads, p.tokens);
+    for (what, ptr, view) in [
+        ("Q", q, &p.q),
+        ("K", k, &p.k),
+        ("V", v, &p.v),
+        ("O", o, &p.o),
+    ] {
+        if !attention_rows_aligned(ptr.ptr, dtype, view, extents) {
+            return Err(invalid!(
+                "fused attention needs every {what} row on a 16-byte boundary \
+                 (offset {}, strides {}/{}/{} elements of {dtype})",
+                view.offset,
+                view.row_stride,
+                view.batch_stride,
+                view.head_stride
+            ));
+        }
+    }
+    let config = AttentionConfig {
+        dtype,
+        head_dim: p.head_dim as u32,
+    };
+    let programs = (p.batch as u64)
+        .checked_mul(p.heads as u64)
+        .and_then(|x| x.checked_mul(p.tokens.div_ceil(ATTENTION_BLOCK_M) as u64))
+        .filter(|&x| x <= i32::MAX as u64)
+        .ok_or_else(|| {
+            invalid!(
+                "attention over {} x {} heads of {} tokens needs more than 2^31 programs",
+                p.batch,
+                p.heads,
+                p.tokens
+            )
+        })?;
+    let mut args = vec![
+        KernelArg::Ptr(q.ptr),
+        KernelArg::Ptr(k.ptr),
+        KernelArg::Ptr(v.ptr),
+        KernelArg::Ptr(o.ptr),
+        KernelArg::I32(to_i32(p.heads, "attention heads")?),
+        KernelArg::I32(to_i32(p.tokens, "attention tokens")?),
+    ];
+    for view in [&p.q, &p.k, &p.v, &p.o] {
+        for value in [
+            view.offset,
+            view.row_stride,
+            view.batch_stride,
+            view.head_stride,
+        ] {
+            args.push(KernelArg::I64(to_i64(value)?));
+        }
+    }
+    args.push(KernelArg::F32(p.scale));
+    gpu.launch(
+        &config.instantiation(),
+        LaunchDims {
+            grid: (programs as u32, 1, 1),
+            block: config.threads(),
+            shared_bytes: config.shared_bytes(),
+        },
+        &args,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_supported_case_is_registered() {
+        let registered = instantiations();
+        for dtype in DType::ALL {
+            for head_dim in 1..=256 {
+                if fused_attention_support(dtype, head_dim).is_ok() {
+                    let config = AttentionConfig {
+                        dtype,
+                        head_dim: head_dim as u32,
+                    };
+                    assert!(registered.contains(&config.instantiation()), "{config:?}");
+                }
+            }
+        }
+        assert_eq!(registered.len(), 16);
+    }
+
+    #[test]
+    fn support_names_the_reason() {
+        assert!(fused_attention_support(DType::F16, 64).is_ok());
+        assert!(fused_attention_support(DType::BF16, 80).is_ok());
+        let e = fused_attention_support(DType::F32, 64).unwrap_err();
+        assert!(e.contains("f32"), "{e}");
+        let e = fused_attention_support(DType::F16, 72).unwrap_err();
+        assert!(e.contains("72"), "{e}");
+    }
+
+    #[test]
+    fn shared_memory_fits_an_sm80_block() {
+        for head_dim in ATTENTION_HEAD_DIMS {
+            let config = AttentionConfig {
+                dtype: DType::F16,
+                head_dim: head_dim as u32,
+            };
+            // 163 KiB of opt-in shared memory per block on sm_80, 227 KiB on sm_90.
+            assert!(config.shared_bytes() <= 163 * 1024, "{config:?}");
+        }
+    }
+
+    #[test]
+    fn rows_must_be_16_byte_aligned() {
+        let qkv = Operand {
+            offset: 0,
+            row_stride: 3 * 768,
+            batch_stride: 197 * 3 * 768,
+            head_stride: 64,
+        };
+        let extents = (64, 12, 197);
+        assert!(attention_rows_aligned(0x1000, DType::F16, &qkv, extents));
+        assert!(!attention_rows_aligned(0x1002, DType::F16, &qkv, extents));
+        let odd_rows = Operand {
+            row_stride: 3 * 768 + 2,
+            ..qkv
+        };
+        assert!(!attention_rows_aligned(
+            0x1000,
+            DType::F16,
+            &odd_rows,
+            extents
+        ));
+        assert!(
+            attention_rows_aligned(0x1000, DType::F16, &odd_rows, (64, 12, 1)),
+            "one token: the row stride is never used"
+        );
+    }
+}

@@ -1,0 +1,276 @@
+//! The fused attention kernel against its CPU twin, on random data over ragged sequence
+//! lengths (1, 7, 197 = ViT-B/16 at 224, 257, 1024, 1030), every instantiated head dim, f16
+//! and bf16, with Q, K and V read in place out of one fused QKV tensor (and, for some cases,
+//! out of three head-major tensors), and O written with heads side by side into rows that
+//! are sometimes padded. Outputs are poisoned before each run (0xFF bytes: NaN in f16 and
+//! bf16): every element of the view must be written, and nothing else in the buffer (the
+//! padding between rows, guards on both sides) touched.
+//!
+//! Tolerance, as |gpu - twin| <= rtol · |twin| + atol with the twin's f32 result rounded to the
+//! storage dtype: the kernel rounds the probabilities to the storage type before P·V (the
+//! twin keeps them f32), which moves an output by at most u · max|V| (u = 2^-11 in f16, 2^-8
+//! in bf16: each weight is off by a relative u, and the weights sum to 1 after the division),
+//! and the two results round to the storage type separately (up to an ulp, 2u · |twin|).
+//! So rtol = atol / max|V| = 2e-3 in f16 and 1e-2 in bf16, over 2u in both.
+//!
+//! Needs a CUDA GPU: `cargo test --release -p vitrt-kernels --test gpu_attention -- --ignored`.
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::sync::OnceLock;
+use vitrt_kernels::cpu::{self, AttentionTiles};
+use vitrt_kernels::cuda::{DeviceBuffer, Gpu, ATTENTION_HEAD_DIMS};
+use vitrt_kernels::{AttentionProblem, DType, Operand};
+
+const GUARD_BYTES: usize = 256;
+const POISON: u8 = 0xFF;
+const SEQUENCE_LENGTHS: [usize; 6] = [1, 7, 197, 257, 1024, 1030];
+
+fn gpu() -> &'static Gpu {
+    static GPU: OnceLock<Gpu> = OnceLock::new();
+    GPU.get_or_init(|| {
+        let gpu = Gpu::new(0).expect("a CUDA GPU");
+        let (major, minor) = gpu.compute_capability();
+        eprintln!("GPU: {} (sm_{major}{minor})", gpu.name());
+        gpu
+    })
+}
+
+fn random(rng: &mut SmallRng, n: usize, lo: f32, hi: f32, dtype: DType) -> Vec<f32> {
+    (0..n)
+        .map(|_| dtype.round(rng.random_range(lo..hi)))
+        .collect()
+}
+
+fn upload(dtype: DType, values: &[f32]) -> DeviceBuffer {
+    let bytes = dtype.encode(values);
+    let buffer = gpu().alloc(bytes.len().max(1)).unwrap();
+    gpu().upload(&buffer, 0, &bytes).unwrap();
+    buffer
+}
+
+fn tolerance(dtype: DType) -> f32 {
+    match dtype {
+        DType::F16 => 2e-3,
+        _ => 1e-2,
+    }
+}
+
+/// Heads of a [batch, tokens, width] tensor starting at `column` (as the runtime lowers them).
+fn token_major(tokens: usize, width: usize, head_dim: usize, column: usize) -> Operand {
+    Operand {
+        offset: column,
+        row_stride: width,
+        batch_stride: tokens * width,
+        head_stride: head_dim,
+    }
+}
+
+/// A [batch, heads, tokens, head_dim] tensor.
+fn head_major(heads: usize, tokens: usize, head_dim: usize) -> Operand {
+    Operand {
+        offset: 0,
+        row_stride: head_dim,
+        batch_stride: heads * tokens * head_dim,
+        head_stride: tokens * head_dim,
+    }
+}
+
+struct Layout {
+    /// Q, K and V in one fused QKV tensor (else three head-major tensors).
+    fused_qkv: bool,
+    /// Elements of padding after every output row (left poisoned).
+    o_row_pad: usize,
+}
+
+/// Runs one case; returns the worst error as a fraction of the tolerance.
+fn run_case(
+    rng: &mut SmallRng,
+    dtype: DType,
+    tokens: usize,
+    head_dim: usize,
+    layout: &Layout,
+) -> f32 {
+    let (batch, heads) = (2, 3);
+    let hidden = heads * head_dim;
+    let case = format!(
+        "attention {dtype} T={tokens} d={head_dim} fused_qkv={} o_pad={}",
+        layout.fused_qkv, layout.o_row_pad
+    );
+    // Scores spread over a few units, so the running maximum moves between key blocks.
+    let (q_view, k_view, v_view, q, k, v);
+    if layout.fused_qkv {
+        let width = 3 * hidden;
+        let mut qkv = random(rng, batch * tokens * width, -2.0, 2.0, dtype);
+        // V in [-1, 1]: the columns after Q and K.
+        for row in qkv.chunks_mut(width) {
+            row[2 * hidden..].iter_mut().for_each(|x| *x *= 0.5);
+        }
+        q_view = token_major(tokens, width, head_dim, 0);
+        k_view = token_major(tokens, width, head_dim, hidden);
+        v_view = token_major(tokens, width, head_dim, 2 * hidden);
+        (q, k, v) = (qkv.clone(), qkv.clone(), qkv);
+    } else {
+        let n = batch * heads * tokens * head_dim;
+        q_view = head_major(heads, tokens, head_dim);
+        (k_view, v_view) = (q_view, q_view);
+        q = random(rng, n, -2.0, 2.0, dtype);
+        k = random(rng, n, -2.0, 2.0, dtype);
+        v = random(rng, n, -1.0, 1.0, dtype);
+    }
+    let o_width = hidden + layout.o_row_pad;
+    let o_view = Operand {
+        offset: 0,
+        row_stride: o_width,
+        batch_stride: tokens * o_width,
+        head_stride: head_dim,
+    };
+    let p = AttentionProblem {
+        batch,
+        heads,
+        tokens,
+        head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        q: q_view,
+        k: k_view,
+        v: v_view,
+        o: o_view,
+    };
+
+    let (qb, kb, vb) = (upload(dtype, &q), upload(dtype, &k), upload(dtype, &v));
+    let o_len = batch * tokens * o_width;
+    let size = dtype.size_bytes();
+    let total = GUARD_BYTES + o_len * size + GUARD_BYTES;
+    let ob = gpu().alloc(total).unwrap();
+    gpu().upload(&ob, 0, &vec![POISON; total]).unwrap();
+    gpu()
+        .attention(
+            dtype,
+            &p,
+            qb.view(0, q.len(), dtype).unwrap(),
+            kb.view(0, k.len(), dtype).unwrap(),
+            vb.view(0, v.len(), dtype).unwrap(),
+            ob.view(GUARD_BYTES, o_len, dtype).unwrap(),
+        )
+        .unwrap_or_else(|e| panic!("{case}: {e}"));
+    let mut raw = vec![0u8; total];
+    gpu().download(&ob, 0, &mut raw).unwrap();
+    let guards_hold = raw[..GUARD_BYTES]
+        .iter()
+        .chain(&raw[GUARD_BYTES + o_len * size..])
+        .all(|&b| b == POISON);
+    assert!(guards_hold, "{case}: wrote outside the output buffer");
+    let got = dtype.decode(&raw[GUARD_BYTES..GUARD_BYTES + o_len * size]);
+
+    let mut want = vec![f32::NAN; o_len];
+    cpu::attention(&p, AttentionTiles::default(), &q, &k, &v, &mut want);
+    let max_v = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    let rtol = tolerance(dtype);
+    let atol = rtol * max_v;
+    let mut worst = 0.0f32;
+    let mut failures = Vec::new();
+    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+        let column = i % o_width;
+        if column >= hidden {
+            // Row padding: must still hold the poison.
+            let bytes = &raw[GUARD_BYTES + i * size..GUARD_BYTES + (i + 1) * size];
+            if bytes.iter().any(|&b| b != POISON) && failures.len() < 8 {
+                failures.push(format!("[{i}] padding written"));
+            }
+            continue;
+        }
+        let w = dtype.round(w);
+        let d = (g - w).abs();
+        let allowed = rtol * w.abs() + atol;
+        if d.is_nan() || d > allowed {
+            if failures.len() < 8 {
+                let (row, col) = (i / o_width, column);
+                failures.push(format!(
+                    "[batch·token {row}, head {}, dim {}] gpu {g} twin {w}",
+                    col / head_dim,
+                    col % head_dim
+                ));
+            }
+        } else {
+            worst = worst.max(d / allowed);
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{case}: mismatches (NaN = never written):\n{}",
+        failures.join("\n")
+    );
+    worst
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fused_attention_matches_its_twin_on_ragged_sequences() {
+    let mut rng = SmallRng::seed_from_u64(5);
+    for dtype in [DType::F16, DType::BF16] {
+        let (mut worst, mut cases) = (0.0f32, 0);
+        for (n, &head_dim) in ATTENTION_HEAD_DIMS.iter().enumerate() {
+            for (m, &tokens) in SEQUENCE_LENGTHS.iter().enumerate() {
+                let layout = Layout {
+                    fused_qkv: (n + m) % 3 != 2,
+                    o_row_pad: if (n + m) % 2 == 0 { 0 } else { 8 },
+                };
+                worst = worst.max(run_case(&mut rng, dtype, tokens, head_dim, &layout));
+                cases += 1;
+            }
+        }
+        println!("RESULT attention {dtype:<5} cases {cases:>4}  worst |d|/tol {worst:>6.3}");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fused_attention_refuses_what_it_cannot_take() {
+    let dtype = DType::F16;
+    let (tokens, head_dim, heads) = (7, 64, 2);
+    let hidden = heads * head_dim;
+    let buffer = gpu().alloc(4 * tokens * 3 * hidden * 2 + 64).unwrap();
+    let view = |len| buffer.view(0, len, dtype).unwrap();
+    let good = AttentionProblem {
+        batch: 1,
+        heads,
+        tokens,
+        head_dim,
+        scale: 0.125,
+        q: token_major(tokens, 3 * hidden, head_dim, 0),
+        k: token_major(tokens, 3 * hidden, head_dim, hidden),
+        v: token_major(tokens, 3 * hidden, head_dim, 2 * hidden),
+        o: token_major(tokens, hidden, head_dim, 0),
+    };
+    let qkv = view(tokens * 3 * hidden);
+    let o = buffer.view(0, tokens * hidden, dtype).unwrap();
+    let refused = |p: &AttentionProblem, dtype: DType| {
+        let err = gpu().attention(dtype, p, qkv, qkv, qkv, o);
+        err.expect_err("an invalid launch must be refused")
+            .to_string()
+    };
+    // Q one element into a 16-byte chunk: rows would not be 16-byte aligned.
+    let shifted = AttentionProblem {
+        q: Operand {
+            offset: 1,
+            ..good.q
+        },
+        ..good
+    };
+    let e = refused(&shifted, dtype);
+    assert!(e.contains("16-byte"), "{e}");
+    let odd_dim = AttentionProblem {
+        head_dim: 72,
+        ..good
+    };
+    let e = refused(&odd_dim, dtype);
+    assert!(e.contains("72"), "{e}");
+    let e = refused(&good, DType::F32);
+    assert!(e.contains("f32"), "{e}");
+    let too_long = AttentionProblem {
+        tokens: 4 * tokens,
+        ..good
+    };
+    let e = refused(&too_long, dtype);
+    assert!(e.contains("needs"), "{e}");
+}
