@@ -326,12 +326,85 @@ __device__ __forceinline__ void copy_chunk(unsigned dst, const T* src, int bytes
     }
 }
 
+// Split-K, for problems whose tiles leave most SMs idle (batch 1: M = 197 makes 48 tiles of
+// 64 x 64 for N = 768, and fc2's K = 3072 then streams its weights through a third of the
+// GPU). Each split writes its fp32 partial tile to `partials` ([program][split][BM x BN]) and
+// counts itself in `counters[program]`; the CTA that counts last adds the partials in split
+// order (so the sum does not depend on which CTA finishes last) and runs the epilogue. It also
+// resets the counter, which is how the next launch finds it zero.
+struct SplitK {
+    int splits;  // 1: no split, and the other fields are unused
+    int k;       // k-columns per split, a multiple of BLOCK_K
+    float* partials;
+    unsigned* counters;
+};
+
+// Called by every thread once the accumulators are staged (after a barrier): publishes this
+// split's partial and returns whether this CTA is the tile's last, which runs the epilogue.
+template <int BM, int BN, int kPitch, int kThreads>
+__device__ __forceinline__ bool split_k_is_last(const float* staged, const SplitK& split_k, int program, int split) {
+    constexpr int kRuns = BM * BN / 4;
+    float* mine = split_k.partials + ((long long)program * split_k.splits + split) * BM * BN;
+    for (int run = threadIdx.x; run < kRuns; run += kThreads) {
+        const int row = run / (BN / 4), col = (run % (BN / 4)) * 4;
+        __stcg(reinterpret_cast<float4*>(mine + row * BN + col),
+               *reinterpret_cast<const float4*>(staged + row * kPitch + col));
+    }
+    // Release: this CTA's partial is visible GPU-wide before its count is.
+    __threadfence();
+    __syncthreads();
+    __shared__ int last;
+    if (threadIdx.x == 0) last = atomicAdd(split_k.counters + program, 1u) == (unsigned)split_k.splits - 1;
+    __syncthreads();
+    if (!last) return false;
+    // Acquire: the other splits' partials are visible (and read around L1, which may be stale).
+    __threadfence();
+    if (threadIdx.x == 0) split_k.counters[program] = 0;
+    return true;
+}
+
+// The last CTA's sum of every split's partial, in split order, staged in place of its own.
+// Each thread sums its runs side by side, two splits at a time, so that many loads are in
+// flight together: the reduction is a chain of L2 latencies, one per step.
+template <int BM, int BN, int kPitch, int kThreads>
+__device__ __forceinline__ void sum_split_k_partials(float* staged, const SplitK& split_k, int program) {
+    constexpr int kRuns = BM * BN / 4;
+    constexpr int kRunsPerThread = kRuns / kThreads;
+    static_assert(kRuns % kThreads == 0, "the tile's runs split evenly over the threads");
+    const float4* first = reinterpret_cast<const float4*>(split_k.partials) +
+                          (long long)program * split_k.splits * kRuns + threadIdx.x;
+    auto add = [](float4& sum, const float4& x) { sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w; };
+    float4 sum[kRunsPerThread];
+#pragma unroll
+    for (int r = 0; r < kRunsPerThread; ++r) sum[r] = __ldcg(first + r * kThreads);
+    int s = 1;
+    for (; s + 1 < split_k.splits; s += 2) {
+        float4 x[kRunsPerThread], y[kRunsPerThread];
+#pragma unroll
+        for (int r = 0; r < kRunsPerThread; ++r) {
+            x[r] = __ldcg(first + (long long)s * kRuns + r * kThreads);
+            y[r] = __ldcg(first + (long long)(s + 1) * kRuns + r * kThreads);
+        }
+#pragma unroll
+        for (int r = 0; r < kRunsPerThread; ++r) add(sum[r], x[r]), add(sum[r], y[r]);
+    }
+    if (s < split_k.splits) {
+#pragma unroll
+        for (int r = 0; r < kRunsPerThread; ++r) add(sum[r], __ldcg(first + (long long)s * kRuns + r * kThreads));
+    }
+#pragma unroll
+    for (int r = 0; r < kRunsPerThread; ++r) {
+        const int run = threadIdx.x + r * kThreads;
+        *reinterpret_cast<float4*>(staged + (run / (BN / 4)) * kPitch + (run % (BN / 4)) * 4) = sum[r];
+    }
+}
+
 template <typename T, typename TR, typename TC, int BM, int BN, int BK, int GROUP_M, int STAGES, int WARPS_M,
           int WARPS_N, Act ACT, bool B_KN, bool VEC16>
 __device__ __forceinline__ void matmul_tensor_core(const T* __restrict__ a, const T* __restrict__ b,
                                                    const T* bias, const TR* residual, TC* c, int heads, int m, int n,
-                                                   int k, View av, View bv, View cv, View rv, float alpha,
-                                                   int vector_epilogue) {
+                                                   int k_total, View av, View bv, View cv, View rv, float alpha,
+                                                   int vector_epilogue, SplitK split_k) {
     constexpr int kThreads = WARPS_M * WARPS_N * 32;
     constexpr int kWarpM = BM / WARPS_M;  // rows of C per warp
     constexpr int kWarpN = BN / WARPS_N;  // columns of C per warp
@@ -355,11 +428,18 @@ __device__ __forceinline__ void matmul_tensor_core(const T* __restrict__ a, cons
 
     const int tiles_m = (m + BM - 1) / BM;
     const int tiles_n = (n + BN - 1) / BN;
-    const TileCoords tile = tile_of_program<GROUP_M>(heads, tiles_m, tiles_n);
+    // Split-K: the grid is `splits` copies of the tiles, split-major; split s multiplies
+    // k-columns [s · split_k.k, (s + 1) · split_k.k) of A and B.
+    const int programs = gridDim.x / split_k.splits;
+    const int split = blockIdx.x / programs;
+    const int program = blockIdx.x - split * programs;
+    const TileCoords tile = tile_of_program<GROUP_M>(heads, tiles_m, tiles_n, program);
     const int m0 = tile.tile_m * BM;
     const int n0 = tile.tile_n * BN;
-    const T* a_matrix = a + av.matrix_base(tile.batch, tile.head);
-    const T* b_matrix = b + bv.matrix_base(tile.batch, tile.head);
+    const int k_begin = split * split_k.k;
+    const int k = split_k.splits > 1 ? min(k_total - k_begin, split_k.k) : k_total;
+    const T* a_matrix = a + av.matrix_base(tile.batch, tile.head) + k_begin;
+    const T* b_matrix = b + bv.matrix_base(tile.batch, tile.head) + (B_KN ? k_begin * bv.row_stride : k_begin);
 
     const int tid = threadIdx.x;
     const int lane = tid & 31;
@@ -509,9 +589,10 @@ __device__ __forceinline__ void matmul_tensor_core(const T* __restrict__ a, cons
     const long long r_base = rv.matrix_base(tile.batch, tile.head);
     // An f32 residual tile next to a large staged tile would take the shared memory of the
     // SM's second CTA: such residuals are read straight from global memory instead.
+    // (With split-K only the tile's last CTA fetches it, below.)
     constexpr bool kStageResidual = sizeof(TR) == sizeof(T) || BM * BN <= 64 * 64;
     const bool stage_residual = kStageResidual && residual != nullptr && vector_epilogue;
-    if (stage_residual)
+    if (stage_residual && split_k.splits == 1)
         stage_residual_runs<TR, BM, BN, kThreads>(residual_tile, residual + r_base, rv.row_stride, m, n, m0, n0);
     cp_async_commit();
 
@@ -531,6 +612,18 @@ __device__ __forceinline__ void matmul_tensor_core(const T* __restrict__ a, cons
     }
     cp_async_wait<0>();
     __syncthreads();
+    if (split_k.splits > 1) {
+        if (!split_k_is_last<BM, BN, kPitch, kThreads>(staged, split_k, program, split)) return;
+        // The residual's copies run while the partials are summed. (Read run by run instead,
+        // an in-place residual costs a memory latency per run: C's store may alias the next
+        // run's residual, so no load can move above it.)
+        if (stage_residual)
+            stage_residual_runs<TR, BM, BN, kThreads>(residual_tile, residual + r_base, rv.row_stride, m, n, m0, n0);
+        cp_async_commit();
+        sum_split_k_partials<BM, BN, kPitch, kThreads>(staged, split_k, program);
+        cp_async_wait<0>();
+        __syncthreads();
+    }
     store_staged_tile<T, TR, TC, BM, BN, kPitch, kThreads, ACT>(
         staged, stage_residual ? residual_tile : nullptr, bias, residual, c, m, n, m0, n0,
         cv.matrix_base(tile.batch, tile.head), r_base, cv.row_stride, rv.row_stride, alpha, vector_epilogue);
@@ -1260,6 +1353,8 @@ __device__ __forceinline__ void matmul_fma_f32(const float* __restrict__ a, cons
 // two more flags would quadruple the instantiations NVRTC has to build.
 // `vector_epilogue`: C (and R and the bias, when present) rows start on four-element
 // boundaries, so runs of four columns can be read and written as one access.
+// `splits` > 1 (tensor-core bodies only, single matrices): split-K, see SplitK; `split_k` is
+// the k-columns per split, `split_partials` and `split_counters` the launcher's scratch.
 template <typename T, typename TR, typename TC, int BM, int BN, int BK, int GROUP_M, int STAGES, int WARPS_M,
           int WARPS_N, Act ACT, bool B_KN, bool VEC16>
 __device__ __forceinline__ void matmul_block(const T* __restrict__ a, const T* __restrict__ b, const T* bias,
@@ -1270,7 +1365,8 @@ __device__ __forceinline__ void matmul_block(const T* __restrict__ a, const T* _
                                              long long c_row_stride, long long c_batch_stride,
                                              long long c_head_stride, long long r_offset, long long r_row_stride,
                                              long long r_batch_stride, long long r_head_stride, float alpha,
-                                             int vector_epilogue) {
+                                             int vector_epilogue, int splits, int split_k, float* split_partials,
+                                             unsigned* split_counters) {
     using namespace vitrt_matmul;
     const View av{a_offset, a_row_stride, a_batch_stride, a_head_stride};
     const View bv{b_offset, b_row_stride, b_batch_stride, b_head_stride};
@@ -1283,7 +1379,8 @@ __device__ __forceinline__ void matmul_block(const T* __restrict__ a, const T* _
                                                                               k, av, bv, cv, rv, alpha, vector_epilogue);
     } else {
         matmul_tensor_core<T, TR, TC, BM, BN, BK, GROUP_M, STAGES, WARPS_M, WARPS_N, ACT, B_KN, VEC16>(
-            a, b, bias, residual, c, heads, m, n, k, av, bv, cv, rv, alpha, vector_epilogue);
+            a, b, bias, residual, c, heads, m, n, k, av, bv, cv, rv, alpha, vector_epilogue,
+            SplitK{splits, split_k, split_partials, split_counters});
     }
 }
 

@@ -767,6 +767,53 @@ fn residual_may_be_the_output_itself() {
     worst.print("in-place residual");
 }
 
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn split_k_matches_the_twin_and_leaves_its_counters_ready() {
+    // Shapes with fewer 64x64 tiles than SMs and K of at least 1536, which the launcher splits
+    // along K: batch-1 fc2 into an f32 stream in place, a K that ends inside a split, [K, N]
+    // weights, and an activation with a half-precision C. Each runs twice: a counter left
+    // non-zero by the first launch would keep the second from writing C at all.
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(16);
+    let mut worst = Worst::default();
+    for dtype in [DType::F16, DType::BF16] {
+        let small = *tiles_for(dtype)
+            .iter()
+            .find(|t| t.block_m == 64 && !t.wgmma)
+            .unwrap();
+        let cases = [
+            ((197, 768, 3072), WeightLayout::NK, Activation::None, true),
+            ((100, 200, 2000), WeightLayout::NK, Activation::None, true),
+            ((61, 100, 1999), WeightLayout::NK, Activation::Gelu, false),
+            ((64, 96, 1600), WeightLayout::KN, Activation::None, false),
+        ];
+        for (shape, layout, activation, f32_stream) in cases {
+            let epilogue = Epilogue {
+                alpha: 1.0,
+                bias: true,
+                activation,
+                residual: f32_stream,
+            };
+            for tile in [None, Some(small)] {
+                let mut case = linear_case(dtype, shape, layout, epilogue, 0, 0, tile, &mut rng);
+                if f32_stream {
+                    case.problem.r = case.problem.c;
+                    case.c_dtype = DType::F32;
+                    case.residual_dtype = DType::F32;
+                    case.residual = Some(random(DType::F32, case.c_len, -2.0..2.0, &mut rng));
+                    case.residual_in_place = true;
+                }
+                case.label = format!("split-K {}", case.label);
+                for _ in 0..2 {
+                    worst.record(dtype, run(&gpu, &case), &case.label);
+                }
+            }
+        }
+    }
+    worst.print("split-K");
+}
+
 /// The median of `samples` device timings of `run`, in milliseconds, after `warmup` runs.
 fn median_ms(gpu: &Gpu, warmup: usize, samples: usize, mut run: impl FnMut()) -> f64 {
     for _ in 0..warmup {

@@ -194,11 +194,10 @@ pub const WGMMA_TILES: [MatmulTile; 3] = [
 /// Warp-specialised Hopper tiles (see [`MatmulTile::tma`]). Measured (H200, f16, batch-64
 /// GEMMs, TFLOP/s, qkv / proj / fc1 / fc2): without epilogue 128x192 reaches 487 / 421 / 500 /
 /// 638 (0.79 / 0.79 / 0.82 / 0.97 of cuBLAS), well ahead of the cp.async tiles; with the
-/// model's epilogues 425 (bias) and 336 (bias+GELU) on qkv and fc1, still the fastest, but
-/// only 201 / 463 with a residual on proj / fc2, where the epilogue (an f32 stream read and
-/// written) runs while the tensor cores idle and the cp.async tiles, whose second CTA or
-/// staged residual hides part of it, win (257 / 492). Hence no Hopper TMA tile for a residual
-/// epilogue in [`select_tile`]. 128x256 fits only three stages beside the epilogue buffers.
+/// model's epilogues 425 (bias) and 336 (bias+GELU) on qkv and fc1. With the model's in-place
+/// f32 residual `vitrt tune` measured 128x192 at 0.0488 / 0.1034 ms on proj / fc2 against
+/// 0.0585 / 0.1228 for the cp.async 128x192 tile (H200, session 4), so residual epilogues
+/// take it too. 128x256 fits only three stages beside the epilogue buffers.
 pub const TMA_TILES: [MatmulTile; 2] = [tma_tile(192, 4, 240), tma_tile(256, 3, 200)];
 
 /// Every half-precision tile: the mma.sync ones (sm_80 and later), then the Hopper ones.
@@ -381,6 +380,12 @@ impl MatmulConfig {
             self.activation.cuda_name().into(),
             (self.b_layout == WeightLayout::KN).to_string(),
             self.vec16.to_string(),
+        ]);
+        params.extend([
+            KernelParam::new("splits", ParamKind::I32),
+            KernelParam::new("split_k", ParamKind::I32),
+            KernelParam::new("split_partials", ParamKind::MutPtr(DType::F32)),
+            KernelParam::new("split_counters", ParamKind::CounterPtr),
         ]);
         Instantiation {
             name,
@@ -592,7 +597,7 @@ pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u
     let usable = |tile: &MatmulTile| {
         tile.runs_on(cc)
             && !(tile.wgmma && p.b_layout == WeightLayout::KN)
-            && (!tile.tma || (takes_tma(p) && !p.epilogue.residual))
+            && (!tile.tma || takes_tma(p))
             && (!tile.wgmma || programs_of(tile) >= sms as u64)
     };
     for &tile in candidates.iter().filter(|t| usable(t)) {
@@ -652,6 +657,69 @@ fn configure(
 /// K > 0 (row alignment is checked from the pointers, as for every 16-byte path).
 fn takes_tma(p: &MatmulProblem) -> bool {
     p.batch == 1 && p.heads == 1 && p.b_layout == WeightLayout::NK && p.k > 0
+}
+
+/// How a launch divides K (see `SplitK` in matmul.cu).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SplitK {
+    pub splits: u32,
+    /// k-columns per split, a multiple of BLOCK_K.
+    pub k: u32,
+}
+
+impl SplitK {
+    pub const NONE: SplitK = SplitK { splits: 1, k: 0 };
+}
+
+/// The fewest k-tiles a split keeps: below that its pipeline never fills.
+const MIN_K_TILES_PER_SPLIT: usize = 4;
+const MAX_SPLITS: usize = 16;
+/// The shortest K (in k-tiles) worth splitting. A split launch pays for its partials' writes
+/// and a reduction that is a chain of L2 latencies in the tile's last CTA, several µs at
+/// batch 1; measured (H200, f16, batch 1): fc2 (K = 3072, 96 k-tiles) from 29.6 to 18.8 µs
+/// with 11 splits, proj (K = 768, 24 k-tiles) from 11.6 to 13.3 µs with 6, a loss.
+const MIN_K_TILES_TO_SPLIT: usize = 48;
+
+/// Split-K for single matrices on the small mma.sync tile whose tiles cannot fill the GPU
+/// (batch 1: fc2 makes 48 tiles on 132 SMs and reads its 4.7 MB of weights through them at
+/// 0.31 of cuBLAS). Enough splits to put one round of CTAs on every SM, each split at least
+/// MIN_K_TILES_PER_SPLIT k-tiles long.
+pub(crate) fn split_k(
+    dtype: DType,
+    p: &MatmulProblem,
+    tile: MatmulTile,
+    programs: u64,
+    sms: u32,
+) -> SplitK {
+    let capacity = sms as u64 * tile.ctas_per_sm as u64;
+    if dtype == DType::F32
+        || tile != SMALL_TENSOR_CORE_TILE
+        || p.batch * p.heads != 1
+        || programs >= sms as u64
+    {
+        return SplitK::NONE;
+    }
+    let k_tiles = p.k.div_ceil(tile.block_k as usize);
+    if k_tiles < MIN_K_TILES_TO_SPLIT {
+        return SplitK::NONE;
+    }
+    let wanted = (capacity / programs.max(1)) as usize;
+    let splits = wanted.min(k_tiles / MIN_K_TILES_PER_SPLIT).min(MAX_SPLITS);
+    if splits < 2 {
+        return SplitK::NONE;
+    }
+    let per_split = k_tiles.div_ceil(splits);
+    SplitK {
+        splits: k_tiles.div_ceil(per_split) as u32,
+        k: (per_split * tile.block_k as usize) as u32,
+    }
+}
+
+/// The partial tiles split-K can have in flight at once on a GPU of `sms` SMs: every CTA
+/// the small tile fits on the GPU, 64 x 64 fp32 each.
+pub(crate) fn split_k_partial_bytes(sms: u32) -> usize {
+    let t = SMALL_TENSOR_CORE_TILE;
+    sms as usize * t.ctas_per_sm as usize * (t.block_m * t.block_n) as usize * 4
 }
 
 /// A 2-D TMA tensor map over `rows` rows of `cols` elements starting at `base` (bytes),
@@ -939,11 +1007,29 @@ fn launch_with_tile(
     }
     args.push(KernelArg::F32(p.epilogue.alpha));
     args.push(KernelArg::I32(vector_epilogue as i32));
+    let split = if tile.wgmma {
+        SplitK::NONE
+    } else {
+        split_k(dtype, p, tile, programs, gpu.multiprocessors())
+    };
+    if !tile.wgmma {
+        let (partials, counters) = if split.splits > 1 {
+            gpu.split_k_scratch(split_k_partial_bytes(gpu.multiprocessors()))?
+        } else {
+            (0, 0)
+        };
+        args.extend([
+            KernelArg::I32(split.splits as i32),
+            KernelArg::I32(split.k as i32),
+            KernelArg::Ptr(partials),
+            KernelArg::Ptr(counters),
+        ]);
+    }
 
     gpu.launch(
         &config.instantiation(),
         LaunchDims {
-            grid: (programs as u32, 1, 1),
+            grid: ((programs * split.splits as u64) as u32, 1, 1),
             block: tile.threads(),
             shared_bytes: config.shared_bytes(),
         },
@@ -1104,9 +1190,38 @@ mod tests {
             select_tile(DType::F16, &p, 132, (9, 0)).name()
         };
         assert_eq!(pick(2304, 768, Activation::None, false), "tma128x192x64_s4");
-        assert_eq!(pick(768, 768, Activation::None, true), "wg128x192x64_s5");
+        assert_eq!(pick(768, 768, Activation::None, true), "tma128x192x64_s4");
         assert_eq!(pick(3072, 768, Activation::Gelu, false), "tma128x192x64_s4");
-        assert_eq!(pick(768, 3072, Activation::None, true), "wg128x192x64_s5");
+        assert_eq!(pick(768, 3072, Activation::None, true), "tma128x192x64_s4");
+    }
+
+    #[test]
+    fn split_k_fills_the_gpu_only_for_small_single_matrix_problems() {
+        let small = SMALL_TENSOR_CORE_TILE;
+        let plan = |m: usize, n: usize, k: usize, tile: MatmulTile| {
+            let p = MatmulProblem::linear(m, n, k, Epilogue::NONE);
+            let programs =
+                (m.div_ceil(tile.block_m as usize) * n.div_ceil(tile.block_n as usize)) as u64;
+            split_k(DType::F16, &p, tile, programs, 132)
+        };
+        // Batch-1 fc2 (48 tiles): 11 splits of 9 k-tiles fill the GPU's 528 CTA slots.
+        assert_eq!(plan(197, 768, 3072, small), SplitK { splits: 11, k: 288 });
+        // Batch-1 proj: K = 768 is too short to gain.
+        assert_eq!(plan(197, 768, 768, small), SplitK::NONE);
+        // A K that ends inside the last split: no split is left empty.
+        let odd = plan(61, 100, 1999, small);
+        assert!(odd.splits > 1 && (odd.splits - 1) * odd.k < 1999 && odd.splits * odd.k >= 1999);
+        // Enough tiles, short K, another tile, f32, batched products: no split.
+        assert_eq!(plan(197, 2304, 768, small), SplitK::NONE);
+        assert_eq!(plan(197, 768, 96, small), SplitK::NONE);
+        assert_eq!(plan(197, 768, 3072, TENSOR_CORE_TILES[0]), SplitK::NONE);
+        let p = MatmulProblem::linear(197, 768, 3072, Epilogue::NONE);
+        assert_eq!(split_k(DType::F32, &p, small, 48, 132), SplitK::NONE);
+        let batched = MatmulProblem { heads: 12, ..p };
+        assert_eq!(split_k(DType::F16, &batched, small, 48, 132), SplitK::NONE);
+        // The scratch holds every split's partial tile.
+        let fc2 = plan(197, 768, 3072, small);
+        assert!(48 * fc2.splits as usize * 64 * 64 * 4 <= split_k_partial_bytes(132));
     }
 
     #[test]

@@ -122,6 +122,9 @@ pub struct Gpu {
     captured_launches: AtomicUsize,
     /// Tuned configs (tuning.rs), loaded on first use.
     tuning: tuning::TableCell,
+    /// Split-K matmul scratch (partial tiles, then per-tile counters kept at zero between
+    /// launches), allocated by the first split launch.
+    split_k: Mutex<Option<(DeviceBuffer, DeviceBuffer)>>,
 }
 
 static NEXT_GPU_ID: AtomicUsize = AtomicUsize::new(1);
@@ -197,6 +200,7 @@ impl Gpu {
             capturing: AtomicBool::new(false),
             captured_launches: AtomicUsize::new(0),
             tuning: tuning::TableCell::new(),
+            split_k: Mutex::new(None),
         })
     }
 
@@ -315,6 +319,25 @@ impl Gpu {
         }
         .map_err(|e| KernelError::driver("cuMemcpyDtoHAsync", e))?;
         self.synchronize()
+    }
+
+    /// The split-K scratch: device addresses of `partial_bytes` for partial tiles and of one
+    /// zeroed counter per SM (split-K runs only with fewer tiles than SMs). Allocated once,
+    /// outside any CUDA graph capture: the executor's eager warm-up pass makes every launch
+    /// its captured pass will.
+    pub(crate) fn split_k_scratch(&self, partial_bytes: usize) -> Result<(u64, u64), KernelError> {
+        let mut scratch = self.split_k.lock().unwrap_or_else(|e| e.into_inner());
+        if scratch
+            .as_ref()
+            .is_none_or(|(p, _)| p.len_bytes() < partial_bytes)
+        {
+            let partials = self.alloc(partial_bytes)?;
+            let counters = self.alloc(self.multiprocessors as usize * 4)?;
+            self.upload(&counters, 0, &vec![0u8; counters.len_bytes()])?;
+            *scratch = Some((partials, counters));
+        }
+        let (partials, counters) = scratch.as_ref().expect("allocated above");
+        Ok((partials.ptr, counters.ptr))
     }
 
     /// Waits for every queued op; reports any error a kernel raised while running.

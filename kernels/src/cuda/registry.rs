@@ -30,6 +30,8 @@ pub enum ParamKind {
     ConstPtr(DType),
     /// `T*` for a storage dtype.
     MutPtr(DType),
+    /// `unsigned int*`: counters a kernel keeps in device memory.
+    CounterPtr,
     I32,
     U32,
     I64,
@@ -44,6 +46,7 @@ impl ParamKind {
         match self {
             ParamKind::ConstPtr(d) => format!("const {}*", d.cuda_type()),
             ParamKind::MutPtr(d) => format!("{}*", d.cuda_type()),
+            ParamKind::CounterPtr => "unsigned int*".into(),
             ParamKind::I32 => "int".into(),
             ParamKind::U32 => "unsigned int".into(),
             ParamKind::I64 => "long long".into(),
@@ -90,7 +93,7 @@ impl KernelArg {
             (self, kind),
             (
                 KernelArg::Ptr(_),
-                ParamKind::ConstPtr(_) | ParamKind::MutPtr(_)
+                ParamKind::ConstPtr(_) | ParamKind::MutPtr(_) | ParamKind::CounterPtr
             ) | (KernelArg::I32(_), ParamKind::I32)
                 | (KernelArg::U32(_), ParamKind::U32)
                 | (KernelArg::I64(_), ParamKind::I64)
