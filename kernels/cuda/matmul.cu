@@ -339,17 +339,20 @@ struct SplitK {
     unsigned* counters;
 };
 
+// Run `run` (four columns) of the staged tile, whose rows are kPitch floats apart. A partial
+// tile in the scratch is the same runs packed: run r is its r-th float4.
+template <int BN, int kPitch>
+__device__ __forceinline__ float4* staged_run(float* staged, int run) {
+    return reinterpret_cast<float4*>(staged + (run / (BN / 4)) * kPitch + (run % (BN / 4)) * 4);
+}
+
 // Called by every thread once the accumulators are staged (after a barrier): publishes this
 // split's partial and returns whether this CTA is the tile's last, which runs the epilogue.
 template <int BM, int BN, int kPitch, int kThreads>
-__device__ __forceinline__ bool split_k_is_last(const float* staged, const SplitK& split_k, int program, int split) {
+__device__ __forceinline__ bool split_k_is_last(float* staged, const SplitK& split_k, int program, int split) {
     constexpr int kRuns = BM * BN / 4;
-    float* mine = split_k.partials + ((long long)program * split_k.splits + split) * BM * BN;
-    for (int run = threadIdx.x; run < kRuns; run += kThreads) {
-        const int row = run / (BN / 4), col = (run % (BN / 4)) * 4;
-        __stcg(reinterpret_cast<float4*>(mine + row * BN + col),
-               *reinterpret_cast<const float4*>(staged + row * kPitch + col));
-    }
+    float4* mine = reinterpret_cast<float4*>(split_k.partials) + ((long long)program * split_k.splits + split) * kRuns;
+    for (int run = threadIdx.x; run < kRuns; run += kThreads) __stcg(mine + run, *staged_run<BN, kPitch>(staged, run));
     // Release: this CTA's partial is visible GPU-wide before its count is.
     __threadfence();
     __syncthreads();
@@ -393,10 +396,7 @@ __device__ __forceinline__ void sum_split_k_partials(float* staged, const SplitK
         for (int r = 0; r < kRunsPerThread; ++r) add(sum[r], __ldcg(first + (long long)s * kRuns + r * kThreads));
     }
 #pragma unroll
-    for (int r = 0; r < kRunsPerThread; ++r) {
-        const int run = threadIdx.x + r * kThreads;
-        *reinterpret_cast<float4*>(staged + (run / (BN / 4)) * kPitch + (run % (BN / 4)) * 4) = sum[r];
-    }
+    for (int r = 0; r < kRunsPerThread; ++r) *staged_run<BN, kPitch>(staged, threadIdx.x + r * kThreads) = sum[r];
 }
 
 template <typename T, typename TR, typename TC, int BM, int BN, int BK, int GROUP_M, int STAGES, int WARPS_M,

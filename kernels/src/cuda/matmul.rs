@@ -691,7 +691,6 @@ pub(crate) fn split_k(
     programs: u64,
     sms: u32,
 ) -> SplitK {
-    let capacity = sms as u64 * tile.ctas_per_sm as u64;
     if dtype == DType::F32
         || tile != SMALL_TENSOR_CORE_TILE
         || p.batch * p.heads != 1
@@ -703,6 +702,7 @@ pub(crate) fn split_k(
     if k_tiles < MIN_K_TILES_TO_SPLIT {
         return SplitK::NONE;
     }
+    let capacity = sms as u64 * tile.ctas_per_sm as u64;
     let wanted = (capacity / programs.max(1)) as usize;
     let splits = wanted.min(k_tiles / MIN_K_TILES_PER_SPLIT).min(MAX_SPLITS);
     if splits < 2 {
@@ -1007,14 +1007,12 @@ fn launch_with_tile(
     }
     args.push(KernelArg::F32(p.epilogue.alpha));
     args.push(KernelArg::I32(vector_epilogue as i32));
-    let split = if tile.wgmma {
-        SplitK::NONE
-    } else {
-        split_k(dtype, p, tile, programs, gpu.multiprocessors())
-    };
+    // Hopper tiles never split (split_k takes the small mma.sync tile only), and their entry
+    // point has no split parameters.
+    let split = split_k(dtype, p, tile, programs, gpu.multiprocessors());
     if !tile.wgmma {
         let (partials, counters) = if split.splits > 1 {
-            gpu.split_k_scratch(split_k_partial_bytes(gpu.multiprocessors()))?
+            gpu.split_k_scratch()?
         } else {
             (0, 0)
         };

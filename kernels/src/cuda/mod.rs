@@ -321,17 +321,14 @@ impl Gpu {
         self.synchronize()
     }
 
-    /// The split-K scratch: device addresses of `partial_bytes` for partial tiles and of one
-    /// zeroed counter per SM (split-K runs only with fewer tiles than SMs). Allocated once,
-    /// outside any CUDA graph capture: the executor's eager warm-up pass makes every launch
-    /// its captured pass will.
-    pub(crate) fn split_k_scratch(&self, partial_bytes: usize) -> Result<(u64, u64), KernelError> {
+    /// The split-K scratch: device addresses of room for every partial tile this GPU can
+    /// have in flight and of one zeroed counter per SM (split-K runs only with fewer tiles
+    /// than SMs). Allocated once, outside any CUDA graph capture: the executor's eager
+    /// warm-up pass makes every launch its captured pass will.
+    pub(crate) fn split_k_scratch(&self) -> Result<(u64, u64), KernelError> {
         let mut scratch = self.split_k.lock().unwrap_or_else(|e| e.into_inner());
-        if scratch
-            .as_ref()
-            .is_none_or(|(p, _)| p.len_bytes() < partial_bytes)
-        {
-            let partials = self.alloc(partial_bytes)?;
+        if scratch.is_none() {
+            let partials = self.alloc(matmul::split_k_partial_bytes(self.multiprocessors))?;
             let counters = self.alloc(self.multiprocessors as usize * 4)?;
             self.upload(&counters, 0, &vec![0u8; counters.len_bytes()])?;
             *scratch = Some((partials, counters));
