@@ -35,12 +35,17 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const T* gamma, cons
 
         if (CACHED > 0) {
             float v[CACHED > 0 ? CACHED : 1][VEC];
+            // gamma and beta are loaded with x, not after the two reductions: at batch 1 the
+            // kernel is a chain of memory latencies, and this takes one out of it.
+            Vec<T, VEC> g[CACHED > 0 ? CACHED : 1], b[CACHED > 0 ? CACHED : 1];
             float sum = 0.0f;
 #pragma unroll
             for (int c = 0; c < CACHED; ++c) {
                 const int i = rank + c * GROUP;
                 if (i < vectors) {
                     const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
+                    g[c] = load_vec<T, VEC>(gamma + i * VEC);
+                    b[c] = load_vec<T, VEC>(beta + i * VEC);
 #pragma unroll
                     for (int j = 0; j < VEC; ++j) {
                         v[c][j] = to_float(loaded.v[j]);
@@ -66,12 +71,10 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const T* gamma, cons
             for (int c = 0; c < CACHED; ++c) {
                 const int i = rank + c * GROUP;
                 if (i < vectors) {
-                    const Vec<T, VEC> g = load_vec<T, VEC>(gamma + i * VEC);
-                    const Vec<T, VEC> b = load_vec<T, VEC>(beta + i * VEC);
                     Vec<T, VEC> r;
 #pragma unroll
                     for (int j = 0; j < VEC; ++j)
-                        r.v[j] = from_float<T>((v[c][j] - mean) * inv_std * to_float(g.v[j]) + to_float(b.v[j]));
+                        r.v[j] = from_float<T>((v[c][j] - mean) * inv_std * to_float(g[c].v[j]) + to_float(b[c].v[j]));
                     store_vec<T, VEC>(out_row + i * VEC, r);
                 }
             }

@@ -161,15 +161,25 @@ const fn tma_tile(block_n: u32, stages: u32, speed: u32) -> MatmulTile {
 /// 216 / 278 / 274); an earlier build also tried 128x256 (BK 32 and 64, 8 warps) and 128x128
 /// with eight warps of 64x32 (one CTA per SM for registers), both slower. 64x64x32 (32x32 warp tiles, ~250 TFLOP/s when the GPU is full) wins
 /// whenever 128x128 tiles leave SMs idle: every batch-1 GEMM (M = 197) by 1.4-1.8x.
-/// The small tile comes last: it is also the one for operands whose rows do not allow 16-byte
-/// copies (see [`configure`]).
-pub const TENSOR_CORE_TILES: [MatmulTile; 2] = [
+/// The small tile is also the one for operands whose rows do not allow 16-byte copies (see
+/// [`configure`]); the deep one takes small single-matrix products (see [`DEEP_SMALL_TILE`]).
+pub const TENSOR_CORE_TILES: [MatmulTile; 3] = [
     tile((128, 128, 32), 4, (2, 2), 2, 100),
     SMALL_TENSOR_CORE_TILE,
+    DEEP_SMALL_TILE,
 ];
 
 /// The tensor-core tile for small problems and for operands that need element loads.
 const SMALL_TENSOR_CORE_TILE: MatmulTile = tile((64, 64, 32), 4, (2, 2), 4, 78);
+
+/// The small tile with 6 stages of BK 64 (96 KB, two CTAs per SM) instead of 4 of BK 32: at
+/// batch 1 every linear layer makes at most two 64 x 64 tiles per SM and each CTA streams its
+/// weights with a memory latency per (stages - 1) k-tiles, so five 16 KB k-tiles in flight
+/// instead of three 8 KB ones cut the latencies per tile by 3.3x. Measured (H200, f16, ViT-B/16,
+/// same run): batch 1 0.722 -> 0.644 ms. It takes only what fits in one round of its CTAs
+/// (see `select_tile`): at batch 8 proj and fc2 make 300 tiles, and with it 1.59 -> 1.92 ms.
+/// Single [N, K] matrices with 16-byte rows only (see [`configure`]).
+const DEEP_SMALL_TILE: MatmulTile = tile((64, 64, 64), 6, (2, 2), 2, 90);
 
 /// CUDA-core FMA tiles (f32): 256 threads, 8x8 or 4x4 outputs per thread. Their speeds are
 /// estimates, not yet measured: f32 is the parity path, not the fast one.
@@ -201,9 +211,10 @@ pub const WGMMA_TILES: [MatmulTile; 3] = [
 pub const TMA_TILES: [MatmulTile; 2] = [tma_tile(192, 4, 240), tma_tile(256, 3, 200)];
 
 /// Every half-precision tile: the mma.sync ones (sm_80 and later), then the Hopper ones.
-const HALF_TILES: [MatmulTile; 7] = [
+const HALF_TILES: [MatmulTile; 8] = [
     TENSOR_CORE_TILES[0],
     TENSOR_CORE_TILES[1],
+    TENSOR_CORE_TILES[2],
     WGMMA_TILES[0],
     WGMMA_TILES[1],
     WGMMA_TILES[2],
@@ -527,8 +538,8 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
                 _ if tile == SMALL_TENSOR_CORE_TILE => &[true, false],
                 _ => &[true],
             };
-            // Hopper tiles take [N, K] weights only (see `configure`).
-            let layouts: &[WeightLayout] = if tile.wgmma {
+            // Hopper tiles and the deep small tile take [N, K] weights only (see `configure`).
+            let layouts: &[WeightLayout] = if tile.wgmma || tile == DEEP_SMALL_TILE {
                 &[WeightLayout::NK]
             } else {
                 &[WeightLayout::NK, WeightLayout::KN]
@@ -599,6 +610,8 @@ pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u
             && !(tile.wgmma && p.b_layout == WeightLayout::KN)
             && (!tile.tma || takes_tma(p))
             && (!tile.wgmma || programs_of(tile) >= sms as u64)
+            && (*tile != DEEP_SMALL_TILE
+                || (takes_tma(p) && programs_of(tile) <= (sms * tile.ctas_per_sm) as u64))
     };
     for &tile in candidates.iter().filter(|t| usable(t)) {
         let cost = tile.cost(programs_of(&tile), sms.max(1) as u64);
@@ -636,6 +649,9 @@ fn configure(
     } else if tile.wgmma && p.b_layout == WeightLayout::KN {
         // The Hopper body reads B K-major only: [K, N] operands (P·V) take the mma.sync tile.
         TENSOR_CORE_TILES[0]
+    } else if tile == DEEP_SMALL_TILE && !takes_tma(p) {
+        // Registered for single [N, K] matrices only (batch 1's linear layers).
+        SMALL_TENSOR_CORE_TILE
     } else if tile.tma && !takes_tma(p) {
         // Tensor maps here describe one matrix each: batched products take the cp.async body.
         WGMMA_TILES[0]
@@ -671,19 +687,20 @@ impl SplitK {
     pub const NONE: SplitK = SplitK { splits: 1, k: 0 };
 }
 
-/// The fewest k-tiles a split keeps: below that its pipeline never fills.
-const MIN_K_TILES_PER_SPLIT: usize = 4;
+/// The shortest split, in k-columns: below that its pipeline never fills (4 k-tiles of the
+/// small tile, 2 of the deep one).
+const MIN_K_PER_SPLIT: usize = 128;
 const MAX_SPLITS: usize = 16;
-/// The shortest K (in k-tiles) worth splitting. A split launch pays for its partials' writes
-/// and a reduction that is a chain of L2 latencies in the tile's last CTA, several µs at
-/// batch 1; measured (H200, f16, batch 1): fc2 (K = 3072, 96 k-tiles) from 29.6 to 18.8 µs
-/// with 11 splits, proj (K = 768, 24 k-tiles) from 11.6 to 13.3 µs with 6, a loss.
-const MIN_K_TILES_TO_SPLIT: usize = 48;
+/// The shortest K worth splitting. A split launch pays for its partials' writes and a
+/// reduction that is a chain of L2 latencies in the tile's last CTA, several µs at batch 1;
+/// measured (H200, f16, batch 1, small tile): fc2 (K = 3072) from 29.6 to 18.8 µs with 11
+/// splits, proj (K = 768) from 11.6 to 13.3 µs with 6, a loss.
+const MIN_K_TO_SPLIT: usize = 1536;
 
 /// Split-K for single matrices on the small mma.sync tile whose tiles cannot fill the GPU
 /// (batch 1: fc2 makes 48 tiles on 132 SMs and reads its 4.7 MB of weights through them at
 /// 0.31 of cuBLAS). Enough splits to put one round of CTAs on every SM, each split at least
-/// MIN_K_TILES_PER_SPLIT k-tiles long.
+/// MIN_K_PER_SPLIT k-columns long.
 pub(crate) fn split_k(
     dtype: DType,
     p: &MatmulProblem,
@@ -692,19 +709,18 @@ pub(crate) fn split_k(
     sms: u32,
 ) -> SplitK {
     if dtype == DType::F32
-        || tile != SMALL_TENSOR_CORE_TILE
+        || (tile != SMALL_TENSOR_CORE_TILE && tile != DEEP_SMALL_TILE)
         || p.batch * p.heads != 1
         || programs >= sms as u64
+        || p.k < MIN_K_TO_SPLIT
     {
         return SplitK::NONE;
     }
     let k_tiles = p.k.div_ceil(tile.block_k as usize);
-    if k_tiles < MIN_K_TILES_TO_SPLIT {
-        return SplitK::NONE;
-    }
     let capacity = sms as u64 * tile.ctas_per_sm as u64;
     let wanted = (capacity / programs.max(1)) as usize;
-    let splits = wanted.min(k_tiles / MIN_K_TILES_PER_SPLIT).min(MAX_SPLITS);
+    let min_k_tiles = MIN_K_PER_SPLIT.div_ceil(tile.block_k as usize);
+    let splits = wanted.min(k_tiles / min_k_tiles).min(MAX_SPLITS);
     if splits < 2 {
         return SplitK::NONE;
     }
@@ -716,10 +732,13 @@ pub(crate) fn split_k(
 }
 
 /// The partial tiles split-K can have in flight at once on a GPU of `sms` SMs: every CTA
-/// the small tile fits on the GPU, 64 x 64 fp32 each.
+/// either splitting tile fits on the GPU, 64 x 64 fp32 each.
 pub(crate) fn split_k_partial_bytes(sms: u32) -> usize {
-    let t = SMALL_TENSOR_CORE_TILE;
-    sms as usize * t.ctas_per_sm as usize * (t.block_m * t.block_n) as usize * 4
+    [SMALL_TENSOR_CORE_TILE, DEEP_SMALL_TILE]
+        .iter()
+        .map(|t| sms as usize * t.ctas_per_sm as usize * (t.block_m * t.block_n) as usize * 4)
+        .max()
+        .unwrap_or(0)
 }
 
 /// A 2-D TMA tensor map over `rows` rows of `cols` elements starting at `base` (bytes),
@@ -1217,20 +1236,55 @@ mod tests {
         assert_eq!(split_k(DType::F32, &p, small, 48, 132), SplitK::NONE);
         let batched = MatmulProblem { heads: 12, ..p };
         assert_eq!(split_k(DType::F16, &batched, small, 48, 132), SplitK::NONE);
+        // The deep tile (two CTAs per SM, BK 64): 5 splits of 10 k-tiles; the same K floor.
+        let deep = DEEP_SMALL_TILE;
+        assert_eq!(plan(197, 768, 3072, deep), SplitK { splits: 5, k: 640 });
+        assert_eq!(plan(197, 768, 768, deep), SplitK::NONE);
         // The scratch holds every split's partial tile.
-        let fc2 = plan(197, 768, 3072, small);
-        assert!(48 * fc2.splits as usize * 64 * 64 * 4 <= split_k_partial_bytes(132));
+        for tile in [small, deep] {
+            let fc2 = plan(197, 768, 3072, tile);
+            assert!(48 * fc2.splits as usize * 64 * 64 * 4 <= split_k_partial_bytes(132));
+        }
     }
 
     #[test]
-    fn batch_one_linear_layers_keep_the_small_mma_sync_tile_on_sm90() {
+    fn batch_one_linear_layers_take_the_deep_small_tile_and_batch_eight_the_shallow_one() {
         for (n, k) in [(2304, 768), (768, 768), (3072, 768), (768, 3072)] {
             let p = MatmulProblem::linear(197, n, k, Epilogue::NONE);
+            assert_eq!(select_tile(DType::F16, &p, 132, (9, 0)), DEEP_SMALL_TILE);
+            assert_eq!(select_tile(DType::BF16, &p, 108, (8, 0)), DEEP_SMALL_TILE);
+        }
+        // Batch 8: 300 tiles of 64 x 64 for proj and fc2, past one round of the deep tile.
+        for k in [768, 3072] {
+            let p = MatmulProblem::linear(8 * 197, 768, k, Epilogue::NONE);
             assert_eq!(
                 select_tile(DType::F16, &p, 132, (9, 0)),
                 SMALL_TENSOR_CORE_TILE
             );
         }
+        // Batched products (attention's) and [K, N] weights never take it, even when forced.
+        let batched = MatmulProblem {
+            batch: 1,
+            heads: 12,
+            ..MatmulProblem::linear(197, 197, 64, Epilogue::NONE)
+        };
+        assert_ne!(
+            select_tile(DType::F16, &batched, 132, (9, 0)),
+            DEEP_SMALL_TILE
+        );
+        let kn = MatmulProblem {
+            b_layout: WeightLayout::KN,
+            ..MatmulProblem::linear(197, 768, 768, Epilogue::NONE)
+        };
+        assert_ne!(select_tile(DType::F16, &kn, 132, (9, 0)), DEEP_SMALL_TILE);
+        let forced = configure_uniform(
+            DType::F16,
+            &kn,
+            DEEP_SMALL_TILE,
+            fake(0x1000, DType::F16),
+            fake(0x2000, DType::F16),
+        );
+        assert_eq!(forced.tile, SMALL_TENSOR_CORE_TILE);
     }
 
     #[test]

@@ -125,6 +125,8 @@ pub struct Gpu {
     /// Split-K matmul scratch (partial tiles, then per-tile counters kept at zero between
     /// launches), allocated by the first split launch.
     split_k: Mutex<Option<(DeviceBuffer, DeviceBuffer)>>,
+    /// Launch with programmatic stream serialization (see [`Gpu::set_dependent_launch`]).
+    dependent_launch: AtomicBool,
 }
 
 static NEXT_GPU_ID: AtomicUsize = AtomicUsize::new(1);
@@ -201,7 +203,28 @@ impl Gpu {
             captured_launches: AtomicUsize::new(0),
             tuning: tuning::TableCell::new(),
             split_k: Mutex::new(None),
+            dependent_launch: AtomicBool::new(
+                major >= 9 && std::env::var_os("VITRT_DEPENDENT_LAUNCH").is_none_or(|v| v != "0"),
+            ),
         })
+    }
+
+    /// Whether kernels are launched as programmatic dependents of the kernel before them:
+    /// on by default from compute capability 9.0, off when `VITRT_DEPENDENT_LAUNCH=0`.
+    ///
+    /// A dependent launch is processed as soon as the previous grid's CTAs have exited,
+    /// overlapping its completion flush (every wrapper waits with `griddepcontrol.wait` before
+    /// it touches memory, see [`Instantiation::program_source`]); in CUDA graphs too. Measured
+    /// on the H200: batch 1 0.727 -> 0.715 ms, batch 8 -0.5%, batch 64 within noise.
+    pub fn dependent_launch(&self) -> bool {
+        self.dependent_launch.load(Ordering::Relaxed)
+    }
+
+    /// Turns dependent launches on or off (they stay off below compute capability 9.0, which
+    /// has none): for A/B measurements and for tests that compare both.
+    pub fn set_dependent_launch(&self, on: bool) {
+        self.dependent_launch
+            .store(on && self.compute_capability.0 >= 9, Ordering::Relaxed);
     }
 
     pub fn name(&self) -> &str {
@@ -522,16 +545,33 @@ impl Gpu {
             .map(|s| s as *mut registry::ParamSlot as *mut _)
             .collect();
         self.bind()?;
+        let mut attributes = [cudarc::driver::sys::CUlaunchAttribute {
+            id: cudarc::driver::sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: unsafe { std::mem::zeroed() },
+        }];
+        attributes[0].value.programmaticStreamSerializationAllowed = 1;
+        let config = cudarc::driver::sys::CUlaunchConfig {
+            gridDimX: gx,
+            gridDimY: gy,
+            gridDimZ: gz,
+            blockDimX: dims.block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: dims.shared_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: attributes.as_mut_ptr(),
+            numAttrs: u32::from(self.dependent_launch()),
+        };
         unsafe {
-            cudarc::driver::result::launch_kernel(
+            cudarc::driver::sys::cuLaunchKernelEx(
+                &config,
                 function.cu_function(),
-                dims.grid,
-                (dims.block, 1, 1),
-                dims.shared_bytes,
-                self.stream.cu_stream(),
-                &mut params,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
             )
         }
+        .result()
         .map_err(|e| KernelError::driver(&format!("launching {}", inst.name), e))?;
         if self.is_capturing() {
             self.captured_launches.fetch_add(1, Ordering::SeqCst);

@@ -211,9 +211,20 @@ impl Instantiation {
             0 => self.block_threads.to_string(),
             blocks => format!("{}, {blocks}", self.block_threads),
         };
+        // Programmatic dependent launch (sm_90+, see `Gpu::launch`): the next kernel on the
+        // stream may be launched as soon as every CTA of this one has exited, before this
+        // grid's completion is flushed, so it waits here until every kernel before it has
+        // finished and its writes are visible; nothing touches global memory before the wait.
+        // No explicit `griddepcontrol.launch_dependents`: triggering early let the next
+        // kernel's CTAs wait on SMs beside this grid's last ones, and cost 18% at batch 1
+        // (benchmarks/NOTES.md, session 5). The wait is a no-op for a launch without the
+        // attribute; sm_80 has no such instruction.
         format!(
             "{source}\n\n// Generated wrapper: {function}<{targs}>\n\
-             extern \"C\" __global__ void __launch_bounds__({bounds}) {name}({params}) {{\n    \
+             extern \"C\" __global__ void __launch_bounds__({bounds}) {name}({params}) {{\n\
+             #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n    \
+             asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n\
+             #endif\n    \
              {function}<{targs}>({args});\n}}\n",
             source = self.source,
             function = self.function,

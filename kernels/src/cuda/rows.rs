@@ -17,9 +17,12 @@ pub(crate) struct RowConfig {
     pub cached: u32,
 }
 
-/// One warp per row, four rows per block: rows of up to 32 × 8 vectors.
+/// One warp per row, four rows per block: rows of up to 32 × 8 vectors. Besides the powers of
+/// two, 3 and 6 vectors a thread: ViT's hidden size 768 is 6 × 32 vectors of four f32 (the
+/// residual stream) and 3 × 32 of eight halves, and registers held for masked-off vectors
+/// cost occupancy.
 const WARP_ROWS_PER_BLOCK: u32 = 4;
-const WARP_CACHED: [u32; 4] = [1, 2, 4, 8];
+const WARP_CACHED: [u32; 6] = [1, 2, 3, 4, 6, 8];
 /// Eight warps per row: rows of up to 256 × 8 vectors.
 const BLOCK_WARPS: u32 = 8;
 const BLOCK_CACHED: [u32; 3] = [2, 4, 8];
@@ -37,11 +40,12 @@ impl RowConfig {
         let per_thread = |threads: usize| vectors.div_ceil(threads).next_power_of_two() as u32;
         let vec = vec as u32;
         if vectors <= 32 * 8 {
+            let needed = vectors.div_ceil(32) as u32;
             RowConfig {
                 vec,
                 group_warps: 1,
                 rows_per_block: WARP_ROWS_PER_BLOCK,
-                cached: per_thread(32),
+                cached: WARP_CACHED.into_iter().find(|&c| c >= needed).unwrap_or(8),
             }
         } else if vectors <= 32 * BLOCK_WARPS as usize * 8 {
             RowConfig {
@@ -172,6 +176,9 @@ mod tests {
         let s = RowConfig::select(DType::F16, 197, &[pointer(0x1000, DType::F16)]);
         assert_eq!((s.vec, s.group_warps, s.cached), (1, 1, 8));
         let l = RowConfig::select(DType::F16, 768, &[pointer(0x1000, DType::F16)]);
-        assert_eq!((l.vec, l.group_warps, l.cached), (8, 1, 4));
+        assert_eq!((l.vec, l.group_warps, l.cached), (8, 1, 3));
+        // The f32 residual stream into a half-precision layernorm: four-wide vectors.
+        let stream = RowConfig::select(DType::F32, 768, &[pointer(0x1000, DType::F32)]);
+        assert_eq!((stream.vec, stream.group_warps, stream.cached), (4, 1, 6));
     }
 }

@@ -74,7 +74,10 @@ fn backend_error(e: KernelError) -> RuntimeError {
 
 impl Backend for CudaBackend {
     fn describe(&self) -> String {
-        format!("cuda:{} ({})", self.ordinal, self.gpu.name())
+        // Dependent launches are the default from sm_90; an A/B run with them off says so.
+        let off = self.gpu.compute_capability().0 >= 9 && !self.gpu.dependent_launch();
+        let note = if off { ", dependent launches off" } else { "" };
+        format!("cuda:{} ({}{note})", self.ordinal, self.gpu.name())
     }
 
     fn dtype(&self) -> DType {
