@@ -111,8 +111,9 @@ pub struct Gpu {
     compiler: Compiler,
     disk_cache: Option<DiskCache>,
     kernels: Mutex<HashMap<String, CudaFunction>>,
-    /// The dynamic shared-memory limit raised so far, per kernel: raised once, not per launch
-    /// (so that a CUDA graph capture sees only launches).
+    /// The dynamic shared-memory limit per kernel, as the driver first reported it or as
+    /// raised since: raised once, not per launch (so that a CUDA graph capture sees only
+    /// launches).
     shared_limits: Mutex<HashMap<String, u32>>,
     /// Tags the buffers (and graphs) this Gpu makes.
     id: usize,
@@ -516,7 +517,7 @@ impl Gpu {
             ));
         }
         let function = self.kernel(inst)?;
-        if dims.shared_bytes > 48 * 1024 && self.shared_limit(&inst.name) < dims.shared_bytes {
+        if self.shared_limit(&inst.name, &function) < dims.shared_bytes {
             self.refuse_while_capturing(&format!(
                 "raising the shared-memory limit of {}",
                 inst.name
@@ -579,14 +580,24 @@ impl Gpu {
         Ok(())
     }
 
-    /// The dynamic shared memory `name` has been allowed so far (48 KiB without asking).
-    fn shared_limit(&self, name: &str) -> u32 {
-        self.shared_limits
+    /// The dynamic shared memory `name` may use now: what was raised so far, else the driver's
+    /// default, 48 KiB less the kernel's static shared memory (a kernel with 2 KB of static
+    /// shared memory cannot take 48 KB of dynamic without asking; session 5 found a six-stage
+    /// small tile failing so).
+    fn shared_limit(&self, name: &str, function: &CudaFunction) -> u32 {
+        let mut limits = self
+            .shared_limits
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(name)
-            .copied()
-            .unwrap_or(48 * 1024)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *limits.entry(name.to_string()).or_insert_with(|| {
+            unsafe {
+                cudarc::driver::result::function::get_function_attribute(
+                    function.cu_function(),
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                )
+            }
+            .map_or(0, |bytes| bytes.max(0) as u32)
+        })
     }
 
     /// The loaded function for `inst`: from memory, else from the disk cache, else compiled.
