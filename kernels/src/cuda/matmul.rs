@@ -608,10 +608,10 @@ pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u
     let usable = |tile: &MatmulTile| {
         tile.runs_on(cc)
             && !(tile.wgmma && p.b_layout == WeightLayout::KN)
-            && (!tile.tma || takes_tma(p))
+            && (!tile.tma || single_nk_matrix(p))
             && (!tile.wgmma || programs_of(tile) >= sms as u64)
             && (*tile != DEEP_SMALL_TILE
-                || (takes_tma(p) && programs_of(tile) <= (sms * tile.ctas_per_sm) as u64))
+                || (single_nk_matrix(p) && programs_of(tile) <= (sms * tile.ctas_per_sm) as u64))
     };
     for &tile in candidates.iter().filter(|t| usable(t)) {
         let cost = tile.cost(programs_of(&tile), sms.max(1) as u64);
@@ -649,10 +649,10 @@ fn configure(
     } else if tile.wgmma && p.b_layout == WeightLayout::KN {
         // The Hopper body reads B K-major only: [K, N] operands (P·V) take the mma.sync tile.
         TENSOR_CORE_TILES[0]
-    } else if tile == DEEP_SMALL_TILE && !takes_tma(p) {
+    } else if tile == DEEP_SMALL_TILE && !single_nk_matrix(p) {
         // Registered for single [N, K] matrices only (batch 1's linear layers).
         SMALL_TENSOR_CORE_TILE
-    } else if tile.tma && !takes_tma(p) {
+    } else if tile.tma && !single_nk_matrix(p) {
         // Tensor maps here describe one matrix each: batched products take the cp.async body.
         WGMMA_TILES[0]
     } else {
@@ -669,9 +669,10 @@ fn configure(
     }
 }
 
-/// Whether the warp-specialised tiles can take `p`: one [M, K] x [N, K] matrix product with
-/// K > 0 (row alignment is checked from the pointers, as for every 16-byte path).
-fn takes_tma(p: &MatmulProblem) -> bool {
+/// Whether `p` is one [M, K] x [N, K] matrix product with K > 0: what the warp-specialised
+/// tiles (one tensor map per operand) and the deep small tile (registered for [N, K] only)
+/// take. Row alignment is checked from the pointers, as for every 16-byte path.
+fn single_nk_matrix(p: &MatmulProblem) -> bool {
     p.batch == 1 && p.heads == 1 && p.b_layout == WeightLayout::NK && p.k > 0
 }
 
