@@ -5,12 +5,18 @@
 //! `nvidia-cuda-nvrtc` and `nvidia-cuda-runtime` (see .ci/install-cuda-wheels.sh). Without
 //! them the test skips, except when the environment variable `CI` is set: there it fails.
 //! Run with `-- --nocapture` to see the table; set VITRT_COMPILE_FILTER to a part of a name to
-//! compile only the instantiations that contain it.
+//! compile only the instantiations that contain it, and VITRT_COMPILE_DUMP to a directory to
+//! keep their cubins, sources and logs there.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 use vitrt_kernels::cuda::{all_instantiations, Arch, Compiler, Instantiation, KernelResources};
+
+/// What ptxas's advisories say when it serialised a kernel's wgmma pipeline, whatever the
+/// reason (C7514: accumulators read while a wgmma runs; C7518: a compiler-inserted wait in a
+/// divergent path; others).
+const WGMMA_SERIALIZED: &str = "wgmma.mma_async instructions are serialized";
 
 /// Compute capabilities CI compiles for: Ampere (A100) and Hopper (H100, H200).
 const TARGETS: [(u32, u32); 2] = [(8, 0), (9, 0)];
@@ -25,13 +31,28 @@ fn compile_one(compiler: &Compiler, inst: &Instantiation, arch: Arch) -> Outcome
     let result = compiler
         .compile(inst, arch)
         .map(|compiled| {
-            // ptxas's advisories (a serialised wgmma, say) cost speed, not correctness: shown,
-            // not failed on.
+            // VITRT_COMPILE_DUMP=<dir> keeps each cubin (for nvdisasm), program source and compile log.
+            if let Some(dir) = std::env::var_os("VITRT_COMPILE_DUMP") {
+                let path = std::path::Path::new(&dir).join(format!(
+                    "{}.sm_{}{}.cubin",
+                    inst.name, arch.major, arch.minor
+                ));
+                let written = std::fs::write(&path, &compiled.cubin)
+                    .and_then(|()| std::fs::write(path.with_extension("log"), &compiled.log))
+                    .and_then(|()| {
+                        std::fs::write(path.with_extension("cu"), inst.program_source())
+                    });
+                if let Err(e) = written {
+                    eprintln!("cannot write {}: {e}", path.display());
+                }
+            }
+            // Warnings and ptxas's performance advisories (C75xx: an injected warpgroup.wait, a
+            // serialised wgmma) are shown; a serialised wgmma pipeline fails the test below.
             warnings.extend(
                 compiled
                     .log
                     .lines()
-                    .filter(|line| line.contains("warning"))
+                    .filter(|line| line.contains("warning") || line.contains("(C75"))
                     .map(str::to_owned),
             );
             compiled
@@ -182,6 +203,19 @@ fn every_instantiation_compiles_for_sm80_and_sm90() {
         println!("\n{} ({}):", o.name, o.arch.sm_name());
         for line in &o.warnings {
             println!("    {line}");
+        }
+    }
+    // ptxas serialises a kernel's wgmmas (each waits for the previous one) when it cannot prove
+    // the accumulators untouched while they run: correct, but the tensor cores idle between
+    // them. A kernel that compiles that way is a regression, as much as one that does not compile.
+    for o in &outcomes {
+        if o.warnings.iter().any(|w| w.contains(WGMMA_SERIALIZED)) {
+            failures.push(format!(
+                "{} ({}): ptxas serialised its wgmmas: {}",
+                o.name,
+                o.arch.sm_name(),
+                o.warnings.join(" | ")
+            ));
         }
     }
     assert!(

@@ -49,6 +49,9 @@ pub struct MatmulTile {
     /// persistent grid, BLOCK_M 128, 384 threads. Only for single [M, K] x [N, K] matrices
     /// with 16-byte aligned rows (every linear layer); `wgmma` is set too.
     pub tma: bool,
+    /// A TMA tile whose two consumer warpgroups take alternate tiles (`matmul_block_tma_pingpong`):
+    /// 288 threads, a producer warp; one warpgroup's epilogue overlaps the other's MMAs.
+    pub pingpong: bool,
 }
 
 impl MatmulTile {
@@ -60,8 +63,12 @@ impl MatmulTile {
     pub fn name(&self) -> String {
         if self.tma {
             return format!(
-                "tma{}x{}x{}_s{}",
-                self.block_m, self.block_n, self.block_k, self.stages
+                "{}{}x{}x{}_s{}",
+                if self.pingpong { "tmapp" } else { "tma" },
+                self.block_m,
+                self.block_n,
+                self.block_k,
+                self.stages
             );
         }
         if self.wgmma {
@@ -113,6 +120,7 @@ const fn tile(
         speed,
         wgmma: false,
         tma: false,
+        pingpong: false,
     }
 }
 
@@ -134,23 +142,26 @@ const fn wgmma_tile(
         speed,
         wgmma: true,
         tma: false,
+        pingpong: false,
     }
 }
 
-/// A warp-specialised Hopper tile: 128 x BLOCK_N, BLOCK_K 64, a producer warpgroup and two
-/// consumers (384 threads, `warps_m` 12), one CTA per SM.
-const fn tma_tile(block_n: u32, stages: u32, speed: u32) -> MatmulTile {
+/// A warp-specialised Hopper tile: 128 x BLOCK_N, BLOCK_K 64, one CTA per SM. Cooperative: a
+/// producer warpgroup and two consumers sharing each tile (384 threads, `warps_m` 12);
+/// ping-pong: two consumers on alternate tiles and a producer warp (288 threads, `warps_m` 9).
+const fn tma_tile(block_n: u32, stages: u32, pingpong: bool, speed: u32) -> MatmulTile {
     MatmulTile {
         block_m: 128,
         block_n,
         block_k: 64,
         stages,
-        warps_m: 12,
+        warps_m: if pingpong { 9 } else { 12 },
         warps_n: 1,
         ctas_per_sm: 1,
         speed,
         wgmma: true,
         tma: true,
+        pingpong,
     }
 }
 
@@ -201,17 +212,26 @@ pub const WGMMA_TILES: [MatmulTile; 3] = [
     wgmma_tile((128, 128), 3, 2, 200),
 ];
 
-/// Warp-specialised Hopper tiles (see [`MatmulTile::tma`]). Measured (H200, f16, batch-64
+/// Warp-specialised Hopper tiles (see [`MatmulTile::tma`] and [`MatmulTile::pingpong`]). The
+/// ping-pong tile takes products without residual whose C is in the operands' type (see
+/// `pingpong_takes`): measured (H200, f16, batch 64, ms, against the cooperative 128x192) qkv
+/// 0.0777 / 0.0903 without epilogue and 0.0823 / 0.0986 with bias, fc1 0.1001 / 0.1232 without
+/// and 0.1464 / 0.1657 with bias+GELU; with its earlier fp32-staged epilogue it had lost on
+/// every shape. Measured (H200, f16, batch-64
 /// GEMMs, TFLOP/s, qkv / proj / fc1 / fc2): without epilogue 128x192 reaches 487 / 421 / 500 /
 /// 638 (0.79 / 0.79 / 0.82 / 0.97 of cuBLAS), well ahead of the cp.async tiles; with the
 /// model's epilogues 425 (bias) and 336 (bias+GELU) on qkv and fc1. With the model's in-place
 /// f32 residual `vitrt tune` measured 128x192 at 0.0488 / 0.1034 ms on proj / fc2 against
 /// 0.0585 / 0.1228 for the cp.async 128x192 tile (H200, session 4), so residual epilogues
 /// take it too. 128x256 fits only three stages beside the epilogue buffers.
-pub const TMA_TILES: [MatmulTile; 2] = [tma_tile(192, 4, 240), tma_tile(256, 3, 200)];
+pub const TMA_TILES: [MatmulTile; 3] = [
+    tma_tile(192, 4, false, 240),
+    tma_tile(256, 3, false, 200),
+    tma_tile(128, 5, true, 260),
+];
 
 /// Every half-precision tile: the mma.sync ones (sm_80 and later), then the Hopper ones.
-const HALF_TILES: [MatmulTile; 8] = [
+const HALF_TILES: [MatmulTile; 9] = [
     TENSOR_CORE_TILES[0],
     TENSOR_CORE_TILES[1],
     TENSOR_CORE_TILES[2],
@@ -220,6 +240,7 @@ const HALF_TILES: [MatmulTile; 8] = [
     WGMMA_TILES[2],
     TMA_TILES[0],
     TMA_TILES[1],
+    TMA_TILES[2],
 ];
 
 /// The tile shapes the launcher chooses among for `dtype`, on any device (see
@@ -273,6 +294,10 @@ impl MatmulConfig {
     /// type), whichever is larger (formulas as in matmul.cu).
     pub fn shared_bytes(&self) -> u32 {
         let t = &self.tile;
+        if t.pingpong {
+            // The stages, then each consumer warpgroup's output tile in C's (16-bit) type.
+            return pipeline_bytes(self.dtype, t) + 2 * t.block_m * t.block_n * 2;
+        }
         if t.tma {
             // The stages, then each consumer warpgroup's 64 x 64 fp32 epilogue buffer (row
             // pitch 68); the barriers are static shared memory.
@@ -418,6 +443,9 @@ impl MatmulConfig {
     fn tma_instantiation(&self, mixed: String) -> Instantiation {
         let d = self.dtype;
         let t = &self.tile;
+        if t.pingpong {
+            return self.pingpong_instantiation();
+        }
         let name = format!(
             "matmul_{}_tma_bn{}_s{}_g{GROUP_M}_{}_nk{mixed}",
             d.name(),
@@ -458,6 +486,47 @@ impl MatmulConfig {
             params,
             block_threads: t.threads(),
             // setmaxnreg moves registers between the warpgroups only under a cap at entry.
+            min_blocks_per_sm: 1,
+            arch: ArchRequirement::Exactly(9, 0),
+        }
+    }
+}
+
+impl MatmulConfig {
+    /// The ping-pong Hopper instantiation: A, B and C as tensor maps, one matrix, no residual,
+    /// C in the operands' type (see `pingpong_takes` for what the launcher sends it).
+    fn pingpong_instantiation(&self) -> Instantiation {
+        let d = self.dtype;
+        let t = &self.tile;
+        Instantiation {
+            name: format!(
+                "matmul_{}_tmapp_bn{}_s{}_g{GROUP_M}_{}_nk",
+                d.name(),
+                t.block_n,
+                t.stages,
+                self.activation.short_name(),
+            ),
+            family: "matmul",
+            source: SOURCE,
+            function: "matmul_block_tma_pingpong",
+            template_args: vec![
+                d.cuda_type().into(),
+                t.block_n.to_string(),
+                t.stages.to_string(),
+                GROUP_M.to_string(),
+                self.activation.cuda_name().into(),
+            ],
+            params: vec![
+                KernelParam::new("a_map", ParamKind::TensorMap),
+                KernelParam::new("b_map", ParamKind::TensorMap),
+                KernelParam::new("c_map", ParamKind::TensorMap),
+                KernelParam::new("bias", ParamKind::ConstPtr(d)),
+                KernelParam::new("m", ParamKind::I32),
+                KernelParam::new("n", ParamKind::I32),
+                KernelParam::new("k", ParamKind::I32),
+                KernelParam::new("alpha", ParamKind::F32),
+            ],
+            block_threads: t.threads(),
             min_blocks_per_sm: 1,
             arch: ArchRequirement::Exactly(9, 0),
         }
@@ -549,6 +618,7 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
                     for &(residual, output) in storage {
                         if MixedOutput::of(dtype, residual, output)
                             .is_some_and(|mixed| !mixed.allows(activation, b_layout))
+                            || (tile.pingpong && (residual, output) != (dtype, dtype))
                         {
                             continue;
                         }
@@ -609,6 +679,7 @@ pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u
         tile.runs_on(cc)
             && !(tile.wgmma && p.b_layout == WeightLayout::KN)
             && (!tile.tma || single_nk_matrix(p))
+            && !(tile.pingpong && p.epilogue.residual)
             && (!tile.wgmma || programs_of(tile) >= sms as u64)
             && (*tile != DEEP_SMALL_TILE
                 || (single_nk_matrix(p) && programs_of(tile) <= (sms * tile.ctas_per_sm) as u64))
@@ -655,6 +726,9 @@ fn configure(
     } else if tile.tma && !single_nk_matrix(p) {
         // Tensor maps here describe one matrix each: batched products take the cp.async body.
         WGMMA_TILES[0]
+    } else if tile.pingpong && !pingpong_takes(dtype, p, residual, c) {
+        // The ping-pong tile stores C through a tensor map, without residual.
+        TMA_TILES[0]
     } else {
         tile
     };
@@ -667,6 +741,20 @@ fn configure(
         b_layout: p.b_layout,
         vec16,
     }
+}
+
+/// Whether the ping-pong tile's epilogue can write `p`'s C: no residual, C in the operands'
+/// type, its rows on 16-byte boundaries (what a tensor map requires).
+fn pingpong_takes(dtype: DType, p: &MatmulProblem, residual: Option<DevPtr>, c: DevPtr) -> bool {
+    residual.is_none()
+        && c.dtype == dtype
+        && rows_aligned(
+            c.ptr,
+            dtype.size_bytes(),
+            &p.c,
+            (1, 1, p.m),
+            16 / dtype.size_bytes(),
+        )
 }
 
 /// Whether `p` is one [M, K] x [N, K] matrix product with K > 0: what the warp-specialised
@@ -740,6 +828,36 @@ pub(crate) fn split_k_partial_bytes(sms: u32) -> usize {
         .map(|t| sms as usize * t.ctas_per_sm as usize * (t.block_m * t.block_n) as usize * 4)
         .max()
         .unwrap_or(0)
+}
+
+/// The tensor maps of A ([M, K], boxes of BLOCK_M rows) and B ([N, K], boxes of BLOCK_N rows)
+/// for the warp-specialised tiles.
+fn operand_maps(
+    dtype: DType,
+    p: &MatmulProblem,
+    tile: &MatmulTile,
+    a: DevPtr,
+    b: DevPtr,
+) -> Result<[KernelArg; 2], KernelError> {
+    let size = dtype.size_bytes() as u64;
+    Ok([
+        KernelArg::TensorMap(tensor_map(
+            dtype,
+            a.ptr + p.a.offset as u64 * size,
+            p.m,
+            p.k,
+            p.a.row_stride,
+            tile.block_m,
+        )?),
+        KernelArg::TensorMap(tensor_map(
+            dtype,
+            b.ptr + p.b.offset as u64 * size,
+            p.n,
+            p.k,
+            p.b.row_stride,
+            tile.block_n,
+        )?),
+    ])
 }
 
 /// A 2-D TMA tensor map over `rows` rows of `cols` elements starting at `base` (bytes),
@@ -960,25 +1078,41 @@ fn launch_with_tile(
             )
         })?;
 
-    if tile.tma {
-        let size = dtype.size_bytes() as u64;
+    if tile.pingpong {
+        let [a_map, b_map] = operand_maps(dtype, p, &tile, a, b)?;
         let args = vec![
+            a_map,
+            b_map,
             KernelArg::TensorMap(tensor_map(
                 dtype,
-                a.ptr + p.a.offset as u64 * size,
+                c.ptr + p.c.offset as u64 * dtype.size_bytes() as u64,
                 p.m,
-                p.k,
-                p.a.row_stride,
+                p.n,
+                p.c.row_stride,
                 tile.block_m,
             )?),
-            KernelArg::TensorMap(tensor_map(
-                dtype,
-                b.ptr + p.b.offset as u64 * size,
-                p.n,
-                p.k,
-                p.b.row_stride,
-                tile.block_n,
-            )?),
+            KernelArg::Ptr(bias.map_or(0, |v| v.ptr)),
+            KernelArg::I32(to_i32(p.m, "matmul m")?),
+            KernelArg::I32(to_i32(p.n, "matmul n")?),
+            KernelArg::I32(to_i32(p.k, "matmul k")?),
+            KernelArg::F32(p.epilogue.alpha),
+        ];
+        let grid = programs.min(sm_count(gpu)? as u64);
+        return gpu.launch(
+            &config.instantiation(),
+            LaunchDims {
+                grid: (grid as u32, 1, 1),
+                block: tile.threads(),
+                shared_bytes: config.shared_bytes(),
+            },
+            &args,
+        );
+    }
+    if tile.tma {
+        let [a_map, b_map] = operand_maps(dtype, p, &tile, a, b)?;
+        let args = vec![
+            a_map,
+            b_map,
             KernelArg::Ptr(bias.map_or(0, |v| v.ptr)),
             KernelArg::Ptr(residual.map_or(0, |v| v.ptr)),
             KernelArg::Ptr(c.ptr),
@@ -1207,10 +1341,23 @@ mod tests {
             let p = MatmulProblem::linear(12608, n, k, epilogue);
             select_tile(DType::F16, &p, 132, (9, 0)).name()
         };
-        assert_eq!(pick(2304, 768, Activation::None, false), "tma128x192x64_s4");
+        // Without residual the ping-pong tile; with one (which it does not take) the cooperative.
+        assert_eq!(
+            pick(2304, 768, Activation::None, false),
+            "tmapp128x128x64_s5"
+        );
         assert_eq!(pick(768, 768, Activation::None, true), "tma128x192x64_s4");
-        assert_eq!(pick(3072, 768, Activation::Gelu, false), "tma128x192x64_s4");
+        assert_eq!(
+            pick(3072, 768, Activation::Gelu, false),
+            "tmapp128x128x64_s5"
+        );
         assert_eq!(pick(768, 3072, Activation::None, true), "tma128x192x64_s4");
+        // Batch 8 (M = 1576): qkv and fc1 still fill the GPU with ping-pong tiles.
+        let p = MatmulProblem::linear(1576, 2304, 768, Epilogue::NONE);
+        assert_eq!(
+            select_tile(DType::F16, &p, 132, (9, 0)).name(),
+            "tmapp128x128x64_s5"
+        );
     }
 
     #[test]
@@ -1312,6 +1459,60 @@ mod tests {
             assert!(tile.runs_on((9, 0)) && !tile.runs_on((8, 0)) && !tile.runs_on((12, 0)));
             assert_eq!(tile.threads(), tile.block_m / 64 * 128);
         }
+    }
+
+    #[test]
+    fn the_ping_pong_tile_gives_way_where_its_tensor_map_epilogue_cannot_write_c() {
+        let pingpong = TMA_TILES[2];
+        assert!(pingpong.pingpong && pingpong.threads() == 288);
+        let p = MatmulProblem::linear(12608, 3072, 768, Epilogue::NONE);
+        let (a, b) = (fake(0x1000, DType::F16), fake(0x2000, DType::F16));
+        let c16 = fake(0x3000, DType::F16);
+        assert_eq!(
+            configure(DType::F16, &p, pingpong, a, b, None, c16).tile,
+            pingpong
+        );
+        // A residual, an f32 C (the residual stream), or C rows off 16-byte boundaries.
+        let residual = Some(fake(0x4000, DType::F16));
+        assert_eq!(
+            configure(DType::F16, &p, pingpong, a, b, residual, c16).tile,
+            TMA_TILES[0]
+        );
+        let c32 = fake(0x3000, DType::F32);
+        assert_eq!(
+            configure(DType::F16, &p, pingpong, a, b, None, c32).tile,
+            TMA_TILES[0]
+        );
+        let odd_rows = MatmulProblem {
+            c: Operand {
+                row_stride: 3080,
+                ..p.c
+            },
+            ..p
+        };
+        assert_eq!(
+            configure(DType::F16, &odd_rows, pingpong, a, b, None, c16).tile,
+            pingpong
+        );
+        let odd_rows = MatmulProblem {
+            c: Operand {
+                row_stride: 3073,
+                ..p.c
+            },
+            ..p
+        };
+        assert_eq!(
+            configure(DType::F16, &odd_rows, pingpong, a, b, None, c16).tile,
+            TMA_TILES[0]
+        );
+        // Only uniform storage is registered.
+        let registered: Vec<String> = instantiations().into_iter().map(|i| i.name).collect();
+        assert!(registered
+            .iter()
+            .any(|n| n == "matmul_f16_tmapp_bn128_s5_g8_gelu_nk"));
+        assert!(!registered
+            .iter()
+            .any(|n| n.contains("tmapp") && n.contains("_nk_r")));
     }
 
     #[test]
