@@ -1036,6 +1036,33 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* m
 #endif
 }
 
+// The producer of the warp-specialised bodies, one thread (K > 0): every k-tile of the CTA's tiles in
+// order, A's 128 x 64 box and B's BN x 64 box per stage, each stage once its consumers have
+// released it.
+template <int BN, int STAGES, int GROUP_M>
+__device__ __forceinline__ void load_stages(const TmaDescriptor& a_map, const TmaDescriptor& b_map, unsigned smem,
+                                            unsigned full_bar, unsigned empty_bar, int tiles_m, int tiles_n,
+                                            int k_tiles) {
+    constexpr int BM = 128, BK = 64;
+    constexpr int kBytesA = BM * BK * 2;
+    constexpr int kStageBytes = kBytesA + BN * BK * 2;
+    const int tiles = tiles_m * tiles_n;
+    int step = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
+        for (int kt = 0; kt < k_tiles; ++kt, ++step) {
+            const int s = step % STAGES;
+            // Stage s was last used by step - STAGES: its consumers' release is completion
+            // number step / STAGES - 1 of empty[s].
+            if (step >= STAGES) mbarrier_wait(empty_bar + s * 8, ((step / STAGES) + 1) & 1);
+            const unsigned stage_a = smem + s * kStageBytes;
+            mbarrier_arrive_expect_tx(full_bar + s * 8, kStageBytes);
+            tma_load_2d(stage_a, &a_map, kt * BK, t.tile_m * BM, full_bar + s * 8);
+            tma_load_2d(stage_a + kBytesA, &b_map, kt * BK, t.tile_n * BN, full_bar + s * 8);
+        }
+    }
+}
+
 // The epilogue of one consumer warpgroup's 64 x BN block, through shared memory in chunks of
 // 64 columns: the accumulators go to a 64 x 64 fp32 buffer (row pitch 68 floats, so the
 // 8-byte stores of a warp's rows spread over the banks), then each thread takes runs of four
@@ -1170,22 +1197,8 @@ __device__ __forceinline__ void matmul_tma(const TmaDescriptor& a_map, const Tma
 #if VITRT_HAS_WGMMA
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
 #endif
-        if (threadIdx.x == 0 && k_tiles > 0) {
-            int step = 0;
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
-                for (int kt = 0; kt < k_tiles; ++kt, ++step) {
-                    const int s = step % STAGES;
-                    // Stage s was last used by step - STAGES: its consumers' release is completion
-                    // number step / STAGES - 1 of empty[s].
-                    if (step >= STAGES) mbarrier_wait(empty_bar + s * 8, ((step / STAGES) + 1) & 1);
-                    const unsigned stage_a = smem + s * kStageBytes;
-                    mbarrier_arrive_expect_tx(full_bar + s * 8, kStageBytes);
-                    tma_load_2d(stage_a, &a_map, kt * BK, t.tile_m * BM, full_bar + s * 8);
-                    tma_load_2d(stage_a + kBytesA, &b_map, kt * BK, t.tile_n * BN, full_bar + s * 8);
-                }
-            }
-        }
+        if (threadIdx.x == 0 && k_tiles > 0)
+            load_stages<BN, STAGES, GROUP_M>(a_map, b_map, smem, full_bar, empty_bar, tiles_m, tiles_n, k_tiles);
         return;
     }
 
@@ -1314,20 +1327,8 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
 
     if (warpgroup == 2) {
         // Producer (warp 8): the CTA's tiles in order, every k-tile of each.
-        if (threadIdx.x == 256 && k_tiles > 0) {
-            int step = 0;
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
-                for (int kt = 0; kt < k_tiles; ++kt, ++step) {
-                    const int s = step % STAGES;
-                    if (step >= STAGES) mbarrier_wait(empty_bar + s * 8, ((step / STAGES) + 1) & 1);
-                    const unsigned stage_a = smem + s * kStageBytes;
-                    mbarrier_arrive_expect_tx(full_bar + s * 8, kStageBytes);
-                    tma_load_2d(stage_a, &a_map, kt * BK, t.tile_m * BM, full_bar + s * 8);
-                    tma_load_2d(stage_a + kBytesA, &b_map, kt * BK, t.tile_n * BN, full_bar + s * 8);
-                }
-            }
-        }
+        if (threadIdx.x == 256 && k_tiles > 0)
+            load_stages<BN, STAGES, GROUP_M>(a_map, b_map, smem, full_bar, empty_bar, tiles_m, tiles_n, k_tiles);
         return;
     }
 

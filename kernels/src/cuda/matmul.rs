@@ -830,36 +830,6 @@ pub(crate) fn split_k_partial_bytes(sms: u32) -> usize {
         .unwrap_or(0)
 }
 
-/// The tensor maps of A ([M, K], boxes of BLOCK_M rows) and B ([N, K], boxes of BLOCK_N rows)
-/// for the warp-specialised tiles.
-fn operand_maps(
-    dtype: DType,
-    p: &MatmulProblem,
-    tile: &MatmulTile,
-    a: DevPtr,
-    b: DevPtr,
-) -> Result<[KernelArg; 2], KernelError> {
-    let size = dtype.size_bytes() as u64;
-    Ok([
-        KernelArg::TensorMap(tensor_map(
-            dtype,
-            a.ptr + p.a.offset as u64 * size,
-            p.m,
-            p.k,
-            p.a.row_stride,
-            tile.block_m,
-        )?),
-        KernelArg::TensorMap(tensor_map(
-            dtype,
-            b.ptr + p.b.offset as u64 * size,
-            p.n,
-            p.k,
-            p.b.row_stride,
-            tile.block_n,
-        )?),
-    ])
-}
-
 /// A 2-D TMA tensor map over `rows` rows of `cols` elements starting at `base` (bytes),
 /// rows `row_stride` elements apart, read in 128-byte-swizzled boxes of 64 x `box_rows`
 /// (zero-filled past the edges).
@@ -1078,54 +1048,57 @@ fn launch_with_tile(
             )
         })?;
 
-    if tile.pingpong {
-        let [a_map, b_map] = operand_maps(dtype, p, &tile, a, b)?;
-        let args = vec![
-            a_map,
-            b_map,
-            KernelArg::TensorMap(tensor_map(
+    if tile.tma {
+        let size = dtype.size_bytes() as u64;
+        let map = |ptr: u64, offset: usize, rows, row_stride, box_rows| {
+            tensor_map(
                 dtype,
-                c.ptr + p.c.offset as u64 * dtype.size_bytes() as u64,
+                ptr + offset as u64 * size,
+                rows,
+                p.k,
+                row_stride,
+                box_rows,
+            )
+            .map(KernelArg::TensorMap)
+        };
+        let a_map = map(a.ptr, p.a.offset, p.m, p.a.row_stride, tile.block_m)?;
+        let b_map = map(b.ptr, p.b.offset, p.n, p.b.row_stride, tile.block_n)?;
+        let bias = KernelArg::Ptr(bias.map_or(0, |v| v.ptr));
+        let (m, n, k) = (
+            KernelArg::I32(to_i32(p.m, "matmul m")?),
+            KernelArg::I32(to_i32(p.n, "matmul n")?),
+            KernelArg::I32(to_i32(p.k, "matmul k")?),
+        );
+        let alpha = KernelArg::F32(p.epilogue.alpha);
+        let args = if tile.pingpong {
+            // C is written through a tensor map of boxes of 64 columns x 128 rows.
+            let c_map = KernelArg::TensorMap(tensor_map(
+                dtype,
+                c.ptr + p.c.offset as u64 * size,
                 p.m,
                 p.n,
                 p.c.row_stride,
                 tile.block_m,
-            )?),
-            KernelArg::Ptr(bias.map_or(0, |v| v.ptr)),
-            KernelArg::I32(to_i32(p.m, "matmul m")?),
-            KernelArg::I32(to_i32(p.n, "matmul n")?),
-            KernelArg::I32(to_i32(p.k, "matmul k")?),
-            KernelArg::F32(p.epilogue.alpha),
-        ];
-        let grid = programs.min(sm_count(gpu)? as u64);
-        return gpu.launch(
-            &config.instantiation(),
-            LaunchDims {
-                grid: (grid as u32, 1, 1),
-                block: tile.threads(),
-                shared_bytes: config.shared_bytes(),
-            },
-            &args,
-        );
-    }
-    if tile.tma {
-        let [a_map, b_map] = operand_maps(dtype, p, &tile, a, b)?;
-        let args = vec![
-            a_map,
-            b_map,
-            KernelArg::Ptr(bias.map_or(0, |v| v.ptr)),
-            KernelArg::Ptr(residual.map_or(0, |v| v.ptr)),
-            KernelArg::Ptr(c.ptr),
-            KernelArg::I32(to_i32(p.m, "matmul m")?),
-            KernelArg::I32(to_i32(p.n, "matmul n")?),
-            KernelArg::I32(to_i32(p.k, "matmul k")?),
-            KernelArg::I64(to_i64(p.c.offset)?),
-            KernelArg::I64(to_i64(p.c.row_stride)?),
-            KernelArg::I64(to_i64(p.r.offset)?),
-            KernelArg::I64(to_i64(p.r.row_stride)?),
-            KernelArg::F32(p.epilogue.alpha),
-            KernelArg::I32(vector_epilogue as i32),
-        ];
+            )?);
+            vec![a_map, b_map, c_map, bias, m, n, k, alpha]
+        } else {
+            vec![
+                a_map,
+                b_map,
+                bias,
+                KernelArg::Ptr(residual.map_or(0, |v| v.ptr)),
+                KernelArg::Ptr(c.ptr),
+                m,
+                n,
+                k,
+                KernelArg::I64(to_i64(p.c.offset)?),
+                KernelArg::I64(to_i64(p.c.row_stride)?),
+                KernelArg::I64(to_i64(p.r.offset)?),
+                KernelArg::I64(to_i64(p.r.row_stride)?),
+                alpha,
+                KernelArg::I32(vector_epilogue as i32),
+            ]
+        };
         // Persistent: one CTA per SM, each walking the tiles in steps of the grid.
         let grid = programs.min(sm_count(gpu)? as u64);
         return gpu.launch(
