@@ -1266,6 +1266,78 @@ __device__ __forceinline__ void store_output_pair(unsigned address, float x, flo
                  : "memory");
 }
 
+// Eight bias values (columns col .. col + 7) into shared memory at `dst`, zero past N: one
+// 16-byte cp.async where the bias allows it, element loads at the edge. The ping-pong epilogue
+// reads its tile's bias from there: loaded from global memory per column pair, as before, its
+// 16 dependent L2 round trips a tile made the epilogue outlast the other warpgroup's main loop
+// (batch-64 fc1 with bias+GELU 0.146 ms against 0.100 without epilogue, H200).
+template <typename T>
+__device__ __forceinline__ void stage_bias_chunk(unsigned dst, const T* bias, int col, int n) {
+    if (col + 8 <= n && (reinterpret_cast<unsigned long long>(bias + col) & 15) == 0) {
+        cp_async_ca<16>(dst, bias + col);
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        const T value = col + e < n ? bias[col + e] : from_float<T>(0.0f);
+        asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(dst + 2 * e), "h"(*reinterpret_cast<const unsigned short*>(&value))
+                     : "memory");
+    }
+}
+
+// The residual loader of the ping-pong body (one thread of the second producer warp). Each
+// consumer warpgroup has a shared buffer of half a tile's f32 residual (128 rows x BN / 2
+// columns, as 128-byte swizzled boxes of 32 columns): the loader fills it with the first half
+// of the warpgroup's next tile while that tile's main loop runs, and with the second half once
+// the epilogue has added the first. A whole tile a warpgroup would leave room for three
+// stages only, which starved the main loop (batch-64 fc2 0.146 ms against 0.107 on the
+// cooperative tile, H200); the epilogue has time to wait for the second half, since the other
+// warpgroup's main loop is what it must hide behind. Its own thread, not the stage producer's:
+// waiting there for an epilogue would stall the next tile's main-loop copies behind it.
+// Buffer w's use u (tile 2q + w of the CTA, half h: u = 2q + h) completes phase u of full[w]
+// and is released by phase u of empty[w].
+template <int BN, int GROUP_M>
+__device__ __forceinline__ void load_residual_halves(const TmaDescriptor& r_map, unsigned buffers,
+                                                     unsigned full_bar, unsigned empty_bar, int tiles_m,
+                                                     int tiles_n) {
+    constexpr int BM = 128;
+    constexpr int kHalfBytes = BM * BN * 4 / 2;
+    const int tiles = tiles_m * tiles_n;
+    int i = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++i) {
+        const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
+        const int w = i & 1;
+        for (int half = 0; half < 2; ++half) {
+            const int use = (i >> 1) * 2 + half;
+            if (use > 0) mbarrier_wait(empty_bar + w * 8, (use - 1) & 1);
+            const unsigned dst = buffers + w * kHalfBytes;
+            mbarrier_arrive_expect_tx(full_bar + w * 8, kHalfBytes);
+#pragma unroll
+            for (int box = 0; box < BN / 64; ++box)
+                tma_load_2d(dst + box * (BM * 128), &r_map, t.tile_n * BN + half * (BN / 2) + box * 32,
+                            t.tile_m * BM, full_bar + w * 8);
+        }
+    }
+}
+
+// Two adjacent outputs of the residual epilogue: activated, plus their residual pair from the
+// shared tile, stored to C as one 8-byte access (a warp's store covers whole 32-byte sectors
+// of eight rows, so C goes straight from registers to global memory).
+template <Act ACT>
+__device__ __forceinline__ void add_residual_pair(float* c, long long c_row_stride, const float* residual, int row,
+                                                  int col, int m, int n, float x, float y, float alpha,
+                                                  float bias_x, float bias_y) {
+    const float2 r = *reinterpret_cast<const float2*>(residual);
+    const float2 v = make_float2(activate<ACT>(alpha * x + bias_x) + r.x, activate<ACT>(alpha * y + bias_y) + r.y);
+    if (row >= m) return;
+    float* p = c + (long long)row * c_row_stride + col;
+    if (col + 1 < n) {
+        *reinterpret_cast<float2*>(p) = v;
+    } else if (col < n) {
+        p[0] = v.x;
+    }
+}
+
 // The ping-pong variant: the two consumer warpgroups take alternate tiles of the CTA's
 // sequence, each a whole 128 x BN tile (two m64 wgmmas a k-step, BN accumulators a thread), so
 // that one warpgroup's epilogue runs while the other's MMAs keep the tensor cores busy. In the
@@ -1281,32 +1353,45 @@ __device__ __forceinline__ void store_output_pair(unsigned address, float x, flo
 //   128-byte swizzled boxes of C's tensor map, then one thread stores it with TMA and the
 //   warpgroup goes on to its next tile. (With store_block_staged's fp32 staging, one warp per
 //   scheduler could not hide its latencies: the batch-64 fc1 with GELU ran 0.173 ms against
-//   0.112 ms without epilogue, slower than the cooperative tile.) Hence no residual and C in
-//   the operands' type, 16-byte aligned: the launcher sends the rest to the cooperative tile.
+//   0.112 ms without epilogue, slower than the cooperative tile.) Hence C in the operands'
+//   type with 16-byte aligned rows, or the f32 residual stream (below); the launcher sends the
+//   rest to the cooperative tile.
 // - The main loops take turns (`turn[w]`, one arrival by the other warpgroup once it has
 //   issued its tile's last wgmma), as CUTLASS's ping-pong kernels order theirs: the tile that
 //   started first finishes first, and a warpgroup never waits on a `full` barrier more than one
 //   phase ahead of what the other has consumed (a parity wait cannot tell phase p from p + 2).
 // - Stage s of step t is consumed by one warpgroup: `empty` counts its four warps.
-template <typename T, int BN, int STAGES, int GROUP_M, Act ACT>
+// - TC f32 is the residual stream's product (C = act(alpha·A·B + bias) + R, R and C f32, as
+//   proj and fc2 run it, usually in place): `out_map` then describes R, which a second
+//   producer warp (320 threads) loads by TMA, half a tile at a time, into a shared buffer per
+//   warpgroup (see load_residual_halves); the epilogue adds it from there and writes C from
+//   registers, since f32 pairs fill whole sectors. Otherwise `out_map` is C's and `c` unused.
+template <typename T, typename TC, int BN, int STAGES, int GROUP_M, Act ACT>
 __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
-                                                    const TmaDescriptor& c_map, const T* bias, int m, int n,
-                                                    int k, float alpha) {
+                                                    const TmaDescriptor& out_map, const T* bias, TC* c,
+                                                    long long c_row_stride, int m, int n, int k, float alpha) {
+    constexpr bool kResidual = is_f32<TC>::value;
     constexpr int BM = 128, BK = 64;
     constexpr int kAccumulators = BN / 2;
     constexpr int kBytesA = BM * BK * 2;
     constexpr int kBytesB = BN * BK * 2;
     constexpr int kStageBytes = kBytesA + kBytesB;
-    constexpr int kOutputBytes = BM * BN * 2;  // BN / 64 boxes of 128 rows x 128 bytes
+    // 16-bit C: BN / 64 boxes of 128 rows x 128 bytes; half an f32 residual tile: BN / 64 too.
+    constexpr int kOutputBytes = BM * BN * 2;
+    constexpr int kResidualBarriers = kResidual ? 4 : 0;
     static_assert(BN % 64 == 0 && BN <= 128, "two 64 x BN halves of accumulators must fit 168 registers");
+    static_assert(kResidual || is_same_type<T, TC>::value, "C is in the operands' type or the f32 stream");
 
     extern __shared__ __align__(128) unsigned char shared_tiles[];
-    // full[s], then empty[s], then turn[0], turn[1].
-    __shared__ __align__(8) unsigned long long barriers[2 * STAGES + 2];
+    // full[s], then empty[s], then turn[0], turn[1], then (f32 residual) residual_full[b] and
+    // residual_empty[b].
+    __shared__ __align__(8) unsigned long long barriers[2 * STAGES + 2 + kResidualBarriers];
     const unsigned smem = (shared_address(shared_tiles) + 1023) & ~1023u;
     const unsigned full_bar = shared_address(barriers);
     const unsigned empty_bar = full_bar + STAGES * 8;
     const unsigned turn_bar = empty_bar + STAGES * 8;
+    const unsigned residual_full_bar = turn_bar + 16;
+    const unsigned residual_empty_bar = residual_full_bar + 16;
 
     const int tiles_m = (m + BM - 1) / BM;
     const int tiles_n = (n + BN - 1) / BN;
@@ -1321,6 +1406,12 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         }
         mbarrier_init(turn_bar, 1);
         mbarrier_init(turn_bar + 8, 1);
+        if constexpr (kResidual) {
+            for (int b = 0; b < 2; ++b) {
+                mbarrier_init(residual_full_bar + b * 8, 1);
+                mbarrier_init(residual_empty_bar + b * 8, 4);
+            }
+        }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -1329,6 +1420,12 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         // Producer (warp 8): the CTA's tiles in order, every k-tile of each.
         if (threadIdx.x == 256 && k_tiles > 0)
             load_stages<BN, STAGES, GROUP_M>(a_map, b_map, smem, full_bar, empty_bar, tiles_m, tiles_n, k_tiles);
+        // Residual loader (warp 9).
+        if constexpr (kResidual) {
+            if (threadIdx.x == 288)
+                load_residual_halves<BN, GROUP_M>(out_map, smem + STAGES * kStageBytes, residual_full_bar,
+                                                  residual_empty_bar, tiles_m, tiles_n);
+        }
         return;
     }
 
@@ -1337,6 +1434,9 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
     // as divergent and serialises every wgmma in it (C7518, "WG.DP in divergent path").
     const int w = __shfl_sync(0xffffffffu, warpgroup, 0);
     const unsigned output_tile = smem + STAGES * kStageBytes + w * kOutputBytes;
+    // This warpgroup's tile of bias (BN values), after both output tiles.
+    const unsigned bias_tile = smem + STAGES * kStageBytes + 2 * kOutputBytes + w * BN * 2;
+    const T* bias_values = reinterpret_cast<const T*>(shared_tiles + (bias_tile - shared_address(shared_tiles)));
     const int tid = threadIdx.x % 128;
     const int lane = threadIdx.x & 31;
     const bool leader = tid == 0;
@@ -1349,6 +1449,10 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
     for (int i = 0; i < kAccumulators; ++i) acc_top[i] = acc_bottom[i] = 0.0f;
     for (int j = w, tile = blockIdx.x + w * gridDim.x; tile < tiles; j += 2, tile += 2 * gridDim.x) {
         const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
+        // The tile's bias, fetched while its main loop runs (the previous epilogue's last barrier
+        // has seen every read of the buffer); waited for at the epilogue.
+        if (bias != nullptr && tid < BN / 8) stage_bias_chunk(bias_tile + tid * 16, bias, t.tile_n * BN + tid * 8, n);
+        cp_async_commit();
         // Tile j = 2i + w waits for completion i - 1 + w of turn[w] (the other's tile j - 1).
         if (j > 0) mbarrier_wait(turn_bar + w * 8, ((j >> 1) + w + 1) & 1);
         int step = j * k_tiles;
@@ -1380,19 +1484,60 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         fence_accumulators(acc_top);
         fence_accumulators(acc_bottom);
 
-        // The previous tile's TMA store has read the output tile (issued a main loop ago).
+        if constexpr (kResidual) {
+            const int col0 = t.tile_n * BN;
+            const float* residual =
+                reinterpret_cast<const float*>(shared_tiles + (output_tile - shared_address(shared_tiles)));
+            const int row0 = t.tile_m * BM;
+            cp_async_wait<0>();
+            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                // Uses 2q and 2q + 1 of this warpgroup's buffer (see load_residual_halves).
+                mbarrier_wait(residual_full_bar + w * 8, half);
+#pragma unroll
+                for (int jh = 0; jh < BN / 16; ++jh) {
+                    const int jb = half * (BN / 16) + jh;
+                    const int col = col0 + jb * 8 + frag_col;
+                    float2 bias_pair = make_float2(0.0f, 0.0f);
+                    if (bias != nullptr) bias_pair = load_pair_as_float(bias_values + jb * 8 + frag_col);
+                    const float bias0 = bias_pair.x, bias1 = bias_pair.y;
+                    // Box jh / 4 (32 columns), 16-byte chunk (jh % 4) * 2 + frag_col / 4 of each
+                    // 128-byte row, XOR-swizzled by the row; the pair's offset in its chunk.
+                    const float* box = residual + (jh / 4) * (BM * 32) + frag_col % 4;
+                    const int swizzle = (((jh % 4) * 2 + frag_col / 4) ^ (frag_row % 8)) * 4;
+                    add_residual_pair<ACT>(c, c_row_stride, box + frag_row * 32 + swizzle, row0 + frag_row, col, m,
+                                           n, acc_top[4 * jb], acc_top[4 * jb + 1], alpha, bias0, bias1);
+                    add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 8) * 32 + swizzle,
+                                           row0 + frag_row + 8, col, m, n, acc_top[4 * jb + 2], acc_top[4 * jb + 3],
+                                           alpha, bias0, bias1);
+                    add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 64) * 32 + swizzle,
+                                           row0 + frag_row + 64, col, m, n, acc_bottom[4 * jb],
+                                           acc_bottom[4 * jb + 1], alpha, bias0, bias1);
+                    add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 72) * 32 + swizzle,
+                                           row0 + frag_row + 72, col, m, n, acc_bottom[4 * jb + 2],
+                                           acc_bottom[4 * jb + 3], alpha, bias0, bias1);
+                }
+                // This warp has read its part of the half.
+                __syncwarp();
+                if (lane == 0) mbarrier_arrive(residual_empty_bar + w * 8);
+            }
+            // Every thread has read the bias tile before the next one is fetched into it.
+            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
+            continue;
+        }
+        // The previous tile's TMA store has read the output tile (issued a main loop ago), and
+        // the bias tile has landed.
         if (leader) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+        cp_async_wait<0>();
         asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
         const int col0 = t.tile_n * BN;
 #pragma unroll
         for (int jb = 0; jb < BN / 8; ++jb) {
             // Columns jb * 8 + frag_col and the one after it, for rows frag_row (+ 8) of each half.
-            const int col = col0 + jb * 8 + frag_col;
-            float bias0 = 0.0f, bias1 = 0.0f;
-            if (bias != nullptr) {
-                if (col < n) bias0 = to_float(bias[col]);
-                if (col + 1 < n) bias1 = to_float(bias[col + 1]);
-            }
+            float2 bias_pair = make_float2(0.0f, 0.0f);
+            if (bias != nullptr) bias_pair = load_pair_as_float(bias_values + jb * 8 + frag_col);
+            const float bias0 = bias_pair.x, bias1 = bias_pair.y;
             // Box jb / 8, 16-byte chunk jb % 8 of each 128-byte row, XOR-swizzled by the row.
             const unsigned box = output_tile + (jb / 8) * (BM * 128) + frag_col * 2;
             // Rows frag_row and frag_row + 8 of the top half, then of the bottom half.
@@ -1412,12 +1557,12 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         if (leader) {
 #pragma unroll
             for (int box = 0; box < BN / 64; ++box)
-                tma_store_2d(&c_map, output_tile + box * (BM * 128), col0 + box * 64, t.tile_m * BM);
+                tma_store_2d(&out_map, output_tile + box * (BM * 128), col0 + box * 64, t.tile_m * BM);
             asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
         }
     }
     // C is written before the grid counts as done.
-    if (leader) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+    if (!kResidual && leader) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1668,7 +1813,29 @@ __device__ __forceinline__ void matmul_block_tma_pingpong(const TmaDescriptor& a
     using namespace vitrt_matmul;
     static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
 #if VITRT_HAS_WGMMA
-    matmul_tma_pingpong<T, BN, STAGES, GROUP_M, ACT>(a_map, b_map, c_map, bias, m, n, k, alpha);
+    matmul_tma_pingpong<T, T, BN, STAGES, GROUP_M, ACT>(a_map, b_map, c_map, bias, static_cast<T*>(nullptr), 0, m, n,
+                                                        k, alpha);
+#else
+    __trap();
+#endif
+}
+
+// The ping-pong entry for the f32 residual stream: C = act(alpha·A·B + bias) + R with R and C
+// f32 (C may be R), R as a tensor map (128-byte swizzled boxes of 32 x 128), C as a pointer to
+// its first element and a row stride with 16-byte aligned rows. Template arguments: T,
+// BLOCK_N (128), STAGES, GROUP_M, activation. 320 threads: two consumer warpgroups, the stage
+// producer warp, the residual loader warp.
+template <typename T, int BN, int STAGES, int GROUP_M, Act ACT>
+__device__ __forceinline__ void matmul_block_tma_pingpong_residual(const TmaDescriptor& a_map,
+                                                                   const TmaDescriptor& b_map,
+                                                                   const TmaDescriptor& r_map, const T* bias,
+                                                                   float* c, long long c_row_stride, int m, int n,
+                                                                   int k, float alpha) {
+    using namespace vitrt_matmul;
+    static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
+#if VITRT_HAS_WGMMA
+    matmul_tma_pingpong<T, float, BN, STAGES, GROUP_M, ACT>(a_map, b_map, r_map, bias, c, c_row_stride, m, n, k,
+                                                            alpha);
 #else
     __trap();
 #endif

@@ -711,6 +711,29 @@ fn an_f32_residual_stream_matches_the_twin() {
         case.residual_in_place = true;
         worst.record(dtype, run(&gpu, &case), &case.label);
 
+        // In place on the persistent Hopper tiles, with enough tiles that each CTA walks
+        // several (3-4 on 132 SMs): every barrier and residual buffer goes round more than once.
+        if gpu.compute_capability() == (9, 0) {
+            for &tile in tiles_for(dtype).iter().filter(|t| t.tma) {
+                let mut case = linear_case(
+                    dtype,
+                    (9000, 768, 256),
+                    WeightLayout::NK,
+                    epilogue,
+                    0,
+                    0,
+                    Some(tile),
+                    &mut rng,
+                );
+                case.problem.r = case.problem.c;
+                let mut case = stream(dtype, case, &mut rng);
+                case.residual = Some(random(DType::F32, case.c_len, -2.0..2.0, &mut rng));
+                case.residual_in_place = true;
+                case.label = format!("{} in place", case.label);
+                worst.record(dtype, run(&gpu, &case), &case.label);
+            }
+        }
+
         let (batch, patches, patch_len, hidden) = (2, 196, 3 * 16 * 16, 96);
         let case = Case {
             label: format!("{dtype} patch embedding into f32 tokens"),
@@ -728,6 +751,14 @@ fn an_f32_residual_stream_matches_the_twin() {
             residual_dtype: dtype,
         };
         worst.record(dtype, run(&gpu, &case), &case.label);
+    }
+    if gpu.compute_capability() == (9, 0) {
+        assert!(
+            gpu.loaded_kernels()
+                .iter()
+                .any(|k| k.name.contains("_tmapp_") && k.name.ends_with("_rf32_cf32")),
+            "the ping-pong tile's residual variant was never loaded"
+        );
     }
     worst.print("f32 residual stream");
 }
@@ -833,14 +864,23 @@ fn median_ms(gpu: &Gpu, warmup: usize, samples: usize, mut run: impl FnMut()) ->
     times[samples / 2]
 }
 
-/// Device buffers of random f16 values for timing: A, B, bias, residual and C of one problem.
+/// Device buffers of random values for timing: A, B, bias, residual and C of one problem, all
+/// in `dtype`, or (`stream`) the residual and C f32 and C the residual itself, as the model
+/// adds into its residual stream.
 struct TimedProblem {
     p: MatmulProblem,
     buffers: Vec<(DeviceBuffer, usize)>,
+    stream: bool,
 }
 
 impl TimedProblem {
-    fn new(gpu: &Gpu, dtype: DType, p: MatmulProblem, rng: &mut StdRng) -> TimedProblem {
+    fn new(
+        gpu: &Gpu,
+        dtype: DType,
+        p: MatmulProblem,
+        stream: bool,
+        rng: &mut StdRng,
+    ) -> TimedProblem {
         let (b_rows, b_cols) = match p.b_layout {
             WeightLayout::NK => (p.n, p.k),
             WeightLayout::KN => (p.k, p.n),
@@ -854,7 +894,9 @@ impl TimedProblem {
         ];
         let buffers = lens
             .iter()
-            .map(|&len| {
+            .enumerate()
+            .map(|(i, &len)| {
+                let dtype = if stream && i >= 3 { DType::F32 } else { dtype };
                 let buffer = gpu.alloc(len.max(1) * dtype.size_bytes()).unwrap();
                 gpu.upload(
                     &buffer,
@@ -865,13 +907,21 @@ impl TimedProblem {
                 (buffer, len)
             })
             .collect();
-        TimedProblem { p, buffers }
+        TimedProblem { p, buffers, stream }
     }
 
     /// Median device time of one launch, in ms: `tile` forced, or the launcher's choice.
     fn median_ms(&self, gpu: &Gpu, dtype: DType, tile: Option<MatmulTile>) -> f64 {
-        let view = |i: usize| self.buffers[i].0.view(0, self.buffers[i].1, dtype).unwrap();
-        let (a, b, bias, r, c) = (view(0), view(1), view(2), view(3), view(4));
+        let view = |i: usize| {
+            let dtype = if self.stream && i >= 3 {
+                DType::F32
+            } else {
+                dtype
+            };
+            self.buffers[i].0.view(0, self.buffers[i].1, dtype).unwrap()
+        };
+        let (a, b, bias, c) = (view(0), view(1), view(2), view(4));
+        let r = if self.stream { c } else { view(3) };
         median_ms(gpu, 10, 30, || {
             match tile {
                 Some(tile) => {
@@ -884,7 +934,7 @@ impl TimedProblem {
     }
 }
 
-/// The ViT-B/16 GEMMs in f16 (batch 64, then batch 1, then batch-64 attention), with and without
+/// The ViT-B/16 GEMMs in f16 (batch 64, batch 1 and batch 256, then batch-64 attention), with and without
 /// their fused epilogues, timed with the launcher's tile choice and with every tile shape:
 /// device time by CUDA events, 10 warm-up runs, median of 30. Not a pass/fail test: the table
 /// says where the kernel stands. cuBLAS on an H200, batch 64: 615 / 531 / 608 / 655 TFLOP/s;
@@ -910,8 +960,9 @@ fn matmul_speed_report() {
     };
     let mut problems = Vec::new();
     for (m, batch_label, cublas) in [
-        (12608, "b64", [615.0, 531.0, 608.0, 655.0]),
-        (197, "b1", [79.0, 29.0, 111.0, 80.0]),
+        (12608, "b64", Some([615.0, 531.0, 608.0, 655.0])),
+        (197, "b1", Some([79.0, 29.0, 111.0, 80.0])),
+        (50432, "b256", None),
     ] {
         let gemms = [
             ("qkv", linear(m, 2304, 768, Activation::None, false)),
@@ -919,7 +970,8 @@ fn matmul_speed_report() {
             ("fc1", linear(m, 3072, 768, Activation::Gelu, false)),
             ("fc2", linear(m, 768, 3072, Activation::None, true)),
         ];
-        for ((name, fused), reference) in gemms.into_iter().zip(cublas) {
+        for (i, (name, fused)) in gemms.into_iter().enumerate() {
+            let reference = cublas.map(|c: [f64; 4]| c[i]);
             let plain = MatmulProblem {
                 epilogue: Epilogue::NONE,
                 ..fused
@@ -928,7 +980,8 @@ fn matmul_speed_report() {
                 format!("{name} {batch_label}"),
                 "none",
                 plain,
-                Some(reference),
+                reference,
+                false,
             ));
             let epilogue = if fused.epilogue.residual {
                 "bias+residual"
@@ -941,8 +994,19 @@ fn matmul_speed_report() {
                 format!("{name} {batch_label}"),
                 epilogue,
                 fused,
-                Some(reference),
+                reference,
+                false,
             ));
+            if fused.epilogue.residual {
+                // What the model runs: in place on its f32 residual stream.
+                problems.push((
+                    format!("{name} {batch_label}"),
+                    "bias+res f32",
+                    fused,
+                    reference,
+                    true,
+                ));
+            }
         }
     }
     // Attention at batch 64, fused QKV [64, 197, 2304], 12 heads of 64.
@@ -969,8 +1033,8 @@ fn matmul_speed_report() {
         },
         ..context
     };
-    problems.push(("Q·Kᵀ b64".into(), "alpha", scores, None));
-    problems.push(("P·V b64".into(), "none", context, None));
+    problems.push(("Q·Kᵀ b64".into(), "alpha", scores, None, false));
+    problems.push(("P·V b64".into(), "none", context, None, false));
 
     println!(
         "\nmatmul {dtype} on {}: median of 30 after 10 warm-up runs (CUDA events)",
@@ -982,8 +1046,10 @@ fn matmul_speed_report() {
     );
     // VITRT_SPEED_FILTER=<text> keeps the rows whose name contains it (for a profiler run).
     let filter = std::env::var("VITRT_SPEED_FILTER").unwrap_or_default();
-    for (name, epilogue, p, cublas) in problems.into_iter().filter(|row| row.0.contains(&filter)) {
-        let timed = TimedProblem::new(&gpu, dtype, p, &mut rng);
+    for (name, epilogue, p, cublas, stream) in
+        problems.into_iter().filter(|row| row.0.contains(&filter))
+    {
+        let timed = TimedProblem::new(&gpu, dtype, p, stream, &mut rng);
         let chosen = gpu.matmul_tile_for(dtype, &p).unwrap();
         let tflops = |ms: f64| p.flops() / (ms * 1e-3) / 1e12;
         let ratio = |ms: f64| {

@@ -27,6 +27,13 @@ pub(crate) const SOURCE: &str = include_str!("../../cuda/matmul.cu");
 /// Tile rows per group of the grouped program order (Triton's GROUP_SIZE_M).
 const GROUP_M: u32 = 8;
 
+/// The dynamic shared memory an sm_90 CTA may opt into.
+const SM90_SHARED_BYTES: u32 = 227 * 1024;
+
+/// The ping-pong residual variant's f32 residual buffers: half a 128 x 128 tile for each
+/// consumer warpgroup (see `load_residual_halves` in matmul.cu).
+const PINGPONG_RESIDUAL_BYTES: u32 = 2 * 128 * 128 / 2 * 4;
+
 /// One tile shape of the block program, and what it costs the SM that runs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MatmulTile {
@@ -40,8 +47,14 @@ pub struct MatmulTile {
     /// CTAs of this shape one SM holds at once (from registers and shared memory on sm_90;
     /// the resource report of the CI compile test shows the inputs).
     pub ctas_per_sm: u32,
-    /// Relative speed of one fully occupied SM running this shape, for the cost model.
+    /// Relative speed of one fully occupied SM running this shape's main loop, for the cost
+    /// model.
     pub speed: u32,
+    /// What a tile costs besides its main loop (pipeline fill, and the epilogue where no other
+    /// tile's MMAs overlap it), in k-columns of main loop. Fitted to the batch-64 proj and fc2
+    /// (H200, session 7: same M and N, K 768 and 3072): 742 for the cooperative 128x192, 348
+    /// for the ping-pong tile, whose epilogue runs under the other warpgroup's main loop.
+    pub overhead_k: u32,
     /// A Hopper tile (`matmul_block_wgmma`, sm_90a): warpgroup MMA from shared memory. Only
     /// for f16/bf16 with B as [N, K] and 16-byte aligned rows; `warps_m` counts its warps.
     pub wgmma: bool,
@@ -93,11 +106,11 @@ impl MatmulTile {
         !(self.wgmma || self.tma) || cc == (9, 0)
     }
 
-    fn cost(&self, programs: u64, sms: u64) -> u64 {
+    fn cost(&self, programs: u64, sms: u64, k: u64) -> u64 {
         let per_sm = programs.div_ceil(sms);
         let concurrent = per_sm.min(self.ctas_per_sm as u64);
         let rounds = per_sm.div_ceil(self.ctas_per_sm as u64);
-        let tile_work = (self.block_m * self.block_n) as u64;
+        let tile_work = (self.block_m * self.block_n) as u64 * (k + self.overhead_k as u64);
         rounds * concurrent * tile_work * 1000 / self.speed as u64
     }
 }
@@ -118,11 +131,16 @@ const fn tile(
         warps_n,
         ctas_per_sm,
         speed,
+        overhead_k: SERIAL_EPILOGUE_K,
         wgmma: false,
         tma: false,
         pingpong: false,
     }
 }
+
+/// `overhead_k` of every tile whose epilogue no MMA of its own CTA overlaps (all but the
+/// ping-pong tile).
+const SERIAL_EPILOGUE_K: u32 = 742;
 
 /// A Hopper tile: BLOCK_M / 64 warpgroups of four warps, BLOCK_K 64 (128-byte swizzled rows).
 const fn wgmma_tile(
@@ -140,6 +158,7 @@ const fn wgmma_tile(
         warps_n: 1,
         ctas_per_sm,
         speed,
+        overhead_k: SERIAL_EPILOGUE_K,
         wgmma: true,
         tma: false,
         pingpong: false,
@@ -159,6 +178,7 @@ const fn tma_tile(block_n: u32, stages: u32, pingpong: bool, speed: u32) -> Matm
         warps_n: 1,
         ctas_per_sm: 1,
         speed,
+        overhead_k: if pingpong { 348 } else { SERIAL_EPILOGUE_K },
         wgmma: true,
         tma: true,
         pingpong,
@@ -213,21 +233,20 @@ pub const WGMMA_TILES: [MatmulTile; 3] = [
 ];
 
 /// Warp-specialised Hopper tiles (see [`MatmulTile::tma`] and [`MatmulTile::pingpong`]). The
-/// ping-pong tile takes products without residual whose C is in the operands' type (see
-/// `pingpong_takes`): measured (H200, f16, batch 64, ms, against the cooperative 128x192) qkv
-/// 0.0777 / 0.0903 without epilogue and 0.0823 / 0.0986 with bias, fc1 0.1001 / 0.1232 without
-/// and 0.1464 / 0.1657 with bias+GELU; with its earlier fp32-staged epilogue it had lost on
-/// every shape. Measured (H200, f16, batch-64
-/// GEMMs, TFLOP/s, qkv / proj / fc1 / fc2): without epilogue 128x192 reaches 487 / 421 / 500 /
-/// 638 (0.79 / 0.79 / 0.82 / 0.97 of cuBLAS), well ahead of the cp.async tiles; with the
-/// model's epilogues 425 (bias) and 336 (bias+GELU) on qkv and fc1. With the model's in-place
-/// f32 residual `vitrt tune` measured 128x192 at 0.0488 / 0.1034 ms on proj / fc2 against
-/// 0.0585 / 0.1228 for the cp.async 128x192 tile (H200, session 4), so residual epilogues
-/// take it too. 128x256 fits only three stages beside the epilogue buffers.
+/// ping-pong tile takes products whose C is in the operands' type without residual, and the
+/// f32 residual stream (see `pingpong_takes`). Measured (H200, f16, batch 64, ms, against the
+/// cooperative 128x192, session 7): qkv 0.0778 / 0.0933 without epilogue and 0.0779 / 0.0978
+/// with bias; fc1 0.0973 / 0.1201 without and 0.1317 / 0.1700 with bias+GELU; proj 0.0339 /
+/// 0.0371 without and 0.0509 / 0.0531 adding into the f32 stream in place; but fc2 (K = 3072)
+/// 0.1039 / 0.0937 without and 0.1132 / 0.1106 into the stream: where the main loop is long the
+/// overlapped epilogue saves less than the cooperative tile's fewer, larger tiles gain (N = 768
+/// makes 4 columns of 192 against 6 of 128). `overhead_k` and the speeds let the cost model
+/// draw that line (ping-pong for all four at batch 256, where nothing has been measured yet).
+/// 128x256 fits only three stages beside the epilogue buffers.
 pub const TMA_TILES: [MatmulTile; 3] = [
     tma_tile(192, 4, false, 240),
     tma_tile(256, 3, false, 200),
-    tma_tile(128, 5, true, 260),
+    tma_tile(128, 5, true, 220),
 ];
 
 /// Every half-precision tile: the mma.sync ones (sm_80 and later), then the Hopper ones.
@@ -294,9 +313,21 @@ impl MatmulConfig {
     /// type), whichever is larger (formulas as in matmul.cu).
     pub fn shared_bytes(&self) -> u32 {
         let t = &self.tile;
+        if self.pingpong_residual() {
+            // The stages that fit, each consumer warpgroup's half tile of f32 residual, then
+            // its tile of bias.
+            let stages = self.pingpong_residual_stages();
+            return 1024
+                + stages * (t.block_m + t.block_n) * t.block_k * 2
+                + PINGPONG_RESIDUAL_BYTES
+                + 2 * t.block_n * 2;
+        }
         if t.pingpong {
-            // The stages, then each consumer warpgroup's output tile in C's (16-bit) type.
-            return pipeline_bytes(self.dtype, t) + 2 * t.block_m * t.block_n * 2;
+            // The stages, then each consumer warpgroup's output tile in C's (16-bit) type, then
+            // its tile of bias.
+            return pipeline_bytes(self.dtype, t)
+                + 2 * t.block_m * t.block_n * 2
+                + 2 * t.block_n * 2;
         }
         if t.tma {
             // The stages, then each consumer warpgroup's 64 x 64 fp32 epilogue buffer (row
@@ -309,6 +340,30 @@ impl MatmulConfig {
             0
         };
         pipeline_bytes(self.dtype, t).max(staged_bytes(self.dtype, t) + residual)
+    }
+
+    /// Whether this is the ping-pong tile's residual-stream variant (R and C f32, see
+    /// `matmul_block_tma_pingpong_residual`).
+    fn pingpong_residual(&self) -> bool {
+        self.tile.pingpong
+            && MixedOutput::of(self.dtype, self.residual, self.output)
+                == Some(MixedOutput::ResidualStream)
+    }
+
+    /// The residual variant's pipeline depth: the tile's, or as many stages as fit beside its
+    /// residual and bias buffers in the 227 KB an sm_90 CTA may have (the barriers take the
+    /// 256 bytes).
+    fn pingpong_residual_stages(&self) -> u32 {
+        let t = &self.tile;
+        let stage = (t.block_m + t.block_n) * t.block_k * 2;
+        let buffers = PINGPONG_RESIDUAL_BYTES + 2 * t.block_n * 2;
+        t.stages
+            .min((SM90_SHARED_BYTES - 1024 - 256 - buffers) / stage)
+    }
+
+    /// Threads per CTA: the tile's, and a residual loader warp for the ping-pong residual variant.
+    pub fn threads(&self) -> u32 {
+        self.tile.threads() + if self.pingpong_residual() { 32 } else { 0 }
     }
 
     /// Whether the epilogue fetches residual runs into shared memory (`kStageResidual` in
@@ -494,10 +549,47 @@ impl MatmulConfig {
 
 impl MatmulConfig {
     /// The ping-pong Hopper instantiation: A, B and C as tensor maps, one matrix, no residual,
-    /// C in the operands' type (see `pingpong_takes` for what the launcher sends it).
+    /// C in the operands' type; or R as a tensor map and C as a pointer for the f32 residual
+    /// stream (see `pingpong_takes` for what the launcher sends it).
     fn pingpong_instantiation(&self) -> Instantiation {
         let d = self.dtype;
         let t = &self.tile;
+        if self.pingpong_residual() {
+            return Instantiation {
+                name: format!(
+                    "matmul_{}_tmapp_bn{}_s{}_g{GROUP_M}_{}_nk_rf32_cf32",
+                    d.name(),
+                    t.block_n,
+                    self.pingpong_residual_stages(),
+                    self.activation.short_name(),
+                ),
+                family: "matmul",
+                source: SOURCE,
+                function: "matmul_block_tma_pingpong_residual",
+                template_args: vec![
+                    d.cuda_type().into(),
+                    t.block_n.to_string(),
+                    self.pingpong_residual_stages().to_string(),
+                    GROUP_M.to_string(),
+                    self.activation.cuda_name().into(),
+                ],
+                params: vec![
+                    KernelParam::new("a_map", ParamKind::TensorMap),
+                    KernelParam::new("b_map", ParamKind::TensorMap),
+                    KernelParam::new("r_map", ParamKind::TensorMap),
+                    KernelParam::new("bias", ParamKind::ConstPtr(d)),
+                    KernelParam::new("c", ParamKind::MutPtr(DType::F32)),
+                    KernelParam::new("c_row_stride", ParamKind::I64),
+                    KernelParam::new("m", ParamKind::I32),
+                    KernelParam::new("n", ParamKind::I32),
+                    KernelParam::new("k", ParamKind::I32),
+                    KernelParam::new("alpha", ParamKind::F32),
+                ],
+                block_threads: self.threads(),
+                min_blocks_per_sm: 1,
+                arch: ArchRequirement::Exactly(9, 0),
+            };
+        }
         Instantiation {
             name: format!(
                 "matmul_{}_tmapp_bn{}_s{}_g{GROUP_M}_{}_nk",
@@ -618,7 +710,9 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
                     for &(residual, output) in storage {
                         if MixedOutput::of(dtype, residual, output)
                             .is_some_and(|mixed| !mixed.allows(activation, b_layout))
-                            || (tile.pingpong && (residual, output) != (dtype, dtype))
+                            || (tile.pingpong
+                                && (residual, output) != (dtype, dtype)
+                                && (residual, output) != (DType::F32, DType::F32))
                         {
                             continue;
                         }
@@ -679,13 +773,12 @@ pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u
         tile.runs_on(cc)
             && !(tile.wgmma && p.b_layout == WeightLayout::KN)
             && (!tile.tma || single_nk_matrix(p))
-            && !(tile.pingpong && p.epilogue.residual)
             && (!tile.wgmma || programs_of(tile) >= sms as u64)
             && (*tile != DEEP_SMALL_TILE
                 || (single_nk_matrix(p) && programs_of(tile) <= (sms * tile.ctas_per_sm) as u64))
     };
     for &tile in candidates.iter().filter(|t| usable(t)) {
-        let cost = tile.cost(programs_of(&tile), sms.max(1) as u64);
+        let cost = tile.cost(programs_of(&tile), sms.max(1) as u64, p.k as u64);
         if cost < best_cost {
             best = tile;
             best_cost = cost;
@@ -743,18 +836,20 @@ fn configure(
     }
 }
 
-/// Whether the ping-pong tile's epilogue can write `p`'s C: no residual, C in the operands'
-/// type, its rows on 16-byte boundaries (what a tensor map requires).
+/// Whether the ping-pong tile's epilogue can write `p`'s C: without residual, C in the
+/// operands' type; with one, R and C f32 (the residual stream). Their rows on 16-byte
+/// boundaries, what a tensor map requires (and C's pairs of f32 stores, without residual).
 fn pingpong_takes(dtype: DType, p: &MatmulProblem, residual: Option<DevPtr>, c: DevPtr) -> bool {
-    residual.is_none()
-        && c.dtype == dtype
-        && rows_aligned(
-            c.ptr,
-            dtype.size_bytes(),
-            &p.c,
-            (1, 1, p.m),
-            16 / dtype.size_bytes(),
-        )
+    let aligned = |ptr: DevPtr, view: &Operand| {
+        let size = ptr.dtype.size_bytes();
+        rows_aligned(ptr.ptr, size, view, (1, 1, p.m), 16 / size)
+    };
+    match residual {
+        None => c.dtype == dtype && aligned(c, &p.c),
+        Some(r) => {
+            r.dtype == DType::F32 && c.dtype == DType::F32 && aligned(r, &p.r) && aligned(c, &p.c)
+        }
+    }
 }
 
 /// Whether `p` is one [M, K] x [N, K] matrix product with K > 0: what the warp-specialised
@@ -848,12 +943,13 @@ fn tensor_map(
     let data_type = match dtype {
         DType::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         DType::BF16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        DType::F32 => return Err(invalid!("TMA matmul tiles take f16 or bf16, not f32")),
+        DType::F32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
     };
     let size = dtype.size_bytes() as u64;
     let dims = [cols as u64, rows as u64];
     let strides = [row_stride as u64 * size];
-    let boxes = [64u32, box_rows];
+    // One 128-byte swizzle row per box row.
+    let boxes = [128 / size as u32, box_rows];
     let element_strides = [1u32, 1];
     let mut map = std::mem::MaybeUninit::<CUtensorMap>::zeroed();
     // SAFETY: every array has the rank's length (strides one less), and `map` is the output.
@@ -1070,7 +1166,30 @@ fn launch_with_tile(
             KernelArg::I32(to_i32(p.k, "matmul k")?),
         );
         let alpha = KernelArg::F32(p.epilogue.alpha);
-        let args = if tile.pingpong {
+        let args = if config.pingpong_residual() {
+            let (r, c_row_stride) = (residual.expect("a residual variant has R"), p.c.row_stride);
+            // R is read through a tensor map of boxes of 32 columns x 128 rows.
+            let r_map = KernelArg::TensorMap(tensor_map(
+                DType::F32,
+                r.ptr + p.r.offset as u64 * 4,
+                p.m,
+                p.n,
+                p.r.row_stride,
+                tile.block_m,
+            )?);
+            vec![
+                a_map,
+                b_map,
+                r_map,
+                bias,
+                KernelArg::Ptr(c.ptr + p.c.offset as u64 * 4),
+                KernelArg::I64(to_i64(c_row_stride)?),
+                m,
+                n,
+                k,
+                alpha,
+            ]
+        } else if tile.pingpong {
             // C is written through a tensor map of boxes of 64 columns x 128 rows.
             let c_map = KernelArg::TensorMap(tensor_map(
                 dtype,
@@ -1105,7 +1224,7 @@ fn launch_with_tile(
             &config.instantiation(),
             LaunchDims {
                 grid: (grid as u32, 1, 1),
-                block: tile.threads(),
+                block: config.threads(),
                 shared_bytes: config.shared_bytes(),
             },
             &args,
@@ -1314,12 +1433,13 @@ mod tests {
             let p = MatmulProblem::linear(12608, n, k, epilogue);
             select_tile(DType::F16, &p, 132, (9, 0)).name()
         };
-        // Without residual the ping-pong tile; with one (which it does not take) the cooperative.
+        // At K = 768 the ping-pong tile (its epilogue overlapped); at K = 3072, where the main
+        // loop dwarfs the epilogue, the cooperative 128x192 (fewer tiles over N = 768).
         assert_eq!(
             pick(2304, 768, Activation::None, false),
             "tmapp128x128x64_s5"
         );
-        assert_eq!(pick(768, 768, Activation::None, true), "tma128x192x64_s4");
+        assert_eq!(pick(768, 768, Activation::None, true), "tmapp128x128x64_s5");
         assert_eq!(
             pick(3072, 768, Activation::Gelu, false),
             "tmapp128x128x64_s5"
@@ -1478,14 +1598,44 @@ mod tests {
             configure(DType::F16, &odd_rows, pingpong, a, b, None, c16).tile,
             TMA_TILES[0]
         );
-        // Only uniform storage is registered.
+        // The f32 residual stream, R and C with 16-byte rows, takes its residual variant.
+        let r32 = Some(fake(0x5000, DType::F32));
+        let residual_problem = MatmulProblem {
+            epilogue: Epilogue {
+                residual: true,
+                ..p.epilogue
+            },
+            ..p
+        };
+        let config = configure(DType::F16, &residual_problem, pingpong, a, b, r32, c32);
+        assert_eq!(config.tile, pingpong);
+        assert!(config.pingpong_residual());
+        assert_eq!(config.threads(), 320);
+        assert!(config.shared_bytes() <= SM90_SHARED_BYTES);
+        let odd_residual = MatmulProblem {
+            r: Operand {
+                row_stride: 3073,
+                ..p.c
+            },
+            ..residual_problem
+        };
+        assert_eq!(
+            configure(DType::F16, &odd_residual, pingpong, a, b, r32, c32).tile,
+            TMA_TILES[0]
+        );
+        // Uniform storage and the residual stream are registered, nothing else.
         let registered: Vec<String> = instantiations().into_iter().map(|i| i.name).collect();
         assert!(registered
             .iter()
             .any(|n| n == "matmul_f16_tmapp_bn128_s5_g8_gelu_nk"));
+        let stages = config.pingpong_residual_stages();
+        assert!(registered
+            .iter()
+            .any(|n| *n == format!("matmul_f16_tmapp_bn128_s{stages}_g8_none_nk_rf32_cf32")));
+        assert_eq!(stages, 5);
         assert!(!registered
             .iter()
-            .any(|n| n.contains("tmapp") && n.contains("_nk_r")));
+            .any(|n| n.contains("tmapp") && n.contains("_rf16")));
     }
 
     #[test]
