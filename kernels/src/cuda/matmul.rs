@@ -554,71 +554,59 @@ impl MatmulConfig {
     fn pingpong_instantiation(&self) -> Instantiation {
         let d = self.dtype;
         let t = &self.tile;
-        if self.pingpong_residual() {
-            return Instantiation {
-                name: format!(
-                    "matmul_{}_tmapp_bn{}_s{}_g{GROUP_M}_{}_nk_rf32_cf32",
-                    d.name(),
-                    t.block_n,
-                    self.pingpong_residual_stages(),
-                    self.activation.short_name(),
-                ),
-                family: "matmul",
-                source: SOURCE,
-                function: "matmul_block_tma_pingpong_residual",
-                template_args: vec![
-                    d.cuda_type().into(),
-                    t.block_n.to_string(),
-                    self.pingpong_residual_stages().to_string(),
-                    GROUP_M.to_string(),
-                    self.activation.cuda_name().into(),
-                ],
-                params: vec![
-                    KernelParam::new("a_map", ParamKind::TensorMap),
-                    KernelParam::new("b_map", ParamKind::TensorMap),
-                    KernelParam::new("r_map", ParamKind::TensorMap),
-                    KernelParam::new("bias", ParamKind::ConstPtr(d)),
-                    KernelParam::new("c", ParamKind::MutPtr(DType::F32)),
-                    KernelParam::new("c_row_stride", ParamKind::I64),
-                    KernelParam::new("m", ParamKind::I32),
-                    KernelParam::new("n", ParamKind::I32),
-                    KernelParam::new("k", ParamKind::I32),
-                    KernelParam::new("alpha", ParamKind::F32),
-                ],
-                block_threads: self.threads(),
-                min_blocks_per_sm: 1,
-                arch: ArchRequirement::Exactly(9, 0),
-            };
+        let residual = self.pingpong_residual();
+        let stages = if residual {
+            self.pingpong_residual_stages()
+        } else {
+            t.stages
+        };
+        let mut params = vec![
+            KernelParam::new("a_map", ParamKind::TensorMap),
+            KernelParam::new("b_map", ParamKind::TensorMap),
+        ];
+        if residual {
+            params.extend([
+                KernelParam::new("r_map", ParamKind::TensorMap),
+                KernelParam::new("bias", ParamKind::ConstPtr(d)),
+                KernelParam::new("c", ParamKind::MutPtr(DType::F32)),
+                KernelParam::new("c_row_stride", ParamKind::I64),
+            ]);
+        } else {
+            params.extend([
+                KernelParam::new("c_map", ParamKind::TensorMap),
+                KernelParam::new("bias", ParamKind::ConstPtr(d)),
+            ]);
         }
+        params.extend([
+            KernelParam::new("m", ParamKind::I32),
+            KernelParam::new("n", ParamKind::I32),
+            KernelParam::new("k", ParamKind::I32),
+            KernelParam::new("alpha", ParamKind::F32),
+        ]);
         Instantiation {
             name: format!(
-                "matmul_{}_tmapp_bn{}_s{}_g{GROUP_M}_{}_nk",
+                "matmul_{}_tmapp_bn{}_s{stages}_g{GROUP_M}_{}_nk{}",
                 d.name(),
                 t.block_n,
-                t.stages,
                 self.activation.short_name(),
+                if residual { "_rf32_cf32" } else { "" },
             ),
             family: "matmul",
             source: SOURCE,
-            function: "matmul_block_tma_pingpong",
+            function: if residual {
+                "matmul_block_tma_pingpong_residual"
+            } else {
+                "matmul_block_tma_pingpong"
+            },
             template_args: vec![
                 d.cuda_type().into(),
                 t.block_n.to_string(),
-                t.stages.to_string(),
+                stages.to_string(),
                 GROUP_M.to_string(),
                 self.activation.cuda_name().into(),
             ],
-            params: vec![
-                KernelParam::new("a_map", ParamKind::TensorMap),
-                KernelParam::new("b_map", ParamKind::TensorMap),
-                KernelParam::new("c_map", ParamKind::TensorMap),
-                KernelParam::new("bias", ParamKind::ConstPtr(d)),
-                KernelParam::new("m", ParamKind::I32),
-                KernelParam::new("n", ParamKind::I32),
-                KernelParam::new("k", ParamKind::I32),
-                KernelParam::new("alpha", ParamKind::F32),
-            ],
-            block_threads: t.threads(),
+            params,
+            block_threads: self.threads(),
             min_blocks_per_sm: 1,
             arch: ArchRequirement::Exactly(9, 0),
         }
