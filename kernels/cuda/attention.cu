@@ -17,8 +17,13 @@
 //   cp.async one key block ahead of the block being multiplied.
 // - S = Q·Kᵀ: mma.sync m16n8k16, fp32 accumulators; K rows are the B operand's columns, read
 //   with ldmatrix (no transpose: K is stored [key][dim], which is B "col-major").
-// - online softmax on the S registers in fp32; exp2f with scale·log2(e) folded into the
-//   scores; key columns past T set to -inf (exp2 gives 0), which a partial last block needs.
+// - online softmax on the S registers in fp32; exp2 (ex2.approx.ftz, one MUFU operation) with
+//   scale·log2(e) folded into the scores; key columns past T set to -inf (exp2 gives 0),
+//   which a partial last block needs.
+// - work wholly past T is skipped: a partial last key block multiplies only its 16-key steps
+//   that hold a key below T, and a warp whose query rows all lie past T only copies. At
+//   T = 197 and BLOCK_M = BLOCK_N = 64 that is 208 of 256 keys and 13 of 16 warps: a third
+//   less MMA and exp work than the padded 256 x 256.
 // - P·V: P converted to the storage type in registers, and the accumulator layout of two
 //   adjacent n8 blocks of S is exactly the A-operand layout of one k16 block of P (thread
 //   (g, q) holds rows g, g + 8 and columns 2q, 2q + 1 of each n8 block, which are the k
@@ -150,6 +155,7 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
     const int quad_col = (lane & 3) * 2;   // 2q: columns 2q, 2q + 1 of every n8 block
 
     const int key_blocks = (tokens + BLOCK_N - 1) / BLOCK_N;
+    const bool warp_has_rows = m0 + warp * 16 < tokens;
     auto load_keys_values = [&](int block, int buffer) {
         const int n0 = block * BLOCK_N;
         copy_tile<T, HEAD_DIM, BLOCK_N, kPitch, kThreads>(k_tiles + buffer * kTileBytesKV, k_head, kv.row_stride, n0,
@@ -199,7 +205,20 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
         const unsigned k_tile = k_tiles + buffer * kTileBytesKV;
         const unsigned v_tile = v_tiles + buffer * kTileBytesKV;
 
-        // S = Q·Kᵀ for the warp's 16 rows and the block's BLOCK_N keys.
+        // A warp whose 16 query rows all lie past T (the last query block of a T that is not
+        // a multiple of BLOCK_M: three of four warps at T = 197) only helps with the copies.
+        if (!warp_has_rows) {
+            __syncthreads();
+            continue;
+        }
+
+        // S = Q·Kᵀ for the warp's 16 rows and the block's BLOCK_N keys. In a partial last key
+        // block, the 16-key steps wholly past T are skipped (their scores are masked to -inf
+        // below whatever they hold): at T = 197 the last block holds 5 keys, and computing
+        // all 64 would be 23% more MMA and exp work for the whole head.
+        const int n0 = block * BLOCK_N;
+        const bool partial = n0 + BLOCK_N > tokens;
+        const int live_keys = partial ? tokens - n0 : BLOCK_N;
         float s[kKeyFrags][4];
 #pragma unroll
         for (int j = 0; j < kKeyFrags; ++j)
@@ -209,6 +228,7 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
         for (int step = 0; step < kDimSteps; ++step) {
 #pragma unroll
             for (int j = 0; j < kKeyFrags; j += 2) {
+                if (j * 8 >= live_keys) continue;
                 // Matrices: keys 0-7 x dims 0-7, keys 0-7 x dims 8-15, keys 8-15 x dims 0-7,
                 // keys 8-15 x dims 8-15 of this pair of n8 blocks: b0, b1 of block j, then of
                 // block j + 1.
@@ -222,8 +242,6 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
         }
 
         // Scale into the exp2 domain and mask the keys past T (only a partial last block has any).
-        const int n0 = block * BLOCK_N;
-        const bool partial = n0 + BLOCK_N > tokens;
         float block_max[2] = {-infinity(), -infinity()};
 #pragma unroll
         for (int j = 0; j < kKeyFrags; ++j) {
@@ -245,7 +263,7 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
             // Every block holds at least one key below T, so m (and the new maximum) is finite;
             // on the first block the old maximum is -inf and the correction exp2(-inf) = 0.
             const float new_max = fmaxf(row_max[r], m);
-            correction[r] = exp2f(row_max[r] - new_max);
+            correction[r] = exp2_approx_ftz(row_max[r] - new_max);
             row_max[r] = new_max;
             row_sum[r] *= correction[r];
         }
@@ -264,13 +282,19 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
         unsigned p_frag[kKeySteps][4];
 #pragma unroll
         for (int t = 0; t < kKeySteps; ++t) {
+            if (t * 16 >= live_keys) {
+                // Wholly past T: P is 0 there, and P·V skips the step anyway.
+#pragma unroll
+                for (int r = 0; r < 4; ++r) p_frag[t][r] = 0u;
+                continue;
+            }
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int j = 2 * t + half;
-                const float p0 = exp2f(s[j][0] - row_max[0]);
-                const float p1 = exp2f(s[j][1] - row_max[0]);
-                const float p2 = exp2f(s[j][2] - row_max[1]);
-                const float p3 = exp2f(s[j][3] - row_max[1]);
+                const float p0 = exp2_approx_ftz(s[j][0] - row_max[0]);
+                const float p1 = exp2_approx_ftz(s[j][1] - row_max[0]);
+                const float p2 = exp2_approx_ftz(s[j][2] - row_max[1]);
+                const float p3 = exp2_approx_ftz(s[j][3] - row_max[1]);
                 row_sum[0] += p0 + p1;
                 row_sum[1] += p2 + p3;
                 p_frag[t][2 * half] = pack_pair<T>(p0, p1);
@@ -283,6 +307,7 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
         // b0, b1 of block j, then of block j + 1.
 #pragma unroll
         for (int t = 0; t < kKeySteps; ++t) {
+            if (t * 16 >= live_keys) continue;
 #pragma unroll
             for (int j = 0; j < kDimFrags; j += 2) {
                 const int row = t * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
@@ -321,6 +346,7 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
             pack_pair<T>(acc[j][2] * inv_sum[1], acc[j][3] * inv_sum[1]);
     }
     __syncwarp();
+    if (!warp_has_rows) return;
     T* o_head = o + ov.head_base(batch, head);
 #pragma unroll
     for (int id = lane; id < 16 * kDimFrags; id += 32) {

@@ -26,6 +26,24 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 // NVRTC has no <cmath>, hence no INFINITY.
 __device__ __forceinline__ float infinity() { return __int_as_float(0x7f800000); }
 
+// The MUFU approximations without their denormal handling. exp2f and __expf compile to
+// ex2.approx.f32, which brackets the MUFU.EX2 with a compare and two multiplies so that
+// results below 2^-126 stay denormal, and __fdividef does the same around MUFU.RCP; the .ftz
+// forms are the single MUFU instruction (the GELU epilogue of the batch-64 fc1 spent 6 of its
+// ~24 instructions a value on that handling). For what they feed, a result below 2^-126
+// flushed to 0 changes nothing: probabilities, exp terms and 16-bit outputs all round it to 0
+// anyway. ex2: 2 ulp over the full range; rcp: 1 ulp (PTX ISA).
+__device__ __forceinline__ float exp2_approx_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float rcp_approx_ftz(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Vectors of N elements, aligned to their size, so that a 16-byte vector is one LDG.128/STG.128.
 // Callers use them only where the address is aligned (launchers check at launch time).

@@ -1,5 +1,5 @@
 //! The fused attention kernel against its CPU twin, on random data over ragged sequence
-//! lengths (1, 7, 197 = ViT-B/16 at 224, 257, 1024, 1030), every instantiated head dim, f16
+//! lengths (1, 7, 80, 197 = ViT-B/16 at 224, 257, 1024, 1030), every instantiated head dim, f16
 //! and bf16, with Q, K and V read in place out of one fused QKV tensor (and, for some cases,
 //! out of three head-major tensors), and O written with heads side by side into rows that
 //! are sometimes padded. Outputs are poisoned before each run (0xFF bytes: NaN in f16 and
@@ -24,7 +24,7 @@ use vitrt_kernels::{AttentionProblem, DType, Operand};
 
 const GUARD_BYTES: usize = 256;
 const POISON: u8 = 0xFF;
-const SEQUENCE_LENGTHS: [usize; 6] = [1, 7, 197, 257, 1024, 1030];
+const SEQUENCE_LENGTHS: [usize; 7] = [1, 7, 80, 197, 257, 1024, 1030];
 
 fn gpu() -> &'static Gpu {
     static GPU: OnceLock<Gpu> = OnceLock::new();

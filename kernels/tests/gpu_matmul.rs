@@ -418,6 +418,114 @@ fn every_tile_shape_matches_the_twin() {
     worst.print("tiles");
 }
 
+/// One unit in the last place of `v` stored as `dtype` (16-bit types only), with the smallest
+/// subnormal's spacing as the floor.
+fn ulp(dtype: DType, v: f64) -> f64 {
+    let (mantissa_bits, min_exponent) = match dtype {
+        DType::F16 => (10, -14),
+        DType::BF16 => (7, -126),
+        DType::F32 => unreachable!("16-bit outputs only"),
+    };
+    let exponent = (v.abs().log2().floor() as i32).max(min_exponent);
+    2f64.powi(exponent - mantissa_bits)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn activations_into_16_bit_outputs_are_within_an_ulp_of_exact() {
+    // The epilogues of 16-bit outputs compute GELU with an approximate erf (Abramowitz-Stegun
+    // 7.1.26 on MUFU operations) and SiLU/QuickGELU with approximate exp and reciprocal. The
+    // twin tests bound errors relative to the output's scale, which cannot see a tail value
+    // (GELU(-4) = -1.3e-4) gone wrong. Here every tile computes act(x_m + y_n) on a dense
+    // sweep of x in [-10, 10] (A[m] = (x_m, 1, 0...), B[n] = (1, y_n, 0...): exact sums), and
+    // each output must lie within one ulp of the exact activation rounded to nothing, plus
+    // 1e-6 absolute for the approximations' own error (A-S: 1.5e-7 of erf).
+    let gpu = gpu();
+    let (m, n, k) = (2048usize, 128usize, 64usize);
+    for dtype in [DType::F16, DType::BF16] {
+        let xs: Vec<f32> = (0..m)
+            .map(|i| dtype.round(-10.0 + 20.0 * i as f32 / (m - 1) as f32))
+            .collect();
+        let ys: Vec<f32> = (0..n)
+            .map(|j| dtype.round(0.01 * j as f32 / n as f32))
+            .collect();
+        let mut a = vec![0.0f32; m * k];
+        for (i, &x) in xs.iter().enumerate() {
+            a[i * k] = x;
+            a[i * k + 1] = 1.0;
+        }
+        let mut b = vec![0.0f32; n * k];
+        for (j, &y) in ys.iter().enumerate() {
+            b[j * k] = 1.0;
+            b[j * k + 1] = y;
+        }
+        let a_dev = upload(&gpu, dtype, &a, 0);
+        let b_dev = upload(&gpu, dtype, &b, 0);
+        let c_buffer = gpu.alloc(m * n * dtype.size_bytes()).unwrap();
+        let c_view = c_buffer.view(0, m * n, dtype).unwrap();
+        for activation in [
+            Activation::Gelu,
+            Activation::GeluTanh,
+            Activation::QuickGelu,
+            Activation::Silu,
+        ] {
+            for &tile in tiles_for(dtype) {
+                if !tile.runs_on(gpu.compute_capability()) {
+                    continue;
+                }
+                let problem = MatmulProblem {
+                    batch: 1,
+                    heads: 1,
+                    m,
+                    n,
+                    k,
+                    a: strided(k, 0, 0),
+                    b: strided(k, 0, 0),
+                    b_layout: WeightLayout::NK,
+                    c: strided(n, 0, 0),
+                    r: strided(n, 0, 0),
+                    epilogue: Epilogue {
+                        alpha: 1.0,
+                        bias: false,
+                        activation,
+                        residual: false,
+                    },
+                };
+                gpu.matmul_with_tile(
+                    dtype, &problem, tile, a_dev.view, b_dev.view, None, None, c_view,
+                )
+                .unwrap_or_else(|e| panic!("{dtype} {activation:?} tile {}: {e}", tile.name()));
+                let mut bytes = vec![0u8; m * n * dtype.size_bytes()];
+                gpu.download(&c_buffer, 0, &mut bytes).unwrap();
+                let got = dtype.decode(&bytes);
+                let mut worst = (0.0f64, 0.0f32, 0.0f64, 0.0f32);
+                for (i, &x) in xs.iter().enumerate() {
+                    for (j, &y) in ys.iter().enumerate() {
+                        let v = x + y;
+                        let exact = activation.apply(v) as f64;
+                        let g = got[i * n + j] as f64;
+                        let allowed = ulp(dtype, exact) + 1e-6;
+                        let ratio = (g - exact).abs() / allowed;
+                        if ratio > worst.0 || ratio.is_nan() {
+                            worst = (ratio, v, exact, got[i * n + j]);
+                        }
+                    }
+                }
+                let (ratio, v, exact, g) = worst;
+                println!(
+                    "{dtype} {activation:?} tile {}: worst {ratio:.2} of the allowance (x = {v}: exact {exact:e}, got {g:e})",
+                    tile.name()
+                );
+                assert!(
+                    ratio <= 1.0,
+                    "{dtype} {activation:?} tile {}: at x = {v} got {g:e}, exact {exact:e} (more than an ulp + 1e-6 away)",
+                    tile.name()
+                );
+            }
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn hopper_tiles_match_the_twin() {
