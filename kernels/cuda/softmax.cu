@@ -1,16 +1,40 @@
 // Row-wise softmax with a fused scale: out = softmax(scale * x) over the last dimension, the
 // row maximum subtracted before exp (numerically stable), as the CPU twin and Triton's
-// fused-softmax tutorial: the row is read once and written once.
+// fused-softmax tutorial: the row is read once and written once. All arithmetic is fp32:
+// scale * x, minus the row maximum, exp, an fp32 sum, times 1 / sum, rounded once to T.
+// Two programs share that arithmetic and differ in how they move the rows.
 //
-// The block layout is layernorm's: a group of 32 * GROUP_WARPS threads per row, ROWS groups
-// per block; one warp per row for rows up to 256 vectors (attention rows of 197 are the ViT
-// case: 151,296 rows of 197 at batch 64), so the reductions are register shuffles only. With
-// CACHED > 0 the row stays in registers between the max, the sum and the store; masked slots
-// hold -inf, whose exp is 0. With CACHED == 0 (long rows) one online pass keeps a running
-// maximum and a running sum rescaled whenever the maximum grows, and a second pass writes.
+// softmax_rows (any shape): the block layout is layernorm's: a group of 32 * GROUP_WARPS
+// threads per row, ROWS groups per block; one warp per row for rows up to 256 vectors, so the
+// reductions are register shuffles only. With CACHED > 0 the row stays in registers between
+// the max, the sum and the store; masked slots hold -inf, whose exp is 0. With CACHED == 0
+// (long rows) one online pass keeps a running maximum and a running sum rescaled whenever the
+// maximum grows, and a second pass writes. VEC elements per access: 16 bytes when cols is a
+// multiple of VEC and x and out are 16-byte aligned, else 1.
 //
-// VEC elements per access: 16 bytes when cols is a multiple of VEC and x and out are 16-byte
-// aligned, else 1 (an odd row length such as 197 starts rows at odd addresses).
+// softmax_spans (rows of up to 512 whose length is no multiple of 16 bytes, sm_80+). Measured
+// on an H200: the ViT attention softmax (f16 [151296, 197], batch 64) ran softmax_rows with
+// VEC = 1 at 1.14-1.26x torch's bandwidth (torch 1983 GB/s; copy ceiling 4268 GB/s). Not
+// profiled, but the likely limit: every lane moves 2 bytes per access, 8x the load/store
+// instructions of 16-byte ones. A warp here owns a span of G = 16 / sizeof(T) consecutive
+// rows: G * cols elements, exactly cols 16-byte vectors, 16-byte aligned whatever cols is
+// when x and out are and the span starts at a multiple of G rows. The warp
+//   1. copies the span to shared memory with 16-byte cp.async, every copy in flight before the
+//      first wait (3 KB a warp at 197 halves),
+//   2. computes its G rows one after the other, the whole warp on each row as in softmax_rows
+//      (lane i holds elements i, i + 32, ...: conflict-free, shuffle reductions), and writes
+//      the probabilities back to shared memory in T,
+//   3. stores the span with 16-byte vector stores.
+// A last span of fewer than G rows is copied element by element (one warp per launch). exp is
+// one ex2 with log2(e) folded into the scale; the rounding of scale * log2(e) * x moves an
+// output by at most |scale * x| * 2^-24 relative (2e-5 at |scale * x| = 400), as the rounding
+// of scale * x does in the twin.
+//
+// Prediction, awaiting a GPU measurement: ~3300 GB/s for f16 [151296, 197] on the H200 (1.65x
+// torch). ptxas gives ~110 warp instructions a row, ~1000 a span (sm_90, 29 registers), so
+// 18.9 M for the 18,912 spans: 18 us at the 132 SMs' full issue rate, against 28 us for the
+// 119 MB at the copy ceiling; the rest is the overlap lost to each warp's load, compute and
+// store running in turn, which up to 64 resident warps an SM (16 blocks of 12.6 KB) hide.
 #include "common.cuh"
 
 template <typename T, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
@@ -96,5 +120,89 @@ __device__ __forceinline__ void softmax_rows(const T* x, T* out, int rows, int c
                 store_vec<T, VEC>(out_row + i * VEC, r);
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Spans of G rows per warp (see the top of the file). PER_LANE = ceil(cols / 32) exactly (the
+// launcher picks it so): the 16-byte vectors of a span a lane copies, and the elements of a
+// row a lane holds. Only the last of those slots can fall past the row, so one predicate per
+// lane covers every mask. WARPS warps per block, one span each; dynamic shared memory:
+// WARPS * cols 16-byte vectors.
+//
+// One span per warp rather than a persistent grid-stride loop: at the ViT shape a persistent
+// grid of every resident warp (132 SMs x 64) would give each warp 2.24 spans, three rounds for
+// 2.24 rounds' work with most warps idle in the last, while the hardware scheduler keeps
+// handing small blocks to whichever SM has room. Nor would a persistent warp overlap its own
+// copies and arithmetic without a second span buffer, which halves the resident warps.
+template <typename T, int PER_LANE, int WARPS>
+__device__ __forceinline__ void softmax_spans(const T* x, T* out, int rows, int cols, float scale) {
+    static_assert(16 % sizeof(T) == 0, "a 16-byte vector holds whole elements");
+    constexpr int G = 16 / sizeof(T);
+    extern __shared__ __align__(16) unsigned char span_shared[];
+
+    const int lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32;
+    const long long first_row = ((long long)blockIdx.x * WARPS + warp) * G;
+    if (first_row >= rows) return;  // whole warps only: nothing below synchronises the block
+    const int span_rows = rows - first_row < G ? (int)(rows - first_row) : G;
+    const bool full = span_rows == G;
+    T* span = reinterpret_cast<T*>(span_shared) + warp * G * cols;
+    const unsigned span_address = shared_address(span);
+    const T* x_span = x + first_row * cols;
+    T* out_span = out + first_row * cols;
+    // Slot c of this lane is element (or vector) lane + 32c: always inside the row (or span)
+    // but for the last slot.
+    const bool last_slot_inside = lane + 32 * (PER_LANE - 1) < cols;
+    auto inside = [&](int c) { return c < PER_LANE - 1 || last_slot_inside; };
+
+    if (full) {
+#pragma unroll
+        for (int c = 0; c < PER_LANE; ++c) {
+            const int i = lane + c * 32;
+            if (inside(c)) cp_async_16(span_address + i * 16, x_span + i * G, 16);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+    } else {
+        for (int i = lane; i < span_rows * cols; i += 32) span[i] = x_span[i];
+    }
+    __syncwarp();
+
+    // Rows one at a time: two rows interleaved would hide the shuffle latency within the warp,
+    // but the other warps on the SM (up to 64 at 197 columns) hide it as well, at no registers.
+    const float scale_log2 = scale * 1.4426950408889634f;
+#pragma unroll 1
+    for (int r = 0; r < span_rows; ++r) {
+        T* row = span + r * cols;
+        float v[PER_LANE];
+        float max = -infinity();
+#pragma unroll
+        for (int c = 0; c < PER_LANE; ++c) {
+            v[c] = inside(c) ? scale_log2 * to_float(row[lane + c * 32]) : -infinity();
+            max = fmaxf(max, v[c]);
+        }
+        max = warp_max(max);
+        float sum = 0.0f;
+#pragma unroll
+        for (int c = 0; c < PER_LANE; ++c) {
+            v[c] = exp2_approx_ftz(v[c] - max);  // a slot past the row holds -inf: exactly 0
+            sum += v[c];
+        }
+        const float inv_sum = 1.0f / warp_sum(sum);
+#pragma unroll
+        for (int c = 0; c < PER_LANE; ++c)
+            if (inside(c)) row[lane + c * 32] = from_float<T>(v[c] * inv_sum);
+    }
+    __syncwarp();
+
+    if (full) {
+#pragma unroll
+        for (int c = 0; c < PER_LANE; ++c) {
+            const int i = lane + c * 32;
+            if (inside(c)) store_vec<T, G>(out_span + i * G, load_vec<T, G>(span + i * G));
+        }
+    } else {
+        for (int i = lane; i < span_rows * cols; i += 32) out_span[i] = span[i];
     }
 }

@@ -260,17 +260,42 @@ fn layernorm_in_place_matches_its_twin() {
     }
 }
 
+/// The softmax of `x` as the twin computes it, rounded to `dtype`.
+fn softmax_twin(x: &[f32], cols: usize, scale: f32, dtype: DType) -> Vec<f32> {
+    let mut want = vec![0.0; x.len()];
+    cpu::softmax(x, cols, scale, &mut want);
+    want.iter_mut().for_each(|v| *v = dtype.round(*v));
+    want
+}
+
+/// Row lengths that are no whole number of 16-byte vectors (odd or even: 197, 198, 250, 383)
+/// take the span program on sm_80+ when x and out are 16-byte aligned (rows of up to 512);
+/// whole vectors (64, 160, 512, 2048) or a misaligned x or out take the row program. Row
+/// counts that are no multiple of a span (8 rows in f16 / bf16, 4 in f32: 1, 7, 9, 300, 1001)
+/// end in a partial span, copied element by element.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn softmax_matches_its_twin() {
     let mut rng = SmallRng::seed_from_u64(3);
     for dtype in DType::ALL {
         let (mut worst, mut cases) = (Worst::default(), 0);
-        for &cols in &[197, 198, 1, 7, 160, 257, 1000, 4099, 16392, 64, 2048] {
-            for &rows in &[1usize, 7, 197, 300] {
-                for (misalign, scale) in [(0, 0.125f32), (1, 1.0)] {
-                    let case =
-                        format!("softmax {dtype} {rows}x{cols} scale {scale} misalign {misalign}");
+        for &cols in &[
+            197, 198, 1, 5, 7, 33, 160, 250, 257, 383, 511, 512, 513, 1000, 4099, 16392, 64, 2048,
+        ] {
+            for &rows in &[1usize, 7, 9, 197, 300, 1001] {
+                if rows > 300 && cols > 1000 {
+                    continue; // long rows: 300 of them are enough
+                }
+                // (x misaligned, out misaligned, scale), in elements: both aligned (the span
+                // program where it applies, with a negative scale too), both misaligned, and
+                // only the output misaligned (the row program).
+                for (x_misalign, out_misalign, scale) in
+                    [(0, 0, 0.125f32), (0, 0, -0.75), (1, 1, 1.0), (0, 1, 0.5)]
+                {
+                    let case = format!(
+                        "softmax {dtype} {rows}x{cols} scale {scale} misalign x {x_misalign} \
+                         out {out_misalign}"
+                    );
                     // Rows far from zero check that the maximum is subtracted before exp.
                     let shift = if rng.random_bool(0.5) {
                         0.0
@@ -278,21 +303,46 @@ fn softmax_matches_its_twin() {
                         rng.random_range(-500.0..500.0f32)
                     };
                     let x = random(&mut rng, rows * cols, shift - 8.0, shift + 8.0, dtype);
-                    let (_xb, xv) = upload(dtype, &x, misalign);
-                    let out = Poisoned::new(dtype, rows * cols, misalign);
+                    let (_xb, xv) = upload(dtype, &x, x_misalign);
+                    let out = Poisoned::new(dtype, rows * cols, out_misalign);
                     gpu()
                         .softmax(dtype, xv, rows, cols, scale, out.view())
                         .unwrap();
                     let got = out.read(&case);
-                    let mut want = vec![0.0; rows * cols];
-                    cpu::softmax(&x, cols, scale, &mut want);
-                    want.iter_mut().for_each(|v| *v = dtype.round(*v));
+                    let want = softmax_twin(&x, cols, scale, dtype);
                     worst = merge(worst, compare(&case, &got, &want, tolerance(dtype), 1e-6));
                     cases += 1;
                 }
             }
         }
         report("softmax", dtype, cases, worst);
+        // The cases above must have reached the span program (197 columns: 7 elements a lane).
+        if gpu().compute_capability() >= (8, 0) {
+            let span = format!("softmax_{dtype}_span_l7_w4");
+            assert!(
+                gpu().loaded_kernels().iter().any(|k| k.name == span),
+                "{span} never ran"
+            );
+        }
+    }
+}
+
+/// In place (out = x), as the kernels allow: a span is read whole before any of it is written.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn softmax_in_place_matches_its_twin() {
+    let mut rng = SmallRng::seed_from_u64(13);
+    for dtype in DType::ALL {
+        for &(rows, cols) in &[(1001usize, 197usize), (12 * 197, 197), (9, 33), (300, 4099)] {
+            let case = format!("in-place softmax {dtype} {rows}x{cols}");
+            let x = random(&mut rng, rows * cols, -8.0, 8.0, dtype);
+            let (xb, xv) = upload(dtype, &x, 0);
+            gpu().softmax(dtype, xv, rows, cols, 0.125, xv).unwrap();
+            let mut bytes = vec![0u8; xb.len_bytes()];
+            gpu().download(&xb, 0, &mut bytes).unwrap();
+            let want = softmax_twin(&x, cols, 0.125, dtype);
+            compare(&case, &dtype.decode(&bytes), &want, tolerance(dtype), 1e-6);
+        }
     }
 }
 
@@ -678,17 +728,29 @@ fn bench_bandwidth_of_vit_shapes() {
         (2 * rows * cols * size) as f64 / t / 1e9
     );
 
-    let (rows, cols) = (151_296usize, 197usize);
-    let x = random(&mut rng, rows * cols, -8.0, 8.0, dtype);
-    let (_sb, sv) = upload(dtype, &x, 0);
-    let out = g.alloc(rows * cols * size).unwrap();
-    let ov = out.view(0, rows * cols, dtype).unwrap();
-    let t = time(&|| g.softmax(dtype, sv, rows, cols, 0.125, ov).unwrap());
-    println!(
-        "BANDWIDTH softmax f16 [{rows},{cols}]: {:.1} us, {:.0} GB/s",
-        t * 1e6,
-        (2 * rows * cols * size) as f64 / t / 1e9
-    );
+    // Attention probabilities at batch 64 (12 heads x 197 queries x 197 keys) in f16 and bf16
+    // (the span program on sm_80+), at batch 1 (2364 rows: a partial last span), and at batch
+    // 64 with x and out one element off alignment: the row program with scalar accesses, what
+    // every such shape ran before the span program, for an A/B within one run.
+    for (softmax_dtype, rows, misalign, label) in [
+        (DType::F16, 151_296usize, 0usize, ""),
+        (DType::BF16, 151_296, 0, ""),
+        (DType::F16, 12 * 197, 0, ""),
+        (DType::F16, 151_296, 1, " misaligned (row program)"),
+    ] {
+        let cols = 197usize;
+        let size = softmax_dtype.size_bytes();
+        let x = random(&mut rng, rows * cols, -8.0, 8.0, softmax_dtype);
+        let (_sb, sv) = upload(softmax_dtype, &x, misalign);
+        let out = Poisoned::new(softmax_dtype, rows * cols, misalign);
+        let ov = out.view();
+        let t = time(&|| g.softmax(softmax_dtype, sv, rows, cols, 0.125, ov).unwrap());
+        println!(
+            "BANDWIDTH softmax {softmax_dtype} [{rows},{cols}]{label}: {:.1} us, {:.0} GB/s",
+            t * 1e6,
+            (2 * rows * cols * size) as f64 / t / 1e9
+        );
+    }
 
     let n = 12_608 * 768;
     let a = random(&mut rng, n, -3.0, 3.0, dtype);

@@ -1,4 +1,6 @@
-//! Softmax launcher: checks the operands, picks a row layout by shape and alignment.
+//! Softmax launcher: checks the operands, then picks by shape, alignment and arch: the span
+//! program (a warp per span of 16 bytes' worth of rows: short rows whose length is no whole
+//! number of 16-byte vectors, on sm_80+) or a row layout shared with layernorm (rows.rs).
 
 use super::rows::RowConfig;
 use super::{
@@ -9,6 +11,78 @@ use crate::DType;
 
 const SOURCE: &str = include_str!("../../cuda/softmax.cu");
 
+/// Warps per block of the span program (softmax.cu, `softmax_spans`), one span each. Small
+/// blocks let the scheduler fill SMs to the last warp: 16 blocks of 4 warps at 197 columns
+/// (12.6 KB of shared memory each) make a full SM.
+const SPAN_WARPS: u32 = 4;
+/// The longest row the span program takes: 16 elements a lane (512). Its span, 8 KB, leaves
+/// four warps' worth (32 KB) under the 48 KB of dynamic shared memory a launch gets by
+/// default. Every count from 1 is instantiated: the kernel relies on the exact count.
+const SPAN_MAX_PER_LANE: u32 = 16;
+/// The span program copies with cp.async.
+const SPAN_MIN_CC: (u32, u32) = (8, 0);
+
+/// The span program's one meta-parameter besides the dtype (and the fixed [`SPAN_WARPS`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct SpanConfig {
+    /// Elements of a row per lane: exactly ceil(cols / 32), which the kernel relies on (only
+    /// a lane's last slot may fall past the row).
+    pub per_lane: u32,
+}
+
+impl SpanConfig {
+    /// The span program for rows of `cols` when it applies, on a device of compute capability
+    /// `cc`: x and out 16-byte aligned (every span then starts aligned, see softmax.cu), and
+    /// a row length that is not a whole number of 16-byte vectors (when it is, the row program
+    /// already moves 16 bytes per access), of at most [`SPAN_MAX_PER_LANE`] elements a lane.
+    pub fn select(
+        dtype: DType,
+        cols: usize,
+        pointers: &[DevPtr],
+        cc: (u32, u32),
+    ) -> Option<SpanConfig> {
+        let vector = 16 / dtype.size_bytes();
+        if cc < SPAN_MIN_CC
+            || cols.is_multiple_of(vector)
+            || !pointers.iter().all(|p| p.is_aligned(16))
+        {
+            return None;
+        }
+        let per_lane = cols.div_ceil(32) as u32;
+        (per_lane <= SPAN_MAX_PER_LANE).then_some(SpanConfig { per_lane })
+    }
+
+    /// Rows per span: one 16-byte vector's worth of elements.
+    pub fn rows_per_span(dtype: DType) -> usize {
+        16 / dtype.size_bytes()
+    }
+
+    pub fn block_threads(&self) -> u32 {
+        32 * SPAN_WARPS
+    }
+
+    pub fn blocks(&self, dtype: DType, rows: usize) -> usize {
+        rows.div_ceil(Self::rows_per_span(dtype))
+            .div_ceil(SPAN_WARPS as usize)
+    }
+
+    /// Dynamic shared memory: a span, `cols` 16-byte vectors, per warp. At most 32 KB (512
+    /// columns), under the 48 KB a launch gets without raising the limit.
+    pub fn shared_bytes(&self, cols: usize) -> u32 {
+        (SPAN_WARPS as usize * cols * 16) as u32
+    }
+}
+
+fn params(dtype: DType) -> Vec<KernelParam> {
+    vec![
+        KernelParam::new("x", ParamKind::ConstPtr(dtype)),
+        KernelParam::new("out", ParamKind::MutPtr(dtype)),
+        KernelParam::new("rows", ParamKind::I32),
+        KernelParam::new("cols", ParamKind::I32),
+        KernelParam::new("scale", ParamKind::F32),
+    ]
+}
+
 fn instantiation(dtype: DType, config: RowConfig) -> Instantiation {
     let mut template_args = vec![dtype.cuda_type().to_string()];
     template_args.extend(config.template_args());
@@ -18,16 +92,32 @@ fn instantiation(dtype: DType, config: RowConfig) -> Instantiation {
         source: SOURCE,
         function: "softmax_rows",
         template_args,
-        params: vec![
-            KernelParam::new("x", ParamKind::ConstPtr(dtype)),
-            KernelParam::new("out", ParamKind::MutPtr(dtype)),
-            KernelParam::new("rows", ParamKind::I32),
-            KernelParam::new("cols", ParamKind::I32),
-            KernelParam::new("scale", ParamKind::F32),
-        ],
+        params: params(dtype),
         block_threads: config.block_threads(),
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
+    }
+}
+
+fn span_instantiation(dtype: DType, config: SpanConfig) -> Instantiation {
+    Instantiation {
+        name: format!(
+            "softmax_{}_span_l{}_w{SPAN_WARPS}",
+            dtype.name(),
+            config.per_lane
+        ),
+        family: "softmax",
+        source: SOURCE,
+        function: "softmax_spans",
+        template_args: vec![
+            dtype.cuda_type().to_string(),
+            config.per_lane.to_string(),
+            SPAN_WARPS.to_string(),
+        ],
+        params: params(dtype),
+        block_threads: config.block_threads(),
+        min_blocks_per_sm: 0,
+        arch: ArchRequirement::AtLeast(SPAN_MIN_CC.0, SPAN_MIN_CC.1),
     }
 }
 
@@ -38,6 +128,10 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
             RowConfig::all(dtype)
                 .into_iter()
                 .map(move |config| instantiation(dtype, config))
+                .chain(
+                    (1..=SPAN_MAX_PER_LANE)
+                        .map(move |per_lane| span_instantiation(dtype, SpanConfig { per_lane })),
+                )
         })
         .collect()
 }
@@ -66,6 +160,24 @@ pub(crate) fn launch(
     x.expect("softmax input", dtype, elements)?;
     out.expect("softmax output", dtype, elements)?;
     let (rows_i32, cols_i32) = (to_i32(rows, "softmax rows")?, to_i32(cols, "softmax cols")?);
+    let args = [
+        KernelArg::Ptr(x.ptr),
+        KernelArg::Ptr(out.ptr),
+        KernelArg::I32(rows_i32),
+        KernelArg::I32(cols_i32),
+        KernelArg::F32(scale),
+    ];
+    if let Some(config) = SpanConfig::select(dtype, cols, &[x, out], gpu.compute_capability()) {
+        return gpu.launch(
+            &span_instantiation(dtype, config),
+            LaunchDims {
+                grid: (config.blocks(dtype, rows) as u32, 1, 1),
+                block: config.block_threads(),
+                shared_bytes: config.shared_bytes(cols),
+            },
+            &args,
+        );
+    }
     let config = RowConfig::select(dtype, cols, &[x, out]);
     gpu.launch(
         &instantiation(dtype, config),
@@ -77,12 +189,89 @@ pub(crate) fn launch(
             block: config.block_threads(),
             shared_bytes: 0,
         },
-        &[
-            KernelArg::Ptr(x.ptr),
-            KernelArg::Ptr(out.ptr),
-            KernelArg::I32(rows_i32),
-            KernelArg::I32(cols_i32),
-            KernelArg::F32(scale),
-        ],
+        &args,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pointer(address: u64, dtype: DType) -> DevPtr {
+        DevPtr {
+            ptr: address,
+            len: 0,
+            dtype,
+        }
+    }
+
+    const HOPPER: (u32, u32) = (9, 0);
+
+    #[test]
+    fn vit_attention_rows_take_the_span_program() {
+        let (x, out) = (pointer(0x10000, DType::F16), pointer(0x20000, DType::F16));
+        let config = SpanConfig::select(DType::F16, 197, &[x, out], HOPPER)
+            .expect("f16 [151296, 197] with aligned operands takes the span program");
+        assert_eq!(config.per_lane, 7);
+        assert_eq!(config.blocks(DType::F16, 151_296), 151_296 / 8 / 4);
+        assert_eq!(config.shared_bytes(197), 4 * 197 * 16);
+        assert_eq!(
+            span_instantiation(DType::F16, config).name,
+            "softmax_f16_span_l7_w4"
+        );
+        // A batch-1 attention ([12 * 197, 197]) ends in a partial span of 4 rows.
+        assert_eq!(
+            config.blocks(DType::F16, 12 * 197),
+            (12 * 197usize).div_ceil(8).div_ceil(4)
+        );
+    }
+
+    #[test]
+    fn span_program_only_where_it_applies() {
+        let aligned = pointer(0x10000, DType::F16);
+        let select =
+            |dtype, cols, pointers: &[DevPtr], cc| SpanConfig::select(dtype, cols, pointers, cc);
+        // Misaligned x or out: every span would start misaligned.
+        for misaligned in [0x10002u64, 0x10008] {
+            let odd = pointer(misaligned, DType::F16);
+            assert_eq!(select(DType::F16, 197, &[odd, aligned], HOPPER), None);
+            assert_eq!(select(DType::F16, 197, &[aligned, odd], HOPPER), None);
+        }
+        // Rows of whole 16-byte vectors: the row program's vectors already apply.
+        for cols in [8, 64, 200, 768] {
+            assert_eq!(select(DType::F16, cols, &[aligned, aligned], HOPPER), None);
+        }
+        let f32_aligned = pointer(0x10000, DType::F32);
+        assert_eq!(select(DType::F32, 196, &[f32_aligned], HOPPER), None);
+        assert!(select(DType::F32, 197, &[f32_aligned], HOPPER).is_some());
+        assert!(select(DType::BF16, 250, &[aligned], HOPPER).is_some());
+        // No cp.async before sm_80; rows too long to hold 16 a lane.
+        assert_eq!(select(DType::F16, 197, &[aligned], (7, 5)), None);
+        assert!(select(DType::F16, 197, &[aligned], (8, 0)).is_some());
+        assert!(select(DType::F16, 511, &[aligned], HOPPER).is_some());
+        assert_eq!(select(DType::F16, 513, &[aligned], HOPPER), None);
+    }
+
+    #[test]
+    fn span_selection_covers_the_row_and_stays_in_the_registry() {
+        let registered: Vec<String> = instantiations().into_iter().map(|i| i.name).collect();
+        for dtype in DType::ALL {
+            let aligned = pointer(0x10000, dtype);
+            for cols in 1..=1100 {
+                let Some(config) = SpanConfig::select(dtype, cols, &[aligned, aligned], HOPPER)
+                else {
+                    continue;
+                };
+                let name = span_instantiation(dtype, config).name;
+                assert!(registered.contains(&name), "{name} is not registered");
+                // Exactly the slots the row needs: the kernel masks only a lane's last one.
+                let per_lane = config.per_lane as usize;
+                assert!(
+                    32 * (per_lane - 1) < cols && cols <= 32 * per_lane,
+                    "{dtype} {cols}: {config:?}"
+                );
+                assert!(config.shared_bytes(cols) <= 48 * 1024);
+            }
+        }
+    }
 }
