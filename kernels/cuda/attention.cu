@@ -9,8 +9,8 @@
 // the output accumulator rescaled whenever the maximum grows, one division at the end. The
 // global traffic is Q read once per CTA, K and V once per query block, O written once.
 //
-// One CTA = WARPS warps; warp w owns query rows 16w .. 16w + 15 of the block, so the whole
-// softmax of a row lives in one quad of one warp (no shared-memory reductions):
+// One CTA = WARPS warps; warp w owns ROW_GROUPS groups of 16 query rows of the block, so the
+// whole softmax of a row lives in one quad of one warp (no shared-memory reductions):
 // - Q tile [BLOCK_M][HEAD_DIM]: copied once, then each warp holds its rows' A fragments in
 //   registers for the whole key loop.
 // - K and V tiles [BLOCK_N][HEAD_DIM]: streamed through shared memory, two buffers, filled by
@@ -22,8 +22,7 @@
 //   which a partial last block needs.
 // - work wholly past T is skipped: a partial last key block multiplies only its 16-key steps
 //   that hold a key below T, and a warp whose query rows all lie past T only copies. At
-//   T = 197 and BLOCK_M = BLOCK_N = 64 that is 208 of 256 keys and 13 of 16 warps: a third
-//   less MMA and exp work than the padded 256 x 256.
+//   T = 197, BLOCK_N = 64 and 32 rows a warp that is 208 of 256 keys and 224 of 256 rows.
 // - P·V: P converted to the storage type in registers, and the accumulator layout of two
 //   adjacent n8 blocks of S is exactly the A-operand layout of one k16 block of P (thread
 //   (g, q) holds rows g, g + 8 and columns 2q, 2q + 1 of each n8 block, which are the k
@@ -97,14 +96,20 @@ __device__ __forceinline__ void copy_tile(unsigned tile, const T* head, long lon
 }  // namespace vitrt_attention
 
 // The entry point every generated wrapper calls. Template arguments: the storage type (f16 or
-// bf16), HEAD_DIM (a multiple of 16, at most 128), BLOCK_N (keys per tile, a multiple of 16)
-// and WARPS (16 query rows each: BLOCK_M = 16 · WARPS). One program per (batch, head, block
-// of BLOCK_M query rows), in that order from the slowest: the CTAs of one head, which read the
-// same K and V, run side by side and share them in L2.
+// bf16), HEAD_DIM (a multiple of 16, at most 128), BLOCK_N (keys per tile, a multiple of 16),
+// WARPS and ROW_GROUPS (each warp owns ROW_GROUPS groups of 16 query rows: BLOCK_M = 16 ·
+// ROW_GROUPS · WARPS). One program per (batch, head, block of BLOCK_M query rows), in that
+// order from the slowest: the CTAs of one head, which read the same K and V, run side by side
+// and share them in L2.
+//
+// ROW_GROUPS = 2 is FlashAttention-2's shape: every K and V fragment a warp loads from shared
+// memory feeds two MMAs instead of one, which halves the shared-memory traffic per MMA, and
+// the two row groups' MMA, max and exp chains are independent, so a warp has work to issue
+// while one of them waits.
 //
 // Dynamic shared memory: (BLOCK_M + 4 · BLOCK_N) · (HEAD_DIM + 8) elements (Q, then two K and
 // two V buffers).
-template <typename T, int HEAD_DIM, int BLOCK_N, int WARPS>
+template <typename T, int HEAD_DIM, int BLOCK_N, int WARPS, int ROW_GROUPS>
 __device__ __forceinline__ void attention_block(const T* q, const T* k, const T* v, T* o, int heads, int tokens,
                                                 long long q_offset, long long q_row_stride,
                                                 long long q_batch_stride, long long q_head_stride,
@@ -117,8 +122,11 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
     using namespace vitrt_attention;
     static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256, "HEAD_DIM is a multiple of 16");
     static_assert(BLOCK_N % 16 == 0, "BLOCK_N is a multiple of 16");
+    static_assert(ROW_GROUPS == 1 || ROW_GROUPS == 2, "one or two groups of 16 rows a warp");
+    constexpr int G = ROW_GROUPS;
     constexpr int kThreads = WARPS * 32;
-    constexpr int kBlockM = WARPS * 16;
+    constexpr int kWarpRows = 16 * G;
+    constexpr int kBlockM = WARPS * kWarpRows;
     constexpr int kPitch = HEAD_DIM + 8;            // elements; see the note on padding above
     constexpr int kDimFrags = HEAD_DIM / 8;         // n8 blocks of O, 16-byte chunks of a row
     constexpr int kDimSteps = HEAD_DIM / 16;        // k16 steps of Q·Kᵀ
@@ -151,11 +159,14 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
 
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
-    const int quad_row = lane >> 2;        // g: rows g and g + 8 of the warp's 16
+    const int quad_row = lane >> 2;        // g: rows g and g + 8 of a group's 16
     const int quad_col = (lane & 3) * 2;   // 2q: columns 2q, 2q + 1 of every n8 block
+    const int warp_row0 = warp * kWarpRows;  // the warp's first row in the block
 
     const int key_blocks = (tokens + BLOCK_N - 1) / BLOCK_N;
-    const bool warp_has_rows = m0 + warp * 16 < tokens;
+    // A warp whose query rows all lie past T (the last query block of a T that is not a
+    // multiple of BLOCK_M) only helps with the copies.
+    const bool warp_has_rows = m0 + warp_row0 < tokens;
     auto load_keys_values = [&](int block, int buffer) {
         const int n0 = block * BLOCK_N;
         copy_tile<T, HEAD_DIM, BLOCK_N, kPitch, kThreads>(k_tiles + buffer * kTileBytesKV, k_head, kv.row_stride, n0,
@@ -169,17 +180,151 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
     load_keys_values(0, 0);
     cp_async_commit();
 
-    unsigned q_frag[kDimSteps][4];
-    float acc[kDimFrags][4];  // O, unnormalised
+    unsigned q_frag[G][kDimSteps][4];
+    float acc[G][kDimFrags][4];  // O, unnormalised
 #pragma unroll
-    for (int j = 0; j < kDimFrags; ++j)
+    for (int g = 0; g < G; ++g)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
-    // Per row slot (0: row g, 1: row g + 8): the running maximum of the scaled scores, and
-    // this thread's share of the running sum (its two columns of every n8 block; the quad's
-    // four shares are added at the end: they are all rescaled by the same factors).
-    float row_max[2] = {-infinity(), -infinity()};
-    float row_sum[2] = {0.0f, 0.0f};
+        for (int j = 0; j < kDimFrags; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[g][j][e] = 0.0f;
+    // Per group and row slot (0: row g, 1: row g + 8): the running maximum of the scaled
+    // scores, and this thread's share of the running sum (its two columns of every n8 block;
+    // the quad's four shares are added at the end: they are all rescaled by the same factors).
+    float row_max[G][2];
+    float row_sum[G][2];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        row_max[g][0] = row_max[g][1] = -infinity();
+        row_sum[g][0] = row_sum[g][1] = 0.0f;
+    }
+
+    // One key block for the warp's rows. kPartial (a constant at each of the two calls, which
+    // inlining turns into two copies of the body): the block runs past T, so scores past T are
+    // masked, and the 16-key steps wholly past T are skipped (at T = 197 the last block holds
+    // 5 keys: computing all 64 would be 23% more MMA and exp work for the head). Full blocks
+    // get the same code without a single test: branches between the unrolled MMAs cost the
+    // scheduler its interleaving (a version that tested every step of every block ran the
+    // batch-64 attention 12% slower, H200).
+    auto key_block = [&](const bool kPartial, int block, unsigned k_tile, unsigned v_tile) {
+        const int n0 = block * BLOCK_N;
+        const int live_keys = kPartial ? tokens - n0 : BLOCK_N;
+
+        // S = Q·Kᵀ for the warp's rows and the block's BLOCK_N keys; each K fragment feeds
+        // every row group.
+        float s[G][kKeyFrags][4];
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+#pragma unroll
+            for (int j = 0; j < kKeyFrags; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[g][j][e] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kKeyFrags; j += 2) {
+            if (kPartial && j * 8 >= live_keys) break;
+#pragma unroll
+            for (int step = 0; step < kDimSteps; ++step) {
+                // Matrices: keys 0-7 x dims 0-7, keys 0-7 x dims 8-15, keys 8-15 x dims 0-7,
+                // keys 8-15 x dims 8-15 of this pair of n8 blocks: b0, b1 of block j, then of
+                // block j + 1.
+                const int row = j * 8 + (lane & 7) + ((lane >> 4) << 3);
+                const int chunk = step * 2 + ((lane >> 3) & 1);
+                unsigned b[4];
+                ldmatrix_x4(b, k_tile + (row * kPitch + chunk * 8) * (int)sizeof(T));
+#pragma unroll
+                for (int g = 0; g < G; ++g) {
+                    mma_16816<T>(s[g][j], q_frag[g][step], b[0], b[1]);
+                    mma_16816<T>(s[g][j + 1], q_frag[g][step], b[2], b[3]);
+                }
+            }
+        }
+
+        // Scale into the exp2 domain and mask the keys past T (only a partial block has any).
+        float block_max[G][2];
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            block_max[g][0] = block_max[g][1] = -infinity();
+#pragma unroll
+            for (int j = 0; j < kKeyFrags; ++j) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float x = s[g][j][e] * scale_log2;
+                    if (kPartial && j * 8 + quad_col + (e & 1) >= live_keys) x = -infinity();
+                    s[g][j][e] = x;
+                    block_max[g][e >> 1] = fmaxf(block_max[g][e >> 1], x);
+                }
+            }
+        }
+        // The quad (lanes 4g .. 4g + 3) holds a row's BLOCK_N columns between its four threads.
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            float correction[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float m = block_max[g][r];
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+                // Every block holds at least one key below T, so m (and the new maximum) is
+                // finite; on the first block the old maximum is -inf and the correction 0.
+                const float new_max = fmaxf(row_max[g][r], m);
+                correction[r] = exp2_approx_ftz(row_max[g][r] - new_max);
+                row_max[g][r] = new_max;
+                row_sum[g][r] *= correction[r];
+            }
+#pragma unroll
+            for (int j = 0; j < kDimFrags; ++j) {
+                acc[g][j][0] *= correction[0];
+                acc[g][j][1] *= correction[0];
+                acc[g][j][2] *= correction[1];
+                acc[g][j][3] *= correction[1];
+            }
+        }
+
+        // P = exp2(S - max) in fp32 (masked columns give exp2(-inf) = 0), summed in fp32,
+        // then packed to the storage type as the A operand of P·V: k16 step t of P is n8
+        // blocks 2t and 2t + 1 of S, so its a0..a3 are (row g, block 2t), (row g + 8, block
+        // 2t), (row g, block 2t + 1), (row g + 8, block 2t + 1).
+        unsigned p_frag[G][kKeySteps][4];
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+#pragma unroll
+            for (int t = 0; t < kKeySteps; ++t) {
+                if (kPartial && t * 16 >= live_keys) break;
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int j = 2 * t + half;
+                    const float p0 = exp2_approx_ftz(s[g][j][0] - row_max[g][0]);
+                    const float p1 = exp2_approx_ftz(s[g][j][1] - row_max[g][0]);
+                    const float p2 = exp2_approx_ftz(s[g][j][2] - row_max[g][1]);
+                    const float p3 = exp2_approx_ftz(s[g][j][3] - row_max[g][1]);
+                    row_sum[g][0] += p0 + p1;
+                    row_sum[g][1] += p2 + p3;
+                    p_frag[g][t][2 * half] = pack_pair<T>(p0, p1);
+                    p_frag[g][t][2 * half + 1] = pack_pair<T>(p2, p3);
+                }
+            }
+        }
+
+        // O += P·V. Matrices (transposing loads of V stored [key][dim]): keys 0-7 x dims of
+        // block j, keys 8-15 x block j, keys 0-7 x block j + 1, keys 8-15 x block j + 1:
+        // b0, b1 of block j, then of block j + 1; each V fragment feeds every row group.
+#pragma unroll
+        for (int t = 0; t < kKeySteps; ++t) {
+            if (kPartial && t * 16 >= live_keys) break;
+#pragma unroll
+            for (int j = 0; j < kDimFrags; j += 2) {
+                const int row = t * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+                const int chunk = j + (lane >> 4);
+                unsigned b[4];
+                ldmatrix_x4_trans(b, v_tile + (row * kPitch + chunk * 8) * (int)sizeof(T));
+#pragma unroll
+                for (int g = 0; g < G; ++g) {
+                    mma_16816<T>(acc[g][j], p_frag[g][t], b[0], b[1]);
+                    mma_16816<T>(acc[g][j + 1], p_frag[g][t], b[2], b[3]);
+                }
+            }
+        }
+    };
 
     for (int block = 0; block < key_blocks; ++block) {
         const int buffer = block & 1;
@@ -191,167 +336,65 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
         cp_async_wait<1>();
         __syncthreads();
 
-        if (block == 0) {
-            // Matrices: rows 0-7 / 8-15 of the warp's rows x dims 0-7 / 8-15 of the k16 step,
-            // in a0..a3 order (lanes 0-15 address rows 0-15 at chunk 2s, lanes 16-31 at 2s + 1).
+        if (warp_has_rows) {
+            if (block == 0) {
+                // Matrices: rows 0-7 / 8-15 of a group's rows x dims 0-7 / 8-15 of the k16
+                // step, in a0..a3 order (lanes 0-15 address rows 0-15 at chunk 2s, lanes
+                // 16-31 at 2s + 1).
 #pragma unroll
-            for (int s = 0; s < kDimSteps; ++s) {
-                const int row = warp * 16 + (lane & 15);
-                const int chunk = s * 2 + (lane >> 4);
-                ldmatrix_x4(q_frag[s], q_tile + (row * kPitch + chunk * 8) * (int)sizeof(T));
+                for (int g = 0; g < G; ++g)
+#pragma unroll
+                    for (int s = 0; s < kDimSteps; ++s) {
+                        const int row = warp_row0 + g * 16 + (lane & 15);
+                        const int chunk = s * 2 + (lane >> 4);
+                        ldmatrix_x4(q_frag[g][s], q_tile + (row * kPitch + chunk * 8) * (int)sizeof(T));
+                    }
             }
-        }
-
-        const unsigned k_tile = k_tiles + buffer * kTileBytesKV;
-        const unsigned v_tile = v_tiles + buffer * kTileBytesKV;
-
-        // A warp whose 16 query rows all lie past T (the last query block of a T that is not
-        // a multiple of BLOCK_M: three of four warps at T = 197) only helps with the copies.
-        if (!warp_has_rows) {
-            __syncthreads();
-            continue;
-        }
-
-        // S = Q·Kᵀ for the warp's 16 rows and the block's BLOCK_N keys. In a partial last key
-        // block, the 16-key steps wholly past T are skipped (their scores are masked to -inf
-        // below whatever they hold): at T = 197 the last block holds 5 keys, and computing
-        // all 64 would be 23% more MMA and exp work for the whole head.
-        const int n0 = block * BLOCK_N;
-        const bool partial = n0 + BLOCK_N > tokens;
-        const int live_keys = partial ? tokens - n0 : BLOCK_N;
-        float s[kKeyFrags][4];
-#pragma unroll
-        for (int j = 0; j < kKeyFrags; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
-#pragma unroll
-        for (int step = 0; step < kDimSteps; ++step) {
-#pragma unroll
-            for (int j = 0; j < kKeyFrags; j += 2) {
-                if (j * 8 >= live_keys) continue;
-                // Matrices: keys 0-7 x dims 0-7, keys 0-7 x dims 8-15, keys 8-15 x dims 0-7,
-                // keys 8-15 x dims 8-15 of this pair of n8 blocks: b0, b1 of block j, then of
-                // block j + 1.
-                const int row = j * 8 + (lane & 7) + ((lane >> 4) << 3);
-                const int chunk = step * 2 + ((lane >> 3) & 1);
-                unsigned b[4];
-                ldmatrix_x4(b, k_tile + (row * kPitch + chunk * 8) * (int)sizeof(T));
-                mma_16816<T>(s[j], q_frag[step], b[0], b[1]);
-                mma_16816<T>(s[j + 1], q_frag[step], b[2], b[3]);
-            }
-        }
-
-        // Scale into the exp2 domain and mask the keys past T (only a partial last block has any).
-        float block_max[2] = {-infinity(), -infinity()};
-#pragma unroll
-        for (int j = 0; j < kKeyFrags; ++j) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float x = s[j][e] * scale_log2;
-                if (partial && n0 + j * 8 + quad_col + (e & 1) >= tokens) x = -infinity();
-                s[j][e] = x;
-                block_max[e >> 1] = fmaxf(block_max[e >> 1], x);
-            }
-        }
-        // The quad (lanes 4g .. 4g + 3) holds a row's BLOCK_N columns between its four threads.
-        float correction[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float m = block_max[r];
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-            // Every block holds at least one key below T, so m (and the new maximum) is finite;
-            // on the first block the old maximum is -inf and the correction exp2(-inf) = 0.
-            const float new_max = fmaxf(row_max[r], m);
-            correction[r] = exp2_approx_ftz(row_max[r] - new_max);
-            row_max[r] = new_max;
-            row_sum[r] *= correction[r];
-        }
-#pragma unroll
-        for (int j = 0; j < kDimFrags; ++j) {
-            acc[j][0] *= correction[0];
-            acc[j][1] *= correction[0];
-            acc[j][2] *= correction[1];
-            acc[j][3] *= correction[1];
-        }
-
-        // P = exp2(S - max) in fp32 (masked columns give exp2(-inf) = 0), summed in fp32, then
-        // packed to the storage type as the A operand of P·V: k16 step t of P is n8 blocks 2t
-        // and 2t + 1 of S, so its a0..a3 are (row g, block 2t), (row g + 8, block 2t),
-        // (row g, block 2t + 1), (row g + 8, block 2t + 1).
-        unsigned p_frag[kKeySteps][4];
-#pragma unroll
-        for (int t = 0; t < kKeySteps; ++t) {
-            if (t * 16 >= live_keys) {
-                // Wholly past T: P is 0 there, and P·V skips the step anyway.
-#pragma unroll
-                for (int r = 0; r < 4; ++r) p_frag[t][r] = 0u;
-                continue;
-            }
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int j = 2 * t + half;
-                const float p0 = exp2_approx_ftz(s[j][0] - row_max[0]);
-                const float p1 = exp2_approx_ftz(s[j][1] - row_max[0]);
-                const float p2 = exp2_approx_ftz(s[j][2] - row_max[1]);
-                const float p3 = exp2_approx_ftz(s[j][3] - row_max[1]);
-                row_sum[0] += p0 + p1;
-                row_sum[1] += p2 + p3;
-                p_frag[t][2 * half] = pack_pair<T>(p0, p1);
-                p_frag[t][2 * half + 1] = pack_pair<T>(p2, p3);
-            }
-        }
-
-        // O += P·V. Matrices (transposing loads of V stored [key][dim]): keys 0-7 x dims of
-        // block j, keys 8-15 x block j, keys 0-7 x block j + 1, keys 8-15 x block j + 1:
-        // b0, b1 of block j, then of block j + 1.
-#pragma unroll
-        for (int t = 0; t < kKeySteps; ++t) {
-            if (t * 16 >= live_keys) continue;
-#pragma unroll
-            for (int j = 0; j < kDimFrags; j += 2) {
-                const int row = t * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
-                const int chunk = j + (lane >> 4);
-                unsigned b[4];
-                ldmatrix_x4_trans(b, v_tile + (row * kPitch + chunk * 8) * (int)sizeof(T));
-                mma_16816<T>(acc[j], p_frag[t], b[0], b[1]);
-                mma_16816<T>(acc[j + 1], p_frag[t], b[2], b[3]);
+            const unsigned k_tile = k_tiles + buffer * kTileBytesKV;
+            const unsigned v_tile = v_tiles + buffer * kTileBytesKV;
+            if ((block + 1) * BLOCK_N > tokens) {
+                key_block(true, block, k_tile, v_tile);
+            } else {
+                key_block(false, block, k_tile, v_tile);
             }
         }
         // Every warp is done with this buffer before the next iteration refills it.
         __syncthreads();
     }
     cp_async_wait<0>();  // only empty groups can be left; nothing may be in flight at exit
+    if (!warp_has_rows) return;
 
-    // The row sums over the quad, then 1/sum in fp32 and one cast per element.
-    float inv_sum[2];
+    // Stage the warp's output rows in its own rows of the Q tile (no other warp reads them,
+    // and the warp read its Q fragments before the first key block), then store them in
+    // 16-byte runs: each row of HEAD_DIM elements is contiguous in O. 1/sum in fp32 and one
+    // cast per element; the row sums are first reduced over the quad.
+    unsigned char* staged_rows = shared_tiles + warp_row0 * kPitch * (int)sizeof(T);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float sum = row_sum[r];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        inv_sum[r] = 1.0f / sum;
-    }
-
-    // Stage the warp's 16 output rows in its own rows of the Q tile (no other warp reads
-    // them, and the warp read its Q fragments before the first key block), then store them
-    // in 16-byte runs: each row of HEAD_DIM elements is contiguous in O.
-    unsigned char* staged_rows = shared_tiles + warp * 16 * kPitch * (int)sizeof(T);
+    for (int g = 0; g < G; ++g) {
+        float inv_sum[2];
 #pragma unroll
-    for (int j = 0; j < kDimFrags; ++j) {
-        const int col = j * 8 + quad_col;
-        *reinterpret_cast<unsigned*>(staged_rows + (quad_row * kPitch + col) * (int)sizeof(T)) =
-            pack_pair<T>(acc[j][0] * inv_sum[0], acc[j][1] * inv_sum[0]);
-        *reinterpret_cast<unsigned*>(staged_rows + ((quad_row + 8) * kPitch + col) * (int)sizeof(T)) =
-            pack_pair<T>(acc[j][2] * inv_sum[1], acc[j][3] * inv_sum[1]);
+        for (int r = 0; r < 2; ++r) {
+            float sum = row_sum[g][r];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            inv_sum[r] = 1.0f / sum;
+        }
+        unsigned char* group_rows = staged_rows + g * 16 * kPitch * (int)sizeof(T);
+#pragma unroll
+        for (int j = 0; j < kDimFrags; ++j) {
+            const int col = j * 8 + quad_col;
+            *reinterpret_cast<unsigned*>(group_rows + (quad_row * kPitch + col) * (int)sizeof(T)) =
+                pack_pair<T>(acc[g][j][0] * inv_sum[0], acc[g][j][1] * inv_sum[0]);
+            *reinterpret_cast<unsigned*>(group_rows + ((quad_row + 8) * kPitch + col) * (int)sizeof(T)) =
+                pack_pair<T>(acc[g][j][2] * inv_sum[1], acc[g][j][3] * inv_sum[1]);
+        }
     }
     __syncwarp();
-    if (!warp_has_rows) return;
     T* o_head = o + ov.head_base(batch, head);
 #pragma unroll
-    for (int id = lane; id < 16 * kDimFrags; id += 32) {
+    for (int id = lane; id < kWarpRows * kDimFrags; id += 32) {
         const int row = id / kDimFrags, chunk = id % kDimFrags;
-        const int token = m0 + warp * 16 + row;
+        const int token = m0 + warp_row0 + row;
         if (token < tokens) {
             const uint4 run = *reinterpret_cast<const uint4*>(staged_rows + (row * kPitch + chunk * 8) * (int)sizeof(T));
             *reinterpret_cast<uint4*>(o_head + (long long)token * ov.row_stride + chunk * 8) = run;

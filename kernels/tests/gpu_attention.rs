@@ -142,64 +142,70 @@ fn run_case(
     let size = dtype.size_bytes();
     let total = GUARD_BYTES + o_len * size + GUARD_BYTES;
     let ob = gpu().alloc(total).unwrap();
-    gpu().upload(&ob, 0, &vec![POISON; total]).unwrap();
-    gpu()
-        .attention(
-            dtype,
-            &p,
-            qb.view(0, q.len(), dtype).unwrap(),
-            kb.view(0, k.len(), dtype).unwrap(),
-            vb.view(0, v.len(), dtype).unwrap(),
-            ob.view(GUARD_BYTES, o_len, dtype).unwrap(),
-        )
-        .unwrap_or_else(|e| panic!("{case}: {e}"));
-    let mut raw = vec![0u8; total];
-    gpu().download(&ob, 0, &mut raw).unwrap();
-    let guards_hold = raw[..GUARD_BYTES]
-        .iter()
-        .chain(&raw[GUARD_BYTES + o_len * size..])
-        .all(|&b| b == POISON);
-    assert!(guards_hold, "{case}: wrote outside the output buffer");
-    let got = dtype.decode(&raw[GUARD_BYTES..GUARD_BYTES + o_len * size]);
-
     let mut want = vec![f32::NAN; o_len];
     cpu::attention(&p, AttentionTiles::default(), &q, &k, &v, &mut want);
     let max_v = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
     let rtol = tolerance(dtype);
     let atol = rtol * max_v;
     let mut worst = 0.0f32;
-    let mut failures = Vec::new();
-    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
-        let column = i % o_width;
-        if column >= hidden {
-            // Row padding: must still hold the poison.
-            let bytes = &raw[GUARD_BYTES + i * size..GUARD_BYTES + (i + 1) * size];
-            if bytes.iter().any(|&b| b != POISON) && failures.len() < 8 {
-                failures.push(format!("[{i}] padding written"));
+
+    // Both programs where both exist: one and two groups of 16 query rows a warp.
+    let row_groups: &[u32] = if head_dim <= 64 { &[1, 2] } else { &[1] };
+    for &groups in row_groups {
+        let case = format!("{case} row_groups={groups}");
+        gpu().upload(&ob, 0, &vec![POISON; total]).unwrap();
+        gpu()
+            .attention_with_row_groups(
+                dtype,
+                &p,
+                groups,
+                qb.view(0, q.len(), dtype).unwrap(),
+                kb.view(0, k.len(), dtype).unwrap(),
+                vb.view(0, v.len(), dtype).unwrap(),
+                ob.view(GUARD_BYTES, o_len, dtype).unwrap(),
+            )
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        let mut raw = vec![0u8; total];
+        gpu().download(&ob, 0, &mut raw).unwrap();
+        let guards_hold = raw[..GUARD_BYTES]
+            .iter()
+            .chain(&raw[GUARD_BYTES + o_len * size..])
+            .all(|&b| b == POISON);
+        assert!(guards_hold, "{case}: wrote outside the output buffer");
+        let got = dtype.decode(&raw[GUARD_BYTES..GUARD_BYTES + o_len * size]);
+        let mut failures = Vec::new();
+        for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+            let column = i % o_width;
+            if column >= hidden {
+                // Row padding: must still hold the poison.
+                let bytes = &raw[GUARD_BYTES + i * size..GUARD_BYTES + (i + 1) * size];
+                if bytes.iter().any(|&b| b != POISON) && failures.len() < 8 {
+                    failures.push(format!("[{i}] padding written"));
+                }
+                continue;
             }
-            continue;
-        }
-        let w = dtype.round(w);
-        let d = (g - w).abs();
-        let allowed = rtol * w.abs() + atol;
-        if d.is_nan() || d > allowed {
-            if failures.len() < 8 {
-                let (row, col) = (i / o_width, column);
-                failures.push(format!(
-                    "[batch·token {row}, head {}, dim {}] gpu {g} twin {w}",
-                    col / head_dim,
-                    col % head_dim
-                ));
+            let w = dtype.round(w);
+            let d = (g - w).abs();
+            let allowed = rtol * w.abs() + atol;
+            if d.is_nan() || d > allowed {
+                if failures.len() < 8 {
+                    let (row, col) = (i / o_width, column);
+                    failures.push(format!(
+                        "[batch·token {row}, head {}, dim {}] gpu {g} twin {w}",
+                        col / head_dim,
+                        col % head_dim
+                    ));
+                }
+            } else {
+                worst = worst.max(d / allowed);
             }
-        } else {
-            worst = worst.max(d / allowed);
         }
+        assert!(
+            failures.is_empty(),
+            "{case}: mismatches (NaN = never written):\n{}",
+            failures.join("\n")
+        );
     }
-    assert!(
-        failures.is_empty(),
-        "{case}: mismatches (NaN = never written):\n{}",
-        failures.join("\n")
-    );
     worst
 }
 

@@ -1,5 +1,5 @@
 //! The fused attention launcher: kernels/cuda/attention.cu, FlashAttention-2 style, one CTA
-//! per (batch, head, block of 64 query rows), for f16 and bf16 storage and head dims that are
+//! per (batch, head, block of 128 query rows; 64 for head dims above 64), for f16 and bf16 storage and head dims that are
 //! multiples of 16 from 16 to 128 (ViT-B/16's 64, ViT-L's 64, ViT-H's 80, ...). f32 has no
 //! fused kernel: its attention runs unfused (the matmul's exact fp32 FMA path), and the
 //! runtime asks [`fused_attention_support`] before it fuses.
@@ -20,28 +20,69 @@ pub const ATTENTION_HEAD_DIMS: [usize; 8] = [16, 32, 48, 64, 80, 96, 112, 128];
 
 /// Keys per streamed K/V tile.
 const BLOCK_N: u32 = 64;
-/// Warps per CTA, 16 query rows each: BLOCK_M = 64.
+/// Warps per CTA.
 const WARPS: u32 = 4;
-
-/// Query rows per CTA.
-pub const ATTENTION_BLOCK_M: usize = (WARPS * 16) as usize;
+/// Head dims up to this can give each warp two groups of 16 query rows (FlashAttention-2's
+/// shape: each K and V fragment feeds two MMAs); larger ones take one group, since two would
+/// hold 2 x head_dim / 2 accumulator registers a thread besides the scores and spill (d64
+/// with two groups already takes 255 registers on sm_90).
+const TWO_ROW_GROUPS_UP_TO: u32 = 64;
+/// Two row groups halve the CTAs, each twice as long: taken when they still give at least
+/// this many CTAs an SM. Measured on ViT-B/16 (H200, f16, ms, one row group against two):
+/// batch 64 0.0611 / 0.0587, batch 256 0.2265 / 0.2083 (1536 and 6144 CTAs of two groups on
+/// 132 SMs), but batch 8 0.0125 / 0.0141 and batch 1 0.0076 / 0.0098 (192 and 24 CTAs).
+const TWO_ROW_GROUPS_MIN_CTAS_PER_SM: u64 = 4;
 
 /// Every meta-parameter of one attention instantiation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct AttentionConfig {
     pub dtype: DType,
     pub head_dim: u32,
+    /// Groups of 16 query rows per warp: 1, or 2 for head dims up to TWO_ROW_GROUPS_UP_TO.
+    pub row_groups: u32,
 }
 
 impl AttentionConfig {
+    /// The configuration for `p` on a GPU of `multiprocessors` SMs.
+    fn select(dtype: DType, p: &AttentionProblem, multiprocessors: u32) -> AttentionConfig {
+        let two_groups = AttentionConfig {
+            dtype,
+            head_dim: p.head_dim as u32,
+            row_groups: 2,
+        };
+        let ctas = (p.batch as u64)
+            .saturating_mul(p.heads as u64)
+            .saturating_mul(p.tokens.div_ceil(two_groups.block_m() as usize) as u64);
+        let row_groups = if two_groups.head_dim <= TWO_ROW_GROUPS_UP_TO
+            && ctas >= TWO_ROW_GROUPS_MIN_CTAS_PER_SM * multiprocessors as u64
+        {
+            2
+        } else {
+            1
+        };
+        AttentionConfig {
+            row_groups,
+            ..two_groups
+        }
+    }
+
     fn threads(&self) -> u32 {
         WARPS * 32
+    }
+
+    fn row_groups(&self) -> u32 {
+        self.row_groups
+    }
+
+    /// Query rows per CTA.
+    fn block_m(&self) -> u32 {
+        WARPS * 16 * self.row_groups()
     }
 
     /// Q, then two K and two V buffers, rows padded by 8 elements (as attention.cu).
     fn shared_bytes(&self) -> u32 {
         let pitch = self.head_dim + 8;
-        (WARPS * 16 + 4 * BLOCK_N) * pitch * self.dtype.size_bytes() as u32
+        (self.block_m() + 4 * BLOCK_N) * pitch * self.dtype.size_bytes() as u32
     }
 
     pub fn instantiation(&self) -> Instantiation {
@@ -63,9 +104,10 @@ impl AttentionConfig {
         params.push(KernelParam::new("scale", ParamKind::F32));
         Instantiation {
             name: format!(
-                "attention_{}_d{}_bn{BLOCK_N}_w{WARPS}",
+                "attention_{}_d{}_bn{BLOCK_N}_w{WARPS}_g{}",
                 self.dtype.name(),
-                self.head_dim
+                self.head_dim,
+                self.row_groups()
             ),
             family: "attention",
             source: SOURCE,
@@ -75,6 +117,7 @@ impl AttentionConfig {
                 self.head_dim.to_string(),
                 BLOCK_N.to_string(),
                 WARPS.to_string(),
+                self.row_groups().to_string(),
             ],
             params,
             block_threads: self.threads(),
@@ -118,12 +161,21 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
     [DType::F16, DType::BF16]
         .into_iter()
         .flat_map(|dtype| {
-            ATTENTION_HEAD_DIMS.into_iter().map(move |head_dim| {
-                AttentionConfig {
-                    dtype,
-                    head_dim: head_dim as u32,
-                }
-                .instantiation()
+            ATTENTION_HEAD_DIMS.into_iter().flat_map(move |head_dim| {
+                let head_dim = head_dim as u32;
+                let groups: &[u32] = if head_dim <= TWO_ROW_GROUPS_UP_TO {
+                    &[1, 2]
+                } else {
+                    &[1]
+                };
+                groups.iter().map(move |&row_groups| {
+                    AttentionConfig {
+                        dtype,
+                        head_dim,
+                        row_groups,
+                    }
+                    .instantiation()
+                })
             })
         })
         .collect()
@@ -160,10 +212,12 @@ pub fn attention_rows_aligned(
         && (heads <= 1 || view.head_stride.is_multiple_of(elements))
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn launch(
     gpu: &Gpu,
     dtype: DType,
     p: &AttentionProblem,
+    row_groups: Option<u32>,
     q: DevPtr,
     k: DevPtr,
     v: DevPtr,
@@ -199,13 +253,28 @@ pub(crate) fn launch(
             ));
         }
     }
-    let config = AttentionConfig {
-        dtype,
-        head_dim: p.head_dim as u32,
+    let config = match row_groups {
+        None => AttentionConfig::select(dtype, p, gpu.multiprocessors()),
+        Some(row_groups @ 1) | Some(row_groups @ 2)
+            if row_groups == 1 || p.head_dim as u32 <= TWO_ROW_GROUPS_UP_TO =>
+        {
+            AttentionConfig {
+                dtype,
+                head_dim: p.head_dim as u32,
+                row_groups,
+            }
+        }
+        Some(row_groups) => {
+            return Err(invalid!(
+                "attention takes 1 row group a warp, or 2 for head dims up to \
+                 {TWO_ROW_GROUPS_UP_TO}; not {row_groups} at head dim {}",
+                p.head_dim
+            ))
+        }
     };
     let programs = (p.batch as u64)
         .checked_mul(p.heads as u64)
-        .and_then(|x| x.checked_mul(p.tokens.div_ceil(ATTENTION_BLOCK_M) as u64))
+        .and_then(|x| x.checked_mul(p.tokens.div_ceil(config.block_m() as usize) as u64))
         .filter(|&x| x <= i32::MAX as u64)
         .ok_or_else(|| {
             invalid!(
@@ -249,21 +318,56 @@ pub(crate) fn launch(
 mod tests {
     use super::*;
 
+    /// ViT-B/16's attention (12 heads of 64, 197 tokens) at `batch` images.
+    fn vit_b(batch: usize, head_dim: usize) -> AttentionProblem {
+        let view = Operand {
+            offset: 0,
+            row_stride: 3 * 768,
+            batch_stride: 197 * 3 * 768,
+            head_stride: 64,
+        };
+        AttentionProblem {
+            batch,
+            heads: 12,
+            tokens: 197,
+            head_dim,
+            scale: 0.125,
+            q: view,
+            k: view,
+            v: view,
+            o: view,
+        }
+    }
+
     #[test]
     fn every_supported_case_is_registered() {
         let registered = instantiations();
         for dtype in DType::ALL {
             for head_dim in 1..=256 {
                 if fused_attention_support(dtype, head_dim).is_ok() {
-                    let config = AttentionConfig {
-                        dtype,
-                        head_dim: head_dim as u32,
-                    };
-                    assert!(registered.contains(&config.instantiation()), "{config:?}");
+                    for batch in [1, 8, 64, 256, 100_000] {
+                        let config = AttentionConfig::select(dtype, &vit_b(batch, head_dim), 132);
+                        assert!(registered.contains(&config.instantiation()), "{config:?}");
+                    }
                 }
             }
         }
-        assert_eq!(registered.len(), 16);
+        // Every head dim with one row group, those up to 64 also with two.
+        assert_eq!(registered.len(), 2 * (8 + 4));
+    }
+
+    #[test]
+    fn two_row_groups_only_for_small_heads_and_many_ctas() {
+        let groups = |batch, head_dim| {
+            AttentionConfig::select(DType::F16, &vit_b(batch, head_dim), 132).row_groups
+        };
+        // ViT-B/16 on 132 SMs: 24, 192, 1536 and 6144 CTAs of two row groups.
+        assert_eq!(groups(1, 64), 1);
+        assert_eq!(groups(8, 64), 1);
+        assert_eq!(groups(64, 64), 2);
+        assert_eq!(groups(256, 64), 2);
+        assert_eq!(groups(256, 80), 1, "two groups of 80 would spill");
+        assert_eq!(groups(256, 128), 1);
     }
 
     #[test]
@@ -279,12 +383,15 @@ mod tests {
     #[test]
     fn shared_memory_fits_an_sm80_block() {
         for head_dim in ATTENTION_HEAD_DIMS {
-            let config = AttentionConfig {
-                dtype: DType::F16,
-                head_dim: head_dim as u32,
-            };
-            // 163 KiB of opt-in shared memory per block on sm_80, 227 KiB on sm_90.
-            assert!(config.shared_bytes() <= 163 * 1024, "{config:?}");
+            for row_groups in [1, 2] {
+                let config = AttentionConfig {
+                    dtype: DType::F16,
+                    head_dim: head_dim as u32,
+                    row_groups,
+                };
+                // 163 KiB of opt-in shared memory per block on sm_80, 227 KiB on sm_90.
+                assert!(config.shared_bytes() <= 163 * 1024, "{config:?}");
+            }
         }
     }
 

@@ -51,9 +51,7 @@ mod softmax;
 mod timing;
 mod tuning;
 
-pub use attention::{
-    attention_rows_aligned, fused_attention_support, ATTENTION_BLOCK_M, ATTENTION_HEAD_DIMS,
-};
+pub use attention::{attention_rows_aligned, fused_attention_support, ATTENTION_HEAD_DIMS};
 pub use cache::DiskCache;
 pub use compile::{parse_ptxas_report, CompiledKernel, Compiler, KernelResources};
 pub use cublas::Cublas;
@@ -418,7 +416,23 @@ impl Gpu {
         v: DevPtr,
         o: DevPtr,
     ) -> Result<(), KernelError> {
-        attention::launch(self, dtype, p, q, k, v, o)
+        attention::launch(self, dtype, p, None, q, k, v, o)
+    }
+
+    /// [`Gpu::attention`] with the number of 16-row query groups per warp forced instead of
+    /// chosen (1, or 2 for head dims up to 64): for tests and benchmarks of both programs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_with_row_groups(
+        &self,
+        dtype: DType,
+        p: &AttentionProblem,
+        row_groups: u32,
+        q: DevPtr,
+        k: DevPtr,
+        v: DevPtr,
+        o: DevPtr,
+    ) -> Result<(), KernelError> {
+        attention::launch(self, dtype, p, Some(row_groups), q, k, v, o)
     }
 
     /// `out[r, :] = softmax(scale * x[r, :])` for `rows` rows of `cols` (as `cpu::softmax`).

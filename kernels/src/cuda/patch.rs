@@ -165,8 +165,16 @@ pub(crate) fn launch(
     )?;
 
     let vec = select_vec(dtype, &image, pixels, patches);
-    let work = (patch_elements / vec as usize).max(batch * hidden);
-    let blocks = work.div_ceil(THREADS as usize).min(MAX_BLOCKS) as u32;
+    // The copy walks patch rows (one per block, gridDim.x apart) with 32-bit row indices.
+    let rows = product(&[batch, image.patches_per_image()], "patch rows")?;
+    if rows > i32::MAX as usize {
+        return Err(invalid!(
+            "patchify of {rows} patch rows: at most 2^31 - 1 a launch (split the batch)"
+        ));
+    }
+    let blocks = rows
+        .max((batch * hidden).div_ceil(THREADS as usize))
+        .min(MAX_BLOCKS) as u32;
     gpu.launch(
         &instantiation(dtype, tokens_dtype, vec),
         LaunchDims {
