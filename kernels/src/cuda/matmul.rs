@@ -756,12 +756,21 @@ pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u
             * p.n.div_ceil(tile.block_n as usize) as u64
     };
     // The Hopper tiles pay a pipeline fill the cost model does not count; below one full wave
-    // of them the 64x64 mma.sync tile wins (`vitrt tune` at batch 1: 1.4x on qkv and fc1).
+    // of them the 64x64 mma.sync tiles win (`vitrt tune` at batch 1: 1.4x on qkv and fc1),
+    // except the ping-pong tile down to a quarter wave. `vitrt tune`, H200, f16, ms, against
+    // the small tiles: batch-8 fc2 (78 tiles) 0.0257 / 0.0413 and proj 0.0140 / 0.0159,
+    // batch-1 qkv (36) 0.0099 / 0.0116, fc1 (48) 0.0123 / 0.0124; batch-1 proj and fc2 (12)
+    // stay on the deep small tile.
+    let sms_u64 = sms as u64;
+    let enough_tiles = |tile: &MatmulTile| {
+        let programs = programs_of(tile);
+        programs >= sms_u64 || (tile.pingpong && 4 * programs >= sms_u64)
+    };
     let usable = |tile: &MatmulTile| {
         tile.runs_on(cc)
             && !(tile.wgmma && p.b_layout == WeightLayout::KN)
             && (!tile.tma || single_nk_matrix(p))
-            && (!tile.wgmma || programs_of(tile) >= sms as u64)
+            && (!tile.wgmma || enough_tiles(tile))
             && (*tile != DEEP_SMALL_TILE
                 || (single_nk_matrix(p) && programs_of(tile) <= (sms * tile.ctas_per_sm) as u64))
     };
@@ -1433,12 +1442,30 @@ mod tests {
             "tmapp128x128x64_s5"
         );
         assert_eq!(pick(768, 3072, Activation::None, true), "tma128x192x64_s4");
-        // Batch 8 (M = 1576): qkv and fc1 still fill the GPU with ping-pong tiles.
-        let p = MatmulProblem::linear(1576, 2304, 768, Epilogue::NONE);
-        assert_eq!(
-            select_tile(DType::F16, &p, 132, (9, 0)).name(),
-            "tmapp128x128x64_s5"
-        );
+        // Batch 8 (M = 1576): qkv and fc1 still fill the GPU with ping-pong tiles, and proj
+        // and fc2 (78 tiles) take them too.
+        for (n, k) in [(2304, 768), (768, 768), (3072, 768), (768, 3072)] {
+            let p = MatmulProblem::linear(1576, n, k, Epilogue::NONE);
+            assert_eq!(
+                select_tile(DType::F16, &p, 132, (9, 0)).name(),
+                "tmapp128x128x64_s5",
+                "batch 8, n {n}, k {k}"
+            );
+        }
+        // Batch 1 (M = 197): qkv (36 tiles) and fc1 (48) on the ping-pong tile, proj and fc2
+        // (12, under a quarter wave) on the deep small tile.
+        let b1 = |n, k| {
+            select_tile(
+                DType::F16,
+                &MatmulProblem::linear(197, n, k, Epilogue::NONE),
+                132,
+                (9, 0),
+            )
+        };
+        assert_eq!(b1(2304, 768).name(), "tmapp128x128x64_s5");
+        assert_eq!(b1(3072, 768).name(), "tmapp128x128x64_s5");
+        assert_eq!(b1(768, 768), DEEP_SMALL_TILE);
+        assert_eq!(b1(768, 3072), DEEP_SMALL_TILE);
     }
 
     #[test]
@@ -1478,16 +1505,21 @@ mod tests {
 
     #[test]
     fn batch_one_linear_layers_take_the_deep_small_tile_and_batch_eight_the_shallow_one() {
+        // On sm_80 every batch-1 layer; on sm_90 the two with N = 768 (12 ping-pong tiles, under
+        // a quarter wave; qkv and fc1 take the ping-pong tile there, see the Hopper test above).
         for (n, k) in [(2304, 768), (768, 768), (3072, 768), (768, 3072)] {
             let p = MatmulProblem::linear(197, n, k, Epilogue::NONE);
-            assert_eq!(select_tile(DType::F16, &p, 132, (9, 0)), DEEP_SMALL_TILE);
             assert_eq!(select_tile(DType::BF16, &p, 108, (8, 0)), DEEP_SMALL_TILE);
+            if n == 768 {
+                assert_eq!(select_tile(DType::F16, &p, 132, (9, 0)), DEEP_SMALL_TILE);
+            }
         }
-        // Batch 8: 300 tiles of 64 x 64 for proj and fc2, past one round of the deep tile.
+        // Batch 8 on sm_80: 300 tiles of 64 x 64 for proj and fc2, past one round of the deep
+        // tile.
         for k in [768, 3072] {
             let p = MatmulProblem::linear(8 * 197, 768, k, Epilogue::NONE);
             assert_eq!(
-                select_tile(DType::F16, &p, 132, (9, 0)),
+                select_tile(DType::F16, &p, 108, (8, 0)),
                 SMALL_TENSOR_CORE_TILE
             );
         }
