@@ -1298,37 +1298,64 @@ __device__ __forceinline__ void stage_bias_chunk(unsigned dst, const T* bias, in
     }
 }
 
+// Element offset of (row, column block · 8 + frag_col) in a 128 x BN tile of 16-bit residual
+// as TMA writes it: 128-byte swizzled boxes of 128 rows x 64 columns, 16-byte chunks XOR-ed
+// with the row (C's output tile has the same layout). `block` is a constant after unrolling.
+__device__ __forceinline__ int residual16_offset(int row, int block, int frag_col) {
+    return (block / 8) * (128 * 64) + frag_col + row * 64 + (((block % 8) ^ (row % 8)) * 8);
+}
+
 // The residual loader of the ping-pong body (one thread of the second producer warp). Each
-// consumer warpgroup has a shared buffer of half a tile's f32 residual (128 rows x BN / 2
-// columns, as 128-byte swizzled boxes of 32 columns): the loader fills it with the first half
-// of the warpgroup's next tile while that tile's main loop runs, and with the second half once
-// the epilogue has added the first. A whole tile a warpgroup would leave room for three
+// consumer warpgroup has a 32 KB shared buffer: half a tile's f32 residual (128 rows x BN / 2
+// columns, as 128-byte swizzled boxes of 32 columns), or a whole tile of a 16-bit one (boxes
+// of 64 columns). For f32 the loader fills it with the first half of the warpgroup's next
+// tile while that tile's main loop runs, and with the second half once the epilogue has added
+// the first; a 16-bit tile is one use. A whole tile a warpgroup would leave room for three
 // stages only, which starved the main loop (batch-64 fc2 0.146 ms against 0.107 on the
 // cooperative tile, H200); the epilogue has time to wait for the second half, since the other
 // warpgroup's main loop is what it must hide behind. Its own thread, not the stage producer's:
 // waiting there for an epilogue would stall the next tile's main-loop copies behind it.
-// Buffer w's use u (tile 2q + w of the CTA, half h: u = 2q + h) completes phase u of full[w]
-// and is released by phase u of empty[w].
-template <int BN, int GROUP_M>
-__device__ __forceinline__ void load_residual_halves(const TmaDescriptor& r_map, unsigned buffers,
-                                                     unsigned full_bar, unsigned empty_bar, int tiles_m,
-                                                     int tiles_n) {
-    constexpr int BM = 128;
-    constexpr int kHalfBytes = BM * BN * 4 / 2;
-    const int tiles = tiles_m * tiles_n;
-    int i = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++i) {
-        const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
-        const int w = i & 1;
-        for (int half = 0; half < 2; ++half) {
-            const int use = (i >> 1) * 2 + half;
+// Buffer w's use u (tile 2q + w of the CTA, part h: u = kUses·q + h) completes phase u of
+// full[w] and is released by phase u of empty[w].
+template <typename TR, int BN, int GROUP_M>
+__device__ __forceinline__ void load_residual_parts(const TmaDescriptor& r_map, unsigned buffers,
+                                                    unsigned full_bar, unsigned empty_bar, int tiles_m,
+                                                    int tiles_n) {
+    if constexpr (is_f32<TR>::value) {
+        constexpr int BM = 128;
+        constexpr int kHalfBytes = BM * BN * 4 / 2;
+        const int tiles = tiles_m * tiles_n;
+        int i = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++i) {
+            const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
+            const int w = i & 1;
+            for (int half = 0; half < 2; ++half) {
+                const int use = (i >> 1) * 2 + half;
+                if (use > 0) mbarrier_wait(empty_bar + w * 8, (use - 1) & 1);
+                const unsigned dst = buffers + w * kHalfBytes;
+                mbarrier_arrive_expect_tx(full_bar + w * 8, kHalfBytes);
+#pragma unroll
+                for (int box = 0; box < BN / 64; ++box)
+                    tma_load_2d(dst + box * (BM * 128), &r_map, t.tile_n * BN + half * (BN / 2) + box * 32,
+                                t.tile_m * BM, full_bar + w * 8);
+            }
+        }
+    } else {
+        // A 16-bit tile is one use: tile 2q + w of the CTA is use q of buffer w.
+        constexpr int BM = 128;
+        constexpr int kTileBytes = BM * BN * 2;
+        const int tiles = tiles_m * tiles_n;
+        int i = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++i) {
+            const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
+            const int w = i & 1;
+            const int use = i >> 1;
             if (use > 0) mbarrier_wait(empty_bar + w * 8, (use - 1) & 1);
-            const unsigned dst = buffers + w * kHalfBytes;
-            mbarrier_arrive_expect_tx(full_bar + w * 8, kHalfBytes);
+            const unsigned dst = buffers + w * kTileBytes;
+            mbarrier_arrive_expect_tx(full_bar + w * 8, kTileBytes);
 #pragma unroll
             for (int box = 0; box < BN / 64; ++box)
-                tma_load_2d(dst + box * (BM * 128), &r_map, t.tile_n * BN + half * (BN / 2) + box * 32,
-                            t.tile_m * BM, full_bar + w * 8);
+                tma_load_2d(dst + box * (BM * 128), &r_map, t.tile_n * BN + box * 64, t.tile_m * BM, full_bar + w * 8);
         }
     }
 }
@@ -1348,6 +1375,25 @@ __device__ __forceinline__ void add_residual_pair(float* c, long long c_row_stri
         *reinterpret_cast<float2*>(p) = v;
     } else if (col < n) {
         p[0] = v.x;
+    }
+}
+
+// The same for a residual and C in the operands' 16-bit type: R's pair from the shared tile,
+// C stored as one 4-byte access (a warp's store covers half sectors, whose other halves the
+// same threads write one column block later).
+template <typename T, Act ACT>
+__device__ __forceinline__ void add_residual_pair_16(T* c, long long c_row_stride, const T* residual, int row, int col,
+                                                     int m, int n, float x, float y, float alpha, float bias_x,
+                                                     float bias_y) {
+    const float2 r = load_pair_as_float(residual);
+    const float vx = activate<ACT, true>(alpha * x + bias_x) + r.x;
+    const float vy = activate<ACT, true>(alpha * y + bias_y) + r.y;
+    if (row >= m) return;
+    T* p = c + (long long)row * c_row_stride + col;
+    if (col + 1 < n) {
+        store_pair_from_float(p, vx, vy);
+    } else if (col < n) {
+        p[0] = from_float<T>(vx);
     }
 }
 
@@ -1374,16 +1420,16 @@ __device__ __forceinline__ void add_residual_pair(float* c, long long c_row_stri
 //   started first finishes first, and a warpgroup never waits on a `full` barrier more than one
 //   phase ahead of what the other has consumed (a parity wait cannot tell phase p from p + 2).
 // - Stage s of step t is consumed by one warpgroup: `empty` counts its four warps.
-// - TC f32 is the residual stream's product (C = act(alpha·A·B + bias) + R, R and C f32, as
-//   proj and fc2 run it, usually in place): `out_map` then describes R, which a second
-//   producer warp (320 threads) loads by TMA, half a tile at a time, into a shared buffer per
-//   warpgroup (see load_residual_halves); the epilogue adds it from there and writes C from
-//   registers, since f32 pairs fill whole sectors. Otherwise `out_map` is C's and `c` unused.
-template <typename T, typename TC, int BN, int STAGES, int GROUP_M, Act ACT>
+// - RESIDUAL: C = act(alpha·A·B + bias) + R with R and C of type TC, f32 (the residual
+//   stream, as proj and fc2 run it, usually in place) or the operands' type (a 16-bit
+//   stream): `out_map` then describes R, which a second producer warp (320 threads) loads by
+//   TMA into a shared buffer per warpgroup (see load_residual_parts); the epilogue adds it from
+//   there and writes C from registers. Otherwise `out_map` is C's and `c` unused.
+template <typename T, typename TC, bool RESIDUAL, int BN, int STAGES, int GROUP_M, Act ACT>
 __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
                                                     const TmaDescriptor& out_map, const T* bias, TC* c,
                                                     long long c_row_stride, int m, int n, int k, float alpha) {
-    constexpr bool kResidual = is_f32<TC>::value;
+    constexpr bool kResidual = RESIDUAL;
     constexpr int BM = 128, BK = 64;
     constexpr int kAccumulators = BN / 2;
     constexpr int kBytesA = BM * BK * 2;
@@ -1393,7 +1439,8 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
     constexpr int kOutputBytes = BM * BN * 2;
     constexpr int kResidualBarriers = kResidual ? 4 : 0;
     static_assert(BN % 64 == 0 && BN <= 128, "two 64 x BN halves of accumulators must fit 168 registers");
-    static_assert(kResidual || is_same_type<T, TC>::value, "C is in the operands' type or the f32 stream");
+    static_assert(is_same_type<T, TC>::value || (kResidual && is_f32<TC>::value),
+                  "C is in the operands' type or the f32 stream");
 
     extern __shared__ __align__(128) unsigned char shared_tiles[];
     // full[s], then empty[s], then turn[0], turn[1], then (f32 residual) residual_full[b] and
@@ -1436,8 +1483,8 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         // Residual loader (warp 9).
         if constexpr (kResidual) {
             if (threadIdx.x == 288)
-                load_residual_halves<BN, GROUP_M>(out_map, smem + STAGES * kStageBytes, residual_full_bar,
-                                                  residual_empty_bar, tiles_m, tiles_n);
+                load_residual_parts<TC, BN, GROUP_M>(out_map, smem + STAGES * kStageBytes, residual_full_bar,
+                                                     residual_empty_bar, tiles_m, tiles_n);
         }
         return;
     }
@@ -1498,40 +1545,77 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         fence_accumulators(acc_bottom);
 
         if constexpr (kResidual) {
-            const int col0 = t.tile_n * BN;
-            const float* residual =
-                reinterpret_cast<const float*>(shared_tiles + (output_tile - shared_address(shared_tiles)));
-            const int row0 = t.tile_m * BM;
-            cp_async_wait<0>();
-            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
+            if constexpr (is_f32<TC>::value) {
+                const int col0 = t.tile_n * BN;
+                const float* residual =
+                    reinterpret_cast<const float*>(shared_tiles + (output_tile - shared_address(shared_tiles)));
+                const int row0 = t.tile_m * BM;
+                cp_async_wait<0>();
+                asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                // Uses 2q and 2q + 1 of this warpgroup's buffer (see load_residual_halves).
-                mbarrier_wait(residual_full_bar + w * 8, half);
+                for (int half = 0; half < 2; ++half) {
+                    // Uses 2q and 2q + 1 of this warpgroup's buffer (see load_residual_halves).
+                    mbarrier_wait(residual_full_bar + w * 8, half);
 #pragma unroll
-                for (int jh = 0; jh < BN / 16; ++jh) {
-                    const int jb = half * (BN / 16) + jh;
+                    for (int jh = 0; jh < BN / 16; ++jh) {
+                        const int jb = half * (BN / 16) + jh;
+                        const int col = col0 + jb * 8 + frag_col;
+                        float2 bias_pair = make_float2(0.0f, 0.0f);
+                        if (bias != nullptr) bias_pair = load_pair_as_float(bias_values + jb * 8 + frag_col);
+                        const float bias0 = bias_pair.x, bias1 = bias_pair.y;
+                        // Box jh / 4 (32 columns), 16-byte chunk (jh % 4) * 2 + frag_col / 4 of each
+                        // 128-byte row, XOR-swizzled by the row; the pair's offset in its chunk.
+                        const float* box = residual + (jh / 4) * (BM * 32) + frag_col % 4;
+                        const int swizzle = (((jh % 4) * 2 + frag_col / 4) ^ (frag_row % 8)) * 4;
+                        add_residual_pair<ACT>(c, c_row_stride, box + frag_row * 32 + swizzle, row0 + frag_row, col, m,
+                                               n, acc_top[4 * jb], acc_top[4 * jb + 1], alpha, bias0, bias1);
+                        add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 8) * 32 + swizzle,
+                                               row0 + frag_row + 8, col, m, n, acc_top[4 * jb + 2], acc_top[4 * jb + 3],
+                                               alpha, bias0, bias1);
+                        add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 64) * 32 + swizzle,
+                                               row0 + frag_row + 64, col, m, n, acc_bottom[4 * jb],
+                                               acc_bottom[4 * jb + 1], alpha, bias0, bias1);
+                        add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 72) * 32 + swizzle,
+                                               row0 + frag_row + 72, col, m, n, acc_bottom[4 * jb + 2],
+                                               acc_bottom[4 * jb + 3], alpha, bias0, bias1);
+                    }
+                    // This warp has read its part of the half.
+                    __syncwarp();
+                    if (lane == 0) mbarrier_arrive(residual_empty_bar + w * 8);
+                }
+            } else {
+                // A 16-bit residual: the whole tile is one use of the buffer, walked in two halves
+                // of BN / 2 columns as the f32 one (the loop shape the register budget was fitted to).
+                    const int col0 = t.tile_n * BN;
+                const TC* residual =
+                    reinterpret_cast<const TC*>(shared_tiles + (output_tile - shared_address(shared_tiles)));
+                const int row0 = t.tile_m * BM;
+                cp_async_wait<0>();
+                asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
+                // Use q of this warpgroup's buffer (see load_residual_parts).
+                mbarrier_wait(residual_full_bar + w * 8, (j >> 1) & 1);
+#pragma unroll
+                for (int jb = 0; jb < BN / 8; ++jb) {
                     const int col = col0 + jb * 8 + frag_col;
                     float2 bias_pair = make_float2(0.0f, 0.0f);
                     if (bias != nullptr) bias_pair = load_pair_as_float(bias_values + jb * 8 + frag_col);
                     const float bias0 = bias_pair.x, bias1 = bias_pair.y;
-                    // Box jh / 4 (32 columns), 16-byte chunk (jh % 4) * 2 + frag_col / 4 of each
-                    // 128-byte row, XOR-swizzled by the row; the pair's offset in its chunk.
-                    const float* box = residual + (jh / 4) * (BM * 32) + frag_col % 4;
-                    const int swizzle = (((jh % 4) * 2 + frag_col / 4) ^ (frag_row % 8)) * 4;
-                    add_residual_pair<ACT>(c, c_row_stride, box + frag_row * 32 + swizzle, row0 + frag_row, col, m,
-                                           n, acc_top[4 * jb], acc_top[4 * jb + 1], alpha, bias0, bias1);
-                    add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 8) * 32 + swizzle,
-                                           row0 + frag_row + 8, col, m, n, acc_top[4 * jb + 2], acc_top[4 * jb + 3],
-                                           alpha, bias0, bias1);
-                    add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 64) * 32 + swizzle,
-                                           row0 + frag_row + 64, col, m, n, acc_bottom[4 * jb],
-                                           acc_bottom[4 * jb + 1], alpha, bias0, bias1);
-                    add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 72) * 32 + swizzle,
-                                           row0 + frag_row + 72, col, m, n, acc_bottom[4 * jb + 2],
-                                           acc_bottom[4 * jb + 3], alpha, bias0, bias1);
+                    // The pair's place in the tile's swizzled boxes (rows + 8 and + 64 keep the
+                    // row's swizzle phase).
+                    add_residual_pair_16<TC, ACT>(c, c_row_stride, residual + residual16_offset(frag_row, jb, frag_col),
+                                                  row0 + frag_row, col, m, n, acc_top[4 * jb], acc_top[4 * jb + 1],
+                                                  alpha, bias0, bias1);
+                    add_residual_pair_16<TC, ACT>(c, c_row_stride, residual + residual16_offset(frag_row + 8, jb, frag_col),
+                                                  row0 + frag_row + 8, col, m, n, acc_top[4 * jb + 2],
+                                                  acc_top[4 * jb + 3], alpha, bias0, bias1);
+                    add_residual_pair_16<TC, ACT>(c, c_row_stride, residual + residual16_offset(frag_row + 64, jb, frag_col),
+                                                  row0 + frag_row + 64, col, m, n, acc_bottom[4 * jb],
+                                                  acc_bottom[4 * jb + 1], alpha, bias0, bias1);
+                    add_residual_pair_16<TC, ACT>(c, c_row_stride, residual + residual16_offset(frag_row + 72, jb, frag_col),
+                                                  row0 + frag_row + 72, col, m, n, acc_bottom[4 * jb + 2],
+                                                  acc_bottom[4 * jb + 3], alpha, bias0, bias1);
                 }
-                // This warp has read its part of the half.
+                // This warp has read its part of the tile.
                 __syncwarp();
                 if (lane == 0) mbarrier_arrive(residual_empty_bar + w * 8);
             }
@@ -1826,29 +1910,30 @@ __device__ __forceinline__ void matmul_block_tma_pingpong(const TmaDescriptor& a
     using namespace vitrt_matmul;
     static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
 #if VITRT_HAS_WGMMA
-    matmul_tma_pingpong<T, T, BN, STAGES, GROUP_M, ACT>(a_map, b_map, c_map, bias, static_cast<T*>(nullptr), 0, m, n,
-                                                        k, alpha);
+    matmul_tma_pingpong<T, T, false, BN, STAGES, GROUP_M, ACT>(a_map, b_map, c_map, bias, static_cast<T*>(nullptr),
+                                                               0, m, n, k, alpha);
 #else
     __trap();
 #endif
 }
 
-// The ping-pong entry for the f32 residual stream: C = act(alpha·A·B + bias) + R with R and C
-// f32 (C may be R), R as a tensor map (128-byte swizzled boxes of 32 x 128), C as a pointer to
-// its first element and a row stride with 16-byte aligned rows. Template arguments: T,
-// BLOCK_N (128), STAGES, GROUP_M, activation. 320 threads: two consumer warpgroups, the stage
-// producer warp, the residual loader warp.
-template <typename T, int BN, int STAGES, int GROUP_M, Act ACT>
+// The ping-pong entry with a residual: C = act(alpha·A·B + bias) + R with R and C of type TC,
+// f32 (the residual stream) or the operands' type (C may be R), R as a tensor map (128-byte
+// swizzled boxes of 128 rows), C as a pointer to its first element and a row stride with
+// 16-byte aligned rows. Template arguments: T, TC, BLOCK_N (128), STAGES, GROUP_M,
+// activation. 320 threads: two consumer warpgroups, the stage producer warp, the residual
+// loader warp.
+template <typename T, typename TC, int BN, int STAGES, int GROUP_M, Act ACT>
 __device__ __forceinline__ void matmul_block_tma_pingpong_residual(const TmaDescriptor& a_map,
                                                                    const TmaDescriptor& b_map,
-                                                                   const TmaDescriptor& r_map, const T* bias,
-                                                                   float* c, long long c_row_stride, int m, int n,
-                                                                   int k, float alpha) {
+                                                                   const TmaDescriptor& r_map, const T* bias, TC* c,
+                                                                   long long c_row_stride, int m, int n, int k,
+                                                                   float alpha) {
     using namespace vitrt_matmul;
     static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
 #if VITRT_HAS_WGMMA
-    matmul_tma_pingpong<T, float, BN, STAGES, GROUP_M, ACT>(a_map, b_map, r_map, bias, c, c_row_stride, m, n, k,
-                                                            alpha);
+    matmul_tma_pingpong<T, TC, true, BN, STAGES, GROUP_M, ACT>(a_map, b_map, r_map, bias, c, c_row_stride, m, n, k,
+                                                               alpha);
 #else
     __trap();
 #endif

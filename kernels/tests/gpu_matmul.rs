@@ -862,11 +862,20 @@ fn an_f32_residual_stream_matches_the_twin() {
 #[ignore = "needs a CUDA GPU"]
 fn residual_may_be_the_output_itself() {
     // x = x + proj(h): the residual view is C's own view.
+    // On sm_90 also the Hopper tiles with a 16-bit stream (R = C in the operands' type), with
+    // enough tiles that each CTA walks several (3-4 on 132 SMs), so that every barrier and
+    // residual buffer of the ping-pong tile's residual variant goes round more than once.
     let gpu = gpu();
     let mut rng = StdRng::seed_from_u64(15);
     let mut worst = Worst::default();
     for dtype in DType::ALL {
-        for (shape, pad) in [((197, 198, 257), 0), ((257, 1000, 7), 2)] {
+        let mut cases = vec![((197, 198, 257), 0, None), ((257, 1000, 7), 2, None)];
+        if dtype != DType::F32 && gpu.compute_capability() == (9, 0) {
+            let hopper = tiles_for(dtype).iter().filter(|t| t.tma);
+            cases.extend(hopper.map(|&tile| ((9000, 768, 256), 0, Some(tile))));
+            cases.push(((9000, 768, 256), 0, None));
+        }
+        for (shape, pad, tile) in cases {
             let epilogue = Epilogue {
                 bias: true,
                 residual: true,
@@ -879,16 +888,27 @@ fn residual_may_be_the_output_itself() {
                 epilogue,
                 pad,
                 0,
-                None,
+                tile,
                 &mut rng,
             );
             case.problem.r = case.problem.c;
             let (m, n) = (shape.0, shape.1);
             case.residual = Some(random(dtype, case.c_len, -2.0..2.0, &mut rng));
             case.residual_in_place = true;
-            case.label = format!("{dtype} in-place residual {m}x{n} pad {pad}");
+            let tile = tile
+                .map(|t| format!(" tile {}", t.name()))
+                .unwrap_or_default();
+            case.label = format!("{dtype} in-place residual {m}x{n} pad {pad}{tile}");
             worst.record(dtype, run(&gpu, &case), &case.label);
         }
+    }
+    if gpu.compute_capability() == (9, 0) {
+        assert!(
+            gpu.loaded_kernels()
+                .iter()
+                .any(|k| k.name.contains("_tmapp_") && k.name.ends_with("_res")),
+            "the ping-pong tile's 16-bit residual variant was never loaded"
+        );
     }
     worst.print("in-place residual");
 }

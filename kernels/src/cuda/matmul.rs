@@ -30,8 +30,9 @@ const GROUP_M: u32 = 8;
 /// The dynamic shared memory an sm_90 CTA may opt into.
 const SM90_SHARED_BYTES: u32 = 227 * 1024;
 
-/// The ping-pong residual variant's f32 residual buffers: half a 128 x 128 tile for each
-/// consumer warpgroup (see `load_residual_halves` in matmul.cu).
+/// The ping-pong residual variant's residual buffers, 32 KB for each consumer warpgroup: half a
+/// 128 x 128 tile of f32, or a whole one of 16-bit values (see `load_residual_parts` in
+/// matmul.cu).
 const PINGPONG_RESIDUAL_BYTES: u32 = 2 * 128 * 128 / 2 * 4;
 
 /// One tile shape of the block program, and what it costs the SM that runs it.
@@ -305,6 +306,9 @@ pub(crate) struct MatmulConfig {
     pub b_layout: WeightLayout,
     /// A and B rows start on 16-byte boundaries: tiles are fetched with 16-byte cp.async.
     pub vec16: bool,
+    /// A residual is added. Only the ping-pong tile has a separate program for it (its
+    /// residual variant); every other tile reads the residual pointer at run time.
+    pub with_residual: bool,
 }
 
 impl MatmulConfig {
@@ -314,8 +318,8 @@ impl MatmulConfig {
     pub fn shared_bytes(&self) -> u32 {
         let t = &self.tile;
         if self.pingpong_residual() {
-            // The stages that fit, each consumer warpgroup's half tile of f32 residual, then
-            // its tile of bias.
+            // The stages that fit, each consumer warpgroup's residual buffer, then its tile of
+            // bias.
             let stages = self.pingpong_residual_stages();
             return 1024
                 + stages * (t.block_m + t.block_n) * t.block_k * 2
@@ -342,12 +346,13 @@ impl MatmulConfig {
         pipeline_bytes(self.dtype, t).max(staged_bytes(self.dtype, t) + residual)
     }
 
-    /// Whether this is the ping-pong tile's residual-stream variant (R and C f32, see
-    /// `matmul_block_tma_pingpong_residual`).
+    /// Whether this is the ping-pong tile's residual variant (`matmul_block_tma_pingpong_residual`):
+    /// R and C f32 (the residual stream), or both in the operands' type.
     fn pingpong_residual(&self) -> bool {
         self.tile.pingpong
-            && MixedOutput::of(self.dtype, self.residual, self.output)
+            && (MixedOutput::of(self.dtype, self.residual, self.output)
                 == Some(MixedOutput::ResidualStream)
+                || (self.with_residual && (self.residual, self.output) == (self.dtype, self.dtype)))
     }
 
     /// The residual variant's pipeline depth: the tile's, or as many stages as fit beside its
@@ -568,7 +573,7 @@ impl MatmulConfig {
             params.extend([
                 KernelParam::new("r_map", ParamKind::TensorMap),
                 KernelParam::new("bias", ParamKind::ConstPtr(d)),
-                KernelParam::new("c", ParamKind::MutPtr(DType::F32)),
+                KernelParam::new("c", ParamKind::MutPtr(self.output)),
                 KernelParam::new("c_row_stride", ParamKind::I64),
             ]);
         } else {
@@ -589,7 +594,11 @@ impl MatmulConfig {
                 d.name(),
                 t.block_n,
                 self.activation.short_name(),
-                if residual { "_rf32_cf32" } else { "" },
+                match (residual, self.output) {
+                    (false, _) => "",
+                    (true, DType::F32) => "_rf32_cf32",
+                    (true, _) => "_res",
+                },
             ),
             family: "matmul",
             source: SOURCE,
@@ -598,13 +607,24 @@ impl MatmulConfig {
             } else {
                 "matmul_block_tma_pingpong"
             },
-            template_args: vec![
-                d.cuda_type().into(),
-                t.block_n.to_string(),
-                stages.to_string(),
-                GROUP_M.to_string(),
-                self.activation.cuda_name().into(),
-            ],
+            template_args: if residual {
+                vec![
+                    d.cuda_type().into(),
+                    self.output.cuda_type().into(),
+                    t.block_n.to_string(),
+                    stages.to_string(),
+                    GROUP_M.to_string(),
+                    self.activation.cuda_name().into(),
+                ]
+            } else {
+                vec![
+                    d.cuda_type().into(),
+                    t.block_n.to_string(),
+                    stages.to_string(),
+                    GROUP_M.to_string(),
+                    self.activation.cuda_name().into(),
+                ]
+            },
             params,
             block_threads: self.threads(),
             min_blocks_per_sm: 1,
@@ -704,17 +724,29 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
                         {
                             continue;
                         }
+                        // The ping-pong tile has a program without and one with a residual in
+                        // the operands' type; the f32 stream always has one.
+                        let with_residual: &[bool] = if !tile.pingpong {
+                            &[false]
+                        } else if output == DType::F32 {
+                            &[true]
+                        } else {
+                            &[false, true]
+                        };
                         for &vec16 in vec16_choices {
-                            let config = MatmulConfig {
-                                dtype,
-                                residual,
-                                output,
-                                tile,
-                                activation,
-                                b_layout,
-                                vec16,
-                            };
-                            all.push(config.instantiation());
+                            for &with_residual in with_residual {
+                                let config = MatmulConfig {
+                                    dtype,
+                                    residual,
+                                    output,
+                                    tile,
+                                    activation,
+                                    b_layout,
+                                    vec16,
+                                    with_residual,
+                                };
+                                all.push(config.instantiation());
+                            }
                         }
                     }
                 }
@@ -830,12 +862,13 @@ fn configure(
         activation: p.epilogue.activation,
         b_layout: p.b_layout,
         vec16,
+        with_residual: residual.is_some(),
     }
 }
 
 /// Whether the ping-pong tile's epilogue can write `p`'s C: without residual, C in the
-/// operands' type; with one, R and C f32 (the residual stream). Their rows on 16-byte
-/// boundaries, what a tensor map requires (and C's pairs of f32 stores, without residual).
+/// operands' type; with one, R and C both f32 (the residual stream) or both in the operands'
+/// type. Their rows on 16-byte boundaries, what a tensor map requires.
 fn pingpong_takes(dtype: DType, p: &MatmulProblem, residual: Option<DevPtr>, c: DevPtr) -> bool {
     let aligned = |ptr: DevPtr, view: &Operand| {
         let size = ptr.dtype.size_bytes();
@@ -844,7 +877,9 @@ fn pingpong_takes(dtype: DType, p: &MatmulProblem, residual: Option<DevPtr>, c: 
     match residual {
         None => c.dtype == dtype && aligned(c, &p.c),
         Some(r) => {
-            r.dtype == DType::F32 && c.dtype == DType::F32 && aligned(r, &p.r) && aligned(c, &p.c)
+            ((r.dtype, c.dtype) == (DType::F32, DType::F32) || (r.dtype, c.dtype) == (dtype, dtype))
+                && aligned(r, &p.r)
+                && aligned(c, &p.c)
         }
     }
 }
@@ -1165,10 +1200,11 @@ fn launch_with_tile(
         let alpha = KernelArg::F32(p.epilogue.alpha);
         let args = if config.pingpong_residual() {
             let (r, c_row_stride) = (residual.expect("a residual variant has R"), p.c.row_stride);
-            // R is read through a tensor map of boxes of 32 columns x 128 rows.
+            // R is read through a tensor map of boxes of 128 bytes (32 f32 or 64 16-bit
+            // columns) x 128 rows.
             let r_map = KernelArg::TensorMap(tensor_map(
-                DType::F32,
-                r.ptr + p.r.offset as u64 * 4,
+                r.dtype,
+                r.ptr + p.r.offset as u64 * r.dtype.size_bytes() as u64,
                 p.m,
                 p.n,
                 p.r.row_stride,
@@ -1179,7 +1215,7 @@ fn launch_with_tile(
                 b_map,
                 r_map,
                 bias,
-                KernelArg::Ptr(c.ptr + p.c.offset as u64 * 4),
+                KernelArg::Ptr(c.ptr + p.c.offset as u64 * c.dtype.size_bytes() as u64),
                 KernelArg::I64(to_i64(c_row_stride)?),
                 m,
                 n,
@@ -1585,11 +1621,30 @@ mod tests {
             configure(DType::F16, &p, pingpong, a, b, None, c16).tile,
             pingpong
         );
-        // A residual, an f32 C (the residual stream), or C rows off 16-byte boundaries.
+        // A residual in the operands' type takes the residual variant (a 16-bit stream); an
+        // f32 C without an f32 residual, or C rows off 16-byte boundaries, the cooperative tile.
         let residual = Some(fake(0x4000, DType::F16));
+        let same_type = configure(DType::F16, &p, pingpong, a, b, residual, c16);
+        assert_eq!(same_type.tile, pingpong);
+        assert!(same_type.pingpong_residual());
+        assert_eq!(same_type.threads(), 320);
         assert_eq!(
-            configure(DType::F16, &p, pingpong, a, b, residual, c16).tile,
-            TMA_TILES[0]
+            same_type.instantiation().name,
+            "matmul_f16_tmapp_bn128_s5_g8_none_nk_res"
+        );
+        assert_eq!(
+            configure(
+                DType::F16,
+                &p,
+                pingpong,
+                a,
+                b,
+                Some(fake(0x4002, DType::F16)),
+                c16
+            )
+            .tile,
+            TMA_TILES[0],
+            "R rows off 16-byte boundaries"
         );
         let c32 = fake(0x3000, DType::F32);
         assert_eq!(
@@ -1653,6 +1708,9 @@ mod tests {
             .iter()
             .any(|n| *n == format!("matmul_f16_tmapp_bn128_s{stages}_g8_none_nk_rf32_cf32")));
         assert_eq!(stages, 5);
+        assert!(registered
+            .iter()
+            .any(|n| *n == format!("matmul_bf16_tmapp_bn128_s{stages}_g8_none_nk_res")));
         assert!(!registered
             .iter()
             .any(|n| n.contains("tmapp") && n.contains("_rf16")));
@@ -1688,6 +1746,7 @@ mod tests {
                         activation: Activation::None,
                         b_layout: WeightLayout::NK,
                         vec16: tile.wgmma,
+                        with_residual: false,
                     });
                 }
             }
@@ -1796,6 +1855,7 @@ mod tests {
             activation: Activation::Gelu,
             b_layout: WeightLayout::KN,
             vec16: true,
+            with_residual: false,
         };
         let inst = config.instantiation();
         assert_eq!(
