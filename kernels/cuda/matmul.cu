@@ -1298,13 +1298,6 @@ __device__ __forceinline__ void stage_bias_chunk(unsigned dst, const T* bias, in
     }
 }
 
-// Element offset of (row, column block · 8 + frag_col) in a 128 x BN tile of 16-bit residual
-// as TMA writes it: 128-byte swizzled boxes of 128 rows x 64 columns, 16-byte chunks XOR-ed
-// with the row (C's output tile has the same layout). `block` is a constant after unrolling.
-__device__ __forceinline__ int residual16_offset(int row, int block, int frag_col) {
-    return (block / 8) * (128 * 64) + frag_col + row * 64 + (((block % 8) ^ (row % 8)) * 8);
-}
-
 // The residual loader of the ping-pong body (one thread of the second producer warp). Each
 // consumer warpgroup has a 32 KB shared buffer: half a tile's f32 residual (128 rows x BN / 2
 // columns, as 128-byte swizzled boxes of 32 columns), or a whole tile of a 16-bit one (boxes
@@ -1378,23 +1371,18 @@ __device__ __forceinline__ void add_residual_pair(float* c, long long c_row_stri
     }
 }
 
-// The same for a residual and C in the operands' 16-bit type: R's pair from the shared tile,
-// C stored as one 4-byte access (a warp's store covers half sectors, whose other halves the
-// same threads write one column block later).
+// Two adjacent outputs of the 16-bit stream's epilogue, in place in the output tile: the
+// residual pair there (TMA put R in C's layout) plus the activated pair, stored back as C.
 template <typename T, Act ACT>
-__device__ __forceinline__ void add_residual_pair_16(T* c, long long c_row_stride, const T* residual, int row, int col,
-                                                     int m, int n, float x, float y, float alpha, float bias_x,
-                                                     float bias_y) {
-    const float2 r = load_pair_as_float(residual);
-    const float vx = activate<ACT, true>(alpha * x + bias_x) + r.x;
-    const float vy = activate<ACT, true>(alpha * y + bias_y) + r.y;
-    if (row >= m) return;
-    T* p = c + (long long)row * c_row_stride + col;
-    if (col + 1 < n) {
-        store_pair_from_float(p, vx, vy);
-    } else if (col < n) {
-        p[0] = from_float<T>(vx);
-    }
+__device__ __forceinline__ void add_residual_pair_in_shared(unsigned address, float x, float y, float alpha,
+                                                            float bias_x, float bias_y) {
+    unsigned bits;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(bits) : "r"(address) : "memory");
+    const T* r = reinterpret_cast<const T*>(&bits);
+    const T pair[2] = {from_float<T>(activate<ACT, true>(alpha * x + bias_x) + to_float(r[0])),
+                       from_float<T>(activate<ACT, true>(alpha * y + bias_y) + to_float(r[1]))};
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(*reinterpret_cast<const unsigned*>(pair))
+                 : "memory");
 }
 
 // The ping-pong variant: the two consumer warpgroups take alternate tiles of the CTA's
@@ -1427,8 +1415,9 @@ __device__ __forceinline__ void add_residual_pair_16(T* c, long long c_row_strid
 //   there and writes C from registers. Otherwise `out_map` is C's and `c` unused.
 template <typename T, typename TC, bool RESIDUAL, int BN, int STAGES, int GROUP_M, Act ACT>
 __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
-                                                    const TmaDescriptor& out_map, const T* bias, TC* c,
-                                                    long long c_row_stride, int m, int n, int k, float alpha) {
+                                                    const TmaDescriptor& out_map, const TmaDescriptor& c_map,
+                                                    const T* bias, TC* c, long long c_row_stride, int m, int n, int k,
+                                                    float alpha) {
     constexpr bool kResidual = RESIDUAL;
     constexpr int BM = 128, BK = 64;
     constexpr int kAccumulators = BN / 2;
@@ -1469,7 +1458,8 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         if constexpr (kResidual) {
             for (int b = 0; b < 2; ++b) {
                 mbarrier_init(residual_full_bar + b * 8, 1);
-                mbarrier_init(residual_empty_bar + b * 8, 4);
+                // f32: each consumer warp once it has read its part; 16-bit: the store's issuer.
+                mbarrier_init(residual_empty_bar + b * 8, is_f32<TC>::value ? 4 : 1);
             }
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -1584,40 +1574,46 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
                     if (lane == 0) mbarrier_arrive(residual_empty_bar + w * 8);
                 }
             } else {
-                // A 16-bit residual: the whole tile is one use of the buffer, walked in two halves
-                // of BN / 2 columns as the f32 one (the loop shape the register budget was fitted to).
-                    const int col0 = t.tile_n * BN;
-                const TC* residual =
-                    reinterpret_cast<const TC*>(shared_tiles + (output_tile - shared_address(shared_tiles)));
-                const int row0 = t.tile_m * BM;
+                // A 16-bit stream: R arrives by TMA in the layout of C's output tile (128-byte
+                // swizzled boxes of 64 columns), so each thread adds its pairs in place there
+                // and one thread stores the tile with TMA, as the plain variant does: whole
+                // lines, and no 64-bit address arithmetic in registers (writing C pairs from
+                // registers, 4 bytes a thread, half sectors a warp, spilled 48-92 bytes and
+                // ran proj slower than the f32 stream, H200). The buffer is released for the
+                // next tile's R once the store has read it.
                 cp_async_wait<0>();
                 asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
                 // Use q of this warpgroup's buffer (see load_residual_parts).
                 mbarrier_wait(residual_full_bar + w * 8, (j >> 1) & 1);
+                const int col0 = t.tile_n * BN;
 #pragma unroll
                 for (int jb = 0; jb < BN / 8; ++jb) {
-                    const int col = col0 + jb * 8 + frag_col;
                     float2 bias_pair = make_float2(0.0f, 0.0f);
                     if (bias != nullptr) bias_pair = load_pair_as_float(bias_values + jb * 8 + frag_col);
                     const float bias0 = bias_pair.x, bias1 = bias_pair.y;
-                    // The pair's place in the tile's swizzled boxes (rows + 8 and + 64 keep the
-                    // row's swizzle phase).
-                    add_residual_pair_16<TC, ACT>(c, c_row_stride, residual + residual16_offset(frag_row, jb, frag_col),
-                                                  row0 + frag_row, col, m, n, acc_top[4 * jb], acc_top[4 * jb + 1],
-                                                  alpha, bias0, bias1);
-                    add_residual_pair_16<TC, ACT>(c, c_row_stride, residual + residual16_offset(frag_row + 8, jb, frag_col),
-                                                  row0 + frag_row + 8, col, m, n, acc_top[4 * jb + 2],
-                                                  acc_top[4 * jb + 3], alpha, bias0, bias1);
-                    add_residual_pair_16<TC, ACT>(c, c_row_stride, residual + residual16_offset(frag_row + 64, jb, frag_col),
-                                                  row0 + frag_row + 64, col, m, n, acc_bottom[4 * jb],
-                                                  acc_bottom[4 * jb + 1], alpha, bias0, bias1);
-                    add_residual_pair_16<TC, ACT>(c, c_row_stride, residual + residual16_offset(frag_row + 72, jb, frag_col),
-                                                  row0 + frag_row + 72, col, m, n, acc_bottom[4 * jb + 2],
-                                                  acc_bottom[4 * jb + 3], alpha, bias0, bias1);
+                    // Box jb / 8, 16-byte chunk jb % 8 of each 128-byte row, XOR-swizzled by the row.
+                    const unsigned box = output_tile + (jb / 8) * (BM * 128) + frag_col * 2;
+                    const int swizzle = ((jb % 8) ^ (frag_row % 8)) * 16;  // (row + 8) % 8 == row % 8
+                    add_residual_pair_in_shared<T, ACT>(box + frag_row * 128 + swizzle, acc_top[4 * jb],
+                                                        acc_top[4 * jb + 1], alpha, bias0, bias1);
+                    add_residual_pair_in_shared<T, ACT>(box + (frag_row + 8) * 128 + swizzle, acc_top[4 * jb + 2],
+                                                        acc_top[4 * jb + 3], alpha, bias0, bias1);
+                    add_residual_pair_in_shared<T, ACT>(box + (frag_row + 64) * 128 + swizzle, acc_bottom[4 * jb],
+                                                        acc_bottom[4 * jb + 1], alpha, bias0, bias1);
+                    add_residual_pair_in_shared<T, ACT>(box + (frag_row + 72) * 128 + swizzle,
+                                                        acc_bottom[4 * jb + 2], acc_bottom[4 * jb + 3], alpha, bias0,
+                                                        bias1);
                 }
-                // This warp has read its part of the tile.
-                __syncwarp();
-                if (lane == 0) mbarrier_arrive(residual_empty_bar + w * 8);
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
+                if (leader) {
+#pragma unroll
+                    for (int box = 0; box < BN / 64; ++box)
+                        tma_store_2d(&c_map, output_tile + box * (BM * 128), col0 + box * 64, t.tile_m * BM);
+                    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+                    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+                    mbarrier_arrive(residual_empty_bar + w * 8);
+                }
             }
             // Every thread has read the bias tile before the next one is fetched into it.
             asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
@@ -1659,7 +1655,7 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         }
     }
     // C is written before the grid counts as done.
-    if (!kResidual && leader) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+    if (!is_f32<TC>::value && leader) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1910,30 +1906,48 @@ __device__ __forceinline__ void matmul_block_tma_pingpong(const TmaDescriptor& a
     using namespace vitrt_matmul;
     static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
 #if VITRT_HAS_WGMMA
-    matmul_tma_pingpong<T, T, false, BN, STAGES, GROUP_M, ACT>(a_map, b_map, c_map, bias, static_cast<T*>(nullptr),
-                                                               0, m, n, k, alpha);
+    matmul_tma_pingpong<T, T, false, BN, STAGES, GROUP_M, ACT>(a_map, b_map, c_map, c_map, bias,
+                                                               static_cast<T*>(nullptr), 0, m, n, k, alpha);
 #else
     __trap();
 #endif
 }
 
-// The ping-pong entry with a residual: C = act(alpha·A·B + bias) + R with R and C of type TC,
-// f32 (the residual stream) or the operands' type (C may be R), R as a tensor map (128-byte
-// swizzled boxes of 128 rows), C as a pointer to its first element and a row stride with
-// 16-byte aligned rows. Template arguments: T, TC, BLOCK_N (128), STAGES, GROUP_M,
-// activation. 320 threads: two consumer warpgroups, the stage producer warp, the residual
-// loader warp.
-template <typename T, typename TC, int BN, int STAGES, int GROUP_M, Act ACT>
+// The ping-pong entry for the f32 residual stream: C = act(alpha·A·B + bias) + R with R and C
+// f32 (C may be R), R as a tensor map (128-byte swizzled boxes of 32 x 128), C as a pointer to
+// its first element and a row stride with 16-byte aligned rows. Template arguments: T,
+// BLOCK_N (128), STAGES, GROUP_M, activation. 320 threads: two consumer warpgroups, the stage
+// producer warp, the residual loader warp.
+template <typename T, int BN, int STAGES, int GROUP_M, Act ACT>
 __device__ __forceinline__ void matmul_block_tma_pingpong_residual(const TmaDescriptor& a_map,
                                                                    const TmaDescriptor& b_map,
-                                                                   const TmaDescriptor& r_map, const T* bias, TC* c,
-                                                                   long long c_row_stride, int m, int n, int k,
-                                                                   float alpha) {
+                                                                   const TmaDescriptor& r_map, const T* bias,
+                                                                   float* c, long long c_row_stride, int m, int n,
+                                                                   int k, float alpha) {
     using namespace vitrt_matmul;
     static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
 #if VITRT_HAS_WGMMA
-    matmul_tma_pingpong<T, TC, true, BN, STAGES, GROUP_M, ACT>(a_map, b_map, r_map, bias, c, c_row_stride, m, n, k,
-                                                               alpha);
+    matmul_tma_pingpong<T, float, true, BN, STAGES, GROUP_M, ACT>(a_map, b_map, r_map, r_map, bias, c, c_row_stride,
+                                                                  m, n, k, alpha);
+#else
+    __trap();
+#endif
+}
+
+// The ping-pong entry for a 16-bit stream: C = act(alpha·A·B + bias) + R with R and C in the
+// operands' type (C may be R), both as tensor maps (128-byte swizzled boxes of 64 x 128).
+// Template arguments: T, BLOCK_N (128), STAGES, GROUP_M, activation. 320 threads, as above.
+template <typename T, int BN, int STAGES, int GROUP_M, Act ACT>
+__device__ __forceinline__ void matmul_block_tma_pingpong_stream16(const TmaDescriptor& a_map,
+                                                                   const TmaDescriptor& b_map,
+                                                                   const TmaDescriptor& r_map,
+                                                                   const TmaDescriptor& c_map, const T* bias, int m,
+                                                                   int n, int k, float alpha) {
+    using namespace vitrt_matmul;
+    static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
+#if VITRT_HAS_WGMMA
+    matmul_tma_pingpong<T, T, true, BN, STAGES, GROUP_M, ACT>(a_map, b_map, r_map, c_map, bias,
+                                                              static_cast<T*>(nullptr), 0, m, n, k, alpha);
 #else
     __trap();
 #endif

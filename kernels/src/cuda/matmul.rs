@@ -569,11 +569,18 @@ impl MatmulConfig {
             KernelParam::new("a_map", ParamKind::TensorMap),
             KernelParam::new("b_map", ParamKind::TensorMap),
         ];
-        if residual {
+        let stream16 = residual && self.output != DType::F32;
+        if stream16 {
+            params.extend([
+                KernelParam::new("r_map", ParamKind::TensorMap),
+                KernelParam::new("c_map", ParamKind::TensorMap),
+                KernelParam::new("bias", ParamKind::ConstPtr(d)),
+            ]);
+        } else if residual {
             params.extend([
                 KernelParam::new("r_map", ParamKind::TensorMap),
                 KernelParam::new("bias", ParamKind::ConstPtr(d)),
-                KernelParam::new("c", ParamKind::MutPtr(self.output)),
+                KernelParam::new("c", ParamKind::MutPtr(DType::F32)),
                 KernelParam::new("c_row_stride", ParamKind::I64),
             ]);
         } else {
@@ -602,29 +609,20 @@ impl MatmulConfig {
             ),
             family: "matmul",
             source: SOURCE,
-            function: if residual {
+            function: if stream16 {
+                "matmul_block_tma_pingpong_stream16"
+            } else if residual {
                 "matmul_block_tma_pingpong_residual"
             } else {
                 "matmul_block_tma_pingpong"
             },
-            template_args: if residual {
-                vec![
-                    d.cuda_type().into(),
-                    self.output.cuda_type().into(),
-                    t.block_n.to_string(),
-                    stages.to_string(),
-                    GROUP_M.to_string(),
-                    self.activation.cuda_name().into(),
-                ]
-            } else {
-                vec![
-                    d.cuda_type().into(),
-                    t.block_n.to_string(),
-                    stages.to_string(),
-                    GROUP_M.to_string(),
-                    self.activation.cuda_name().into(),
-                ]
-            },
+            template_args: vec![
+                d.cuda_type().into(),
+                t.block_n.to_string(),
+                stages.to_string(),
+                GROUP_M.to_string(),
+                self.activation.cuda_name().into(),
+            ],
             params,
             block_threads: self.threads(),
             min_blocks_per_sm: 1,
@@ -1198,13 +1196,36 @@ fn launch_with_tile(
             KernelArg::I32(to_i32(p.k, "matmul k")?),
         );
         let alpha = KernelArg::F32(p.epilogue.alpha);
-        let args = if config.pingpong_residual() {
-            let (r, c_row_stride) = (residual.expect("a residual variant has R"), p.c.row_stride);
-            // R is read through a tensor map of boxes of 128 bytes (32 f32 or 64 16-bit
-            // columns) x 128 rows.
+        // C written through a tensor map of boxes of 64 columns x 128 rows.
+        let c_map = || {
+            tensor_map(
+                dtype,
+                c.ptr + p.c.offset as u64 * size,
+                p.m,
+                p.n,
+                p.c.row_stride,
+                tile.block_m,
+            )
+            .map(KernelArg::TensorMap)
+        };
+        let args = if config.pingpong_residual() && c.dtype != DType::F32 {
+            // A 16-bit stream: R and C both through tensor maps, as C's layout.
+            let r = residual.expect("a residual variant has R");
             let r_map = KernelArg::TensorMap(tensor_map(
-                r.dtype,
-                r.ptr + p.r.offset as u64 * r.dtype.size_bytes() as u64,
+                dtype,
+                r.ptr + p.r.offset as u64 * size,
+                p.m,
+                p.n,
+                p.r.row_stride,
+                tile.block_m,
+            )?);
+            vec![a_map, b_map, r_map, c_map()?, bias, m, n, k, alpha]
+        } else if config.pingpong_residual() {
+            let (r, c_row_stride) = (residual.expect("a residual variant has R"), p.c.row_stride);
+            // R is read through a tensor map of boxes of 32 columns x 128 rows.
+            let r_map = KernelArg::TensorMap(tensor_map(
+                DType::F32,
+                r.ptr + p.r.offset as u64 * 4,
                 p.m,
                 p.n,
                 p.r.row_stride,
@@ -1215,7 +1236,7 @@ fn launch_with_tile(
                 b_map,
                 r_map,
                 bias,
-                KernelArg::Ptr(c.ptr + p.c.offset as u64 * c.dtype.size_bytes() as u64),
+                KernelArg::Ptr(c.ptr + p.c.offset as u64 * 4),
                 KernelArg::I64(to_i64(c_row_stride)?),
                 m,
                 n,
@@ -1223,16 +1244,7 @@ fn launch_with_tile(
                 alpha,
             ]
         } else if tile.pingpong {
-            // C is written through a tensor map of boxes of 64 columns x 128 rows.
-            let c_map = KernelArg::TensorMap(tensor_map(
-                dtype,
-                c.ptr + p.c.offset as u64 * size,
-                p.m,
-                p.n,
-                p.c.row_stride,
-                tile.block_m,
-            )?);
-            vec![a_map, b_map, c_map, bias, m, n, k, alpha]
+            vec![a_map, b_map, c_map()?, bias, m, n, k, alpha]
         } else {
             vec![
                 a_map,
