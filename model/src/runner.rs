@@ -18,9 +18,10 @@ pub struct Runner {
 }
 
 impl Runner {
-    /// A runner computing in the backend's dtype, with the residual stream in f32.
+    /// A runner computing in the backend's dtype, with the residual stream stored as
+    /// `Precision::default_for` that dtype says (f16 for f16 runs, else f32).
     pub fn new(model: VitModel, backend: Box<dyn Backend>, fusion: Fusion) -> Runner {
-        let precision = Precision::with_f32_residual(backend.dtype());
+        let precision = Precision::default_for(backend.dtype());
         Runner {
             model,
             backend,

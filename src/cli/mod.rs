@@ -63,11 +63,11 @@ pub struct ModelArgs {
     /// Storage type of weights and activations (accumulation is always f32).
     #[arg(long, default_value = "f32", value_parser = parse_dtype)]
     dtype: DType,
-    /// Storage type of the residual stream, the values every block adds into: f32 (default,
-    /// so half-precision runs do not round it after each block) or the --dtype itself, as
-    /// PyTorch stores it.
-    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
-    residual_dtype: DType,
+    /// Storage type of the residual stream, the values every block adds into: f32 or the
+    /// --dtype itself. Default: f16 for f16 runs (as PyTorch stores it), f32 otherwise (bf16
+    /// rounded after every block loses too much).
+    #[arg(long, value_parser = parse_dtype)]
+    residual_dtype: Option<DType>,
     /// Graph fusion: all (default) or none, to compare the fused and plain graphs.
     #[arg(long, value_enum, default_value_t = FusionArg::All)]
     fusion: FusionArg,
@@ -137,9 +137,11 @@ impl ModelArgs {
             Some(AttentionArg::Unfused) => fusion.attention = AttentionFusion::Off,
             None => {}
         }
-        let runner = Runner::new(model, backend, fusion)
-            .with_residual(self.residual_dtype)?
-            .with_graph_replay(self.cuda_graphs == Switch::On);
+        let mut runner = Runner::new(model, backend, fusion);
+        if let Some(residual) = self.residual_dtype {
+            runner = runner.with_residual(residual)?;
+        }
+        let runner = runner.with_graph_replay(self.cuda_graphs == Switch::On);
         if self.attention == Some(AttentionArg::Fused) {
             runner.check_graph().context("--attention fused")?;
         }

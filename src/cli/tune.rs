@@ -34,9 +34,10 @@ pub struct TuneArgs {
     /// Storage type of weights and activations.
     #[arg(long, default_value = "f16", value_parser = super::parse_dtype)]
     dtype: DType,
-    /// Storage type of the residual stream (as the runs to be tuned for store it).
-    #[arg(long, default_value = "f32", value_parser = super::parse_dtype)]
-    residual_dtype: DType,
+    /// Storage type of the residual stream (as the runs to be tuned for store it; default as
+    /// theirs: f16 for f16, f32 otherwise).
+    #[arg(long, value_parser = super::parse_dtype)]
+    residual_dtype: Option<DType>,
     /// Batch sizes, comma-separated.
     #[arg(long, default_value = "1,8,64,256", value_delimiter = ',')]
     batch_sizes: Vec<usize>,
@@ -81,7 +82,11 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
         Device::Cuda(ordinal) => ordinal,
         Device::Cpu => bail!("vitrt tune times kernels on a GPU: use --device cuda or cuda:N"),
     };
-    let precision = Precision::new(args.dtype, args.residual_dtype)?;
+    let precision = match args.residual_dtype {
+        Some(residual) => Precision::new(args.dtype, residual)?,
+        None => Precision::default_for(args.dtype),
+    };
+    let residual_dtype = precision.residual;
     if let Some(path) = &args.json {
         super::bench::check_writable_folder(path)?;
     }
@@ -141,7 +146,7 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
         args.model,
         gpu.name(),
         args.dtype,
-        args.residual_dtype,
+        residual_dtype,
         cases.len(),
         args.reps
     );
@@ -212,7 +217,7 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
             "model": args.model,
             "device": gpu.name(),
             "dtype": args.dtype.name(),
-            "residual_dtype": args.residual_dtype.name(),
+            "residual_dtype": residual_dtype.name(),
             "reps": args.reps,
             "results": rows,
         });
