@@ -1270,11 +1270,20 @@ __device__ __forceinline__ void tma_store_2d(const TmaDescriptor* map, unsigned 
 }
 
 // Two adjacent outputs of the register epilogue, activated and stored as one 16-bit pair.
-template <typename T, Act ACT>
+// ADD_RESIDUAL (a 16-bit stream): the pair already there is R's (TMA put R in C's layout),
+// added to the activated pair in place.
+template <typename T, Act ACT, bool ADD_RESIDUAL = false>
 __device__ __forceinline__ void store_output_pair(unsigned address, float x, float y, float alpha, float bias_x,
                                                   float bias_y) {
-    const T pair[2] = {from_float<T>(activate<ACT, true>(alpha * x + bias_x)),
-                       from_float<T>(activate<ACT, true>(alpha * y + bias_y))};
+    float vx = activate<ACT, true>(alpha * x + bias_x), vy = activate<ACT, true>(alpha * y + bias_y);
+    if constexpr (ADD_RESIDUAL) {
+        unsigned bits;
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(bits) : "r"(address) : "memory");
+        const T* residual = reinterpret_cast<const T*>(&bits);
+        vx += to_float(residual[0]);
+        vy += to_float(residual[1]);
+    }
+    const T pair[2] = {from_float<T>(vx), from_float<T>(vy)};
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(*reinterpret_cast<const unsigned*>(pair))
                  : "memory");
 }
@@ -1314,41 +1323,25 @@ template <typename TR, int BN, int GROUP_M>
 __device__ __forceinline__ void load_residual_parts(const TmaDescriptor& r_map, unsigned buffers,
                                                     unsigned full_bar, unsigned empty_bar, int tiles_m,
                                                     int tiles_n) {
-    if constexpr (is_f32<TR>::value) {
-        constexpr int BM = 128;
-        constexpr int kHalfBytes = BM * BN * 4 / 2;
-        const int tiles = tiles_m * tiles_n;
-        int i = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++i) {
-            const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
-            const int w = i & 1;
-            for (int half = 0; half < 2; ++half) {
-                const int use = (i >> 1) * 2 + half;
-                if (use > 0) mbarrier_wait(empty_bar + w * 8, (use - 1) & 1);
-                const unsigned dst = buffers + w * kHalfBytes;
-                mbarrier_arrive_expect_tx(full_bar + w * 8, kHalfBytes);
-#pragma unroll
-                for (int box = 0; box < BN / 64; ++box)
-                    tma_load_2d(dst + box * (BM * 128), &r_map, t.tile_n * BN + half * (BN / 2) + box * 32,
-                                t.tile_m * BM, full_bar + w * 8);
-            }
-        }
-    } else {
-        // A 16-bit tile is one use: tile 2q + w of the CTA is use q of buffer w.
-        constexpr int BM = 128;
-        constexpr int kTileBytes = BM * BN * 2;
-        const int tiles = tiles_m * tiles_n;
-        int i = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++i) {
-            const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
-            const int w = i & 1;
-            const int use = i >> 1;
+    constexpr int BM = 128;
+    // f32: two uses a tile of BN / 2 columns (boxes of 32); 16-bit: one of BN (boxes of 64).
+    constexpr int kUses = (int)sizeof(TR) / 2;
+    constexpr int kUseBytes = BM * BN * (int)sizeof(TR) / kUses;
+    constexpr int kBoxColumns = 128 / (int)sizeof(TR);
+    const int tiles = tiles_m * tiles_n;
+    int i = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++i) {
+        const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
+        const int w = i & 1;
+        for (int part = 0; part < kUses; ++part) {
+            const int use = (i >> 1) * kUses + part;
             if (use > 0) mbarrier_wait(empty_bar + w * 8, (use - 1) & 1);
-            const unsigned dst = buffers + w * kTileBytes;
-            mbarrier_arrive_expect_tx(full_bar + w * 8, kTileBytes);
+            const unsigned dst = buffers + w * kUseBytes;
+            mbarrier_arrive_expect_tx(full_bar + w * 8, kUseBytes);
 #pragma unroll
             for (int box = 0; box < BN / 64; ++box)
-                tma_load_2d(dst + box * (BM * 128), &r_map, t.tile_n * BN + box * 64, t.tile_m * BM, full_bar + w * 8);
+                tma_load_2d(dst + box * (BM * 128), &r_map, t.tile_n * BN + part * (BN / kUses) + box * kBoxColumns,
+                            t.tile_m * BM, full_bar + w * 8);
         }
     }
 }
@@ -1369,20 +1362,6 @@ __device__ __forceinline__ void add_residual_pair(float* c, long long c_row_stri
     } else if (col < n) {
         p[0] = v.x;
     }
-}
-
-// Two adjacent outputs of the 16-bit stream's epilogue, in place in the output tile: the
-// residual pair there (TMA put R in C's layout) plus the activated pair, stored back as C.
-template <typename T, Act ACT>
-__device__ __forceinline__ void add_residual_pair_in_shared(unsigned address, float x, float y, float alpha,
-                                                            float bias_x, float bias_y) {
-    unsigned bits;
-    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(bits) : "r"(address) : "memory");
-    const T* r = reinterpret_cast<const T*>(&bits);
-    const T pair[2] = {from_float<T>(activate<ACT, true>(alpha * x + bias_x) + to_float(r[0])),
-                       from_float<T>(activate<ACT, true>(alpha * y + bias_y) + to_float(r[1]))};
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(*reinterpret_cast<const unsigned*>(pair))
-                 : "memory");
 }
 
 // The ping-pong variant: the two consumer warpgroups take alternate tiles of the CTA's
@@ -1411,8 +1390,10 @@ __device__ __forceinline__ void add_residual_pair_in_shared(unsigned address, fl
 // - RESIDUAL: C = act(alpha·A·B + bias) + R with R and C of type TC, f32 (the residual
 //   stream, as proj and fc2 run it, usually in place) or the operands' type (a 16-bit
 //   stream): `out_map` then describes R, which a second producer warp (320 threads) loads by
-//   TMA into a shared buffer per warpgroup (see load_residual_parts); the epilogue adds it from
-//   there and writes C from registers. Otherwise `out_map` is C's and `c` unused.
+//   TMA into a shared buffer per warpgroup (see load_residual_parts). The f32 epilogue adds it
+//   from there and writes C from registers (`c`); the 16-bit one adds it in place in the
+//   output tile and stores C through `c_map`, as the plain variant does, whose `out_map` and
+//   `c_map` are both C's.
 template <typename T, typename TC, bool RESIDUAL, int BN, int STAGES, int GROUP_M, Act ACT>
 __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
                                                     const TmaDescriptor& out_map, const TmaDescriptor& c_map,
@@ -1534,96 +1515,60 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         fence_accumulators(acc_top);
         fence_accumulators(acc_bottom);
 
-        if constexpr (kResidual) {
-            if constexpr (is_f32<TC>::value) {
-                const int col0 = t.tile_n * BN;
-                const float* residual =
-                    reinterpret_cast<const float*>(shared_tiles + (output_tile - shared_address(shared_tiles)));
-                const int row0 = t.tile_m * BM;
-                cp_async_wait<0>();
-                asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
+        if constexpr (kResidual && is_f32<TC>::value) {
+            const int col0 = t.tile_n * BN;
+            const float* residual =
+                reinterpret_cast<const float*>(shared_tiles + (output_tile - shared_address(shared_tiles)));
+            const int row0 = t.tile_m * BM;
+            cp_async_wait<0>();
+            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
 #pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    // Uses 2q and 2q + 1 of this warpgroup's buffer (see load_residual_halves).
-                    mbarrier_wait(residual_full_bar + w * 8, half);
+            for (int half = 0; half < 2; ++half) {
+                // Uses 2q and 2q + 1 of this warpgroup's buffer (see load_residual_parts).
+                mbarrier_wait(residual_full_bar + w * 8, half);
 #pragma unroll
-                    for (int jh = 0; jh < BN / 16; ++jh) {
-                        const int jb = half * (BN / 16) + jh;
-                        const int col = col0 + jb * 8 + frag_col;
-                        float2 bias_pair = make_float2(0.0f, 0.0f);
-                        if (bias != nullptr) bias_pair = load_pair_as_float(bias_values + jb * 8 + frag_col);
-                        const float bias0 = bias_pair.x, bias1 = bias_pair.y;
-                        // Box jh / 4 (32 columns), 16-byte chunk (jh % 4) * 2 + frag_col / 4 of each
-                        // 128-byte row, XOR-swizzled by the row; the pair's offset in its chunk.
-                        const float* box = residual + (jh / 4) * (BM * 32) + frag_col % 4;
-                        const int swizzle = (((jh % 4) * 2 + frag_col / 4) ^ (frag_row % 8)) * 4;
-                        add_residual_pair<ACT>(c, c_row_stride, box + frag_row * 32 + swizzle, row0 + frag_row, col, m,
-                                               n, acc_top[4 * jb], acc_top[4 * jb + 1], alpha, bias0, bias1);
-                        add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 8) * 32 + swizzle,
-                                               row0 + frag_row + 8, col, m, n, acc_top[4 * jb + 2], acc_top[4 * jb + 3],
-                                               alpha, bias0, bias1);
-                        add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 64) * 32 + swizzle,
-                                               row0 + frag_row + 64, col, m, n, acc_bottom[4 * jb],
-                                               acc_bottom[4 * jb + 1], alpha, bias0, bias1);
-                        add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 72) * 32 + swizzle,
-                                               row0 + frag_row + 72, col, m, n, acc_bottom[4 * jb + 2],
-                                               acc_bottom[4 * jb + 3], alpha, bias0, bias1);
-                    }
-                    // This warp has read its part of the half.
-                    __syncwarp();
-                    if (lane == 0) mbarrier_arrive(residual_empty_bar + w * 8);
-                }
-            } else {
-                // A 16-bit stream: R arrives by TMA in the layout of C's output tile (128-byte
-                // swizzled boxes of 64 columns), so each thread adds its pairs in place there
-                // and one thread stores the tile with TMA, as the plain variant does: whole
-                // lines, and no 64-bit address arithmetic in registers (writing C pairs from
-                // registers, 4 bytes a thread, half sectors a warp, spilled 48-92 bytes and
-                // ran proj slower than the f32 stream, H200). The buffer is released for the
-                // next tile's R once the store has read it.
-                cp_async_wait<0>();
-                asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
-                // Use q of this warpgroup's buffer (see load_residual_parts).
-                mbarrier_wait(residual_full_bar + w * 8, (j >> 1) & 1);
-                const int col0 = t.tile_n * BN;
-#pragma unroll
-                for (int jb = 0; jb < BN / 8; ++jb) {
+                for (int jh = 0; jh < BN / 16; ++jh) {
+                    const int jb = half * (BN / 16) + jh;
+                    const int col = col0 + jb * 8 + frag_col;
                     float2 bias_pair = make_float2(0.0f, 0.0f);
                     if (bias != nullptr) bias_pair = load_pair_as_float(bias_values + jb * 8 + frag_col);
                     const float bias0 = bias_pair.x, bias1 = bias_pair.y;
-                    // Box jb / 8, 16-byte chunk jb % 8 of each 128-byte row, XOR-swizzled by the row.
-                    const unsigned box = output_tile + (jb / 8) * (BM * 128) + frag_col * 2;
-                    const int swizzle = ((jb % 8) ^ (frag_row % 8)) * 16;  // (row + 8) % 8 == row % 8
-                    add_residual_pair_in_shared<T, ACT>(box + frag_row * 128 + swizzle, acc_top[4 * jb],
-                                                        acc_top[4 * jb + 1], alpha, bias0, bias1);
-                    add_residual_pair_in_shared<T, ACT>(box + (frag_row + 8) * 128 + swizzle, acc_top[4 * jb + 2],
-                                                        acc_top[4 * jb + 3], alpha, bias0, bias1);
-                    add_residual_pair_in_shared<T, ACT>(box + (frag_row + 64) * 128 + swizzle, acc_bottom[4 * jb],
-                                                        acc_bottom[4 * jb + 1], alpha, bias0, bias1);
-                    add_residual_pair_in_shared<T, ACT>(box + (frag_row + 72) * 128 + swizzle,
-                                                        acc_bottom[4 * jb + 2], acc_bottom[4 * jb + 3], alpha, bias0,
-                                                        bias1);
+                    // Box jh / 4 (32 columns), 16-byte chunk (jh % 4) * 2 + frag_col / 4 of each
+                    // 128-byte row, XOR-swizzled by the row; the pair's offset in its chunk.
+                    const float* box = residual + (jh / 4) * (BM * 32) + frag_col % 4;
+                    const int swizzle = (((jh % 4) * 2 + frag_col / 4) ^ (frag_row % 8)) * 4;
+                    add_residual_pair<ACT>(c, c_row_stride, box + frag_row * 32 + swizzle, row0 + frag_row, col, m,
+                                           n, acc_top[4 * jb], acc_top[4 * jb + 1], alpha, bias0, bias1);
+                    add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 8) * 32 + swizzle,
+                                           row0 + frag_row + 8, col, m, n, acc_top[4 * jb + 2], acc_top[4 * jb + 3],
+                                           alpha, bias0, bias1);
+                    add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 64) * 32 + swizzle,
+                                           row0 + frag_row + 64, col, m, n, acc_bottom[4 * jb],
+                                           acc_bottom[4 * jb + 1], alpha, bias0, bias1);
+                    add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 72) * 32 + swizzle,
+                                           row0 + frag_row + 72, col, m, n, acc_bottom[4 * jb + 2],
+                                           acc_bottom[4 * jb + 3], alpha, bias0, bias1);
                 }
-                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-                asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
-                if (leader) {
-#pragma unroll
-                    for (int box = 0; box < BN / 64; ++box)
-                        tma_store_2d(&c_map, output_tile + box * (BM * 128), col0 + box * 64, t.tile_m * BM);
-                    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-                    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-                    mbarrier_arrive(residual_empty_bar + w * 8);
-                }
+                // This warp has read its part of the half.
+                __syncwarp();
+                if (lane == 0) mbarrier_arrive(residual_empty_bar + w * 8);
             }
             // Every thread has read the bias tile before the next one is fetched into it.
             asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
             continue;
         }
         // The previous tile's TMA store has read the output tile (issued a main loop ago), and
-        // the bias tile has landed.
+        // the bias tile has landed. A 16-bit stream (kResidual here): R arrives by TMA in the
+        // layout of C's output tile, so each thread adds its pairs in place there and the tile
+        // goes out by TMA store as without residual: whole lines, and no 64-bit address
+        // arithmetic in registers (storing C pairs from registers, 4 bytes a thread, spilled
+        // 48-92 bytes and ran proj slower than the f32 stream, H200). The buffer is released
+        // for the next tile's R once the store has read it.
         if (leader) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
         cp_async_wait<0>();
         asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
+        // Use q of this warpgroup's residual buffer (see load_residual_parts).
+        if constexpr (kResidual) mbarrier_wait(residual_full_bar + w * 8, (j >> 1) & 1);
         const int col0 = t.tile_n * BN;
 #pragma unroll
         for (int jb = 0; jb < BN / 8; ++jb) {
@@ -1635,14 +1580,14 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
             const unsigned box = output_tile + (jb / 8) * (BM * 128) + frag_col * 2;
             // Rows frag_row and frag_row + 8 of the top half, then of the bottom half.
             const int swizzle = ((jb % 8) ^ (frag_row % 8)) * 16;  // (row + 8) % 8 == row % 8
-            store_output_pair<T, ACT>(box + frag_row * 128 + swizzle, acc_top[4 * jb], acc_top[4 * jb + 1], alpha,
-                                      bias0, bias1);
-            store_output_pair<T, ACT>(box + (frag_row + 8) * 128 + swizzle, acc_top[4 * jb + 2],
-                                      acc_top[4 * jb + 3], alpha, bias0, bias1);
-            store_output_pair<T, ACT>(box + (frag_row + 64) * 128 + swizzle, acc_bottom[4 * jb],
-                                      acc_bottom[4 * jb + 1], alpha, bias0, bias1);
-            store_output_pair<T, ACT>(box + (frag_row + 72) * 128 + swizzle, acc_bottom[4 * jb + 2],
-                                      acc_bottom[4 * jb + 3], alpha, bias0, bias1);
+            store_output_pair<T, ACT, kResidual>(box + frag_row * 128 + swizzle, acc_top[4 * jb],
+                                                 acc_top[4 * jb + 1], alpha, bias0, bias1);
+            store_output_pair<T, ACT, kResidual>(box + (frag_row + 8) * 128 + swizzle, acc_top[4 * jb + 2],
+                                                 acc_top[4 * jb + 3], alpha, bias0, bias1);
+            store_output_pair<T, ACT, kResidual>(box + (frag_row + 64) * 128 + swizzle, acc_bottom[4 * jb],
+                                                 acc_bottom[4 * jb + 1], alpha, bias0, bias1);
+            store_output_pair<T, ACT, kResidual>(box + (frag_row + 72) * 128 + swizzle, acc_bottom[4 * jb + 2],
+                                                 acc_bottom[4 * jb + 3], alpha, bias0, bias1);
         }
         // Makes the generic-proxy writes visible to the TMA unit, then one thread stores.
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -1650,8 +1595,12 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         if (leader) {
 #pragma unroll
             for (int box = 0; box < BN / 64; ++box)
-                tma_store_2d(&out_map, output_tile + box * (BM * 128), col0 + box * 64, t.tile_m * BM);
+                tma_store_2d(&c_map, output_tile + box * (BM * 128), col0 + box * 64, t.tile_m * BM);
             asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+            if constexpr (kResidual) {
+                asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+                mbarrier_arrive(residual_empty_bar + w * 8);
+            }
         }
     }
     // C is written before the grid counts as done.

@@ -70,13 +70,9 @@ impl AttentionConfig {
         WARPS * 32
     }
 
-    fn row_groups(&self) -> u32 {
-        self.row_groups
-    }
-
     /// Query rows per CTA.
     fn block_m(&self) -> u32 {
-        WARPS * 16 * self.row_groups()
+        WARPS * 16 * self.row_groups
     }
 
     /// Q, then two K and two V buffers, rows padded by 8 elements (as attention.cu).
@@ -107,7 +103,7 @@ impl AttentionConfig {
                 "attention_{}_d{}_bn{BLOCK_N}_w{WARPS}_g{}",
                 self.dtype.name(),
                 self.head_dim,
-                self.row_groups()
+                self.row_groups
             ),
             family: "attention",
             source: SOURCE,
@@ -117,7 +113,7 @@ impl AttentionConfig {
                 self.head_dim.to_string(),
                 BLOCK_N.to_string(),
                 WARPS.to_string(),
-                self.row_groups().to_string(),
+                self.row_groups.to_string(),
             ],
             params,
             block_threads: self.threads(),

@@ -41,9 +41,8 @@ impl SpanConfig {
         pointers: &[DevPtr],
         cc: (u32, u32),
     ) -> Option<SpanConfig> {
-        let vector = 16 / dtype.size_bytes();
         if cc < SPAN_MIN_CC
-            || cols.is_multiple_of(vector)
+            || cols.is_multiple_of(Self::rows_per_span(dtype))
             || !pointers.iter().all(|p| p.is_aligned(16))
         {
             return None;
@@ -52,7 +51,7 @@ impl SpanConfig {
         (per_lane <= SPAN_MAX_PER_LANE).then_some(SpanConfig { per_lane })
     }
 
-    /// Rows per span: one 16-byte vector's worth of elements.
+    /// Rows per span: one 16-byte vector's worth of elements (also the elements of a vector).
     pub fn rows_per_span(dtype: DType) -> usize {
         16 / dtype.size_bytes()
     }
