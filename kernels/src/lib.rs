@@ -9,5 +9,5 @@ pub mod cuda;
 mod types;
 
 pub use types::{
-    Activation, AttentionProblem, DType, Epilogue, MatmulProblem, Operand, WeightLayout,
+    Activation, AttentionProblem, DType, Epilogue, MatmulProblem, Operand, PixelBatch, WeightLayout,
 };

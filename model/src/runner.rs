@@ -5,7 +5,9 @@ use crate::error::ModelError;
 use crate::vit::{GraphOptions, VitModel};
 use std::collections::HashMap;
 use vitrt_runtime::passes::Fusion;
-use vitrt_runtime::{Backend, DType, Executor, HostTensor, Marks, Precision};
+use vitrt_runtime::{
+    Backend, DType, Executor, HostStaging, HostTensor, Marks, PendingOutputs, PixelBatch, Precision,
+};
 
 pub struct Runner {
     pub model: VitModel,
@@ -79,6 +81,53 @@ impl Runner {
             None => usize::MAX,
         });
         Ok(outputs)
+    }
+
+    /// Host memory to stage 8-bit images in for [`Runner::submit_bytes`], `bytes` long:
+    /// page-locked on CUDA, where the copies from it overlap the forward pass.
+    pub fn alloc_staging(&mut self, bytes: usize) -> Result<HostStaging, ModelError> {
+        Ok(self.backend.alloc_staging(bytes)?)
+    }
+
+    /// Queues a forward pass on `batch` 8-bit images (`pixels`: [B, H, W, C] bytes at the
+    /// model's image size), expanded into the model's input through `table` (byte `v` of
+    /// channel `c` becomes `table[c * 256 + v]`, see
+    /// `preprocess::normalization_table`), and the copy of its main output to the host.
+    /// Returns when `pixels` may be reused, with the pass possibly still running; its outputs
+    /// come from [`Runner::finish`]. Passes run in the order submitted, and on CUDA the copy
+    /// of one batch's pixels overlaps the forward pass of the batch before it.
+    pub fn submit_bytes(
+        &mut self,
+        pixels: &[u8],
+        batch: usize,
+        table: &[f32],
+    ) -> Result<PendingOutputs, ModelError> {
+        let [_, channels, height, width] = self.input_shape(batch);
+        let shape = PixelBatch {
+            batch,
+            height,
+            width,
+            channels,
+        };
+        if batch == 0 || pixels.len() != shape.len() {
+            return Err(ModelError::Usage(format!(
+                "{batch} images of {height}x{width}x{channels} bytes are {} bytes; got {}",
+                shape.len(),
+                pixels.len()
+            )));
+        }
+        self.prepare(batch, false)?;
+        let executor = &self.executors[&(batch, false)];
+        let backend = self.backend.as_mut();
+        executor.write_pixel_bytes(backend, pixels, shape, table)?;
+        executor.launch(backend, Marks::None)?;
+        Ok(executor.start_outputs(backend)?)
+    }
+
+    /// Waits for a pass [`Runner::submit_bytes`] queued and returns its main output
+    /// (`logits` or `last_hidden_state`).
+    pub fn finish(&mut self, pending: PendingOutputs) -> Result<Vec<HostTensor>, ModelError> {
+        Ok(Executor::finish_outputs(self.backend.as_mut(), pending)?)
     }
 
     /// Builds, plans and binds the executor for `batch` images (once), and returns it.

@@ -9,7 +9,7 @@
 //! pass then captures anew. Passes timed node by node always run eagerly. When capture fails,
 //! the executor says why once (per process) on stderr and runs eagerly from then on.
 
-use crate::backend::{Backend, Binding, BufferRef};
+use crate::backend::{Backend, Binding, BufferRef, PendingRead};
 use crate::error::RuntimeError;
 use crate::graph::{Graph, ParamSource, ValueKind};
 use crate::plan::{Plan, Precision};
@@ -185,6 +185,71 @@ impl Executor {
         Ok(())
     }
 
+    /// Writes a batch of 8-bit images into the graph's one input, which must be
+    /// [B, C, H, W] for `shape`: see [`Backend::write_pixel_bytes`]. Returns when `pixels`
+    /// may be reused.
+    pub fn write_pixel_bytes(
+        &self,
+        backend: &mut dyn Backend,
+        pixels: &[u8],
+        shape: vitrt_kernels::PixelBatch,
+        table: &[f32],
+    ) -> Result<(), RuntimeError> {
+        let inputs: Vec<usize> = self.graph.inputs().collect();
+        let [v] = inputs.as_slice() else {
+            return Err(RuntimeError::Unsupported(format!(
+                "8-bit pixels go into a graph with one input, not {}",
+                inputs.len()
+            )));
+        };
+        let value = &self.graph.values[*v];
+        let want = [shape.batch, shape.channels, shape.height, shape.width];
+        if value.shape != want {
+            return Err(RuntimeError::Input {
+                name: value.name.clone(),
+                message: format!(
+                    "8-bit images of shape {want:?} (as B, C, H, W) for an input of {:?}",
+                    value.shape
+                ),
+            });
+        }
+        backend.write_pixel_bytes(self.bindings[*v], pixels, shape, table)
+    }
+
+    /// Queues copies of every graph output to the host, after the work queued so far;
+    /// [`Executor::finish_outputs`] waits for them. Later passes may overwrite the outputs'
+    /// buffers once this returns: the copies are ordered before them.
+    pub fn start_outputs(&self, backend: &mut dyn Backend) -> Result<PendingOutputs, RuntimeError> {
+        let mut reads = Vec::with_capacity(self.graph.outputs.len());
+        for (name, v) in &self.graph.outputs {
+            reads.push((
+                name.clone(),
+                self.graph.values[*v].shape.clone(),
+                backend.start_read(self.bindings[*v])?,
+            ));
+        }
+        Ok(PendingOutputs { reads })
+    }
+
+    /// Waits for the copies [`Executor::start_outputs`] queued; the outputs in the order they
+    /// were marked.
+    pub fn finish_outputs(
+        backend: &mut dyn Backend,
+        pending: PendingOutputs,
+    ) -> Result<Vec<HostTensor>, RuntimeError> {
+        pending
+            .reads
+            .into_iter()
+            .map(|(name, shape, read)| {
+                Ok(HostTensor {
+                    name,
+                    shape,
+                    data: backend.finish_read(read)?,
+                })
+            })
+            .collect()
+    }
+
     /// Queues the forward pass on the backend, on the inputs last written: the captured graph
     /// where there is one (see the module's note), else every node. With `marks`, also
     /// records timing marks (see [`Backend::mark`]) around the forward pass or around each
@@ -285,6 +350,12 @@ impl Executor {
         }
         Ok(outputs)
     }
+}
+
+/// Outputs whose copies to the host are queued ([`Executor::start_outputs`]).
+#[derive(Debug)]
+pub struct PendingOutputs {
+    reads: Vec<(String, Vec<usize>, PendingRead)>,
 }
 
 /// Where [`Executor::launch`] records timing marks.

@@ -11,9 +11,9 @@ pub mod passes;
 pub mod plan;
 
 pub use backend::cpu::CpuBackend;
-pub use backend::{Backend, Device};
+pub use backend::{Backend, Device, HostStaging, PendingRead};
 pub use error::RuntimeError;
-pub use executor::{Executor, HostTensor, Marks, ParamStore, ReplayState};
+pub use executor::{Executor, HostTensor, Marks, ParamStore, PendingOutputs, ReplayState};
 pub use graph::{Graph, HeadSlice, Op, ParamSource, ValueId, ValueKind};
 pub use plan::{Plan, Precision};
-pub use vitrt_kernels::{Activation, DType, Epilogue};
+pub use vitrt_kernels::{Activation, DType, Epilogue, PixelBatch};

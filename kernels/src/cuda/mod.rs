@@ -44,10 +44,12 @@ mod layernorm;
 mod matmul;
 mod memory;
 mod patch;
+mod pixels;
 mod registry;
 mod rows;
 mod rows_gather;
 mod softmax;
+mod staging;
 mod timing;
 mod tuning;
 
@@ -65,6 +67,7 @@ pub use memory::{DevPtr, DeviceBuffer};
 pub use registry::{
     all_instantiations, Arch, ArchRequirement, Instantiation, KernelArg, KernelParam, ParamKind,
 };
+pub use staging::{PinnedBuffer, Stream, StreamEvent};
 pub use tuning::{
     matmul_candidates, matmul_signature, matmul_source_hash, resolve_tuned_tile, CandidateTime,
     MatmulCase, MatmulStorage, MatmulTuning, TileSource, TuneSettings, TunedChoice, TuningKey,
@@ -103,6 +106,8 @@ pub struct LoadedKernel {
 pub struct Gpu {
     context: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// Host-to-device copies that overlap the compute stream (staging.rs).
+    copy_stream: Arc<CudaStream>,
     name: String,
     compute_capability: (u32, u32),
     multiprocessors: u32,
@@ -175,6 +180,9 @@ impl Gpu {
         let stream = context
             .new_stream()
             .map_err(|e| KernelError::driver("cuStreamCreate", e))?;
+        let copy_stream = context
+            .new_stream()
+            .map_err(|e| KernelError::driver("cuStreamCreate", e))?;
         let name = context
             .name()
             .map_err(|e| KernelError::driver("cuDeviceGetName", e))?;
@@ -190,6 +198,7 @@ impl Gpu {
         Ok(Gpu {
             context,
             stream,
+            copy_stream,
             name,
             compute_capability: (major as u32, minor as u32),
             multiprocessors: multiprocessors.max(1) as u32,
@@ -244,7 +253,7 @@ impl Gpu {
         &self.compiler
     }
 
-    fn bind(&self) -> Result<(), KernelError> {
+    pub(crate) fn bind(&self) -> Result<(), KernelError> {
         self.context
             .bind_to_thread()
             .map_err(|e| KernelError::driver("cuCtxSetCurrent", e))
@@ -286,7 +295,7 @@ impl Gpu {
         })
     }
 
-    fn check_owner(&self, buffer: &DeviceBuffer) -> Result<(), KernelError> {
+    pub(crate) fn check_owner(&self, buffer: &DeviceBuffer) -> Result<(), KernelError> {
         if buffer.owner == self.id {
             Ok(())
         } else {

@@ -32,6 +32,8 @@ pub enum ParamKind {
     MutPtr(DType),
     /// `unsigned int*`: counters a kernel keeps in device memory.
     CounterPtr,
+    /// `const unsigned char*`: 8-bit image bytes.
+    BytePtr,
     I32,
     U32,
     I64,
@@ -47,6 +49,7 @@ impl ParamKind {
             ParamKind::ConstPtr(d) => format!("const {}*", d.cuda_type()),
             ParamKind::MutPtr(d) => format!("{}*", d.cuda_type()),
             ParamKind::CounterPtr => "unsigned int*".into(),
+            ParamKind::BytePtr => "const unsigned char*".into(),
             ParamKind::I32 => "int".into(),
             ParamKind::U32 => "unsigned int".into(),
             ParamKind::I64 => "long long".into(),
@@ -93,7 +96,10 @@ impl KernelArg {
             (self, kind),
             (
                 KernelArg::Ptr(_),
-                ParamKind::ConstPtr(_) | ParamKind::MutPtr(_) | ParamKind::CounterPtr
+                ParamKind::ConstPtr(_)
+                    | ParamKind::MutPtr(_)
+                    | ParamKind::CounterPtr
+                    | ParamKind::BytePtr
             ) | (KernelArg::I32(_), ParamKind::I32)
                 | (KernelArg::U32(_), ParamKind::U32)
                 | (KernelArg::I64(_), ParamKind::I64)
@@ -267,6 +273,7 @@ pub fn all_instantiations() -> Vec<Instantiation> {
     all.extend(super::softmax::instantiations());
     all.extend(super::elementwise::instantiations());
     all.extend(super::patch::instantiations());
+    all.extend(super::pixels::instantiations());
     all.extend(super::matmul::instantiations());
     all.extend(super::rows_gather::instantiations());
     all.extend(super::attention::instantiations());

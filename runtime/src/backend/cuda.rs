@@ -3,16 +3,16 @@
 //! sized by the plan, so a steady-state run allocates nothing; host copies happen only for
 //! the graph's inputs and outputs.
 
-use super::{Backend, Binding, BufferRef};
+use super::{check_pixel_write, Backend, Binding, BufferRef, HostStaging, PendingRead};
 use crate::error::RuntimeError;
 use crate::graph::Op;
 use crate::lowering;
 use std::collections::HashMap;
 use vitrt_kernels::cuda::{
     attention_rows_aligned, fused_attention_support, DevPtr, DeviceBuffer, Gpu, GpuEvent, GpuGraph,
-    KernelError,
+    KernelError, PinnedBuffer, Stream, StreamEvent,
 };
-use vitrt_kernels::{DType, MatmulProblem};
+use vitrt_kernels::{DType, MatmulProblem, PixelBatch};
 
 pub struct CudaBackend {
     gpu: Gpu,
@@ -25,6 +25,32 @@ pub struct CudaBackend {
     /// Captured forward passes by executor key; they hold arena addresses, so they are
     /// dropped whenever the arena is reallocated.
     graphs: HashMap<u64, GpuGraph>,
+    /// 8-bit pixel uploads in flight (`write_pixel_bytes`), alternating between two device
+    /// buffers so that batch k + 1's copy overlaps batch k's forward pass.
+    pixel_uploads: [Option<PixelUpload>; 2],
+    next_pixel_upload: usize,
+    /// The expansion table last uploaded, and where.
+    pixel_table: Option<(Vec<f32>, DeviceBuffer)>,
+    /// Reads queued by `start_read`, by token: the page-locked buffer they land in, the
+    /// download's event, and the values' count and type.
+    pending_reads: HashMap<u64, QueuedRead>,
+    next_read_token: u64,
+    /// Page-locked buffers of finished reads, for the next ones.
+    spare_read_buffers: Vec<PinnedBuffer>,
+}
+
+/// A device buffer that receives 8-bit pixels, and the event after the expansion that last
+/// read it (the next copy into it waits for that).
+struct PixelUpload {
+    bytes: DeviceBuffer,
+    expanded: Option<StreamEvent>,
+}
+
+struct QueuedRead {
+    buffer: PinnedBuffer,
+    done: StreamEvent,
+    len: usize,
+    dtype: DType,
 }
 
 impl CudaBackend {
@@ -39,6 +65,12 @@ impl CudaBackend {
             arena: None,
             marks: Vec::new(),
             graphs: HashMap::new(),
+            pixel_uploads: [None, None],
+            next_pixel_upload: 0,
+            pixel_table: None,
+            pending_reads: HashMap::new(),
+            next_read_token: 1,
+            spare_read_buffers: Vec::new(),
         })
     }
 
@@ -169,6 +201,127 @@ impl Backend for CudaBackend {
         Ok(dtype.decode(&bytes))
     }
 
+    fn alloc_staging(&mut self, bytes: usize) -> Result<HostStaging, RuntimeError> {
+        Ok(HostStaging::pinned(
+            self.gpu.alloc_pinned(bytes).map_err(backend_error)?,
+        ))
+    }
+
+    fn write_pixel_bytes(
+        &mut self,
+        dst: BufferRef,
+        pixels: &[u8],
+        shape: PixelBatch,
+        table: &[f32],
+    ) -> Result<(), RuntimeError> {
+        check_pixel_write(dst, pixels, shape, table)?;
+        self.upload_pixel_table(table)?;
+        let slot = self.next_pixel_upload;
+        self.next_pixel_upload = 1 - slot;
+        // The slot's buffer, grown if this batch is larger; a buffer being replaced may still
+        // be read by its last expansion.
+        let fits = self.pixel_uploads[slot]
+            .as_ref()
+            .is_some_and(|u| u.bytes.len_bytes() >= pixels.len());
+        if !fits {
+            if let Some(old) = self.pixel_uploads[slot].take() {
+                if let Some(expanded) = &old.expanded {
+                    expanded.wait().map_err(backend_error)?;
+                }
+            }
+            self.pixel_uploads[slot] = Some(PixelUpload {
+                bytes: self.gpu.alloc(pixels.len()).map_err(backend_error)?,
+                expanded: None,
+            });
+        }
+        let upload = self.pixel_uploads[slot].as_ref().expect("filled above");
+        // Copy stream: wait until the buffer's last expansion has read it, then copy.
+        if let Some(expanded) = &upload.expanded {
+            self.gpu
+                .stream_wait(Stream::Copy, expanded)
+                .map_err(backend_error)?;
+        }
+        let copied = self
+            .gpu
+            .upload_on_copy_stream(&upload.bytes, 0, pixels)
+            .map_err(backend_error)?;
+        // Compute stream: after the work queued so far (the previous forward pass, which read
+        // the input buffer) and the copy, expand into the input buffer.
+        self.gpu
+            .stream_wait(Stream::Compute, &copied)
+            .map_err(backend_error)?;
+        let (_, table_buffer) = self.pixel_table.as_ref().expect("uploaded above");
+        let table_ptr = table_buffer
+            .view(0, table.len(), DType::F32)
+            .map_err(backend_error)?;
+        let dst_ptr = self.ptr(dst).map_err(backend_error)?;
+        self.gpu
+            .expand_pixels(&upload.bytes, shape, table_ptr, dst_ptr)
+            .map_err(backend_error)?;
+        let expanded = self.gpu.record_on(Stream::Compute).map_err(backend_error)?;
+        self.pixel_uploads[slot]
+            .as_mut()
+            .expect("filled above")
+            .expanded = Some(expanded);
+        // The caller may reuse `pixels` once the copy has read them.
+        copied.wait().map_err(backend_error)
+    }
+
+    fn start_read(&mut self, src: BufferRef) -> Result<PendingRead, RuntimeError> {
+        let BufferRef::Arena {
+            offset_bytes,
+            len,
+            dtype,
+        } = src
+        else {
+            return Ok(PendingRead::ready(self.read(src)?));
+        };
+        let bytes = len * dtype.size_bytes();
+        let mut buffer = match self
+            .spare_read_buffers
+            .iter()
+            .position(|b| b.len() >= bytes)
+        {
+            Some(i) => self.spare_read_buffers.swap_remove(i),
+            None => self.gpu.alloc_pinned(bytes).map_err(backend_error)?,
+        };
+        let arena = self
+            .arena
+            .as_ref()
+            .ok_or_else(|| RuntimeError::Backend("no arena reserved".into()))?;
+        let done = self
+            .gpu
+            .download_on_compute_stream(arena, offset_bytes, &mut buffer, bytes)
+            .map_err(backend_error)?;
+        let token = self.next_read_token;
+        self.next_read_token += 1;
+        self.pending_reads.insert(
+            token,
+            QueuedRead {
+                buffer,
+                done,
+                len,
+                dtype,
+            },
+        );
+        Ok(PendingRead::queued(token))
+    }
+
+    fn finish_read(&mut self, pending: PendingRead) -> Result<Vec<f32>, RuntimeError> {
+        let token = match pending.into_parts() {
+            Ok(values) => return Ok(values),
+            Err(token) => token,
+        };
+        let read = self.pending_reads.remove(&token).ok_or_else(|| {
+            RuntimeError::Backend(format!("{} queued no read {token}", self.describe()))
+        })?;
+        read.done.wait().map_err(backend_error)?;
+        let bytes = read.len * read.dtype.size_bytes();
+        let values = read.dtype.decode(&read.buffer.as_slice()[..bytes]);
+        self.spare_read_buffers.push(read.buffer);
+        Ok(values)
+    }
+
     fn supports(&self, op: &Op, input_shapes: &[&[usize]]) -> Result<(), String> {
         let Some(p) = lowering::attention_for(op, input_shapes) else {
             return Ok(());
@@ -251,6 +404,23 @@ impl Backend for CudaBackend {
 }
 
 impl CudaBackend {
+    /// Uploads the pixel expansion table unless it is the one already there.
+    fn upload_pixel_table(&mut self, table: &[f32]) -> Result<(), RuntimeError> {
+        if self
+            .pixel_table
+            .as_ref()
+            .is_some_and(|(values, _)| values.as_slice() == table)
+        {
+            return Ok(());
+        }
+        // Uploads queue on the compute stream, behind any expansion still reading the old one.
+        let bytes = DType::F32.encode(table);
+        let buffer = self.gpu.alloc(bytes.len()).map_err(backend_error)?;
+        self.gpu.upload(&buffer, 0, &bytes).map_err(backend_error)?;
+        self.pixel_table = Some((table.to_vec(), buffer));
+        Ok(())
+    }
+
     fn execute_op(
         &self,
         op: &Op,

@@ -7,7 +7,8 @@ pub mod cuda;
 
 use crate::error::RuntimeError;
 use crate::graph::Op;
-use vitrt_kernels::DType;
+use vitrt_kernels::cuda::PinnedBuffer;
+use vitrt_kernels::{DType, PixelBatch};
 
 /// Where to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +71,95 @@ impl BufferRef {
     }
 }
 
+/// Host memory that inputs are staged in before a backend copies them: page-locked on CUDA,
+/// where copies from it run asynchronously at full link speed; ordinary memory elsewhere.
+pub struct HostStaging {
+    memory: StagingMemory,
+}
+
+enum StagingMemory {
+    Heap(Box<[u8]>),
+    Pinned(PinnedBuffer),
+}
+
+impl HostStaging {
+    /// `bytes` of zeroed ordinary memory.
+    pub fn heap(bytes: usize) -> HostStaging {
+        HostStaging {
+            memory: StagingMemory::Heap(vec![0; bytes].into_boxed_slice()),
+        }
+    }
+
+    pub fn pinned(buffer: PinnedBuffer) -> HostStaging {
+        HostStaging {
+            memory: StagingMemory::Pinned(buffer),
+        }
+    }
+
+    pub fn is_pinned(&self) -> bool {
+        matches!(self.memory, StagingMemory::Pinned(_))
+    }
+
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        match &self.memory {
+            StagingMemory::Heap(bytes) => bytes,
+            StagingMemory::Pinned(buffer) => buffer.as_slice(),
+        }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        match &mut self.memory {
+            StagingMemory::Heap(bytes) => bytes,
+            StagingMemory::Pinned(buffer) => buffer.as_mut_slice(),
+        }
+    }
+}
+
+/// A copy to the host that a backend may still be running: [`Backend::finish_read`] waits for
+/// it and returns the values.
+#[derive(Debug)]
+pub struct PendingRead {
+    state: PendingState,
+}
+
+#[derive(Debug)]
+enum PendingState {
+    Ready(Vec<f32>),
+    Queued(u64),
+}
+
+impl PendingRead {
+    /// A read that is already complete.
+    pub fn ready(values: Vec<f32>) -> PendingRead {
+        PendingRead {
+            state: PendingState::Ready(values),
+        }
+    }
+
+    /// A read a backend queued, known to it by `token`.
+    pub fn queued(token: u64) -> PendingRead {
+        PendingRead {
+            state: PendingState::Queued(token),
+        }
+    }
+
+    /// The values of a complete read, or the token of a queued one.
+    pub fn into_parts(self) -> Result<Vec<f32>, u64> {
+        match self.state {
+            PendingState::Ready(values) => Ok(values),
+            PendingState::Queued(token) => Err(token),
+        }
+    }
+}
+
 /// A node operand: where it is and its shape.
 #[derive(Clone, Debug)]
 pub struct Binding {
@@ -100,6 +190,57 @@ pub trait Backend {
 
     /// Copies a buffer back to the host as f32.
     fn read(&mut self, src: BufferRef) -> Result<Vec<f32>, RuntimeError>;
+
+    /// Host memory for staging inputs, `bytes` long, zeroed: page-locked where the backend
+    /// copies from that faster (CUDA).
+    fn alloc_staging(&mut self, bytes: usize) -> Result<HostStaging, RuntimeError> {
+        Ok(HostStaging::heap(bytes))
+    }
+
+    /// Writes 8-bit images into an f32 arena buffer: `pixels` holds `shape.batch` images of
+    /// `height x width` pixels of `channels` interleaved bytes ([B, H, W, C]); `dst` receives
+    /// [B, C, H, W] with byte `v` of channel `c` becoming `table[c * 256 + v]`. Returns when
+    /// `pixels` may be reused; the expansion itself may still be queued, ordered before any
+    /// work queued afterwards. CUDA copies the bytes on its copy stream (overlapping the work
+    /// already queued) and expands them on the device; the default expands on the host
+    /// (`cpu::expand_pixels`) and writes the floats.
+    fn write_pixel_bytes(
+        &mut self,
+        dst: BufferRef,
+        pixels: &[u8],
+        shape: PixelBatch,
+        table: &[f32],
+    ) -> Result<(), RuntimeError> {
+        check_pixel_write(dst, pixels, shape, table)?;
+        let mut values = vec![0f32; pixels.len()];
+        vitrt_kernels::cpu::expand_pixels(
+            pixels,
+            shape.channels,
+            shape.height * shape.width,
+            table,
+            &mut values,
+        );
+        self.write(dst, &values)
+    }
+
+    /// Queues a copy of a buffer to the host, after the work queued so far; [`finish_read`]
+    /// waits for it. The default reads at once.
+    ///
+    /// [`finish_read`]: Backend::finish_read
+    fn start_read(&mut self, src: BufferRef) -> Result<PendingRead, RuntimeError> {
+        Ok(PendingRead::ready(self.read(src)?))
+    }
+
+    /// Waits for a read [`start_read`](Backend::start_read) queued and returns its values as
+    /// f32.
+    fn finish_read(&mut self, pending: PendingRead) -> Result<Vec<f32>, RuntimeError> {
+        pending.into_parts().map_err(|token| {
+            RuntimeError::Backend(format!(
+                "{} queued no read {token} to finish",
+                self.describe()
+            ))
+        })
+    }
 
     /// Whether this backend has a kernel for `op` on inputs of these shapes, or why not. Every
     /// backend runs every op but the fused attention, whose GPU kernel takes only some dtypes
@@ -162,6 +303,37 @@ pub trait Backend {
             self.describe()
         )))
     }
+}
+
+/// Checks the operands of [`Backend::write_pixel_bytes`].
+pub(crate) fn check_pixel_write(
+    dst: BufferRef,
+    pixels: &[u8],
+    shape: PixelBatch,
+    table: &[f32],
+) -> Result<(), RuntimeError> {
+    let fail = |message: String| Err(RuntimeError::Backend(message));
+    match dst {
+        BufferRef::Arena {
+            dtype: DType::F32, ..
+        } => {}
+        _ => return fail("8-bit pixels expand only into an f32 arena buffer".into()),
+    }
+    if pixels.len() != shape.len() || dst.len() != shape.len() {
+        return fail(format!(
+            "{} pixel bytes into a buffer of {} values for {shape:?}",
+            pixels.len(),
+            dst.len()
+        ));
+    }
+    if table.len() != shape.channels * 256 {
+        return fail(format!(
+            "a pixel table of {} values for {} channels (256 a channel)",
+            table.len(),
+            shape.channels
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
