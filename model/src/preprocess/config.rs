@@ -1,0 +1,392 @@
+//! preprocessor_config.json: parsing, validation, and PIL's resampling filters.
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::{PreprocessError, MAX_OUTPUT_SIDE};
+
+/// PIL's resampling filters, by the ids that `resample` uses in preprocessor_config.json.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resample {
+    Nearest,
+    Lanczos,
+    Bilinear,
+    Bicubic,
+    Box,
+    Hamming,
+}
+
+impl Resample {
+    pub fn from_pil_id(id: i64) -> Result<Self, String> {
+        match id {
+            0 => Ok(Self::Nearest),
+            1 => Ok(Self::Lanczos),
+            2 => Ok(Self::Bilinear),
+            3 => Ok(Self::Bicubic),
+            4 => Ok(Self::Box),
+            5 => Ok(Self::Hamming),
+            6 | 7 => Err(format!(
+                "resample {id} is Pillow's MKS{} filter, which vitrt does not implement",
+                if id == 6 { 2013 } else { 2021 }
+            )),
+            _ => Err(format!(
+                "unknown resample filter {id}: PIL's are 0 nearest, 1 lanczos, 2 bilinear, \
+                 3 bicubic, 4 box, 5 hamming"
+            )),
+        }
+    }
+
+    pub fn pil_id(self) -> u8 {
+        match self {
+            Self::Nearest => 0,
+            Self::Lanczos => 1,
+            Self::Bilinear => 2,
+            Self::Bicubic => 3,
+            Self::Box => 4,
+            Self::Hamming => 5,
+        }
+    }
+
+    /// Half-width of the filter at scale 1, in input pixels.
+    pub(super) fn support(self) -> f64 {
+        match self {
+            Self::Nearest | Self::Box => 0.5,
+            Self::Bilinear | Self::Hamming => 1.0,
+            Self::Bicubic => 2.0,
+            Self::Lanczos => 3.0,
+        }
+    }
+
+    /// The filter's weight at distance `x` (in filter units) from the sample centre. The
+    /// formulas, including which end of an interval is open, are PIL's: the fixed-point
+    /// rounding that follows makes the results sensitive to them.
+    pub(super) fn weight(self, x: f64) -> f64 {
+        use std::f64::consts::PI;
+        let sinc = |x: f64| {
+            if x == 0.0 {
+                1.0
+            } else {
+                (PI * x).sin() / (PI * x)
+            }
+        };
+        match self {
+            Self::Nearest | Self::Box => {
+                if x > -0.5 && x <= 0.5 {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+            Self::Bilinear => {
+                let x = x.abs();
+                if x < 1.0 {
+                    1.0 - x
+                } else {
+                    0.0
+                }
+            }
+            Self::Hamming => {
+                let x = x.abs();
+                if x == 0.0 {
+                    1.0
+                } else if x >= 1.0 {
+                    0.0
+                } else {
+                    let px = x * PI;
+                    px.sin() / px * (0.54 + 0.46 * px.cos())
+                }
+            }
+            Self::Bicubic => {
+                // Keys' cubic with a = -0.5, as PIL uses.
+                let a = -0.5;
+                let x = x.abs();
+                if x < 1.0 {
+                    ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+                } else if x < 2.0 {
+                    (((x - 5.0) * x + 8.0) * x - 4.0) * a
+                } else {
+                    0.0
+                }
+            }
+            Self::Lanczos => {
+                if (-3.0..3.0).contains(&x) {
+                    sinc(x) * sinc(x / 3.0)
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+}
+
+/// A parsed and validated preprocessor_config.json, for a model taking `num_channels`-channel
+/// images.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreprocessConfig {
+    pub(super) do_resize: bool,
+    pub(super) height: usize,
+    pub(super) width: usize,
+    pub(super) resample: Resample,
+    pub(super) do_rescale: bool,
+    pub(super) rescale_factor: f64,
+    pub(super) do_normalize: bool,
+    pub(super) image_mean: Vec<f32>,
+    pub(super) image_std: Vec<f32>,
+    pub(super) num_channels: usize,
+}
+
+impl PreprocessConfig {
+    /// Reads preprocessor_config.json for a three-channel (RGB) model, as HF's pipeline serves.
+    pub fn from_json_file(path: &Path) -> Result<Self, PreprocessError> {
+        Self::from_json_file_for_channels(path, 3)
+    }
+
+    /// Parses preprocessor_config.json text for a three-channel (RGB) model.
+    pub fn from_json_str(s: &str) -> Result<Self, PreprocessError> {
+        Self::parse(s, 3, "(JSON text)")
+    }
+
+    /// Reads preprocessor_config.json for a model with `num_channels` (1 or 3) input channels.
+    pub fn from_json_file_for_channels(
+        path: &Path,
+        num_channels: usize,
+    ) -> Result<Self, PreprocessError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PreprocessError::ConfigRead {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, num_channels, &path.display().to_string())
+    }
+
+    /// Parses preprocessor_config.json text for a model with `num_channels` (1 or 3) channels.
+    pub fn from_json_str_for_channels(
+        s: &str,
+        num_channels: usize,
+    ) -> Result<Self, PreprocessError> {
+        Self::parse(s, num_channels, "(JSON text)")
+    }
+
+    /// HF's defaults for a model whose config has this image size and channel count: resize to
+    /// image_size x image_size, bilinear, rescale by 1/255, mean = std = 0.5 for every channel
+    /// (HF's defaults are three 0.5s; a one-channel model gets one). A model that preprocessing
+    /// cannot serve (no size, or a channel count other than 1 or 3) gets a config that
+    /// `preprocess_*` refuses with an error.
+    pub fn hf_default(image_size: usize, num_channels: usize) -> Self {
+        Self {
+            do_resize: true,
+            height: image_size,
+            width: image_size,
+            resample: Resample::Bilinear,
+            do_rescale: true,
+            rescale_factor: 1.0 / 255.0,
+            do_normalize: true,
+            image_mean: vec![0.5; num_channels],
+            image_std: vec![0.5; num_channels],
+            num_channels,
+        }
+    }
+
+    /// (height, width) of the images `preprocess_*` returns.
+    pub fn output_size(&self) -> (usize, usize) {
+        (self.height, self.width)
+    }
+
+    pub fn num_channels(&self) -> usize {
+        self.num_channels
+    }
+
+    pub fn do_resize(&self) -> bool {
+        self.do_resize
+    }
+
+    pub fn resample(&self) -> Resample {
+        self.resample
+    }
+
+    /// The factor pixels are multiplied by, when `do_rescale` is on.
+    pub fn rescale_factor(&self) -> Option<f64> {
+        self.do_rescale.then_some(self.rescale_factor)
+    }
+
+    /// Per-channel (mean, std), when `do_normalize` is on.
+    pub fn normalization(&self) -> Option<(&[f32], &[f32])> {
+        self.do_normalize
+            .then_some((self.image_mean.as_slice(), self.image_std.as_slice()))
+    }
+
+    fn parse(text: &str, num_channels: usize, origin: &str) -> Result<Self, PreprocessError> {
+        let invalid = |reason: String| PreprocessError::InvalidConfig {
+            origin: origin.to_string(),
+            reason,
+        };
+        let root: Value =
+            serde_json::from_str(text).map_err(|e| invalid(format!("not valid JSON: {e}")))?;
+        let Value::Object(fields) = root else {
+            return Err(invalid("the top level must be a JSON object".into()));
+        };
+        let mut config = Self::hf_default(224, num_channels);
+        config.read_fields(&fields).map_err(invalid)?;
+        config.validate().map_err(invalid)?;
+        Ok(config)
+    }
+
+    fn read_fields(&mut self, fields: &Map<String, Value>) -> Result<(), String> {
+        // A null value means "the processor's default", as in HF.
+        let field = |key: &str| fields.get(key).filter(|v| !v.is_null());
+        let flag = |key: &str, default: bool| match field(key) {
+            None => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(other) => Err(format!("{key} must be true or false, not {other}")),
+        };
+
+        self.do_resize = flag("do_resize", true)?;
+        if let Some(size) = field("size") {
+            (self.height, self.width) = parse_size(size)?;
+        }
+        if let Some(resample) = field("resample") {
+            let id = resample
+                .as_i64()
+                .ok_or_else(|| format!("resample must be an integer filter id, not {resample}"))?;
+            self.resample = Resample::from_pil_id(id)?;
+        }
+        self.do_rescale = flag("do_rescale", true)?;
+        if let Some(factor) = field("rescale_factor") {
+            self.rescale_factor = factor
+                .as_f64()
+                .ok_or_else(|| format!("rescale_factor must be a number, not {factor}"))?;
+        }
+        self.do_normalize = flag("do_normalize", true)?;
+        if let Some(mean) = field("image_mean") {
+            self.image_mean = parse_channel_values("image_mean", mean, self.num_channels)?;
+        }
+        if let Some(std) = field("image_std") {
+            self.image_std = parse_channel_values("image_std", std, self.num_channels)?;
+        }
+        // Files are always converted the way HF's load_image converts them (to RGB, or to L
+        // for one-channel models) before the processor runs, so do_convert_rgb changes nothing;
+        // it is still checked, so that a malformed config is not silently accepted.
+        flag("do_convert_rgb", true)?;
+        // Steps other image processors share with ViT's in transformers 5, which vitrt does
+        // not perform: refuse rather than skip them.
+        for step in ["do_center_crop", "do_pad"] {
+            if flag(step, false)? {
+                return Err(format!(
+                    "{step} is true, which vitrt's preprocessing does not do"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn validate(&self) -> Result<(), String> {
+        if self.num_channels != 1 && self.num_channels != 3 {
+            return Err(format!(
+                "models with {} input channels are not supported (1 or 3)",
+                self.num_channels
+            ));
+        }
+        for (name, side) in [("height", self.height), ("width", self.width)] {
+            if side == 0 || side > MAX_OUTPUT_SIDE {
+                return Err(format!(
+                    "size {name} must be between 1 and {MAX_OUTPUT_SIDE}, not {side}"
+                ));
+            }
+        }
+        if !(self.rescale_factor.is_finite() && self.rescale_factor > 0.0) {
+            return Err(format!(
+                "rescale_factor must be a positive number, not {}",
+                self.rescale_factor
+            ));
+        }
+        for (name, values) in [
+            ("image_mean", &self.image_mean),
+            ("image_std", &self.image_std),
+        ] {
+            if values.len() != self.num_channels {
+                return Err(format!(
+                    "{name} has {} values but the model takes {}-channel images",
+                    values.len(),
+                    self.num_channels
+                ));
+            }
+            if let Some(bad) = values.iter().find(|v| !v.is_finite()) {
+                return Err(format!("{name} must hold finite numbers, not {bad}"));
+            }
+        }
+        if self.image_std.contains(&0.0) {
+            return Err(format!(
+                "image_std must not be 0 (it divides): {:?}",
+                self.image_std
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `size` as ViTImageProcessor reads it: an int (square), [height, width], or
+/// {"height", "width"}. The aspect-preserving forms ({"shortest_edge"}, {"max_height",
+/// "max_width"}) give an image-dependent size, which a ViT's fixed position embeddings cannot
+/// take (transformers 4.x's ViTImageProcessor rejects them as well).
+fn parse_size(size: &Value) -> Result<(usize, usize), String> {
+    let side = |v: &Value, what: &str| -> Result<usize, String> {
+        match v.as_i64() {
+            Some(n) if n > 0 => Ok(n as usize),
+            _ => Err(format!("size {what} must be a positive integer, not {v}")),
+        }
+    };
+    match size {
+        Value::Number(_) => side(size, "").map(|s| (s, s)),
+        Value::Array(sides) if sides.len() == 1 => side(&sides[0], "[0]").map(|s| (s, s)),
+        Value::Array(sides) if sides.len() == 2 => {
+            Ok((side(&sides[0], "[0]")?, side(&sides[1], "[1]")?))
+        }
+        Value::Object(keys) => {
+            let present: Vec<&str> = keys
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, _)| k.as_str())
+                .collect();
+            if present
+                .iter()
+                .any(|k| ["shortest_edge", "longest_edge", "max_height", "max_width"].contains(k))
+            {
+                return Err(format!(
+                    "size {size} makes the output size depend on the image; a ViT needs a fixed \
+                     {{\"height\", \"width\"}}"
+                ));
+            }
+            match (keys.get("height"), keys.get("width")) {
+                (Some(h), Some(w)) if present.len() == 2 => {
+                    Ok((side(h, "height")?, side(w, "width")?))
+                }
+                _ => Err(format!(
+                    "size {size} must have exactly the keys \"height\" and \"width\""
+                )),
+            }
+        }
+        _ => Err(format!(
+            "size must be an integer, [height, width] or {{\"height\", \"width\"}}, not {size}"
+        )),
+    }
+}
+
+/// image_mean / image_std: one number for every channel, or one per channel.
+fn parse_channel_values(
+    name: &str,
+    value: &Value,
+    num_channels: usize,
+) -> Result<Vec<f32>, String> {
+    let number = |v: &Value| {
+        v.as_f64()
+            .map(|x| x as f32)
+            .ok_or_else(|| format!("{name} must hold numbers, not {v}"))
+    };
+    match value {
+        Value::Number(_) => Ok(vec![number(value)?; num_channels]),
+        Value::Array(items) => items.iter().map(number).collect(),
+        _ => Err(format!(
+            "{name} must be a number or a list of numbers, not {value}"
+        )),
+    }
+}

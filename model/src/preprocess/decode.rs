@@ -1,0 +1,514 @@
+//! Decoding as `transformers.image_utils.load_image` does: the file's format told by content,
+//! JPEG through libjpeg-turbo (mozjpeg), PNG and WebP through the `image` crate, EXIF
+//! orientation applied, then PIL's `convert("RGB")` or `convert("L")`. Everything lands in
+//! buffers the caller keeps, so a worker decoding same-size images allocates nothing of its own.
+
+use std::io::{BufRead, Read};
+
+use image::metadata::Orientation;
+use image::{ColorType, ImageDecoder, ImageFormat};
+
+use super::resize::scratch;
+use super::{ImageLimits, PreprocessError};
+
+/// A decoder's reusable buffers: `pixels` ends up holding the upright image in PIL's mode.
+#[derive(Default)]
+pub(super) struct DecodeBuffers {
+    pub(super) pixels: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+/// Decodes `bytes` into `buffers.pixels` as upright HWC 8-bit RGB (`channels` 3) or L (1).
+/// Returns (height, width); the pixels are the first height * width * channels bytes.
+pub(super) fn decode_into(
+    bytes: &[u8],
+    name: &str,
+    channels: usize,
+    limits: &ImageLimits,
+    buffers: &mut DecodeBuffers,
+) -> Result<(usize, usize), PreprocessError> {
+    if bytes.is_empty() {
+        return Err(PreprocessError::EmptyImage {
+            image: name.to_string(),
+        });
+    }
+    let format = image::guess_format(bytes).map_err(|_| PreprocessError::NotAnImage {
+        image: name.to_string(),
+    })?;
+    let raw = match format {
+        ImageFormat::Jpeg => decode_jpeg(bytes, name, limits, &mut buffers.scratch)?,
+        ImageFormat::Png | ImageFormat::WebP => {
+            decode_with_image_crate(bytes, format, name, limits, &mut buffers.scratch)?
+        }
+        other => {
+            return Err(PreprocessError::UnsupportedFormat {
+                image: name.to_string(),
+                format: format!("{other:?}"),
+            })
+        }
+    };
+    let (height, width) = (raw.height, raw.width);
+    // Conversion and orientation act on each pixel alone, so their order does not matter;
+    // converting first moves fewer bytes.
+    if raw.layout == (Layout::Rgb { stride: 3 }) && channels == 3 {
+        std::mem::swap(&mut buffers.pixels, &mut buffers.scratch);
+    } else {
+        let len = height * width * channels;
+        to_pil_mode(
+            &buffers.scratch[..height * width * raw.layout.stride()],
+            raw.layout,
+            scratch(&mut buffers.pixels, len),
+            channels,
+        );
+    }
+    if raw.orientation == Orientation::NoTransforms {
+        return Ok((height, width));
+    }
+    let len = height * width * channels;
+    let (out_height, out_width) = orient(
+        &buffers.pixels[..len],
+        (height, width, channels),
+        raw.orientation,
+        scratch(&mut buffers.scratch, len),
+    );
+    std::mem::swap(&mut buffers.pixels, &mut buffers.scratch);
+    Ok((out_height, out_width))
+}
+
+/// Interleaved 8-bit samples as a decoder left them: `stride` per pixel, of which the first 1
+/// (grey) or 3 (RGB) count, the rest being alpha.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    Grey { stride: usize },
+    Rgb { stride: usize },
+}
+
+impl Layout {
+    fn stride(self) -> usize {
+        match self {
+            Self::Grey { stride } | Self::Rgb { stride } => stride,
+        }
+    }
+}
+
+/// A decoded image in a decoder's buffer, before conversion and orientation.
+struct Raw {
+    height: usize,
+    width: usize,
+    layout: Layout,
+    orientation: Orientation,
+}
+
+fn check_limits(
+    width: u64,
+    height: u64,
+    decoded_bytes: u64,
+    what: &str,
+    name: &str,
+    limits: &ImageLimits,
+) -> Result<(), PreprocessError> {
+    if width.saturating_mul(height) > limits.max_pixels {
+        return Err(PreprocessError::ImageTooLarge {
+            image: name.to_string(),
+            width,
+            height,
+            max_pixels: limits.max_pixels,
+        });
+    }
+    if decoded_bytes > limits.max_decoded_bytes {
+        return Err(PreprocessError::DecodedTooLarge {
+            image: name.to_string(),
+            width,
+            height,
+            pixel_type: what.to_string(),
+            bytes: decoded_bytes,
+            max_decoded_bytes: limits.max_decoded_bytes,
+        });
+    }
+    Ok(())
+}
+
+fn decode_with_image_crate(
+    bytes: &[u8],
+    format: ImageFormat,
+    name: &str,
+    limits: &ImageLimits,
+    buffer: &mut Vec<u8>,
+) -> Result<Raw, PreprocessError> {
+    let to_error = |error: image::ImageError| match error {
+        image::ImageError::Unsupported(e) => PreprocessError::UnsupportedImage {
+            image: name.to_string(),
+            reason: e.to_string(),
+        },
+        image::ImageError::Limits(_) => PreprocessError::UnsupportedImage {
+            image: name.to_string(),
+            reason: error.to_string(),
+        },
+        other => PreprocessError::CorruptImage {
+            image: name.to_string(),
+            detail: other.to_string(),
+        },
+    };
+    // Our own limits, checked below from the header, replace the image crate's.
+    let mut reader = image::ImageReader::with_format(std::io::Cursor::new(bytes), format);
+    reader.no_limits();
+    let mut decoder = reader.into_decoder().map_err(to_error)?;
+    let (width, height) = decoder.dimensions();
+    let color = decoder.color_type();
+    check_limits(
+        width.into(),
+        height.into(),
+        decoder.total_bytes(),
+        &format!("{color:?}"),
+        name,
+        limits,
+    )?;
+    let (layout, sixteen_bit) = match color {
+        ColorType::L8 => (Layout::Grey { stride: 1 }, false),
+        ColorType::La8 => (Layout::Grey { stride: 2 }, false),
+        ColorType::Rgb8 => (Layout::Rgb { stride: 3 }, false),
+        ColorType::Rgba8 => (Layout::Rgb { stride: 4 }, false),
+        ColorType::La16 => (Layout::Grey { stride: 2 }, true),
+        ColorType::Rgb16 => (Layout::Rgb { stride: 3 }, true),
+        ColorType::Rgba16 => (Layout::Rgb { stride: 4 }, true),
+        ColorType::L16 => {
+            // PIL opens these as "I;16" and its conversion to RGB or L clips every value
+            // above 255 to white: copying that would hand the model a blank image.
+            return Err(PreprocessError::UnsupportedImage {
+                image: name.to_string(),
+                reason: "16-bit greyscale (PIL turns it white; save it as 8-bit)".into(),
+            });
+        }
+        other => {
+            return Err(PreprocessError::UnsupportedImage {
+                image: name.to_string(),
+                reason: format!("pixel type {other:?}"),
+            })
+        }
+    };
+    // Like PIL's exif_transpose, a missing or unreadable orientation leaves the image as stored.
+    let exif_orientation = decoder
+        .exif_metadata()
+        .ok()
+        .flatten()
+        .and_then(|exif| Orientation::from_exif_chunk(&exif));
+    let orientation = match exif_orientation {
+        Some(orientation) => orientation,
+        None => decoder
+            .xmp_metadata()
+            .ok()
+            .flatten()
+            .and_then(|xmp| orientation_from_xmp(&xmp))
+            .unwrap_or(Orientation::NoTransforms),
+    };
+    let total =
+        usize::try_from(decoder.total_bytes()).map_err(|_| PreprocessError::UnsupportedImage {
+            image: name.to_string(),
+            reason: "too large for this machine's address space".into(),
+        })?;
+    let samples = scratch(buffer, total);
+    decoder.read_image(samples).map_err(to_error)?;
+    if sixteen_bit {
+        // PIL reads 16-bit RGB(A) and grey+alpha PNGs by keeping each sample's high byte. The
+        // decoder wrote native-endian u16s; compact them in place (sample i is read from
+        // bytes 2i and 2i + 1 before byte i is written).
+        for i in 0..total / 2 {
+            samples[i] = (u16::from_ne_bytes([samples[2 * i], samples[2 * i + 1]]) >> 8) as u8;
+        }
+    }
+    Ok(Raw {
+        height: height as usize,
+        width: width as usize,
+        layout,
+        orientation,
+    })
+}
+
+/// Pillow's getexif falls back to the XMP packet's `tiff:Orientation` when the EXIF has none.
+pub(super) fn orientation_from_xmp(xmp: &[u8]) -> Option<Orientation> {
+    let text = String::from_utf8_lossy(xmp);
+    let after = &text[text.find("tiff:Orientation")? + "tiff:Orientation".len()..];
+    let digits = after
+        .strip_prefix("=\"")
+        .or_else(|| after.strip_prefix('>'))?;
+    let digit = digits.chars().next()?.to_digit(10)?;
+    Orientation::from_exif(digit as u8)
+}
+
+/// A reader over the file's bytes that notes when libjpeg asks for data past their end. PIL
+/// refuses such a file as truncated; libjpeg itself only warns and pads the image with grey.
+struct EndAwareReader<'a> {
+    rest: &'a [u8],
+    ran_past_end: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+impl Read for EndAwareReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let available = self.fill_buf()?;
+        let n = available.len().min(buf.len());
+        buf[..n].copy_from_slice(&available[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl BufRead for EndAwareReader<'_> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        if self.rest.is_empty() {
+            self.ran_past_end.set(true);
+        }
+        Ok(self.rest)
+    }
+
+    fn consume(&mut self, amount: usize) {
+        self.rest = &self.rest[amount.min(self.rest.len())..];
+    }
+}
+
+/// What the JPEG decoder found, short of an I/O or libjpeg error.
+enum JpegOutcome {
+    Decoded {
+        width: usize,
+        height: usize,
+        orientation: Orientation,
+    },
+    Refused(PreprocessError),
+}
+
+fn decode_jpeg(
+    bytes: &[u8],
+    name: &str,
+    limits: &ImageLimits,
+    buffer: &mut Vec<u8>,
+) -> Result<Raw, PreprocessError> {
+    use mozjpeg::{ColorSpace, Decompress, Marker};
+
+    let corrupt = |detail: String| PreprocessError::CorruptImage {
+        image: name.to_string(),
+        detail,
+    };
+    let ran_past_end = std::rc::Rc::new(std::cell::Cell::new(false));
+    let reader = EndAwareReader {
+        rest: bytes,
+        ran_past_end: ran_past_end.clone(),
+    };
+    // libjpeg reports fatal errors by unwinding out of the decoder (mozjpeg turns its
+    // error_exit into a panic payload without running the panic hook); catch that here and
+    // turn it into an error. This relies on panic = "unwind", Rust's default.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(
+        || -> std::io::Result<JpegOutcome> {
+            let decompress = Decompress::builder()
+                .with_markers(&[Marker::APP(1)])
+                .from_reader(reader)?;
+            let (width, height) = decompress.size();
+            // Decoded to RGB (grey JPEGs too: libjpeg replicates the grey, as PIL's
+            // convert("RGB") does), 3 bytes a pixel.
+            let decoded_bytes = (width as u64)
+                .saturating_mul(height as u64)
+                .saturating_mul(3);
+            if let Err(refusal) = check_limits(
+                width as u64,
+                height as u64,
+                decoded_bytes,
+                "JPEG decoded to RGB8",
+                name,
+                limits,
+            ) {
+                return Ok(JpegOutcome::Refused(refusal));
+            }
+            let color_space = decompress.color_space();
+            if matches!(color_space, ColorSpace::JCS_CMYK | ColorSpace::JCS_YCCK) {
+                return Ok(JpegOutcome::Refused(PreprocessError::UnsupportedImage {
+                    image: name.to_string(),
+                    reason: format!(
+                        "{color_space:?} JPEG (only greyscale and YCbCr/RGB ones are read)"
+                    ),
+                }));
+            }
+            let orientation = jpeg_orientation(&decompress);
+            let mut started = decompress.rgb()?;
+            if (started.width(), started.height()) != (width, height) {
+                return Err(std::io::Error::other(
+                    "libjpeg's output size differs from the header's",
+                ));
+            }
+            let pixels = scratch(buffer, width * height * 3);
+            if !pixels.is_empty() {
+                started.read_scanlines_into::<u8>(pixels)?;
+            }
+            Ok(JpegOutcome::Decoded {
+                width,
+                height,
+                orientation,
+            })
+        },
+    ));
+    let outcome = match outcome {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(io_error)) => return Err(corrupt(io_error.to_string())),
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "libjpeg failed".into());
+            return Err(corrupt(message));
+        }
+    };
+    match outcome {
+        JpegOutcome::Refused(error) => Err(error),
+        JpegOutcome::Decoded { .. } if ran_past_end.get() => {
+            Err(corrupt("the JPEG data ends before the image does".into()))
+        }
+        JpegOutcome::Decoded {
+            width,
+            height,
+            orientation,
+        } => Ok(Raw {
+            height,
+            width,
+            layout: Layout::Rgb { stride: 3 },
+            orientation,
+        }),
+    }
+}
+
+/// The orientation from the first EXIF APP1 segment (the one PIL keeps), else from XMP.
+fn jpeg_orientation<R>(decompress: &mozjpeg::Decompress<R>) -> Orientation {
+    const EXIF_HEADER: &[u8] = b"Exif\0\0";
+    const XMP_HEADER: &[u8] = b"http://ns.adobe.com/xap/1.0/\0";
+    let app1 = || {
+        decompress
+            .markers()
+            .filter(|m| matches!(m.marker, mozjpeg::Marker::APP(1)))
+            .map(|m| m.data)
+    };
+    if let Some(exif) = app1().find_map(|d| d.strip_prefix(EXIF_HEADER)) {
+        if let Some(orientation) = Orientation::from_exif_chunk(exif) {
+            return orientation;
+        }
+    }
+    app1()
+        .find_map(|d| d.strip_prefix(XMP_HEADER))
+        .and_then(orientation_from_xmp)
+        .unwrap_or(Orientation::NoTransforms)
+}
+
+/// PIL's `convert("RGB")` (3 channels) or `convert("L")` (1 channel) of 8-bit samples: RGBA
+/// loses its alpha (no compositing), grey is replicated, and L is PIL's fixed-point luma.
+fn to_pil_mode(samples: &[u8], layout: Layout, out: &mut [u8], channels: usize) {
+    let stride = layout.stride();
+    let pixels = samples.chunks_exact(stride);
+    match (channels, layout) {
+        (1, Layout::Grey { .. }) => {
+            for (o, p) in out.iter_mut().zip(pixels) {
+                *o = p[0];
+            }
+        }
+        (1, Layout::Rgb { .. }) => {
+            for (o, p) in out.iter_mut().zip(pixels) {
+                *o = pil_luma(p[0], p[1], p[2]);
+            }
+        }
+        (_, Layout::Grey { .. }) => {
+            for (o, p) in out.chunks_exact_mut(3).zip(pixels) {
+                o.fill(p[0]);
+            }
+        }
+        (_, Layout::Rgb { .. }) => {
+            for (o, p) in out.chunks_exact_mut(3).zip(pixels) {
+                o.copy_from_slice(&p[..3]);
+            }
+        }
+    }
+}
+
+/// PIL's RGB to L: ITU-R 601-2 luma, L = R * 299/1000 + G * 587/1000 + B * 114/1000, in 16-bit
+/// fixed point with rounding.
+pub(super) fn pil_luma(r: u8, g: u8, b: u8) -> u8 {
+    ((u32::from(r) * 19595 + u32::from(g) * 38470 + u32::from(b) * 7471 + 0x8000) >> 16) as u8
+}
+
+/// Applies an EXIF orientation to `src` (HWC, `shape`), writing into `out`, as the image
+/// crate's `apply_orientation` (and PIL's `exif_transpose`) do. Returns the new (height, width).
+fn orient(
+    src: &[u8],
+    shape: (usize, usize, usize),
+    orientation: Orientation,
+    out: &mut [u8],
+) -> (usize, usize) {
+    let (h, w, c) = shape;
+    let swaps = matches!(
+        orientation,
+        Orientation::Rotate90
+            | Orientation::Rotate270
+            | Orientation::Rotate90FlipH
+            | Orientation::Rotate270FlipH
+    );
+    let (out_h, out_w) = if swaps { (w, h) } else { (h, w) };
+    // The input pixel (x, y) each output pixel (ox, oy) copies.
+    let source = |ox: usize, oy: usize| -> (usize, usize) {
+        match orientation {
+            Orientation::NoTransforms => (ox, oy),
+            Orientation::Rotate90 => (oy, h - 1 - ox),
+            Orientation::Rotate180 => (w - 1 - ox, h - 1 - oy),
+            Orientation::Rotate270 => (w - 1 - oy, ox),
+            Orientation::FlipHorizontal => (w - 1 - ox, oy),
+            Orientation::FlipVertical => (ox, h - 1 - oy),
+            Orientation::Rotate90FlipH => (oy, ox),
+            Orientation::Rotate270FlipH => (w - 1 - oy, h - 1 - ox),
+        }
+    };
+    for (oy, out_row) in out.chunks_exact_mut(out_w * c).enumerate() {
+        for (ox, out_pixel) in out_row.chunks_exact_mut(c).enumerate() {
+            let (x, y) = source(ox, oy);
+            out_pixel.copy_from_slice(&src[(y * w + x) * c..][..c]);
+        }
+    }
+    (out_h, out_w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orientation_matches_the_image_crate_for_all_eight() {
+        let (w, h) = (5u32, 3u32);
+        let image = image::RgbImage::from_fn(w, h, |x, y| image::Rgb([x as u8, y as u8, 7]));
+        for exif in 1..=8 {
+            let orientation = Orientation::from_exif(exif).unwrap();
+            let mut expected = image::DynamicImage::ImageRgb8(image.clone());
+            expected.apply_orientation(orientation);
+            let mut out = vec![0; (w * h * 3) as usize];
+            let (oh, ow) = orient(image.as_raw(), (3, 5, 3), orientation, &mut out);
+            assert_eq!(
+                (ow as u32, oh as u32),
+                (expected.width(), expected.height())
+            );
+            assert_eq!(out, expected.into_rgb8().into_raw(), "{orientation:?}");
+        }
+    }
+
+    #[test]
+    fn luma_matches_pil_on_primaries() {
+        // PIL: Image.new("RGB", (1, 1), c).convert("L").getpixel((0, 0))
+        assert_eq!(pil_luma(255, 0, 0), 76);
+        assert_eq!(pil_luma(0, 255, 0), 150);
+        assert_eq!(pil_luma(0, 0, 255), 29);
+        assert_eq!(pil_luma(255, 255, 255), 255);
+    }
+
+    #[test]
+    fn xmp_orientation_is_read_in_both_spellings() {
+        assert_eq!(
+            orientation_from_xmp(b"<x tiff:Orientation=\"6\"/>"),
+            Some(Orientation::Rotate90)
+        );
+        assert_eq!(
+            orientation_from_xmp(b"<tiff:Orientation>3</tiff:Orientation>"),
+            Some(Orientation::Rotate180)
+        );
+        assert_eq!(orientation_from_xmp(b"<x/>"), None);
+    }
+}
