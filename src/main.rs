@@ -2,6 +2,7 @@
 //! NVIDIA GPU through our own kernels.
 
 mod cli;
+mod pipeline;
 mod report;
 
 use clap::Parser;

@@ -57,12 +57,13 @@ pub struct ModelArgs {
     /// Use only the local hub cache (also when HF_HUB_OFFLINE=1).
     #[arg(long)]
     offline: bool,
-    /// cpu, cuda or cuda:N.
-    #[arg(long, default_value = "cpu")]
-    device: String,
-    /// Storage type of weights and activations (accumulation is always f32).
-    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
-    dtype: DType,
+    /// cpu, cuda or cuda:N. Default: the first usable CUDA GPU, else the CPU (said on stderr).
+    #[arg(long)]
+    device: Option<String>,
+    /// Storage type of weights and activations (accumulation is always f32). Default: f16 on
+    /// a GPU, f32 on the CPU.
+    #[arg(long, value_parser = parse_dtype)]
+    dtype: Option<DType>,
     /// Storage type of the residual stream, the values every block adds into: f32 or the
     /// --dtype itself. Default: f16 for f16 runs (as PyTorch stores it), f32 otherwise (bf16
     /// rounded after every block loses too much).
@@ -105,18 +106,53 @@ fn parse_dtype(s: &str) -> Result<DType, String> {
 }
 
 impl ModelArgs {
-    pub fn device(&self) -> &str {
-        &self.device
-    }
-
     /// The model as the user named it.
     pub fn name(&self) -> &str {
         &self.model
     }
 
+    /// Opens the backend: the device and dtype asked for, or without `--device` the first
+    /// CUDA GPU that opens (f16 unless `--dtype` says otherwise), else the CPU (f32), saying
+    /// on stderr which was chosen and why.
+    fn open_backend(&self) -> Result<(Box<dyn vitrt_runtime::Backend>, Device)> {
+        if let Some(device) = &self.device {
+            let device = Device::parse(device)?;
+            let dtype = self.dtype.unwrap_or(match device {
+                Device::Cpu => DType::F32,
+                Device::Cuda(_) => DType::F16,
+            });
+            return Ok((vitrt_runtime::backend::open(device, dtype)?, device));
+        }
+        let gpu_dtype = self.dtype.unwrap_or(DType::F16);
+        match vitrt_runtime::backend::open(Device::Cuda(0), gpu_dtype) {
+            Ok(backend) => {
+                eprintln!(
+                    "vitrt: running on {} in {gpu_dtype} (the first CUDA GPU; --device cpu \
+                     forces the CPU)",
+                    backend.describe()
+                );
+                Ok((backend, Device::Cuda(0)))
+            }
+            Err(why) => {
+                let dtype = self.dtype.unwrap_or(DType::F32);
+                eprintln!("vitrt: running on the CPU in {dtype}: no usable CUDA GPU ({why})");
+                Ok((
+                    vitrt_runtime::backend::open(Device::Cpu, dtype)?,
+                    Device::Cpu,
+                ))
+            }
+        }
+    }
+
     /// Resolves, loads and checks the model, and opens the backend. Also returns the
     /// model's folder (for preprocessor_config.json).
     fn open(&self) -> Result<(Runner, PathBuf)> {
+        let (runner, dir, _) = self.open_on_device()?;
+        Ok((runner, dir))
+    }
+
+    /// As [`ModelArgs::open`], and the device the backend runs on.
+    fn open_on_device(&self) -> Result<(Runner, PathBuf, Device)> {
         let files = resolve_model(
             &self.model,
             &ResolveOptions {
@@ -126,8 +162,7 @@ impl ModelArgs {
         )?;
         let model =
             VitModel::load(&files.dir).with_context(|| format!("loading model {}", self.model))?;
-        let device = Device::parse(&self.device)?;
-        let backend = vitrt_runtime::backend::open(device, self.dtype)?;
+        let (backend, device) = self.open_backend()?;
         let mut fusion = match self.fusion {
             FusionArg::All => Fusion::ALL,
             FusionArg::None => Fusion::NONE,
@@ -145,7 +180,7 @@ impl ModelArgs {
         if self.attention == Some(AttentionArg::Fused) {
             runner.check_graph().context("--attention fused")?;
         }
-        Ok((runner, files.dir))
+        Ok((runner, files.dir, device))
     }
 }
 

@@ -67,7 +67,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     for path in [&args.json, &args.trace].into_iter().flatten() {
         super::bench::check_writable_folder(path)?;
     }
-    let (mut runner, _) = args.model.open()?;
+    let (mut runner, _, device) = args.model.open_on_device()?;
     let dtype = runner.backend().dtype();
     let batch = args.batch_size;
     let len: usize = runner.input_shape(batch).iter().product();
@@ -110,7 +110,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     .context("the timer gave no usable time")?;
 
     // Ceilings, on the GPU only: a second context on the same device, timed after the model.
-    let ceilings = match Device::parse(args.model.device())? {
+    let ceilings = match device {
         Device::Cuda(ordinal) => Some(Ceilings::measure(ordinal, dtype, &costs)?),
         Device::Cpu => None,
     };

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""The whole job, files on disk to top-5 results, vitrt against PyTorch on the same files.
+
+  python3 scripts/bench_pipeline.py --vitrt .carry/vitrt.bin --model /tmp/vitrt-vit-base \\
+      --images /tmp/photos --batch-size 256 --json pipeline.json
+
+Runs, in this order, on the same folder of JPEGs:
+  vitrt      `vitrt classify --format jsonl --stats` (stdout to /dev/null): images/s from its own
+             wall clock, the per-image host stages (read, decode, resize), the consumer's waits,
+             images in flight and peak host memory (VmHWM), from the --stats file;
+  forward    `vitrt bench model` at the same batch size: the forward pass alone, from which the
+             GPU's busy fraction during the job is estimated (batches x forward time / wall);
+  torch      the PyTorch peer: transformers' ViTImageProcessor (PIL) in a torch DataLoader with
+             num_workers = cores and pin_memory=True, ViTForImageClassification with SDPA in
+             float16 and random weights from the same checkpoint folder, top-5 on the GPU and
+             copied to the host; timed from the loader's creation to the last batch's results.
+With --repeat-large N the vitrt run is repeated on a folder of N images (made by repeating the
+file list through --files-from), to check that peak memory does not grow with the file count.
+Writes one JSON document and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def run_vitrt(binary: str, model: str, files: list[Path], batch: int, workers: int | None, dtype: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        listing = Path(tmp) / "files.txt"
+        listing.write_text("".join(f"{p}\n" for p in files))
+        stats = Path(tmp) / "stats.json"
+        command = [binary, "classify", "--model", model, "--device", "cuda", "--dtype", dtype,
+                   "--batch-size", str(batch), "--format", "jsonl", "--quiet", "--files-from", str(listing),
+                   "--stats", str(stats)]
+        if workers:
+            command += ["--workers", str(workers)]
+        start = time.perf_counter()
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wall = time.perf_counter() - start
+        if done.returncode != 0:
+            raise SystemExit(f"vitrt classify failed ({done.returncode}): {done.stderr[-2000:]}")
+        lines = [line for line in done.stdout.splitlines() if line.strip()]
+        assert len(lines) == len(files), f"{len(lines)} results for {len(files)} files"
+        doc = json.loads(stats.read_text())
+        doc["process_wall_s"] = wall
+        doc["process_images_per_s"] = len(files) / wall
+        doc["first_result"] = json.loads(lines[0])
+        return doc
+
+
+def run_forward(binary: str, model: str, batch: int, dtype: str) -> float | None:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "model.json"
+        done = subprocess.run([binary, "bench", "model", "--model", model, "--device", "cuda", "--dtype", dtype,
+                               "--batch-sizes", str(batch), "--json", str(out)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            print(f"bench model failed: {done.stderr[-1000:]}", file=sys.stderr)
+            return None
+        doc = json.loads(out.read_text())
+        rows = [r for r in doc.get("models", []) if "median_ms" in r]
+        return rows[0]["median_ms"] if rows else None
+
+
+class Photos:
+    """A torch Dataset over image files, preprocessed as transformers' pipeline does."""
+
+    def __init__(self, files: list[Path]):
+        from transformers import ViTImageProcessor
+
+        self.files = files
+        self.processor = ViTImageProcessor()
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int):
+        from PIL import Image, ImageOps
+
+        with Image.open(self.files[index]) as image:
+            image = ImageOps.exif_transpose(image).convert("RGB")
+            return self.processor(images=image, return_tensors="pt")["pixel_values"][0]
+
+
+def run_torch(model_dir: str, files: list[Path], batch: int, workers: int) -> dict:
+    import torch
+    from transformers import ViTForImageClassification
+
+    model = ViTForImageClassification.from_pretrained(model_dir, attn_implementation="sdpa",
+                                                      dtype=torch.float16).cuda().eval()
+    # Warm the model (cuDNN/cuBLAS heuristics) outside the timed job.
+    with torch.inference_mode():
+        model(pixel_values=torch.randn(batch, 3, 224, 224, device="cuda", dtype=torch.float16))
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    loader = torch.utils.data.DataLoader(Photos(files), batch_size=batch, num_workers=workers,
+                                         pin_memory=True, shuffle=False)
+    results = 0
+    with torch.inference_mode():
+        for pixels in loader:
+            logits = model(pixel_values=pixels.cuda(non_blocking=True).half()).logits
+            top = torch.topk(logits.float().softmax(-1), 5)
+            results += top.indices.cpu().shape[0]
+    wall = time.perf_counter() - start
+    assert results == len(files)
+    return {"wall_s": wall, "images_per_s": len(files) / wall, "workers": workers}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--vitrt", required=True)
+    parser.add_argument("--model", required=True, help="checkpoint folder (random ViT-B/16)")
+    parser.add_argument("--images", required=True, type=Path)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--dtype", default="f16")
+    parser.add_argument("--workers", type=int, default=None, help="vitrt --workers (default: its own)")
+    parser.add_argument("--repeat-large", type=int, default=0)
+    parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--json", type=Path, required=True)
+    args = parser.parse_args()
+    files = sorted(p for p in args.images.iterdir() if p.suffix.lower() in {".jpg", ".jpeg"})
+    cores = os.cpu_count() or 1
+    doc = {"schema": "vitrt-pipeline/1", "images": len(files), "batch_size": args.batch_size, "cores": cores,
+           "date": time.strftime("%Y-%m-%d")}
+    doc["vitrt"] = run_vitrt(args.vitrt, args.model, files, args.batch_size, args.workers, args.dtype)
+    if args.repeat_large:
+        many = (files * (args.repeat_large // len(files) + 1))[: args.repeat_large]
+        doc["vitrt_large"] = run_vitrt(args.vitrt, args.model, many, args.batch_size, args.workers, args.dtype)
+    forward_ms = run_forward(args.vitrt, args.model, args.batch_size, args.dtype)
+    doc["forward_ms"] = forward_ms
+    if forward_ms:
+        v = doc["vitrt"]
+        doc["gpu_busy_fraction"] = v["batches"] * forward_ms / 1e3 / v["wall_s"]
+    if not args.no_torch:
+        doc["torch"] = run_torch(args.model, files, args.batch_size, cores)
+    args.json.write_text(json.dumps(doc, indent=2) + "\n")
+    v = doc["vitrt"]
+    print(f"{len(files)} JPEGs, batch {args.batch_size}, {cores} cores")
+    print(f"vitrt classify     {v['images_per_s']:8.0f} images/s  (process: {v['process_images_per_s']:.0f})  "
+          f"peak RSS {v['peak_rss_bytes'] / 2**20 if v['peak_rss_bytes'] else float('nan'):.0f} MiB")
+    stages = v["per_image_ms"]
+    print(f"  per image, one core: read {stages['read']:.3f} ms, decode {stages['decode']:.3f} ms, "
+          f"resize {stages['resize']:.3f} ms; workers busy {v['worker_busy_fraction']:.0%}")
+    print(f"  consumer: waiting for batches {v['consumer']['waiting_for_batches_s']:.2f} s, "
+          f"submitting {v['consumer']['submitting_s']:.2f} s, collecting {v['consumer']['collecting_results_s']:.2f} s")
+    if forward_ms:
+        print(f"  forward pass alone {forward_ms:.2f} ms a batch: GPU busy about {doc['gpu_busy_fraction']:.0%}")
+    if "vitrt_large" in doc:
+        large = doc["vitrt_large"]
+        print(f"vitrt on {large['images']} images: {large['images_per_s']:.0f} images/s, peak RSS "
+              f"{large['peak_rss_bytes'] / 2**20:.0f} MiB")
+    if "torch" in doc:
+        t = doc["torch"]
+        print(f"torch DataLoader   {t['images_per_s']:8.0f} images/s  -> vitrt/torch {v['images_per_s'] / t['images_per_s']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

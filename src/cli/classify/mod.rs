@@ -1,0 +1,386 @@
+//! `vitrt classify`: image files and folders in, top-k labels out, through the image pipeline
+//! (`crate::pipeline`): a pool of decode workers fills page-locked batches in input order, and
+//! each batch's upload overlaps the previous batch's forward pass.
+
+mod output;
+
+use super::ModelArgs;
+use crate::pipeline::{self, Batch, Flow, ImageLoad, LoadTimes, PipelineConfig, PipelineStats};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use output::{Format, Record, RunInfo, Sink, WriteError};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use vitrt_model::labels::top_k;
+use vitrt_model::preprocess::{normalization_table, ImageLimits, ImageLoader, PreprocessConfig};
+use vitrt_model::{Head, Runner};
+use vitrt_runtime::PendingOutputs;
+
+/// Staging slots: one batch being filled while one is copied and one computes.
+const STAGING_DEPTH: usize = 3;
+
+#[derive(Args, Debug)]
+pub struct ClassifyArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// How many classes to show per image.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    top_k: u32,
+    /// Images per forward pass. Default: 64 on a GPU, 8 on the CPU.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65535))]
+    batch_size: Option<u32>,
+    /// Output: a table per image, one JSON document, JSON Lines or CSV (the last two are
+    /// written and flushed batch by batch).
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// The same as --format json.
+    #[arg(long, conflicts_with = "format")]
+    json: bool,
+    /// Decoding threads. Default: the available cores.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    workers: Option<u32>,
+    /// Read more image paths from this file, one a line (`-`: standard input).
+    #[arg(long, value_name = "LIST")]
+    files_from: Option<PathBuf>,
+    /// Stop at the first image that cannot be read (in input order) instead of reporting it
+    /// and going on.
+    #[arg(long)]
+    fail_fast: bool,
+    /// Refuse images of more pixels than this before decoding them (decompression bombs).
+    #[arg(long, default_value_t = ImageLimits::default().max_pixels)]
+    max_pixels: u64,
+    /// Refuse image files larger than this many bytes without reading them whole.
+    #[arg(long, default_value_t = ImageLimits::default().max_file_bytes)]
+    max_file_size: u64,
+    /// No progress bar (it is shown only when stderr is a terminal).
+    #[arg(long, short)]
+    quiet: bool,
+    /// Write the run's timings (per stage, per image; the pipeline's waits; peak memory) as
+    /// JSON to this file (scripts/bench_pipeline.py reads it).
+    #[arg(long, value_name = "FILE")]
+    stats: Option<PathBuf>,
+    /// Image files (JPEG, PNG, WebP) and folders, walked for .jpg, .jpeg, .png and .webp
+    /// files in name order.
+    images: Vec<PathBuf>,
+}
+
+/// The preprocessing loader as the pipeline calls it.
+struct Loader(ImageLoader);
+
+impl ImageLoad for Loader {
+    fn load(&mut self, path: &Path, out: &mut [u8]) -> Result<LoadTimes, String> {
+        self.0
+            .load_file_into(path, out)
+            .map(|t| LoadTimes {
+                read: t.read,
+                decode: t.decode,
+                resize: t.resize,
+            })
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A batch submitted to the model whose results are not yet written.
+struct InFlight {
+    pending: Option<PendingOutputs>,
+    first: usize,
+    count: usize,
+    failures: Vec<(usize, String)>,
+}
+
+pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
+    let inputs = pipeline::collect_inputs(&args.images, args.files_from.as_deref())?;
+    if inputs.paths.is_empty() && inputs.unlisted.is_empty() {
+        bail!(if args.images.is_empty() && args.files_from.is_none() {
+            "no images given: name image files or folders, or use --files-from".to_string()
+        } else {
+            "no images found (folders are searched for .jpg, .jpeg, .png and .webp files)"
+                .to_string()
+        });
+    }
+    let (mut runner, dir) = args.model.open()?;
+    if runner.model.head == Head::Base {
+        bail!(
+            "{} is a ViTModel without a classification head; it has no labels to predict. \
+             Use `vitrt infer` to get its last_hidden_state",
+            args.model.name()
+        );
+    }
+    let config = runner.model.config.clone();
+    let pre_path = dir.join("preprocessor_config.json");
+    let pre = if pre_path.exists() {
+        PreprocessConfig::from_json_file_for_channels(&pre_path, config.num_channels)?
+    } else {
+        PreprocessConfig::hf_default(config.image_size.0, config.num_channels)
+    };
+    if pre.output_size() != config.image_size {
+        bail!(
+            "preprocessor_config.json resizes to {:?} but the model takes {:?} images",
+            pre.output_size(),
+            config.image_size
+        );
+    }
+    let limits = ImageLimits {
+        max_pixels: args.max_pixels,
+        max_file_bytes: args.max_file_size,
+        ..ImageLimits::default()
+    };
+    let on_gpu = runner.backend().describe().starts_with("cuda");
+    let batch_size = args
+        .batch_size
+        .map_or(if on_gpu { 64 } else { 8 }, |b| b as usize);
+    let workers = args.workers.map_or_else(
+        || std::thread::available_parallelism().map_or(1, |n| n.get()),
+        |w| w as usize,
+    );
+    let table = normalization_table(&pre);
+    let image_bytes = ImageLoader::new(&pre, limits).output_bytes();
+    let pipeline_config = PipelineConfig {
+        batch_size,
+        depth: STAGING_DEPTH,
+        workers,
+        image_bytes,
+        fail_fast: args.fail_fast,
+    };
+
+    let format = if args.json { Format::Json } else { args.format };
+    let info = RunInfo {
+        model: args.model.name().to_string(),
+        device: runner.backend().describe(),
+        dtype: runner.backend().dtype().to_string(),
+    };
+    let stdout = std::io::stdout();
+    let mut sink = match Sink::new(format, std::io::BufWriter::new(stdout.lock()), info) {
+        Ok(sink) => sink,
+        Err(WriteError::Closed) => return Ok(ExitCode::SUCCESS),
+        Err(WriteError::Failed(e)) => return Err(e).context("writing the results"),
+    };
+
+    // Entries that could not even be listed are failures too, reported first.
+    let mut failed = 0usize;
+    for (path, why) in &inputs.unlisted {
+        eprintln!("vitrt: {}: {why}", path.display());
+        failed += 1;
+        let image = path.display().to_string();
+        if let Err(e) = sink.write(&Record::Failed {
+            image: &image,
+            error: why,
+        }) {
+            return finish_early(e);
+        }
+    }
+    if args.fail_fast && failed > 0 {
+        bail!("stopped at the first failure (--fail-fast)");
+    }
+
+    let progress = progress_bar(inputs.paths.len(), args.quiet);
+    let mut staging = (0..STAGING_DEPTH)
+        .map(|_| runner.alloc_staging(batch_size * image_bytes))
+        .collect::<Result<Vec<_>, _>>()
+        .context("allocating the staging buffers")?;
+    let top = args.top_k as usize;
+    let mut in_flight: Option<InFlight> = None;
+    let mut closed = false;
+    // Host time in submissions (which wait for each batch's copy) and in waits for results.
+    let mut submitting = std::time::Duration::ZERO;
+    let mut collecting = std::time::Duration::ZERO;
+    let emit = |runner: &mut Runner,
+                sink: &mut Sink<_>,
+                batch: InFlight|
+     -> Result<Result<(), WriteError>> {
+        let logits = match batch.pending {
+            Some(pending) => Some(
+                runner
+                    .finish(pending)?
+                    .into_iter()
+                    .find(|t| t.name == "logits")
+                    .context("the model produced no logits")?,
+            ),
+            None => None,
+        };
+        for k in 0..batch.count {
+            let index = batch.first + k;
+            let image = inputs.paths[index].display().to_string();
+            let failure = batch.failures.iter().find(|(i, _)| *i == index);
+            let written = match (failure, &logits) {
+                (Some((_, why)), _) => sink.write(&Record::Failed {
+                    image: &image,
+                    error: why,
+                }),
+                (None, Some(logits)) => {
+                    let classes = *logits.shape.last().unwrap_or(&1);
+                    let row = &logits.data[k * classes..][..classes];
+                    if let Some(bad) = row.iter().find(|v| !v.is_finite()) {
+                        let why = format!(
+                            "{image}: the model gave a non-finite logit ({bad}); \
+                             `vitrt parity` finds the first layer that does"
+                        );
+                        eprintln!("vitrt: {why}");
+                        sink.write(&Record::Failed {
+                            image: &image,
+                            error: &why,
+                        })
+                    } else {
+                        let predictions = top_k(row, top, &config);
+                        sink.write(&Record::Classified {
+                            image: &image,
+                            predictions: &predictions,
+                        })
+                    }
+                }
+                (None, None) => unreachable!("a batch with images to classify is submitted"),
+            };
+            if let Err(e) = written {
+                return Ok(Err(e));
+            }
+        }
+        Ok(sink.end_batch())
+    };
+
+    let mut consume = |batch: Batch<'_>| -> Result<Flow> {
+        for (_, why) in &batch.failures {
+            eprintln!("vitrt: {why}");
+        }
+        let started = std::time::Instant::now();
+        let pending = if batch.failures.len() < batch.count {
+            Some(runner.submit_bytes(batch.pixels, batch.count, &table)?)
+        } else {
+            None
+        };
+        submitting += started.elapsed();
+        let submitted = InFlight {
+            pending,
+            first: batch.first,
+            count: batch.count,
+            failures: batch.failures,
+        };
+        // The previous batch's results, while this one is on the device.
+        if let Some(previous) = in_flight.replace(submitted) {
+            let started = std::time::Instant::now();
+            let written = emit(&mut runner, &mut sink, previous)?;
+            collecting += started.elapsed();
+            if let Err(e) = written {
+                return write_failed(e, &mut closed);
+            }
+        }
+        progress.inc(batch.count as u64);
+        Ok(Flow::Continue)
+    };
+    let make_loader = || Box::new(Loader(ImageLoader::new(&pre, limits))) as Box<dyn ImageLoad>;
+    let stats = pipeline::run(
+        &inputs.paths,
+        pipeline_config,
+        &mut staging,
+        &make_loader,
+        &mut consume,
+    );
+    progress.finish_and_clear();
+    let stats: PipelineStats = stats?;
+    if let Some(last) = in_flight.take() {
+        if !closed {
+            if let Err(e) = emit(&mut runner, &mut sink, last)? {
+                write_failed(e, &mut closed)?;
+            }
+        }
+    }
+    if let Some(path) = &args.stats {
+        write_stats(path, &stats, workers, batch_size, submitting, collecting)?;
+    }
+    if closed {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Err(e) = sink.finish() {
+        return finish_early(e);
+    }
+    failed += stats.failed;
+    let total = inputs.paths.len() + inputs.unlisted.len();
+    if args.fail_fast && failed > 0 {
+        bail!("stopped at the first image that failed (--fail-fast)");
+    }
+    if failed > 0 {
+        bail!("{failed} of {total} images could not be classified");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Stops the pipeline after a failed write: quietly for a closed output, else with the error.
+fn write_failed(error: WriteError, closed: &mut bool) -> Result<Flow> {
+    match error {
+        WriteError::Closed => {
+            *closed = true;
+            Ok(Flow::Stop)
+        }
+        WriteError::Failed(e) => Err(e).context("writing the results"),
+    }
+}
+
+fn finish_early(error: WriteError) -> Result<ExitCode> {
+    match error {
+        WriteError::Closed => Ok(ExitCode::SUCCESS),
+        WriteError::Failed(e) => Err(e).context("writing the results"),
+    }
+}
+
+/// The run's timings as JSON (see `--stats`).
+fn write_stats(
+    path: &Path,
+    stats: &PipelineStats,
+    workers: usize,
+    batch_size: usize,
+    submitting: std::time::Duration,
+    collecting: std::time::Duration,
+) -> Result<()> {
+    let loaded = (stats.images - stats.failed).max(1) as f64;
+    let per_image_ms = |d: std::time::Duration| d.as_secs_f64() * 1e3 / loaded;
+    let wall = stats.wall.as_secs_f64();
+    let document = serde_json::json!({
+        "schema": "vitrt-pipeline-stats/1",
+        "images": stats.images,
+        "failed": stats.failed,
+        "batches": stats.batches,
+        "batch_size": batch_size,
+        "workers": workers,
+        "wall_s": wall,
+        "images_per_s": stats.images as f64 / wall.max(1e-9),
+        "per_image_ms": {
+            "read": per_image_ms(stats.stages.read),
+            "decode": per_image_ms(stats.stages.decode),
+            "resize": per_image_ms(stats.stages.resize),
+            "worker_total": per_image_ms(stats.worker_busy),
+        },
+        "worker_busy_fraction": stats.worker_busy.as_secs_f64() / (wall * workers as f64).max(1e-9),
+        "consumer": {
+            "waiting_for_batches_s": stats.consumer_waiting.as_secs_f64(),
+            "submitting_s": submitting.as_secs_f64(),
+            "collecting_results_s": collecting.as_secs_f64(),
+        },
+        "max_images_in_flight": stats.max_in_flight,
+        "peak_rss_bytes": peak_rss_bytes(),
+    });
+    std::fs::write(path, serde_json::to_string_pretty(&document)? + "\n")
+        .with_context(|| format!("writing --stats {}", path.display()))
+}
+
+/// The process's peak resident memory (Linux: VmHWM), if known.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Images done of total, images/s and the time left, on stderr when it is a terminal.
+fn progress_bar(total: usize, quiet: bool) -> indicatif::ProgressBar {
+    if quiet || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(total as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} images  {per_sec}  ETA {eta}",
+        )
+        .expect("a valid template"),
+    );
+    bar
+}

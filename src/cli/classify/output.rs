@@ -1,0 +1,247 @@
+//! Where `vitrt classify` writes its results: a table per image, one JSON document, JSON Lines
+//! or CSV. Table, JSON Lines and CSV stream: each batch's records are written and flushed as
+//! the batch completes. A closed standard output (a reader such as `head` that has read
+//! enough) is not an error: the run ends quietly.
+
+use clap::ValueEnum;
+use serde::Serialize;
+use std::io::{self, Write};
+use vitrt_model::labels::Prediction;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// A table per image.
+    Table,
+    /// One JSON document when the run ends.
+    Json,
+    /// One JSON object a line, written as each batch completes.
+    Jsonl,
+    /// One row per prediction (and per failed image), written as each batch completes.
+    Csv,
+}
+
+/// One image's outcome.
+pub enum Record<'a> {
+    Classified {
+        image: &'a str,
+        predictions: &'a [Prediction],
+    },
+    Failed {
+        image: &'a str,
+        error: &'a str,
+    },
+}
+
+/// Why writing stopped.
+#[derive(Debug)]
+pub enum WriteError {
+    /// The reader closed standard output: end quietly.
+    Closed,
+    /// Anything else (a full disk): an error.
+    Failed(io::Error),
+}
+
+impl From<io::Error> for WriteError {
+    fn from(error: io::Error) -> Self {
+        if error.kind() == io::ErrorKind::BrokenPipe {
+            WriteError::Closed
+        } else {
+            WriteError::Failed(error)
+        }
+    }
+}
+
+impl From<csv::Error> for WriteError {
+    fn from(error: csv::Error) -> Self {
+        match error.into_kind() {
+            csv::ErrorKind::Io(io) => io.into(),
+            other => WriteError::Failed(io::Error::other(format!("{other:?}"))),
+        }
+    }
+}
+
+impl From<serde_json::Error> for WriteError {
+    fn from(error: serde_json::Error) -> Self {
+        match error.io_error_kind() {
+            Some(kind) => io::Error::new(kind, error).into(),
+            None => WriteError::Failed(io::Error::other(error)),
+        }
+    }
+}
+
+/// The run's description, written before (table) or around (JSON) the results.
+pub struct RunInfo {
+    pub model: String,
+    pub device: String,
+    pub dtype: String,
+}
+
+#[derive(Serialize)]
+struct JsonPrediction<'a> {
+    index: usize,
+    label: &'a str,
+    probability: f32,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum JsonRecord<'a> {
+    Classified {
+        image: &'a str,
+        predictions: Vec<JsonPrediction<'a>>,
+    },
+    Failed {
+        image: &'a str,
+        error: &'a str,
+    },
+}
+
+impl<'a> From<&Record<'a>> for JsonRecord<'a> {
+    fn from(record: &Record<'a>) -> Self {
+        match *record {
+            Record::Classified { image, predictions } => JsonRecord::Classified {
+                image,
+                predictions: predictions
+                    .iter()
+                    .map(|p| JsonPrediction {
+                        index: p.index,
+                        label: &p.label,
+                        probability: p.probability,
+                    })
+                    .collect(),
+            },
+            Record::Failed { image, error } => JsonRecord::Failed { image, error },
+        }
+    }
+}
+
+/// Writes records in one format.
+pub struct Sink<W: Write> {
+    format: Format,
+    target: Target<W>,
+    info: RunInfo,
+    /// JSON: the records so far, for the document at the end.
+    json_records: Vec<serde_json::Value>,
+}
+
+enum Target<W: Write> {
+    Plain(W),
+    Csv(Box<csv::Writer<W>>),
+}
+
+impl<W: Write> Sink<W> {
+    /// A sink writing to `out`; writes the table's header line or the CSV header at once.
+    pub fn new(format: Format, out: W, info: RunInfo) -> Result<Self, WriteError> {
+        let target = match format {
+            Format::Csv => {
+                let mut writer = csv::Writer::from_writer(out);
+                writer.write_record(["image", "rank", "index", "label", "probability", "error"])?;
+                Target::Csv(Box::new(writer))
+            }
+            Format::Table => {
+                let mut out = out;
+                writeln!(
+                    out,
+                    "model {} on {} ({})",
+                    info.model, info.device, info.dtype
+                )?;
+                Target::Plain(out)
+            }
+            Format::Json | Format::Jsonl => Target::Plain(out),
+        };
+        Ok(Sink {
+            format,
+            target,
+            info,
+            json_records: Vec::new(),
+        })
+    }
+
+    pub fn write(&mut self, record: &Record<'_>) -> Result<(), WriteError> {
+        match (&mut self.target, self.format) {
+            (Target::Csv(writer), _) => match *record {
+                Record::Classified { image, predictions } => {
+                    for (rank, p) in predictions.iter().enumerate() {
+                        writer.write_record([
+                            image,
+                            &(rank + 1).to_string(),
+                            &p.index.to_string(),
+                            &p.label,
+                            &p.probability.to_string(),
+                            "",
+                        ])?;
+                    }
+                }
+                Record::Failed { image, error } => {
+                    writer.write_record([image, "", "", "", "", error])?
+                }
+            },
+            (Target::Plain(out), Format::Table) => write_table(out, record)?,
+            (Target::Plain(out), Format::Jsonl) => {
+                serde_json::to_writer(&mut *out, &JsonRecord::from(record))?;
+                out.write_all(b"\n")?;
+            }
+            (Target::Plain(_), _) => self
+                .json_records
+                .push(serde_json::to_value(JsonRecord::from(record))?),
+        }
+        Ok(())
+    }
+
+    /// Pushes what the batch wrote out to the reader.
+    pub fn end_batch(&mut self) -> Result<(), WriteError> {
+        match &mut self.target {
+            Target::Csv(writer) => writer.flush()?,
+            Target::Plain(out) => out.flush()?,
+        }
+        Ok(())
+    }
+
+    /// Writes what is left (the JSON document) and flushes.
+    pub fn finish(mut self) -> Result<(), WriteError> {
+        if let (Format::Json, Target::Plain(out)) = (self.format, &mut self.target) {
+            let document = serde_json::json!({
+                "model": self.info.model,
+                "device": self.info.device,
+                "dtype": self.info.dtype,
+                "results": self.json_records,
+            });
+            serde_json::to_writer_pretty(&mut *out, &document)?;
+            out.write_all(b"\n")?;
+        }
+        self.end_batch()
+    }
+}
+
+fn write_table(out: &mut impl Write, record: &Record<'_>) -> io::Result<()> {
+    match *record {
+        Record::Failed { image, error } => {
+            writeln!(out, "\n{image}\n  error: {error}")
+        }
+        Record::Classified { image, predictions } => {
+            writeln!(out, "\n{image}")?;
+            let width = predictions
+                .iter()
+                .map(|p| p.label.chars().count())
+                .max()
+                .unwrap_or(5)
+                .max(5);
+            writeln!(
+                out,
+                "  {:>4}  {:>6}  {:<width$}  {:>11}",
+                "rank", "class", "label", "probability"
+            )?;
+            for (rank, p) in predictions.iter().enumerate() {
+                writeln!(
+                    out,
+                    "  {:>4}  {:>6}  {:<width$}  {:>10.2}%",
+                    rank + 1,
+                    p.index,
+                    p.label,
+                    100.0 * p.probability
+                )?;
+            }
+            Ok(())
+        }
+    }
+}
