@@ -37,11 +37,48 @@ fn assert_clean_failure(o: &Output, needle: &str) {
     );
     assert_eq!(o.status.code(), Some(1), "exit code; stderr: {err}");
     assert!(!err.contains("panicked"), "panic: {err}");
-    assert!(err.starts_with("error: "), "no error line: {err}");
+    // Lines before the error may say which device was chosen, or which images failed.
+    assert!(
+        err.lines().last().is_some_and(|l| l.starts_with("error: ")),
+        "no error line last: {err}"
+    );
     assert!(
         err.contains(needle),
         "stderr should mention {needle:?}: {err}"
     );
+}
+
+/// Runs vitrt with `stdin` as its standard input.
+fn vitrt_with_stdin(args: &[&str], hf_home: &Path, stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vitrt"))
+        .args(args)
+        .env("HF_HOME", hf_home)
+        .env_remove("HF_HUB_CACHE")
+        .env("HF_HUB_OFFLINE", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("vitrt runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The shipped digits, sorted.
+fn digits() -> Vec<PathBuf> {
+    let mut images: Vec<PathBuf> = std::fs::read_dir(root().join("examples/digits"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "png"))
+        .collect();
+    images.sort();
+    images
 }
 
 fn temp() -> tempfile::TempDir {
@@ -692,4 +729,247 @@ fn cuda_graphs_switch_is_accepted_everywhere_and_changes_nothing_on_the_cpu() {
     );
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--cuda-graphs"), "{}", stderr(&o));
+}
+
+/// A folder of good and bad images: results for the good ones in input order, an error
+/// record (and a line on stderr) for each bad one, exit 1 with a count at the end.
+#[test]
+fn classify_reports_bad_files_and_classifies_the_rest() {
+    let dir = temp();
+    let folder = dir.path().join("photos");
+    std::fs::create_dir_all(folder.join("sub")).unwrap();
+    let good = digits();
+    for (i, image) in good.iter().take(5).enumerate() {
+        std::fs::copy(image, folder.join(format!("{i}-good.png"))).unwrap();
+    }
+    std::fs::copy(&good[5], folder.join("sub/9-good.png")).unwrap();
+    std::fs::write(folder.join("2-broken.png"), b"\x89PNG\r\n\x1a\nnot really").unwrap();
+    std::fs::write(folder.join("notes.txt"), b"not an image, not listed").unwrap();
+    let model = root().join("examples/digits-vit");
+    let args = |format: &str| {
+        vec![
+            "classify".to_string(),
+            "--model".into(),
+            model.display().to_string(),
+            "--format".into(),
+            format.into(),
+            "--batch-size".into(),
+            "2".into(),
+            "--workers".into(),
+            "3".into(),
+            folder.display().to_string(),
+        ]
+    };
+    let run = |format: &str| {
+        let a = args(format);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        vitrt(&a, dir.path())
+    };
+    let o = run("jsonl");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("2-broken.png"), "{err}");
+    assert!(
+        err.lines().last().unwrap() == "error: 1 of 7 images could not be classified",
+        "{err}"
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            Path::new(l["image"].as_str().unwrap())
+                .strip_prefix(&folder)
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "0-good.png",
+            "1-good.png",
+            "2-broken.png",
+            "2-good.png",
+            "3-good.png",
+            "4-good.png",
+            "sub/9-good.png"
+        ]
+    );
+    assert!(lines[2]["error"].as_str().unwrap().contains("2-broken.png"));
+    assert_eq!(lines[0]["predictions"].as_array().unwrap().len(), 5);
+    // The same records as CSV: a header, five rows per good image, one per bad one.
+    let o = run("csv");
+    assert_eq!(o.status.code(), Some(1));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let rows: Vec<&str> = text.lines().collect();
+    assert_eq!(rows[0], "image,rank,index,label,probability,error");
+    assert_eq!(rows.len(), 1 + 6 * 5 + 1);
+    assert!(rows.iter().any(|r| r.contains("2-broken.png,,,,,")));
+    // And as one JSON document, as --json always wrote it.
+    let o = run("json");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["results"].as_array().unwrap().len(), 7);
+    assert_eq!(doc["device"], "cpu");
+}
+
+#[test]
+fn classify_fail_fast_stops_at_the_first_bad_file_in_input_order() {
+    let dir = temp();
+    let good = digits();
+    let broken = dir.path().join("broken.jpg");
+    std::fs::write(&broken, b"\xff\xd8\xff\xe0 truncated").unwrap();
+    let mut paths: Vec<String> = good[..3].iter().map(|p| p.display().to_string()).collect();
+    paths.push(broken.display().to_string());
+    paths.extend(good[3..9].iter().map(|p| p.display().to_string()));
+    let model = root().join("examples/digits-vit");
+    let mut args = vec![
+        "classify",
+        "--model",
+        model.to_str().unwrap(),
+        "--format",
+        "jsonl",
+        "--fail-fast",
+        "--batch-size",
+        "2",
+        "--workers",
+        "4",
+    ];
+    args.extend(paths.iter().map(String::as_str));
+    let o = vitrt(&args, dir.path());
+    assert_clean_failure(&o, "--fail-fast");
+    let out = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert!(lines[3].contains("\"error\""), "{out}");
+}
+
+#[test]
+fn classify_reads_paths_from_stdin_and_keeps_their_order() {
+    let dir = temp();
+    let images = digits();
+    let listing: String = images[..7]
+        .iter()
+        .rev()
+        .map(|p| format!("{}\n", p.display()))
+        .collect();
+    let model = root().join("examples/digits-vit");
+    let o = vitrt_with_stdin(
+        &[
+            "classify",
+            "--model",
+            model.to_str().unwrap(),
+            "--format",
+            "jsonl",
+            "--workers",
+            "4",
+            "--batch-size",
+            "3",
+            "--files-from",
+            "-",
+        ],
+        dir.path(),
+        &listing,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got: Vec<String> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["image"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let want: Vec<String> = images[..7]
+        .iter()
+        .rev()
+        .map(|p| p.display().to_string())
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn classify_refuses_images_over_the_pixel_limit_before_decoding() {
+    let dir = temp();
+    let image = digits()[0].clone();
+    let model = root().join("examples/digits-vit");
+    let o = vitrt(
+        &[
+            "classify",
+            "--model",
+            model.to_str().unwrap(),
+            "--max-pixels",
+            "10",
+            image.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_clean_failure(&o, "1 of 1 images");
+    assert!(stderr(&o).contains("--max-pixels"), "{}", stderr(&o));
+}
+
+/// `vitrt classify ... | head -1`: the reader goes away; vitrt ends quietly, no panic.
+#[test]
+fn classify_ends_quietly_when_stdout_is_closed() {
+    let dir = temp();
+    let model = root().join("examples/digits-vit");
+    let digits = root().join("examples/digits");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vitrt"))
+        .args([
+            "classify",
+            "--model",
+            model.to_str().unwrap(),
+            "--batch-size",
+            "1",
+            digits.to_str().unwrap(),
+        ])
+        .env("HF_HOME", dir.path())
+        .env("HF_HUB_OFFLINE", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read one line, then close the pipe.
+    {
+        use std::io::BufRead;
+        let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        assert!(line.starts_with("model "), "{line}");
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(o.status.code(), Some(0), "{err}");
+}
+
+/// A full disk is a one-line error and exit 1.
+#[test]
+fn classify_reports_a_full_disk() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        return; // no /dev/full on this system
+    };
+    let dir = temp();
+    let model = root().join("examples/digits-vit");
+    let digits = root().join("examples/digits");
+    let o = Command::new(env!("CARGO_BIN_EXE_vitrt"))
+        .args([
+            "classify",
+            "--model",
+            model.to_str().unwrap(),
+            "--format",
+            "jsonl",
+            digits.to_str().unwrap(),
+        ])
+        .env("HF_HOME", dir.path())
+        .env("HF_HUB_OFFLINE", "1")
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_clean_failure(&o, "writing the results");
+    assert!(stderr(&o).contains("No space left"), "{}", stderr(&o));
 }
