@@ -2,6 +2,7 @@
 //! NVIDIA GPU through our own kernels.
 
 mod cli;
+mod output_file;
 mod pipeline;
 mod report;
 

@@ -973,3 +973,313 @@ fn classify_reports_a_full_disk() {
     assert_clean_failure(&o, "writing the results");
     assert!(stderr(&o).contains("No space left"), "{}", stderr(&o));
 }
+
+/// Fails if a message says a cause twice in a row ("X: X"), as a chain whose variants both
+/// embed and return their cause does.
+fn assert_each_cause_once(o: &Output) {
+    let err = stderr(o);
+    let parts: Vec<&str> = err.trim_end().split(": ").collect();
+    for pair in parts.windows(2) {
+        assert_ne!(pair[0], pair[1], "a cause printed twice: {err}");
+    }
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+}
+
+/// `vitrt infer` on the tiny model with `extra` arguments, reading its reference pixels.
+fn infer_tiny(extra: &[&str], dir: &Path) -> Output {
+    let model = fixture("tiny-gelu");
+    let reference = model.join("reference.safetensors");
+    let mut args = vec![
+        "infer",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        reference.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    vitrt(&args, dir)
+}
+
+fn logits_of(bytes: &[u8], dir: &Path) -> Vec<f32> {
+    let file = dir.join("copy-of-stdout.safetensors");
+    std::fs::write(&file, bytes).unwrap();
+    let tensors = vitrt_weights::read_f32_tensors(&file).unwrap();
+    let (_, shape, values) = tensors.into_iter().find(|t| t.0 == "logits").unwrap();
+    assert_eq!(shape, vec![2, 10]);
+    values
+}
+
+#[test]
+fn infer_output_dash_and_dev_stdout_write_safetensors_to_stdout() {
+    let dir = temp();
+    let o = infer_tiny(&["--output", "-"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("wrote stdout (logits)"),
+        "{}",
+        stderr(&o)
+    );
+    let logits = logits_of(&o.stdout, dir.path());
+
+    let link_before = std::fs::symlink_metadata("/dev/stdout").ok();
+    let o = infer_tiny(&["--output", "/dev/stdout"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(logits_of(&o.stdout, dir.path()), logits);
+    if let Some(before) = link_before {
+        let after = std::fs::symlink_metadata("/dev/stdout").unwrap();
+        assert_eq!(
+            before.file_type().is_symlink(),
+            after.file_type().is_symlink(),
+            "/dev/stdout itself is left alone"
+        );
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn infer_output_to_a_full_disk_is_a_one_line_error() {
+    let dir = temp();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let model = fixture("tiny-gelu");
+    let reference = model.join("reference.safetensors");
+    let o = Command::new(env!("CARGO_BIN_EXE_vitrt"))
+        .args([
+            "infer",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            reference.to_str().unwrap(),
+            "--output",
+            "-",
+        ])
+        .env("HF_HOME", dir.path())
+        .env("HF_HUB_OFFLINE", "1")
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_clean_failure(&o, "No space left on device");
+    assert_each_cause_once(&o);
+}
+
+#[cfg(unix)]
+#[test]
+fn infer_refuses_devices_folders_and_fifos_before_running() {
+    let dir = temp();
+    // A model that does not exist: the output is refused before the model is looked at.
+    let missing_model = dir.path().join("no-model");
+    let refuse = |output: &str, needle: &str| {
+        let o = vitrt(
+            &[
+                "infer",
+                "--model",
+                missing_model.to_str().unwrap(),
+                "--input",
+                "in.safetensors",
+                "--output",
+                output,
+            ],
+            dir.path(),
+        );
+        assert_clean_failure(&o, needle);
+        assert!(!stderr(&o).contains("no-model"), "{}", stderr(&o));
+    };
+    refuse("/dev/full", "/dev/full: it is a device, not a regular file");
+    let full = std::fs::metadata("/dev/full").unwrap();
+    assert!(!full.file_type().is_file(), "/dev/full is still a device");
+    refuse(dir.path().to_str().unwrap(), "it is a folder");
+    let fifo = dir.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if made.is_ok_and(|s| s.success()) {
+        refuse(fifo.to_str().unwrap(), "it is a fifo, not a regular file");
+    }
+    let nested = dir.path().join("no/such/out.safetensors");
+    refuse(
+        nested.to_str().unwrap(),
+        "is not a folder (it does not exist)",
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn infer_writes_through_links_and_replaces_read_only_files_only_with_force() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp();
+    let real = dir.path().join("real.safetensors");
+    std::fs::write(&real, "old").unwrap();
+    let link = dir.path().join("link.safetensors");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let o = infer_tiny(&["--output", link.to_str().unwrap()], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let written = std::fs::read(&real).unwrap();
+    assert_eq!(logits_of(&written, dir.path()).len(), 20);
+
+    std::fs::write(&real, "keep").unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let o = infer_tiny(&["--output", link.to_str().unwrap()], dir.path());
+    assert_clean_failure(&o, "the file is read-only (--force replaces it)");
+    assert_eq!(std::fs::read(&real).unwrap(), b"keep");
+    let o = infer_tiny(&["--output", link.to_str().unwrap(), "--force"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        logits_of(&std::fs::read(&real).unwrap(), dir.path()).len(),
+        20
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn report_files_are_checked_before_the_work() {
+    let dir = temp();
+    let model = fixture("tiny-gelu");
+    let read_only = dir.path().join("ro.json");
+    std::fs::write(&read_only, "keep").unwrap();
+    let mut permissions = std::fs::metadata(&read_only).unwrap().permissions();
+    permissions.set_readonly(true);
+    std::fs::set_permissions(&read_only, permissions).unwrap();
+    for flag in ["--json", "--trace"] {
+        let o = vitrt(
+            &[
+                "profile",
+                "--model",
+                model.to_str().unwrap(),
+                "--batch-size",
+                "1",
+                "--reps",
+                "5",
+                flag,
+                read_only.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        assert_clean_failure(&o, "read-only (--force replaces it)");
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("forward"));
+    }
+    assert_eq!(std::fs::read(&read_only).unwrap(), b"keep");
+    let o = vitrt(
+        &[
+            "bench",
+            "model",
+            "--model",
+            model.to_str().unwrap(),
+            "--json",
+            "-",
+        ],
+        dir.path(),
+    );
+    assert_clean_failure(&o, "cannot write to `-` here");
+    let o = vitrt(
+        &["bench", "kernels", "--json", dir.path().to_str().unwrap()],
+        dir.path(),
+    );
+    assert_clean_failure(&o, "it is a folder");
+}
+
+#[test]
+fn errors_say_each_cause_once() {
+    let dir = temp();
+    let model = fixture("tiny-gelu");
+    let out = dir.path().join("out.safetensors");
+    // --model naming a file.
+    let o = vitrt(
+        &[
+            "infer",
+            "--model",
+            model.join("config.json").to_str().unwrap(),
+            "--input",
+            model.join("reference.safetensors").to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_clean_failure(&o, "config.json");
+    assert_each_cause_once(&o);
+    // An input that exists but cannot be read as a file: an I/O error with its cause.
+    #[cfg(target_os = "linux")]
+    {
+        let o = vitrt(
+            &[
+                "infer",
+                "--model",
+                model.to_str().unwrap(),
+                "--input",
+                "/proc/self/status",
+                "--output",
+                out.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        assert_clean_failure(&o, "cannot read /proc/self/status: ");
+        assert_each_cause_once(&o);
+    }
+    // An output folder that is a file.
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let o = infer_tiny(
+        &["--output", file.join("out.safetensors").to_str().unwrap()],
+        dir.path(),
+    );
+    assert_clean_failure(&o, "is not a folder");
+    assert_each_cause_once(&o);
+}
+
+#[test]
+fn infer_and_parity_refuse_non_finite_pixels_naming_the_first() {
+    let dir = temp();
+    let model = fixture("tiny-gelu");
+    let reference = model.join("reference.safetensors");
+    let tensors = vitrt_weights::read_f32_tensors(&reference).unwrap();
+    for (value, shown) in [
+        (f32::NAN, "NaN"),
+        (f32::INFINITY, "inf"),
+        (f32::NEG_INFINITY, "-inf"),
+    ] {
+        let mut edited = tensors.clone();
+        let (_, shape, pixels) = edited.iter_mut().find(|t| t.0 == "pixel_values").unwrap();
+        assert_eq!(shape, &vec![2, 3, 32, 32]);
+        // Image 1, channel 2, row 5, column 7; and a later one that must not be named.
+        pixels[((3 + 2) * 32 + 5) * 32 + 7] = value;
+        pixels[((3 + 2) * 32 + 9) * 32] = value;
+        let input = dir.path().join("bad.safetensors");
+        vitrt_weights::write_f32_tensors(&input, &edited).unwrap();
+        let out = dir.path().join("out.safetensors");
+        let needle = format!("pixel_values[1, 2, 5, 7] (as [b, c, y, x]) is {shown}");
+        let o = vitrt(
+            &[
+                "infer",
+                "--model",
+                model.to_str().unwrap(),
+                "--input",
+                input.to_str().unwrap(),
+                "--output",
+                out.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        assert_clean_failure(&o, &needle);
+        assert!(!out.exists(), "nothing written");
+        let o = vitrt(
+            &[
+                "parity",
+                "--model",
+                model.to_str().unwrap(),
+                "--reference",
+                input.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        assert_clean_failure(&o, &needle);
+    }
+}

@@ -1,6 +1,7 @@
 //! `vitrt infer`: pixel_values from a safetensors file in, the model's outputs out.
 
 use super::{pixel_values, read_tensors, ModelArgs};
+use crate::output_file::{Contents, OutputFile};
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
@@ -13,15 +14,21 @@ pub struct InferArgs {
     /// safetensors file holding `pixel_values` [B, C, H, W].
     #[arg(long)]
     input: PathBuf,
-    /// Where to write `logits` (or `last_hidden_state`) as f32 safetensors.
+    /// Where to write `logits` (or `last_hidden_state`) as f32 safetensors; `-` writes them
+    /// to stdout (never to a terminal).
     #[arg(long)]
     output: PathBuf,
     /// Also write every `hidden_states.{i}`, indexed as Hugging Face's output_hidden_states.
     #[arg(long)]
     dump_activations: bool,
+    /// Replace --output even if it is read-only.
+    #[arg(long)]
+    force: bool,
 }
 
 pub fn run(args: InferArgs) -> Result<ExitCode> {
+    // Before any work: a run that cannot keep its result should not start.
+    let output = OutputFile::check(&args.output, Contents::Binary, true, args.force)?;
     let (mut runner, _) = args.model.open()?;
     let tensors = read_tensors(&args.input)?;
     let (batch, pixels) = pixel_values(&tensors, &runner, &args.input)?;
@@ -30,9 +37,14 @@ pub fn run(args: InferArgs) -> Result<ExitCode> {
         .into_iter()
         .map(|t| (t.name, t.shape, t.data))
         .collect();
-    // Written whole or not at all: the writer goes through a temporary file and a rename.
-    vitrt_weights::write_f32_tensors(&args.output, &named)?;
+    // Written whole or not at all: a temporary file beside the target, then a rename.
+    output.write(&vitrt_weights::f32_tensors_bytes(&args.output, &named)?)?;
     let names: Vec<&str> = named.iter().map(|(n, _, _)| n.as_str()).collect();
-    eprintln!("wrote {} ({})", args.output.display(), names.join(", "));
+    let place = if output.is_stdout() {
+        "stdout".to_string()
+    } else {
+        output.display().to_string()
+    };
+    eprintln!("wrote {place} ({})", names.join(", "));
     Ok(ExitCode::SUCCESS)
 }

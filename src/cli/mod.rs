@@ -223,5 +223,14 @@ fn pixel_values(
             want[3]
         );
     }
+    if let Some(at) = px.data.iter().position(|v| !v.is_finite()) {
+        let (c, h, w) = (px.shape[1], px.shape[2], px.shape[3]);
+        let index = [at / (c * h * w), at / (h * w) % c, at / w % h, at % w];
+        bail!(
+            "{}: pixel_values{index:?} (as [b, c, y, x]) is {}; the model takes finite values only",
+            path.display(),
+            px.data[at]
+        );
+    }
     Ok((px.shape[0], px.data.clone()))
 }

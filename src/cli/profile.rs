@@ -6,6 +6,7 @@
 //! device-to-device copy for the memory-bound nodes.
 
 use super::ModelArgs;
+use crate::output_file::OutputFile;
 use crate::report::stats::Stats;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -38,6 +39,9 @@ pub struct ProfileArgs {
     /// Also write one forward pass as a Chrome trace (chrome://tracing, ui.perfetto.dev).
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
+    /// Replace an output file even if it is read-only.
+    #[arg(long)]
+    force: bool,
 }
 
 /// One node of the profile.
@@ -64,9 +68,16 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
             args.reps
         );
     }
-    for path in [&args.json, &args.trace].into_iter().flatten() {
-        super::bench::check_writable_folder(path)?;
-    }
+    let json = args
+        .json
+        .as_deref()
+        .map(|path| OutputFile::check_report(path, args.force))
+        .transpose()?;
+    let trace_file = args
+        .trace
+        .as_deref()
+        .map(|path| OutputFile::check_report(path, args.force))
+        .transpose()?;
     let (mut runner, _, device) = args.model.open_on_device()?;
     let dtype = runner.backend().dtype();
     let batch = args.batch_size;
@@ -162,7 +173,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     print_by_kind(&rows, total);
     print_by_node(&rows);
 
-    if let Some(path) = &args.json {
+    if let Some(json) = &json {
         let document = serde_json::json!({
             "model": args.model.name(),
             "device": described,
@@ -173,11 +184,9 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
             "ceilings": ceilings.as_ref().map(|c| serde_json::json!({"copy_gbps": c.copy_gbps})),
             "nodes": rows,
         });
-        std::fs::write(path, serde_json::to_string_pretty(&document)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        json.write_and_tell((serde_json::to_string_pretty(&document)? + "\n").as_bytes())?;
     }
-    if let Some(path) = &args.trace {
+    if let Some(trace_file) = &trace_file {
         // The last timed pass, its nodes laid end to end (the marks leave no gaps to show).
         let pass = times.node_ms.last().context("no pass was timed")?;
         let mut start_us = 0.0f64;
@@ -197,9 +206,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
             start_us += dur_us;
         }
         let trace = serde_json::json!({"traceEvents": events, "displayTimeUnit": "ms"});
-        std::fs::write(path, serde_json::to_string(&trace)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        trace_file.write_and_tell((serde_json::to_string(&trace)? + "\n").as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,6 +3,7 @@
 //! `vitrt_kernels::cuda::tuning`), which every later run on the same GPU model reads. Prints
 //! what the cost-model heuristic would have chosen, what won, and the gain.
 
+use crate::output_file::OutputFile;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -50,6 +51,9 @@ pub struct TuneArgs {
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Replace an output file even if it is read-only.
+    #[arg(long)]
+    force: bool,
 }
 
 /// One tuned problem, as printed and written.
@@ -87,9 +91,11 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
         None => Precision::default_for(args.dtype),
     };
     let residual_dtype = precision.residual;
-    if let Some(path) = &args.json {
-        super::bench::check_writable_folder(path)?;
-    }
+    let json = args
+        .json
+        .as_deref()
+        .map(|path| OutputFile::check_report(path, args.force))
+        .transpose()?;
     let files = resolve_model(
         &args.model,
         &ResolveOptions {
@@ -212,7 +218,7 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
     if let Some(file) = tuning_file {
         println!("tuned tiles kept in {}", file.display());
     }
-    if let Some(path) = &args.json {
+    if let Some(json) = &json {
         let document = serde_json::json!({
             "model": args.model,
             "device": gpu.name(),
@@ -221,8 +227,7 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
             "reps": args.reps,
             "results": rows,
         });
-        std::fs::write(path, serde_json::to_string_pretty(&document)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        json.write_and_tell((serde_json::to_string_pretty(&document)? + "\n").as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -392,10 +392,7 @@ mod tests {
 
     /// Runs the ring and returns, per image in the order consumed: Ok(first byte) or the
     /// failure, plus the stats.
-    fn consume_all(
-        paths: &[PathBuf],
-        config: PipelineConfig,
-    ) -> (Seen, PipelineStats) {
+    fn consume_all(paths: &[PathBuf], config: PipelineConfig) -> (Seen, PipelineStats) {
         let mut staging: Vec<HostStaging> = (0..config.depth)
             .map(|_| HostStaging::heap(config.batch_size * config.image_bytes))
             .collect();

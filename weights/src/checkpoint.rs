@@ -272,7 +272,7 @@ fn io_error(path: &Path, source: std::io::Error) -> WeightsError {
     } else {
         WeightsError::Io {
             path: path.to_path_buf(),
-            source,
+            cause: source,
         }
     }
 }

@@ -4,23 +4,26 @@ use std::path::PathBuf;
 
 /// Errors of this crate. Every variant names the file, tensor or repository concerned, so a
 /// message read on its own says what to fix.
+///
+/// The project's rule for causes (every crate): a variant's message embeds its cause, and no
+/// variant hands it out again as [`std::error::Error::source`] (no `#[source]`, `#[from]`
+/// only with `#[error(transparent)]`, no field named `source`), so that a chain printed
+/// whole (`{:#}`) says each cause once.
 #[derive(Debug, thiserror::Error)]
 pub enum WeightsError {
     #[error("file or folder not found: {}", path.display())]
     NotFound { path: PathBuf },
 
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {cause}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 
-    #[error("cannot write {}: {source}", path.display())]
+    #[error("cannot write {}: {cause}", path.display())]
     Write {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 
     /// The bytes of a `.safetensors` file do not form a valid file (truncated, bad header, ...).

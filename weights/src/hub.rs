@@ -332,13 +332,13 @@ fn resolve_from_hub(
         cache
             .repo(model_repo(revision))
             .create_ref(&commit)
-            .map_err(|source| WeightsError::Write {
+            .map_err(|cause| WeightsError::Write {
                 path: settings
                     .cache_dir
                     .join(repo_folder_name(repo_id))
                     .join("refs")
                     .join(revision),
-                source,
+                cause,
             })?;
     }
     resolve_from_cache(repo_id, &commit, &settings.cache_dir).map(|mut files| {

@@ -20,4 +20,4 @@ pub use hub::{
     resolve_model, resolve_model_with, HubSettings, ModelFiles, ModelOrigin, ResolveOptions,
     CONFIG_FILE_NAME, PREPROCESSOR_CONFIG_FILE_NAME,
 };
-pub use tensor_file::{read_f32_tensors, write_f32_tensors, NamedTensor};
+pub use tensor_file::{f32_tensors_bytes, read_f32_tensors, write_f32_tensors, NamedTensor};

@@ -19,6 +19,13 @@ pub type NamedTensor = (String, Vec<usize>, Vec<f32>);
 /// temporary file in the same folder, which is renamed over `path` only once complete, so a
 /// failure leaves no half-written file (and an existing file at `path` untouched).
 pub fn write_f32_tensors(path: &Path, tensors: &[NamedTensor]) -> Result<(), WeightsError> {
+    let file_bytes = f32_tensors_bytes(path, tensors)?;
+    write_atomically(path, &file_bytes)
+}
+
+/// The bytes of the F32 safetensors file [`write_f32_tensors`] would write, for callers that
+/// write them elsewhere (stdout, their own file). `path` only names the target in errors.
+pub fn f32_tensors_bytes(path: &Path, tensors: &[NamedTensor]) -> Result<Vec<u8>, WeightsError> {
     let invalid = |reason: String| WeightsError::InvalidTensorData {
         path: path.to_path_buf(),
         reason,
@@ -55,9 +62,7 @@ pub fn write_f32_tensors(path: &Path, tensors: &[NamedTensor]) -> Result<(), Wei
             .map_err(|e| invalid(format!("tensor `{name}`: {e}")))?;
         views.push((name.as_str(), view));
     }
-    let file_bytes = safetensors::serialize(views, None)
-        .map_err(|e| invalid(format!("serialization failed: {e}")))?;
-    write_atomically(path, &file_bytes)
+    safetensors::serialize(views, None).map_err(|e| invalid(format!("serialization failed: {e}")))
 }
 
 /// Reads every tensor of a safetensors file (F32, F16 or BF16), converted to f32, sorted by name.
@@ -75,9 +80,9 @@ pub fn read_f32_tensors(path: &Path) -> Result<Vec<NamedTensor>, WeightsError> {
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), WeightsError> {
-    let write_error = |source: std::io::Error| WeightsError::Write {
+    let write_error = |cause: std::io::Error| WeightsError::Write {
         path: path.to_path_buf(),
-        source,
+        cause,
     };
     let Some(file_name) = path.file_name() else {
         return Err(WeightsError::InvalidTensorData {

@@ -168,6 +168,9 @@ fn a_failed_write_leaves_the_previous_file_untouched() {
         write_f32_tensors(&blocked, &[("new".to_string(), vec![1], vec![2.0])]).unwrap_err();
     assert!(matches!(error, WeightsError::Write { .. }), "{error:?}");
     assert!(error.to_string().contains("blocked"), "{error}");
+    // The cause is in the message and nowhere else, so a printed chain says it once.
+    assert!(error.to_string().contains("os error"), "{error}");
+    assert!(std::error::Error::source(&error).is_none(), "{error:?}");
     assert_eq!(
         folder_entries(dir.path()),
         ["blocked", "out.safetensors"],

@@ -24,8 +24,13 @@
 //! Every entry carries the hash of the kernel's source and of its candidate list when it was
 //! tuned; an entry with another hash (the kernel changed since) is ignored, as is a choice
 //! that is no longer a candidate. A file that cannot be read as this format is reported once
-//! on stderr and ignored, never trusted; the next `vitrt tune` replaces it. Writes go to a
-//! temporary file renamed into place.
+//! on stderr and ignored, never trusted; the next `vitrt tune` replaces it.
+//!
+//! Writers may run at once (two `vitrt tune` on one machine): a save takes an exclusive lock
+//! on `tuning.json.lock` beside the file, rereads the file, lays the entries this table
+//! gained since its last save over what is there (so both writers' entries survive, and for
+//! one key the later save wins), and writes the result to a temporary file that is synced
+//! and renamed into place.
 
 use super::compile::fnv_checksum;
 use super::matmul::{self, MatmulTile};
@@ -41,6 +46,8 @@ use std::sync::{Mutex, OnceLock};
 pub const TUNING_FORMAT: &str = "vitrt-tuning/1";
 /// The tuning file's name in the kernel cache's folder.
 pub const TUNING_FILE_NAME: &str = "tuning.json";
+/// The lock file beside it, held while a save rereads, merges and replaces the file.
+pub const TUNING_LOCK_NAME: &str = "tuning.json.lock";
 
 /// The tiles the matmul tuner times for `dtype` on `gpu`. The one place that says which tiles
 /// are candidates, so that tiles which need a newer architecture can be filtered here.
@@ -166,6 +173,8 @@ struct StoredFile {
 pub struct TuningTable {
     path: Option<PathBuf>,
     entries: BTreeMap<(TuningKey, String), TunedChoice>,
+    /// The entries inserted since the last save: what a save lays over the file's own.
+    unsaved: BTreeMap<(TuningKey, String), TunedChoice>,
 }
 
 impl TuningTable {
@@ -174,12 +183,13 @@ impl TuningTable {
         TuningTable {
             path,
             entries: BTreeMap::new(),
+            unsaved: BTreeMap::new(),
         }
     }
 
     /// The default file: [`TUNING_FILE_NAME`] in the kernel cache's folder.
     pub fn default_path() -> Option<PathBuf> {
-        super::DiskCache::from_env().map(|cache| cache.dir().join(TUNING_FILE_NAME))
+        super::cache::default_dir().map(|dir| dir.join(TUNING_FILE_NAME))
     }
 
     /// Reads the table at `path`. A missing file is an empty table; a file that is not a
@@ -257,20 +267,48 @@ impl TuningTable {
     }
 
     /// Keeps `choice` for `key` at `source_hash`, replacing what was there.
+    /// The next [`TuningTable::save`] writes it, over what the file holds for `key` then.
     pub fn insert(&mut self, key: TuningKey, source_hash: &str, choice: TunedChoice) {
-        self.entries.insert((key, source_hash.to_string()), choice);
+        let entry = (key, source_hash.to_string());
+        self.unsaved.insert(entry.clone(), choice.clone());
+        self.entries.insert(entry, choice);
     }
 
-    /// Writes the table to its file, whole or not at all.
-    pub fn save(&self) -> Result<&Path, String> {
+    /// Merges this table's unsaved entries into its file, whole or not at all, under the
+    /// file's lock: the file is reread (a file that cannot be read as this format is
+    /// replaced), the entries inserted since the last save are laid over its own, and the
+    /// result is written to a synced temporary file renamed into place. Afterwards this table
+    /// holds the merged entries, other writers' included.
+    pub fn save(&mut self) -> Result<PathBuf, String> {
         let path = self
             .path
-            .as_deref()
+            .clone()
             .ok_or("no tuning file: set VITRT_CACHE_DIR or HOME")?;
+        let fail = |e: std::io::Error| format!("writing {}: {e}", path.display());
+        let folder = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&folder).map_err(fail)?;
+        let lock_path = folder.join(TUNING_LOCK_NAME);
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
+        // Released when `lock` is dropped (or the process ends).
+        lock.lock()
+            .map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
+
+        let (on_disk, _unreadable) = TuningTable::load(&path);
+        let mut merged = on_disk.entries;
+        for (key, choice) in &self.unsaved {
+            merged.insert(key.clone(), choice.clone());
+        }
         let file = StoredFile {
             format: TUNING_FORMAT.into(),
-            entries: self
-                .entries
+            entries: merged
                 .iter()
                 .map(|((key, source_hash), choice)| StoredEntry {
                     key: key.clone(),
@@ -281,17 +319,10 @@ impl TuningTable {
                 .collect(),
         };
         let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
-        let fail = |e: std::io::Error| format!("writing {}: {e}", path.display());
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(fail)?;
-        }
-        let temporary = path.with_extension(format!("json.{}.tmp", std::process::id()));
-        let written = std::fs::write(&temporary, text + "\n")
-            .and_then(|()| std::fs::rename(&temporary, path));
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&temporary);
-            return Err(fail(e));
-        }
+        super::cache::write_atomically(&path, (text + "\n").as_bytes()).map_err(fail)?;
+        drop(lock);
+        self.entries = merged;
+        self.unsaved.clear();
         Ok(path)
     }
 }
@@ -504,10 +535,7 @@ impl Gpu {
                 median_ms: tuning.best_ms,
             },
         );
-        table
-            .save()
-            .map(Path::to_path_buf)
-            .map_err(KernelError::Cuda)
+        table.save().map_err(KernelError::Cuda)
     }
 }
 
@@ -691,6 +719,81 @@ mod tests {
         assert_eq!(loaded.lookup(&key(64), &hash()), None);
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains(TUNING_FORMAT), "{text}");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    fn tile(n: usize) -> TunedChoice {
+        TunedChoice {
+            choice: format!("tile{n}"),
+            median_ms: 0.01 * (n + 1) as f64,
+        }
+    }
+
+    #[test]
+    fn concurrent_writers_keep_each_others_entries() {
+        let path = scratch("concurrent");
+        const SAVES: usize = 40;
+        let writers: Vec<_> = [1usize, 1000]
+            .into_iter()
+            .map(|first_batch| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    // Each writer loads once, as a `vitrt tune` process does, then saves after
+                    // every entry.
+                    let (mut table, _) = TuningTable::load(&path);
+                    for i in 0..SAVES {
+                        table.insert(key(first_batch + i), &hash(), tile(i));
+                        table.save().unwrap();
+                    }
+                    table.len()
+                })
+            })
+            .collect();
+        for writer in writers {
+            let seen = writer.join().unwrap();
+            assert!(
+                seen >= SAVES,
+                "a writer's table holds at least its own entries"
+            );
+        }
+        let (table, problem) = TuningTable::load(&path);
+        assert_eq!(problem, None);
+        assert_eq!(table.len(), 2 * SAVES, "no entry lost");
+        for i in 0..SAVES {
+            assert_eq!(table.lookup(&key(1 + i), &hash()), Some(&tile(i)));
+            assert_eq!(table.lookup(&key(1000 + i), &hash()), Some(&tile(i)));
+        }
+        let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn for_one_key_the_later_save_wins_and_older_entries_are_not_rewritten() {
+        let path = scratch("newer-wins");
+        let (mut first, _) = TuningTable::load(&path);
+        let (mut second, _) = TuningTable::load(&path);
+        first.insert(key(1), &hash(), tile(1));
+        first.save().unwrap();
+        second.insert(key(1), &hash(), tile(2));
+        second.save().unwrap();
+        // The first writer saves again, for another key: its older choice for key(1), saved
+        // already, does not come back over the second's.
+        first.insert(key(8), &hash(), tile(8));
+        first.save().unwrap();
+        let (table, _) = TuningTable::load(&path);
+        assert_eq!(table.lookup(&key(1), &hash()), Some(&tile(2)));
+        assert_eq!(table.lookup(&key(8), &hash()), Some(&tile(8)));
+        assert_eq!(
+            first.lookup(&key(1), &hash()),
+            Some(&tile(2)),
+            "merged in memory"
+        );
+        assert!(path.with_file_name(TUNING_LOCK_NAME).exists());
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 

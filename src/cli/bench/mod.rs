@@ -6,10 +6,11 @@ mod cases;
 mod measure;
 mod model;
 
+use crate::output_file::OutputFile;
 use crate::report::{self, plot, schema, table};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use vitrt_kernels::cuda::Gpu;
 use vitrt_kernels::DType;
@@ -52,6 +53,9 @@ pub struct KernelsArgs {
     /// Only the cases whose op/case contains this text (qkv, softmax, b64, square/8192).
     #[arg(long, value_name = "SUBSTRING")]
     filter: Option<String>,
+    /// Replace an output file even if it is read-only.
+    #[arg(long)]
+    force: bool,
 }
 
 /// The fewest timed repetitions whose median means something.
@@ -92,9 +96,16 @@ fn kernels(args: KernelsArgs) -> Result<ExitCode> {
             args.filter.unwrap_or_default()
         );
     }
-    for path in [&args.json, &args.plot].into_iter().flatten() {
-        check_writable_folder(path)?;
-    }
+    let json = args
+        .json
+        .as_deref()
+        .map(|path| OutputFile::check_report(path, args.force))
+        .transpose()?;
+    let plot_file = args
+        .plot
+        .as_deref()
+        .map(|path| OutputFile::check_report(path, args.force))
+        .transpose()?;
 
     let gpu = Gpu::new(ordinal).with_context(|| format!("opening {}", args.device))?;
     let device = measure::device_info(&gpu)?;
@@ -130,7 +141,7 @@ fn kernels(args: KernelsArgs) -> Result<ExitCode> {
         println!(
             "{} timing(s) skipped; the reasons are above on stderr{}",
             report.skipped.len(),
-            if args.json.is_some() {
+            if json.is_some() {
                 " and in the JSON"
             } else {
                 ""
@@ -138,31 +149,14 @@ fn kernels(args: KernelsArgs) -> Result<ExitCode> {
         );
     }
 
-    if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+    if let Some(json) = &json {
+        json.write_and_tell((serde_json::to_string_pretty(&report)? + "\n").as_bytes())?;
     }
-    if let Some(path) = &args.plot {
+    if let Some(plot_file) = &plot_file {
         let svg = plot::render(&report::figure(&report))?;
-        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        plot_file.write_and_tell(svg.as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Fails at once, rather than after minutes of timing, when an output's folder is missing.
-pub(crate) fn check_writable_folder(path: &Path) -> Result<()> {
-    match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
-            bail!(
-                "cannot write {}: {} is not a folder",
-                path.display(),
-                dir.display()
-            )
-        }
-        _ => Ok(()),
-    }
 }
 
 #[cfg(test)]

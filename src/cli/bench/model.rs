@@ -4,6 +4,7 @@
 //! (scripts/bench_torch.py) takes around `model(pixels)`, host launch overhead included.
 
 use crate::cli::ModelArgs;
+use crate::output_file::OutputFile;
 use crate::report::schema::{self, BenchReport, DeviceInfo, Skipped};
 use crate::report::stats::Stats;
 use anyhow::{bail, Context, Result};
@@ -29,6 +30,9 @@ pub struct ModelBenchArgs {
     /// Also write the results as JSON (schema vitrt-bench/1, in "models").
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Replace an output file even if it is read-only.
+    #[arg(long)]
+    force: bool,
 }
 
 pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
@@ -41,9 +45,11 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
             args.reps
         );
     }
-    if let Some(path) = &args.json {
-        super::check_writable_folder(path)?;
-    }
+    let json = args
+        .json
+        .as_deref()
+        .map(|path| OutputFile::check_report(path, args.force))
+        .transpose()?;
     let (mut runner, _) = args.model.open()?;
     let dtype = runner.backend().dtype();
     println!(
@@ -112,7 +118,7 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
     }
     progress.finish_and_clear();
 
-    if let Some(path) = &args.json {
+    if let Some(json) = &json {
         let report = BenchReport {
             schema: schema::SCHEMA.into(),
             tool: format!("vitrt {}", env!("CARGO_PKG_VERSION")),
@@ -128,9 +134,7 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
             models: rows,
             skipped,
         };
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        json.write_and_tell((serde_json::to_string_pretty(&report)? + "\n").as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
 }
