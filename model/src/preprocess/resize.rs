@@ -139,6 +139,8 @@ pub(super) struct Resizer {
     intermediate: Vec<u8>,
     sums32: Vec<i32>,
     sums64: Vec<i64>,
+    /// Nearest's input column per output column.
+    columns: Vec<usize>,
 }
 
 impl Default for Resizer {
@@ -152,6 +154,7 @@ impl Default for Resizer {
             intermediate: Vec::new(),
             sums32: Vec::new(),
             sums64: Vec::new(),
+            columns: Vec::new(),
         }
     }
 }
@@ -185,7 +188,7 @@ impl Resizer {
         debug_assert_eq!(src.len(), height * width * channels);
         debug_assert_eq!(out.len(), out_height * out_width * channels);
         if filter == Resample::Nearest {
-            resize_nearest(src, shape, out, out_height, out_width);
+            resize_nearest(src, shape, out, out_height, out_width, &mut self.columns);
             return;
         }
         // Each pass stores its result as u8 (rounded and clipped), so the order of the passes
@@ -207,6 +210,7 @@ impl Resizer {
             intermediate,
             sums32,
             sums64,
+            columns: _,
         } = self;
         let passes = Passes {
             src,
@@ -464,7 +468,14 @@ fn convolve_columns<A: Accumulator>(
 /// PIL's nearest-neighbour resize: an affine scale that samples the input pixel under each
 /// output pixel's centre. The sample position advances by repeated addition, as in PIL, which
 /// decides the rare pixel whose centre lands on an input pixel boundary.
-fn resize_nearest(src: &[u8], shape: Shape, out: &mut [u8], out_height: usize, out_width: usize) {
+fn resize_nearest(
+    src: &[u8],
+    shape: Shape,
+    out: &mut [u8],
+    out_height: usize,
+    out_width: usize,
+    columns: &mut Vec<usize>,
+) {
     let (height, width, channels) = shape;
     let source_index = |in_size: usize, out_size: usize| {
         let step = in_size as f64 / out_size as f64;
@@ -476,13 +487,13 @@ fn resize_nearest(src: &[u8], shape: Shape, out: &mut [u8], out_height: usize, o
         }
     };
     let mut next_row = source_index(height, out_height);
-    let mut columns = Vec::with_capacity(out_width);
+    columns.clear();
     let mut next_column = source_index(width, out_width);
     columns.extend((0..out_width).map(|_| next_column()));
     for out_row in out.chunks_exact_mut(out_width * channels) {
         let y = next_row();
         let row = &src[y * width * channels..][..width * channels];
-        for (out_pixel, &x) in out_row.chunks_exact_mut(channels).zip(&columns) {
+        for (out_pixel, &x) in out_row.chunks_exact_mut(channels).zip(columns.iter()) {
             out_pixel.copy_from_slice(&row[x * channels..][..channels]);
         }
     }
