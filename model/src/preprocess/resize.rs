@@ -388,51 +388,87 @@ unsafe fn convolve_rgb_rows_avx2(src: &[u8], shape: Shape, dst: &mut [u8], taps:
     let half = _mm_set1_epi32(ROUNDING_HALF);
     let src_ptr = src.as_ptr();
     let dst_ptr = dst.as_mut_ptr();
-    for y in 0..height {
-        let row_start = y * width * 3;
-        let out_start = y * out_width * 3;
+    // The products of one pair of taps from the eight bytes at `at`.
+    let products = |at: usize, w: __m256i| {
+        // SAFETY: callers check that the eight bytes lie in `src`.
+        let bytes = src_ptr.add(at).cast::<i64>().read_unaligned();
+        let narrow = _mm_shuffle_epi8(_mm_cvtsi64_si128(bytes), spread);
+        _mm256_mullo_epi32(_mm256_cvtepu8_epi32(narrow), w)
+    };
+    // Lanes 0..3 of the sums, rounded, shifted and clipped (PIL's clip8), as bytes 0..3.
+    let clip = |acc: __m256i| {
+        let sum = _mm_add_epi32(
+            _mm256_castsi256_si128(acc),
+            _mm256_extracti128_si256::<1>(acc),
+        );
+        let shifted = _mm_srai_epi32::<{ PRECISION_BITS as i32 }>(_mm_add_epi32(sum, half));
+        let bytes = _mm_packus_epi16(_mm_packs_epi32(shifted, shifted), shifted);
+        (_mm_cvtsi128_si32(bytes) as u32).to_le_bytes()
+    };
+    // Stores a pixel at `at`, of column `x`.
+    let store = |dst: &mut [u8], at: usize, x: usize, pixel: [u8; 4]| {
+        if x + 1 < out_width {
+            // The fourth byte lands on the next pixel of the row, which is written after this
+            // one (the next row's first pixel may already be written: not there).
+            dst_ptr.add(at).cast::<[u8; 4]>().write_unaligned(pixel);
+        } else {
+            dst[at..at + 3].copy_from_slice(&pixel[..3]);
+        }
+    };
+    let scalar = |dst: &mut [u8], start: usize, at: usize, x: usize| {
+        let mut sums = [ROUNDING_HALF; 3];
+        let window = &src[start..start + 3 * taps.count[x]];
+        for (pixel, &w) in window.chunks_exact(3).zip(taps.weights_of(x)) {
+            for c in 0..3 {
+                sums[c] += i32::from(pixel[c]) * w;
+            }
+        }
+        for c in 0..3 {
+            dst[at + c] = sums[c].to_u8();
+        }
+    };
+    let (row_len, out_row_len) = (width * 3, out_width * 3);
+    let mut y = 0;
+    // Two rows at a time: their taps are the same, and the two sums overlap in the pipeline.
+    while y + 1 < height {
         for x in 0..out_width {
-            let count = taps.count[x];
-            let pairs = count.div_ceil(2);
-            let start = row_start + taps.first[x] * 3;
+            let pairs = taps.count[x].div_ceil(2);
+            let start = y * row_len + taps.first[x] * 3;
+            let at = y * out_row_len + x * 3;
             // The last pair's load ends at start + 6 * (pairs - 1) + 8, within `src` or not.
+            if start + row_len + 6 * pairs + 2 > src.len() {
+                scalar(dst, start, at, x);
+                scalar(dst, start + row_len, at + out_row_len, x);
+                continue;
+            }
+            let expanded = taps.expanded.as_ptr().add(x * taps.expanded_stride * 4);
+            let (mut first, mut second) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            for pair in 0..pairs {
+                let w = _mm256_loadu_si256(expanded.add(pair * 8).cast());
+                first = _mm256_add_epi32(first, products(start + 6 * pair, w));
+                second = _mm256_add_epi32(second, products(start + row_len + 6 * pair, w));
+            }
+            store(dst, at, x, clip(first));
+            store(dst, at + out_row_len, x, clip(second));
+        }
+        y += 2;
+    }
+    if y < height {
+        for x in 0..out_width {
+            let pairs = taps.count[x].div_ceil(2);
+            let start = y * row_len + taps.first[x] * 3;
+            let at = y * out_row_len + x * 3;
             if start + 6 * pairs + 2 > src.len() {
-                let weights = taps.weights_of(x);
-                let mut sums = [ROUNDING_HALF; 3];
-                for (pixel, &w) in src[start..start + 3 * count].chunks_exact(3).zip(weights) {
-                    for c in 0..3 {
-                        sums[c] += i32::from(pixel[c]) * w;
-                    }
-                }
-                for c in 0..3 {
-                    dst[out_start + x * 3 + c] = sums[c].to_u8();
-                }
+                scalar(dst, start, at, x);
                 continue;
             }
             let expanded = taps.expanded.as_ptr().add(x * taps.expanded_stride * 4);
             let mut acc = _mm256_setzero_si256();
             for pair in 0..pairs {
-                // SAFETY: in bounds of `src` (checked above) and of `expanded` (asserted).
-                let bytes = src_ptr.add(start + 6 * pair).cast::<i64>().read_unaligned();
-                let narrow = _mm_shuffle_epi8(_mm_cvtsi64_si128(bytes), spread);
-                let pixels = _mm256_cvtepu8_epi32(narrow);
                 let w = _mm256_loadu_si256(expanded.add(pair * 8).cast());
-                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(pixels, w));
+                acc = _mm256_add_epi32(acc, products(start + 6 * pair, w));
             }
-            let sum = _mm_add_epi32(
-                _mm256_castsi256_si128(acc),
-                _mm256_extracti128_si256::<1>(acc),
-            );
-            let shifted = _mm_srai_epi32::<{ PRECISION_BITS as i32 }>(_mm_add_epi32(sum, half));
-            let bytes = _mm_packus_epi16(_mm_packs_epi32(shifted, shifted), shifted);
-            let pixel = (_mm_cvtsi128_si32(bytes) as u32).to_le_bytes();
-            let at = out_start + x * 3;
-            if at + 4 <= dst.len() {
-                // The fourth byte lands on the next pixel, which is written after this one.
-                dst_ptr.add(at).cast::<[u8; 4]>().write_unaligned(pixel);
-            } else {
-                dst[at..at + 3].copy_from_slice(&pixel[..3]);
-            }
+            store(dst, at, x, clip(acc));
         }
     }
 }
