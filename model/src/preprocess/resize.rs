@@ -379,6 +379,9 @@ unsafe fn convolve_rgb_rows_avx2(src: &[u8], shape: Shape, dst: &mut [u8], taps:
     let out_width = taps.first.len();
     assert!(src.len() >= height * width * 3 && dst.len() >= height * out_width * 3);
     assert!(taps.expanded.len() >= out_width * taps.expanded_stride * 4);
+    if out_width == 0 {
+        return;
+    }
     for x in 0..out_width {
         assert!(taps.first[x] + taps.count[x] <= width);
         assert!(taps.count[x] <= taps.expanded_stride);
@@ -406,8 +409,8 @@ unsafe fn convolve_rgb_rows_avx2(src: &[u8], shape: Shape, dst: &mut [u8], taps:
         (_mm_cvtsi128_si32(bytes) as u32).to_le_bytes()
     };
     // Stores a pixel at `at`, of column `x`.
-    let store = |dst: &mut [u8], at: usize, x: usize, pixel: [u8; 4]| {
-        if x + 1 < out_width {
+    let store = |dst: &mut [u8], at: usize, wide: bool, pixel: [u8; 4]| {
+        if wide {
             // The fourth byte lands on the next pixel of the row, which is written after this
             // one (the next row's first pixel may already be written: not there).
             dst_ptr.add(at).cast::<[u8; 4]>().write_unaligned(pixel);
@@ -431,7 +434,8 @@ unsafe fn convolve_rgb_rows_avx2(src: &[u8], shape: Shape, dst: &mut [u8], taps:
     let mut y = 0;
     // Two rows at a time: their taps are the same, and the two sums overlap in the pipeline.
     while y + 1 < height {
-        for x in 0..out_width {
+        // Column x of rows y and y + 1; `wide` when x is not the last column.
+        let mut column = |x: usize, wide: bool| {
             let pairs = taps.count[x].div_ceil(2);
             let start = y * row_len + taps.first[x] * 3;
             let at = y * out_row_len + x * 3;
@@ -439,7 +443,7 @@ unsafe fn convolve_rgb_rows_avx2(src: &[u8], shape: Shape, dst: &mut [u8], taps:
             if start + row_len + 6 * pairs + 2 > src.len() {
                 scalar(dst, start, at, x);
                 scalar(dst, start + row_len, at + out_row_len, x);
-                continue;
+                return;
             }
             let expanded = taps.expanded.as_ptr().add(x * taps.expanded_stride * 4);
             let (mut first, mut second) = (_mm256_setzero_si256(), _mm256_setzero_si256());
@@ -448,9 +452,13 @@ unsafe fn convolve_rgb_rows_avx2(src: &[u8], shape: Shape, dst: &mut [u8], taps:
                 first = _mm256_add_epi32(first, products(start + 6 * pair, w));
                 second = _mm256_add_epi32(second, products(start + row_len + 6 * pair, w));
             }
-            store(dst, at, x, clip(first));
-            store(dst, at + out_row_len, x, clip(second));
+            store(dst, at, wide, clip(first));
+            store(dst, at + out_row_len, wide, clip(second));
+        };
+        for x in 0..out_width - 1 {
+            column(x, true);
         }
+        column(out_width - 1, false);
         y += 2;
     }
     if y < height {
@@ -468,7 +476,7 @@ unsafe fn convolve_rgb_rows_avx2(src: &[u8], shape: Shape, dst: &mut [u8], taps:
                 let w = _mm256_loadu_si256(expanded.add(pair * 8).cast());
                 acc = _mm256_add_epi32(acc, products(start + 6 * pair, w));
             }
-            store(dst, at, x, clip(acc));
+            store(dst, at, x + 1 < out_width, clip(acc));
         }
     }
 }
