@@ -673,6 +673,34 @@ mod tests {
     }
 
     #[test]
+    fn both_paths_match_the_plain_i64_sums_on_many_small_shapes() {
+        // A small LCG picks shapes, from 1x1 up, shrinking and enlarging.
+        let mut state = 12345u64;
+        let mut next = |n: usize| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) as usize % n + 1
+        };
+        for case in 0..300 {
+            // Nearest is no convolution: the reference does not apply to it.
+            let filter = FILTERS[1 + case % (FILTERS.len() - 1)];
+            let channels = if case % 3 == 0 { 1 } else { 3 };
+            let (h, w, oh, ow) = (next(40), next(40), next(30), next(30));
+            let src = gradient(w, h, channels);
+            let shape = (h, w, channels);
+            let expected = reference(&src, shape, oh, ow, filter);
+            let what = format!("{filter:?} {channels} {h}x{w} -> {oh}x{ow}");
+            assert_eq!(resize(&src, shape, oh, ow, filter), expected, "{what}");
+            assert_eq!(
+                resize_baseline(&src, shape, oh, ow, filter),
+                expected,
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
     fn one_resizer_reused_across_sizes_gives_what_fresh_ones_do() {
         let mut resizer = Resizer::default();
         for (i, (h, w)) in [(40, 60), (61, 33), (40, 60), (8, 8), (100, 7)]
