@@ -1,6 +1,8 @@
 //! Per-stage time of one `ImageLoader` (one thread) over a folder of images:
 //! `cargo run --release -p vitrt-model --example preprocess_bench -- DIR [SIZE] [ROUNDS]`.
-//! Each image is loaded ROUNDS times (after one warm-up round) for bilinear and bicubic.
+//! Each round loads every image once, for bilinear then bicubic, after one warm-up round.
+//! Prints each stage's mean over all rounds and its fastest round (per image), the second
+//! being the steadier figure on a machine shared with other work.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -36,37 +38,40 @@ fn main() {
         let table = normalization_table(&cfg);
         let mut hwc = vec![0u8; loader.output_bytes()];
         let mut chw = vec![0f32; hwc.len()];
-        let (mut read, mut decode, mut resize, mut normalize) = Default::default();
-        let mut count = 0u32;
+        // Per round: [read, decode, resize, normalize].
+        let mut per_round: Vec<[Duration; 4]> = Vec::new();
         for round in 0..=rounds {
+            let mut stages = [Duration::ZERO; 4];
             for file in &files {
                 let times = loader.load_file_into(file, &mut hwc).expect("loads");
                 let start = Instant::now();
                 normalize_into(&hwc, cfg.num_channels(), &table, &mut chw);
-                let normalized = start.elapsed();
+                stages[3] += start.elapsed();
                 std::hint::black_box(&chw);
-                if round > 0 {
-                    read += times.read;
-                    decode += times.decode;
-                    resize += times.resize;
-                    normalize += normalized;
-                    count += 1;
-                }
+                stages[0] += times.read;
+                stages[1] += times.decode;
+                stages[2] += times.resize;
+            }
+            if round > 0 {
+                per_round.push(stages);
             }
         }
-        let ms = |d: Duration| d.as_secs_f64() * 1e3 / f64::from(count);
-        let total = read + decode + resize;
+        let n = files.len() as f64;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3 / n;
+        let mean = |s: usize| ms(per_round.iter().map(|r| r[s]).sum::<Duration>()) / rounds as f64;
+        let best = |s: usize| ms(per_round.iter().map(|r| r[s]).min().unwrap());
+        let names = ["read", "decode", "resize", "normalize_into"];
+        let line = |f: &dyn Fn(usize) -> f64| {
+            let parts: Vec<String> = (0..4)
+                .map(|s| format!("{} {:.3}", names[s], f(s)))
+                .collect();
+            parts.join(", ")
+        };
         println!(
-            "resample {resample}: read {:.3} decode {:.3} resize {:.3} ms/image \
-             (load total {:.3} ms, {:.0} images/s on one thread); normalize_into {:.3} ms \
-             ({count} loads of {} images)",
-            ms(read),
-            ms(decode),
-            ms(resize),
-            ms(total),
-            f64::from(count) / total.as_secs_f64(),
-            ms(normalize),
+            "resample {resample}, {} images x {rounds} rounds, ms per image: mean {}; fastest round {}",
             files.len(),
+            line(&mean),
+            line(&best)
         );
     }
 }

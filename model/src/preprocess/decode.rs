@@ -239,7 +239,7 @@ pub(super) fn orientation_from_xmp(xmp: &[u8]) -> Option<Orientation> {
 /// refuses such a file as truncated; libjpeg itself only warns and pads the image with grey.
 struct EndAwareReader<'a> {
     rest: &'a [u8],
-    ran_past_end: std::rc::Rc<std::cell::Cell<bool>>,
+    ran_past_end: &'a std::cell::Cell<bool>,
 }
 
 impl Read for EndAwareReader<'_> {
@@ -287,10 +287,10 @@ fn decode_jpeg(
         image: name.to_string(),
         detail,
     };
-    let ran_past_end = std::rc::Rc::new(std::cell::Cell::new(false));
+    let ran_past_end = std::cell::Cell::new(false);
     let reader = EndAwareReader {
         rest: bytes,
-        ran_past_end: ran_past_end.clone(),
+        ran_past_end: &ran_past_end,
     };
     // libjpeg reports fatal errors by unwinding out of the decoder (mozjpeg turns its
     // error_exit into a panic payload without running the panic hook); catch that here and
