@@ -53,6 +53,10 @@ pub struct ClassifyArgs {
     /// Refuse image files larger than this many bytes without reading them whole.
     #[arg(long, default_value_t = ImageLimits::default().max_file_bytes)]
     max_file_size: u64,
+    /// Refuse images whose decoded pixels would take more bytes than this (width x height x
+    /// channels x bytes per sample), before decoding them.
+    #[arg(long, default_value_t = ImageLimits::default().max_decoded_bytes)]
+    max_decoded_bytes: u64,
     /// No progress bar (it is shown only when stderr is a terminal).
     #[arg(long, short)]
     quiet: bool,
@@ -124,7 +128,7 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
     let limits = ImageLimits {
         max_pixels: args.max_pixels,
         max_file_bytes: args.max_file_size,
-        ..ImageLimits::default()
+        max_decoded_bytes: args.max_decoded_bytes,
     };
     let on_gpu = runner.backend().describe().starts_with("cuda");
     let batch_size = args
