@@ -124,6 +124,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="f16")
     parser.add_argument("--workers", type=int, default=None, help="vitrt --workers (default: its own)")
     parser.add_argument("--repeat-large", type=int, default=0)
+    parser.add_argument("--workers-sweep", default="", help="comma-separated --workers values to run as well")
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
@@ -135,6 +136,12 @@ def main() -> None:
     # run loads them from there. The cold run is kept, the warm one is the figure.
     doc["vitrt_cold"] = run_vitrt(args.vitrt, args.model, files, args.batch_size, args.workers, args.dtype)
     doc["vitrt"] = run_vitrt(args.vitrt, args.model, files, args.batch_size, args.workers, args.dtype)
+    if args.workers_sweep:
+        doc["vitrt_workers"] = {}
+        for w in args.workers_sweep.split(","):
+            run = run_vitrt(args.vitrt, args.model, files, args.batch_size, int(w), args.dtype)
+            doc["vitrt_workers"][w] = run
+            print(f"vitrt --workers {w}: {run['images_per_s']:.0f} images/s", flush=True)
     if args.repeat_large:
         many = (files * (args.repeat_large // len(files) + 1))[: args.repeat_large]
         doc["vitrt_large"] = run_vitrt(args.vitrt, args.model, many, args.batch_size, args.workers, args.dtype)
@@ -156,8 +163,13 @@ def main() -> None:
           f"resize {stages['resize']:.3f} ms; workers busy {v['worker_busy_fraction']:.0%}")
     print(f"  consumer: waiting for batches {v['consumer']['waiting_for_batches_s']:.2f} s, "
           f"submitting {v['consumer']['submitting_s']:.2f} s, collecting {v['consumer']['collecting_results_s']:.2f} s")
+    device = v.get("device")
+    if device:
+        stage = lambda name: f"{name.replace('_', ' ')} {device[name]['median_ms']:.2f} ms"
+        print(f"  device, median a batch: {stage('copy_in')}, {stage('expand')}, {stage('forward')}, "
+              f"{stage('copy_out')}; compute stream busy {device['busy_fraction_of_wall']:.0%} of the wall time")
     if forward_ms:
-        print(f"  forward pass alone {forward_ms:.2f} ms a batch: GPU busy about {doc['gpu_busy_fraction']:.0%}")
+        print(f"  forward pass alone (bench model) {forward_ms:.2f} ms a batch")
     if "vitrt_large" in doc:
         large = doc["vitrt_large"]
         print(f"vitrt on {large['images']} images: {large['images_per_s']:.0f} images/s, peak RSS "

@@ -28,4 +28,4 @@ python3 scripts/make_random_vit.py --out "$model" --preset base >"$logs/make.log
 python3 scripts/make_photos.py --out "$photos" --count "$count" --size 500x375 >>"$logs/make.log" 2>&1 || echo "make_photos failed"
 tail -1 "$logs/make.log"
 python3 scripts/bench_pipeline.py --vitrt "$dir/vitrt.bin" --model "$model" --images "$photos" \
-    --batch-size 256 --repeat-large $((count * 4)) --json "$logs/pipeline.json" 2>&1 | tee "$logs/bench-pipeline.log"
+    --batch-size 256 --repeat-large $((count * 4)) --workers-sweep 4,8,12 --json "$logs/pipeline.json" 2>&1 | tee "$logs/bench-pipeline.log"

@@ -6,7 +6,8 @@ use crate::vit::{GraphOptions, VitModel};
 use std::collections::HashMap;
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::{
-    Backend, DType, Executor, HostStaging, HostTensor, Marks, PendingOutputs, PixelBatch, Precision,
+    Backend, DType, Executor, HostStaging, HostTensor, Marks, PendingOutputs, PixelBatch,
+    Precision, TimelineSpan,
 };
 
 pub struct Runner {
@@ -119,9 +120,24 @@ impl Runner {
         self.prepare(batch, false)?;
         let executor = &self.executors[&(batch, false)];
         let backend = self.backend.as_mut();
+        // Everything is queued before the host waits for the copy, so the device never waits
+        // for the host between the expansion and the forward pass.
         executor.write_pixel_bytes(backend, pixels, shape, table)?;
         executor.launch(backend, Marks::None)?;
-        Ok(executor.start_outputs(backend)?)
+        let outputs = executor.start_outputs(backend)?;
+        backend.wait_for_input_copies()?;
+        Ok(outputs)
+    }
+
+    /// Records device timestamps of the steps of `submit_bytes` (on or off); see
+    /// [`Backend::record_timeline`].
+    pub fn record_timeline(&mut self, on: bool) {
+        self.backend.record_timeline(on);
+    }
+
+    /// The device intervals recorded since the last call; waits for the recorded work.
+    pub fn take_timeline(&mut self) -> Result<Vec<TimelineSpan>, ModelError> {
+        Ok(self.backend.take_timeline()?)
     }
 
     /// Waits for a pass [`Runner::submit_bytes`] queued and returns its main output

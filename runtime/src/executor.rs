@@ -186,8 +186,8 @@ impl Executor {
     }
 
     /// Writes a batch of 8-bit images into the graph's one input, which must be
-    /// [B, C, H, W] for `shape`: see [`Backend::write_pixel_bytes`]. Returns when `pixels`
-    /// may be reused.
+    /// [B, C, H, W] for `shape`: see [`Backend::write_pixel_bytes`]; `pixels` may be reused
+    /// once [`Backend::wait_for_input_copies`] has returned.
     pub fn write_pixel_bytes(
         &self,
         backend: &mut dyn Backend,

@@ -50,6 +50,25 @@ pub struct Batch<'a> {
     pub failures: Vec<(usize, String)>,
 }
 
+/// What takes the batches, on the calling thread.
+pub trait Consumer {
+    /// Takes one batch. Its slot is handed back to the workers when this returns, so the
+    /// pixels must have been copied (or used) by then.
+    fn batch(&mut self, batch: Batch<'_>) -> Result<Flow>;
+
+    /// Called after each batch's slot has been handed back, before waiting for the next batch:
+    /// the place for work that need not hold a slot (waiting for the previous batch's results).
+    fn after_release(&mut self) -> Result<Flow> {
+        Ok(Flow::Continue)
+    }
+}
+
+impl<F: FnMut(Batch<'_>) -> Result<Flow>> Consumer for F {
+    fn batch(&mut self, batch: Batch<'_>) -> Result<Flow> {
+        self(batch)
+    }
+}
+
 /// What the consumer wants after a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flow {
@@ -70,8 +89,10 @@ pub struct PipelineStats {
     pub worker_busy: Duration,
     /// Time the consumer waited for a batch to be complete.
     pub consumer_waiting: Duration,
-    /// Time the consumer spent in its callback.
+    /// Time the consumer spent in `batch` (holding a slot).
     pub consumer_busy: Duration,
+    /// Time the consumer spent in `after_release`.
+    pub consumer_after_release: Duration,
     pub wall: Duration,
     /// The most images decoded (or being decoded) and not yet released by the consumer.
     pub max_in_flight: usize,
@@ -217,14 +238,14 @@ impl Shared<'_> {
 
 /// Loads every path with `workers` threads (each with a loader from `make_loader`) into the
 /// `staging` slots (at least `depth`, each of at least `batch_size * image_bytes` bytes) and
-/// calls `consume` on the calling thread with each batch, in order. The consumer may keep
-/// nothing of a batch's pixels past its call: the slot is refilled after it returns.
+/// hands each batch, in order, to `consumer` on the calling thread. The consumer may keep
+/// nothing of a batch's pixels past its `batch` call: the slot is refilled after it returns.
 pub fn run(
     paths: &[PathBuf],
     config: PipelineConfig,
     staging: &mut [HostStaging],
     make_loader: &(dyn Fn() -> Box<dyn ImageLoad> + Sync),
-    consume: &mut dyn FnMut(Batch<'_>) -> Result<Flow>,
+    consumer: &mut dyn Consumer,
 ) -> Result<PipelineStats> {
     let PipelineConfig {
         batch_size,
@@ -316,7 +337,7 @@ pub fn run(
             let pixels =
                 unsafe { std::slice::from_raw_parts(shared.slots[slot].0, count * image_bytes) };
             let busy = Instant::now();
-            let flow = consume(Batch {
+            let flow = consumer.batch(Batch {
                 first,
                 count,
                 pixels,
@@ -330,6 +351,12 @@ pub fn run(
                 state.in_flight -= std::mem::take(&mut state.started[slot]);
                 shared.slot_free.notify_all();
             }
+            let flow = flow.and_then(|flow| {
+                let after = Instant::now();
+                let next = consumer.after_release();
+                stats.consumer_after_release += after.elapsed();
+                next.map(|next| if flow == Flow::Stop { flow } else { next })
+            });
             match flow {
                 Ok(Flow::Continue) if stop.is_none() => {}
                 Ok(_) => break,
@@ -402,7 +429,7 @@ mod tests {
             config,
             &mut staging,
             &|| Box::new(Mock),
-            &mut |batch| {
+            &mut |batch: Batch<'_>| {
                 for k in 0..batch.count {
                     let index = batch.first + k;
                     let image = &batch.pixels[k * config.image_bytes..][..config.image_bytes];
@@ -513,13 +540,19 @@ mod tests {
         let cfg = config(4, 2, 8);
         let mut staging: Vec<HostStaging> = (0..2).map(|_| HostStaging::heap(4 * 64)).collect();
         let mut calls = 0;
-        let error = run(&list, cfg, &mut staging, &|| Box::new(Mock), &mut |_| {
-            calls += 1;
-            if calls == 3 {
-                anyhow::bail!("the GPU fell over")
-            }
-            Ok(Flow::Continue)
-        })
+        let error = run(
+            &list,
+            cfg,
+            &mut staging,
+            &|| Box::new(Mock),
+            &mut |_: Batch<'_>| {
+                calls += 1;
+                if calls == 3 {
+                    anyhow::bail!("the GPU fell over")
+                }
+                Ok(Flow::Continue)
+            },
+        )
         .unwrap_err();
         assert_eq!(error.to_string(), "the GPU fell over");
         assert_eq!(calls, 3);

@@ -75,6 +75,15 @@ impl StreamEvent {
             .map_err(|e| KernelError::driver("cuEventSynchronize", e))
     }
 
+    /// Device milliseconds from `start` to this event (both recorded on this Gpu, either
+    /// stream); waits for both.
+    pub fn ms_since(&self, start: &StreamEvent) -> Result<f32, KernelError> {
+        start
+            .event
+            .elapsed_ms(&self.event)
+            .map_err(|e| KernelError::driver("cuEventElapsedTime", e))
+    }
+
     /// Whether the work before the event has finished, without waiting.
     pub fn is_complete(&self) -> Result<bool, KernelError> {
         self.event

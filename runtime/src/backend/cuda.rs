@@ -3,7 +3,10 @@
 //! sized by the plan, so a steady-state run allocates nothing; host copies happen only for
 //! the graph's inputs and outputs.
 
-use super::{check_pixel_write, Backend, Binding, BufferRef, HostStaging, PendingRead};
+use super::{
+    check_pixel_write, Backend, Binding, BufferRef, HostStaging, PendingRead, TimelineSpan,
+    TimelineStage,
+};
 use crate::error::RuntimeError;
 use crate::graph::Op;
 use crate::lowering;
@@ -37,6 +40,12 @@ pub struct CudaBackend {
     next_read_token: u64,
     /// Page-locked buffers of finished reads, for the next ones.
     spare_read_buffers: Vec<PinnedBuffer>,
+    /// When recording (`record_timeline`): events around each step, in order.
+    timeline: Option<Vec<(TimelineStage, StreamEvent, StreamEvent)>>,
+    /// The end of the last expansion, where the next forward pass starts.
+    last_expanded: Option<StreamEvent>,
+    /// Pixel copies queued and not yet waited for (`wait_for_input_copies`).
+    input_copies: Vec<StreamEvent>,
 }
 
 /// A device buffer that receives 8-bit pixels, and the event after the expansion that last
@@ -71,6 +80,9 @@ impl CudaBackend {
             pending_reads: HashMap::new(),
             next_read_token: 1,
             spare_read_buffers: Vec::new(),
+            timeline: None,
+            last_expanded: None,
+            input_copies: Vec::new(),
         })
     }
 
@@ -241,6 +253,10 @@ impl Backend for CudaBackend {
                 .stream_wait(Stream::Copy, expanded)
                 .map_err(backend_error)?;
         }
+        let copy_start = match self.timeline {
+            Some(_) => Some(self.gpu.record_on(Stream::Copy).map_err(backend_error)?),
+            None => None,
+        };
         let copied = self
             .gpu
             .upload_on_copy_stream(&upload.bytes, 0, pixels)
@@ -255,16 +271,37 @@ impl Backend for CudaBackend {
             .view(0, table.len(), DType::F32)
             .map_err(backend_error)?;
         let dst_ptr = self.ptr(dst).map_err(backend_error)?;
+        let expand_start = match self.timeline {
+            Some(_) => Some(self.gpu.record_on(Stream::Compute).map_err(backend_error)?),
+            None => None,
+        };
         self.gpu
             .expand_pixels(&upload.bytes, shape, table_ptr, dst_ptr)
             .map_err(backend_error)?;
         let expanded = self.gpu.record_on(Stream::Compute).map_err(backend_error)?;
+        if let (Some(timeline), Some(copy_start), Some(expand_start)) =
+            (self.timeline.as_mut(), copy_start, expand_start)
+        {
+            let copy_end = self.gpu.record_on(Stream::Copy).map_err(backend_error)?;
+            let expand_end = self.gpu.record_on(Stream::Compute).map_err(backend_error)?;
+            timeline.push((TimelineStage::CopyIn, copy_start, copy_end));
+            timeline.push((TimelineStage::Expand, expand_start, expand_end));
+            self.last_expanded = Some(self.gpu.record_on(Stream::Compute).map_err(backend_error)?);
+        }
         self.pixel_uploads[slot]
             .as_mut()
             .expect("filled above")
             .expanded = Some(expanded);
-        // The caller may reuse `pixels` once the copy has read them.
-        copied.wait().map_err(backend_error)
+        // The caller may reuse `pixels` once the copy has read them: wait_for_input_copies.
+        self.input_copies.push(copied);
+        Ok(())
+    }
+
+    fn wait_for_input_copies(&mut self) -> Result<(), RuntimeError> {
+        for copied in self.input_copies.drain(..) {
+            copied.wait().map_err(backend_error)?;
+        }
+        Ok(())
     }
 
     fn start_read(&mut self, src: BufferRef) -> Result<PendingRead, RuntimeError> {
@@ -289,10 +326,25 @@ impl Backend for CudaBackend {
             .arena
             .as_ref()
             .ok_or_else(|| RuntimeError::Backend("no arena reserved".into()))?;
+        // Two events at the same point: the forward pass's end and the copy's start.
+        let marks = match self.timeline {
+            Some(_) => Some((
+                self.gpu.record_on(Stream::Compute).map_err(backend_error)?,
+                self.gpu.record_on(Stream::Compute).map_err(backend_error)?,
+            )),
+            None => None,
+        };
         let done = self
             .gpu
             .download_on_compute_stream(arena, offset_bytes, &mut buffer, bytes)
             .map_err(backend_error)?;
+        if let (Some(timeline), Some((forward_end, read_start))) = (self.timeline.as_mut(), marks) {
+            let read_end = self.gpu.record_on(Stream::Compute).map_err(backend_error)?;
+            if let Some(forward_start) = self.last_expanded.take() {
+                timeline.push((TimelineStage::Forward, forward_start, forward_end));
+            }
+            timeline.push((TimelineStage::CopyOut, read_start, read_end));
+        }
         let token = self.next_read_token;
         self.next_read_token += 1;
         self.pending_reads.insert(
@@ -305,6 +357,30 @@ impl Backend for CudaBackend {
             },
         );
         Ok(PendingRead::queued(token))
+    }
+
+    fn record_timeline(&mut self, on: bool) {
+        self.timeline = on.then(Vec::new);
+        self.last_expanded = None;
+    }
+
+    fn take_timeline(&mut self) -> Result<Vec<TimelineSpan>, RuntimeError> {
+        let Some(timeline) = self.timeline.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let recorded = std::mem::take(timeline);
+        let Some((_, origin, _)) = recorded.first() else {
+            return Ok(Vec::new());
+        };
+        let mut spans = Vec::with_capacity(recorded.len());
+        for (stage, start, end) in &recorded {
+            spans.push(TimelineSpan {
+                stage: *stage,
+                start_ms: start.ms_since(origin).map_err(backend_error)?,
+                end_ms: end.ms_since(origin).map_err(backend_error)?,
+            });
+        }
+        Ok(spans)
     }
 
     fn finish_read(&mut self, pending: PendingRead) -> Result<Vec<f32>, RuntimeError> {

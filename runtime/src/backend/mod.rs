@@ -160,6 +160,28 @@ impl PendingRead {
     }
 }
 
+/// A stage of the overlapped input path, as a backend's timeline records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TimelineStage {
+    /// The host-to-device copy of 8-bit pixels (copy stream).
+    CopyIn,
+    /// Their expansion into the model's input (compute stream).
+    Expand,
+    /// What the compute stream ran between the expansion and the output copy: the forward
+    /// pass.
+    Forward,
+    /// The device-to-host copy of the outputs (compute stream).
+    CopyOut,
+}
+
+/// One recorded interval on the device, in milliseconds from the timeline's first event.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TimelineSpan {
+    pub stage: TimelineStage,
+    pub start_ms: f32,
+    pub end_ms: f32,
+}
+
 /// A node operand: where it is and its shape.
 #[derive(Clone, Debug)]
 pub struct Binding {
@@ -199,11 +221,12 @@ pub trait Backend {
 
     /// Writes 8-bit images into an f32 arena buffer: `pixels` holds `shape.batch` images of
     /// `height x width` pixels of `channels` interleaved bytes ([B, H, W, C]); `dst` receives
-    /// [B, C, H, W] with byte `v` of channel `c` becoming `table[c * 256 + v]`. Returns when
-    /// `pixels` may be reused; the expansion itself may still be queued, ordered before any
-    /// work queued afterwards. CUDA copies the bytes on its copy stream (overlapping the work
-    /// already queued) and expands them on the device; the default expands on the host
-    /// (`cpu::expand_pixels`) and writes the floats.
+    /// [B, C, H, W] with byte `v` of channel `c` becoming `table[c * 256 + v]`. The copy and
+    /// the expansion may still be queued when this returns, ordered before any work queued
+    /// afterwards; `pixels` may be reused once [`Backend::wait_for_input_copies`] has
+    /// returned. CUDA copies the bytes on its copy stream (overlapping the work already
+    /// queued) and expands them on the device; the default expands on the host
+    /// (`cpu::expand_pixels`) and writes the floats at once.
     fn write_pixel_bytes(
         &mut self,
         dst: BufferRef,
@@ -223,12 +246,30 @@ pub trait Backend {
         self.write(dst, &values)
     }
 
+    /// Waits until every `write_pixel_bytes` so far has read its bytes (their copies are done;
+    /// the work after them may still run).
+    fn wait_for_input_copies(&mut self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
     /// Queues a copy of a buffer to the host, after the work queued so far; [`finish_read`]
     /// waits for it. The default reads at once.
     ///
     /// [`finish_read`]: Backend::finish_read
     fn start_read(&mut self, src: BufferRef) -> Result<PendingRead, RuntimeError> {
         Ok(PendingRead::ready(self.read(src)?))
+    }
+
+    /// Starts (or stops) recording device timestamps around the steps of `write_pixel_bytes`
+    /// and `start_read` and the work between them, for [`Backend::take_timeline`]. Backends
+    /// that run everything at once on the host record nothing.
+    fn record_timeline(&mut self, on: bool) {
+        let _ = on;
+    }
+
+    /// The intervals recorded since the last call, in order; waits for the recorded work.
+    fn take_timeline(&mut self) -> Result<Vec<TimelineSpan>, RuntimeError> {
+        Ok(Vec::new())
     }
 
     /// Waits for a read [`start_read`](Backend::start_read) queued and returns its values as

@@ -12,10 +12,12 @@ use output::{Format, Record, RunInfo, Sink, WriteError};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use vitrt_model::config::VitConfig;
 use vitrt_model::labels::top_k;
 use vitrt_model::preprocess::{normalization_table, ImageLimits, ImageLoader, PreprocessConfig};
 use vitrt_model::{Head, Runner};
-use vitrt_runtime::PendingOutputs;
+use vitrt_runtime::{PendingOutputs, TimelineSpan, TimelineStage};
 
 /// Staging slots: one batch being filled while one is copied and one computes.
 const STAGING_DEPTH: usize = 3;
@@ -83,14 +85,6 @@ impl ImageLoad for Loader {
             })
             .map_err(|e| e.to_string())
     }
-}
-
-/// A batch submitted to the model whose results are not yet written.
-struct InFlight {
-    pending: Option<PendingOutputs>,
-    first: usize,
-    count: usize,
-    failures: Vec<(usize, String)>,
 }
 
 pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
@@ -178,98 +172,24 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
         bail!("stopped at the first failure (--fail-fast)");
     }
 
-    let progress = progress_bar(inputs.paths.len(), args.quiet);
     let mut staging = (0..STAGING_DEPTH)
         .map(|_| runner.alloc_staging(batch_size * image_bytes))
         .collect::<Result<Vec<_>, _>>()
         .context("allocating the staging buffers")?;
-    let top = args.top_k as usize;
-    let mut in_flight: Option<InFlight> = None;
-    let mut closed = false;
-    // Host time in submissions (which wait for each batch's copy) and in waits for results.
-    let mut submitting = std::time::Duration::ZERO;
-    let mut collecting = std::time::Duration::ZERO;
-    let emit = |runner: &mut Runner,
-                sink: &mut Sink<_>,
-                batch: InFlight|
-     -> Result<Result<(), WriteError>> {
-        let logits = match batch.pending {
-            Some(pending) => Some(
-                runner
-                    .finish(pending)?
-                    .into_iter()
-                    .find(|t| t.name == "logits")
-                    .context("the model produced no logits")?,
-            ),
-            None => None,
-        };
-        for k in 0..batch.count {
-            let index = batch.first + k;
-            let image = inputs.paths[index].display().to_string();
-            let failure = batch.failures.iter().find(|(i, _)| *i == index);
-            let written = match (failure, &logits) {
-                (Some((_, why)), _) => sink.write(&Record::Failed {
-                    image: &image,
-                    error: why,
-                }),
-                (None, Some(logits)) => {
-                    let classes = *logits.shape.last().unwrap_or(&1);
-                    let row = &logits.data[k * classes..][..classes];
-                    if let Some(bad) = row.iter().find(|v| !v.is_finite()) {
-                        let why = format!(
-                            "{image}: the model gave a non-finite logit ({bad}); \
-                             `vitrt parity` finds the first layer that does"
-                        );
-                        eprintln!("vitrt: {why}");
-                        sink.write(&Record::Failed {
-                            image: &image,
-                            error: &why,
-                        })
-                    } else {
-                        let predictions = top_k(row, top, &config);
-                        sink.write(&Record::Classified {
-                            image: &image,
-                            predictions: &predictions,
-                        })
-                    }
-                }
-                (None, None) => unreachable!("a batch with images to classify is submitted"),
-            };
-            if let Err(e) = written {
-                return Ok(Err(e));
-            }
-        }
-        Ok(sink.end_batch())
-    };
-
-    let mut consume = |batch: Batch<'_>| -> Result<Flow> {
-        for (_, why) in &batch.failures {
-            eprintln!("vitrt: {why}");
-        }
-        let started = std::time::Instant::now();
-        let pending = if batch.failures.len() < batch.count {
-            Some(runner.submit_bytes(batch.pixels, batch.count, &table)?)
-        } else {
-            None
-        };
-        submitting += started.elapsed();
-        let submitted = InFlight {
-            pending,
-            first: batch.first,
-            count: batch.count,
-            failures: batch.failures,
-        };
-        // The previous batch's results, while this one is on the device.
-        if let Some(previous) = in_flight.replace(submitted) {
-            let started = std::time::Instant::now();
-            let written = emit(&mut runner, &mut sink, previous)?;
-            collecting += started.elapsed();
-            if let Err(e) = written {
-                return write_failed(e, &mut closed);
-            }
-        }
-        progress.inc(batch.count as u64);
-        Ok(Flow::Continue)
+    runner.record_timeline(args.stats.is_some());
+    let mut classifier = Classifier {
+        runner: &mut runner,
+        sink,
+        paths: &inputs.paths,
+        config: &config,
+        table: &table,
+        top_k: args.top_k as usize,
+        in_flight: None,
+        to_write: None,
+        closed: false,
+        progress: progress_bar(inputs.paths.len(), args.quiet),
+        submitting: Duration::ZERO,
+        collecting: Duration::ZERO,
     };
     let make_loader = || Box::new(Loader(ImageLoader::new(&pre, limits))) as Box<dyn ImageLoad>;
     let stats = pipeline::run(
@@ -277,19 +197,31 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
         pipeline_config,
         &mut staging,
         &make_loader,
-        &mut consume,
+        &mut classifier,
     );
-    progress.finish_and_clear();
+    classifier.progress.finish_and_clear();
     let stats: PipelineStats = stats?;
-    if let Some(last) = in_flight.take() {
-        if !closed {
-            if let Err(e) = emit(&mut runner, &mut sink, last)? {
-                write_failed(e, &mut closed)?;
-            }
+    // The last batch's results.
+    if !classifier.closed {
+        if let Flow::Stop = classifier.write_last()? {
+            classifier.closed = true;
         }
     }
+    let Classifier {
+        sink,
+        closed,
+        submitting,
+        collecting,
+        ..
+    } = classifier;
     if let Some(path) = &args.stats {
-        write_stats(path, &stats, workers, batch_size, submitting, collecting)?;
+        let timeline = runner.take_timeline()?;
+        let times = StatsTimes {
+            submitting,
+            collecting,
+            timeline: &timeline,
+        };
+        write_stats(path, &stats, workers, batch_size, &times)?;
     }
     if closed {
         return Ok(ExitCode::SUCCESS);
@@ -306,6 +238,142 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
         bail!("{failed} of {total} images could not be classified");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A batch submitted to the model whose results are not yet written.
+struct InFlight {
+    pending: Option<PendingOutputs>,
+    first: usize,
+    count: usize,
+    failures: Vec<(usize, String)>,
+}
+
+/// The pipeline's consumer: submits each batch (the copy of its pixels overlaps the forward
+/// pass of the batch before it), hands its slot back, then waits for the previous batch's
+/// results and writes them.
+struct Classifier<'a, W: std::io::Write> {
+    runner: &'a mut Runner,
+    sink: Sink<W>,
+    paths: &'a [PathBuf],
+    config: &'a VitConfig,
+    table: &'a [f32],
+    top_k: usize,
+    in_flight: Option<InFlight>,
+    /// The batch before `in_flight`, whose results are written next.
+    to_write: Option<InFlight>,
+    /// The reader closed the output.
+    closed: bool,
+    progress: indicatif::ProgressBar,
+    /// Host time in submissions (which wait for each batch's copy) and in waits for results.
+    submitting: Duration,
+    collecting: Duration,
+}
+
+impl<W: std::io::Write> pipeline::Consumer for Classifier<'_, W> {
+    fn batch(&mut self, batch: Batch<'_>) -> Result<Flow> {
+        for (_, why) in &batch.failures {
+            eprintln!("vitrt: {why}");
+        }
+        let started = Instant::now();
+        let pending = if batch.failures.len() < batch.count {
+            Some(
+                self.runner
+                    .submit_bytes(batch.pixels, batch.count, self.table)?,
+            )
+        } else {
+            None
+        };
+        self.submitting += started.elapsed();
+        self.progress.inc(batch.count as u64);
+        // Results come one batch behind: the previous batch's are written in after_release,
+        // once this batch's slot is back with the workers.
+        self.to_write = self.in_flight.replace(InFlight {
+            pending,
+            first: batch.first,
+            count: batch.count,
+            failures: batch.failures,
+        });
+        Ok(Flow::Continue)
+    }
+
+    fn after_release(&mut self) -> Result<Flow> {
+        match self.to_write.take() {
+            Some(previous) => self.write_results(previous),
+            None => Ok(Flow::Continue),
+        }
+    }
+}
+
+impl<W: std::io::Write> Classifier<'_, W> {
+    /// Writes the newest batch's results, once no batch comes after it.
+    fn write_last(&mut self) -> Result<Flow> {
+        match self.in_flight.take() {
+            Some(last) => self.write_results(last),
+            None => Ok(Flow::Continue),
+        }
+    }
+
+    /// Waits for a batch's logits and writes each image's record.
+    fn write_results(&mut self, mut batch: InFlight) -> Result<Flow> {
+        let started = Instant::now();
+        let logits = match batch.pending.take() {
+            Some(pending) => Some(
+                self.runner
+                    .finish(pending)?
+                    .into_iter()
+                    .find(|t| t.name == "logits")
+                    .context("the model produced no logits")?,
+            ),
+            None => None,
+        };
+        let written = self.write_records(&batch, logits.as_ref());
+        self.collecting += started.elapsed();
+        match written.and_then(|()| self.sink.end_batch()) {
+            Ok(()) => Ok(Flow::Continue),
+            Err(e) => write_failed(e, &mut self.closed),
+        }
+    }
+
+    fn write_records(
+        &mut self,
+        batch: &InFlight,
+        logits: Option<&vitrt_runtime::HostTensor>,
+    ) -> Result<(), WriteError> {
+        for k in 0..batch.count {
+            let index = batch.first + k;
+            let image = self.paths[index].display().to_string();
+            let failure = batch.failures.iter().find(|(i, _)| *i == index);
+            match (failure, logits) {
+                (Some((_, why)), _) => self.sink.write(&Record::Failed {
+                    image: &image,
+                    error: why,
+                })?,
+                (None, Some(logits)) => {
+                    let classes = *logits.shape.last().unwrap_or(&1);
+                    let row = &logits.data[k * classes..][..classes];
+                    if let Some(bad) = row.iter().find(|v| !v.is_finite()) {
+                        let why = format!(
+                            "{image}: the model gave a non-finite logit ({bad}); \
+                             `vitrt parity` finds the first layer that does"
+                        );
+                        eprintln!("vitrt: {why}");
+                        self.sink.write(&Record::Failed {
+                            image: &image,
+                            error: &why,
+                        })?
+                    } else {
+                        let predictions = top_k(row, self.top_k, self.config);
+                        self.sink.write(&Record::Classified {
+                            image: &image,
+                            predictions: &predictions,
+                        })?
+                    }
+                }
+                (None, None) => unreachable!("a batch with images to classify is submitted"),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Stops the pipeline after a failed write: quietly for a closed output, else with the error.
@@ -326,18 +394,63 @@ fn finish_early(error: WriteError) -> Result<ExitCode> {
     }
 }
 
+/// Host waits of the consumer and the device's timeline, for `--stats`.
+struct StatsTimes<'a> {
+    submitting: Duration,
+    collecting: Duration,
+    timeline: &'a [TimelineSpan],
+}
+
 /// The run's timings as JSON (see `--stats`).
 fn write_stats(
     path: &Path,
     stats: &PipelineStats,
     workers: usize,
     batch_size: usize,
-    submitting: std::time::Duration,
-    collecting: std::time::Duration,
+    times: &StatsTimes<'_>,
 ) -> Result<()> {
     let loaded = (stats.images - stats.failed).max(1) as f64;
-    let per_image_ms = |d: std::time::Duration| d.as_secs_f64() * 1e3 / loaded;
+    let per_image_ms = |d: Duration| d.as_secs_f64() * 1e3 / loaded;
     let wall = stats.wall.as_secs_f64();
+    // The device: per stage, the total and the median per batch; the compute stream's busy
+    // time (expansion, forward pass and output copy run there one after another) against the
+    // span from the first copy to the last result, and against the pipeline's wall time.
+    let stage = |wanted: TimelineStage| {
+        let mut ms: Vec<f64> = times
+            .timeline
+            .iter()
+            .filter(|s| s.stage == wanted)
+            .map(|s| f64::from(s.end_ms - s.start_ms))
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        let median = ms.get(ms.len() / 2).copied();
+        serde_json::json!({"batches": ms.len(), "total_ms": ms.iter().sum::<f64>(), "median_ms": median})
+    };
+    let compute_ms: f64 = times
+        .timeline
+        .iter()
+        .filter(|s| s.stage != TimelineStage::CopyIn)
+        .map(|s| f64::from(s.end_ms - s.start_ms))
+        .sum();
+    let span_ms = times
+        .timeline
+        .iter()
+        .map(|s| f64::from(s.end_ms))
+        .fold(0.0, f64::max);
+    let device = if times.timeline.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::json!({
+            "copy_in": stage(TimelineStage::CopyIn),
+            "expand": stage(TimelineStage::Expand),
+            "forward": stage(TimelineStage::Forward),
+            "copy_out": stage(TimelineStage::CopyOut),
+            "compute_busy_ms": compute_ms,
+            "span_ms": span_ms,
+            "busy_fraction_of_span": compute_ms / span_ms.max(1e-9),
+            "busy_fraction_of_wall": compute_ms / 1e3 / wall.max(1e-9),
+        })
+    };
     let document = serde_json::json!({
         "schema": "vitrt-pipeline-stats/1",
         "images": stats.images,
@@ -356,9 +469,10 @@ fn write_stats(
         "worker_busy_fraction": stats.worker_busy.as_secs_f64() / (wall * workers as f64).max(1e-9),
         "consumer": {
             "waiting_for_batches_s": stats.consumer_waiting.as_secs_f64(),
-            "submitting_s": submitting.as_secs_f64(),
-            "collecting_results_s": collecting.as_secs_f64(),
+            "submitting_s": times.submitting.as_secs_f64(),
+            "collecting_results_s": times.collecting.as_secs_f64(),
         },
+        "device": device,
         "max_images_in_flight": stats.max_in_flight,
         "peak_rss_bytes": peak_rss_bytes(),
     });
@@ -387,4 +501,79 @@ fn progress_bar(total: usize, quiet: bool) -> indicatif::ProgressBar {
         .expect("a valid template"),
     );
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vitrt_runtime::HostStaging;
+
+    /// The pipeline's pixels, from many workers in small batches, expanded through the table,
+    /// are bit for bit what the one-thread host path (`preprocess_file`) gives, for every
+    /// fixture image and filter.
+    #[test]
+    fn pipeline_pixels_equal_the_one_thread_path_bitwise() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/images");
+        let mut images: Vec<PathBuf> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.extension()
+                    .and_then(|e| e.to_str())
+                    .is_some_and(|e| ["jpg", "png", "webp"].contains(&e))
+            })
+            .collect();
+        images.sort();
+        assert!(images.len() >= 6, "{images:?}");
+        // Each image three times, so batches mix them.
+        let paths: Vec<PathBuf> = images
+            .iter()
+            .cycle()
+            .take(images.len() * 3)
+            .cloned()
+            .collect();
+        for resample in [2, 3] {
+            let pre = PreprocessConfig::from_json_str(&format!(
+                r#"{{"size": {{"height": 40, "width": 56}}, "resample": {resample}}}"#
+            ))
+            .unwrap();
+            let table = normalization_table(&pre);
+            let limits = ImageLimits::default();
+            let image_bytes = ImageLoader::new(&pre, limits).output_bytes();
+            let config = PipelineConfig {
+                batch_size: 4,
+                depth: 2,
+                workers: 5,
+                image_bytes,
+                fail_fast: false,
+            };
+            let mut staging: Vec<HostStaging> =
+                (0..2).map(|_| HostStaging::heap(4 * image_bytes)).collect();
+            let make = || Box::new(Loader(ImageLoader::new(&pre, limits))) as Box<dyn ImageLoad>;
+            let mut checked = 0;
+            pipeline::run(&paths, config, &mut staging, &make, &mut |batch: Batch<
+                '_,
+            >| {
+                assert!(batch.failures.is_empty(), "{:?}", batch.failures);
+                for k in 0..batch.count {
+                    let bytes = &batch.pixels[k * image_bytes..][..image_bytes];
+                    let mut ours = vec![0f32; image_bytes];
+                    vitrt_model::preprocess::normalize_into(bytes, 3, &table, &mut ours);
+                    let path = &paths[batch.first + k];
+                    let want = vitrt_model::preprocess::preprocess_file(path, &pre).unwrap();
+                    assert!(
+                        ours.iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{} (resample {resample}) differs",
+                        path.display()
+                    );
+                    checked += 1;
+                }
+                Ok(Flow::Continue)
+            })
+            .unwrap();
+            assert_eq!(checked, paths.len());
+        }
+    }
 }
