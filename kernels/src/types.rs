@@ -10,6 +10,9 @@ pub enum DType {
     BF16,
 }
 
+/// Values per parallel chunk in [`DType::encode`] and [`DType::decode`].
+const CONVERT_CHUNK: usize = 1 << 16;
+
 impl DType {
     pub const ALL: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
@@ -48,36 +51,76 @@ impl DType {
     }
 
     /// f32 values as the little-endian bytes of this storage type (round to nearest even):
-    /// what is uploaded to a device buffer of this type.
+    /// what is uploaded to a device buffer of this type. Large inputs (a model's weights at
+    /// load time) are converted in parallel chunks.
     pub fn encode(self, values: &[f32]) -> Vec<u8> {
+        use rayon::prelude::*;
+        let size = self.size_bytes();
+        let mut bytes = vec![0u8; values.len() * size];
+        if values.len() < CONVERT_CHUNK {
+            self.encode_into(values, &mut bytes);
+        } else {
+            bytes
+                .par_chunks_mut(CONVERT_CHUNK * size)
+                .zip(values.par_chunks(CONVERT_CHUNK))
+                .for_each(|(out, values)| self.encode_into(values, out));
+        }
+        bytes
+    }
+
+    fn encode_into(self, values: &[f32], out: &mut [u8]) {
         match self {
-            DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            DType::F16 => values
-                .iter()
-                .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
-                .collect(),
-            DType::BF16 => values
-                .iter()
-                .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
-                .collect(),
+            DType::F32 => {
+                for (o, v) in out.chunks_exact_mut(4).zip(values) {
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            DType::F16 => {
+                for (o, v) in out.chunks_exact_mut(2).zip(values) {
+                    o.copy_from_slice(&half::f16::from_f32(*v).to_le_bytes());
+                }
+            }
+            DType::BF16 => {
+                for (o, v) in out.chunks_exact_mut(2).zip(values) {
+                    o.copy_from_slice(&half::bf16::from_f32(*v).to_le_bytes());
+                }
+            }
         }
     }
 
     /// The inverse of [`DType::encode`]: little-endian bytes of this type as f32 values.
     pub fn decode(self, bytes: &[u8]) -> Vec<f32> {
+        use rayon::prelude::*;
+        let size = self.size_bytes();
+        let mut values = vec![0f32; bytes.len() / size];
+        if values.len() < CONVERT_CHUNK {
+            self.decode_into(bytes, &mut values);
+        } else {
+            values
+                .par_chunks_mut(CONVERT_CHUNK)
+                .zip(bytes.par_chunks(CONVERT_CHUNK * size))
+                .for_each(|(out, bytes)| self.decode_into(bytes, out));
+        }
+        values
+    }
+
+    fn decode_into(self, bytes: &[u8], out: &mut [f32]) {
         match self {
-            DType::F32 => bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-            DType::F16 => bytes
-                .chunks_exact(2)
-                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            DType::BF16 => bytes
-                .chunks_exact(2)
-                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
+            DType::F32 => {
+                for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+            DType::F16 => {
+                for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *o = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+                }
+            }
+            DType::BF16 => {
+                for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *o = half::bf16::from_le_bytes([b[0], b[1]]).to_f32();
+                }
+            }
         }
     }
 

@@ -190,6 +190,7 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
         progress: progress_bar(inputs.paths.len(), args.quiet),
         submitting: Duration::ZERO,
         collecting: Duration::ZERO,
+        first_submits: Vec::new(),
     };
     let make_loader = || Box::new(Loader(ImageLoader::new(&pre, limits))) as Box<dyn ImageLoad>;
     let stats = pipeline::run(
@@ -212,6 +213,7 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
         closed,
         submitting,
         collecting,
+        first_submits,
         ..
     } = classifier;
     if let Some(path) = &args.stats {
@@ -219,6 +221,7 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
         let times = StatsTimes {
             submitting,
             collecting,
+            first_submits: &first_submits,
             timeline: &timeline,
         };
         write_stats(path, &stats, workers, batch_size, &times)?;
@@ -267,6 +270,8 @@ struct Classifier<'a, W: std::io::Write> {
     /// Host time in submissions (which wait for each batch's copy) and in waits for results.
     submitting: Duration,
     collecting: Duration,
+    /// The first two submissions' times.
+    first_submits: Vec<Duration>,
 }
 
 impl<W: std::io::Write> pipeline::Consumer for Classifier<'_, W> {
@@ -283,7 +288,12 @@ impl<W: std::io::Write> pipeline::Consumer for Classifier<'_, W> {
         } else {
             None
         };
-        self.submitting += started.elapsed();
+        let took = started.elapsed();
+        self.submitting += took;
+        if self.first_submits.len() < 2 {
+            // Plan, weights and the eager pass; then the CUDA graph capture.
+            self.first_submits.push(took);
+        }
         self.progress.inc(batch.count as u64);
         // Results come one batch behind: the previous batch's are written in after_release,
         // once this batch's slot is back with the workers.
@@ -398,6 +408,7 @@ fn finish_early(error: WriteError) -> Result<ExitCode> {
 struct StatsTimes<'a> {
     submitting: Duration,
     collecting: Duration,
+    first_submits: &'a [Duration],
     timeline: &'a [TimelineSpan],
 }
 
@@ -471,6 +482,7 @@ fn write_stats(
             "waiting_for_batches_s": stats.consumer_waiting.as_secs_f64(),
             "submitting_s": times.submitting.as_secs_f64(),
             "collecting_results_s": times.collecting.as_secs_f64(),
+            "first_submits_s": times.first_submits.iter().map(Duration::as_secs_f64).collect::<Vec<_>>(),
         },
         "device": device,
         "max_images_in_flight": stats.max_in_flight,
