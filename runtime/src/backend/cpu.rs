@@ -158,6 +158,10 @@ impl Backend for CpuBackend {
         self.dtype
     }
 
+    fn has_param(&self, key: &str) -> bool {
+        self.param_ids.contains_key(key)
+    }
+
     fn load_param(
         &mut self,
         key: &str,

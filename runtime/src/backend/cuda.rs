@@ -128,6 +128,10 @@ impl Backend for CudaBackend {
         self.dtype
     }
 
+    fn has_param(&self, key: &str) -> bool {
+        self.param_ids.contains_key(key)
+    }
+
     fn load_param(
         &mut self,
         key: &str,

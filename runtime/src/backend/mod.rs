@@ -204,6 +204,12 @@ pub trait Backend {
         load: &mut dyn FnMut() -> Result<Vec<f32>, RuntimeError>,
     ) -> Result<usize, RuntimeError>;
 
+    /// Whether a parameter is held under `key` already (so `load_param` would not load it).
+    fn has_param(&self, key: &str) -> bool {
+        let _ = key;
+        false
+    }
+
     /// Makes the arena at least `bytes` long. Called once per plan, never per run.
     fn reserve_arena(&mut self, bytes: usize) -> Result<(), RuntimeError>;
 
