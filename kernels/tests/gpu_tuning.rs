@@ -227,15 +227,18 @@ fn a_stored_tile_other_than_the_heuristics_is_obeyed_and_a_stale_one_is_not() {
     let kernel = loaded_matmul_shape(&forced);
     assert!(spells(&kernel, other), "{kernel} is not {}", other.name());
 
-    // The same entry under another source hash is ignored: the heuristic decides.
-    let mut stale = TuningTable::empty(Some(path.clone()));
+    // The same entry under another source hash is ignored: the heuristic decides. (A file of
+    // its own: saves merge into a file, and the entry above would still be there.)
+    let stale_path = scratch_file("stale");
+    let mut stale = TuningTable::empty(Some(stale_path.clone()));
     stale.insert(key, "0123456789abcdef0123456789abcdef", choice(other));
     stale.save().unwrap();
     let fresh = gpu();
-    assert_eq!(fresh.use_tuning_file(&path), None);
+    assert_eq!(fresh.use_tuning_file(&stale_path), None);
     assert_eq!(
         fresh.matmul_choice(DTYPE, &problem(), STORAGE).unwrap(),
         (heuristic, TileSource::Heuristic)
     );
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    let _ = std::fs::remove_dir_all(stale_path.parent().unwrap());
 }
