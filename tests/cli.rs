@@ -1288,3 +1288,102 @@ fn infer_and_parity_refuse_non_finite_pixels_naming_the_first() {
         assert_clean_failure(&o, &needle);
     }
 }
+
+/// Every command's output: a reader that has gone (`| head` after its lines, here a pipe
+/// closed before the first line) ends the run quietly with status 0, never a panic.
+#[test]
+fn a_closed_stdout_ends_any_command_quietly() {
+    let dir = temp();
+    let model = fixture("tiny-gelu");
+    let reference = model.join("reference.safetensors");
+    let digits = root().join("examples/digits");
+    let demo = root().join("examples/digits-vit");
+    let commands: [Vec<&str>; 3] = [
+        vec![
+            "parity",
+            "--model",
+            model.to_str().unwrap(),
+            "--reference",
+            reference.to_str().unwrap(),
+        ],
+        vec![
+            "bench",
+            "model",
+            "--model",
+            model.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--batch-sizes",
+            "1",
+            "--reps",
+            "5",
+        ],
+        vec![
+            "classify",
+            "--model",
+            demo.to_str().unwrap(),
+            digits.to_str().unwrap(),
+        ],
+    ];
+    for args in commands {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vitrt"))
+            .args(&args)
+            .env("HF_HOME", dir.path())
+            .env("HF_HUB_OFFLINE", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let err = stderr(&o);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
+    }
+}
+
+/// A NaN weight gives no output and names the first tensor where a non-finite value appears.
+#[test]
+fn infer_traces_a_non_finite_result_to_its_first_layer() {
+    let dir = temp();
+    let model = dir.path().join("nan-model");
+    std::fs::create_dir_all(&model).unwrap();
+    let source = fixture("tiny-gelu");
+    std::fs::copy(source.join("config.json"), model.join("config.json")).unwrap();
+    let mut tensors = vitrt_weights::read_f32_tensors(&source.join("model.safetensors")).unwrap();
+    let (_, _, bias) = tensors
+        .iter_mut()
+        .find(|(name, _, _)| name == "vit.encoder.layer.1.intermediate.dense.bias")
+        .unwrap();
+    bias[3] = f32::NAN;
+    let weights = model.join("model.safetensors");
+    std::fs::write(
+        &weights,
+        vitrt_weights::f32_tensors_bytes(&weights, &tensors).unwrap(),
+    )
+    .unwrap();
+    let out = dir.path().join("out.safetensors");
+    let reference = source.join("reference.safetensors");
+    let o = vitrt(
+        &[
+            "infer",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            reference.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_clean_failure(
+        &o,
+        "hidden_states.2 (the output of encoder layer 1 (0-based))",
+    );
+    assert!(
+        stderr(&o).contains("logits is NaN at [0, "),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists(), "nothing is written");
+}

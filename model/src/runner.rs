@@ -5,6 +5,7 @@ use crate::error::ModelError;
 use crate::vit::{GraphOptions, VitModel};
 use std::collections::HashMap;
 use vitrt_runtime::passes::Fusion;
+use vitrt_runtime::RuntimeError;
 use vitrt_runtime::{
     Backend, DType, Executor, HostStaging, HostTensor, Marks, PendingOutputs, PixelBatch,
     Precision, TimelineSpan,
@@ -158,9 +159,9 @@ impl Runner {
             let graph = self
                 .model
                 .build_graph_for(batch, options, &|op, shapes| backend.supports(op, shapes))?;
-            let executor =
-                Executor::new(graph, self.backend.as_mut(), &self.model, self.precision)?
-                    .with_graph_replay(self.graph_replay);
+            let executor = Executor::new(graph, self.backend.as_mut(), &self.model, self.precision)
+                .map_err(|e| out_of_memory_at(e, batch))?
+                .with_graph_replay(self.graph_replay);
             self.executors.insert(key, executor);
         }
         Ok(&self.executors[&key])
@@ -234,6 +235,31 @@ impl Runner {
             )));
         }
         Ok(())
+    }
+}
+
+/// An out-of-memory error while preparing `batch` images, told in batch sizes: what was asked,
+/// what is free, and the batch size that would fit (activations grow with the batch; the
+/// weights, already uploaded, do not).
+fn out_of_memory_at(error: RuntimeError, batch: usize) -> ModelError {
+    match error {
+        RuntimeError::OutOfMemory { requested, free } => {
+            let per_image = requested.div_ceil(batch.max(1)).max(1);
+            let fits = free / per_image;
+            let advice = if fits == 0 {
+                "not even one image fits: free device memory, or use a smaller model or dtype"
+                    .to_string()
+            } else {
+                format!("--batch-size {fits} or less would fit")
+            };
+            ModelError::Usage(format!(
+                "out of device memory at batch size {batch}: its activations need {} MiB, {} MiB \
+                 are free; {advice}",
+                requested >> 20,
+                free >> 20
+            ))
+        }
+        other => other.into(),
     }
 }
 

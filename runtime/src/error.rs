@@ -18,4 +18,6 @@ pub enum RuntimeError {
     },
     #[error("{0}")]
     Backend(String),
+    #[error("out of device memory: {requested} bytes asked for, {free} free")]
+    OutOfMemory { requested: usize, free: usize },
 }

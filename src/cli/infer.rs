@@ -2,7 +2,7 @@
 
 use super::{pixel_values, read_tensors, ModelArgs};
 use crate::output_file::{Contents, OutputFile};
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,6 +33,30 @@ pub fn run(args: InferArgs) -> Result<ExitCode> {
     let tensors = read_tensors(&args.input)?;
     let (batch, pixels) = pixel_values(&tensors, &runner, &args.input)?;
     let outputs = runner.run(&pixels, batch, args.dump_activations)?;
+    // The result, checked cheaply; a non-finite value is traced to the first layer holding
+    // one (a second pass with every hidden state, as `vitrt parity` compares them).
+    if let Some(last) = outputs.last() {
+        if let Some(at) = last.data.iter().position(|v| !v.is_finite()) {
+            let traced = if args.dump_activations {
+                outputs.clone()
+            } else {
+                runner.run(&pixels, batch, true)?
+            };
+            let first = traced
+                .iter()
+                .find(|t| t.data.iter().any(|v| !v.is_finite()))
+                .map_or(last.name.as_str(), |t| t.name.as_str());
+            bail!(
+                "the model's {} is {} at {:?}; the first tensor that is not finite is {} ({}); \
+                 nothing was written",
+                last.name,
+                last.data[at],
+                unravel(at, &last.shape),
+                first,
+                describe_tensor(first)
+            );
+        }
+    }
     let named: Vec<_> = outputs
         .into_iter()
         .map(|t| (t.name, t.shape, t.data))
@@ -47,4 +71,26 @@ pub fn run(args: InferArgs) -> Result<ExitCode> {
     };
     eprintln!("wrote {place} ({})", names.join(", "));
     Ok(ExitCode::SUCCESS)
+}
+
+/// A flat index as a multi-index of `shape`.
+fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+    let mut index = vec![0; shape.len()];
+    for (i, &extent) in shape.iter().enumerate().rev() {
+        index[i] = flat % extent.max(1);
+        flat /= extent.max(1);
+    }
+    index
+}
+
+/// What a tensor of `runner.run`'s outputs is, in the model's terms.
+fn describe_tensor(name: &str) -> String {
+    match name.strip_prefix("hidden_states.") {
+        Some("0") => "the embeddings: patch projection, CLS token and position embeddings".into(),
+        Some(i) => match i.parse::<usize>() {
+            Ok(i) => format!("the output of encoder layer {} (0-based)", i - 1),
+            Err(_) => name.to_string(),
+        },
+        None => "the head, after the last encoder layer and layernorm".into(),
+    }
 }

@@ -1,6 +1,15 @@
 //! Command-line interface: argument parsing and the shared steps (model resolution,
 //! backend choice) of every subcommand.
 
+/// `println!` for command output: a closed standard output (the reader has gone, as after
+/// `| head`) ends the process quietly with status 0, as Unix tools do; any other failure (a
+/// full disk) returns an error from the enclosing function.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout_line(format_args!($($arg)*))?
+    };
+}
+
 mod bench;
 mod classify;
 mod infer;
@@ -181,6 +190,16 @@ impl ModelArgs {
             runner.check_graph().context("--attention fused")?;
         }
         Ok((runner, files.dir, device))
+    }
+}
+
+/// The line behind `outln!`.
+pub fn write_stdout_line(line: std::fmt::Arguments<'_>) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_fmt(line).and_then(|()| out.write_all(b"\n")) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        written => written.context("writing to standard output"),
     }
 }
 

@@ -42,14 +42,17 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
 
     let dtype = runner.backend().dtype();
     let limit = args.tolerance.unwrap_or_else(|| tolerance(dtype));
-    println!(
+    outln!(
         "{} on {} ({dtype}), batch {batch}, tolerance {limit:.0e}",
         args.model.model,
         runner.backend().describe()
     );
-    println!(
+    outln!(
         "{:<20} {:>18} {:>14} {:>14}  ",
-        "tensor", "shape", "max abs err", "rel err"
+        "tensor",
+        "shape",
+        "max abs err",
+        "rel err"
     );
     let mut failed = Vec::new();
     for row in &rows {
@@ -60,7 +63,7 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
             (None, Some(false)) => ", TOP-1 DIFFERS".into(),
             (None, None) => String::new(),
         };
-        println!(
+        outln!(
             "{:<20} {:>18} {:>14.3e} {:>14.3e}  {}{top1}",
             row.name,
             format!("{:?}", row.shape),
@@ -74,13 +77,13 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
     }
     let worst = rows.iter().map(|r| r.relative_error).fold(0.0, f64::max);
     if failed.is_empty() {
-        println!(
+        outln!(
             "parity: ok ({} tensors, worst relative error {worst:.3e})",
             rows.len()
         );
         Ok(ExitCode::SUCCESS)
     } else {
-        println!(
+        outln!(
             "parity: FAILED ({} tensors, worst relative error {worst:.3e})",
             rows.len()
         );

@@ -162,7 +162,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         })
         .collect();
 
-    println!(
+    outln!(
         "{} on {}, batch {batch}, {dtype}: forward {:.3} ms median ({:.0} images/s; with a mark \
          after every node: {total:.3} ms)",
         args.model.name(),
@@ -170,8 +170,8 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         forward.median_ms,
         batch as f64 / (forward.median_ms * 1e-3),
     );
-    print_by_kind(&rows, total);
-    print_by_node(&rows);
+    print_by_kind(&rows, total)?;
+    print_by_node(&rows)?;
 
     if let Some(json) = &json {
         let document = serde_json::json!({
@@ -223,7 +223,7 @@ fn ratio(r: Option<f64>) -> String {
     r.map_or("-".into(), |r| format!("{r:.2}"))
 }
 
-fn print_by_kind(rows: &[NodeRow], total: f64) {
+fn print_by_kind(rows: &[NodeRow], total: f64) -> Result<()> {
     let mut kinds: BTreeMap<&str, (usize, f64)> = BTreeMap::new();
     for row in rows {
         let entry = kinds.entry(row.op).or_default();
@@ -232,22 +232,28 @@ fn print_by_kind(rows: &[NodeRow], total: f64) {
     }
     let mut kinds: Vec<_> = kinds.into_iter().collect();
     kinds.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
-    println!("\n{:<20} {:>6} {:>11} {:>7}", "op", "nodes", "ms", "share");
+    outln!("\n{:<20} {:>6} {:>11} {:>7}", "op", "nodes", "ms", "share");
     for (op, (count, ms)) in kinds {
-        println!(
+        outln!(
             "{op:<20} {count:>6} {ms:>11.3} {:>6.1}%",
             100.0 * ms / total
         );
     }
+    Ok(())
 }
 
-fn print_by_node(rows: &[NodeRow]) {
-    println!(
+fn print_by_node(rows: &[NodeRow]) -> Result<()> {
+    outln!(
         "\n{:<34} {:<18} {:>9} {:>6} {:>17} {:>7}  ceiling",
-        "node", "op", "ms", "share", "achieved", "ratio"
+        "node",
+        "op",
+        "ms",
+        "share",
+        "achieved",
+        "ratio"
     );
     for row in rows {
-        println!(
+        outln!(
             "{:<34} {:<18} {:>9.4} {:>5.1}% {:>17} {:>7}  {}",
             row.node,
             row.op,
@@ -258,6 +264,7 @@ fn print_by_node(rows: &[NodeRow]) {
             row.ceiling.as_deref().unwrap_or("")
         );
     }
+    Ok(())
 }
 
 /// The GEMM shape cuBLAS is timed on for a node's matmul: (m, n, k) of one matrix, when the

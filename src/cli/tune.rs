@@ -147,7 +147,7 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
         bail!("{} launches no matmul to tune", args.model);
     }
 
-    println!(
+    outln!(
         "vitrt tune: {} on cuda:{ordinal} ({}), {} (residual stream {}), {} problems, median of {} launches per tile",
         args.model,
         gpu.name(),
@@ -193,9 +193,16 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
     }
     progress.finish_and_clear();
 
-    println!(
+    outln!(
         "{:>5}  {:<34} {:<42} {:<20} {:>9}  {:<20} {:>9}  {:>5}",
-        "batch", "node", "problem", "heuristic", "ms", "best", "ms", "gain"
+        "batch",
+        "node",
+        "problem",
+        "heuristic",
+        "ms",
+        "best",
+        "ms",
+        "gain"
     );
     for row in &rows {
         let node = if row.nodes > 1 {
@@ -203,7 +210,7 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
         } else {
             row.node.clone()
         };
-        println!(
+        outln!(
             "{:>5}  {:<34} {:<42} {:<20} {:>9.4}  {:<20} {:>9.4}  {:>4.2}x",
             row.batch,
             node,
@@ -216,7 +223,7 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
         );
     }
     if let Some(file) = tuning_file {
-        println!("tuned tiles kept in {}", file.display());
+        outln!("tuned tiles kept in {}", file.display());
     }
     if let Some(json) = &json {
         let document = serde_json::json!({

@@ -113,7 +113,12 @@ impl CudaBackend {
 }
 
 fn backend_error(e: KernelError) -> RuntimeError {
-    RuntimeError::Backend(e.to_string())
+    match e {
+        KernelError::OutOfMemory { requested, free } => {
+            RuntimeError::OutOfMemory { requested, free }
+        }
+        other => RuntimeError::Backend(other.to_string()),
+    }
 }
 
 impl Backend for CudaBackend {
@@ -149,8 +154,13 @@ impl Backend for CudaBackend {
             });
         }
         let bytes = self.dtype.encode(&data);
-        let buffer = self.gpu.alloc(bytes.len().max(1)).map_err(backend_error)?;
-        self.gpu.upload(&buffer, 0, &bytes).map_err(backend_error)?;
+        // Weights do not shrink with the batch: their errors say so, out of memory included.
+        let uploading = |e: KernelError| RuntimeError::Param {
+            name: key.into(),
+            message: format!("uploading it to the GPU: {e}"),
+        };
+        let buffer = self.gpu.alloc(bytes.len().max(1)).map_err(uploading)?;
+        self.gpu.upload(&buffer, 0, &bytes).map_err(uploading)?;
         self.params.push(buffer);
         self.param_ids.insert(key.into(), self.params.len() - 1);
         Ok(self.params.len() - 1)

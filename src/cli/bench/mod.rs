@@ -109,7 +109,7 @@ fn kernels(args: KernelsArgs) -> Result<ExitCode> {
 
     let gpu = Gpu::new(ordinal).with_context(|| format!("opening {}", args.device))?;
     let device = measure::device_info(&gpu)?;
-    println!(
+    outln!(
         "vitrt bench kernels: {} (sm_{}, driver {}, L2 {} MiB), {dtype}, median of {} reps \
          after {} warm-up, inputs rotated over more than 2x L2",
         device.name,
@@ -138,7 +138,7 @@ fn kernels(args: KernelsArgs) -> Result<ExitCode> {
     };
     print!("{}", table::render(&report.kernels, &report.skipped));
     if !report.skipped.is_empty() {
-        println!(
+        outln!(
             "{} timing(s) skipped; the reasons are above on stderr{}",
             report.skipped.len(),
             if json.is_some() {

@@ -52,7 +52,7 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
         .transpose()?;
     let (mut runner, _) = args.model.open()?;
     let dtype = runner.backend().dtype();
-    println!(
+    outln!(
         "vitrt bench model: {} on {}, {dtype} (residual stream {}), median of {} passes after {} warm-up",
         args.model.name(),
         runner.backend().describe(),
@@ -65,9 +65,13 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
     let mut rng = SmallRng::seed_from_u64(7);
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
-    println!(
+    outln!(
         "{:>6} {:>11} {:>11} {:>11} {:>12}",
-        "batch", "median ms", "min ms", "max ms", "images/s"
+        "batch",
+        "median ms",
+        "min ms",
+        "max ms",
+        "images/s"
     );
     for &batch in &args.batch_sizes {
         progress.set_message(format!("batch {batch}"));
@@ -99,12 +103,15 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
         let samples: Vec<f64> = times.forward_ms.iter().map(|&t| t as f64).collect();
         let stats = Stats::from_samples(&samples).context("the timer gave no usable time")?;
         let images_per_s = batch as f64 / (stats.median_ms * 1e-3);
-        progress.suspend(|| {
-            println!(
+        progress.suspend(|| -> Result<()> {
+            outln!(
                 "{batch:>6} {:>11.3} {:>11.3} {:>11.3} {images_per_s:>12.1}",
-                stats.median_ms, stats.min_ms, stats.max_ms
-            )
-        });
+                stats.median_ms,
+                stats.min_ms,
+                stats.max_ms
+            );
+            Ok(())
+        })?;
         rows.push(serde_json::json!({
             "model": args.model.name(),
             "provider": "vitrt",

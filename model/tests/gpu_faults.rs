@@ -1,0 +1,44 @@
+//! GPU faults end in clear errors, never a hang or a panic. Run on the GPU machine
+//! (scripts/gpu-check.sh).
+
+use std::path::{Path, PathBuf};
+use vitrt_model::{Runner, VitModel};
+use vitrt_runtime::backend::cuda::CudaBackend;
+use vitrt_runtime::passes::Fusion;
+use vitrt_runtime::DType;
+
+fn fixture(name: &str) -> PathBuf {
+    let repo = std::env::var_os("VITRT_REPO_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+    repo.join("tests/fixtures/models").join(name)
+}
+
+/// A batch whose activations cannot fit says what it asked, what is free and which batch
+/// size would fit; a batch that fits still runs afterwards.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn out_of_memory_names_a_batch_size_that_fits() {
+    let model = VitModel::load(&fixture("tiny-gelu")).unwrap();
+    let backend = CudaBackend::new(0, DType::F16).unwrap();
+    let mut runner = Runner::new(model, Box::new(backend), Fusion::ALL);
+    let huge = 50_000_000;
+    let error = match runner.prepare(huge, false) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("{huge} images fit on this GPU"),
+    };
+    assert!(
+        error.starts_with(&format!("out of device memory at batch size {huge}")),
+        "{error}"
+    );
+    let fits: usize = error
+        .split("--batch-size ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no batch size suggested: {error}"));
+    assert!(fits > 0 && fits < huge, "{error}");
+    let len: usize = runner.input_shape(2).iter().product();
+    let outputs = runner.run(&vec![0.25; len], 2, false).unwrap();
+    assert!(outputs[0].data.iter().all(|v| v.is_finite()));
+}
