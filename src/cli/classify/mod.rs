@@ -125,9 +125,11 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
         max_decoded_bytes: args.max_decoded_bytes,
     };
     let on_gpu = runner.backend().describe().starts_with("cuda");
+    // No batch larger than the run: staging and activations are sized by it.
     let batch_size = args
         .batch_size
-        .map_or(if on_gpu { 64 } else { 8 }, |b| b as usize);
+        .map_or(if on_gpu { 64 } else { 8 }, |b| b as usize)
+        .min(inputs.paths.len().max(1));
     let workers = args.workers.map_or_else(
         || std::thread::available_parallelism().map_or(1, |n| n.get()),
         |w| w as usize,
