@@ -160,6 +160,25 @@ impl VitConfig {
                 self.patch_size
             ));
         }
+        // The sizes the accessors and the graph builder compute, on checked arithmetic, so
+        // that a config with absurd sizes is refused here instead of overflowing later.
+        let p = self.patch_size;
+        let tokens = (h / p)
+            .checked_mul(w / p)
+            .and_then(|patches| patches.checked_add(1));
+        let patch_values = self
+            .num_channels
+            .checked_mul(p)
+            .and_then(|n| n.checked_mul(p));
+        let activations =
+            tokens.and_then(|t| t.checked_mul(self.hidden_size.max(self.intermediate_size)));
+        if tokens.is_none() || patch_values.is_none() || activations.is_none() {
+            return Err(format!(
+                "image_size {h}x{w}, patch_size {p}, num_channels {}, hidden_size {} and \
+                 intermediate_size {} give tensors larger than can be addressed",
+                self.num_channels, self.hidden_size, self.intermediate_size
+            ));
+        }
         Ok(())
     }
 
@@ -253,6 +272,20 @@ mod tests {
         ] {
             let c = VitConfig::from_json_str(&with("hidden_act", &format!("\"{name}\""))).unwrap();
             assert_eq!(c.hidden_act, act, "{name}");
+        }
+    }
+
+    #[test]
+    fn refuses_sizes_whose_tensors_cannot_be_addressed() {
+        let huge_image = r#"{"image_size": [1099511627776, 1099511627776], "patch_size": 1,
+            "hidden_size": 8, "num_attention_heads": 1}"#;
+        let huge_patch = r#"{"image_size": 8589934592, "patch_size": 8589934592,
+            "hidden_size": 8, "num_attention_heads": 1}"#;
+        let huge_hidden = r#"{"image_size": 4096, "patch_size": 1,
+            "hidden_size": 4398046511104, "num_attention_heads": 1}"#;
+        for json in [huge_image, huge_patch, huge_hidden] {
+            let err = VitConfig::from_json_str(json).unwrap_err();
+            assert!(err.contains("larger than can be addressed"), "{err}");
         }
     }
 

@@ -128,6 +128,26 @@ fn check_limits(
     Ok(())
 }
 
+/// Whether every chunk of a WebP (RIFF) file, EXIF and XMP included, lies within the file:
+/// walks the chunk headers after the 12-byte RIFF header, each a four-byte tag, a little-endian
+/// u32 size and the data padded to an even length.
+fn webp_metadata_chunks_fit(bytes: &[u8]) -> bool {
+    let mut at = 12usize;
+    while let Some(header) = bytes.get(at..at + 8) {
+        let size = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
+        let padded = size + (size & 1);
+        let Some(end) = (at + 8).checked_add(padded) else {
+            return false;
+        };
+        let is_metadata = &header[..4] == b"EXIF" || &header[..4] == b"XMP ";
+        if is_metadata && at + 8 + size > bytes.len() {
+            return false;
+        }
+        at = end;
+    }
+    true
+}
+
 fn decode_with_image_crate(
     bytes: &[u8],
     format: ImageFormat,
@@ -187,16 +207,18 @@ fn decode_with_image_crate(
         }
     };
     // Like PIL's exif_transpose, a missing or unreadable orientation leaves the image as stored.
-    let exif_orientation = decoder
-        .exif_metadata()
-        .ok()
+    // The WebP decoder allocates a metadata chunk's declared size before reading it (found by
+    // fuzzing: a 914-byte file asked for 2.4 GB), so a file whose metadata chunks do not fit in
+    // it is read as having none.
+    let metadata_fits = format != ImageFormat::WebP || webp_metadata_chunks_fit(bytes);
+    let exif_orientation = metadata_fits
+        .then(|| decoder.exif_metadata().ok().flatten())
         .flatten()
         .and_then(|exif| Orientation::from_exif_chunk(&exif));
     let orientation = match exif_orientation {
         Some(orientation) => orientation,
-        None => decoder
-            .xmp_metadata()
-            .ok()
+        None => metadata_fits
+            .then(|| decoder.xmp_metadata().ok().flatten())
             .flatten()
             .and_then(|xmp| orientation_from_xmp(&xmp))
             .unwrap_or(Orientation::NoTransforms),
