@@ -39,7 +39,8 @@ pub struct ClassifyArgs {
     /// The same as --format json.
     #[arg(long, conflicts_with = "format")]
     json: bool,
-    /// Decoding threads. Default: the available cores.
+    /// Decoding threads. Default: the available cores on a GPU, half of them on the CPU (whose
+    /// forward pass needs them too).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     workers: Option<u32>,
     /// Read more image paths from this file, one a line (`-`: standard input).
@@ -130,10 +131,14 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
         .batch_size
         .map_or(if on_gpu { 64 } else { 8 }, |b| b as usize)
         .min(inputs.paths.len().max(1));
-    let workers = args.workers.map_or_else(
-        || std::thread::available_parallelism().map_or(1, |n| n.get()),
-        |w| w as usize,
-    );
+    // On the CPU the forward pass needs the cores too: decoding on all of them beside it cost
+    // 5% on the demo digits with 2 cores (NOTES, 2026-11-24), half of them costs nothing.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = args
+        .workers
+        .map_or(if on_gpu { cores } else { (cores / 2).max(1) }, |w| {
+            w as usize
+        });
     let table = normalization_table(&pre);
     let image_bytes = ImageLoader::new(&pre, limits).output_bytes();
     let pipeline_config = PipelineConfig {
