@@ -28,6 +28,10 @@ pub enum KernelError {
 
     #[error("CUDA error: {0}")]
     Cuda(String),
+
+    /// Reading or writing a file of ours (the tuning table): the message names it.
+    #[error("{0}")]
+    File(String),
 }
 
 impl KernelError {

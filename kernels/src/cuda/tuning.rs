@@ -535,7 +535,7 @@ impl Gpu {
                 median_ms: tuning.best_ms,
             },
         );
-        table.save().map_err(KernelError::Cuda)
+        table.save().map_err(KernelError::File)
     }
 }
 
