@@ -39,6 +39,40 @@ impl KernelError {
     pub(crate) fn driver(call: &str, error: DriverError) -> KernelError {
         KernelError::Cuda(format!("{call}: {error:?}"))
     }
+
+    /// A wait (`call`) reported an error: a kernel's fault (an illegal address, a trap)
+    /// surfaces at the next wait, not at its launch, and leaves the context unusable. Say so,
+    /// with the last kernel queued before the wait (`last_kernel`), where the fault happened or
+    /// after it.
+    pub(crate) fn at_wait(call: &str, error: DriverError, last_kernel: &str) -> KernelError {
+        use cudarc::driver::sys::CUresult as R;
+        let faulted = matches!(
+            error.0,
+            R::CUDA_ERROR_ILLEGAL_ADDRESS
+                | R::CUDA_ERROR_LAUNCH_FAILED
+                | R::CUDA_ERROR_ILLEGAL_INSTRUCTION
+                | R::CUDA_ERROR_MISALIGNED_ADDRESS
+                | R::CUDA_ERROR_INVALID_ADDRESS_SPACE
+                | R::CUDA_ERROR_INVALID_PC
+                | R::CUDA_ERROR_HARDWARE_STACK_ERROR
+                | R::CUDA_ERROR_ASSERT
+                | R::CUDA_ERROR_LAUNCH_TIMEOUT
+        );
+        if !faulted {
+            return KernelError::driver(call, error);
+        }
+        let last = if last_kernel.is_empty() {
+            "no kernel of ours".to_string()
+        } else {
+            format!("kernel {last_kernel}")
+        };
+        KernelError::Cuda(format!(
+            "a kernel failed while running ({:?}), at or before the last one queued, {last}; \
+             the GPU context cannot be used again (CUDA_LAUNCH_BLOCKING=1 stops at the \
+             faulting kernel)",
+            error.0
+        ))
+    }
 }
 
 /// Shorthand for bad-argument errors built with `format!`.

@@ -131,6 +131,8 @@ pub struct Gpu {
     split_k: Mutex<Option<(DeviceBuffer, DeviceBuffer)>>,
     /// Launch with programmatic stream serialization (see [`Gpu::set_dependent_launch`]).
     dependent_launch: AtomicBool,
+    /// The name of the last kernel queued, for errors that surface at a later wait.
+    last_kernel: Mutex<String>,
 }
 
 static NEXT_GPU_ID: AtomicUsize = AtomicUsize::new(1);
@@ -211,6 +213,7 @@ impl Gpu {
             captured_launches: AtomicUsize::new(0),
             tuning: tuning::TableCell::new(),
             split_k: Mutex::new(None),
+            last_kernel: Mutex::new(String::new()),
             dependent_launch: AtomicBool::new(
                 major >= 9 && std::env::var_os("VITRT_DEPENDENT_LAUNCH").is_none_or(|v| v != "0"),
             ),
@@ -348,8 +351,27 @@ impl Gpu {
                 self.stream.cu_stream(),
             )
         }
-        .map_err(|e| KernelError::driver("cuMemcpyDtoHAsync", e))?;
+        .map_err(|e| KernelError::at_wait("cuMemcpyDtoHAsync", e, &self.last_kernel()))?;
         self.synchronize()
+    }
+
+    /// The last kernel queued (empty before the first), for errors found at a later wait.
+    pub(crate) fn last_kernel(&self) -> String {
+        self.last_kernel
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    fn set_last_kernel(&self, name: &str) {
+        let mut last = self
+            .last_kernel
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if *last != name {
+            last.clear();
+            last.push_str(name);
+        }
     }
 
     /// The split-K scratch: device addresses of room for every partial tile this GPU can
@@ -374,7 +396,7 @@ impl Gpu {
         self.bind()?;
         self.stream
             .synchronize()
-            .map_err(|e| KernelError::driver("cuStreamSynchronize", e))
+            .map_err(|e| KernelError::at_wait("cuStreamSynchronize", e, &self.last_kernel()))
     }
 
     /// `c = epilogue(A · B)` for every (batch, head) of `p`; see [`MatmulProblem`]. A, B and
@@ -596,7 +618,10 @@ impl Gpu {
             )
         }
         .result()
-        .map_err(|e| KernelError::driver(&format!("launching {}", inst.name), e))?;
+        .map_err(|e| {
+            KernelError::at_wait(&format!("launching {}", inst.name), e, &self.last_kernel())
+        })?;
+        self.set_last_kernel(&inst.name);
         if self.is_capturing() {
             self.captured_launches.fetch_add(1, Ordering::SeqCst);
         }

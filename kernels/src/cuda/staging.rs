@@ -64,6 +64,8 @@ impl PinnedBuffer {
 /// A point on one of the Gpu's streams that the host can wait for without spinning.
 pub struct StreamEvent {
     event: CudaEvent,
+    /// The last kernel queued before the event, named if a wait finds a kernel's fault.
+    last_kernel: String,
 }
 
 impl StreamEvent {
@@ -72,7 +74,7 @@ impl StreamEvent {
     pub fn wait(&self) -> Result<(), KernelError> {
         self.event
             .synchronize()
-            .map_err(|e| KernelError::driver("cuEventSynchronize", e))
+            .map_err(|e| KernelError::at_wait("cuEventSynchronize", e, &self.last_kernel))
     }
 
     /// Device milliseconds from `start` to this event (both recorded on this Gpu, either
@@ -126,7 +128,10 @@ impl Gpu {
         event
             .record(self.stream_of(stream))
             .map_err(|e| KernelError::driver("cuEventRecord", e))?;
-        Ok(StreamEvent { event })
+        Ok(StreamEvent {
+            event,
+            last_kernel: self.last_kernel(),
+        })
     }
 
     /// Makes `stream` wait, on the device, for `event`: work queued on it afterwards starts
