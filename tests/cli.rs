@@ -12,15 +12,20 @@ fn fixture(name: &str) -> PathBuf {
     root().join("tests/fixtures/models").join(name)
 }
 
-/// Runs vitrt with an empty, offline hub cache so no test can reach the network.
-fn vitrt(args: &[&str], hf_home: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vitrt"))
+/// vitrt with an empty, offline hub cache so no test can reach the network.
+fn vitrt_command<S: AsRef<std::ffi::OsStr>>(args: &[S], hf_home: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vitrt"));
+    command
         .args(args)
         .env("HF_HOME", hf_home)
         .env_remove("HF_HUB_CACHE")
-        .env("HF_HUB_OFFLINE", "1")
-        .output()
-        .expect("vitrt runs")
+        .env("HF_HUB_OFFLINE", "1");
+    command
+}
+
+/// Runs vitrt (see [`vitrt_command`]) to the end.
+fn vitrt(args: &[&str], hf_home: &Path) -> Output {
+    vitrt_command(args, hf_home).output().expect("vitrt runs")
 }
 
 fn stderr(o: &Output) -> String {
@@ -51,11 +56,7 @@ fn assert_clean_failure(o: &Output, needle: &str) {
 /// Runs vitrt with `stdin` as its standard input.
 fn vitrt_with_stdin(args: &[&str], hf_home: &Path, stdin: &str) -> Output {
     use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vitrt"))
-        .args(args)
-        .env("HF_HOME", hf_home)
-        .env_remove("HF_HUB_CACHE")
-        .env("HF_HUB_OFFLINE", "1")
+    let mut child = vitrt_command(args, hf_home)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -918,21 +919,21 @@ fn classify_ends_quietly_when_stdout_is_closed() {
     let dir = temp();
     let model = root().join("examples/digits-vit");
     let digits = root().join("examples/digits");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vitrt"))
-        .args([
+    let mut child = vitrt_command(
+        &[
             "classify",
             "--model",
             model.to_str().unwrap(),
             "--batch-size",
             "1",
             digits.to_str().unwrap(),
-        ])
-        .env("HF_HOME", dir.path())
-        .env("HF_HUB_OFFLINE", "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+        dir.path(),
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
     // Read one line, then close the pipe.
     {
         use std::io::BufRead;
@@ -956,20 +957,20 @@ fn classify_reports_a_full_disk() {
     let dir = temp();
     let model = root().join("examples/digits-vit");
     let digits = root().join("examples/digits");
-    let o = Command::new(env!("CARGO_BIN_EXE_vitrt"))
-        .args([
+    let o = vitrt_command(
+        &[
             "classify",
             "--model",
             model.to_str().unwrap(),
             "--format",
             "jsonl",
             digits.to_str().unwrap(),
-        ])
-        .env("HF_HOME", dir.path())
-        .env("HF_HUB_OFFLINE", "1")
-        .stdout(full)
-        .output()
-        .unwrap();
+        ],
+        dir.path(),
+    )
+    .stdout(full)
+    .output()
+    .unwrap();
     assert_clean_failure(&o, "writing the results");
     assert!(stderr(&o).contains("No space left"), "{}", stderr(&o));
 }
@@ -1050,8 +1051,8 @@ fn infer_output_to_a_full_disk_is_a_one_line_error() {
         .unwrap();
     let model = fixture("tiny-gelu");
     let reference = model.join("reference.safetensors");
-    let o = Command::new(env!("CARGO_BIN_EXE_vitrt"))
-        .args([
+    let o = vitrt_command(
+        &[
             "infer",
             "--model",
             model.to_str().unwrap(),
@@ -1059,12 +1060,12 @@ fn infer_output_to_a_full_disk_is_a_one_line_error() {
             reference.to_str().unwrap(),
             "--output",
             "-",
-        ])
-        .env("HF_HOME", dir.path())
-        .env("HF_HUB_OFFLINE", "1")
-        .stdout(full)
-        .output()
-        .unwrap();
+        ],
+        dir.path(),
+    )
+    .stdout(full)
+    .output()
+    .unwrap();
     assert_clean_failure(&o, "No space left on device");
     assert_each_cause_once(&o);
 }
@@ -1326,10 +1327,7 @@ fn a_closed_stdout_ends_any_command_quietly() {
         ],
     ];
     for args in commands {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_vitrt"))
-            .args(&args)
-            .env("HF_HOME", dir.path())
-            .env("HF_HUB_OFFLINE", "1")
+        let mut child = vitrt_command(&args, dir.path())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()

@@ -6,9 +6,10 @@
 
 #[path = "../../fuzz/checks.rs"]
 mod checks;
+mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
@@ -22,11 +23,7 @@ const TIME_LIMIT_PER_INPUT: Duration = Duration::from_secs(2);
 const MAX_INPUT_LEN: usize = 64 << 10;
 
 fn corpus_files(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    // The repository root: where the test was built, unless the GPU check runs it elsewhere.
-    let root = std::env::var_os("VITRT_REPO_ROOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
-    let dir = root.join("fuzz/corpus").join(target);
+    let dir = common::repo_root().join("fuzz/corpus").join(target);
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
         .map(|entry| entry.expect("a corpus entry").path())

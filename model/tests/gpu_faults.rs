@@ -1,18 +1,13 @@
 //! GPU faults end in clear errors, never a hang or a panic. Run on the GPU machine
 //! (scripts/gpu-check.sh).
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::fixture;
 use vitrt_model::{Runner, VitModel};
 use vitrt_runtime::backend::cuda::CudaBackend;
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::DType;
-
-fn fixture(name: &str) -> PathBuf {
-    let repo = std::env::var_os("VITRT_REPO_ROOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
-    repo.join("tests/fixtures/models").join(name)
-}
 
 /// A batch whose activations cannot fit says what it asked, what is free and which batch
 /// size would fit; a batch that fits still runs afterwards.

@@ -3,18 +3,13 @@
 //! plans that alternate on one backend and after the arena has grown under them. Run on the
 //! GPU machine (scripts/gpu-check.sh).
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{bits, fixture};
 use vitrt_model::{Runner, VitModel};
 use vitrt_runtime::backend::cuda::CudaBackend;
 use vitrt_runtime::passes::Fusion;
-use vitrt_runtime::{DType, HostTensor, ReplayState};
-
-fn fixture(name: &str) -> PathBuf {
-    let repo = std::env::var_os("VITRT_REPO_ROOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
-    repo.join("tests/fixtures/models").join(name)
-}
+use vitrt_runtime::{DType, ReplayState};
 
 fn runner(dtype: DType, graph_replay: bool) -> Runner {
     let model = VitModel::load(&fixture("tiny-gelu")).unwrap();
@@ -32,13 +27,6 @@ fn pixels(len: usize, seed: u64) -> Vec<f32> {
                 .wrapping_add(1_442_695_040_888_963_407);
             ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
-        .collect()
-}
-
-fn bits(outputs: &[HostTensor]) -> Vec<(String, Vec<u32>)> {
-    outputs
-        .iter()
-        .map(|t| (t.name.clone(), t.data.iter().map(|v| v.to_bits()).collect()))
         .collect()
 }
 

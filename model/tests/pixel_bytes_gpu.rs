@@ -4,18 +4,13 @@
 //! three-channel models, with batch sizes that change under the staging buffers. Run on the
 //! GPU machine (scripts/gpu-check.sh).
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{bits, fixture};
 use vitrt_model::{Runner, VitModel};
 use vitrt_runtime::backend::cuda::CudaBackend;
 use vitrt_runtime::passes::Fusion;
-use vitrt_runtime::{DType, HostTensor};
-
-fn fixture(name: &str) -> PathBuf {
-    let repo = std::env::var_os("VITRT_REPO_ROOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
-    repo.join("tests/fixtures/models").join(name)
-}
+use vitrt_runtime::DType;
 
 fn runner(model: &str, dtype: DType) -> Runner {
     let model = VitModel::load(&fixture(model)).unwrap();
@@ -51,13 +46,6 @@ fn host_pixels(pixels: &[u8], channels: usize, plane: usize, table: &[f32]) -> V
     let mut out = vec![0f32; pixels.len()];
     vitrt_kernels::cpu::expand_pixels(pixels, channels, plane, table, &mut out);
     out
-}
-
-fn bits(outputs: &[HostTensor]) -> Vec<(String, Vec<u32>)> {
-    outputs
-        .iter()
-        .map(|t| (t.name.clone(), t.data.iter().map(|v| v.to_bits()).collect()))
-        .collect()
 }
 
 #[test]

@@ -27,4 +27,4 @@ mod inputs;
 mod ring;
 
 pub use inputs::collect_inputs;
-pub use ring::{run, Batch, Consumer, Flow, ImageLoad, LoadTimes, PipelineConfig, PipelineStats};
+pub use ring::{run, Batch, Consumer, Flow, ImageLoad, PipelineConfig, PipelineStats};

@@ -8,22 +8,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use vitrt_model::preprocess::StageTimes;
 use vitrt_runtime::HostStaging;
-
-/// Time one image spent in each host stage.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct LoadTimes {
-    pub read: Duration,
-    pub decode: Duration,
-    pub resize: Duration,
-}
 
 /// Loads one image into its place: the preprocessing loader in the CLI, mocks in tests. Each
 /// worker owns one, so it may keep buffers from image to image.
 pub trait ImageLoad: Send {
     /// Writes exactly `out.len()` bytes of `path`'s preprocessed pixels into `out`, or says
     /// why it cannot (the message names the file).
-    fn load(&mut self, path: &Path, out: &mut [u8]) -> Result<LoadTimes, String>;
+    fn load(&mut self, path: &Path, out: &mut [u8]) -> Result<StageTimes, String>;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,7 +77,7 @@ pub struct PipelineStats {
     pub failed: usize,
     pub batches: usize,
     /// Summed over images.
-    pub stages: LoadTimes,
+    pub stages: StageTimes,
     /// Summed over workers: time spent loading images.
     pub worker_busy: Duration,
     /// Time the consumer waited for a batch to be complete.
@@ -121,7 +114,7 @@ struct State {
     cancelled: bool,
     in_flight: usize,
     max_in_flight: usize,
-    stages: LoadTimes,
+    stages: StageTimes,
     worker_busy: Duration,
 }
 
@@ -167,37 +160,35 @@ impl Shared<'_> {
             }
             let batch = index / batch_size;
             let slot = batch % depth;
-            {
+            // Wait for the batch's slot, unless the run stops before this image.
+            let skip = {
                 let mut state = self.lock();
                 loop {
                     if state.cancelled {
                         return;
                     }
-                    if state.stop_after.is_some_and(|stop| index > stop) {
+                    if let Some(stop) = state.stop_after.filter(|&stop| index > stop) {
                         // The failing image's batch still waits for all its images.
-                        if state
-                            .stop_after
-                            .is_some_and(|stop| stop / batch_size == batch)
-                        {
+                        if stop / batch_size == batch {
                             state.done[slot] += 1;
                             self.batch_done.notify_all();
                         }
-                        break;
+                        break true;
                     }
                     if batch < state.released + depth {
                         state.started[slot] += 1;
                         state.in_flight += 1;
                         state.max_in_flight = state.max_in_flight.max(state.in_flight);
-                        break;
+                        break false;
                     }
                     state = self
                         .slot_free
                         .wait(state)
                         .unwrap_or_else(|poisoned| poisoned.into_inner());
                 }
-                if state.stop_after.is_some_and(|stop| index > stop) {
-                    continue;
-                }
+            };
+            if skip {
+                continue;
             }
             // SAFETY: the slot is batch's (checked above under the lock) and this range is
             // index's alone; the slot holds batch_size * image_bytes bytes (checked in `run`).
@@ -284,7 +275,7 @@ pub fn run(
             cancelled: false,
             in_flight: 0,
             max_in_flight: 0,
-            stages: LoadTimes::default(),
+            stages: StageTimes::default(),
             worker_busy: Duration::ZERO,
         }),
         slot_free: Condvar::new(),
@@ -387,7 +378,7 @@ mod tests {
     struct Mock;
 
     impl ImageLoad for Mock {
-        fn load(&mut self, path: &Path, out: &mut [u8]) -> Result<LoadTimes, String> {
+        fn load(&mut self, path: &Path, out: &mut [u8]) -> Result<StageTimes, String> {
             let name = path.to_string_lossy();
             let index: usize = name.rsplit('-').next().unwrap().parse().unwrap();
             std::thread::sleep(Duration::from_micros((index * 7919 % 13) as u64 * 50));
@@ -398,9 +389,9 @@ mod tests {
                 return Err(format!("{name}: bad file"));
             }
             out.fill((index % 251) as u8);
-            Ok(LoadTimes {
+            Ok(StageTimes {
                 read: Duration::from_micros(1),
-                ..LoadTimes::default()
+                ..StageTimes::default()
             })
         }
     }

@@ -2,7 +2,7 @@
 //! before and after each graph node of a profiled run, and reads the intervals once the run is
 //! done, so the timing adds no synchronisation between nodes.
 
-use super::{Gpu, KernelError};
+use super::{Gpu, KernelError, Stream};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaEvent;
 
@@ -14,14 +14,7 @@ pub struct GpuEvent {
 impl Gpu {
     /// Records an event after the work queued so far.
     pub fn record_event(&self) -> Result<GpuEvent, KernelError> {
-        self.bind()?;
-        let event = self
-            .context
-            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(|e| KernelError::driver("cuEventCreate", e))?;
-        event
-            .record(&self.stream)
-            .map_err(|e| KernelError::driver("cuEventRecord", e))?;
+        let event = self.new_recorded_event(Stream::Compute, CUevent_flags::CU_EVENT_DEFAULT)?;
         Ok(GpuEvent { event })
     }
 }

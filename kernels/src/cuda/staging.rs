@@ -9,6 +9,7 @@
 use super::{Gpu, KernelError};
 use cudarc::driver::sys::{CUevent_flags, CU_MEMHOSTALLOC_PORTABLE};
 use cudarc::driver::{CudaEvent, PinnedHostSlice};
+use std::sync::Arc;
 
 use super::memory::DeviceBuffer;
 
@@ -61,9 +62,11 @@ impl PinnedBuffer {
     }
 }
 
-/// A point on one of the Gpu's streams that the host can wait for without spinning.
+/// A point on one of the Gpu's streams that the host can wait for without spinning. Clones
+/// name the same point.
+#[derive(Clone)]
 pub struct StreamEvent {
-    event: CudaEvent,
+    event: Arc<CudaEvent>,
     /// The last kernel queued before the event, named if a wait finds a kernel's fault.
     last_kernel: String,
 }
@@ -120,16 +123,9 @@ impl Gpu {
 
     /// Records an event on `stream` after the work queued there so far.
     pub fn record_on(&self, stream: Stream) -> Result<StreamEvent, KernelError> {
-        self.bind()?;
-        let event = self
-            .context
-            .new_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC))
-            .map_err(|e| KernelError::driver("cuEventCreate", e))?;
-        event
-            .record(self.stream_of(stream))
-            .map_err(|e| KernelError::driver("cuEventRecord", e))?;
+        let event = self.new_recorded_event(stream, CUevent_flags::CU_EVENT_BLOCKING_SYNC)?;
         Ok(StreamEvent {
-            event,
+            event: Arc::new(event),
             last_kernel: self.last_kernel(),
         })
     }
@@ -200,6 +196,23 @@ impl Gpu {
             .map_err(|e| KernelError::driver("cuMemcpyDtoHAsync", e))?;
         }
         self.record_on(Stream::Compute)
+    }
+
+    /// A new event with `flags`, recorded on `stream` after the work queued there so far.
+    pub(crate) fn new_recorded_event(
+        &self,
+        stream: Stream,
+        flags: CUevent_flags,
+    ) -> Result<CudaEvent, KernelError> {
+        self.bind()?;
+        let event = self
+            .context
+            .new_event(Some(flags))
+            .map_err(|e| KernelError::driver("cuEventCreate", e))?;
+        event
+            .record(self.stream_of(stream))
+            .map_err(|e| KernelError::driver("cuEventRecord", e))?;
+        Ok(event)
     }
 
     fn stream_of(&self, stream: Stream) -> &cudarc::driver::CudaStream {

@@ -267,10 +267,7 @@ impl Backend for CudaBackend {
                 .stream_wait(Stream::Copy, expanded)
                 .map_err(backend_error)?;
         }
-        let copy_start = match self.timeline {
-            Some(_) => Some(self.gpu.record_on(Stream::Copy).map_err(backend_error)?),
-            None => None,
-        };
+        let copy_start = self.timeline_mark(Stream::Copy)?;
         let copied = self
             .gpu
             .upload_on_copy_stream(&upload.bytes, 0, pixels)
@@ -285,10 +282,7 @@ impl Backend for CudaBackend {
             .view(0, table.len(), DType::F32)
             .map_err(backend_error)?;
         let dst_ptr = self.ptr(dst).map_err(backend_error)?;
-        let expand_start = match self.timeline {
-            Some(_) => Some(self.gpu.record_on(Stream::Compute).map_err(backend_error)?),
-            None => None,
-        };
+        let expand_start = self.timeline_mark(Stream::Compute)?;
         self.gpu
             .expand_pixels(&upload.bytes, shape, table_ptr, dst_ptr)
             .map_err(backend_error)?;
@@ -296,11 +290,9 @@ impl Backend for CudaBackend {
         if let (Some(timeline), Some(copy_start), Some(expand_start)) =
             (self.timeline.as_mut(), copy_start, expand_start)
         {
-            let copy_end = self.gpu.record_on(Stream::Copy).map_err(backend_error)?;
-            let expand_end = self.gpu.record_on(Stream::Compute).map_err(backend_error)?;
-            timeline.push((TimelineStage::CopyIn, copy_start, copy_end));
-            timeline.push((TimelineStage::Expand, expand_start, expand_end));
-            self.last_expanded = Some(self.gpu.record_on(Stream::Compute).map_err(backend_error)?);
+            timeline.push((TimelineStage::CopyIn, copy_start, copied.clone()));
+            timeline.push((TimelineStage::Expand, expand_start, expanded.clone()));
+            self.last_expanded = Some(expanded.clone());
         }
         self.pixel_uploads[slot]
             .as_mut()
@@ -340,24 +332,17 @@ impl Backend for CudaBackend {
             .arena
             .as_ref()
             .ok_or_else(|| RuntimeError::Backend("no arena reserved".into()))?;
-        // Two events at the same point: the forward pass's end and the copy's start.
-        let marks = match self.timeline {
-            Some(_) => Some((
-                self.gpu.record_on(Stream::Compute).map_err(backend_error)?,
-                self.gpu.record_on(Stream::Compute).map_err(backend_error)?,
-            )),
-            None => None,
-        };
+        // The forward pass ends where the copy starts.
+        let read_start = self.timeline_mark(Stream::Compute)?;
         let done = self
             .gpu
             .download_on_compute_stream(arena, offset_bytes, &mut buffer, bytes)
             .map_err(backend_error)?;
-        if let (Some(timeline), Some((forward_end, read_start))) = (self.timeline.as_mut(), marks) {
-            let read_end = self.gpu.record_on(Stream::Compute).map_err(backend_error)?;
+        if let (Some(timeline), Some(read_start)) = (self.timeline.as_mut(), read_start) {
             if let Some(forward_start) = self.last_expanded.take() {
-                timeline.push((TimelineStage::Forward, forward_start, forward_end));
+                timeline.push((TimelineStage::Forward, forward_start, read_start.clone()));
             }
-            timeline.push((TimelineStage::CopyOut, read_start, read_end));
+            timeline.push((TimelineStage::CopyOut, read_start, done.clone()));
         }
         let token = self.next_read_token;
         self.next_read_token += 1;
@@ -494,6 +479,14 @@ impl Backend for CudaBackend {
 }
 
 impl CudaBackend {
+    /// An event on `stream` when the timeline is being recorded, else none.
+    fn timeline_mark(&self, stream: Stream) -> Result<Option<StreamEvent>, RuntimeError> {
+        match self.timeline {
+            Some(_) => Ok(Some(self.gpu.record_on(stream).map_err(backend_error)?)),
+            None => Ok(None),
+        }
+    }
+
     /// Uploads the pixel expansion table unless it is the one already there.
     fn upload_pixel_table(&mut self, table: &[f32]) -> Result<(), RuntimeError> {
         if self

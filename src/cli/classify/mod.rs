@@ -5,7 +5,7 @@
 mod output;
 
 use super::ModelArgs;
-use crate::pipeline::{self, Batch, Flow, ImageLoad, LoadTimes, PipelineConfig, PipelineStats};
+use crate::pipeline::{self, Batch, Flow, ImageLoad, PipelineConfig, PipelineStats};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use output::{Format, Record, RunInfo, Sink, WriteError};
@@ -15,7 +15,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use vitrt_model::config::VitConfig;
 use vitrt_model::labels::top_k;
-use vitrt_model::preprocess::{normalization_table, ImageLimits, ImageLoader, PreprocessConfig};
+use vitrt_model::preprocess::{
+    normalization_table, ImageLimits, ImageLoader, PreprocessConfig, StageTimes,
+};
 use vitrt_model::{Head, Runner};
 use vitrt_runtime::{PendingOutputs, TimelineSpan, TimelineStage};
 
@@ -76,15 +78,8 @@ pub struct ClassifyArgs {
 struct Loader(ImageLoader);
 
 impl ImageLoad for Loader {
-    fn load(&mut self, path: &Path, out: &mut [u8]) -> Result<LoadTimes, String> {
-        self.0
-            .load_file_into(path, out)
-            .map(|t| LoadTimes {
-                read: t.read,
-                decode: t.decode,
-                resize: t.resize,
-            })
-            .map_err(|e| e.to_string())
+    fn load(&mut self, path: &Path, out: &mut [u8]) -> Result<StageTimes, String> {
+        self.0.load_file_into(path, out).map_err(|e| e.to_string())
     }
 }
 

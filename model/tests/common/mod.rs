@@ -1,0 +1,28 @@
+//! Helpers shared by the model crate's integration tests. Each test file compiles this module
+//! on its own and uses only part of it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use vitrt_runtime::HostTensor;
+
+/// The repository root: where the tests were built, unless VITRT_REPO_ROOT points elsewhere
+/// (scripts/gpu-check.sh runs the executables from a copy of the repository on the GPU
+/// machine).
+pub fn repo_root() -> PathBuf {
+    std::env::var_os("VITRT_REPO_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+}
+
+/// A model of tests/fixtures/models.
+pub fn fixture(name: &str) -> PathBuf {
+    repo_root().join("tests/fixtures/models").join(name)
+}
+
+/// Each output's values as bits, for bitwise comparisons.
+pub fn bits(outputs: &[HostTensor]) -> Vec<(String, Vec<u32>)> {
+    outputs
+        .iter()
+        .map(|t| (t.name.clone(), t.data.iter().map(|v| v.to_bits()).collect()))
+        .collect()
+}
