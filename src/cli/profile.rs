@@ -15,7 +15,7 @@ use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vitrt_kernels::cuda::Gpu;
+use vitrt_kernels::cuda::{Gpu, Timer};
 use vitrt_kernels::{DType, MatmulProblem};
 use vitrt_runtime::backend::Device;
 use vitrt_runtime::cost::{node_cost, NodeCost};
@@ -282,16 +282,14 @@ struct Ceilings {
 impl Ceilings {
     fn measure(ordinal: usize, dtype: DType, costs: &[NodeCost]) -> Result<Ceilings> {
         let gpu = Gpu::new(ordinal)?;
+        let timer = Timer {
+            warmup: 3,
+            reps: 20,
+            spin_nanoseconds: 100_000,
+        };
         let time =
             |work: &dyn Fn() -> Result<(), vitrt_kernels::cuda::KernelError>| -> Result<f64> {
-                for _ in 0..3 {
-                    work()?;
-                }
-                let mut samples = Vec::new();
-                for _ in 0..20 {
-                    gpu.spin(100_000)?;
-                    samples.push(gpu.time_ms(work)? as f64);
-                }
+                let samples = timer.samples_ms(&gpu, 1, |_| work())?;
                 Ok(Stats::from_samples(&samples)
                     .context("the timer gave no usable time")?
                     .median_ms)

@@ -68,6 +68,7 @@ pub use registry::{
     all_instantiations, Arch, ArchRequirement, Instantiation, KernelArg, KernelParam, ParamKind,
 };
 pub use staging::{PinnedBuffer, Stream, StreamEvent};
+pub use timing::{copies_beyond_l2, copy_for_rep, slot_offset, Timer};
 pub use tuning::{
     matmul_candidates, matmul_signature, matmul_source_hash, resolve_tuned_tile, CandidateTime,
     MatmulCase, MatmulStorage, MatmulTuning, TileSource, TuneSettings, TunedChoice, TuningKey,

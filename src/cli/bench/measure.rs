@@ -4,11 +4,13 @@
 
 use super::cases::{Case, Kind, CHANNELS, HEADS, HEAD_DIM, HIDDEN, IMAGE, PATCH, TOKENS};
 use crate::report::schema::{DeviceInfo, KernelRow, Skipped};
-use crate::report::stats::{copies_for, copy_for_rep, slot_offset, Stats};
+use crate::report::stats::Stats;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use vitrt_kernels::cuda::{Cublas, DevPtr, DeviceBuffer, Gpu, KernelError};
+use vitrt_kernels::cuda::{
+    copies_beyond_l2, slot_offset, Cublas, DevPtr, DeviceBuffer, Gpu, KernelError, Timer,
+};
 use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem};
 use vitrt_runtime::{lowering, HeadSlice, Op};
 
@@ -188,7 +190,7 @@ impl Bench<'_> {
 
     /// How many copies of inputs totalling `bytes` to rotate through.
     fn copies(&self, bytes: usize) -> usize {
-        copies_for(bytes, self.l2_bytes)
+        copies_beyond_l2(bytes, self.l2_bytes)
     }
 
     /// The statistics of `reps` timed repetitions of `work`, after the warm-up ones.
@@ -196,21 +198,14 @@ impl Bench<'_> {
     fn measure(
         &self,
         copies: usize,
-        mut work: impl FnMut(usize) -> Result<(), KernelError>,
+        work: impl FnMut(usize) -> Result<(), KernelError>,
     ) -> Result<Stats, KernelError> {
-        // At least one: the first run compiles and loads the kernels (and lets cuBLAS choose
-        // its algorithm), which must not be timed.
-        let warmup = self.warmup.max(1);
-        for rep in 0..warmup {
-            work(copy_for_rep(rep, copies))?;
-        }
-        self.gpu.synchronize()?;
-        let mut samples = Vec::with_capacity(self.reps);
-        for rep in warmup..warmup + self.reps {
-            self.gpu.spin(SPIN_NANOSECONDS)?;
-            let ms = self.gpu.time_ms(|| work(copy_for_rep(rep, copies)))?;
-            samples.push(ms as f64);
-        }
+        let timer = Timer {
+            warmup: self.warmup,
+            reps: self.reps,
+            spin_nanoseconds: SPIN_NANOSECONDS,
+        };
+        let samples = timer.samples_ms(self.gpu, copies, work)?;
         Stats::from_samples(&samples)
             .ok_or_else(|| KernelError::Cuda("the CUDA events gave no usable time".into()))
     }
