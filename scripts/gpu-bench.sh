@@ -7,7 +7,10 @@
 # vitrt: `vitrt bench kernels` (against cuBLAS and the copy; JSON and SVG plot), `vitrt bench
 # model` and `vitrt profile` on a ViT-B/16 with random weights (made by transformers on the
 # spot unless /tmp/vitrt-vit-base exists). torch: scripts/bench_torch.py on the same cases,
-# then scripts/compare_bench.py prints vitrt/PyTorch ratios last. Everything lands in LOGS.
+# then scripts/compare_bench.py prints vitrt/PyTorch ratios last. Everything lands in LOGS ($OUT
+# on the GPU machine, or a folder under benchmarks/raw/, git-ignored); nothing is written into
+# benchmarks/ itself: scripts/bench_summary.py RUN_DIR --logs LOGS --compare then writes the
+# dated run folder's summary.json and compare table (benchmarks/SCHEMA.md).
 set -uo pipefail
 dir=${1:?usage: gpu-bench.sh DIR LOGS [vitrt|torch|all] [DTYPE]}
 logs=${2:?usage: gpu-bench.sh DIR LOGS [vitrt|torch|all] [DTYPE]}

@@ -7,7 +7,7 @@
 #                                      without their hash suffixes.
 #   scripts/gpu-check.sh run DIR [LOGS]  (on the GPU machine) run every executable in DIR with
 #                                      its ignored tests included, one log per executable in
-#                                      LOGS (default: $OUT, else ./gpu-check-logs), then its
+#                                      LOGS (default: $OUT, else benchmarks/raw/gpu-check), then its
 #                                      timing tests (named bench_*) again alone, one thread,
 #                                      so nothing shares the GPU with them; then PyTorch parity
 #                                      through the CLI (every fixture, and a ViT-B/16 with random
@@ -141,7 +141,7 @@ parity() {
 
 run() {
     dir=$1
-    local logs=${2:-${OUT:-./gpu-check-logs}}
+    local logs=${2:-${OUT:-benchmarks/raw/gpu-check}}
     local limit=${GPU_CHECK_TIMEOUT:-240}
     mkdir -p "$logs"
     export VITRT_CACHE_DIR VITRT_REPO_ROOT=$PWD

@@ -7,10 +7,12 @@
 # (model-pixel_bytes_gpu) and the graph-replay ones, makes a random ViT-B/16 and COUNT (default
 # 4096) 500x375 JPEG photos, then scripts/bench_pipeline.py: vitrt classify on them at batch
 # 256 in f16, again on four times as many files (peak memory must stay flat), the forward pass
-# alone, and the PyTorch DataLoader peer. Logs and pipeline.json go to LOGS (default $OUT).
+# alone, and the PyTorch DataLoader peer. Logs and pipeline.json go to LOGS (default $OUT, else
+# benchmarks/raw/gpu-pipeline, git-ignored); scripts/bench_summary.py puts pipeline.json into a
+# dated run folder's summary.json.
 set -uo pipefail
 dir=${1:?usage: scripts/gpu-pipeline.sh DIR [LOGS] [COUNT]}
-logs=${2:-${OUT:-./gpu-pipeline-logs}}
+logs=${2:-${OUT:-benchmarks/raw/gpu-pipeline}}
 count=${3:-4096}
 mkdir -p "$logs"
 export VITRT_REPO_ROOT=$PWD
