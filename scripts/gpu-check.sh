@@ -150,7 +150,7 @@ run() {
     local summary=()
     local failed=0
     for exe in "$dir"/*; do
-        [ -x "$exe" ] || continue
+        [ -f "$exe" ] && [ -x "$exe" ] || continue
         case "$exe" in *.bin) continue ;; esac
         local name
         name=$(basename "$exe")
