@@ -210,7 +210,7 @@ Classify them with
     cargo run --release -- classify --model examples/digits-vit --top-k 3 examples/digits/*.png
 
 (`--json` gives machine-readable output); the test `demo_model_classifies_the_shipped_digits_as_pytorch_does`
-in `tests/cli.rs` checks that vitrt's predictions equal PyTorch's in `expected.json`.
+in `tests/cli_classify.rs` checks that vitrt's predictions equal PyTorch's in `expected.json`.
 
 The file name says the digit's index in the data set and its true label:
 `digit-0003-label-3.png` is digit number 3, a 3.

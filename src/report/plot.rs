@@ -1,12 +1,14 @@
-//! A small SVG writer for benchmark plots in the manner of Triton's `perf_report`: one panel
-//! per (op, case family), size on a log2 x axis, throughput on a linear y axis from zero, one
-//! line with markers per provider, a legend, and dashed horizontal lines for ceilings (the
-//! copy bandwidth on the GB/s panels). Panels sit in a grid in one self-contained SVG file.
-//!
-//! No plotting crate: the file is a few hundred elements of text, and writing them directly
-//! keeps the output stable and the dependency list short.
+//! Benchmark plots in the manner of Triton's `perf_report`, drawn with `plotters` into one
+//! self-contained SVG file: one panel per (op, case family), size on a log2 x axis,
+//! throughput on a linear y axis from zero, one line with markers per provider, a legend, and
+//! dashed horizontal lines for ceilings (the copy bandwidth on the GB/s panels), the panels in
+//! a grid under the figure's title.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
+
+use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
+use plotters::prelude::*;
 
 /// A grid of panels under one title.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -40,39 +42,50 @@ pub struct Ceiling {
     pub y: f64,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum PlotError {
     /// No panel had a single point that can be drawn.
     NoData,
+    /// `plotters` failed to lay out or draw the figure.
+    Draw(String),
 }
 
 impl fmt::Display for PlotError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PlotError::NoData => f.write_str("nothing to plot: no case produced a timing"),
+            PlotError::Draw(why) => write!(f, "drawing the plot: {why}"),
         }
     }
 }
 
 impl std::error::Error for PlotError {}
 
-// Geometry, in SVG user units (pixels at 100%).
-const PANEL_WIDTH: f64 = 360.0;
-const PANEL_HEIGHT: f64 = 270.0;
-const FIGURE_TITLE_HEIGHT: f64 = 36.0;
-/// Plot area inside a panel: room for the title above, tick labels and axis titles around.
-const MARGIN_LEFT: f64 = 62.0;
-const MARGIN_RIGHT: f64 = 16.0;
-const MARGIN_TOP: f64 = 30.0;
-const MARGIN_BOTTOM: f64 = 46.0;
+impl<E: std::error::Error + Send + Sync> From<DrawingAreaErrorKind<E>> for PlotError {
+    fn from(e: DrawingAreaErrorKind<E>) -> Self {
+        PlotError::Draw(e.to_string())
+    }
+}
+
+// Geometry, in SVG pixels. Font sizes below are 1.24 times the pixels wanted (15, 12 and 11
+// px): plotters' SVG backend writes a font's size divided by 1.24.
+const PANEL_WIDTH: u32 = 360;
+const PANEL_HEIGHT: u32 = 270;
+const FIGURE_TITLE_HEIGHT: u32 = 36;
 /// At most this many ticks on an axis.
 const MAX_TICKS: usize = 9;
 
-/// Line colours, then marker shapes, by series index.
-const COLOURS: [&str; 6] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+/// Line colours by series index (matplotlib's first six), and the ceilings' grey.
+const COLOURS: [RGBColor; 6] = [
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x8c, 0x56, 0x4b),
 ];
-const CEILING_COLOUR: &str = "#555555";
+const CEILING_COLOUR: RGBColor = RGBColor(0x55, 0x55, 0x55);
+const GRID_COLOUR: RGBColor = RGBColor(0xe5, 0xe5, 0xe5);
 
 /// Renders the figure. Points that a log-x, zero-based-y plot cannot show (x <= 0, anything
 /// not finite, y < 0) are left out; panels left with no point are dropped; a figure left
@@ -84,30 +97,25 @@ pub fn render(figure: &Figure) -> Result<String, PlotError> {
     }
     let columns = figure.columns.clamp(1, panels.len());
     let rows = panels.len().div_ceil(columns);
-    let width = columns as f64 * PANEL_WIDTH;
-    let height = FIGURE_TITLE_HEIGHT + rows as f64 * PANEL_HEIGHT;
-
+    let size = (
+        columns as u32 * PANEL_WIDTH,
+        FIGURE_TITLE_HEIGHT + rows as u32 * PANEL_HEIGHT,
+    );
     let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">"#
-    );
-    let _ = writeln!(
-        svg,
-        r#"<rect width="{width}" height="{height}" fill="white"/>"#
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text x="{:.1}" y="22" text-anchor="middle" font-size="15" font-weight="bold">{}</text>"#,
-        width / 2.0,
-        escape(&figure.title)
-    );
-    for (i, panel) in panels.iter().enumerate() {
-        let left = (i % columns) as f64 * PANEL_WIDTH;
-        let top = FIGURE_TITLE_HEIGHT + (i / columns) as f64 * PANEL_HEIGHT;
-        draw_panel(&mut svg, panel, left, top);
+    {
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (title, grid) = root.split_vertically(FIGURE_TITLE_HEIGHT);
+        title.titled(
+            &figure.title,
+            ("sans-serif", 18.6).into_font().style(FontStyle::Bold),
+        )?;
+        let cells = grid.split_evenly((rows, columns));
+        for (panel, cell) in panels.iter().zip(&cells) {
+            draw_panel(panel, cell)?;
+        }
+        root.present()?;
     }
-    svg.push_str("</svg>\n");
     Ok(svg)
 }
 
@@ -142,40 +150,21 @@ fn drawable(panel: &Panel) -> Option<Panel> {
     })
 }
 
-/// A log2 x axis spanning whole powers of two around the data.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Log2Axis {
-    lo: i32,
-    hi: i32,
-}
-
-impl Log2Axis {
-    fn around(xs: impl Iterator<Item = f64>) -> Log2Axis {
-        let (mut min, mut max) = (f64::INFINITY, 0.0f64);
-        for x in xs {
-            min = min.min(x);
-            max = max.max(x);
-        }
-        let (mut lo, mut hi) = (min.log2().floor() as i32, max.log2().ceil() as i32);
-        // One point (or one power of two): widen so it sits in the middle of a real range.
-        if hi <= lo {
-            lo -= 1;
-            hi += 1;
-        }
-        Log2Axis { lo, hi }
-    }
-
-    /// Where `x` falls, from 0 (left end) to 1 (right end): linear in log2 x.
-    fn fraction(&self, x: f64) -> f64 {
-        (x.log2() - self.lo as f64) / (self.hi - self.lo) as f64
-    }
-
-    /// The exponents of the ticked powers of two: every one, or every few so at most
-    /// `MAX_TICKS` remain.
-    fn tick_exponents(&self) -> Vec<i32> {
-        let span = (self.hi - self.lo) as usize;
-        let step = span.div_ceil(MAX_TICKS - 1).max(1);
-        (self.lo..=self.hi).step_by(step).collect()
+/// The x axis's ends as exponents of two: whole powers of two around the data, widened by
+/// one each way when the data is a single power of two so it sits in the middle of a range.
+fn log2_range(panel: &Panel) -> (f64, f64) {
+    let xs = panel
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0));
+    let (min, max) = xs.fold((f64::INFINITY, 0.0f64), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    });
+    let (lo, hi) = (min.log2().floor(), max.log2().ceil());
+    if hi <= lo {
+        (lo - 1.0, hi + 1.0)
+    } else {
+        (lo, hi)
     }
 }
 
@@ -190,160 +179,102 @@ fn power_of_two_label(e: i32) -> String {
     }
 }
 
-/// Ticks for a linear axis from 0 past `max`: a step of 1, 2 or 5 times a power of ten, the
-/// smallest that needs no more than `MAX_TICKS` ticks, so labels are round numbers.
-fn linear_ticks(max: f64) -> Vec<f64> {
-    let max = if max.is_finite() && max > 0.0 {
-        max
-    } else {
-        1.0
-    };
-    let mut magnitude = 10f64.powf((max / MAX_TICKS as f64).log10().floor());
-    let step = loop {
-        if let Some(step) = [1.0, 2.0, 5.0]
-            .iter()
-            .map(|m| m * magnitude)
-            // ceil(max / step) steps above zero: one tick more than that.
-            .find(|step| ((max / step).ceil() as usize) < MAX_TICKS)
-        {
-            break step;
-        }
-        magnitude *= 10.0;
-    };
-    let count = (max / step).ceil() as usize;
-    (0..=count).map(|i| i as f64 * step).collect()
-}
-
-/// A tick value with as many decimals as its step needs.
-fn tick_label(value: f64, step: f64) -> String {
-    let decimals = if step >= 1.0 {
-        0
-    } else {
-        (-step.log10()).ceil() as usize
-    };
-    format!("{value:.decimals$}")
-}
-
-fn draw_panel(svg: &mut String, panel: &Panel, left: f64, top: f64) {
-    let (x0, x1) = (left + MARGIN_LEFT, left + PANEL_WIDTH - MARGIN_RIGHT);
-    let (y0, y1) = (top + PANEL_HEIGHT - MARGIN_BOTTOM, top + MARGIN_TOP);
-    let x_axis = Log2Axis::around(
-        panel
-            .series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.0)),
-    );
+fn draw_panel<DB: DrawingBackend>(
+    panel: &Panel,
+    area: &DrawingArea<DB, Shift>,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    // The x axis is log2, ticked at powers of two (labelled 128, 1K, ...); the y axis starts
+    // at zero and leaves a little room above the highest point or ceiling.
+    let (lo, hi) = log2_range(panel);
     let y_max = panel
         .series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1))
         .chain(panel.ceilings.iter().map(|c| c.y))
         .fold(0.0f64, f64::max);
-    let y_ticks = linear_ticks(y_max);
-    let y_top = *y_ticks.last().unwrap_or(&1.0);
-    let px = |x: f64| x0 + x_axis.fraction(x) * (x1 - x0);
-    let py = |y: f64| y0 - y / y_top * (y0 - y1);
-
-    let _ = writeln!(svg, r#"<g class="panel">"#);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="12" font-weight="bold">{}</text>"#,
-        (x0 + x1) / 2.0,
-        top + 18.0,
-        escape(&panel.title)
-    );
-    // Grid and ticks.
-    for &e in &x_axis.tick_exponents() {
-        let x = px(2f64.powi(e));
-        let _ = writeln!(
-            svg,
-            r##"<line x1="{x:.1}" y1="{y1:.1}" x2="{x:.1}" y2="{y0:.1}" stroke="#e5e5e5"/>"##
-        );
-        let _ = writeln!(
-            svg,
-            r#"<text class="x-tick" x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            y0 + 14.0,
-            power_of_two_label(e)
-        );
-    }
-    let step = y_ticks.get(1).copied().unwrap_or(1.0);
-    for &value in &y_ticks {
-        let y = py(value);
-        let _ = writeln!(
-            svg,
-            r##"<line x1="{x0:.1}" y1="{y:.1}" x2="{x1:.1}" y2="{y:.1}" stroke="#e5e5e5"/>"##
-        );
-        let _ = writeln!(
-            svg,
-            r#"<text class="y-tick" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
-            x0 - 5.0,
-            y + 4.0,
-            tick_label(value, step)
-        );
-    }
-    let _ = writeln!(
-        svg,
-        r#"<rect x="{x0:.1}" y="{y1:.1}" width="{:.1}" height="{:.1}" fill="none" stroke="black"/>"#,
-        x1 - x0,
-        y0 - y1
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-        (x0 + x1) / 2.0,
-        y0 + 32.0,
-        escape(&panel.x_label)
-    );
-    let (label_x, label_y) = (left + 14.0, (y0 + y1) / 2.0);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{label_x:.1}" y="{label_y:.1}" text-anchor="middle" transform="rotate(-90 {label_x:.1} {label_y:.1})">{}</text>"#,
-        escape(&panel.y_label)
-    );
-
-    // Ceilings under the data, dashed.
-    for ceiling in &panel.ceilings {
-        let y = py(ceiling.y);
-        let _ = writeln!(
-            svg,
-            r#"<g class="ceiling"><line x1="{x0:.1}" y1="{y:.1}" x2="{x1:.1}" y2="{y:.1}" stroke="{CEILING_COLOUR}" stroke-width="1.5" stroke-dasharray="6 4"/></g>"#
-        );
-    }
-    // Every line in pixels, left to right; also what the legend should not cover.
-    let lines: Vec<Vec<(f64, f64)>> = panel
-        .series
-        .iter()
-        .map(|series| {
-            let mut points: Vec<(f64, f64)> =
-                series.points.iter().map(|&(x, y)| (px(x), py(y))).collect();
-            points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            points
-        })
+    let y_top = if y_max > 0.0 { y_max * 1.08 } else { 1.0 };
+    // A tick at every power of two, or every few so at most MAX_TICKS remain.
+    let step = ((hi - lo) as usize).div_ceil(MAX_TICKS - 1).max(1);
+    let x_ticks: Vec<f64> = (lo as i32..=hi as i32)
+        .step_by(step)
+        .map(|e| 2f64.powi(e))
         .collect();
-    let mut drawn: Vec<(f64, f64)> = lines.iter().flat_map(|l| along(l)).collect();
+    let (lo, hi) = (2f64.powf(lo), 2f64.powf(hi));
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            &panel.title,
+            ("sans-serif", 14.9).into_font().style(FontStyle::Bold),
+        )
+        .margin(4)
+        .margin_right(16)
+        .x_label_area_size(36)
+        .y_label_area_size(52)
+        .build_cartesian_2d(
+            (lo..hi).log_scale().base(2.0).with_key_points(x_ticks),
+            0.0..y_top,
+        )?;
+    chart
+        .configure_mesh()
+        .bold_line_style(GRID_COLOUR)
+        .light_line_style(TRANSPARENT)
+        .max_light_lines(0)
+        .y_labels(MAX_TICKS)
+        .x_label_formatter(&|x| power_of_two_label(x.log2().round() as i32))
+        // Round numbers without the trailing ".0" (and without 0.30000000000000004).
+        .y_label_formatter(&|v| format!("{}", (v * 1e6).round() / 1e6))
+        .x_desc(&panel.x_label)
+        .y_desc(&panel.y_label)
+        .label_style(("sans-serif", 13.6))
+        .draw()?;
+    // A frame around the plot area, as matplotlib draws.
+    chart.draw_series([Rectangle::new([(lo, 0.0), (hi, y_top)], BLACK)])?;
+
+    // Ceilings under the data; their legend entries come after the series' (below).
+    let dashed = CEILING_COLOUR.stroke_width(2);
     for ceiling in &panel.ceilings {
-        drawn.extend(along(&[(x0, py(ceiling.y)), (x1, py(ceiling.y))]));
+        let line = [(lo, ceiling.y), (hi, ceiling.y)];
+        chart.draw_series(DashedLineSeries::new(line, 6, 4, dashed))?;
     }
-    for (i, (series, points)) in panel.series.iter().zip(&lines).enumerate() {
+    let mut drawn = Vec::new();
+    for (i, series) in panel.series.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
-        let path: Vec<String> = points
+        let mut points: Vec<(f64, f64)> = series.points.clone();
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let pixels: Vec<(f64, f64)> = points
             .iter()
-            .map(|(x, y)| format!("{x:.1},{y:.1}"))
+            .map(|p| chart.backend_coord(p))
+            .map(|(x, y)| (x as f64, y as f64))
             .collect();
-        let _ = writeln!(
-            svg,
-            r#"<g class="series" data-name="{}"><polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"/>"#,
-            escape(&series.name),
-            path.join(" ")
-        );
-        for &(x, y) in points {
-            svg.push_str(&marker(i, x, y, colour));
-        }
-        svg.push_str("</g>\n");
+        drawn.extend(along(&pixels));
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                colour.stroke_width(2),
+            ))?
+            .label(&series.name)
+            .legend(move |(x, y)| {
+                EmptyElement::at((x, y))
+                    + PathElement::new([(0, 0), (20, 0)], colour.stroke_width(2))
+                    + marker(i, (10, 0), colour)
+            });
+        chart.draw_series(
+            points
+                .iter()
+                .map(|&p| EmptyElement::at(p) + marker(i, (0, 0), colour)),
+        )?;
+    }
+    for ceiling in &panel.ceilings {
+        // Nothing to draw: only the legend entry.
+        chart
+            .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())?
+            .label(&ceiling.name)
+            .legend(move |(x, y)| DashedPathElement::new([(x, y), (x + 20, y)], 6, 4, dashed));
+        let (left, y) = chart.backend_coord(&(lo, ceiling.y));
+        let (right, _) = chart.backend_coord(&(hi, ceiling.y));
+        drawn.extend(along(&[(left as f64, y as f64), (right as f64, y as f64)]));
     }
 
-    // Legend inside the plot area, in the corner where it hides the least: series first,
-    // then ceilings.
+    // The legend in the corner of the plot area where it hides the least.
     let entries = panel.series.len() + panel.ceilings.len();
     let longest = panel
         .series
@@ -353,47 +284,43 @@ fn draw_panel(svg: &mut String, panel: &Panel, left: f64, top: f64) {
         .max()
         .unwrap_or(0);
     let size = (34.0 + 6.5 * longest as f64, 6.0 + 14.0 * entries as f64);
-    let (lx, ly) = legend_corner((x0, y1, x1, y0), size, &drawn);
-    let _ = writeln!(
-        svg,
-        r##"<g class="legend"><rect x="{lx:.1}" y="{ly:.1}" width="{:.1}" height="{:.1}" fill="white" fill-opacity="0.85" stroke="#bbbbbb"/>"##,
-        size.0, size.1
+    let ((x0, y0), (x1, y1)) = (
+        chart.backend_coord(&(lo, y_top)),
+        chart.backend_coord(&(hi, 0.0)),
     );
-    for (i, series) in panel.series.iter().enumerate() {
-        let colour = COLOURS[i % COLOURS.len()];
-        let y = ly + 13.0 + 14.0 * i as f64;
-        let _ = writeln!(
-            svg,
-            r#"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{colour}" stroke-width="2"/>"#,
-            lx + 4.0,
-            lx + 24.0
-        );
-        svg.push_str(&marker(i, lx + 14.0, y, colour));
-        let _ = writeln!(
-            svg,
-            r#"<text class="legend-entry" x="{:.1}" y="{:.1}">{}</text>"#,
-            lx + 29.0,
-            y + 4.0,
-            escape(&series.name)
-        );
+    let area = (x0 as f64, y0 as f64, x1 as f64, y1 as f64);
+    let position = match legend_corner(area, size, &drawn) {
+        0 => SeriesLabelPosition::UpperLeft,
+        1 => SeriesLabelPosition::UpperRight,
+        2 => SeriesLabelPosition::LowerRight,
+        _ => SeriesLabelPosition::LowerLeft,
+    };
+    chart
+        .configure_series_labels()
+        .position(position)
+        .margin(6)
+        .legend_area_size(24)
+        .label_font(("sans-serif", 13.6))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(0xbb, 0xbb, 0xbb))
+        .draw()
+}
+
+/// The marker of series `i`, centred at pixel offset `at`: circle, square, triangle, cross,
+/// in turn.
+fn marker<DB: DrawingBackend>(
+    i: usize,
+    at: (i32, i32),
+    colour: RGBColor,
+) -> DynElement<'static, DB, (i32, i32)> {
+    let style = colour.filled();
+    let (x, y) = at;
+    match i % 4 {
+        0 => Circle::new(at, 3.5, style).into_dyn(),
+        1 => Rectangle::new([(x - 3, y - 3), (x + 4, y + 4)], style).into_dyn(),
+        2 => TriangleMarker::new(at, 4.5, style).into_dyn(),
+        _ => Cross::new(at, 4, colour.stroke_width(2)).into_dyn(),
     }
-    for (j, ceiling) in panel.ceilings.iter().enumerate() {
-        let y = ly + 13.0 + 14.0 * (panel.series.len() + j) as f64;
-        let _ = writeln!(
-            svg,
-            r#"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{CEILING_COLOUR}" stroke-width="1.5" stroke-dasharray="6 4"/>"#,
-            lx + 4.0,
-            lx + 24.0
-        );
-        let _ = writeln!(
-            svg,
-            r#"<text class="legend-entry" x="{:.1}" y="{:.1}">{}</text>"#,
-            lx + 29.0,
-            y + 4.0,
-            escape(&ceiling.name)
-        );
-    }
-    svg.push_str("</g>\n</g>\n");
 }
 
 /// Points along a polyline, eight per segment (and its ends): enough to tell whether a box
@@ -410,15 +337,15 @@ fn along(line: &[(f64, f64)]) -> Vec<(f64, f64)> {
     points
 }
 
-/// The top-left corner of a legend box of `size` in the plot area `(left, top, right,
-/// bottom)`: the corner (top left, top right, bottom right, bottom left, preferred in that
-/// order on a tie) whose box, inset a little, covers the fewest of the `drawn` points, counting
+/// Which corner of the plot area `(left, top, right, bottom)` a legend box of `size` should
+/// go in: 0 top left, 1 top right, 2 bottom right, 3 bottom left (preferred in that order on
+/// a tie), whichever box, inset a little, covers the fewest of the `drawn` points, counting
 /// those within a marker's size of its edge (a line just outside still shows through).
 fn legend_corner(
     (left, top, right, bottom): (f64, f64, f64, f64),
     (width, height): (f64, f64),
     drawn: &[(f64, f64)],
-) -> (f64, f64) {
+) -> usize {
     let inset = 6.0;
     let corners = [
         (left + inset, top + inset),
@@ -427,76 +354,19 @@ fn legend_corner(
         (left + inset, bottom - inset - height),
     ];
     let covered = |&(x, y): &(f64, f64)| {
+        let margin = 5.0;
         drawn
             .iter()
             .filter(|&&(px, py)| {
-                let margin = 5.0;
                 (x - margin..=x + width + margin).contains(&px)
                     && (y - margin..=y + height + margin).contains(&py)
             })
             .count()
     };
-    let mut best = corners[0];
-    let mut fewest = covered(&best);
-    for corner in &corners[1..] {
-        let count = covered(corner);
-        if count < fewest {
-            best = *corner;
-            fewest = count;
-        }
-    }
-    best
-}
-
-/// The marker of series `i` at (x, y): circle, square, triangle, diamond, in turn.
-fn marker(i: usize, x: f64, y: f64, colour: &str) -> String {
-    let r = 3.5;
-    match i % 4 {
-        0 => format!(r#"<circle cx="{x:.1}" cy="{y:.1}" r="{r}" fill="{colour}"/>"#),
-        1 => format!(
-            r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{colour}"/>"#,
-            x - r,
-            y - r,
-            2.0 * r,
-            2.0 * r
-        ),
-        2 => format!(
-            r#"<polygon points="{:.1},{:.1} {:.1},{:.1} {:.1},{:.1}" fill="{colour}"/>"#,
-            x,
-            y - r - 0.5,
-            x - r - 0.5,
-            y + r,
-            x + r + 0.5,
-            y + r
-        ),
-        _ => format!(
-            r#"<polygon points="{:.1},{:.1} {:.1},{:.1} {:.1},{:.1} {:.1},{:.1}" fill="{colour}"/>"#,
-            x,
-            y - r - 1.0,
-            x + r + 1.0,
-            y,
-            x,
-            y + r + 1.0,
-            x - r - 1.0,
-            y
-        ),
-    }
-}
-
-/// Text as SVG character data or an attribute value.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c => out.push(c),
-        }
-    }
-    out
+    // min_by_key keeps the first of equal counts: the preference order above.
+    (0..corners.len())
+        .min_by_key(|&i| covered(&corners[i]))
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -528,6 +398,11 @@ mod tests {
         }
     }
 
+    /// How many `<text>` elements say exactly `text` (plotters writes it on a line of its own).
+    fn texts(svg: &str, text: &str) -> usize {
+        svg.matches(&format!(">\n{text}\n</text>")).count()
+    }
+
     #[test]
     fn one_line_per_series_and_a_legend_entry_for_each() {
         let svg = render(&figure(vec![
@@ -548,76 +423,38 @@ mod tests {
         ]))
         .unwrap();
         assert!(svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"));
-        assert_eq!(svg.matches(r#"<g class="panel">"#).count(), 2);
-        assert_eq!(svg.matches(r#"<g class="series""#).count(), 3);
-        assert_eq!(svg.matches("<polyline").count(), 3);
-        assert_eq!(svg.matches(r#"<g class="ceiling">"#).count(), 1);
-        assert_eq!(svg.matches(r#"class="legend-entry""#).count(), 4);
-        // A marker per point, and one per legend entry of a series.
+        assert_eq!(texts(&svg, "kernels"), 1);
+        assert_eq!(texts(&svg, "qkv") + texts(&svg, "layernorm"), 2);
+        assert_eq!(texts(&svg, "M"), 2, "an x label per panel");
+        assert_eq!(texts(&svg, "TFLOP/s"), 2, "a y label per panel");
+        // Legend entries: vitrt in both panels, cublas and the ceiling once.
+        assert_eq!(texts(&svg, "vitrt"), 2);
+        assert_eq!(texts(&svg, "cublas"), 1);
+        assert_eq!(texts(&svg, "copy"), 1);
+        // A line of two points per series, in its colour; and one in its legend entry.
+        let line = |colour: &str| format!(r#"stroke="{colour}" stroke-width="2""#);
+        assert_eq!(svg.matches(&line("#1F77B4")).count(), 2 * 2);
+        assert_eq!(svg.matches(&line("#D62728")).count(), 2);
+        // vitrt's markers are circles: a point each and one per legend entry.
         assert_eq!(svg.matches("<circle").count(), 2 + 1 + 1 + 1);
-        assert_eq!(
-            svg.matches("<rect").count(),
-            1 + 2 + 2 + 2 + 1,
-            "background, 2 frames, 2 legend boxes, cublas's 2 square markers + 1 in its legend"
-        );
+        // Ticks at powers of two from 128 to 16K, every other one.
+        for label in ["128", "512", "2K", "8K"] {
+            assert!(texts(&svg, label) >= 1, "{label}");
+        }
     }
 
     #[test]
-    fn the_x_axis_is_log2() {
-        let axis = Log2Axis::around([197.0, 1576.0, 12608.0, 50432.0].into_iter());
-        assert_eq!((axis.lo, axis.hi), (7, 16), "128 .. 65536 spans the data");
-        let f = |x: f64| axis.fraction(x);
-        assert!((f(128.0) - 0.0).abs() < 1e-12);
-        assert!((f(65536.0) - 1.0).abs() < 1e-12);
-        // Each doubling moves the same distance.
-        let step = f(512.0) - f(256.0);
-        assert!((f(1024.0) - f(512.0) - step).abs() < 1e-12);
-        assert!((step - 1.0 / 9.0).abs() < 1e-12);
-        // A single point gets a range around it.
-        let one = Log2Axis::around([1024.0].into_iter());
-        assert_eq!((one.lo, one.hi), (9, 11));
-        assert!((one.fraction(1024.0) - 0.5).abs() < 1e-12);
-    }
-
-    #[test]
-    fn axis_ticks_are_few_and_round() {
-        let axis = Log2Axis { lo: 7, hi: 16 };
-        let ticks = axis.tick_exponents();
-        assert!(ticks.len() <= MAX_TICKS && ticks.len() >= 2, "{ticks:?}");
-        assert_eq!(ticks[0], 7);
-        assert_eq!(
-            Log2Axis { lo: 8, hi: 13 }.tick_exponents(),
-            vec![8, 9, 10, 11, 12, 13]
-        );
+    fn the_x_axis_spans_whole_powers_of_two() {
+        let p = |xs: &[f64]| {
+            let points: Vec<(f64, f64)> = xs.iter().map(|&x| (x, 1.0)).collect();
+            log2_range(&panel("p", vec![series("s", &points)]))
+        };
+        assert_eq!(p(&[197.0, 1576.0, 12608.0, 50432.0]), (7.0, 16.0));
+        // A single power of two gets a range around it.
+        assert_eq!(p(&[1024.0]), (9.0, 11.0));
         assert_eq!(power_of_two_label(8), "256");
         assert_eq!(power_of_two_label(13), "8K");
         assert_eq!(power_of_two_label(21), "2M");
-
-        for max in [0.7, 1.0, 3.3, 9.9, 47.0, 612.3, 999.0, 1000.0, 4823.0, 1e6] {
-            let ticks = linear_ticks(max);
-            assert_eq!(ticks[0], 0.0);
-            assert!(*ticks.last().unwrap() >= max, "{max}: {ticks:?}");
-            assert!((2..=MAX_TICKS).contains(&ticks.len()), "{max}: {ticks:?}");
-            let step = ticks[1];
-            let mantissa = step / 10f64.powf(step.log10().floor());
-            assert!(
-                [1.0, 2.0, 5.0].iter().any(|m| (m - mantissa).abs() < 1e-9),
-                "{max}: step {step}"
-            );
-            // Not needlessly coarse: the top tick is within one step of the maximum.
-            assert!(
-                ticks.last().unwrap() - max < step + 1e-9,
-                "{max}: {ticks:?}"
-            );
-        }
-        assert_eq!(
-            linear_ticks(0.0),
-            linear_ticks(1.0),
-            "an all-zero panel still has an axis"
-        );
-        assert_eq!(tick_label(200.0, 100.0), "200");
-        assert_eq!(tick_label(0.4, 0.2), "0.4");
-        assert_eq!(tick_label(0.05, 0.05), "0.05");
     }
 
     #[test]
@@ -650,7 +487,8 @@ mod tests {
             panel("proj", vec![]),
         ]);
         let svg = render(&mixed).unwrap();
-        assert_eq!(svg.matches(r#"<g class="panel">"#).count(), 1);
+        assert_eq!(texts(&svg, "qkv"), 1);
+        assert_eq!(texts(&svg, "proj"), 0);
         assert_eq!(
             svg.matches("<circle").count(),
             2,
@@ -662,21 +500,16 @@ mod tests {
     fn the_legend_goes_where_it_hides_the_least() {
         let area = (0.0, 0.0, 100.0, 100.0);
         let size = (30.0, 20.0);
-        assert_eq!(
-            legend_corner(area, size, &[]),
-            (6.0, 6.0),
-            "top left when free"
-        );
-        // A line along the top: the legend moves to the bottom.
+        assert_eq!(legend_corner(area, size, &[]), 0, "top left when free");
+        // A line along the top: the legend moves to the bottom (right, the first of the two).
         let top_line = along(&[(0.0, 10.0), (100.0, 10.0)]);
-        let (_, y) = legend_corner(area, size, &top_line);
-        assert_eq!(y, 100.0 - 6.0 - 20.0);
+        assert_eq!(legend_corner(area, size, &top_line), 2);
         // Points everywhere but the top right.
         let crowded: Vec<(f64, f64)> = (0..100)
             .flat_map(|x| (0..100).map(move |y| (x as f64, y as f64)))
             .filter(|&(x, y)| !(x > 60.0 && y < 40.0))
             .collect();
-        assert_eq!(legend_corner(area, size, &crowded), (64.0, 6.0));
+        assert_eq!(legend_corner(area, size, &crowded), 1);
         assert_eq!(along(&[(0.0, 0.0), (8.0, 0.0)]).len(), 2 + 7);
     }
 
@@ -691,9 +524,9 @@ mod tests {
             panels,
         })
         .unwrap();
-        let (w, h) = (2.0 * PANEL_WIDTH, FIGURE_TITLE_HEIGHT + 3.0 * PANEL_HEIGHT);
+        let (w, h) = (2 * PANEL_WIDTH, FIGURE_TITLE_HEIGHT + 3 * PANEL_HEIGHT);
         assert!(
-            svg.contains(&format!(r#"width="{w}" height="{h}""#)),
+            svg.starts_with(&format!(r#"<svg width="{w}" height="{h}""#)),
             "{}",
             &svg[..200]
         );

@@ -2,6 +2,8 @@
 //! for matmuls, a device-to-device copy of the same traffic for the rest), the ratio first
 //! after the case's name because it is the figure the run is for.
 
+use comfy_table::{presets, CellAlignment, Table};
+
 use super::schema::{KernelRow, Skipped};
 
 /// One line of the table: our row and its baseline, either of which may have been skipped.
@@ -83,51 +85,33 @@ fn ms_text(row: Option<&KernelRow>) -> String {
     row.map_or("-".into(), |r| format!("{:.4}", r.median_ms))
 }
 
-/// The aligned table: text columns left-aligned, figures right-aligned, two spaces apart.
+/// The aligned table: text columns left-aligned, figures right-aligned, two spaces apart, no
+/// borders (comfy-table without its terminal feature: never wrapped to a terminal's width).
 pub fn render(rows: &[KernelRow], skipped: &[Skipped]) -> String {
-    let header = [
+    let mut table = Table::new();
+    table.load_style(presets::NOTHING).set_header([
         "op", "case", "epilogue", "ratio", "ours", "baseline", "vs", "ours ms", "base ms",
-    ];
-    let right_aligned = [false, false, false, true, true, true, false, true, true];
-    let mut lines: Vec<[String; 9]> = vec![header.map(String::from)];
+    ]);
     for c in comparisons(rows, skipped) {
-        let baseline_name = if c.op == "matmul" { "cuBLAS" } else { "copy" };
-        lines.push([
+        table.add_row([
             c.op.to_string(),
             c.case.to_string(),
             c.epilogue.unwrap_or("").to_string(),
             c.ratio().map_or("-".into(), |r| format!("{r:.2}x")),
             rate_text(c.ours),
             rate_text(c.baseline),
-            baseline_name.to_string(),
+            (if c.op == "matmul" { "cuBLAS" } else { "copy" }).to_string(),
             ms_text(c.ours),
             ms_text(c.baseline),
         ]);
     }
-    let mut widths = [0usize; 9];
-    for line in &lines {
-        for (w, cell) in widths.iter_mut().zip(line) {
-            *w = (*w).max(cell.chars().count());
+    for (i, column) in table.column_iter_mut().enumerate() {
+        column.set_padding((0, 2));
+        if [3, 4, 5, 7, 8].contains(&i) {
+            column.set_cell_alignment(CellAlignment::Right);
         }
     }
-    let mut out = String::new();
-    for line in &lines {
-        let cells: Vec<String> = line
-            .iter()
-            .zip(widths)
-            .zip(right_aligned)
-            .map(|((cell, w), right)| {
-                if right {
-                    format!("{cell:>w$}")
-                } else {
-                    format!("{cell:<w$}")
-                }
-            })
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
+    table.trim_fmt() + "\n"
 }
 
 #[cfg(test)]

@@ -1,0 +1,350 @@
+//! The executor on the CPU backend: graph replay (warm-up, capture, a grown arena, a failed
+//! capture) and node-by-node timing.
+
+use super::*;
+use crate::backend::cpu::CpuBackend;
+use crate::graph::Op;
+use crate::{Activation, DType, Epilogue};
+use std::collections::HashMap;
+
+/// Deterministic weights: every parameter is a ramp scaled by its length.
+struct RampParams;
+
+impl ParamStore for RampParams {
+    fn load(&self, _name: &str, shape: &[usize]) -> Result<Vec<f32>, RuntimeError> {
+        let n: usize = shape.iter().product();
+        Ok((0..n).map(|i| (i as f32 * 0.37).sin() / n as f32).collect())
+    }
+}
+
+/// `z = gelu(x · wᵀ + b) + x · wᵀ + b` over `batch` rows of 8 features.
+fn small_graph(batch: usize) -> Graph {
+    let mut g = Graph::default();
+    let x = g.add_input("x", &[batch, 4, 8]);
+    let w = g.add_param("w", &[8, 8]);
+    let b = g.add_param("b", &[8]);
+    let y = g
+        .add_node(
+            "fc",
+            Op::Linear {
+                epilogue: Epilogue {
+                    bias: true,
+                    ..Epilogue::NONE
+                },
+            },
+            &[x, w, b],
+        )
+        .unwrap();
+    let a = g
+        .add_node("act", Op::Activation(Activation::Gelu), &[y])
+        .unwrap();
+    let z = g.add_node("add", Op::Add, &[a, y]).unwrap();
+    g.mark_output("z", z);
+    g
+}
+
+fn pixels(batch: usize, seed: usize) -> Vec<f32> {
+    (0..batch * 32)
+        .map(|i| ((i * 7919 + seed * 104_729) % 251) as f32 / 125.0 - 1.0)
+        .collect()
+}
+
+/// One op as recorded during a capture.
+struct RecordedOp {
+    op: Op,
+    inputs: Vec<Binding>,
+    output: Binding,
+    workspace: Option<BufferRef>,
+}
+
+/// A CPU backend that captures as CUDA does: ops queued during a capture are recorded,
+/// not run; a replay runs the recorded ops on the buffers' current contents; graphs are
+/// dropped when the arena grows.
+struct CapturingCpu {
+    inner: CpuBackend,
+    arena_bytes: usize,
+    recording: Option<Vec<RecordedOp>>,
+    graphs: HashMap<u64, Vec<RecordedOp>>,
+    refuse_capture: bool,
+    captures: usize,
+    replays: usize,
+    eager_ops: usize,
+}
+
+impl CapturingCpu {
+    fn new() -> CapturingCpu {
+        CapturingCpu {
+            inner: CpuBackend::new(),
+            arena_bytes: 0,
+            recording: None,
+            graphs: HashMap::new(),
+            refuse_capture: false,
+            captures: 0,
+            replays: 0,
+            eager_ops: 0,
+        }
+    }
+}
+
+impl Backend for CapturingCpu {
+    fn describe(&self) -> String {
+        "capturing cpu".into()
+    }
+    fn dtype(&self) -> DType {
+        self.inner.dtype()
+    }
+    fn load_param(
+        &mut self,
+        key: &str,
+        shape: &[usize],
+        load: &mut dyn FnMut() -> Result<Vec<f32>, RuntimeError>,
+    ) -> Result<usize, RuntimeError> {
+        self.inner.load_param(key, shape, load)
+    }
+    fn reserve_arena(&mut self, bytes: usize) -> Result<(), RuntimeError> {
+        if bytes > self.arena_bytes {
+            self.graphs.clear();
+            self.arena_bytes = bytes;
+        }
+        self.inner.reserve_arena(bytes)
+    }
+    fn write(&mut self, dst: BufferRef, data: &[f32]) -> Result<(), RuntimeError> {
+        assert!(
+            self.recording.is_none(),
+            "inputs are written outside captures"
+        );
+        self.inner.write(dst, data)
+    }
+    fn read(&mut self, src: BufferRef) -> Result<Vec<f32>, RuntimeError> {
+        assert!(
+            self.recording.is_none(),
+            "outputs are read outside captures"
+        );
+        self.inner.read(src)
+    }
+    fn execute(
+        &mut self,
+        op: &Op,
+        inputs: &[Binding],
+        output: &Binding,
+        workspace: Option<BufferRef>,
+    ) -> Result<(), String> {
+        match &mut self.recording {
+            Some(recorded) => {
+                recorded.push(RecordedOp {
+                    op: op.clone(),
+                    inputs: inputs.to_vec(),
+                    output: output.clone(),
+                    workspace,
+                });
+                Ok(())
+            }
+            None => {
+                self.eager_ops += 1;
+                self.inner.execute(op, inputs, output, workspace)
+            }
+        }
+    }
+    fn synchronize(&mut self) -> Result<(), RuntimeError> {
+        self.inner.synchronize()
+    }
+    fn mark(&mut self) -> Result<(), RuntimeError> {
+        assert!(self.recording.is_none(), "marks are never captured");
+        self.inner.mark()
+    }
+    fn take_mark_intervals(&mut self) -> Result<Vec<f32>, RuntimeError> {
+        self.inner.take_mark_intervals()
+    }
+    fn can_capture(&self) -> bool {
+        true
+    }
+    fn capture_graph(
+        &mut self,
+        key: u64,
+        queue: &mut dyn FnMut(&mut dyn Backend) -> Result<(), RuntimeError>,
+    ) -> Result<(), String> {
+        self.captures += 1;
+        self.graphs.remove(&key);
+        if self.refuse_capture {
+            return Err("capture refused by the test".into());
+        }
+        self.recording = Some(Vec::new());
+        let queued = queue(self);
+        let recorded = self.recording.take().unwrap();
+        queued.map_err(|e| e.to_string())?;
+        self.graphs.insert(key, recorded);
+        Ok(())
+    }
+    fn has_graph(&self, key: u64) -> bool {
+        self.graphs.contains_key(&key)
+    }
+    fn replay_graph(&mut self, key: u64) -> Result<(), RuntimeError> {
+        self.replays += 1;
+        let recorded = self.graphs.get(&key).expect("replay of a graph not held");
+        for op in recorded {
+            self.inner
+                .execute(&op.op, &op.inputs, &op.output, op.workspace)
+                .map_err(RuntimeError::Backend)?;
+        }
+        Ok(())
+    }
+}
+
+fn executor(batch: usize, backend: &mut dyn Backend) -> Executor {
+    Executor::new(
+        small_graph(batch),
+        backend,
+        &RampParams,
+        Precision::uniform(DType::F32),
+    )
+    .unwrap()
+}
+
+/// The outputs of a plain CPU run, node by node.
+fn eager_reference(batch: usize, input: &[f32]) -> Vec<HostTensor> {
+    let mut cpu = CpuBackend::new();
+    let plain = executor(batch, &mut cpu);
+    plain.run(&mut cpu, &[("x", input)]).unwrap()
+}
+
+fn bits(outputs: &[HostTensor]) -> Vec<u32> {
+    outputs
+        .iter()
+        .flat_map(|t| t.data.iter().map(|v| v.to_bits()))
+        .collect()
+}
+
+#[test]
+fn replay_follows_one_eager_warm_up_and_matches_it_bitwise() {
+    let mut backend = CapturingCpu::new();
+    let exec = executor(2, &mut backend);
+    let nodes = exec.graph().nodes.len();
+    assert_eq!(exec.replay_state(), ReplayState::Cold);
+
+    let first = exec.run(&mut backend, &[("x", &pixels(2, 0))]).unwrap();
+    assert_eq!(
+        (backend.captures, backend.replays),
+        (0, 0),
+        "warm-up is eager"
+    );
+    assert_eq!(backend.eager_ops, nodes);
+    assert_eq!(exec.replay_state(), ReplayState::WarmedUp);
+
+    let second = exec.run(&mut backend, &[("x", &pixels(2, 0))]).unwrap();
+    assert_eq!((backend.captures, backend.replays), (1, 1));
+    assert_eq!(
+        backend.eager_ops, nodes,
+        "the captured pass runs only as a replay"
+    );
+    assert_eq!(bits(&first), bits(&second));
+
+    // New inputs, written outside the graph, are what the replay reads.
+    let third = exec.run(&mut backend, &[("x", &pixels(2, 1))]).unwrap();
+    assert_eq!((backend.captures, backend.replays), (1, 2), "captured once");
+    assert_eq!(bits(&third), bits(&eager_reference(2, &pixels(2, 1))));
+    assert_ne!(bits(&third), bits(&first));
+}
+
+#[test]
+fn a_grown_arena_drops_the_graph_and_the_next_pass_captures_again() {
+    let mut backend = CapturingCpu::new();
+    let small = executor(1, &mut backend);
+    for _ in 0..2 {
+        small.run(&mut backend, &[("x", &pixels(1, 0))]).unwrap();
+    }
+    assert_eq!((backend.captures, backend.replays), (1, 1));
+    assert!(backend.has_graph(small.graph_key));
+
+    // A larger plan on the same backend grows (moves) the arena.
+    let large = executor(8, &mut backend);
+    assert!(
+        !backend.has_graph(small.graph_key),
+        "the old arena's graph is gone"
+    );
+    let out = small.run(&mut backend, &[("x", &pixels(1, 2))]).unwrap();
+    assert_eq!((backend.captures, backend.replays), (2, 2), "captured anew");
+    assert_eq!(bits(&out), bits(&eager_reference(1, &pixels(1, 2))));
+
+    // Two plans alternate, each replaying its own graph.
+    for round in 0..3 {
+        for (exec, batch) in [(&large, 8), (&small, 1)] {
+            let input = pixels(batch, 10 + round);
+            let out = exec.run(&mut backend, &[("x", &input)]).unwrap();
+            assert_eq!(
+                bits(&out),
+                bits(&eager_reference(batch, &input)),
+                "b{batch}"
+            );
+        }
+    }
+    assert_eq!(
+        backend.captures, 3,
+        "the large plan captured once, after its warm-up"
+    );
+    assert_ne!(small.graph_key, large.graph_key);
+}
+
+#[test]
+fn a_failed_capture_runs_eagerly_and_is_not_tried_again() {
+    let mut backend = CapturingCpu::new();
+    backend.refuse_capture = true;
+    let exec = executor(2, &mut backend);
+    for seed in 0..3 {
+        let input = pixels(2, seed);
+        let out = exec.run(&mut backend, &[("x", &input)]).unwrap();
+        assert_eq!(bits(&out), bits(&eager_reference(2, &input)));
+    }
+    assert_eq!(backend.captures, 1);
+    assert_eq!(backend.replays, 0);
+    assert_eq!(backend.eager_ops, 3 * exec.graph().nodes.len());
+    assert_eq!(exec.replay_state(), ReplayState::Failed);
+}
+
+#[test]
+fn per_node_timing_and_replay_off_run_node_by_node() {
+    let mut backend = CapturingCpu::new();
+    let exec = executor(2, &mut backend);
+    let nodes = exec.graph().nodes.len();
+    exec.write_inputs(&mut backend, &[("x", &pixels(2, 0))])
+        .unwrap();
+    for _ in 0..3 {
+        exec.launch(&mut backend, Marks::EachNode).unwrap();
+        assert_eq!(backend.take_mark_intervals().unwrap().len(), nodes);
+    }
+    assert_eq!((backend.captures, backend.replays), (0, 0));
+
+    let off = executor(2, &mut backend).with_graph_replay(false);
+    for _ in 0..3 {
+        off.run(&mut backend, &[("x", &pixels(2, 0))]).unwrap();
+    }
+    assert_eq!((backend.captures, backend.replays), (0, 0));
+    assert_eq!(backend.eager_ops, 6 * nodes);
+}
+
+#[test]
+fn a_replayed_pass_is_timed_as_one_interval() {
+    let mut backend = CapturingCpu::new();
+    let exec = executor(2, &mut backend);
+    exec.write_inputs(&mut backend, &[("x", &pixels(2, 0))])
+        .unwrap();
+    for _ in 0..3 {
+        exec.launch(&mut backend, Marks::Forward).unwrap();
+        assert_eq!(backend.take_mark_intervals().unwrap().len(), 1);
+    }
+    assert_eq!((backend.captures, backend.replays), (1, 2));
+}
+
+#[test]
+fn the_cpu_backend_runs_eagerly_with_replay_on() {
+    let mut cpu = CpuBackend::new();
+    assert!(!cpu.can_capture());
+    let exec = executor(2, &mut cpu);
+    assert!(exec.graph_replay());
+    let input = pixels(2, 3);
+    let runs: Vec<Vec<u32>> = (0..3)
+        .map(|_| bits(&exec.run(&mut cpu, &[("x", &input)]).unwrap()))
+        .collect();
+    assert!(runs.windows(2).all(|w| w[0] == w[1]));
+    assert!(cpu.capture_graph(1, &mut |_| Ok(())).is_err());
+    assert!(cpu.replay_graph(1).is_err());
+}

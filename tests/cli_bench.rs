@@ -1,0 +1,230 @@
+//! `vitrt bench`, `vitrt profile` and `vitrt tune` end to end: what they report on the CPU
+//! (or say they cannot do), and their report files checked before the work.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn bench_kernels_explains_what_it_cannot_do() {
+    let dir = temp();
+    let bench = |extra: &[&str]| {
+        let mut args = vec!["bench", "kernels"];
+        args.extend_from_slice(extra);
+        vitrt(&args, dir.path())
+    };
+    let o = bench(&["--device", "cpu"]);
+    assert_clean_failure(&o, "use --device cuda or cuda:N");
+    assert_eq!(stderr(&o).lines().count(), 1, "one line: {}", stderr(&o));
+    assert_clean_failure(&bench(&["--device", "tpu"]), "unknown device \"tpu\"");
+    assert_clean_failure(&bench(&["--dtype", "f64"]), "unknown dtype \"f64\"");
+    assert_clean_failure(&bench(&["--reps", "5"]), "at least 20");
+    assert_clean_failure(&bench(&["--filter", "no such case"]), "no case matches");
+    let missing = dir.path().join("no/such/folder/out.json");
+    assert_clean_failure(
+        &bench(&["--json", missing.to_str().unwrap()]),
+        "is not a folder",
+    );
+    // Without a GPU: no driver; with one: no device 7 (or NVRTC missing). Never a panic.
+    let o = bench(&["--device", "cuda:7", "--filter", "add/vit-b16/b1"]);
+    assert_clean_failure(&o, "cuda:7");
+    assert!(
+        stderr(&o).contains("CUDA") || stderr(&o).contains("NVRTC"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn profile_times_every_node_and_writes_json_and_a_trace() {
+    let dir = temp();
+    let model = fixture("tiny-gelu");
+    let (json, trace) = (dir.path().join("p.json"), dir.path().join("t.json"));
+    let o = vitrt(
+        &[
+            "profile",
+            "--model",
+            model.to_str().unwrap(),
+            "--batch-size",
+            "2",
+            "--reps",
+            "5",
+            "--json",
+            json.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}{}", stderr(&o));
+    assert!(
+        stdout.contains("layer.0.attention.qkv") && stdout.contains("share"),
+        "{stdout}"
+    );
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let nodes = profile["nodes"].as_array().unwrap();
+    assert!(nodes.len() > 10);
+    let shares: f64 = nodes.iter().map(|n| n["share"].as_f64().unwrap()).sum();
+    assert!((shares - 1.0).abs() < 1e-6, "shares add up to {shares}");
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert_eq!(trace["traceEvents"].as_array().unwrap().len(), nodes.len());
+
+    let o = vitrt(
+        &[
+            "profile",
+            "--model",
+            model.to_str().unwrap(),
+            "--batch-size",
+            "0",
+        ],
+        dir.path(),
+    );
+    assert_clean_failure(&o, "--batch-size must be at least 1");
+}
+
+#[test]
+fn bench_model_reports_each_batch_size() {
+    let dir = temp();
+    let model = fixture("tiny-gelu");
+    let json = dir.path().join("m.json");
+    let o = vitrt(
+        &[
+            "bench",
+            "model",
+            "--model",
+            model.to_str().unwrap(),
+            "--batch-sizes",
+            "1,3",
+            "--reps",
+            "5",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["schema"], "vitrt-bench/1");
+    let rows = report["models"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for (row, batch) in rows.iter().zip([1, 3]) {
+        assert_eq!(row["batch"], batch);
+        let median = row["median_ms"].as_f64().unwrap();
+        let ips = row["images_per_s"].as_f64().unwrap();
+        assert!((ips - batch as f64 / (median * 1e-3)).abs() < 1e-6 * ips);
+    }
+    let o = vitrt(
+        &[
+            "bench",
+            "model",
+            "--model",
+            model.to_str().unwrap(),
+            "--batch-sizes",
+            "0",
+        ],
+        dir.path(),
+    );
+    assert_clean_failure(&o, "positive batch sizes");
+}
+
+#[test]
+fn tune_explains_what_it_cannot_do() {
+    let dir = temp();
+    let model = fixture("tiny-gelu");
+    let tune = |extra: &[&str]| {
+        let mut args = vec!["tune", "--model", model.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        vitrt(&args, dir.path())
+    };
+    assert_clean_failure(&tune(&["--batch-sizes", "1,0"]), "positive batch sizes");
+    assert_clean_failure(&tune(&["--reps", "2"]), "at least 5");
+    let o = tune(&["--device", "cpu"]);
+    assert_clean_failure(&o, "use --device cuda or cuda:N");
+    assert_eq!(stderr(&o).lines().count(), 1, "one line: {}", stderr(&o));
+    assert_clean_failure(&tune(&["--device", "tpu"]), "unknown device \"tpu\"");
+    assert_clean_failure(
+        &tune(&["--dtype", "f16", "--residual-dtype", "bf16"]),
+        "not bf16",
+    );
+    let missing = dir.path().join("no/such/folder/tune.json");
+    assert_clean_failure(
+        &tune(&["--json", missing.to_str().unwrap()]),
+        "is not a folder",
+    );
+    let o = vitrt(
+        &[
+            "tune",
+            "--model",
+            dir.path().join("nothing").to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_clean_failure(&o, "nothing");
+    // Without a GPU: no driver; with one: no device 7 (or NVRTC missing). Never a panic.
+    let o = tune(&["--device", "cuda:7"]);
+    assert_clean_failure(&o, "cuda:7");
+    assert!(
+        stderr(&o).contains("CUDA") || stderr(&o).contains("NVRTC"),
+        "{}",
+        stderr(&o)
+    );
+    // A value clap cannot parse is a usage error (exit 2, as for every subcommand).
+    let o = tune(&["--dtype", "f64"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("unknown dtype \"f64\""),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn report_files_are_checked_before_the_work() {
+    let dir = temp();
+    let model = fixture("tiny-gelu");
+    let read_only = dir.path().join("ro.json");
+    std::fs::write(&read_only, "keep").unwrap();
+    let mut permissions = std::fs::metadata(&read_only).unwrap().permissions();
+    permissions.set_readonly(true);
+    std::fs::set_permissions(&read_only, permissions).unwrap();
+    for flag in ["--json", "--trace"] {
+        let o = vitrt(
+            &[
+                "profile",
+                "--model",
+                model.to_str().unwrap(),
+                "--batch-size",
+                "1",
+                "--reps",
+                "5",
+                flag,
+                read_only.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        assert_clean_failure(&o, "read-only (--force replaces it)");
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("forward"));
+    }
+    assert_eq!(std::fs::read(&read_only).unwrap(), b"keep");
+    let o = vitrt(
+        &[
+            "bench",
+            "model",
+            "--model",
+            model.to_str().unwrap(),
+            "--json",
+            "-",
+        ],
+        dir.path(),
+    );
+    assert_clean_failure(&o, "cannot write to `-` here");
+    let o = vitrt(
+        &["bench", "kernels", "--json", dir.path().to_str().unwrap()],
+        dir.path(),
+    );
+    assert_clean_failure(&o, "it is a folder");
+}
