@@ -18,8 +18,8 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::OnceLock;
-use vitrt_kernels::cpu::{self, AttentionTiles};
-use vitrt_kernels::cuda::{DeviceBuffer, Gpu, ATTENTION_HEAD_DIMS};
+use vitrt_kernels::attention::{self, cpu::AttentionTiles, gpu::ATTENTION_HEAD_DIMS};
+use vitrt_kernels::cuda::{DeviceBuffer, Gpu};
 use vitrt_kernels::{AttentionProblem, DType, Operand};
 
 const GUARD_BYTES: usize = 256;
@@ -143,7 +143,7 @@ fn run_case(
     let total = GUARD_BYTES + o_len * size + GUARD_BYTES;
     let ob = gpu().alloc(total).unwrap();
     let mut want = vec![f32::NAN; o_len];
-    cpu::attention(&p, AttentionTiles::default(), &q, &k, &v, &mut want);
+    attention::cpu::attention(&p, AttentionTiles::default(), &q, &k, &v, &mut want);
     let max_v = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
     let rtol = tolerance(dtype);
     let atol = rtol * max_v;
@@ -154,17 +154,17 @@ fn run_case(
     for &groups in row_groups {
         let case = format!("{case} row_groups={groups}");
         gpu().upload(&ob, 0, &vec![POISON; total]).unwrap();
-        gpu()
-            .attention_with_row_groups(
-                dtype,
-                &p,
-                groups,
-                qb.view(0, q.len(), dtype).unwrap(),
-                kb.view(0, k.len(), dtype).unwrap(),
-                vb.view(0, v.len(), dtype).unwrap(),
-                ob.view(GUARD_BYTES, o_len, dtype).unwrap(),
-            )
-            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        attention::gpu::attention_with_row_groups(
+            gpu(),
+            dtype,
+            &p,
+            groups,
+            qb.view(0, q.len(), dtype).unwrap(),
+            kb.view(0, k.len(), dtype).unwrap(),
+            vb.view(0, v.len(), dtype).unwrap(),
+            ob.view(GUARD_BYTES, o_len, dtype).unwrap(),
+        )
+        .unwrap_or_else(|e| panic!("{case}: {e}"));
         let mut raw = vec![0u8; total];
         gpu().download(&ob, 0, &mut raw).unwrap();
         let guards_hold = raw[..GUARD_BYTES]
@@ -251,7 +251,7 @@ fn fused_attention_refuses_what_it_cannot_take() {
     let qkv = view(tokens * 3 * hidden);
     let o = buffer.view(0, tokens * hidden, dtype).unwrap();
     let refused = |p: &AttentionProblem, dtype: DType| {
-        let err = gpu().attention(dtype, p, qkv, qkv, qkv, o);
+        let err = attention::gpu::attention(gpu(), dtype, p, qkv, qkv, qkv, o);
         err.expect_err("an invalid launch must be refused")
             .to_string()
     };

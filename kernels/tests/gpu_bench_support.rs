@@ -7,6 +7,7 @@
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use vitrt_kernels::activation;
 use vitrt_kernels::cpu::{self, MatmulTiles};
 use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu, KernelError};
 use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem};
@@ -197,18 +198,44 @@ fn bias_activation_checks_its_operands() {
     let invalid = |r: Result<(), KernelError>| matches!(r, Err(KernelError::InvalidArgument(_)));
     let act = Activation::Gelu;
     assert!(
-        invalid(gpu.bias_activation(DType::F16, act, x, short, 4, 16, x)),
+        invalid(activation::gpu::bias_activation(
+            &gpu,
+            DType::F16,
+            act,
+            x,
+            short,
+            4,
+            16,
+            x
+        )),
         "bias too short"
     );
     assert!(
-        invalid(gpu.bias_activation(DType::F16, act, x, x, 64, 17, x)),
+        invalid(activation::gpu::bias_activation(
+            &gpu,
+            DType::F16,
+            act,
+            x,
+            x,
+            64,
+            17,
+            x
+        )),
         "rows x cols past x"
     );
     assert!(
-        invalid(gpu.bias_activation(DType::F32, act, x, x, 4, 4, x)),
+        invalid(activation::gpu::bias_activation(
+            &gpu,
+            DType::F32,
+            act,
+            x,
+            x,
+            4,
+            4,
+            x
+        )),
         "wrong dtype"
     );
-    gpu.bias_activation(DType::F16, act, x, x, 0, 16, x)
-        .unwrap();
+    activation::gpu::bias_activation(&gpu, DType::F16, act, x, x, 0, 16, x).unwrap();
     gpu.synchronize().unwrap();
 }

@@ -3,6 +3,7 @@
 //! lost; never a hang or a panic. The fault poisons the process's context, so this file holds
 //! this one test. Run on the GPU machine (scripts/gpu-check.sh).
 
+use vitrt_kernels::add;
 use vitrt_kernels::cuda::{DevPtr, Gpu};
 use vitrt_kernels::DType;
 
@@ -17,7 +18,7 @@ fn a_faulting_kernel_is_an_error_naming_it_not_a_hang() {
         len: n,
         dtype: DType::F32,
     };
-    gpu.add(DType::F32, unmapped, unmapped, n, unmapped)
+    add::gpu::add(&gpu, DType::F32, unmapped, unmapped, n, unmapped)
         .expect("the launch itself is accepted");
     let error = gpu.synchronize().unwrap_err().to_string();
     assert!(

@@ -20,8 +20,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::OnceLock;
 use std::time::Instant;
-use vitrt_kernels::cpu;
 use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu, KernelError};
+use vitrt_kernels::{activation, add, layernorm, patchify, softmax};
 use vitrt_kernels::{Activation, DType};
 
 /// Bytes of poison on each side of every output.
@@ -206,12 +206,21 @@ fn layernorm_matches_its_twin() {
                     let (_gb, gv) = upload(dtype, &gamma, misalign);
                     let (_bb, bv) = upload(dtype, &beta, misalign);
                     let out = Poisoned::new(dtype, rows * cols, misalign);
-                    gpu()
-                        .layernorm(dtype, xv, gv, bv, rows, cols, 1e-5, out.view())
-                        .unwrap();
+                    layernorm::gpu::layernorm(
+                        gpu(),
+                        dtype,
+                        xv,
+                        gv,
+                        bv,
+                        rows,
+                        cols,
+                        1e-5,
+                        out.view(),
+                    )
+                    .unwrap();
                     let got = out.read(&case);
                     let mut want = vec![0.0; rows * cols];
-                    cpu::layernorm(&x, &gamma, &beta, cols, 1e-5, &mut want);
+                    layernorm::cpu::layernorm(&x, &gamma, &beta, cols, 1e-5, &mut want);
                     want.iter_mut().for_each(|v| *v = dtype.round(*v));
                     let atol = tolerance(dtype) * largest(&want);
                     worst = merge(worst, compare(&case, &got, &want, tolerance(dtype), atol));
@@ -241,13 +250,11 @@ fn layernorm_in_place_matches_its_twin() {
             let (xb, xv) = upload(dtype, &x, 0);
             let (_gb, gv) = upload(dtype, &gamma, 0);
             let (_bb, bv) = upload(dtype, &beta, 0);
-            gpu()
-                .layernorm(dtype, xv, gv, bv, rows, cols, 1e-6, xv)
-                .unwrap();
+            layernorm::gpu::layernorm(gpu(), dtype, xv, gv, bv, rows, cols, 1e-6, xv).unwrap();
             let mut bytes = vec![0u8; xb.len_bytes()];
             gpu().download(&xb, 0, &mut bytes).unwrap();
             let mut want = vec![0.0; rows * cols];
-            cpu::layernorm(&x, &gamma, &beta, cols, 1e-6, &mut want);
+            layernorm::cpu::layernorm(&x, &gamma, &beta, cols, 1e-6, &mut want);
             want.iter_mut().for_each(|v| *v = dtype.round(*v));
             compare(
                 &format!("in-place layernorm {dtype} {cols}"),
@@ -263,7 +270,7 @@ fn layernorm_in_place_matches_its_twin() {
 /// The softmax of `x` as the twin computes it, rounded to `dtype`.
 fn softmax_twin(x: &[f32], cols: usize, scale: f32, dtype: DType) -> Vec<f32> {
     let mut want = vec![0.0; x.len()];
-    cpu::softmax(x, cols, scale, &mut want);
+    softmax::cpu::softmax(x, cols, scale, &mut want);
     want.iter_mut().for_each(|v| *v = dtype.round(*v));
     want
 }
@@ -305,9 +312,7 @@ fn softmax_matches_its_twin() {
                     let x = random(&mut rng, rows * cols, shift - 8.0, shift + 8.0, dtype);
                     let (_xb, xv) = upload(dtype, &x, x_misalign);
                     let out = Poisoned::new(dtype, rows * cols, out_misalign);
-                    gpu()
-                        .softmax(dtype, xv, rows, cols, scale, out.view())
-                        .unwrap();
+                    softmax::gpu::softmax(gpu(), dtype, xv, rows, cols, scale, out.view()).unwrap();
                     let got = out.read(&case);
                     let want = softmax_twin(&x, cols, scale, dtype);
                     worst = merge(worst, compare(&case, &got, &want, tolerance(dtype), 1e-6));
@@ -337,7 +342,7 @@ fn softmax_in_place_matches_its_twin() {
             let case = format!("in-place softmax {dtype} {rows}x{cols}");
             let x = random(&mut rng, rows * cols, -8.0, 8.0, dtype);
             let (xb, xv) = upload(dtype, &x, 0);
-            gpu().softmax(dtype, xv, rows, cols, 0.125, xv).unwrap();
+            softmax::gpu::softmax(gpu(), dtype, xv, rows, cols, 0.125, xv).unwrap();
             let mut bytes = vec![0u8; xb.len_bytes()];
             gpu().download(&xb, 0, &mut bytes).unwrap();
             let want = softmax_twin(&x, cols, 0.125, dtype);
@@ -371,10 +376,10 @@ fn add_matches_its_twin_exactly() {
                 let (_ab, av) = upload(dtype, &a, misalign);
                 let (_bb, bv) = upload(dtype, &b, 0);
                 let out = Poisoned::new(dtype, n, misalign);
-                gpu().add(dtype, av, bv, n, out.view()).unwrap();
+                add::gpu::add(gpu(), dtype, av, bv, n, out.view()).unwrap();
                 let got = out.read(&case);
                 let mut want = vec![0.0; n];
-                cpu::add(&a, &b, &mut want);
+                add::cpu::add(&a, &b, &mut want);
                 want.iter_mut().for_each(|v| *v = dtype.round(*v));
                 compare(&case, &got, &want, 0.0, 0.0);
                 cases += 1;
@@ -386,11 +391,11 @@ fn add_matches_its_twin_exactly() {
         let b = random(&mut rng, n, -10.0, 10.0, dtype);
         let (ab, av) = upload(dtype, &a, 0);
         let (_bb, bv) = upload(dtype, &b, 0);
-        gpu().add(dtype, av, bv, n, av).unwrap();
+        add::gpu::add(gpu(), dtype, av, bv, n, av).unwrap();
         let mut bytes = vec![0u8; ab.len_bytes()];
         gpu().download(&ab, 0, &mut bytes).unwrap();
         let mut want = vec![0.0; n];
-        cpu::add(&a, &b, &mut want);
+        add::cpu::add(&a, &b, &mut want);
         want.iter_mut().for_each(|v| *v = dtype.round(*v));
         compare(
             &format!("in-place add {dtype}"),
@@ -426,7 +431,7 @@ fn add_into_an_f32_stream_matches_its_twin_exactly() {
                         let (a, b) = if stream_first { (sv, bv) } else { (bv, sv) };
                         let out = Poisoned::new(DType::F32, n, misalign);
                         let target = if in_place { sv } else { out.view() };
-                        gpu().add(dtype, a, b, n, target).unwrap();
+                        add::gpu::add(gpu(), dtype, a, b, n, target).unwrap();
                         let got = if in_place {
                             let mut bytes = vec![0u8; sb.len_bytes()];
                             gpu().download(&sb, 0, &mut bytes).unwrap();
@@ -436,7 +441,7 @@ fn add_into_an_f32_stream_matches_its_twin_exactly() {
                             out.read(&case)
                         };
                         let mut want = vec![0.0; n];
-                        cpu::add(&stream, &branch, &mut want);
+                        add::cpu::add(&stream, &branch, &mut want);
                         compare(&case, &got, &want, 0.0, 0.0);
                         cases += 1;
                     }
@@ -490,26 +495,26 @@ fn patchify_with_cls_matches_its_twins_exactly() {
                 let (_ob, ov) = upload(dtype, &pos, misalign);
                 let patches = Poisoned::new(dtype, batch * n * channels * patch * patch, misalign);
                 let tokens = Poisoned::new(token_dtype, batch * tokens_per_image * hidden, 0);
-                gpu()
-                    .patchify_with_cls(
-                        dtype,
-                        pv,
-                        batch,
-                        channels,
-                        height,
-                        width,
-                        patch,
-                        cv,
-                        ov,
-                        hidden,
-                        tokens_per_image,
-                        patches.view(),
-                        tokens.view(),
-                    )
-                    .unwrap();
+                patchify::gpu::patchify_with_cls(
+                    gpu(),
+                    dtype,
+                    pv,
+                    batch,
+                    channels,
+                    height,
+                    width,
+                    patch,
+                    cv,
+                    ov,
+                    hidden,
+                    tokens_per_image,
+                    patches.view(),
+                    tokens.view(),
+                )
+                .unwrap();
 
                 let mut want = vec![0.0; batch * n * channels * patch * patch];
-                cpu::patchify(&pixels, batch, channels, height, width, patch, &mut want);
+                patchify::cpu::patchify(&pixels, batch, channels, height, width, patch, &mut want);
                 want.iter_mut().for_each(|v| *v = dtype.round(*v));
                 compare(&case, &patches.read(&case), &want, 0.0, 0.0);
 
@@ -521,7 +526,13 @@ fn patchify_with_cls_matches_its_twins_exactly() {
                     &raw[tokens.offset..tokens.offset + tokens.len * token_dtype.size_bytes()];
                 let got = token_dtype.decode(raw);
                 let mut want_tokens = vec![f32::NAN; batch * tokens_per_image * hidden];
-                cpu::write_cls_rows(&cls, &pos, batch, tokens_per_image, &mut want_tokens);
+                patchify::cpu::write_cls_rows(
+                    &cls,
+                    &pos,
+                    batch,
+                    tokens_per_image,
+                    &mut want_tokens,
+                );
                 for (i, w) in want_tokens.iter().enumerate() {
                     if i % (tokens_per_image * hidden) < hidden {
                         assert_eq!(got[i], token_dtype.round(*w), "{case}: CLS element {i}");
@@ -568,12 +579,20 @@ fn bias_activation_matches_its_twin() {
                         let (_xb, xv) = upload(dtype, &x, misalign);
                         let (_bb, bv) = upload(dtype, &bias, misalign);
                         let out = Poisoned::new(dtype, rows * cols, misalign);
-                        gpu()
-                            .bias_activation(dtype, act, xv, bv, rows, cols, out.view())
-                            .unwrap();
+                        activation::gpu::bias_activation(
+                            gpu(),
+                            dtype,
+                            act,
+                            xv,
+                            bv,
+                            rows,
+                            cols,
+                            out.view(),
+                        )
+                        .unwrap();
                         let got = out.read(&case);
                         let mut want = vec![0.0; rows * cols];
-                        cpu::bias_activation(&x, &bias, act, &mut want);
+                        activation::cpu::bias_activation(&x, &bias, act, &mut want);
                         want.iter_mut().for_each(|v| *v = dtype.round(*v));
                         worst = merge(worst, compare(&case, &got, &want, tolerance(dtype), 1e-5));
                         cases += 1;
@@ -587,13 +606,12 @@ fn bias_activation_matches_its_twin() {
         let bias = random(&mut rng, cols, -1.0, 1.0, dtype);
         let (xb, xv) = upload(dtype, &x, 0);
         let (_bb, bv) = upload(dtype, &bias, 0);
-        gpu()
-            .bias_activation(dtype, Activation::Gelu, xv, bv, rows, cols, xv)
+        activation::gpu::bias_activation(gpu(), dtype, Activation::Gelu, xv, bv, rows, cols, xv)
             .unwrap();
         let mut bytes = vec![0u8; xb.len_bytes()];
         gpu().download(&xb, 0, &mut bytes).unwrap();
         let mut want = vec![0.0; rows * cols];
-        cpu::bias_activation(&x, &bias, Activation::Gelu, &mut want);
+        activation::cpu::bias_activation(&x, &bias, Activation::Gelu, &mut want);
         want.iter_mut().for_each(|v| *v = dtype.round(*v));
         let case = format!("in-place bias_activation {dtype}");
         worst = merge(
@@ -617,35 +635,93 @@ fn bad_arguments_are_errors() {
     let short = buffer.view(0, 10, DType::F16).unwrap();
     let invalid = |r: Result<(), KernelError>| matches!(r, Err(KernelError::InvalidArgument(_)));
     assert!(
-        invalid(g.add(DType::F16, f16, f32, 16, f16)),
+        invalid(add::gpu::add(g, DType::F16, f16, f32, 16, f16)),
         "mixed dtypes"
     );
     assert!(
-        invalid(g.add(DType::F16, f16, f16, 1025, f16)),
+        invalid(add::gpu::add(g, DType::F16, f16, f16, 1025, f16)),
         "n past the views"
     );
     assert!(
-        invalid(g.softmax(DType::F16, f16, 4, 256, 1.0, short)),
+        invalid(softmax::gpu::softmax(
+            g,
+            DType::F16,
+            f16,
+            4,
+            256,
+            1.0,
+            short
+        )),
         "output too short"
     );
     assert!(
-        invalid(g.softmax(DType::F16, f16, 4, 0, 1.0, f16)),
+        invalid(softmax::gpu::softmax(g, DType::F16, f16, 4, 0, 1.0, f16)),
         "empty rows"
     );
     assert!(
-        invalid(g.layernorm(DType::F16, f16, short, f16, 2, 16, 1e-5, f16)),
+        invalid(layernorm::gpu::layernorm(
+            g,
+            DType::F16,
+            f16,
+            short,
+            f16,
+            2,
+            16,
+            1e-5,
+            f16
+        )),
         "gamma too short"
     );
     assert!(
-        invalid(g.layernorm(DType::F16, f16, f16, f16, 2, 16, f32::NAN, f16)),
+        invalid(layernorm::gpu::layernorm(
+            g,
+            DType::F16,
+            f16,
+            f16,
+            f16,
+            2,
+            16,
+            f32::NAN,
+            f16
+        )),
         "NaN eps"
     );
     assert!(
-        invalid(g.patchify_with_cls(DType::F16, f32, 1, 3, 8, 8, 16, f16, f16, 8, 1, f16, f16)),
+        invalid(patchify::gpu::patchify_with_cls(
+            g,
+            DType::F16,
+            f32,
+            1,
+            3,
+            8,
+            8,
+            16,
+            f16,
+            f16,
+            8,
+            1,
+            f16,
+            f16
+        )),
         "patch > image"
     );
     assert!(
-        invalid(g.patchify_with_cls(DType::F16, f16, 1, 1, 8, 8, 4, f16, f16, 8, 5, f16, f16)),
+        invalid(patchify::gpu::patchify_with_cls(
+            g,
+            DType::F16,
+            f16,
+            1,
+            1,
+            8,
+            8,
+            4,
+            f16,
+            f16,
+            8,
+            5,
+            f16,
+            f16
+        )),
         "f16 pixels"
     );
     assert!(
@@ -662,8 +738,8 @@ fn bad_arguments_are_errors() {
         "upload past the end"
     );
     // Zero-sized work is a no-op, not an error.
-    g.add(DType::F16, f16, f16, 0, f16).unwrap();
-    g.softmax(DType::F16, f16, 0, 7, 1.0, f16).unwrap();
+    add::gpu::add(g, DType::F16, f16, f16, 0, f16).unwrap();
+    softmax::gpu::softmax(g, DType::F16, f16, 0, 7, 1.0, f16).unwrap();
     g.alloc(0).unwrap();
     g.synchronize().unwrap();
 }
@@ -718,10 +794,8 @@ fn bench_bandwidth_of_vit_shapes() {
     let (_gb, gv) = upload(dtype, &x[..cols], 0);
     let out = g.alloc(rows * cols * size).unwrap();
     let ov = out.view(0, rows * cols, dtype).unwrap();
-    let t = time(&|| {
-        g.layernorm(dtype, xv, gv, gv, rows, cols, 1e-6, ov)
-            .unwrap()
-    });
+    let t =
+        time(&|| layernorm::gpu::layernorm(g, dtype, xv, gv, gv, rows, cols, 1e-6, ov).unwrap());
     println!(
         "BANDWIDTH layernorm f16 [{rows},{cols}]: {:.1} us, {:.0} GB/s",
         t * 1e6,
@@ -744,7 +818,8 @@ fn bench_bandwidth_of_vit_shapes() {
         let (_sb, sv) = upload(softmax_dtype, &x, misalign);
         let out = Poisoned::new(softmax_dtype, rows * cols, misalign);
         let ov = out.view();
-        let t = time(&|| g.softmax(softmax_dtype, sv, rows, cols, 0.125, ov).unwrap());
+        let t =
+            time(&|| softmax::gpu::softmax(g, softmax_dtype, sv, rows, cols, 0.125, ov).unwrap());
         println!(
             "BANDWIDTH softmax {softmax_dtype} [{rows},{cols}]{label}: {:.1} us, {:.0} GB/s",
             t * 1e6,
@@ -758,7 +833,7 @@ fn bench_bandwidth_of_vit_shapes() {
     let (_bb, bv) = upload(dtype, &a, 0);
     let out = g.alloc(n * size).unwrap();
     let ov = out.view(0, n, dtype).unwrap();
-    let t = time(&|| g.add(dtype, av, bv, n, ov).unwrap());
+    let t = time(&|| add::gpu::add(g, dtype, av, bv, n, ov).unwrap());
     println!(
         "BANDWIDTH add f16 n={n}: {:.1} us, {:.0} GB/s",
         t * 1e6,
@@ -774,7 +849,8 @@ fn bench_bandwidth_of_vit_shapes() {
     let patches_view = patches.view(0, batch * 196 * 768, dtype).unwrap();
     let tokens_view = tokens.view(0, batch * 197 * hidden, dtype).unwrap();
     let t = time(&|| {
-        g.patchify_with_cls(
+        patchify::gpu::patchify_with_cls(
+            g,
             dtype,
             pv,
             batch,

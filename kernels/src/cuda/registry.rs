@@ -19,7 +19,7 @@ use super::{invalid, KernelError};
 use crate::DType;
 
 /// The shared header every family source may `#include "common.cuh"`.
-pub const COMMON_HEADER: &str = include_str!("../../cuda/common.cuh");
+pub const COMMON_HEADER: &str = include_str!("common.cuh");
 pub const COMMON_HEADER_NAME: &str = "common.cuh";
 
 /// The type of one kernel parameter, as the wrapper declares it and as a launch must pass it.
@@ -266,36 +266,9 @@ impl Instantiation {
     }
 }
 
-/// Every instantiation any launcher can pick, for every dtype: what CI compiles.
-pub fn all_instantiations() -> Vec<Instantiation> {
-    let mut all = Vec::new();
-    all.extend(super::layernorm::instantiations());
-    all.extend(super::softmax::instantiations());
-    all.extend(super::elementwise::instantiations());
-    all.extend(super::patch::instantiations());
-    all.extend(super::pixels::instantiations());
-    all.extend(super::matmul::instantiations());
-    all.extend(super::rows_gather::instantiations());
-    all.extend(super::attention::instantiations());
-    all.extend(super::timing::instantiations());
-    all
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashSet;
-
-    #[test]
-    fn wrapper_names_are_unique() {
-        let all = all_instantiations();
-        let names: HashSet<&str> = all.iter().map(|i| i.name.as_str()).collect();
-        assert_eq!(
-            names.len(),
-            all.len(),
-            "two instantiations share a wrapper name"
-        );
-    }
 
     #[test]
     fn wrapper_calls_the_template_with_every_parameter() {

@@ -1,7 +1,7 @@
 //! The block layout shared by the row-wise kernels (layernorm, softmax): how many threads own
 //! a row, how many rows a block holds, and how much of the row each thread keeps in registers.
 
-use super::DevPtr;
+use crate::cuda::DevPtr;
 use crate::DType;
 
 /// Meta-parameters of a row kernel: the template arguments after the dtype.
