@@ -15,46 +15,15 @@
 //!
 //! Needs a CUDA GPU: `cargo test --release -p vitrt-kernels --test gpu_attention -- --ignored`.
 
+mod common;
+
+use common::{gpu, random, tolerance, upload, GUARD_BYTES, POISON};
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-use std::sync::OnceLock;
+use rand::SeedableRng;
 use vitrt_kernels::attention::{self, cpu::AttentionTiles, gpu::ATTENTION_HEAD_DIMS};
-use vitrt_kernels::cuda::{DeviceBuffer, Gpu};
 use vitrt_kernels::{AttentionProblem, DType, Operand};
 
-const GUARD_BYTES: usize = 256;
-const POISON: u8 = 0xFF;
 const SEQUENCE_LENGTHS: [usize; 7] = [1, 7, 80, 197, 257, 1024, 1030];
-
-fn gpu() -> &'static Gpu {
-    static GPU: OnceLock<Gpu> = OnceLock::new();
-    GPU.get_or_init(|| {
-        let gpu = Gpu::new(0).expect("a CUDA GPU");
-        let (major, minor) = gpu.compute_capability();
-        eprintln!("GPU: {} (sm_{major}{minor})", gpu.name());
-        gpu
-    })
-}
-
-fn random(rng: &mut SmallRng, n: usize, lo: f32, hi: f32, dtype: DType) -> Vec<f32> {
-    (0..n)
-        .map(|_| dtype.round(rng.random_range(lo..hi)))
-        .collect()
-}
-
-fn upload(dtype: DType, values: &[f32]) -> DeviceBuffer {
-    let bytes = dtype.encode(values);
-    let buffer = gpu().alloc(bytes.len().max(1)).unwrap();
-    gpu().upload(&buffer, 0, &bytes).unwrap();
-    buffer
-}
-
-fn tolerance(dtype: DType) -> f32 {
-    match dtype {
-        DType::F16 => 2e-3,
-        _ => 1e-2,
-    }
-}
 
 /// Heads of a [batch, tokens, width] tensor starting at `column` (as the runtime lowers them).
 fn token_major(tokens: usize, width: usize, head_dim: usize, column: usize) -> Operand {
@@ -137,7 +106,11 @@ fn run_case(
         o: o_view,
     };
 
-    let (qb, kb, vb) = (upload(dtype, &q), upload(dtype, &k), upload(dtype, &v));
+    let (qb, kb, vb) = (
+        upload(gpu(), dtype, &q, 0).0,
+        upload(gpu(), dtype, &k, 0).0,
+        upload(gpu(), dtype, &v, 0).0,
+    );
     let o_len = batch * tokens * o_width;
     let size = dtype.size_bytes();
     let total = GUARD_BYTES + o_len * size + GUARD_BYTES;
