@@ -29,9 +29,9 @@ const WARPS: u32 = 4;
 /// with two groups already takes 255 registers on sm_90).
 const TWO_ROW_GROUPS_UP_TO: u32 = 64;
 /// Two row groups halve the CTAs, each twice as long: taken when they still give at least
-/// this many CTAs an SM. Measured on ViT-B/16 (H200, f16, ms, one row group against two):
-/// batch 64 0.0611 / 0.0587, batch 256 0.2265 / 0.2083 (1536 and 6144 CTAs of two groups on
-/// 132 SMs), but batch 8 0.0125 / 0.0141 and batch 1 0.0076 / 0.0098 (192 and 24 CTAs).
+/// this many CTAs an SM. On ViT-B/16 they win at batches 64 and 256 (1536 and 6144 CTAs of
+/// two groups on 132 SMs) and lose at batches 8 and 1 (192 and 24 CTAs). Measured:
+/// benchmarks/NOTES.md, 2026-11-24 "Attention, two row groups a warp".
 const TWO_ROW_GROUPS_MIN_CTAS_PER_SM: u64 = 4;
 
 /// Every meta-parameter of one attention instantiation.

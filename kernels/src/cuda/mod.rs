@@ -217,8 +217,8 @@ impl Gpu {
     ///
     /// A dependent launch is processed as soon as the previous grid's CTAs have exited,
     /// overlapping its completion flush (every wrapper waits with `griddepcontrol.wait` before
-    /// it touches memory, see [`Instantiation::program_source`]); in CUDA graphs too. Measured
-    /// on the H200: batch 1 0.727 -> 0.715 ms, batch 8 -0.5%, batch 64 within noise.
+    /// it touches memory, see [`Instantiation::program_source`]); in CUDA graphs too. Measured:
+    /// benchmarks/NOTES.md, 2026-11-22 "Programmatic dependent launch".
     pub fn dependent_launch(&self) -> bool {
         self.dependent_launch.load(Ordering::Relaxed)
     }
@@ -505,8 +505,8 @@ impl Gpu {
 
     /// The dynamic shared memory `name` may use now: what was raised so far, else the driver's
     /// default, 48 KiB less the kernel's static shared memory (a kernel with 2 KB of static
-    /// shared memory cannot take 48 KB of dynamic without asking; session 5 found a six-stage
-    /// small tile failing so).
+    /// shared memory cannot take 48 KB of dynamic without asking: a six-stage small tile failed
+    /// to launch so; benchmarks/NOTES.md, 2026-11-22 "Launcher fix after the closing run").
     fn shared_limit(&self, name: &str, function: &CudaFunction) -> u32 {
         let mut limits = self
             .shared_limits

@@ -222,8 +222,8 @@ impl Instantiation {
         // grid's completion is flushed, so it waits here until every kernel before it has
         // finished and its writes are visible; nothing touches global memory before the wait.
         // No explicit `griddepcontrol.launch_dependents`: triggering early let the next
-        // kernel's CTAs wait on SMs beside this grid's last ones, and cost 18% at batch 1
-        // (benchmarks/NOTES.md, session 5). The wait is a no-op for a launch without the
+        // kernel's CTAs wait on SMs beside this grid's last ones, and was slower at every batch
+        // (measured: benchmarks/NOTES.md, 2026-11-22 "Programmatic dependent launch"). The wait is a no-op for a launch without the
         // attribute; sm_80 has no such instruction.
         format!(
             "{source}\n\n// Generated wrapper: {function}<{targs}>\n\
