@@ -61,7 +61,7 @@ impl AddConfig {
         };
         Instantiation {
             name: format!("add_{types}_v{}_t{THREADS}_u{UNROLL}", self.vec),
-            family: "elementwise",
+            family: "add",
             source: SOURCE,
             function: "add_program",
             template_args: vec![

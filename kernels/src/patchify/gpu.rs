@@ -43,7 +43,7 @@ fn instantiation(dtype: DType, tokens: DType, vec: u32) -> Instantiation {
             "patchify_with_cls_{}_v{vec}_t{THREADS}{tokens_suffix}",
             dtype.name()
         ),
-        family: "patch",
+        family: "patchify",
         source: SOURCE,
         function: "patchify_with_cls",
         template_args: vec![
