@@ -3,11 +3,30 @@
 //!
 //! This crate knows nothing of graphs or models: it takes buffers, shapes and
 //! meta-parameters, and computes.
+//!
+//! - [`cuda`]: the device layer: [`cuda::Gpu`] (device, memory, streams, launch, capture),
+//!   NVRTC, the kernel caches and the instantiation vocabulary. It imports no family.
+//! - One folder per kernel family: its CUDA source, `gpu` (the launcher, a free function taking
+//!   `&Gpu`) and `cpu` (the twin, with the same name): [`layernorm`], [`softmax`], [`add`],
+//!   [`activation`], [`gather`], [`patchify`], [`pixels`], [`attention`]. The matmul is still
+//!   split between `cuda` and [`cpu`].
+//! - [`all_instantiations`]: every family's instantiations, what CI compiles.
 
+pub mod activation;
+pub mod add;
+pub mod attention;
 pub mod cpu;
 pub mod cuda;
+pub mod gather;
+pub mod layernorm;
+pub mod patchify;
+pub mod pixels;
+mod registry;
+pub(crate) mod rows;
+pub mod softmax;
 mod types;
 
-pub use types::{
-    Activation, AttentionProblem, DType, Epilogue, MatmulProblem, Operand, PixelBatch, WeightLayout,
-};
+pub use attention::AttentionProblem;
+pub use pixels::PixelBatch;
+pub use registry::all_instantiations;
+pub use types::{Activation, DType, Epilogue, MatmulProblem, Operand, WeightLayout};

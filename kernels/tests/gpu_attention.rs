@@ -15,46 +15,15 @@
 //!
 //! Needs a CUDA GPU: `cargo test --release -p vitrt-kernels --test gpu_attention -- --ignored`.
 
+mod common;
+
+use common::{gpu, random, tolerance, upload, GUARD_BYTES, POISON};
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-use std::sync::OnceLock;
-use vitrt_kernels::cpu::{self, AttentionTiles};
-use vitrt_kernels::cuda::{DeviceBuffer, Gpu, ATTENTION_HEAD_DIMS};
+use rand::SeedableRng;
+use vitrt_kernels::attention::{self, cpu::AttentionTiles, gpu::ATTENTION_HEAD_DIMS};
 use vitrt_kernels::{AttentionProblem, DType, Operand};
 
-const GUARD_BYTES: usize = 256;
-const POISON: u8 = 0xFF;
 const SEQUENCE_LENGTHS: [usize; 7] = [1, 7, 80, 197, 257, 1024, 1030];
-
-fn gpu() -> &'static Gpu {
-    static GPU: OnceLock<Gpu> = OnceLock::new();
-    GPU.get_or_init(|| {
-        let gpu = Gpu::new(0).expect("a CUDA GPU");
-        let (major, minor) = gpu.compute_capability();
-        eprintln!("GPU: {} (sm_{major}{minor})", gpu.name());
-        gpu
-    })
-}
-
-fn random(rng: &mut SmallRng, n: usize, lo: f32, hi: f32, dtype: DType) -> Vec<f32> {
-    (0..n)
-        .map(|_| dtype.round(rng.random_range(lo..hi)))
-        .collect()
-}
-
-fn upload(dtype: DType, values: &[f32]) -> DeviceBuffer {
-    let bytes = dtype.encode(values);
-    let buffer = gpu().alloc(bytes.len().max(1)).unwrap();
-    gpu().upload(&buffer, 0, &bytes).unwrap();
-    buffer
-}
-
-fn tolerance(dtype: DType) -> f32 {
-    match dtype {
-        DType::F16 => 2e-3,
-        _ => 1e-2,
-    }
-}
 
 /// Heads of a [batch, tokens, width] tensor starting at `column` (as the runtime lowers them).
 fn token_major(tokens: usize, width: usize, head_dim: usize, column: usize) -> Operand {
@@ -137,13 +106,17 @@ fn run_case(
         o: o_view,
     };
 
-    let (qb, kb, vb) = (upload(dtype, &q), upload(dtype, &k), upload(dtype, &v));
+    let (qb, kb, vb) = (
+        upload(gpu(), dtype, &q, 0).0,
+        upload(gpu(), dtype, &k, 0).0,
+        upload(gpu(), dtype, &v, 0).0,
+    );
     let o_len = batch * tokens * o_width;
     let size = dtype.size_bytes();
     let total = GUARD_BYTES + o_len * size + GUARD_BYTES;
     let ob = gpu().alloc(total).unwrap();
     let mut want = vec![f32::NAN; o_len];
-    cpu::attention(&p, AttentionTiles::default(), &q, &k, &v, &mut want);
+    attention::cpu::attention(&p, AttentionTiles::default(), &q, &k, &v, &mut want);
     let max_v = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
     let rtol = tolerance(dtype);
     let atol = rtol * max_v;
@@ -154,17 +127,17 @@ fn run_case(
     for &groups in row_groups {
         let case = format!("{case} row_groups={groups}");
         gpu().upload(&ob, 0, &vec![POISON; total]).unwrap();
-        gpu()
-            .attention_with_row_groups(
-                dtype,
-                &p,
-                groups,
-                qb.view(0, q.len(), dtype).unwrap(),
-                kb.view(0, k.len(), dtype).unwrap(),
-                vb.view(0, v.len(), dtype).unwrap(),
-                ob.view(GUARD_BYTES, o_len, dtype).unwrap(),
-            )
-            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        attention::gpu::attention_with_row_groups(
+            gpu(),
+            dtype,
+            &p,
+            groups,
+            qb.view(0, q.len(), dtype).unwrap(),
+            kb.view(0, k.len(), dtype).unwrap(),
+            vb.view(0, v.len(), dtype).unwrap(),
+            ob.view(GUARD_BYTES, o_len, dtype).unwrap(),
+        )
+        .unwrap_or_else(|e| panic!("{case}: {e}"));
         let mut raw = vec![0u8; total];
         gpu().download(&ob, 0, &mut raw).unwrap();
         let guards_hold = raw[..GUARD_BYTES]
@@ -251,7 +224,7 @@ fn fused_attention_refuses_what_it_cannot_take() {
     let qkv = view(tokens * 3 * hidden);
     let o = buffer.view(0, tokens * hidden, dtype).unwrap();
     let refused = |p: &AttentionProblem, dtype: DType| {
-        let err = gpu().attention(dtype, p, qkv, qkv, qkv, o);
+        let err = attention::gpu::attention(gpu(), dtype, p, qkv, qkv, qkv, o);
         err.expect_err("an invalid launch must be refused")
             .to_string()
     };

@@ -5,63 +5,26 @@
 //!
 //! Needs a CUDA GPU: `cargo test --release -p vitrt-kernels --test gpu_bench_support -- --ignored`.
 
+mod common;
+
+use common::{new_gpu, random, upload, Poisoned};
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
+use vitrt_kernels::activation;
 use vitrt_kernels::cpu::{self, MatmulTiles};
-use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu, KernelError};
+use vitrt_kernels::cuda::{DevPtr, Gpu, KernelError};
 use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem};
 
-const POISON: u8 = 0xFF;
-const GUARD_BYTES: usize = 256;
-
+/// A Gpu of the test's own: the spin test times the stream, which no other test may share.
 fn gpu() -> Gpu {
-    Gpu::new(0).unwrap_or_else(|e| panic!("this test needs a CUDA GPU: {e}"))
+    new_gpu()
 }
 
-fn random(rng: &mut SmallRng, n: usize, dtype: DType) -> Vec<f32> {
-    (0..n)
-        .map(|_| dtype.round(rng.random_range(-1.0..1.0f32)))
-        .collect()
-}
-
-/// `values` on the device, `misalign` elements past a 256-byte boundary.
-fn upload(gpu: &Gpu, dtype: DType, values: &[f32], misalign: usize) -> (DeviceBuffer, DevPtr) {
-    let offset = misalign * dtype.size_bytes();
-    let bytes = dtype.encode(values);
-    let buffer = gpu.alloc(offset + bytes.len()).unwrap();
-    gpu.upload(&buffer, offset, &bytes).unwrap();
-    let view = buffer.view(offset, values.len(), dtype).unwrap();
-    (buffer, view)
-}
-
-/// A poisoned buffer with `len` elements between two guard regions: (buffer, view).
-fn poisoned(gpu: &Gpu, dtype: DType, len: usize) -> (DeviceBuffer, DevPtr) {
-    let total = GUARD_BYTES + len * dtype.size_bytes() + GUARD_BYTES;
-    let buffer = gpu.alloc(total).unwrap();
-    gpu.upload(&buffer, 0, &vec![POISON; total]).unwrap();
-    let view = buffer.view(GUARD_BYTES, len, dtype).unwrap();
-    (buffer, view)
-}
-
-/// The values between the guards, after checking the guards hold only poison.
-fn read_guarded(
-    gpu: &Gpu,
-    buffer: &DeviceBuffer,
-    dtype: DType,
-    len: usize,
-    case: &str,
-) -> Vec<f32> {
-    let mut bytes = vec![0u8; buffer.len_bytes()];
-    gpu.download(buffer, 0, &mut bytes).unwrap();
-    let end = GUARD_BYTES + len * dtype.size_bytes();
-    assert!(
-        bytes[..GUARD_BYTES]
-            .iter()
-            .chain(&bytes[end..])
-            .all(|&b| b == POISON),
-        "{case}: wrote outside the output"
-    );
-    dtype.decode(&bytes[GUARD_BYTES..end])
+/// A poisoned output of `len` elements between two guard regions: (output, view).
+fn poisoned(gpu: &Gpu, dtype: DType, len: usize) -> (Poisoned, DevPtr) {
+    let out = Poisoned::new(gpu, dtype, len, 0);
+    let view = out.view();
+    (out, view)
 }
 
 #[test]
@@ -85,13 +48,13 @@ fn cublas_computes_a_linear_layer() {
     ] {
         for (m, n, k) in [(1, 1, 1), (7, 5, 3), (197, 96, 64), (33, 130, 257)] {
             let case = format!("cuBLAS {dtype} {m}x{n}x{k}");
-            let a = random(&mut rng, m * k, dtype);
-            let w = random(&mut rng, n * k, dtype);
+            let a = random(&mut rng, m * k, -1.0, 1.0, dtype);
+            let w = random(&mut rng, n * k, -1.0, 1.0, dtype);
             let (_ab, av) = upload(&gpu, dtype, &a, 0);
             let (_wb, wv) = upload(&gpu, dtype, &w, 0);
             let (cb, cv) = poisoned(&gpu, dtype, m * n);
             cublas.gemm_nt(dtype, m, n, k, av, wv, cv).unwrap();
-            let got = read_guarded(&gpu, &cb, dtype, m * n, &case);
+            let got = cb.read(&gpu, &case);
             let mut want = vec![0.0; m * n];
             let p = MatmulProblem::linear(m, n, k, Epilogue::NONE);
             cpu::matmul(&p, MatmulTiles::default(), &a, &w, None, None, &mut want);
@@ -125,11 +88,11 @@ fn copy_moves_exactly_the_bytes_asked_for() {
         for n in [1usize, 7, 4096, 100_003] {
             for misalign in [0, 1] {
                 let case = format!("copy {dtype} n {n} misalign {misalign}");
-                let values = random(&mut rng, n + 5, dtype);
+                let values = random(&mut rng, n + 5, -1.0, 1.0, dtype);
                 let (_sb, src) = upload(&gpu, dtype, &values, misalign);
                 let (out_buffer, out) = poisoned(&gpu, dtype, n);
                 gpu.copy(dtype, src, n, out).unwrap();
-                let got = read_guarded(&gpu, &out_buffer, dtype, n, &case);
+                let got = out_buffer.read(&gpu, &case);
                 assert_eq!(got, values[..n], "{case}");
             }
         }
@@ -197,18 +160,44 @@ fn bias_activation_checks_its_operands() {
     let invalid = |r: Result<(), KernelError>| matches!(r, Err(KernelError::InvalidArgument(_)));
     let act = Activation::Gelu;
     assert!(
-        invalid(gpu.bias_activation(DType::F16, act, x, short, 4, 16, x)),
+        invalid(activation::gpu::bias_activation(
+            &gpu,
+            DType::F16,
+            act,
+            x,
+            short,
+            4,
+            16,
+            x
+        )),
         "bias too short"
     );
     assert!(
-        invalid(gpu.bias_activation(DType::F16, act, x, x, 64, 17, x)),
+        invalid(activation::gpu::bias_activation(
+            &gpu,
+            DType::F16,
+            act,
+            x,
+            x,
+            64,
+            17,
+            x
+        )),
         "rows x cols past x"
     );
     assert!(
-        invalid(gpu.bias_activation(DType::F32, act, x, x, 4, 4, x)),
+        invalid(activation::gpu::bias_activation(
+            &gpu,
+            DType::F32,
+            act,
+            x,
+            x,
+            4,
+            4,
+            x
+        )),
         "wrong dtype"
     );
-    gpu.bias_activation(DType::F16, act, x, x, 0, 16, x)
-        .unwrap();
+    activation::gpu::bias_activation(&gpu, DType::F16, act, x, x, 0, 16, x).unwrap();
     gpu.synchronize().unwrap();
 }

@@ -3,13 +3,17 @@
 //! lost; never a hang or a panic. The fault poisons the process's context, so this file holds
 //! this one test. Run on the GPU machine (scripts/gpu-check.sh).
 
-use vitrt_kernels::cuda::{DevPtr, Gpu};
+mod common;
+
+use vitrt_kernels::add;
+use vitrt_kernels::cuda::DevPtr;
 use vitrt_kernels::DType;
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_faulting_kernel_is_an_error_naming_it_not_a_hang() {
-    let gpu = Gpu::new(0).unwrap();
+    // A Gpu of its own: the fault poisons its context.
+    let gpu = common::new_gpu();
     let n = 1 << 20;
     // Aligned, so the launcher's checks pass, and far from any allocation.
     let unmapped = DevPtr {
@@ -17,7 +21,7 @@ fn a_faulting_kernel_is_an_error_naming_it_not_a_hang() {
         len: n,
         dtype: DType::F32,
     };
-    gpu.add(DType::F32, unmapped, unmapped, n, unmapped)
+    add::gpu::add(&gpu, DType::F32, unmapped, unmapped, n, unmapped)
         .expect("the launch itself is accepted");
     let error = gpu.synchronize().unwrap_err().to_string();
     assert!(

@@ -18,162 +18,13 @@
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use std::sync::OnceLock;
 use std::time::Instant;
-use vitrt_kernels::cpu;
-use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu, KernelError};
+mod common;
+
+use common::{compare, gpu, largest, merge, random, report, tolerance, upload, Poisoned, Worst};
+use vitrt_kernels::cuda::{Gpu, KernelError};
+use vitrt_kernels::{activation, add, layernorm, patchify, softmax};
 use vitrt_kernels::{Activation, DType};
-
-/// Bytes of poison on each side of every output.
-const GUARD_BYTES: usize = 256;
-const POISON: u8 = 0xFF;
-
-fn gpu() -> &'static Gpu {
-    static GPU: OnceLock<Gpu> = OnceLock::new();
-    GPU.get_or_init(|| {
-        let gpu = Gpu::new(0).expect("a CUDA GPU");
-        let (major, minor) = gpu.compute_capability();
-        eprintln!("GPU: {} (sm_{major}{minor})", gpu.name());
-        gpu
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Host-side data.
-
-fn random(rng: &mut SmallRng, n: usize, lo: f32, hi: f32, dtype: DType) -> Vec<f32> {
-    (0..n)
-        .map(|_| dtype.round(rng.random_range(lo..hi)))
-        .collect()
-}
-
-/// An input on the device, `misalign` elements past a 256-byte boundary.
-fn upload(dtype: DType, values: &[f32], misalign: usize) -> (DeviceBuffer, DevPtr) {
-    let offset = misalign * dtype.size_bytes();
-    let bytes = dtype.encode(values);
-    let buffer = gpu().alloc(offset + bytes.len()).unwrap();
-    gpu().upload(&buffer, offset, &bytes).unwrap();
-    let view = buffer.view(offset, values.len(), dtype).unwrap();
-    (buffer, view)
-}
-
-/// An output of `len` elements between two guard regions, all poisoned.
-struct Poisoned {
-    buffer: DeviceBuffer,
-    dtype: DType,
-    offset: usize,
-    len: usize,
-}
-
-impl Poisoned {
-    fn new(dtype: DType, len: usize, misalign: usize) -> Poisoned {
-        let offset = GUARD_BYTES + misalign * dtype.size_bytes();
-        let total = offset + len * dtype.size_bytes() + GUARD_BYTES;
-        let buffer = gpu().alloc(total).unwrap();
-        gpu().upload(&buffer, 0, &vec![POISON; total]).unwrap();
-        Poisoned {
-            buffer,
-            dtype,
-            offset,
-            len,
-        }
-    }
-
-    fn view(&self) -> DevPtr {
-        self.buffer.view(self.offset, self.len, self.dtype).unwrap()
-    }
-
-    /// The output's values, after checking that the guards still hold only poison.
-    fn read(&self, case: &str) -> Vec<f32> {
-        let mut bytes = vec![0u8; self.buffer.len_bytes()];
-        gpu().download(&self.buffer, 0, &mut bytes).unwrap();
-        let end = self.offset + self.len * self.dtype.size_bytes();
-        let before = bytes[..self.offset].iter().position(|&b| b != POISON);
-        let after = bytes[end..].iter().position(|&b| b != POISON);
-        assert!(
-            before.is_none(),
-            "{case}: wrote {} bytes before the output",
-            self.offset - before.unwrap()
-        );
-        assert!(
-            after.is_none(),
-            "{case}: wrote byte {} past the end of the output",
-            after.unwrap()
-        );
-        self.dtype.decode(&bytes[self.offset..end])
-    }
-
-    /// Whether element `i` still holds the poison (was not written).
-    fn untouched(raw: &[u8], dtype: DType, i: usize) -> bool {
-        let size = dtype.size_bytes();
-        raw[i * size..(i + 1) * size].iter().all(|&b| b == POISON)
-    }
-}
-
-/// The worst error seen in one comparison.
-#[derive(Default, Clone, Copy)]
-struct Worst {
-    abs: f32,
-    /// The largest |d| / (rtol |want| + atol): must stay at or under 1.
-    of_tolerance: f32,
-}
-
-fn tolerance(dtype: DType) -> f32 {
-    match dtype {
-        DType::F32 => 1e-4,
-        DType::F16 => 2e-3,
-        DType::BF16 => 1e-2,
-    }
-}
-
-fn compare(case: &str, got: &[f32], want: &[f32], rtol: f32, atol: f32) -> Worst {
-    assert_eq!(got.len(), want.len(), "{case}");
-    let mut worst = Worst::default();
-    let mut failures = Vec::new();
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let d = (g - w).abs();
-        let allowed = rtol * w.abs() + atol;
-        let bad = if w.is_nan() {
-            !g.is_nan()
-        } else {
-            d.is_nan() || d > allowed
-        };
-        if bad {
-            if failures.len() < 8 {
-                failures.push(format!("[{i}] gpu {g} twin {w}"));
-            }
-        } else if !w.is_nan() {
-            worst.abs = worst.abs.max(d);
-            if allowed > 0.0 {
-                worst.of_tolerance = worst.of_tolerance.max(d / allowed);
-            }
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{case}: mismatches (NaN = never written):\n{}",
-        failures.join("\n")
-    );
-    worst
-}
-
-fn largest(values: &[f32]) -> f32 {
-    values.iter().fold(0.0f32, |m, v| m.max(v.abs()))
-}
-
-fn report(op: &str, dtype: DType, cases: usize, worst: Worst) {
-    println!(
-        "RESULT {op:<10} {dtype:<5} cases {cases:>4}  worst |d| {:>10.3e}  worst |d|/tol {:>6.3}",
-        worst.abs, worst.of_tolerance
-    );
-}
-
-fn merge(a: Worst, b: Worst) -> Worst {
-    Worst {
-        abs: a.abs.max(b.abs),
-        of_tolerance: a.of_tolerance.max(b.of_tolerance),
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Kernels against twins.
@@ -202,16 +53,25 @@ fn layernorm_matches_its_twin() {
                     let x = random(&mut rng, rows * cols, shift - 4.0, shift + 4.0, input);
                     let gamma = random(&mut rng, cols, 0.5, 1.5, dtype);
                     let beta = random(&mut rng, cols, -0.5, 0.5, dtype);
-                    let (_xb, xv) = upload(input, &x, misalign);
-                    let (_gb, gv) = upload(dtype, &gamma, misalign);
-                    let (_bb, bv) = upload(dtype, &beta, misalign);
-                    let out = Poisoned::new(dtype, rows * cols, misalign);
-                    gpu()
-                        .layernorm(dtype, xv, gv, bv, rows, cols, 1e-5, out.view())
-                        .unwrap();
-                    let got = out.read(&case);
+                    let (_xb, xv) = upload(gpu(), input, &x, misalign);
+                    let (_gb, gv) = upload(gpu(), dtype, &gamma, misalign);
+                    let (_bb, bv) = upload(gpu(), dtype, &beta, misalign);
+                    let out = Poisoned::new(gpu(), dtype, rows * cols, misalign);
+                    layernorm::gpu::layernorm(
+                        gpu(),
+                        dtype,
+                        xv,
+                        gv,
+                        bv,
+                        rows,
+                        cols,
+                        1e-5,
+                        out.view(),
+                    )
+                    .unwrap();
+                    let got = out.read(gpu(), &case);
                     let mut want = vec![0.0; rows * cols];
-                    cpu::layernorm(&x, &gamma, &beta, cols, 1e-5, &mut want);
+                    layernorm::cpu::layernorm(&x, &gamma, &beta, cols, 1e-5, &mut want);
                     want.iter_mut().for_each(|v| *v = dtype.round(*v));
                     let atol = tolerance(dtype) * largest(&want);
                     worst = merge(worst, compare(&case, &got, &want, tolerance(dtype), atol));
@@ -238,16 +98,14 @@ fn layernorm_in_place_matches_its_twin() {
             let x = random(&mut rng, rows * cols, -3.0, 3.0, dtype);
             let gamma = random(&mut rng, cols, 0.5, 1.5, dtype);
             let beta = random(&mut rng, cols, -0.5, 0.5, dtype);
-            let (xb, xv) = upload(dtype, &x, 0);
-            let (_gb, gv) = upload(dtype, &gamma, 0);
-            let (_bb, bv) = upload(dtype, &beta, 0);
-            gpu()
-                .layernorm(dtype, xv, gv, bv, rows, cols, 1e-6, xv)
-                .unwrap();
+            let (xb, xv) = upload(gpu(), dtype, &x, 0);
+            let (_gb, gv) = upload(gpu(), dtype, &gamma, 0);
+            let (_bb, bv) = upload(gpu(), dtype, &beta, 0);
+            layernorm::gpu::layernorm(gpu(), dtype, xv, gv, bv, rows, cols, 1e-6, xv).unwrap();
             let mut bytes = vec![0u8; xb.len_bytes()];
             gpu().download(&xb, 0, &mut bytes).unwrap();
             let mut want = vec![0.0; rows * cols];
-            cpu::layernorm(&x, &gamma, &beta, cols, 1e-6, &mut want);
+            layernorm::cpu::layernorm(&x, &gamma, &beta, cols, 1e-6, &mut want);
             want.iter_mut().for_each(|v| *v = dtype.round(*v));
             compare(
                 &format!("in-place layernorm {dtype} {cols}"),
@@ -263,7 +121,7 @@ fn layernorm_in_place_matches_its_twin() {
 /// The softmax of `x` as the twin computes it, rounded to `dtype`.
 fn softmax_twin(x: &[f32], cols: usize, scale: f32, dtype: DType) -> Vec<f32> {
     let mut want = vec![0.0; x.len()];
-    cpu::softmax(x, cols, scale, &mut want);
+    softmax::cpu::softmax(x, cols, scale, &mut want);
     want.iter_mut().for_each(|v| *v = dtype.round(*v));
     want
 }
@@ -303,12 +161,10 @@ fn softmax_matches_its_twin() {
                         rng.random_range(-500.0..500.0f32)
                     };
                     let x = random(&mut rng, rows * cols, shift - 8.0, shift + 8.0, dtype);
-                    let (_xb, xv) = upload(dtype, &x, x_misalign);
-                    let out = Poisoned::new(dtype, rows * cols, out_misalign);
-                    gpu()
-                        .softmax(dtype, xv, rows, cols, scale, out.view())
-                        .unwrap();
-                    let got = out.read(&case);
+                    let (_xb, xv) = upload(gpu(), dtype, &x, x_misalign);
+                    let out = Poisoned::new(gpu(), dtype, rows * cols, out_misalign);
+                    softmax::gpu::softmax(gpu(), dtype, xv, rows, cols, scale, out.view()).unwrap();
+                    let got = out.read(gpu(), &case);
                     let want = softmax_twin(&x, cols, scale, dtype);
                     worst = merge(worst, compare(&case, &got, &want, tolerance(dtype), 1e-6));
                     cases += 1;
@@ -336,8 +192,8 @@ fn softmax_in_place_matches_its_twin() {
         for &(rows, cols) in &[(1001usize, 197usize), (12 * 197, 197), (9, 33), (300, 4099)] {
             let case = format!("in-place softmax {dtype} {rows}x{cols}");
             let x = random(&mut rng, rows * cols, -8.0, 8.0, dtype);
-            let (xb, xv) = upload(dtype, &x, 0);
-            gpu().softmax(dtype, xv, rows, cols, 0.125, xv).unwrap();
+            let (xb, xv) = upload(gpu(), dtype, &x, 0);
+            softmax::gpu::softmax(gpu(), dtype, xv, rows, cols, 0.125, xv).unwrap();
             let mut bytes = vec![0u8; xb.len_bytes()];
             gpu().download(&xb, 0, &mut bytes).unwrap();
             let want = softmax_twin(&x, cols, 0.125, dtype);
@@ -368,13 +224,13 @@ fn add_matches_its_twin_exactly() {
                 let case = format!("add {dtype} n {n} misalign {misalign}");
                 let a = random(&mut rng, n, -10.0, 10.0, dtype);
                 let b = random(&mut rng, n, -10.0, 10.0, dtype);
-                let (_ab, av) = upload(dtype, &a, misalign);
-                let (_bb, bv) = upload(dtype, &b, 0);
-                let out = Poisoned::new(dtype, n, misalign);
-                gpu().add(dtype, av, bv, n, out.view()).unwrap();
-                let got = out.read(&case);
+                let (_ab, av) = upload(gpu(), dtype, &a, misalign);
+                let (_bb, bv) = upload(gpu(), dtype, &b, 0);
+                let out = Poisoned::new(gpu(), dtype, n, misalign);
+                add::gpu::add(gpu(), dtype, av, bv, n, out.view()).unwrap();
+                let got = out.read(gpu(), &case);
                 let mut want = vec![0.0; n];
-                cpu::add(&a, &b, &mut want);
+                add::cpu::add(&a, &b, &mut want);
                 want.iter_mut().for_each(|v| *v = dtype.round(*v));
                 compare(&case, &got, &want, 0.0, 0.0);
                 cases += 1;
@@ -384,13 +240,13 @@ fn add_matches_its_twin_exactly() {
         let n = 12_345;
         let a = random(&mut rng, n, -10.0, 10.0, dtype);
         let b = random(&mut rng, n, -10.0, 10.0, dtype);
-        let (ab, av) = upload(dtype, &a, 0);
-        let (_bb, bv) = upload(dtype, &b, 0);
-        gpu().add(dtype, av, bv, n, av).unwrap();
+        let (ab, av) = upload(gpu(), dtype, &a, 0);
+        let (_bb, bv) = upload(gpu(), dtype, &b, 0);
+        add::gpu::add(gpu(), dtype, av, bv, n, av).unwrap();
         let mut bytes = vec![0u8; ab.len_bytes()];
         gpu().download(&ab, 0, &mut bytes).unwrap();
         let mut want = vec![0.0; n];
-        cpu::add(&a, &b, &mut want);
+        add::cpu::add(&a, &b, &mut want);
         want.iter_mut().for_each(|v| *v = dtype.round(*v));
         compare(
             &format!("in-place add {dtype}"),
@@ -421,22 +277,22 @@ fn add_into_an_f32_stream_matches_its_twin_exactly() {
                         );
                         let stream = random(&mut rng, n, -10.0, 10.0, DType::F32);
                         let branch = random(&mut rng, n, -10.0, 10.0, dtype);
-                        let (sb, sv) = upload(DType::F32, &stream, misalign);
-                        let (_bb, bv) = upload(dtype, &branch, 0);
+                        let (sb, sv) = upload(gpu(), DType::F32, &stream, misalign);
+                        let (_bb, bv) = upload(gpu(), dtype, &branch, 0);
                         let (a, b) = if stream_first { (sv, bv) } else { (bv, sv) };
-                        let out = Poisoned::new(DType::F32, n, misalign);
+                        let out = Poisoned::new(gpu(), DType::F32, n, misalign);
                         let target = if in_place { sv } else { out.view() };
-                        gpu().add(dtype, a, b, n, target).unwrap();
+                        add::gpu::add(gpu(), dtype, a, b, n, target).unwrap();
                         let got = if in_place {
                             let mut bytes = vec![0u8; sb.len_bytes()];
                             gpu().download(&sb, 0, &mut bytes).unwrap();
                             let start = misalign * 4;
                             DType::F32.decode(&bytes[start..start + n * 4])
                         } else {
-                            out.read(&case)
+                            out.read(gpu(), &case)
                         };
                         let mut want = vec![0.0; n];
-                        cpu::add(&stream, &branch, &mut want);
+                        add::cpu::add(&stream, &branch, &mut want);
                         compare(&case, &got, &want, 0.0, 0.0);
                         cases += 1;
                     }
@@ -485,43 +341,51 @@ fn patchify_with_cls_matches_its_twins_exactly() {
                 );
                 let cls = random(&mut rng, hidden, -1.0, 1.0, dtype);
                 let pos = random(&mut rng, tokens_per_image * hidden, -1.0, 1.0, dtype);
-                let (_pb, pv) = upload(DType::F32, &pixels, misalign);
-                let (_cb, cv) = upload(dtype, &cls, 0);
-                let (_ob, ov) = upload(dtype, &pos, misalign);
-                let patches = Poisoned::new(dtype, batch * n * channels * patch * patch, misalign);
-                let tokens = Poisoned::new(token_dtype, batch * tokens_per_image * hidden, 0);
-                gpu()
-                    .patchify_with_cls(
-                        dtype,
-                        pv,
-                        batch,
-                        channels,
-                        height,
-                        width,
-                        patch,
-                        cv,
-                        ov,
-                        hidden,
-                        tokens_per_image,
-                        patches.view(),
-                        tokens.view(),
-                    )
-                    .unwrap();
+                let (_pb, pv) = upload(gpu(), DType::F32, &pixels, misalign);
+                let (_cb, cv) = upload(gpu(), dtype, &cls, 0);
+                let (_ob, ov) = upload(gpu(), dtype, &pos, misalign);
+                let patches =
+                    Poisoned::new(gpu(), dtype, batch * n * channels * patch * patch, misalign);
+                let tokens =
+                    Poisoned::new(gpu(), token_dtype, batch * tokens_per_image * hidden, 0);
+                patchify::gpu::patchify_with_cls(
+                    gpu(),
+                    dtype,
+                    pv,
+                    batch,
+                    channels,
+                    height,
+                    width,
+                    patch,
+                    cv,
+                    ov,
+                    hidden,
+                    tokens_per_image,
+                    patches.view(),
+                    tokens.view(),
+                )
+                .unwrap();
 
                 let mut want = vec![0.0; batch * n * channels * patch * patch];
-                cpu::patchify(&pixels, batch, channels, height, width, patch, &mut want);
+                patchify::cpu::patchify(&pixels, batch, channels, height, width, patch, &mut want);
                 want.iter_mut().for_each(|v| *v = dtype.round(*v));
-                compare(&case, &patches.read(&case), &want, 0.0, 0.0);
+                compare(&case, &patches.read(gpu(), &case), &want, 0.0, 0.0);
 
                 // CLS rows are written; every other token row is left to the projection matmul.
-                tokens.read(&case);
+                tokens.read(gpu(), &case);
                 let mut raw = vec![0u8; tokens.buffer.len_bytes()];
                 gpu().download(&tokens.buffer, 0, &mut raw).unwrap();
                 let raw =
                     &raw[tokens.offset..tokens.offset + tokens.len * token_dtype.size_bytes()];
                 let got = token_dtype.decode(raw);
                 let mut want_tokens = vec![f32::NAN; batch * tokens_per_image * hidden];
-                cpu::write_cls_rows(&cls, &pos, batch, tokens_per_image, &mut want_tokens);
+                patchify::cpu::write_cls_rows(
+                    &cls,
+                    &pos,
+                    batch,
+                    tokens_per_image,
+                    &mut want_tokens,
+                );
                 for (i, w) in want_tokens.iter().enumerate() {
                     if i % (tokens_per_image * hidden) < hidden {
                         assert_eq!(got[i], token_dtype.round(*w), "{case}: CLS element {i}");
@@ -565,15 +429,23 @@ fn bias_activation_matches_its_twin() {
                         );
                         let x = random(&mut rng, rows * cols, -4.0, 4.0, dtype);
                         let bias = random(&mut rng, cols, -1.0, 1.0, dtype);
-                        let (_xb, xv) = upload(dtype, &x, misalign);
-                        let (_bb, bv) = upload(dtype, &bias, misalign);
-                        let out = Poisoned::new(dtype, rows * cols, misalign);
-                        gpu()
-                            .bias_activation(dtype, act, xv, bv, rows, cols, out.view())
-                            .unwrap();
-                        let got = out.read(&case);
+                        let (_xb, xv) = upload(gpu(), dtype, &x, misalign);
+                        let (_bb, bv) = upload(gpu(), dtype, &bias, misalign);
+                        let out = Poisoned::new(gpu(), dtype, rows * cols, misalign);
+                        activation::gpu::bias_activation(
+                            gpu(),
+                            dtype,
+                            act,
+                            xv,
+                            bv,
+                            rows,
+                            cols,
+                            out.view(),
+                        )
+                        .unwrap();
+                        let got = out.read(gpu(), &case);
                         let mut want = vec![0.0; rows * cols];
-                        cpu::bias_activation(&x, &bias, act, &mut want);
+                        activation::cpu::bias_activation(&x, &bias, act, &mut want);
                         want.iter_mut().for_each(|v| *v = dtype.round(*v));
                         worst = merge(worst, compare(&case, &got, &want, tolerance(dtype), 1e-5));
                         cases += 1;
@@ -585,15 +457,14 @@ fn bias_activation_matches_its_twin() {
         let (rows, cols) = (197, 768);
         let x = random(&mut rng, rows * cols, -4.0, 4.0, dtype);
         let bias = random(&mut rng, cols, -1.0, 1.0, dtype);
-        let (xb, xv) = upload(dtype, &x, 0);
-        let (_bb, bv) = upload(dtype, &bias, 0);
-        gpu()
-            .bias_activation(dtype, Activation::Gelu, xv, bv, rows, cols, xv)
+        let (xb, xv) = upload(gpu(), dtype, &x, 0);
+        let (_bb, bv) = upload(gpu(), dtype, &bias, 0);
+        activation::gpu::bias_activation(gpu(), dtype, Activation::Gelu, xv, bv, rows, cols, xv)
             .unwrap();
         let mut bytes = vec![0u8; xb.len_bytes()];
         gpu().download(&xb, 0, &mut bytes).unwrap();
         let mut want = vec![0.0; rows * cols];
-        cpu::bias_activation(&x, &bias, Activation::Gelu, &mut want);
+        activation::cpu::bias_activation(&x, &bias, Activation::Gelu, &mut want);
         want.iter_mut().for_each(|v| *v = dtype.round(*v));
         let case = format!("in-place bias_activation {dtype}");
         worst = merge(
@@ -617,35 +488,93 @@ fn bad_arguments_are_errors() {
     let short = buffer.view(0, 10, DType::F16).unwrap();
     let invalid = |r: Result<(), KernelError>| matches!(r, Err(KernelError::InvalidArgument(_)));
     assert!(
-        invalid(g.add(DType::F16, f16, f32, 16, f16)),
+        invalid(add::gpu::add(g, DType::F16, f16, f32, 16, f16)),
         "mixed dtypes"
     );
     assert!(
-        invalid(g.add(DType::F16, f16, f16, 1025, f16)),
+        invalid(add::gpu::add(g, DType::F16, f16, f16, 1025, f16)),
         "n past the views"
     );
     assert!(
-        invalid(g.softmax(DType::F16, f16, 4, 256, 1.0, short)),
+        invalid(softmax::gpu::softmax(
+            g,
+            DType::F16,
+            f16,
+            4,
+            256,
+            1.0,
+            short
+        )),
         "output too short"
     );
     assert!(
-        invalid(g.softmax(DType::F16, f16, 4, 0, 1.0, f16)),
+        invalid(softmax::gpu::softmax(g, DType::F16, f16, 4, 0, 1.0, f16)),
         "empty rows"
     );
     assert!(
-        invalid(g.layernorm(DType::F16, f16, short, f16, 2, 16, 1e-5, f16)),
+        invalid(layernorm::gpu::layernorm(
+            g,
+            DType::F16,
+            f16,
+            short,
+            f16,
+            2,
+            16,
+            1e-5,
+            f16
+        )),
         "gamma too short"
     );
     assert!(
-        invalid(g.layernorm(DType::F16, f16, f16, f16, 2, 16, f32::NAN, f16)),
+        invalid(layernorm::gpu::layernorm(
+            g,
+            DType::F16,
+            f16,
+            f16,
+            f16,
+            2,
+            16,
+            f32::NAN,
+            f16
+        )),
         "NaN eps"
     );
     assert!(
-        invalid(g.patchify_with_cls(DType::F16, f32, 1, 3, 8, 8, 16, f16, f16, 8, 1, f16, f16)),
+        invalid(patchify::gpu::patchify_with_cls(
+            g,
+            DType::F16,
+            f32,
+            1,
+            3,
+            8,
+            8,
+            16,
+            f16,
+            f16,
+            8,
+            1,
+            f16,
+            f16
+        )),
         "patch > image"
     );
     assert!(
-        invalid(g.patchify_with_cls(DType::F16, f16, 1, 1, 8, 8, 4, f16, f16, 8, 5, f16, f16)),
+        invalid(patchify::gpu::patchify_with_cls(
+            g,
+            DType::F16,
+            f16,
+            1,
+            1,
+            8,
+            8,
+            4,
+            f16,
+            f16,
+            8,
+            5,
+            f16,
+            f16
+        )),
         "f16 pixels"
     );
     assert!(
@@ -662,8 +591,8 @@ fn bad_arguments_are_errors() {
         "upload past the end"
     );
     // Zero-sized work is a no-op, not an error.
-    g.add(DType::F16, f16, f16, 0, f16).unwrap();
-    g.softmax(DType::F16, f16, 0, 7, 1.0, f16).unwrap();
+    add::gpu::add(g, DType::F16, f16, f16, 0, f16).unwrap();
+    softmax::gpu::softmax(g, DType::F16, f16, 0, 7, 1.0, f16).unwrap();
     g.alloc(0).unwrap();
     g.synchronize().unwrap();
 }
@@ -714,14 +643,12 @@ fn bench_bandwidth_of_vit_shapes() {
 
     let (rows, cols) = (12_608usize, 768usize);
     let x = random(&mut rng, rows * cols, -3.0, 3.0, dtype);
-    let (_xb, xv) = upload(dtype, &x, 0);
-    let (_gb, gv) = upload(dtype, &x[..cols], 0);
+    let (_xb, xv) = upload(gpu(), dtype, &x, 0);
+    let (_gb, gv) = upload(gpu(), dtype, &x[..cols], 0);
     let out = g.alloc(rows * cols * size).unwrap();
     let ov = out.view(0, rows * cols, dtype).unwrap();
-    let t = time(&|| {
-        g.layernorm(dtype, xv, gv, gv, rows, cols, 1e-6, ov)
-            .unwrap()
-    });
+    let t =
+        time(&|| layernorm::gpu::layernorm(g, dtype, xv, gv, gv, rows, cols, 1e-6, ov).unwrap());
     println!(
         "BANDWIDTH layernorm f16 [{rows},{cols}]: {:.1} us, {:.0} GB/s",
         t * 1e6,
@@ -741,10 +668,11 @@ fn bench_bandwidth_of_vit_shapes() {
         let cols = 197usize;
         let size = softmax_dtype.size_bytes();
         let x = random(&mut rng, rows * cols, -8.0, 8.0, softmax_dtype);
-        let (_sb, sv) = upload(softmax_dtype, &x, misalign);
-        let out = Poisoned::new(softmax_dtype, rows * cols, misalign);
+        let (_sb, sv) = upload(gpu(), softmax_dtype, &x, misalign);
+        let out = Poisoned::new(gpu(), softmax_dtype, rows * cols, misalign);
         let ov = out.view();
-        let t = time(&|| g.softmax(softmax_dtype, sv, rows, cols, 0.125, ov).unwrap());
+        let t =
+            time(&|| softmax::gpu::softmax(g, softmax_dtype, sv, rows, cols, 0.125, ov).unwrap());
         println!(
             "BANDWIDTH softmax {softmax_dtype} [{rows},{cols}]{label}: {:.1} us, {:.0} GB/s",
             t * 1e6,
@@ -754,11 +682,11 @@ fn bench_bandwidth_of_vit_shapes() {
 
     let n = 12_608 * 768;
     let a = random(&mut rng, n, -3.0, 3.0, dtype);
-    let (_ab, av) = upload(dtype, &a, 0);
-    let (_bb, bv) = upload(dtype, &a, 0);
+    let (_ab, av) = upload(gpu(), dtype, &a, 0);
+    let (_bb, bv) = upload(gpu(), dtype, &a, 0);
     let out = g.alloc(n * size).unwrap();
     let ov = out.view(0, n, dtype).unwrap();
-    let t = time(&|| g.add(dtype, av, bv, n, ov).unwrap());
+    let t = time(&|| add::gpu::add(g, dtype, av, bv, n, ov).unwrap());
     println!(
         "BANDWIDTH add f16 n={n}: {:.1} us, {:.0} GB/s",
         t * 1e6,
@@ -767,14 +695,15 @@ fn bench_bandwidth_of_vit_shapes() {
 
     let (batch, hidden) = (64usize, 768usize);
     let pixels = random(&mut rng, batch * 3 * 224 * 224, -2.0, 2.0, DType::F32);
-    let (_pb, pv) = upload(DType::F32, &pixels, 0);
-    let (_cb, cv) = upload(dtype, &a[..197 * hidden], 0);
+    let (_pb, pv) = upload(gpu(), DType::F32, &pixels, 0);
+    let (_cb, cv) = upload(gpu(), dtype, &a[..197 * hidden], 0);
     let patches = g.alloc(batch * 196 * 768 * size).unwrap();
     let tokens = g.alloc(batch * 197 * hidden * size).unwrap();
     let patches_view = patches.view(0, batch * 196 * 768, dtype).unwrap();
     let tokens_view = tokens.view(0, batch * 197 * hidden, dtype).unwrap();
     let t = time(&|| {
-        g.patchify_with_cls(
+        patchify::gpu::patchify_with_cls(
+            g,
             dtype,
             pv,
             batch,

@@ -1208,7 +1208,8 @@ fn matmul_speed_report() {
 #[ignore = "fills the kernel disk cache for a GPU run; needs NVRTC"]
 fn fill_the_kernel_cache_with_every_matmul_instantiation() {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use vitrt_kernels::cuda::{all_instantiations, Arch, Compiler, DiskCache};
+    use vitrt_kernels::all_instantiations;
+    use vitrt_kernels::cuda::{Arch, Compiler, DiskCache};
     let compiler = Compiler::new().expect("NVRTC and the CUDA headers");
     let cache = DiskCache::from_env().expect("a cache directory (set VITRT_CACHE_DIR)");
     let arch_digits = std::env::var("VITRT_CACHE_ARCH").unwrap_or_else(|_| "90".into());

@@ -7,6 +7,7 @@
 mod common;
 
 use common::{bits, fixture};
+use vitrt_kernels::pixels;
 use vitrt_model::{Runner, VitModel};
 use vitrt_runtime::backend::cuda::CudaBackend;
 use vitrt_runtime::passes::Fusion;
@@ -44,7 +45,7 @@ fn table(channels: usize) -> Vec<f32> {
 
 fn host_pixels(pixels: &[u8], channels: usize, plane: usize, table: &[f32]) -> Vec<f32> {
     let mut out = vec![0f32; pixels.len()];
-    vitrt_kernels::cpu::expand_pixels(pixels, channels, plane, table, &mut out);
+    pixels::cpu::expand_pixels(pixels, channels, plane, table, &mut out);
     out
 }
 
@@ -124,7 +125,8 @@ fn the_gpu_expansion_is_the_host_one_bitwise() {
         gpu.upload(&table_buffer, 0, &DType::F32.encode(&table))
             .unwrap();
         let out = gpu.alloc(want.len() * 4).unwrap();
-        gpu.expand_pixels(
+        pixels::gpu::expand_pixels(
+            &gpu,
             &src_buffer,
             shape,
             table_buffer.view(0, table.len(), DType::F32).unwrap(),

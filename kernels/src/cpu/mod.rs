@@ -1,13 +1,8 @@
-//! The CPU twins: each GPU kernel's computation in plain Rust, f32, with the same signature
-//! and the same block decomposition. They are the reference in GPU tests and the CPU backend.
-//! Written for clarity first; rayon spreads the programs over cores.
+//! The matmul's CPU twin (every other family keeps its twin in its own folder, as
+//! `<family>::cpu`): f32, with the same signature and block decomposition as the GPU kernel.
+//! It is the reference in GPU tests and the CPU backend. Written for clarity first; rayon
+//! spreads the programs over cores.
 
-mod attention;
-mod elementwise;
 mod matmul;
-mod pixels;
 
-pub use attention::{attention, AttentionTiles};
-pub use elementwise::{add, bias_activation, layernorm, patchify, softmax, write_cls_rows};
 pub use matmul::{matmul, MatmulTiles};
-pub use pixels::expand_pixels;

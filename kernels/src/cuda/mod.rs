@@ -1,14 +1,16 @@
-//! The CUDA side of the kernels: one [`Gpu`] (context, stream, compiler, module cache), device
-//! memory ([`DeviceBuffer`], [`DevPtr`]) and one method per op. The runtime uses only this
-//! API, never cudarc.
+//! The device layer: one [`Gpu`] (context, streams, compiler, module cache, launch, CUDA
+//! graph capture), device memory ([`DeviceBuffer`], [`DevPtr`]), NVRTC and the caches, and
+//! the vocabulary of instantiations. The ops live in their families (`crate::<family>::gpu`),
+//! as free functions taking `&Gpu`; nothing here imports a family. The runtime uses only this
+//! API and the families', never cudarc.
 //!
 //! # How a kernel family plugs in
 //!
-//! 1. **Source.** `kernels/cuda/<family>.cu` defines the program as a templated `__device__`
-//!    function whose template parameters are the meta-parameters (dtype, block shape, vector
-//!    width, ...); it may `#include "common.cuh"` (dtype conversions, vector loads, warp and
-//!    block reductions), which NVRTC is given in memory. The Rust module embeds the file:
-//!    `const SOURCE: &str = include_str!("../../cuda/<family>.cu");`.
+//! 1. **Source.** `kernels/src/<family>/<family>.cu` defines the program as a templated
+//!    `__device__` function whose template parameters are the meta-parameters (dtype, block
+//!    shape, vector width, ...); it may `#include "common.cuh"` (this folder: dtype
+//!    conversions, vector loads, warp and block reductions), which NVRTC is given in memory.
+//!    The family's gpu.rs embeds the file: `const SOURCE: &str = include_str!("<family>.cu");`.
 //! 2. **Instantiations.** A Rust `Config` struct mirrors the meta-parameters and turns one
 //!    choice into an [`Instantiation`]: a unique wrapper name that spells the meta-parameters
 //!    (`layernorm_f16_v8_w1_r4_c3`), the template arguments as C++ text, the wrapper's
@@ -17,56 +19,46 @@
 //!    the generated `extern "C" __global__` wrapper that calls the template, so the driver
 //!    finds the kernel by that plain name.
 //! 3. **Registry.** The family's `pub(crate) fn instantiations() -> Vec<Instantiation>` lists
-//!    every instantiation its launcher can ever pick, for every dtype; [`all_instantiations`]
-//!    (registry.rs) concatenates the families. CI compiles every entry for sm_80 and sm_90
-//!    without a GPU (kernels/tests/nvrtc_compile.rs), and each family has a unit test that
-//!    its selection over many shapes only picks registered instantiations.
-//! 4. **Launch.** The family's launcher (a `Gpu` method in this file that forwards to the
-//!    family module) checks every [`DevPtr`] (dtype, length) against the problem, picks a
-//!    config from the shape and the pointers' alignment, and calls
+//!    every instantiation its launcher can ever pick, for every dtype;
+//!    `crate::all_instantiations` (kernels/src/registry.rs) concatenates the families. CI
+//!    compiles every entry for sm_80 and sm_90 without a GPU (kernels/tests/nvrtc_compile.rs),
+//!    and each family has a unit test that its selection over many shapes only picks
+//!    registered instantiations.
+//! 4. **Launch.** The family's launcher (`<family>::gpu::<op>(gpu, ...)`) checks every
+//!    [`DevPtr`] (dtype, length) against the problem, picks a config from the shape and the
+//!    pointers' alignment, and calls
 //!    `gpu.launch(&instantiation, LaunchDims { .. }, &[KernelArg::Ptr(..), ...])`. `launch`
 //!    checks the arguments against the parameters, compiles on first use (NVRTC, then the
 //!    in-memory and disk caches), raises the dynamic shared-memory limit when a launch asks
 //!    for more than 48 KiB, and enqueues on the Gpu's stream. Errors surface as
 //!    [`KernelError`]; execution errors surface at the next [`Gpu::synchronize`] or download.
 
-mod attention;
 mod bench_support;
 mod cache;
+mod capture;
 mod compile;
 mod cublas;
 mod discovery;
-mod elementwise;
 mod error;
 mod events;
-mod graph;
-mod layernorm;
-mod matmul;
+pub(crate) mod matmul;
 mod memory;
-mod patch;
-mod pixels;
 mod registry;
-mod rows;
-mod rows_gather;
-mod softmax;
 mod staging;
-mod timing;
+pub(crate) mod timing;
 mod tuning;
 
-pub use attention::{attention_rows_aligned, fused_attention_support, ATTENTION_HEAD_DIMS};
 pub use cache::DiskCache;
+pub use capture::GpuGraph;
 pub use compile::{parse_ptxas_report, CompiledKernel, Compiler, KernelResources};
 pub use cublas::Cublas;
 pub use discovery::{cuda_include_dir, load_nvrtc, NvrtcLibrary};
 pub(crate) use error::invalid;
 pub use error::KernelError;
 pub use events::GpuEvent;
-pub use graph::GpuGraph;
 pub use matmul::{tiles_for, MatmulTile, FMA_TILES, TENSOR_CORE_TILES, WGMMA_TILES};
 pub use memory::{DevPtr, DeviceBuffer};
-pub use registry::{
-    all_instantiations, Arch, ArchRequirement, Instantiation, KernelArg, KernelParam, ParamKind,
-};
+pub use registry::{Arch, ArchRequirement, Instantiation, KernelArg, KernelParam, ParamKind};
 pub use staging::{PinnedBuffer, Stream, StreamEvent};
 pub use timing::{copies_beyond_l2, copy_for_rep, slot_offset, Timer};
 pub use tuning::{
@@ -75,7 +67,7 @@ pub use tuning::{
     TuningTable, TUNING_FILE_NAME, TUNING_FORMAT,
 };
 
-use crate::{AttentionProblem, DType, MatmulProblem};
+use crate::{DType, MatmulProblem};
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute, CUresult};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtr as _};
 use std::collections::HashMap;
@@ -121,7 +113,7 @@ pub struct Gpu {
     shared_limits: Mutex<HashMap<String, u32>>,
     /// Tags the buffers (and graphs) this Gpu makes.
     id: usize,
-    /// A CUDA graph capture is open on the stream (graph.rs).
+    /// A CUDA graph capture is open on the stream (capture.rs).
     capturing: AtomicBool,
     /// Kernel launches recorded by the open capture.
     captured_launches: AtomicUsize,
@@ -226,8 +218,8 @@ impl Gpu {
     ///
     /// A dependent launch is processed as soon as the previous grid's CTAs have exited,
     /// overlapping its completion flush (every wrapper waits with `griddepcontrol.wait` before
-    /// it touches memory, see [`Instantiation::program_source`]); in CUDA graphs too. Measured
-    /// on the H200: batch 1 0.727 -> 0.715 ms, batch 8 -0.5%, batch 64 within noise.
+    /// it touches memory, see [`Instantiation::program_source`]); in CUDA graphs too. Measured:
+    /// benchmarks/NOTES.md, 2026-11-22 "Programmatic dependent launch".
     pub fn dependent_launch(&self) -> bool {
         self.dependent_launch.load(Ordering::Relaxed)
     }
@@ -418,123 +410,6 @@ impl Gpu {
         matmul::launch(self, dtype, p, a, b, bias, residual, c)
     }
 
-    /// `out[r, :] = (x[r, :] - mean) / sqrt(var + eps) * gamma + beta` for `rows` rows of
-    /// `cols`; statistics in fp32 (as `cpu::layernorm`). gamma, beta and out hold `dtype`; x
-    /// holds `dtype` or f32.
-    #[allow(clippy::too_many_arguments)]
-    pub fn layernorm(
-        &self,
-        dtype: DType,
-        x: DevPtr,
-        gamma: DevPtr,
-        beta: DevPtr,
-        rows: usize,
-        cols: usize,
-        eps: f32,
-        out: DevPtr,
-    ) -> Result<(), KernelError> {
-        layernorm::launch(self, dtype, x, gamma, beta, rows, cols, eps, out)
-    }
-
-    /// Fused attention, `O = softmax(scale · Q·Kᵀ) · V` for every (batch, head) of `p`, in
-    /// f16 or bf16 with fp32 arithmetic (as `cpu::attention`; the probabilities enter P·V in
-    /// the storage type). Head dims: [`ATTENTION_HEAD_DIMS`]; every row 16-byte aligned.
-    pub fn attention(
-        &self,
-        dtype: DType,
-        p: &AttentionProblem,
-        q: DevPtr,
-        k: DevPtr,
-        v: DevPtr,
-        o: DevPtr,
-    ) -> Result<(), KernelError> {
-        attention::launch(self, dtype, p, None, q, k, v, o)
-    }
-
-    /// [`Gpu::attention`] with the number of 16-row query groups per warp forced instead of
-    /// chosen (1, or 2 for head dims up to 64): for tests and benchmarks of both programs.
-    #[allow(clippy::too_many_arguments)]
-    pub fn attention_with_row_groups(
-        &self,
-        dtype: DType,
-        p: &AttentionProblem,
-        row_groups: u32,
-        q: DevPtr,
-        k: DevPtr,
-        v: DevPtr,
-        o: DevPtr,
-    ) -> Result<(), KernelError> {
-        attention::launch(self, dtype, p, Some(row_groups), q, k, v, o)
-    }
-
-    /// `out[r, :] = softmax(scale * x[r, :])` for `rows` rows of `cols` (as `cpu::softmax`).
-    pub fn softmax(
-        &self,
-        dtype: DType,
-        x: DevPtr,
-        rows: usize,
-        cols: usize,
-        scale: f32,
-        out: DevPtr,
-    ) -> Result<(), KernelError> {
-        softmax::launch(self, dtype, x, rows, cols, scale, out)
-    }
-
-    /// `out = a + b` over `n` elements; `out` may be `a` or `b`. All three hold `dtype`, or a
-    /// half-precision operand is added into f32 (a, or b, and out f32).
-    pub fn add(
-        &self,
-        dtype: DType,
-        a: DevPtr,
-        b: DevPtr,
-        n: usize,
-        out: DevPtr,
-    ) -> Result<(), KernelError> {
-        elementwise::launch_add(self, dtype, a, b, n, out)
-    }
-
-    /// Pixels are f32 `[B, C, H, W]`; writes the patch rows `[B·N, C·P·P]` in `dtype` (as
-    /// `cpu::patchify`) and the CLS row of every image of the token tensor `[B, T, hidden]`:
-    /// `tokens[b, 0, :] = cls + pos[0, :]` (as `cpu::write_cls_rows`). The token tensor holds
-    /// `dtype` or f32.
-    #[allow(clippy::too_many_arguments)]
-    pub fn patchify_with_cls(
-        &self,
-        dtype: DType,
-        pixels: DevPtr,
-        batch: usize,
-        channels: usize,
-        height: usize,
-        width: usize,
-        patch: usize,
-        cls: DevPtr,
-        pos: DevPtr,
-        hidden: usize,
-        tokens_per_image: usize,
-        patches: DevPtr,
-        tokens: DevPtr,
-    ) -> Result<(), KernelError> {
-        let image = patch::Image {
-            batch,
-            channels,
-            height,
-            width,
-            patch,
-        };
-        patch::launch(
-            self,
-            dtype,
-            pixels,
-            image,
-            cls,
-            pos,
-            hidden,
-            tokens_per_image,
-            patches,
-            tokens,
-        )
-    }
-
     /// Loads (compiling on first use) and launches one instantiation on the Gpu's stream.
     pub(crate) fn launch(
         &self,
@@ -631,8 +506,8 @@ impl Gpu {
 
     /// The dynamic shared memory `name` may use now: what was raised so far, else the driver's
     /// default, 48 KiB less the kernel's static shared memory (a kernel with 2 KB of static
-    /// shared memory cannot take 48 KB of dynamic without asking; session 5 found a six-stage
-    /// small tile failing so).
+    /// shared memory cannot take 48 KB of dynamic without asking: a six-stage small tile failed
+    /// to launch so; benchmarks/NOTES.md, 2026-11-22 "Launcher fix after the closing run").
     fn shared_limit(&self, name: &str, function: &CudaFunction) -> u32 {
         let mut limits = self
             .shared_limits

@@ -19,7 +19,7 @@ use super::{invalid, KernelError};
 use crate::DType;
 
 /// The shared header every family source may `#include "common.cuh"`.
-pub const COMMON_HEADER: &str = include_str!("../../cuda/common.cuh");
+pub const COMMON_HEADER: &str = include_str!("common.cuh");
 pub const COMMON_HEADER_NAME: &str = "common.cuh";
 
 /// The type of one kernel parameter, as the wrapper declares it and as a launch must pass it.
@@ -222,8 +222,8 @@ impl Instantiation {
         // grid's completion is flushed, so it waits here until every kernel before it has
         // finished and its writes are visible; nothing touches global memory before the wait.
         // No explicit `griddepcontrol.launch_dependents`: triggering early let the next
-        // kernel's CTAs wait on SMs beside this grid's last ones, and cost 18% at batch 1
-        // (benchmarks/NOTES.md, session 5). The wait is a no-op for a launch without the
+        // kernel's CTAs wait on SMs beside this grid's last ones, and was slower at every batch
+        // (measured: benchmarks/NOTES.md, 2026-11-22 "Programmatic dependent launch"). The wait is a no-op for a launch without the
         // attribute; sm_80 has no such instruction.
         format!(
             "{source}\n\n// Generated wrapper: {function}<{targs}>\n\
@@ -266,36 +266,9 @@ impl Instantiation {
     }
 }
 
-/// Every instantiation any launcher can pick, for every dtype: what CI compiles.
-pub fn all_instantiations() -> Vec<Instantiation> {
-    let mut all = Vec::new();
-    all.extend(super::layernorm::instantiations());
-    all.extend(super::softmax::instantiations());
-    all.extend(super::elementwise::instantiations());
-    all.extend(super::patch::instantiations());
-    all.extend(super::pixels::instantiations());
-    all.extend(super::matmul::instantiations());
-    all.extend(super::rows_gather::instantiations());
-    all.extend(super::attention::instantiations());
-    all.extend(super::timing::instantiations());
-    all
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashSet;
-
-    #[test]
-    fn wrapper_names_are_unique() {
-        let all = all_instantiations();
-        let names: HashSet<&str> = all.iter().map(|i| i.name.as_str()).collect();
-        assert_eq!(
-            names.len(),
-            all.len(),
-            "two instantiations share a wrapper name"
-        );
-    }
 
     #[test]
     fn wrapper_calls_the_template_with_every_parameter() {

@@ -7,7 +7,7 @@ use super::{
 };
 use cudarc::driver::sys::CUevent_flags;
 
-const SOURCE: &str = include_str!("../../cuda/timing.cu");
+const SOURCE: &str = include_str!("timing.cu");
 const SPIN_THREADS: u32 = 32;
 
 fn spin_instantiation() -> Instantiation {
@@ -58,7 +58,7 @@ impl Gpu {
     /// Queues a kernel that keeps the stream busy for `nanoseconds` of device time (one thread
     /// of one block; the rest of the GPU stays idle). Queue it before [`Gpu::time_ms`] so the
     /// start event waits for the spin rather than firing on an idle GPU while the host is still
-    /// queueing the work: see kernels/cuda/timing.cu.
+    /// queueing the work: see timing.cu.
     pub fn spin(&self, nanoseconds: u64) -> Result<(), KernelError> {
         self.launch(
             &spin_instantiation(),

@@ -11,6 +11,7 @@ use crate::graph::Op;
 use crate::lowering;
 use std::collections::HashMap;
 use std::ops::Range;
+use vitrt_kernels::{add, attention, layernorm, patchify, softmax};
 use vitrt_kernels::{cpu, DType, MatmulProblem};
 
 pub struct CpuBackend {
@@ -251,7 +252,7 @@ impl Backend for CpuBackend {
                 {
                     let dtype = self.dtype;
                     let (ins, rows) = split(self, &[inputs[0].buffer], ws.clone())?;
-                    cpu::patchify(ins[0], b, c, h, w, *patch, rows);
+                    patchify::cpu::patchify(ins[0], b, c, h, w, *patch, rows);
                     Self::store_as(dtype, rows);
                 }
                 let bufs: Vec<BufferRef> = std::iter::once(workspace)
@@ -259,7 +260,7 @@ impl Backend for CpuBackend {
                     .collect();
                 let (ins, out) = split(self, &bufs, out_range.clone())?;
                 let (rows, weight, bias, cls, pos) = (ins[0], ins[1], ins[2], ins[3], ins[4]);
-                cpu::write_cls_rows(cls, pos, b, tokens, out);
+                patchify::cpu::write_cls_rows(cls, pos, b, tokens, out);
                 let problem =
                     MatmulProblem::patch_projection(b, patches, c * patch * patch, hidden);
                 cpu::matmul(&problem, tiles, rows, weight, Some(bias), Some(pos), out);
@@ -305,7 +306,7 @@ fn run_simple(
     match op {
         Op::PatchEmbed { .. } => unreachable!("handled by the caller"),
         Op::LayerNorm { eps } => {
-            cpu::layernorm(ins[0], ins[1], ins[2], last(&bindings[0].shape), *eps, out)
+            layernorm::cpu::layernorm(ins[0], ins[1], ins[2], last(&bindings[0].shape), *eps, out)
         }
         Op::Linear { .. } | Op::AttentionScores { .. } | Op::AttentionContext { .. } => {
             let shapes: Vec<&[usize]> = bindings.iter().map(|b| b.shape.as_slice()).collect();
@@ -333,17 +334,17 @@ fn run_simple(
             problem.check_bounds(ins[0].len(), ins[1].len(), ins[2].len(), out.len())?;
             // Scores and probabilities stay f32 inside; only the output is stored (and
             // rounded by the caller when emulating half precision), as on the GPU.
-            cpu::attention(
+            attention::cpu::attention(
                 &problem,
-                cpu::AttentionTiles::default(),
+                attention::cpu::AttentionTiles::default(),
                 ins[0],
                 ins[1],
                 ins[2],
                 out,
             );
         }
-        Op::Add => cpu::add(ins[0], ins[1], out),
-        Op::Softmax => cpu::softmax(ins[0], last(&bindings[0].shape), 1.0, out),
+        Op::Add => add::cpu::add(ins[0], ins[1], out),
+        Op::Softmax => softmax::cpu::softmax(ins[0], last(&bindings[0].shape), 1.0, out),
         Op::SelectToken { index } => {
             let s = &bindings[0].shape;
             let (t, c) = (s[1], s[2]);

@@ -11,10 +11,11 @@ use crate::error::RuntimeError;
 use crate::graph::Op;
 use crate::lowering;
 use std::collections::HashMap;
+use vitrt_kernels::attention::gpu::{attention_rows_aligned, fused_attention_support};
 use vitrt_kernels::cuda::{
-    attention_rows_aligned, fused_attention_support, DevPtr, DeviceBuffer, Gpu, GpuEvent, GpuGraph,
-    KernelError, PinnedBuffer, Stream, StreamEvent,
+    DevPtr, DeviceBuffer, Gpu, GpuEvent, GpuGraph, KernelError, PinnedBuffer, Stream, StreamEvent,
 };
+use vitrt_kernels::{activation, add, attention, gather, layernorm, patchify, pixels, softmax};
 use vitrt_kernels::{DType, MatmulProblem, PixelBatch};
 
 pub struct CudaBackend {
@@ -283,8 +284,7 @@ impl Backend for CudaBackend {
             .map_err(backend_error)?;
         let dst_ptr = self.ptr(dst).map_err(backend_error)?;
         let expand_start = self.timeline_mark(Stream::Compute)?;
-        self.gpu
-            .expand_pixels(&upload.bytes, shape, table_ptr, dst_ptr)
+        pixels::gpu::expand_pixels(&self.gpu, &upload.bytes, shape, table_ptr, dst_ptr)
             .map_err(backend_error)?;
         let expanded = self.gpu.record_on(Stream::Compute).map_err(backend_error)?;
         if let (Some(timeline), Some(copy_start), Some(expand_start)) =
@@ -527,8 +527,8 @@ impl CudaBackend {
                 let px = &inputs[0].shape;
                 let (b, c, h, w) = (px[0], px[1], px[2], px[3]);
                 let (tokens, hidden) = (output.shape[1], output.shape[2]);
-                gpu.patchify_with_cls(
-                    d, ins[0], b, c, h, w, *patch, ins[3], ins[4], hidden, tokens, ws, out,
+                patchify::gpu::patchify_with_cls(
+                    gpu, d, ins[0], b, c, h, w, *patch, ins[3], ins[4], hidden, tokens, ws, out,
                 )?;
                 let problem =
                     MatmulProblem::patch_projection(b, tokens - 1, c * patch * patch, hidden);
@@ -537,7 +537,7 @@ impl CudaBackend {
             Op::LayerNorm { eps } => {
                 let cols = last(&inputs[0].shape);
                 let rows = inputs[0].shape.iter().product::<usize>() / cols.max(1);
-                gpu.layernorm(d, ins[0], ins[1], ins[2], rows, cols, *eps, out)
+                layernorm::gpu::layernorm(gpu, d, ins[0], ins[1], ins[2], rows, cols, *eps, out)
             }
             Op::Linear { .. } | Op::AttentionScores { .. } | Op::AttentionContext { .. } => {
                 let shapes: Vec<&[usize]> = inputs.iter().map(|b| b.shape.as_slice()).collect();
@@ -548,23 +548,23 @@ impl CudaBackend {
                 let residual = epilogue.residual.then(|| ins[2 + epilogue.bias as usize]);
                 gpu.matmul(d, &problem, ins[0], ins[1], bias, residual, out)
             }
-            Op::Activation(act) => gpu.activation(d, *act, ins[0], out.len, out),
+            Op::Activation(act) => activation::gpu::activation(gpu, d, *act, ins[0], out.len, out),
             Op::Attention { .. } => {
                 let shapes: Vec<&[usize]> = inputs.iter().map(|b| b.shape.as_slice()).collect();
                 let problem = lowering::attention_for(op, &shapes)
                     .ok_or_else(|| KernelError::InvalidArgument("not an attention".into()))?;
-                gpu.attention(d, &problem, ins[0], ins[1], ins[2], out)
+                attention::gpu::attention(gpu, d, &problem, ins[0], ins[1], ins[2], out)
             }
-            Op::Add => gpu.add(d, ins[0], ins[1], out.len, out),
+            Op::Add => add::gpu::add(gpu, d, ins[0], ins[1], out.len, out),
             Op::Softmax => {
                 let cols = last(&inputs[0].shape);
-                gpu.softmax(d, ins[0], out.len / cols.max(1), cols, 1.0, out)
+                softmax::gpu::softmax(gpu, d, ins[0], out.len / cols.max(1), cols, 1.0, out)
             }
             Op::SelectToken { index } => {
                 let s = &inputs[0].shape;
                 let (b, t, c) = (s[0], s[1], s[2]);
                 // The token keeps its tensor's type (f32 when selected from the stream).
-                gpu.gather_rows(ins[0].dtype, ins[0], t * c, index * c, b, c, out)
+                gather::gpu::gather_rows(gpu, ins[0].dtype, ins[0], t * c, index * c, b, c, out)
             }
         }
     }

@@ -232,7 +232,7 @@ pub trait Backend {
     /// afterwards; `pixels` may be reused once [`Backend::wait_for_input_copies`] has
     /// returned. CUDA copies the bytes on its copy stream (overlapping the work already
     /// queued) and expands them on the device; the default expands on the host
-    /// (`cpu::expand_pixels`) and writes the floats at once.
+    /// (`pixels::cpu::expand_pixels`) and writes the floats at once.
     fn write_pixel_bytes(
         &mut self,
         dst: BufferRef,
@@ -242,7 +242,7 @@ pub trait Backend {
     ) -> Result<(), RuntimeError> {
         check_pixel_write(dst, pixels, shape, table)?;
         let mut values = vec![0f32; pixels.len()];
-        vitrt_kernels::cpu::expand_pixels(
+        vitrt_kernels::pixels::cpu::expand_pixels(
             pixels,
             shape.channels,
             shape.height * shape.width,

@@ -11,6 +11,7 @@ use rand::{Rng, SeedableRng};
 use vitrt_kernels::cuda::{
     copies_beyond_l2, slot_offset, Cublas, DevPtr, DeviceBuffer, Gpu, KernelError, Timer,
 };
+use vitrt_kernels::{activation, add, attention, layernorm, patchify, softmax};
 use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem};
 use vitrt_runtime::{lowering, HeadSlice, Op};
 
@@ -333,7 +334,16 @@ impl Bench<'_> {
                 let out = c.view(i)?;
                 cublas.gemm_nt(d, m, n, k, a.view(i)?, w.view(i)?, out)?;
                 if epilogue.bias {
-                    gpu.bias_activation(d, Activation::Gelu, out, bias.view(i)?, m, n, out)?;
+                    activation::gpu::bias_activation(
+                        gpu,
+                        d,
+                        Activation::Gelu,
+                        out,
+                        bias.view(i)?,
+                        m,
+                        n,
+                        out,
+                    )?;
                 }
                 Ok(())
             });
@@ -422,7 +432,7 @@ impl Bench<'_> {
                 .ok_or_else(|| KernelError::InvalidArgument("attention did not lower".into()))?;
             return self.measure(copies, |i| {
                 let qkv = qkv.view(i)?;
-                gpu.attention(d, &problem, qkv, qkv, qkv, context.view(i)?)
+                attention::gpu::attention(gpu, d, &problem, qkv, qkv, qkv, context.view(i)?)
             });
         }
         let score_len = batch * HEADS * TOKENS * TOKENS;
@@ -442,7 +452,7 @@ impl Bench<'_> {
         self.measure(copies, |i| {
             let (qkv, s, p) = (qkv.view(i)?, scores.view(0)?, probs.view(0)?);
             gpu.matmul(d, &scores_problem, qkv, qkv, None, None, s)?;
-            gpu.softmax(d, s, batch * HEADS * TOKENS, TOKENS, 1.0, p)?;
+            softmax::gpu::softmax(gpu, d, s, batch * HEADS * TOKENS, TOKENS, 1.0, p)?;
             gpu.matmul(d, &context_problem, p, qkv, None, None, context.view(i)?)
         })
     }
@@ -469,7 +479,7 @@ impl Bench<'_> {
                 let out = self.output(rows * cols, copies)?;
                 self.measure(copies, |i| {
                     let (x, g, b, o) = (x.view(i)?, gamma.view(i)?, beta.view(i)?, out.view(i)?);
-                    gpu.layernorm(d, x, g, b, rows, cols, LAYER_NORM_EPS, o)
+                    layernorm::gpu::layernorm(gpu, d, x, g, b, rows, cols, LAYER_NORM_EPS, o)
                 })
             }
             Kind::Softmax { rows, cols } => {
@@ -478,7 +488,7 @@ impl Bench<'_> {
                 let out = self.output(rows * cols, copies)?;
                 // Scale 1: the attention scores arrive already scaled (by their matmul's alpha).
                 self.measure(copies, |i| {
-                    gpu.softmax(d, x.view(i)?, rows, cols, 1.0, out.view(i)?)
+                    softmax::gpu::softmax(gpu, d, x.view(i)?, rows, cols, 1.0, out.view(i)?)
                 })
             }
             Kind::Add { n } => {
@@ -487,7 +497,7 @@ impl Bench<'_> {
                 let b = self.input(d, n, copies, 4.0)?;
                 let out = self.output(n, copies)?;
                 self.measure(copies, |i| {
-                    gpu.add(d, a.view(i)?, b.view(i)?, n, out.view(i)?)
+                    add::gpu::add(gpu, d, a.view(i)?, b.view(i)?, n, out.view(i)?)
                 })
             }
             Kind::Patch { batch } => {
@@ -510,7 +520,8 @@ impl Bench<'_> {
                 let problem = MatmulProblem::patch_projection(batch, patches, patch_len, HIDDEN);
                 self.measure(copies, |i| {
                     let (ws, out, pos) = (workspace.view(0)?, tokens.view(i)?, pos.view(i)?);
-                    gpu.patchify_with_cls(
+                    patchify::gpu::patchify_with_cls(
+                        gpu,
                         d,
                         pixels.view(i)?,
                         batch,

@@ -1,12 +1,12 @@
 //! Element-wise add: `out = a + b`, any n, 16-byte vectors where every pointer allows.
 
-use super::{
-    to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError, KernelParam,
-    LaunchDims, ParamKind,
+use crate::cuda::{
+    invalid, to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
+    KernelParam, LaunchDims, ParamKind,
 };
 use crate::DType;
 
-const SOURCE: &str = include_str!("../../cuda/elementwise.cu");
+const SOURCE: &str = include_str!("add.cu");
 const THREADS: u32 = 256;
 /// Vectors per thread: four 16-byte loads of each input in flight.
 const UNROLL: u32 = 4;
@@ -61,7 +61,7 @@ impl AddConfig {
         };
         Instantiation {
             name: format!("add_{types}_v{}_t{THREADS}_u{UNROLL}", self.vec),
-            family: "elementwise",
+            family: "add",
             source: SOURCE,
             function: "add_program",
             template_args: vec![
@@ -94,8 +94,9 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
         .collect()
 }
 
-/// `out = a + b`. Each operand holds `dtype`, or f32 where [`STORAGE`] allows it.
-pub(crate) fn launch_add(
+/// `out = a + b` over `n` elements; `out` may be `a` or `b`. All three hold `dtype`, or a
+/// half-precision operand is added into f32 (a, or b, and out f32), as [`STORAGE`] lists.
+pub fn add(
     gpu: &Gpu,
     dtype: DType,
     a: DevPtr,
@@ -105,7 +106,7 @@ pub(crate) fn launch_add(
 ) -> Result<(), KernelError> {
     let types = [a.dtype, b.dtype, out.dtype];
     if !STORAGE.contains(&types) || !types.iter().all(|&t| t == dtype || t == DType::F32) {
-        return Err(super::invalid!(
+        return Err(invalid!(
             "add of {} and {} into {} in a {dtype} run: operands hold one dtype, or a \
              half-precision one is added into f32",
             a.dtype,
@@ -121,8 +122,8 @@ pub(crate) fn launch_add(
     }
     let config = AddConfig::select(a, b, out);
     let blocks = (n as u64).div_ceil(config.elements_per_block());
-    let blocks = u32::try_from(blocks)
-        .map_err(|_| super::invalid!("add of {n} elements needs too many blocks"))?;
+    let blocks =
+        u32::try_from(blocks).map_err(|_| invalid!("add of {n} elements needs too many blocks"))?;
     gpu.launch(
         &config.instantiation(),
         LaunchDims {

@@ -12,10 +12,9 @@
 //
 // Each thread of a copying block owns one vector slot of a patch row (its channel, y and x,
 // decoded once) and walks the rows gridDim.x apart, decoding each row's image and cell with
-// two 32-bit divisions (the launcher keeps the row count below 2^31). The first version walked
-// the flat element index with 64-bit divisions per vector and ran at 717 GB/s on an H200
-// (0.081 ms for the 58 MB of a batch of 64 224x224 images, a fifth of a copy's bandwidth): the
-// divisions, not the bytes, set its time.
+// two 32-bit divisions (the launcher keeps the row count below 2^31): walking the flat element
+// index with 64-bit divisions per vector made the divisions, not the bytes, set the time.
+// Measured: benchmarks/NOTES.md, 2026-11-24 "Patchify".
 #include "common.cuh"
 
 template <typename T, typename TT, int VEC, int THREADS>

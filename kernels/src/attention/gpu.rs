@@ -1,16 +1,17 @@
-//! The fused attention launcher: kernels/cuda/attention.cu, FlashAttention-2 style, one CTA
+//! The fused attention launcher: attention.cu, FlashAttention-2 style, one CTA
 //! per (batch, head, block of 128 query rows; 64 for head dims above 64), for f16 and bf16 storage and head dims that are
 //! multiples of 16 from 16 to 128 (ViT-B/16's 64, ViT-L's 64, ViT-H's 80, ...). f32 has no
 //! fused kernel: its attention runs unfused (the matmul's exact fp32 FMA path), and the
 //! runtime asks [`fused_attention_support`] before it fuses.
 
-use super::{
+use super::AttentionProblem;
+use crate::cuda::{
     invalid, to_i32, to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
     KernelParam, LaunchDims, ParamKind,
 };
-use crate::{AttentionProblem, DType, Operand};
+use crate::{DType, Operand};
 
-const SOURCE: &str = include_str!("../../cuda/attention.cu");
+const SOURCE: &str = include_str!("attention.cu");
 
 /// The head dims the kernel is instantiated for: every multiple of 16 up to 128 (16 for the
 /// small test fixtures). A multiple of 16 is what one m16n8k16 step of Q·Kᵀ takes; past 128
@@ -28,9 +29,9 @@ const WARPS: u32 = 4;
 /// with two groups already takes 255 registers on sm_90).
 const TWO_ROW_GROUPS_UP_TO: u32 = 64;
 /// Two row groups halve the CTAs, each twice as long: taken when they still give at least
-/// this many CTAs an SM. Measured on ViT-B/16 (H200, f16, ms, one row group against two):
-/// batch 64 0.0611 / 0.0587, batch 256 0.2265 / 0.2083 (1536 and 6144 CTAs of two groups on
-/// 132 SMs), but batch 8 0.0125 / 0.0141 and batch 1 0.0076 / 0.0098 (192 and 24 CTAs).
+/// this many CTAs an SM. On ViT-B/16 they win at batches 64 and 256 (1536 and 6144 CTAs of
+/// two groups on 132 SMs) and lose at batches 8 and 1 (192 and 24 CTAs). Measured:
+/// benchmarks/NOTES.md, 2026-11-24 "Attention, two row groups a warp".
 const TWO_ROW_GROUPS_MIN_CTAS_PER_SM: u64 = 4;
 
 /// Every meta-parameter of one attention instantiation.
@@ -208,8 +209,39 @@ pub fn attention_rows_aligned(
         && (heads <= 1 || view.head_stride.is_multiple_of(elements))
 }
 
+/// Fused attention, `O = softmax(scale · Q·Kᵀ) · V` for every (batch, head) of `p`, in
+/// f16 or bf16 with fp32 arithmetic (as `cpu::attention`; the probabilities enter P·V in
+/// the storage type). Head dims: [`ATTENTION_HEAD_DIMS`]; every row 16-byte aligned.
+pub fn attention(
+    gpu: &Gpu,
+    dtype: DType,
+    p: &AttentionProblem,
+    q: DevPtr,
+    k: DevPtr,
+    v: DevPtr,
+    o: DevPtr,
+) -> Result<(), KernelError> {
+    launch(gpu, dtype, p, None, q, k, v, o)
+}
+
+/// [`attention`] with the number of 16-row query groups per warp forced instead of chosen
+/// (1, or 2 for head dims up to 64): for tests and benchmarks of both programs.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn launch(
+pub fn attention_with_row_groups(
+    gpu: &Gpu,
+    dtype: DType,
+    p: &AttentionProblem,
+    row_groups: u32,
+    q: DevPtr,
+    k: DevPtr,
+    v: DevPtr,
+    o: DevPtr,
+) -> Result<(), KernelError> {
+    launch(gpu, dtype, p, Some(row_groups), q, k, v, o)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch(
     gpu: &Gpu,
     dtype: DType,
     p: &AttentionProblem,

@@ -12,12 +12,10 @@
 // maximum grows, and a second pass writes. VEC elements per access: 16 bytes when cols is a
 // multiple of VEC and x and out are 16-byte aligned, else 1.
 //
-// softmax_spans (rows of up to 512 whose length is no multiple of 16 bytes, sm_80+). Measured
-// on an H200: the ViT attention softmax (f16 [151296, 197], batch 64) ran softmax_rows with
-// VEC = 1 at 1.14-1.26x torch's bandwidth (torch 1983 GB/s; copy ceiling 4268 GB/s). Not
-// profiled, but the likely limit: every lane moves 2 bytes per access, 8x the load/store
-// instructions of 16-byte ones. A warp here owns a span of G = 16 / sizeof(T) consecutive
-// rows: G * cols elements, exactly cols 16-byte vectors, 16-byte aligned whatever cols is
+// softmax_spans (rows of up to 512 whose length is no multiple of 16 bytes, sm_80+). Such rows
+// (the ViT attention softmax's 197 columns) start at odd addresses, so softmax_rows takes them
+// with VEC = 1: every lane moves 2 bytes per access, 8x the load/store instructions of 16-byte
+// ones. A warp here owns a span of G = 16 / sizeof(T) consecutive rows: G * cols elements, exactly cols 16-byte vectors, 16-byte aligned whatever cols is
 // when x and out are and the span starts at a multiple of G rows. The warp
 //   1. copies the span to shared memory with 16-byte cp.async, every copy in flight before the
 //      first wait (3 KB a warp at 197 halves),
@@ -28,13 +26,9 @@
 // A last span of fewer than G rows is copied element by element (one warp per launch). exp is
 // one ex2 with log2(e) folded into the scale; the rounding of scale * log2(e) * x moves an
 // output by at most |scale * x| * 2^-24 relative (2e-5 at |scale * x| = 400), as the rounding
-// of scale * x does in the twin.
-//
-// Prediction, awaiting a GPU measurement: ~3300 GB/s for f16 [151296, 197] on the H200 (1.65x
-// torch). ptxas gives ~110 warp instructions a row, ~1000 a span (sm_90, 29 registers), so
-// 18.9 M for the 18,912 spans: 18 us at the 132 SMs' full issue rate, against 28 us for the
-// 119 MB at the copy ceiling; the rest is the overlap lost to each warp's load, compute and
-// store running in turn, which up to 64 resident warps an SM (16 blocks of 12.6 KB) hide.
+// of scale * x does in the twin. Each warp's load, compute and store run in turn; up to 64
+// resident warps an SM (16 blocks of 12.6 KB at 197 columns) overlap them.
+// Measured: benchmarks/NOTES.md, 2026-11-24 "Softmax over spans".
 #include "common.cuh"
 
 template <typename T, int VEC, int GROUP_WARPS, int ROWS, int CACHED>

@@ -1,7 +1,7 @@
 //! The block layout shared by the row-wise kernels (layernorm, softmax): how many threads own
 //! a row, how many rows a block holds, and how much of the row each thread keeps in registers.
 
-use super::DevPtr;
+use crate::cuda::DevPtr;
 use crate::DType;
 
 /// Meta-parameters of a row kernel: the template arguments after the dtype.
@@ -20,7 +20,7 @@ pub(crate) struct RowConfig {
 /// One warp per row, four rows per block: rows of up to 32 × 8 vectors. Besides the powers of
 /// two, 3 and 6 vectors a thread: ViT's hidden size 768 is 6 × 32 vectors of four f32 (the
 /// residual stream) and 3 × 32 of eight halves, and registers held for masked-off vectors
-/// cost occupancy.
+/// cost occupancy (measured: benchmarks/NOTES.md, 2026-11-22 "Layernorm").
 const WARP_ROWS_PER_BLOCK: u32 = 4;
 const WARP_CACHED: [u32; 6] = [1, 2, 3, 4, 6, 8];
 /// Eight warps per row: rows of up to 256 × 8 vectors.

@@ -1,14 +1,14 @@
-//! A standalone activation, a strided row gather and a bias-plus-activation pass: small kernels
-//! for the parts of a graph that fusion does not absorb (and, for the last, for the benchmark
-//! that times cuBLAS followed by the epilogue it cannot fuse).
+//! The activation launchers: a standalone activation and a bias-plus-activation pass, for the
+//! parts of a graph that fusion does not absorb (and, for the second, for the benchmark that
+//! times cuBLAS followed by the epilogue it cannot fuse).
 
-use super::{
-    to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError, KernelParam,
-    LaunchDims, ParamKind,
+use crate::cuda::{
+    invalid, to_i32, to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
+    KernelParam, LaunchDims, ParamKind,
 };
 use crate::{Activation, DType};
 
-const SOURCE: &str = include_str!("../../cuda/rows_gather.cu");
+const SOURCE: &str = include_str!("activation.cu");
 const THREADS: u32 = 256;
 
 fn act_code(act: Activation) -> u32 {
@@ -25,7 +25,7 @@ fn act_code(act: Activation) -> u32 {
 fn activation_instantiation(dtype: DType, act: Activation) -> Instantiation {
     Instantiation {
         name: format!("activation_{}_{}", act.short_name(), dtype.name()),
-        family: "rows_gather",
+        family: "activation",
         source: SOURCE,
         function: "activation_program",
         template_args: vec![dtype.cuda_type().into(), act_code(act).to_string()],
@@ -33,26 +33,6 @@ fn activation_instantiation(dtype: DType, act: Activation) -> Instantiation {
             KernelParam::new("x", ParamKind::ConstPtr(dtype)),
             KernelParam::new("out", ParamKind::MutPtr(dtype)),
             KernelParam::new("n", ParamKind::I64),
-        ],
-        block_threads: THREADS,
-        min_blocks_per_sm: 0,
-        arch: ArchRequirement::AtLeast(7, 0),
-    }
-}
-
-fn gather_instantiation(dtype: DType) -> Instantiation {
-    Instantiation {
-        name: format!("gather_rows_{}", dtype.name()),
-        family: "rows_gather",
-        source: SOURCE,
-        function: "gather_rows_program",
-        template_args: vec![dtype.cuda_type().into()],
-        params: vec![
-            KernelParam::new("src", ParamKind::ConstPtr(dtype)),
-            KernelParam::new("out", ParamKind::MutPtr(dtype)),
-            KernelParam::new("src_row_stride", ParamKind::I64),
-            KernelParam::new("src_offset", ParamKind::I64),
-            KernelParam::new("cols", ParamKind::I32),
         ],
         block_threads: THREADS,
         min_blocks_per_sm: 0,
@@ -91,7 +71,7 @@ impl BiasActivationConfig {
                 d.name(),
                 self.vec
             ),
-            family: "rows_gather",
+            family: "activation",
             source: SOURCE,
             function: "bias_activation_program",
             template_args: vec![
@@ -116,7 +96,6 @@ impl BiasActivationConfig {
 pub(crate) fn instantiations() -> Vec<Instantiation> {
     let mut all = Vec::new();
     for dtype in DType::ALL {
-        all.push(gather_instantiation(dtype));
         for act in Activation::ALL {
             all.push(activation_instantiation(dtype, act));
             for vec in [16 / dtype.size_bytes() as u32, 1] {
@@ -127,7 +106,8 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
     all
 }
 
-pub(crate) fn launch_activation(
+/// `out = act(x)` element by element (graphs run without epilogue fusion need it).
+pub fn activation(
     gpu: &Gpu,
     dtype: DType,
     act: Activation,
@@ -157,50 +137,11 @@ pub(crate) fn launch_activation(
     )
 }
 
-/// `out[r, :cols] = src[r * src_row_stride + src_offset ..][..cols]` for `r < rows`.
+/// `out[r, c] = act(x[r, c] + bias[c])` for `rows` rows of `cols` (as
+/// `cpu::bias_activation`); `out` may be `x`. The bias and activation of a linear layer as
+/// a pass of its own: the benchmarks add it after cuBLAS, which cannot fuse our epilogue.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn launch_gather_rows(
-    gpu: &Gpu,
-    dtype: DType,
-    src: DevPtr,
-    src_row_stride: usize,
-    src_offset: usize,
-    rows: usize,
-    cols: usize,
-    out: DevPtr,
-) -> Result<(), KernelError> {
-    if rows == 0 || cols == 0 {
-        return Ok(());
-    }
-    src.expect(
-        "gather source",
-        dtype,
-        (rows - 1) * src_row_stride + src_offset + cols,
-    )?;
-    out.expect("gather output", dtype, rows * cols)?;
-    let blocks = u32::try_from(rows).map_err(|_| super::invalid!("gather of {rows} rows"))?;
-    gpu.launch(
-        &gather_instantiation(dtype),
-        LaunchDims {
-            grid: (blocks, 1, 1),
-            block: THREADS,
-            shared_bytes: 0,
-        },
-        &[
-            KernelArg::Ptr(src.ptr),
-            KernelArg::Ptr(out.ptr),
-            KernelArg::I64(to_i64(src_row_stride)?),
-            KernelArg::I64(to_i64(src_offset)?),
-            KernelArg::I32(
-                i32::try_from(cols).map_err(|_| super::invalid!("gather of {cols} columns"))?,
-            ),
-        ],
-    )
-}
-
-/// `out[r, c] = act(x[r, c] + bias[c])` for `r < rows`, `c < cols`; `out` may be `x`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn launch_bias_activation(
+pub fn bias_activation(
     gpu: &Gpu,
     dtype: DType,
     act: Activation,
@@ -212,15 +153,15 @@ pub(crate) fn launch_bias_activation(
 ) -> Result<(), KernelError> {
     let n = rows
         .checked_mul(cols)
-        .ok_or_else(|| super::invalid!("bias_activation {rows} x {cols} overflows"))?;
+        .ok_or_else(|| invalid!("bias_activation {rows} x {cols} overflows"))?;
     x.expect("bias_activation input", dtype, n)?;
     bias.expect("bias_activation bias", dtype, cols)?;
     out.expect("bias_activation output", dtype, n)?;
     if n == 0 {
         return Ok(());
     }
-    let rows_i32 = super::to_i32(rows, "bias_activation rows")?;
-    let cols_i32 = super::to_i32(cols, "bias_activation cols")?;
+    let rows_i32 = to_i32(rows, "bias_activation rows")?;
+    let cols_i32 = to_i32(cols, "bias_activation cols")?;
     let config = BiasActivationConfig::select(dtype, act, cols, &[x, bias, out]);
     // One thread per vector up to 65,535 blocks; the grid-stride loop covers the rest.
     let vectors = (n / config.vec as usize) as u64;
@@ -240,62 +181,6 @@ pub(crate) fn launch_bias_activation(
             KernelArg::I32(cols_i32),
         ],
     )
-}
-
-impl Gpu {
-    /// `out[r, c] = act(x[r, c] + bias[c])` for `rows` rows of `cols` (as
-    /// `cpu::bias_activation`); `out` may be `x`. The bias and activation of a linear layer as
-    /// a pass of its own: the benchmarks add it after cuBLAS, which cannot fuse our epilogue.
-    #[allow(clippy::too_many_arguments)]
-    pub fn bias_activation(
-        &self,
-        dtype: DType,
-        act: Activation,
-        x: DevPtr,
-        bias: DevPtr,
-        rows: usize,
-        cols: usize,
-        out: DevPtr,
-    ) -> Result<(), KernelError> {
-        launch_bias_activation(self, dtype, act, x, bias, rows, cols, out)
-    }
-
-    /// `out = act(x)` element by element (graphs run without epilogue fusion need it).
-    pub fn activation(
-        &self,
-        dtype: DType,
-        act: Activation,
-        x: DevPtr,
-        n: usize,
-        out: DevPtr,
-    ) -> Result<(), KernelError> {
-        launch_activation(self, dtype, act, x, n, out)
-    }
-
-    /// `out[r, :cols] = src[r * src_row_stride + src_offset ..][..cols]`: the CLS token of
-    /// every sequence, say.
-    #[allow(clippy::too_many_arguments)]
-    pub fn gather_rows(
-        &self,
-        dtype: DType,
-        src: DevPtr,
-        src_row_stride: usize,
-        src_offset: usize,
-        rows: usize,
-        cols: usize,
-        out: DevPtr,
-    ) -> Result<(), KernelError> {
-        launch_gather_rows(
-            self,
-            dtype,
-            src,
-            src_row_stride,
-            src_offset,
-            rows,
-            cols,
-            out,
-        )
-    }
 }
 
 #[cfg(test)]

@@ -1,15 +1,15 @@
 //! Softmax launcher: checks the operands, then picks by shape, alignment and arch: the span
 //! program (a warp per span of 16 bytes' worth of rows: short rows whose length is no whole
-//! number of 16-byte vectors, on sm_80+) or a row layout shared with layernorm (rows.rs).
+//! number of 16-byte vectors, on sm_80+) or a row layout shared with layernorm (`crate::rows`).
 
-use super::rows::RowConfig;
-use super::{
+use crate::cuda::{
     invalid, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
     KernelParam, LaunchDims, ParamKind,
 };
+use crate::rows::RowConfig;
 use crate::DType;
 
-const SOURCE: &str = include_str!("../../cuda/softmax.cu");
+const SOURCE: &str = include_str!("softmax.cu");
 
 /// Warps per block of the span program (softmax.cu, `softmax_spans`), one span each. Small
 /// blocks let the scheduler fill SMs to the last warp: 16 blocks of 4 warps at 197 columns
@@ -135,7 +135,8 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
         .collect()
 }
 
-pub(crate) fn launch(
+/// `out[r, :] = softmax(scale * x[r, :])` for `rows` rows of `cols` (as `cpu::softmax`).
+pub fn softmax(
     gpu: &Gpu,
     dtype: DType,
     x: DevPtr,
@@ -182,8 +183,7 @@ pub(crate) fn launch(
         &instantiation(dtype, config),
         LaunchDims {
             // One block per ROWS rows. A persistent grid (as many blocks as fit at once, each
-            // walking rows) was tried; its timings, like the first ones, were taken while other
-            // tests shared the GPU and settle nothing: to be timed alone.
+            // walking rows) has no measurement taken alone on a GPU: open.
             grid: (config.blocks(rows) as u32, 1, 1),
             block: config.block_threads(),
             shared_bytes: 0,

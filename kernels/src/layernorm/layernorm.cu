@@ -5,7 +5,7 @@
 // Memory-bound: x is read once and out written once (gamma and beta stay in L1/L2). A group
 // of 32 * GROUP_WARPS threads owns one row; a block holds ROWS groups. With CACHED > 0 each
 // thread keeps its CACHED vectors of the row in registers between the passes, so the row is
-// read from memory once; the launcher picks CACHED (1, 2, 4, 8) so the row fits. With
+// read from memory once; the launcher picks CACHED (crate::rows) so the row fits. With
 // CACHED == 0 (rows too long for registers) the passes re-read the row, mostly from L2.
 //
 // VEC elements per access: 16 bytes of the wider of x's and out's types when cols is a multiple
@@ -36,7 +36,8 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const T* gamma, cons
         if (CACHED > 0) {
             float v[CACHED > 0 ? CACHED : 1][VEC];
             // gamma and beta are loaded with x, not after the two reductions: at batch 1 the
-            // kernel is a chain of memory latencies, and this takes one out of it.
+            // kernel is a chain of memory latencies, and this takes one out of it (measured:
+            // benchmarks/NOTES.md, 2026-11-22 "Layernorm").
             Vec<T, VEC> g[CACHED > 0 ? CACHED : 1], b[CACHED > 0 ? CACHED : 1];
             float sum = 0.0f;
 #pragma unroll

@@ -1,10 +1,10 @@
-//! Fused attention, as kernels/cuda/attention.cu computes it: one program per (batch, head,
+//! Fused attention, as attention.cu computes it: one program per (batch, head,
 //! block of query rows), key blocks streamed with an online softmax (a running maximum and a
 //! running sum per row, the accumulator rescaled whenever the maximum grows), one division at
 //! the end. Everything stays f32 between reading Q, K, V and writing O: no scores or
 //! probabilities are stored, so none are rounded.
 
-use crate::AttentionProblem;
+use super::AttentionProblem;
 use rayon::prelude::*;
 
 /// The CPU twin's meta-parameters: query rows per program, keys per streamed block (the
@@ -106,7 +106,8 @@ pub fn attention(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::{matmul, softmax, MatmulTiles};
+    use crate::cpu::{matmul, MatmulTiles};
+    use crate::softmax::cpu::softmax;
     use crate::{Epilogue, MatmulProblem, Operand, WeightLayout};
 
     /// A deterministic, varied sequence (no rand dependency in unit tests).

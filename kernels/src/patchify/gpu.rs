@@ -1,12 +1,12 @@
 //! Patchify + CLS rows launcher.
 
-use super::{
+use crate::cuda::{
     invalid, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
     KernelParam, LaunchDims, ParamKind,
 };
 use crate::DType;
 
-const SOURCE: &str = include_str!("../../cuda/patch.cu");
+const SOURCE: &str = include_str!("patchify.cu");
 const THREADS: u32 = 256;
 /// Enough blocks to fill any current GPU several times over; grid-stride loops do the rest.
 const MAX_BLOCKS: usize = 4096;
@@ -43,7 +43,7 @@ fn instantiation(dtype: DType, tokens: DType, vec: u32) -> Instantiation {
             "patchify_with_cls_{}_v{vec}_t{THREADS}{tokens_suffix}",
             dtype.name()
         ),
-        family: "patch",
+        family: "patchify",
         source: SOURCE,
         function: "patchify_with_cls",
         template_args: vec![
@@ -100,8 +100,50 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
     all
 }
 
+/// Pixels are f32 `[B, C, H, W]`; writes the patch rows `[B·N, C·P·P]` in `dtype` (as
+/// `cpu::patchify`) and the CLS row of every image of the token tensor `[B, T, hidden]`:
+/// `tokens[b, 0, :] = cls + pos[0, :]` (as `cpu::write_cls_rows`). The token tensor holds
+/// `dtype` or f32.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn launch(
+pub fn patchify_with_cls(
+    gpu: &Gpu,
+    dtype: DType,
+    pixels: DevPtr,
+    batch: usize,
+    channels: usize,
+    height: usize,
+    width: usize,
+    patch: usize,
+    cls: DevPtr,
+    pos: DevPtr,
+    hidden: usize,
+    tokens_per_image: usize,
+    patches: DevPtr,
+    tokens: DevPtr,
+) -> Result<(), KernelError> {
+    let image = Image {
+        batch,
+        channels,
+        height,
+        width,
+        patch,
+    };
+    launch(
+        gpu,
+        dtype,
+        pixels,
+        image,
+        cls,
+        pos,
+        hidden,
+        tokens_per_image,
+        patches,
+        tokens,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch(
     gpu: &Gpu,
     dtype: DType,
     pixels: DevPtr,

@@ -1,4 +1,4 @@
-//! CPU twin of the pixel expansion (`kernels/cuda/pixels.cu`).
+//! CPU twin of the pixel expansion (pixels.cu).
 
 /// `dst[b, c, y, x] = table[c * 256 + src[b, y, x, c]]` for `src` holding whole images of
 /// `plane` pixels of `channels` bytes each, and `dst` as many f32 values.

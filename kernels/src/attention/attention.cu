@@ -204,8 +204,8 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
     // masked, and the 16-key steps wholly past T are skipped (at T = 197 the last block holds
     // 5 keys: computing all 64 would be 23% more MMA and exp work for the head). Full blocks
     // get the same code without a single test: branches between the unrolled MMAs cost the
-    // scheduler its interleaving (a version that tested every step of every block ran the
-    // batch-64 attention 12% slower, H200).
+    // scheduler its interleaving (measured: benchmarks/NOTES.md, 2026-11-24 "Attention, work
+    // past T").
     auto key_block = [&](const bool kPartial, int block, unsigned k_tile, unsigned v_tile) {
         const int n0 = block * BLOCK_N;
         const int live_keys = kPartial ? tokens - n0 : BLOCK_N;

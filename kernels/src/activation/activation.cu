@@ -1,6 +1,5 @@
-// Small data-movement and element-wise kernels the runtime needs beside the big families:
-// a standalone activation (for graphs run without epilogue fusion) and a strided row gather
-// (the CLS token of every sequence, ahead of the classifier).
+// Activations as passes of their own: a standalone activation (for graphs run without epilogue
+// fusion) and a bias plus activation (what a GEMM without a fused epilogue leaves to do).
 #include "common.cuh"
 
 // Same formulas as kernels::Activation::apply (and the matmul epilogue): 0 none, 1 gelu (erf),
@@ -21,16 +20,6 @@ __device__ __forceinline__ void activation_program(const T* x, T* out, long long
     const long long step = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
         out[i] = from_float<T>(apply_activation<ACT>(to_float(x[i])));
-}
-
-// out[r, c] = src[r * src_row_stride + src_offset + c] for r < rows, c < cols: one block per
-// row, threads striding across its columns.
-template <typename T>
-__device__ __forceinline__ void gather_rows_program(const T* src, T* out, long long src_row_stride,
-                                                    long long src_offset, int cols) {
-    const long long r = blockIdx.x;
-    const T* in = src + r * src_row_stride + src_offset;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) out[r * cols + c] = in[c];
 }
 
 // out[r, c] = act(x[r, c] + bias[c]) for r < rows, c < cols: the bias and activation a GEMM

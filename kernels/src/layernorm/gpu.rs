@@ -3,14 +3,14 @@
 //! gamma, beta and the output are stored in the run's dtype; the input may also be f32 (a
 //! half-precision run's residual stream, see `runtime::plan`).
 
-use super::rows::RowConfig;
-use super::{
+use crate::cuda::{
     invalid, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
     KernelParam, LaunchDims, ParamKind,
 };
+use crate::rows::RowConfig;
 use crate::DType;
 
-const SOURCE: &str = include_str!("../../cuda/layernorm.cu");
+const SOURCE: &str = include_str!("layernorm.cu");
 
 /// (input, output) storage types: every dtype to itself, and f32 into each half type.
 const STORAGE: [(DType, DType); 5] = [
@@ -70,8 +70,11 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
         .collect()
 }
 
+/// `out[r, :] = (x[r, :] - mean) / sqrt(var + eps) * gamma + beta` for `rows` rows of
+/// `cols`; statistics in fp32 (as `cpu::layernorm`). gamma, beta and out hold `dtype`; x
+/// holds `dtype` or f32.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn launch(
+pub fn layernorm(
     gpu: &Gpu,
     dtype: DType,
     x: DevPtr,
@@ -115,8 +118,7 @@ pub(crate) fn launch(
         &instantiation(input, dtype, config),
         LaunchDims {
             // One block per ROWS rows. A persistent grid (as many blocks as fit at once, each
-            // walking rows) was tried; its timings, like the first ones, were taken while other
-            // tests shared the GPU and settle nothing: to be timed alone.
+            // walking rows) has no measurement taken alone on a GPU: open.
             grid: (config.blocks(rows) as u32, 1, 1),
             block: config.block_threads(),
             shared_bytes: 0,
