@@ -95,7 +95,7 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
 }
 
 /// `out = a + b` over `n` elements; `out` may be `a` or `b`. All three hold `dtype`, or a
-/// half-precision operand is added into f32 (a, or b, and out f32), as [`STORAGE`] lists.
+/// half-precision operand is added into f32 (a, or b, and out f32), as `STORAGE` lists.
 pub fn add(
     gpu: &Gpu,
     dtype: DType,
