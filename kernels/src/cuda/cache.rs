@@ -50,7 +50,7 @@ impl DiskCache {
     }
 
     /// The cache in `dir`, after removing the temporary files that killed runs left there
-    /// more than [`STALE_TEMPORARY_AGE`] ago.
+    /// more than `STALE_TEMPORARY_AGE` (an hour) ago.
     pub fn open(dir: PathBuf) -> DiskCache {
         let cache = DiskCache::at(dir);
         cache.remove_stale_temporaries(STALE_TEMPORARY_AGE);

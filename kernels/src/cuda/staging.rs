@@ -17,8 +17,8 @@ use super::memory::DeviceBuffer;
 ///
 /// Ordinary cached memory (not write-combined), so the host may read it back at full speed.
 /// Whoever queues a copy that reads or writes it must not touch it until that copy's event has
-/// completed: [`Gpu::upload_from_host`] waits for its own copy before returning, and a
-/// download's [`GpuEvent`](super::GpuEvent) says when its bytes are there.
+/// completed: an upload's and a download's [`StreamEvent`] say when (see
+/// [`Gpu::upload_on_copy_stream`] and [`Gpu::download_on_compute_stream`]).
 pub struct PinnedBuffer {
     slice: PinnedHostSlice<u8>,
 }
