@@ -6,8 +6,33 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod matmul;
 mod types;
 
-pub use types::{
-    Activation, AttentionProblem, DType, Epilogue, MatmulProblem, Operand, PixelBatch, WeightLayout,
-};
+pub use matmul::{Epilogue, MatmulProblem, WeightLayout};
+pub use types::{Activation, AttentionProblem, DType, Operand, PixelBatch};
+
+/// Every instantiation any launcher can pick, for every dtype: what CI compiles. The device
+/// layer's families, then the matmul's.
+pub fn all_instantiations() -> Vec<cuda::Instantiation> {
+    let mut all = cuda::family_instantiations();
+    all.extend(matmul::instantiations());
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn wrapper_names_are_unique() {
+        let all = all_instantiations();
+        let names: HashSet<&str> = all.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(
+            names.len(),
+            all.len(),
+            "two instantiations share a wrapper name"
+        );
+    }
+}

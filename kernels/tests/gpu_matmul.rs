@@ -20,7 +20,8 @@
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use vitrt_kernels::cpu::{self, MatmulTiles};
-use vitrt_kernels::cuda::{tiles_for, DevPtr, DeviceBuffer, Gpu, MatmulTile};
+use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu};
+use vitrt_kernels::matmul::{self, tiles_for, MatmulTile};
 use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem, Operand, WeightLayout};
 
 const POISON: u8 = 0xFF;
@@ -85,7 +86,7 @@ struct Case {
     /// The residual is read from C itself (`x += f(x)` in place): C starts out holding it.
     residual_in_place: bool,
     /// Storage types of C and of the residual: `dtype`, or f32 for a residual stream kept in
-    /// f32 (see `Gpu::matmul`).
+    /// f32 (see `matmul::gpu::matmul`).
     c_dtype: DType,
     residual_dtype: DType,
 }
@@ -130,7 +131,8 @@ fn run(gpu: &Gpu, case: &Case) -> f64 {
 
     let bias_view = bias.as_ref().map(|x| x.view);
     match case.tile {
-        Some(tile) => gpu.matmul_with_tile(
+        Some(tile) => matmul::gpu::matmul_with_tile(
+            gpu,
             dtype,
             p,
             tile,
@@ -140,7 +142,16 @@ fn run(gpu: &Gpu, case: &Case) -> f64 {
             residual_view,
             c_view,
         ),
-        None => gpu.matmul(dtype, p, a.view, b.view, bias_view, residual_view, c_view),
+        None => matmul::gpu::matmul(
+            gpu,
+            dtype,
+            p,
+            a.view,
+            b.view,
+            bias_view,
+            residual_view,
+            c_view,
+        ),
     }
     .unwrap_or_else(|e| panic!("{}: launch failed: {e}", case.label));
     let mut out = vec![0u8; c_bytes];
@@ -491,8 +502,8 @@ fn activations_into_16_bit_outputs_are_within_an_ulp_of_exact() {
                         residual: false,
                     },
                 };
-                gpu.matmul_with_tile(
-                    dtype, &problem, tile, a_dev.view, b_dev.view, None, None, c_view,
+                matmul::gpu::matmul_with_tile(
+                    &gpu, dtype, &problem, tile, a_dev.view, b_dev.view, None, None, c_view,
                 )
                 .unwrap_or_else(|e| panic!("{dtype} {activation:?} tile {}: {e}", tile.name()));
                 let mut bytes = vec![0u8; m * n * dtype.size_bytes()];
@@ -1039,10 +1050,18 @@ impl TimedProblem {
         let r = if self.stream { c } else { view(3) };
         median_ms(gpu, 10, 30, || {
             match tile {
-                Some(tile) => {
-                    gpu.matmul_with_tile(dtype, &self.p, tile, a, b, Some(bias), Some(r), c)
-                }
-                None => gpu.matmul(dtype, &self.p, a, b, Some(bias), Some(r), c),
+                Some(tile) => matmul::gpu::matmul_with_tile(
+                    gpu,
+                    dtype,
+                    &self.p,
+                    tile,
+                    a,
+                    b,
+                    Some(bias),
+                    Some(r),
+                    c,
+                ),
+                None => matmul::gpu::matmul(gpu, dtype, &self.p, a, b, Some(bias), Some(r), c),
             }
             .unwrap()
         })
@@ -1165,7 +1184,7 @@ fn matmul_speed_report() {
         problems.into_iter().filter(|row| row.0.contains(&filter))
     {
         let timed = TimedProblem::new(&gpu, dtype, p, stream, &mut rng);
-        let chosen = gpu.matmul_tile_for(dtype, &p).unwrap();
+        let chosen = matmul::matmul_tile_for(&gpu, dtype, &p).unwrap();
         let tflops = |ms: f64| p.flops() / (ms * 1e-3) / 1e12;
         let ratio = |ms: f64| {
             cublas
@@ -1208,7 +1227,8 @@ fn matmul_speed_report() {
 #[ignore = "fills the kernel disk cache for a GPU run; needs NVRTC"]
 fn fill_the_kernel_cache_with_every_matmul_instantiation() {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use vitrt_kernels::cuda::{all_instantiations, Arch, Compiler, DiskCache};
+    use vitrt_kernels::all_instantiations;
+    use vitrt_kernels::cuda::{Arch, Compiler, DiskCache};
     let compiler = Compiler::new().expect("NVRTC and the CUDA headers");
     let cache = DiskCache::from_env().expect("a cache directory (set VITRT_CACHE_DIR)");
     let arch_digits = std::env::var("VITRT_CACHE_ARCH").unwrap_or_else(|_| "90".into());

@@ -11,7 +11,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
-use vitrt_kernels::cuda::{all_instantiations, Arch, Compiler, Instantiation, KernelResources};
+use vitrt_kernels::all_instantiations;
+use vitrt_kernels::cuda::{Arch, Compiler, Instantiation, KernelResources};
 
 /// What ptxas's advisories say when it serialised a kernel's wgmma pipeline, whatever the
 /// reason (C7514: accumulators read while a wgmma runs; C7518: a compiler-inserted wait in a

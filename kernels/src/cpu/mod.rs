@@ -4,10 +4,9 @@
 
 mod attention;
 mod elementwise;
-mod matmul;
 mod pixels;
 
+pub use crate::matmul::cpu::{matmul, MatmulTiles};
 pub use attention::{attention, AttentionTiles};
 pub use elementwise::{add, bias_activation, layernorm, patchify, softmax, write_cls_rows};
-pub use matmul::{matmul, MatmulTiles};
 pub use pixels::expand_pixels;
