@@ -163,7 +163,7 @@ const fn tma_tile(block_n: u32, stages: u32, pingpong: bool, speed: u32) -> Matm
 }
 
 /// Tensor-core tiles (f16, bf16). Measured on an H100 (f16, ViT-B/16 shapes, see
-/// `matmul_speed_report` in kernels/tests/gpu_matmul.rs), 128x128x32 with four warps of 64x64
+/// `matmul_speed_report` in kernels/tests/gpu_matmul_speed.rs), 128x128x32 with four warps of 64x64
 /// was the fastest on every batch-64 GEMM (qkv, proj, fc1, fc2: 309 / 249 / 317 / 333 TFLOP/s),
 /// ahead of 128x192x32 (8 warps; 240 / 220 / 246 / 303) and 128x128x64 in three stages (265 /
 /// 216 / 278 / 274); an earlier build also tried 128x256 (BK 32 and 64, 8 warps) and 128x128
