@@ -554,7 +554,7 @@ fn hopper_tiles_match_the_twin() {
     let mut worst = Worst::default();
     let mut number = 0;
     for dtype in [DType::F16, DType::BF16] {
-        for &tile in tiles_for(dtype).iter().filter(|t| t.wgmma) {
+        for &tile in tiles_for(dtype).iter().filter(|t| t.program.is_hopper()) {
             for (shape, pad) in [
                 ((197, 200, 264), 0),
                 ((257, 1000, 200), 32),

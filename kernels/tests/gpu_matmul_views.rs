@@ -554,7 +554,7 @@ fn an_f32_residual_stream_matches_the_twin() {
         };
         let mut in_place = vec![((197, 768, 768), None)];
         if gpu.compute_capability() == (9, 0) {
-            let hopper = tiles_for(dtype).iter().filter(|t| t.tma);
+            let hopper = tiles_for(dtype).iter().filter(|t| t.program.uses_tma());
             in_place.extend(hopper.map(|&tile| ((9000, 768, 256), Some(tile))));
         }
         for (shape, tile) in in_place {
@@ -618,7 +618,7 @@ fn residual_may_be_the_output_itself() {
     for dtype in DType::ALL {
         let mut cases = vec![((197, 198, 257), 0, None), ((257, 1000, 7), 2, None)];
         if dtype != DType::F32 && gpu.compute_capability() == (9, 0) {
-            let hopper = tiles_for(dtype).iter().filter(|t| t.tma);
+            let hopper = tiles_for(dtype).iter().filter(|t| t.program.uses_tma());
             cases.extend(hopper.map(|&tile| ((9000, 768, 256), 0, Some(tile))));
             cases.push(((9000, 768, 256), 0, None));
         }
@@ -673,7 +673,7 @@ fn split_k_matches_the_twin_and_leaves_its_counters_ready() {
     for dtype in [DType::F16, DType::BF16] {
         let small = *tiles_for(dtype)
             .iter()
-            .find(|t| t.block_m == 64 && !t.wgmma)
+            .find(|t| t.block_m == 64 && !t.program.is_hopper())
             .unwrap();
         let cases = [
             ((197, 768, 3072), WeightLayout::NK, Activation::None, true),

@@ -27,6 +27,7 @@ fn activation_instantiation(dtype: DType, act: Activation) -> Instantiation {
         name: format!("activation_{}_{}", act.short_name(), dtype.name()),
         family: "rows_gather",
         source: SOURCE,
+        headers: &[],
         function: "activation_program",
         template_args: vec![dtype.cuda_type().into(), act_code(act).to_string()],
         params: vec![
@@ -45,6 +46,7 @@ fn gather_instantiation(dtype: DType) -> Instantiation {
         name: format!("gather_rows_{}", dtype.name()),
         family: "rows_gather",
         source: SOURCE,
+        headers: &[],
         function: "gather_rows_program",
         template_args: vec![dtype.cuda_type().into()],
         params: vec![
@@ -93,6 +95,7 @@ impl BiasActivationConfig {
             ),
             family: "rows_gather",
             source: SOURCE,
+            headers: &[],
             function: "bias_activation_program",
             template_args: vec![
                 d.cuda_type().into(),

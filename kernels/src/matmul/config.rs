@@ -1,17 +1,50 @@
-//! One matmul instantiation's meta-parameters ([`MatmulConfig`]), the program it names in
-//! matmul.cu, its parameters and shared memory, and every instantiation the launcher can pick
-//! ([`instantiations`]), generated from the tile tables of selection.rs and the storage rules
+//! One matmul instantiation's meta-parameters ([`MatmulConfig`]), the program it names (one
+//! `.cu` a program), its parameters and shared memory, and every instantiation the launcher can
+//! pick ([`instantiations`]), generated from the tile tables of selection.rs and the storage rules
 //! of [`MixedOutput`].
 
 use crate::cuda::{ArchRequirement, DevPtr, Instantiation, KernelParam, ParamKind};
 use crate::matmul::problem::{MatmulProblem, WeightLayout};
 use crate::matmul::selection::{
-    pipeline_bytes, rows_aligned, single_nk_matrix, staged_bytes, tiles_for, MatmulTile,
+    pipeline_bytes, rows_aligned, single_nk_matrix, staged_bytes, tiles_for, MatmulTile, Program,
     DEEP_SMALL_TILE, SMALL_TENSOR_CORE_TILE, TENSOR_CORE_TILES, TMA_TILES, WGMMA_TILES,
 };
 use crate::{Activation, DType, Operand};
 
-pub(crate) const SOURCE: &str = include_str!("matmul.cu");
+/// The programs' sources, one `.cu` a program.
+pub(crate) const MMA_SYNC_SOURCE: &str = include_str!("mma_sync.cu");
+pub(crate) const FMA_SOURCE: &str = include_str!("fma.cu");
+pub(crate) const WGMMA_SOURCE: &str = include_str!("wgmma.cu");
+pub(crate) const TMA_COOPERATIVE_SOURCE: &str = include_str!("tma_cooperative.cu");
+pub(crate) const TMA_PINGPONG_SOURCE: &str = include_str!("tma_pingpong.cu");
+
+/// The source of `program`'s `.cu`.
+pub(crate) fn program_source(program: Program) -> &'static str {
+    match program {
+        Program::MmaSync => MMA_SYNC_SOURCE,
+        Program::Fma => FMA_SOURCE,
+        Program::Wgmma => WGMMA_SOURCE,
+        Program::TmaCooperative => TMA_COOPERATIVE_SOURCE,
+        Program::TmaPingPong => TMA_PINGPONG_SOURCE,
+    }
+}
+
+/// The headers the programs share, which NVRTC receives in memory beside common.cuh.
+pub(crate) const HEADERS: &[(&str, &str)] = &[
+    ("epilogue.cuh", include_str!("epilogue.cuh")),
+    ("copy.cuh", include_str!("copy.cuh")),
+    ("wgmma.cuh", include_str!("wgmma.cuh")),
+    ("tma.cuh", include_str!("tma.cuh")),
+];
+
+/// Every source and header of the matmul, in one order: what its tuning entries hash.
+pub(crate) const ALL_SOURCES: [&str; 5] = [
+    MMA_SYNC_SOURCE,
+    FMA_SOURCE,
+    WGMMA_SOURCE,
+    TMA_COOPERATIVE_SOURCE,
+    TMA_PINGPONG_SOURCE,
+];
 
 /// Tile rows per group of the grouped program order (Triton's GROUP_SIZE_M).
 pub(crate) const GROUP_M: u32 = 8;
@@ -21,7 +54,7 @@ pub(crate) const SM90_SHARED_BYTES: u32 = 227 * 1024;
 
 /// The ping-pong residual variant's residual buffers, 32 KB for each consumer warpgroup: half a
 /// 128 x 128 tile of f32, or a whole one of 16-bit values (see `load_residual_parts` in
-/// matmul.cu).
+/// tma_pingpong.cu).
 pub(crate) const PINGPONG_RESIDUAL_BYTES: u32 = 2 * 128 * 128 / 2 * 4;
 
 /// Every meta-parameter of one matmul instantiation.
@@ -46,7 +79,7 @@ pub(crate) struct MatmulConfig {
 impl MatmulConfig {
     /// Dynamic shared memory: the pipeline's stages, or what the epilogue keeps in the same
     /// memory afterwards (the fp32 tile with padded rows, then a residual tile in the storage
-    /// type), whichever is larger (formulas as in matmul.cu).
+    /// type), whichever is larger (formulas as in the programs).
     pub fn shared_bytes(&self) -> u32 {
         let t = &self.tile;
         if self.pingpong_residual() {
@@ -58,14 +91,14 @@ impl MatmulConfig {
                 + PINGPONG_RESIDUAL_BYTES
                 + 2 * t.block_n * 2;
         }
-        if t.pingpong {
+        if t.program == Program::TmaPingPong {
             // The stages, then each consumer warpgroup's output tile in C's (16-bit) type, then
             // its tile of bias.
             return pipeline_bytes(self.dtype, t)
                 + 2 * t.block_m * t.block_n * 2
                 + 2 * t.block_n * 2;
         }
-        if t.tma {
+        if t.program.uses_tma() {
             // The stages, then each consumer warpgroup's 64 x 64 fp32 epilogue buffer (row
             // pitch 68); the barriers are static shared memory.
             return pipeline_bytes(self.dtype, t) + 2 * 64 * 68 * 4;
@@ -81,7 +114,7 @@ impl MatmulConfig {
     /// Whether this is the ping-pong tile's residual variant (`matmul_block_tma_pingpong_residual`):
     /// R and C f32 (the residual stream), or both in the operands' type.
     pub(crate) fn pingpong_residual(&self) -> bool {
-        self.tile.pingpong
+        self.tile.program == Program::TmaPingPong
             && (MixedOutput::of(self.dtype, self.residual, self.output)
                 == Some(MixedOutput::ResidualStream)
                 || (self.with_residual && (self.residual, self.output) == (self.dtype, self.dtype)))
@@ -104,12 +137,12 @@ impl MatmulConfig {
     }
 
     /// Whether the epilogue fetches residual runs into shared memory (`kStageResidual` in
-    /// matmul.cu). mma.sync tiles: not for an f32 residual of a half-precision tile larger than
+    /// mma_sync.cu and wgmma.cu). mma.sync tiles: not for an f32 residual of a half-precision tile larger than
     /// 64x64, whose residual tile would leave no room for the SM's second CTA. Hopper tiles:
     /// where it adds at most 8 KB to what the pipeline takes.
     pub(crate) fn stages_residual(&self) -> bool {
         let t = &self.tile;
-        if t.wgmma {
+        if t.program.is_hopper() {
             let residual = t.block_m * t.block_n * self.residual.size_bytes() as u32;
             return staged_bytes(self.dtype, t) + residual <= pipeline_bytes(self.dtype, t) + 8192;
         }
@@ -129,10 +162,10 @@ impl MatmulConfig {
         } else {
             format!("_r{}_c{}", self.residual.name(), self.output.name())
         };
-        if t.tma {
+        if t.program.uses_tma() {
             return self.tma_instantiation(mixed);
         }
-        let name = if t.wgmma {
+        let name = if t.program.is_hopper() {
             format!(
                 "matmul_{}_wg_bm{}_bn{}_bk{}_g{GROUP_M}_s{}_{}_{layout}{mixed}",
                 d.name(),
@@ -186,12 +219,13 @@ impl MatmulConfig {
             GROUP_M.to_string(),
             t.stages.to_string(),
         ];
-        if t.wgmma {
+        if t.program.is_hopper() {
             template_args.push(self.activation.cuda_name().into());
             return Instantiation {
                 name,
                 family: "matmul",
-                source: SOURCE,
+                source: program_source(t.program),
+                headers: HEADERS,
                 function: "matmul_block_wgmma",
                 template_args,
                 params,
@@ -218,7 +252,8 @@ impl MatmulConfig {
         Instantiation {
             name,
             family: "matmul",
-            source: SOURCE,
+            source: program_source(t.program),
+            headers: HEADERS,
             function: "matmul_block",
             template_args,
             params,
@@ -235,7 +270,7 @@ impl MatmulConfig {
     fn tma_instantiation(&self, mixed: String) -> Instantiation {
         let d = self.dtype;
         let t = &self.tile;
-        if t.pingpong {
+        if t.program == Program::TmaPingPong {
             return self.pingpong_instantiation();
         }
         let name = format!(
@@ -264,7 +299,8 @@ impl MatmulConfig {
         Instantiation {
             name,
             family: "matmul",
-            source: SOURCE,
+            source: program_source(t.program),
+            headers: HEADERS,
             function: "matmul_block_tma",
             template_args: vec![
                 d.cuda_type().into(),
@@ -340,7 +376,8 @@ impl MatmulConfig {
                 },
             ),
             family: "matmul",
-            source: SOURCE,
+            source: program_source(t.program),
+            headers: HEADERS,
             function: if stream16 {
                 "matmul_block_tma_pingpong_stream16"
             } else if residual {
@@ -438,7 +475,7 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
                 _ => &[true],
             };
             // Hopper tiles and the deep small tile take [N, K] weights only (see `configure`).
-            let layouts: &[WeightLayout] = if tile.wgmma || tile == DEEP_SMALL_TILE {
+            let layouts: &[WeightLayout] = if tile.program.is_hopper() || tile == DEEP_SMALL_TILE {
                 &[WeightLayout::NK]
             } else {
                 &[WeightLayout::NK, WeightLayout::KN]
@@ -448,7 +485,7 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
                     for &(residual, output) in storage {
                         if MixedOutput::of(dtype, residual, output)
                             .is_some_and(|mixed| !mixed.allows(activation, b_layout))
-                            || (tile.pingpong
+                            || (tile.program == Program::TmaPingPong
                                 && (residual, output) != (dtype, dtype)
                                 && (residual, output) != (DType::F32, DType::F32))
                         {
@@ -456,7 +493,7 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
                         }
                         // The ping-pong tile has a program without and one with a residual in
                         // the operands' type; the f32 stream always has one.
-                        let with_residual: &[bool] = if !tile.pingpong {
+                        let with_residual: &[bool] = if tile.program != Program::TmaPingPong {
                             &[false]
                         } else if output == DType::F32 {
                             &[true]
@@ -509,16 +546,16 @@ pub(crate) fn configure(
         && rows_aligned(b.ptr, size, &p.b, (p.batch, p.heads, b_rows), 16 / size);
     let tile = if dtype != DType::F32 && !vec16 {
         SMALL_TENSOR_CORE_TILE
-    } else if tile.wgmma && p.b_layout == WeightLayout::KN {
+    } else if tile.program.is_hopper() && p.b_layout == WeightLayout::KN {
         // The Hopper body reads B K-major only: [K, N] operands (P·V) take the mma.sync tile.
         TENSOR_CORE_TILES[0]
     } else if tile == DEEP_SMALL_TILE && !single_nk_matrix(p) {
         // Registered for single [N, K] matrices only (batch 1's linear layers).
         SMALL_TENSOR_CORE_TILE
-    } else if tile.tma && !single_nk_matrix(p) {
+    } else if tile.program.uses_tma() && !single_nk_matrix(p) {
         // Tensor maps here describe one matrix each: batched products take the cp.async body.
         WGMMA_TILES[0]
-    } else if tile.pingpong && !pingpong_takes(dtype, p, residual, c) {
+    } else if tile.program == Program::TmaPingPong && !pingpong_takes(dtype, p, residual, c) {
         // The ping-pong tile stores C through a tensor map, without residual.
         TMA_TILES[0]
     } else {

@@ -9,7 +9,7 @@ use crate::cuda::{
 use crate::matmul::config::{configure, MixedOutput};
 use crate::matmul::problem::MatmulProblem;
 use crate::matmul::selection::{
-    rows_aligned, sm_count, split_k, split_k_partial_bytes, tiles_for, MatmulTile,
+    rows_aligned, sm_count, split_k, split_k_partial_bytes, tiles_for, MatmulTile, Program,
 };
 use crate::matmul::tuning::{matmul_choice, MatmulStorage};
 use crate::DType;
@@ -181,7 +181,7 @@ fn launch_with_tile(
             )
         })?;
 
-    if tile.tma {
+    if tile.program.uses_tma() {
         let size = dtype.size_bytes() as u64;
         let map = |ptr: u64, offset: usize, rows, row_stride, box_rows| {
             tensor_map(
@@ -250,7 +250,7 @@ fn launch_with_tile(
                 k,
                 alpha,
             ]
-        } else if tile.pingpong {
+        } else if tile.program == Program::TmaPingPong {
             vec![a_map, b_map, c_map()?, bias, m, n, k, alpha]
         } else {
             vec![
@@ -308,7 +308,7 @@ fn launch_with_tile(
     // Hopper tiles never split (split_k takes the small mma.sync tile only), and their entry
     // point has no split parameters.
     let split = split_k(dtype, p, tile, programs, gpu.multiprocessors());
-    if !tile.wgmma {
+    if !tile.program.is_hopper() {
         let (partials, counters) = if split.splits > 1 {
             split_k_scratch(gpu)?
         } else {

@@ -3,7 +3,7 @@
 //!
 //! - problem.rs: what a matmul computes ([`MatmulProblem`], [`Epilogue`], [`WeightLayout`]).
 //! - selection.rs: the tile tables and the cost model that picks a tile; split-K.
-//! - config.rs: one instantiation's meta-parameters, its program in matmul.cu, and every
+//! - config.rs: one instantiation's meta-parameters, its program (one `.cu` a program, sharing epilogue.cuh, copy.cuh, wgmma.cuh and tma.cuh), and every
 //!   instantiation the launcher can pick, generated from the tile tables.
 //! - tuning.rs: the tuning table and its file; the tuned tile wins over the cost model's.
 //! - tune.rs: the tuner that fills the table.
@@ -24,7 +24,7 @@ pub mod tuning;
 
 pub use problem::{Epilogue, MatmulProblem, WeightLayout};
 pub use selection::{
-    matmul_tile_for, tiles_for, MatmulTile, FMA_TILES, TENSOR_CORE_TILES, WGMMA_TILES,
+    matmul_tile_for, tiles_for, MatmulTile, Program, FMA_TILES, TENSOR_CORE_TILES, WGMMA_TILES,
 };
 pub use tune::{
     store_matmul_tuning, tune_matmul, CandidateTime, MatmulCase, MatmulTuning, TuneSettings,

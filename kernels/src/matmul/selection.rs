@@ -11,7 +11,46 @@ use crate::matmul::problem::{MatmulProblem, WeightLayout};
 use crate::{DType, Operand};
 use cudarc::driver::sys::CUdevice_attribute;
 
-/// One tile shape of the block program, and what it costs the SM that runs it.
+/// The block programs a tile runs on, one `.cu` each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Program {
+    /// f16/bf16 on tensor cores through `mma.sync`, fed by a cp.async pipeline (mma_sync.cu,
+    /// `matmul_block`, sm_80 and later).
+    MmaSync,
+    /// f32 on CUDA cores (fma.cu, `matmul_block`, any arch).
+    Fma,
+    /// f16/bf16 warpgroup MMA from shared memory, fed by cp.async (wgmma.cu,
+    /// `matmul_block_wgmma`, sm_90a). Only for B as [N, K] and 16-byte aligned rows;
+    /// `warps_m` counts its warps.
+    Wgmma,
+    /// Warp-specialised wgmma: TMA copies on mbarriers, a persistent grid, BLOCK_M 128, a
+    /// producer warpgroup and two consumers sharing each tile, 384 threads
+    /// (tma_cooperative.cu, `matmul_block_tma`, sm_90a). Only for single [M, K] x [N, K]
+    /// matrices with 16-byte aligned rows (every linear layer).
+    TmaCooperative,
+    /// The TMA program whose two consumer warpgroups take alternate tiles, so that one's
+    /// epilogue overlaps the other's MMAs: 288 threads, a producer warp (tma_pingpong.cu,
+    /// `matmul_block_tma_pingpong` and its residual and 16-bit stream variants, sm_90a).
+    TmaPingPong,
+}
+
+impl Program {
+    /// A Hopper program (sm_90a): warpgroup MMA, with or without TMA.
+    pub fn is_hopper(self) -> bool {
+        matches!(
+            self,
+            Program::Wgmma | Program::TmaCooperative | Program::TmaPingPong
+        )
+    }
+
+    /// A warp-specialised program: A and B (and C or R on the ping-pong tile) through TMA
+    /// tensor maps, one matrix, a persistent grid.
+    pub fn uses_tma(self) -> bool {
+        matches!(self, Program::TmaCooperative | Program::TmaPingPong)
+    }
+}
+
+/// One tile shape of a block program, and what it costs the SM that runs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MatmulTile {
     pub block_m: u32,
@@ -29,19 +68,12 @@ pub struct MatmulTile {
     pub speed: u32,
     /// What a tile costs besides its main loop (pipeline fill, and the epilogue where no other
     /// tile's MMAs overlap it), in k-columns of main loop. Fitted to the batch-64 proj and fc2
-    /// (H200, session 7: same M and N, K 768 and 3072): 742 for the cooperative 128x192, 348
-    /// for the ping-pong tile, whose epilogue runs under the other warpgroup's main loop.
+    /// (same M and N, K 768 and 3072): 742 for the cooperative 128x192, 348 for the ping-pong
+    /// tile, whose epilogue runs under the other warpgroup's main loop (measured:
+    /// benchmarks/NOTES.md, 2026-11-22 "K-aware cost model").
     pub overhead_k: u32,
-    /// A Hopper tile (`matmul_block_wgmma`, sm_90a): warpgroup MMA from shared memory. Only
-    /// for f16/bf16 with B as [N, K] and 16-byte aligned rows; `warps_m` counts its warps.
-    pub wgmma: bool,
-    /// A warp-specialised Hopper tile (`matmul_block_tma`, sm_90a): TMA copies on mbarriers, a
-    /// persistent grid, BLOCK_M 128, 384 threads. Only for single [M, K] x [N, K] matrices
-    /// with 16-byte aligned rows (every linear layer); `wgmma` is set too.
-    pub tma: bool,
-    /// A TMA tile whose two consumer warpgroups take alternate tiles (`matmul_block_tma_pingpong`):
-    /// 288 threads, a producer warp; one warpgroup's epilogue overlaps the other's MMAs.
-    pub pingpong: bool,
+    /// The program that runs the tile.
+    pub program: Program,
 }
 
 impl MatmulTile {
@@ -51,17 +83,21 @@ impl MatmulTile {
 
     /// A short name: `128x128x32_s4_w2x2`, or `wg128x192x64_s5` for a Hopper tile.
     pub fn name(&self) -> String {
-        if self.tma {
+        if self.program.uses_tma() {
             return format!(
                 "{}{}x{}x{}_s{}",
-                if self.pingpong { "tmapp" } else { "tma" },
+                if self.program == Program::TmaPingPong {
+                    "tmapp"
+                } else {
+                    "tma"
+                },
                 self.block_m,
                 self.block_n,
                 self.block_k,
                 self.stages
             );
         }
-        if self.wgmma {
+        if self.program == Program::Wgmma {
             return format!(
                 "wg{}x{}x{}_s{}",
                 self.block_m, self.block_n, self.block_k, self.stages
@@ -73,16 +109,16 @@ impl MatmulTile {
         )
     }
 
+    /// Whether a device of compute capability `cc` can run this tile.
+    pub fn runs_on(&self, cc: (u32, u32)) -> bool {
+        !self.program.is_hopper() || cc == (9, 0)
+    }
+
     /// Estimated run time (arbitrary units) of `programs` tiles on `sms` SMs: the busiest SM
     /// gets `ceil(programs / sms)` tiles and runs them in rounds of up to `ctas_per_sm`
     /// sharing it; a round takes as long as its tiles' work at the shape's speed, and a last,
     /// partial round as long as a full one (its CTAs run no faster for having the SM to
     /// themselves only in part).
-    /// Whether a device of compute capability `cc` can run this tile.
-    pub fn runs_on(&self, cc: (u32, u32)) -> bool {
-        !(self.wgmma || self.tma) || cc == (9, 0)
-    }
-
     pub(crate) fn cost(&self, programs: u64, sms: u64, k: u64) -> u64 {
         let per_sm = programs.div_ceil(sms);
         let concurrent = per_sm.min(self.ctas_per_sm as u64);
@@ -93,6 +129,7 @@ impl MatmulTile {
 }
 
 const fn tile(
+    program: Program,
     (block_m, block_n, block_k): (u32, u32, u32),
     stages: u32,
     (warps_m, warps_n): (u32, u32),
@@ -109,9 +146,7 @@ const fn tile(
         ctas_per_sm,
         speed,
         overhead_k: SERIAL_EPILOGUE_K,
-        wgmma: false,
-        tma: false,
-        pingpong: false,
+        program,
     }
 }
 
@@ -136,9 +171,7 @@ const fn wgmma_tile(
         ctas_per_sm,
         speed,
         overhead_k: SERIAL_EPILOGUE_K,
-        wgmma: true,
-        tma: false,
-        pingpong: false,
+        program: Program::Wgmma,
     }
 }
 
@@ -156,51 +189,50 @@ const fn tma_tile(block_n: u32, stages: u32, pingpong: bool, speed: u32) -> Matm
         ctas_per_sm: 1,
         speed,
         overhead_k: if pingpong { 348 } else { SERIAL_EPILOGUE_K },
-        wgmma: true,
-        tma: true,
-        pingpong,
+        program: if pingpong {
+            Program::TmaPingPong
+        } else {
+            Program::TmaCooperative
+        },
     }
 }
 
-/// Tensor-core tiles (f16, bf16). Measured on an H100 (f16, ViT-B/16 shapes, see
-/// `matmul_speed_report` in kernels/tests/gpu_matmul_speed.rs), 128x128x32 with four warps of 64x64
-/// was the fastest on every batch-64 GEMM (qkv, proj, fc1, fc2: 309 / 249 / 317 / 333 TFLOP/s),
-/// ahead of 128x192x32 (8 warps; 240 / 220 / 246 / 303) and 128x128x64 in three stages (265 /
-/// 216 / 278 / 274); an earlier build also tried 128x256 (BK 32 and 64, 8 warps) and 128x128
-/// with eight warps of 64x32 (one CTA per SM for registers), both slower. 64x64x32 (32x32 warp tiles, ~250 TFLOP/s when the GPU is full) wins
-/// whenever 128x128 tiles leave SMs idle: every batch-1 GEMM (M = 197) by 1.4-1.8x.
-/// The small tile is also the one for operands whose rows do not allow 16-byte copies (see
+/// Tensor-core tiles (f16, bf16) of the mma.sync program. 128x128x32 with four warps of 64x64
+/// is the fastest on every batch-64 ViT-B/16 GEMM (`matmul_speed_report` in
+/// kernels/tests/gpu_matmul_speed.rs); 64x64x32 (32x32 warp tiles) wins whenever 128x128 tiles
+/// leave SMs idle, as every batch-1 GEMM (M = 197) does. The small tile is also the one for operands whose rows do not allow 16-byte copies (see
 /// [`configure`]); the deep one takes small single-matrix products (see [`DEEP_SMALL_TILE`]).
 pub const TENSOR_CORE_TILES: [MatmulTile; 3] = [
-    tile((128, 128, 32), 4, (2, 2), 2, 100),
+    tile(Program::MmaSync, (128, 128, 32), 4, (2, 2), 2, 100),
     SMALL_TENSOR_CORE_TILE,
     DEEP_SMALL_TILE,
 ];
 
 /// The tensor-core tile for small problems and for operands that need element loads.
-pub(crate) const SMALL_TENSOR_CORE_TILE: MatmulTile = tile((64, 64, 32), 4, (2, 2), 4, 78);
+pub(crate) const SMALL_TENSOR_CORE_TILE: MatmulTile =
+    tile(Program::MmaSync, (64, 64, 32), 4, (2, 2), 4, 78);
 
 /// The small tile with 6 stages of BK 64 (96 KB, two CTAs per SM) instead of 4 of BK 32: at
 /// batch 1 every linear layer makes at most two 64 x 64 tiles per SM and each CTA streams its
 /// weights with a memory latency per (stages - 1) k-tiles, so five 16 KB k-tiles in flight
-/// instead of three 8 KB ones cut the latencies per tile by 3.3x. Measured (H200, f16, ViT-B/16,
-/// same run): batch 1 0.722 -> 0.644 ms. It takes only what fits in one round of its CTAs
-/// (see `select_tile`): at batch 8 proj and fc2 make 300 tiles, and with it 1.59 -> 1.92 ms.
-/// Single [N, K] matrices with 16-byte rows only (see [`configure`]).
-pub(crate) const DEEP_SMALL_TILE: MatmulTile = tile((64, 64, 64), 6, (2, 2), 2, 90);
+/// instead of three 8 KB ones cut the latencies per tile by 3.3x. It takes only what fits in
+/// one round of its CTAs (see `select_tile`): at batch 8 proj and fc2 make 300 tiles, and it is
+/// slower there (measured: benchmarks/NOTES.md, 2026-11-22 "a deep small tile"). Single [N, K]
+/// matrices with 16-byte rows only (see [`configure`]).
+pub(crate) const DEEP_SMALL_TILE: MatmulTile =
+    tile(Program::MmaSync, (64, 64, 64), 6, (2, 2), 2, 90);
 
 /// CUDA-core FMA tiles (f32): 256 threads, 8x8 or 4x4 outputs per thread. Their speeds are
 /// estimates, not yet measured: f32 is the parity path, not the fast one.
 pub const FMA_TILES: [MatmulTile; 2] = [
-    tile((128, 128, 16), 2, (2, 4), 1, 100),
-    tile((64, 64, 16), 2, (2, 4), 3, 70),
+    tile(Program::Fma, (128, 128, 16), 2, (2, 4), 1, 100),
+    tile(Program::Fma, (64, 64, 16), 2, (2, 4), 3, 70),
 ];
 
-/// Hopper tiles (sm_90a), for f16/bf16 linear layers. Speeds from their first measurement
-/// (H200, f16, ViT-B/16 batch 64, no epilogue: 128x256 418 / 445 TFLOP/s on qkv / fc1,
-/// 128x192 337 / 546 on proj / fc2, 128x128 385-422; the mma.sync 128x128 tile 250-330), set
-/// so that the cost model picks what measured fastest on each of the four shapes; `vitrt tune`
-/// measures instead. 128x192 and 128x256 take most of the SM's shared memory (one CTA per SM);
+/// Hopper tiles (sm_90a) of the wgmma program, for f16/bf16 linear layers. Their speeds are set
+/// so that the cost model picks what measured fastest on each of the four batch-64 ViT-B/16
+/// shapes (measured: benchmarks/NOTES.md, 2026-11-22 "wgmma matmul"); `vitrt tune` measures
+/// instead. 128x192 and 128x256 take most of the SM's shared memory (one CTA per SM);
 /// 128x128 in three stages fits twice (registers capped at 128 for it), so one CTA's epilogue
 /// overlaps the other's main loop.
 pub const WGMMA_TILES: [MatmulTile; 3] = [
@@ -211,14 +243,11 @@ pub const WGMMA_TILES: [MatmulTile; 3] = [
 
 /// Warp-specialised Hopper tiles (see [`MatmulTile::tma`] and [`MatmulTile::pingpong`]). The
 /// ping-pong tile takes products whose C is in the operands' type without residual, and the
-/// f32 residual stream (see `pingpong_takes`). Measured (H200, f16, batch 64, ms, against the
-/// cooperative 128x192, session 7): qkv 0.0778 / 0.0933 without epilogue and 0.0779 / 0.0978
-/// with bias; fc1 0.0973 / 0.1201 without and 0.1317 / 0.1700 with bias+GELU; proj 0.0339 /
-/// 0.0371 without and 0.0509 / 0.0531 adding into the f32 stream in place; but fc2 (K = 3072)
-/// 0.1039 / 0.0937 without and 0.1132 / 0.1106 into the stream: where the main loop is long the
-/// overlapped epilogue saves less than the cooperative tile's fewer, larger tiles gain (N = 768
-/// makes 4 columns of 192 against 6 of 128). `overhead_k` and the speeds let the cost model
-/// draw that line (ping-pong for all four at batch 256, where nothing has been measured yet).
+/// f32 residual stream (see `pingpong_takes`). At batch 64 it beats the cooperative 128x192
+/// on qkv, fc1 and proj, but not on fc2 (K = 3072): where the main loop is long the overlapped
+/// epilogue saves less than the cooperative tile's fewer, larger tiles gain (N = 768 makes 4
+/// columns of 192 against 6 of 128). `overhead_k` and the speeds let the cost model draw that
+/// line (measured: benchmarks/NOTES.md, 2026-11-22 "residual stream on the ping-pong tile").
 /// 128x256 fits only three stages beside the epilogue buffers.
 pub const TMA_TILES: [MatmulTile; 3] = [
     tma_tile(192, 4, false, 240),
@@ -248,19 +277,19 @@ pub fn tiles_for(dtype: DType) -> &'static [MatmulTile] {
     }
 }
 
-/// Shared memory of the main loop's stages (formulas as in matmul.cu). Hopper tiles ask for
+/// Shared memory of the main loop's stages (formulas as in the programs). Hopper tiles ask for
 /// 1024 bytes more, to align their stages to the 128-byte swizzle's 1024-byte period.
 pub(crate) fn pipeline_bytes(dtype: DType, t: &MatmulTile) -> u32 {
     match dtype {
         DType::F32 => 2 * t.block_k * (t.block_m + 1 + t.block_n + 1) * 4,
-        DType::F16 | DType::BF16 if t.wgmma => {
+        DType::F16 | DType::BF16 if t.program.is_hopper() => {
             1024 + t.stages * (t.block_m + t.block_n) * t.block_k * 2
         }
         DType::F16 | DType::BF16 => t.stages * (t.block_m + t.block_n) * t.block_k * 2,
     }
 }
 
-/// Shared memory of the epilogue's fp32 tile, rows padded (formulas as in matmul.cu).
+/// Shared memory of the epilogue's fp32 tile, rows padded (formulas as in epilogue.cuh).
 pub(crate) fn staged_bytes(dtype: DType, t: &MatmulTile) -> u32 {
     match dtype {
         DType::F32 => t.block_m * (t.block_n + 16) * 4,
@@ -300,21 +329,19 @@ pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u
             * p.n.div_ceil(tile.block_n as usize) as u64
     };
     // The Hopper tiles pay a pipeline fill the cost model does not count; below one full wave
-    // of them the 64x64 mma.sync tiles win (`vitrt tune` at batch 1: 1.4x on qkv and fc1),
-    // except the ping-pong tile down to a quarter wave. `vitrt tune`, H200, f16, ms, against
-    // the small tiles: batch-8 fc2 (78 tiles) 0.0257 / 0.0413 and proj 0.0140 / 0.0159,
-    // batch-1 qkv (36) 0.0099 / 0.0116, fc1 (48) 0.0123 / 0.0124; batch-1 proj and fc2 (12)
-    // stay on the deep small tile.
+    // of them the 64x64 mma.sync tiles win, except the ping-pong tile down to a quarter wave;
+    // batch-1 proj and fc2 (12 tiles) stay on the deep small tile (measured with `vitrt tune`:
+    // benchmarks/NOTES.md, 2026-11-22 "K-aware cost model").
     let sms_u64 = sms as u64;
     let enough_tiles = |tile: &MatmulTile| {
         let programs = programs_of(tile);
-        programs >= sms_u64 || (tile.pingpong && 4 * programs >= sms_u64)
+        programs >= sms_u64 || (tile.program == Program::TmaPingPong && 4 * programs >= sms_u64)
     };
     let usable = |tile: &MatmulTile| {
         tile.runs_on(cc)
-            && !(tile.wgmma && p.b_layout == WeightLayout::KN)
-            && (!tile.tma || single_nk_matrix(p))
-            && (!tile.wgmma || enough_tiles(tile))
+            && !(tile.program.is_hopper() && p.b_layout == WeightLayout::KN)
+            && (!tile.program.uses_tma() || single_nk_matrix(p))
+            && (!tile.program.is_hopper() || enough_tiles(tile))
             && (*tile != DEEP_SMALL_TILE
                 || (single_nk_matrix(p) && programs_of(tile) <= (sms * tile.ctas_per_sm) as u64))
     };
@@ -335,7 +362,7 @@ pub(crate) fn single_nk_matrix(p: &MatmulProblem) -> bool {
     p.batch == 1 && p.heads == 1 && p.b_layout == WeightLayout::NK && p.k > 0
 }
 
-/// How a launch divides K (see `SplitK` in matmul.cu).
+/// How a launch divides K (see `SplitK` in mma_sync.cu).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SplitK {
     pub splits: u32,
@@ -352,9 +379,9 @@ impl SplitK {
 const MIN_K_PER_SPLIT: usize = 128;
 const MAX_SPLITS: usize = 16;
 /// The shortest K worth splitting. A split launch pays for its partials' writes and a
-/// reduction that is a chain of L2 latencies in the tile's last CTA, several µs at batch 1;
-/// measured (H200, f16, batch 1, small tile): fc2 (K = 3072) from 29.6 to 18.8 µs with 11
-/// splits, proj (K = 768) from 11.6 to 13.3 µs with 6, a loss.
+/// reduction that is a chain of L2 latencies in the tile's last CTA, several µs at batch 1: it
+/// pays on fc2 (K = 3072) and loses on proj (K = 768) (measured: benchmarks/NOTES.md,
+/// 2026-11-22 "split-K at batch 1").
 const MIN_K_TO_SPLIT: usize = 1536;
 
 /// Split-K for single matrices on the small mma.sync tile whose tiles cannot fill the GPU

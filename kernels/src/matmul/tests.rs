@@ -275,14 +275,22 @@ fn batch_one_linear_layers_take_the_deep_small_tile_and_batch_eight_the_shallow_
 #[test]
 fn hopper_tiles_are_chosen_only_on_sm90_for_nk_weights() {
     let big = MatmulProblem::linear(12608, 2304, 768, Epilogue::NONE);
-    assert!(select_tile(DType::F16, &big, 132, (9, 0)).wgmma);
-    assert!(!select_tile(DType::F16, &big, 132, (8, 0)).wgmma);
-    assert!(!select_tile(DType::F16, &big, 132, (10, 0)).wgmma);
+    assert!(select_tile(DType::F16, &big, 132, (9, 0))
+        .program
+        .is_hopper());
+    assert!(!select_tile(DType::F16, &big, 132, (8, 0))
+        .program
+        .is_hopper());
+    assert!(!select_tile(DType::F16, &big, 132, (10, 0))
+        .program
+        .is_hopper());
     let kn = MatmulProblem {
         b_layout: WeightLayout::KN,
         ..big
     };
-    assert!(!select_tile(DType::BF16, &kn, 132, (9, 0)).wgmma);
+    assert!(!select_tile(DType::BF16, &kn, 132, (9, 0))
+        .program
+        .is_hopper());
     // Forced onto a [K, N] operand, a Hopper tile gives way to the mma.sync one.
     let forced = configure_uniform(
         DType::F16,
@@ -301,7 +309,7 @@ fn hopper_tiles_are_chosen_only_on_sm90_for_nk_weights() {
 #[test]
 fn the_ping_pong_tile_gives_way_where_its_tensor_map_epilogue_cannot_write_c() {
     let pingpong = TMA_TILES[2];
-    assert!(pingpong.pingpong && pingpong.threads() == 288);
+    assert!(pingpong.program == Program::TmaPingPong && pingpong.threads() == 288);
     let p = MatmulProblem::linear(12608, 3072, 768, Epilogue::NONE);
     let (a, b) = (fake(0x1000, DType::F16), fake(0x2000, DType::F16));
     let c16 = fake(0x3000, DType::F16);
@@ -410,7 +418,11 @@ fn every_tile_fits_the_shared_memory_of_sm80_and_sm90() {
     // Hopper tiles run only there); an SM has 228 KiB, of which each CTA's 1 KiB is reserved.
     for config in instantiations_configs() {
         let bytes = config.shared_bytes();
-        let limit = if config.tile.wgmma { 227 } else { 163 } * 1024;
+        let limit = if config.tile.program.is_hopper() {
+            227
+        } else {
+            163
+        } * 1024;
         assert!(bytes <= limit, "{config:?} needs {bytes} bytes");
         let per_sm = (bytes + 1024) * config.tile.ctas_per_sm;
         assert!(
@@ -433,7 +445,7 @@ fn instantiations_configs() -> Vec<MatmulConfig> {
                     tile,
                     activation: Activation::None,
                     b_layout: WeightLayout::NK,
-                    vec16: tile.wgmma,
+                    vec16: tile.program.is_hopper(),
                     with_residual: false,
                 });
             }

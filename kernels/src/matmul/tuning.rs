@@ -33,7 +33,7 @@
 //! and renamed into place.
 
 use crate::cuda::{cache_dir, fnv_checksum, write_atomically, Gpu, KernelError, COMMON_HEADER};
-use crate::matmul::config::SOURCE;
+use crate::matmul::config::{ALL_SOURCES, HEADERS};
 use crate::matmul::problem::{MatmulProblem, WeightLayout};
 use crate::matmul::selection::{matmul_tile_for, tiles_for, MatmulTile};
 use crate::DType;
@@ -60,12 +60,15 @@ pub fn matmul_candidates(gpu: &Gpu, dtype: DType) -> Vec<MatmulTile> {
         .collect()
 }
 
-/// The hash of the matmul's source (with the shared header) and of its candidates: a table
+/// The hash of the matmul's sources (with the shared headers) and of its candidates: a table
 /// entry tuned with another is stale.
 pub fn matmul_source_hash(candidates: &[MatmulTile]) -> String {
     static SOURCE_HASH: OnceLock<u64> = OnceLock::new();
     let source = *SOURCE_HASH.get_or_init(|| {
-        let mut text = String::from(SOURCE);
+        let mut text = ALL_SOURCES.concat();
+        for (_, header) in HEADERS {
+            text.push_str(header);
+        }
         text.push_str(COMMON_HEADER);
         fnv_checksum(text.as_bytes())
     });
