@@ -8,17 +8,17 @@
 //!   NVRTC, the kernel caches and the instantiation vocabulary. It imports no family.
 //! - One folder per kernel family: its CUDA source, `gpu` (the launcher, a free function taking
 //!   `&Gpu`) and `cpu` (the twin, with the same name): [`layernorm`], [`softmax`], [`add`],
-//!   [`activation`], [`gather`], [`patchify`], [`pixels`], [`attention`]. The matmul is still
-//!   split between `cuda` and [`cpu`].
+//!   [`activation`], [`gather`], [`patchify`], [`pixels`], [`attention`], [`matmul`] (one
+//!   CUDA source a program).
 //! - [`all_instantiations`]: every family's instantiations, what CI compiles.
 
 pub mod activation;
 pub mod add;
 pub mod attention;
-pub mod cpu;
 pub mod cuda;
 pub mod gather;
 pub mod layernorm;
+pub mod matmul;
 pub mod patchify;
 pub mod pixels;
 mod registry;
@@ -27,6 +27,7 @@ pub mod softmax;
 mod types;
 
 pub use attention::AttentionProblem;
+pub use matmul::{Epilogue, MatmulProblem, WeightLayout};
 pub use pixels::PixelBatch;
 pub use registry::all_instantiations;
-pub use types::{Activation, DType, Epilogue, MatmulProblem, Operand, WeightLayout};
+pub use types::{Activation, DType, Operand};

@@ -13,7 +13,7 @@ pub fn all_instantiations() -> Vec<Instantiation> {
     all.extend(crate::add::gpu::instantiations());
     all.extend(crate::patchify::gpu::instantiations());
     all.extend(crate::pixels::gpu::instantiations());
-    all.extend(crate::cuda::matmul::instantiations());
+    all.extend(crate::matmul::instantiations());
     all.extend(crate::activation::gpu::instantiations());
     all.extend(crate::gather::gpu::instantiations());
     all.extend(crate::attention::gpu::instantiations());

@@ -11,8 +11,8 @@ use common::{new_gpu, random, upload, Poisoned};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use vitrt_kernels::activation;
-use vitrt_kernels::cpu::{self, MatmulTiles};
 use vitrt_kernels::cuda::{DevPtr, Gpu, KernelError};
+use vitrt_kernels::matmul::cpu::{self, MatmulTiles};
 use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem};
 
 /// A Gpu of the test's own: the spin test times the stream, which no other test may share.

@@ -7,10 +7,11 @@
 //! --ignored --test-threads=1`.
 
 use std::path::PathBuf;
-use vitrt_kernels::cpu::{self, MatmulTiles};
-use vitrt_kernels::cuda::{
-    matmul_candidates, DevPtr, DeviceBuffer, Gpu, MatmulCase, MatmulStorage, MatmulTile,
-    TileSource, TuneSettings, TunedChoice, TuningKey, TuningTable,
+use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu};
+use vitrt_kernels::matmul::cpu::{self, MatmulTiles};
+use vitrt_kernels::matmul::{
+    self, matmul_candidates, MatmulCase, MatmulStorage, MatmulTile, TileSource, TuneSettings,
+    TunedChoice, TuningKey, TuningTable,
 };
 use vitrt_kernels::{DType, Epilogue, MatmulProblem};
 
@@ -68,7 +69,7 @@ fn upload(gpu: &Gpu, data: &[f32]) -> Uploaded {
     }
 }
 
-/// Runs `problem()` through `Gpu::matmul` (the tuned-or-heuristic path) and returns the
+/// Runs `problem()` through `matmul::gpu::matmul` (the tuned-or-heuristic path) and returns the
 /// largest error against the CPU twin, relative to the output's largest magnitude.
 fn matmul_against_twin(gpu: &Gpu) -> f64 {
     let p = problem();
@@ -79,8 +80,17 @@ fn matmul_against_twin(gpu: &Gpu) -> f64 {
     );
     let (da, db, dbias) = (upload(gpu, &a), upload(gpu, &b), upload(gpu, &bias));
     let c = upload(gpu, &vec![0.0; p.m * p.n]);
-    gpu.matmul(DTYPE, &p, da.view, db.view, Some(dbias.view), None, c.view)
-        .unwrap();
+    matmul::gpu::matmul(
+        gpu,
+        DTYPE,
+        &p,
+        da.view,
+        db.view,
+        Some(dbias.view),
+        None,
+        c.view,
+    )
+    .unwrap();
     let mut bytes = vec![0u8; p.m * p.n * DTYPE.size_bytes()];
     gpu.download(&c._buffer, 0, &mut bytes).unwrap();
     let ours = DTYPE.decode(&bytes);
@@ -126,15 +136,13 @@ fn spells(kernel: &str, tile: MatmulTile) -> bool {
 fn tuning_stores_the_best_tile_and_later_launches_use_it() {
     let path = scratch_file("store");
     let tuner = gpu();
-    assert_eq!(tuner.use_tuning_file(&path), None);
+    assert_eq!(matmul::use_tuning_file(&tuner, &path), None);
     let case = MatmulCase {
         dtype: DTYPE,
         problem: problem(),
         storage: STORAGE,
     };
-    let tuning = tuner
-        .tune_matmul(&case, TuneSettings { warmup: 2, reps: 7 })
-        .unwrap();
+    let tuning = matmul::tune_matmul(&tuner, &case, TuneSettings { warmup: 2, reps: 7 }).unwrap();
     let candidates = matmul_candidates(&tuner, DTYPE);
     assert_eq!(
         tuning.times.len(),
@@ -153,7 +161,7 @@ fn tuning_stores_the_best_tile_and_later_launches_use_it() {
         tuning.best.name(),
         tuning.best_ms
     );
-    assert_eq!(tuner.store_matmul_tuning(&tuning).unwrap(), path);
+    assert_eq!(matmul::store_matmul_tuning(&tuner, &tuning).unwrap(), path);
 
     let (table, problem_message) = TuningTable::load(&path);
     assert_eq!(problem_message, None);
@@ -162,13 +170,13 @@ fn tuning_stores_the_best_tile_and_later_launches_use_it() {
 
     // The tuning Gpu uses it at once; a fresh one reading the file does too.
     assert_eq!(
-        tuner.matmul_choice(DTYPE, &problem(), STORAGE).unwrap(),
+        matmul::matmul_choice(&tuner, DTYPE, &problem(), STORAGE).unwrap(),
         (tuning.best, TileSource::Tuned)
     );
     let later = gpu();
-    assert_eq!(later.use_tuning_file(&path), None);
+    assert_eq!(matmul::use_tuning_file(&later, &path), None);
     assert_eq!(
-        later.matmul_choice(DTYPE, &problem(), STORAGE).unwrap(),
+        matmul::matmul_choice(&later, DTYPE, &problem(), STORAGE).unwrap(),
         (tuning.best, TileSource::Tuned)
     );
     let error = matmul_against_twin(&later);
@@ -191,7 +199,7 @@ fn a_stored_tile_other_than_the_heuristics_is_obeyed_and_a_stale_one_is_not() {
     let path = scratch_file("forced");
     let probe = gpu();
     let candidates = matmul_candidates(&probe, DTYPE);
-    let heuristic = probe.matmul_tile_for(DTYPE, &problem()).unwrap();
+    let heuristic = matmul::matmul_tile_for(&probe, DTYPE, &problem()).unwrap();
     let other = *candidates
         .iter()
         .find(|&&t| t != heuristic)
@@ -203,7 +211,7 @@ fn a_stored_tile_other_than_the_heuristics_is_obeyed_and_a_stale_one_is_not() {
         probe.compute_capability(),
         probe.name(),
     );
-    let hash = vitrt_kernels::cuda::matmul_source_hash(&candidates);
+    let hash = matmul::matmul_source_hash(&candidates);
     let choice = |tile: MatmulTile| TunedChoice {
         choice: tile.name(),
         median_ms: 0.01,
@@ -213,9 +221,9 @@ fn a_stored_tile_other_than_the_heuristics_is_obeyed_and_a_stale_one_is_not() {
     table.insert(key.clone(), &hash, choice(other));
     table.save().unwrap();
     let forced = gpu();
-    assert_eq!(forced.use_tuning_file(&path), None);
+    assert_eq!(matmul::use_tuning_file(&forced, &path), None);
     assert_eq!(
-        forced.matmul_choice(DTYPE, &problem(), STORAGE).unwrap(),
+        matmul::matmul_choice(&forced, DTYPE, &problem(), STORAGE).unwrap(),
         (other, TileSource::Tuned)
     );
     let error = matmul_against_twin(&forced);
@@ -234,9 +242,9 @@ fn a_stored_tile_other_than_the_heuristics_is_obeyed_and_a_stale_one_is_not() {
     stale.insert(key, "0123456789abcdef0123456789abcdef", choice(other));
     stale.save().unwrap();
     let fresh = gpu();
-    assert_eq!(fresh.use_tuning_file(&stale_path), None);
+    assert_eq!(matmul::use_tuning_file(&fresh, &stale_path), None);
     assert_eq!(
-        fresh.matmul_choice(DTYPE, &problem(), STORAGE).unwrap(),
+        matmul::matmul_choice(&fresh, DTYPE, &problem(), STORAGE).unwrap(),
         (heuristic, TileSource::Heuristic)
     );
     let _ = std::fs::remove_dir_all(path.parent().unwrap());

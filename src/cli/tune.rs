@@ -10,7 +10,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vitrt_kernels::cuda::{Gpu, MatmulCase, MatmulStorage, TuneSettings, TuningKey};
+use vitrt_kernels::cuda::Gpu;
+use vitrt_kernels::matmul::{self, MatmulCase, MatmulStorage, TuneSettings, TuningKey};
 use vitrt_model::{GraphOptions, VitModel};
 use vitrt_runtime::backend::Device;
 use vitrt_runtime::lowering::matmul_launches;
@@ -171,13 +172,10 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
     let mut tuning_file = None;
     for (batch, case, nodes) in &cases {
         progress.set_message(format!("batch {batch}: {}", nodes[0]));
-        let tuning = gpu
-            .tune_matmul(case, settings)
+        let tuning = matmul::tune_matmul(&gpu, case, settings)
             .with_context(|| format!("tuning {} (batch {batch})", tuning_problem_name(case)))?;
-        tuning_file = Some(
-            gpu.store_matmul_tuning(&tuning)
-                .context("storing the tuning table")?,
-        );
+        tuning_file =
+            Some(matmul::store_matmul_tuning(&gpu, &tuning).context("storing the tuning table")?);
         rows.push(TunedRow {
             batch: *batch,
             node: nodes[0].clone(),
@@ -240,5 +238,5 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
 }
 
 fn tuning_problem_name(case: &MatmulCase) -> String {
-    vitrt_kernels::cuda::matmul_signature(&case.problem, case.storage)
+    matmul::matmul_signature(&case.problem, case.storage)
 }

@@ -27,6 +27,7 @@ fn activation_instantiation(dtype: DType, act: Activation) -> Instantiation {
         name: format!("activation_{}_{}", act.short_name(), dtype.name()),
         family: "activation",
         source: SOURCE,
+        headers: &[],
         function: "activation_program",
         template_args: vec![dtype.cuda_type().into(), act_code(act).to_string()],
         params: vec![
@@ -73,6 +74,7 @@ impl BiasActivationConfig {
             ),
             family: "activation",
             source: SOURCE,
+            headers: &[],
             function: "bias_activation_program",
             template_args: vec![
                 d.cuda_type().into(),

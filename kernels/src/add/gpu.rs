@@ -63,6 +63,7 @@ impl AddConfig {
             name: format!("add_{types}_v{}_t{THREADS}_u{UNROLL}", self.vec),
             family: "add",
             source: SOURCE,
+            headers: &[],
             function: "add_program",
             template_args: vec![
                 a.cuda_type().into(),

@@ -106,7 +106,7 @@ pub fn attention(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::{matmul, MatmulTiles};
+    use crate::matmul::cpu::{matmul, MatmulTiles};
     use crate::softmax::cpu::softmax;
     use crate::{Epilogue, MatmulProblem, Operand, WeightLayout};
 

@@ -108,6 +108,7 @@ impl AttentionConfig {
             ),
             family: "attention",
             source: SOURCE,
+            headers: &[],
             function: "attention_block",
             template_args: vec![
                 self.dtype.cuda_type().into(),

@@ -74,13 +74,19 @@ impl Compiler {
         ]
     }
 
-    /// A key naming exactly what `compile` would produce: the program text, the common header,
+    /// A key naming exactly what `compile` would produce: the program text, the headers,
     /// the options (arch included) and the NVRTC version.
     pub fn cache_key(&self, inst: &Instantiation, arch: Arch) -> String {
         let (major, minor) = self.nvrtc.version;
         let mut material = inst.program_source();
         material.push('\0');
         material.push_str(COMMON_HEADER);
+        for (name, text) in inst.headers {
+            material.push('\0');
+            material.push_str(name);
+            material.push('\0');
+            material.push_str(text);
+        }
         for option in self.options(arch) {
             material.push('\0');
             // The include path names where the headers are, not what they say: a different
@@ -103,8 +109,13 @@ impl Compiler {
         let nul = |what: &str| invalid!("{what} of kernel {} contains a NUL byte", inst.name);
         let source = CString::new(inst.program_source()).map_err(|_| nul("source"))?;
         let file_name = CString::new(format!("{}.cu", inst.name)).map_err(|_| nul("name"))?;
-        let header = CString::new(COMMON_HEADER).map_err(|_| nul("common header"))?;
-        let header_name = CString::new(COMMON_HEADER_NAME).map_err(|_| nul("header name"))?;
+        let mut header_texts = vec![CString::new(COMMON_HEADER).map_err(|_| nul("common header"))?];
+        let mut header_names =
+            vec![CString::new(COMMON_HEADER_NAME).map_err(|_| nul("header name"))?];
+        for (name, text) in inst.headers {
+            header_texts.push(CString::new(*text).map_err(|_| nul("a header"))?);
+            header_names.push(CString::new(*name).map_err(|_| nul("a header name"))?);
+        }
         let options: Vec<CString> = self
             .options(arch)
             .into_iter()
@@ -112,8 +123,8 @@ impl Compiler {
             .collect::<Result<_, _>>()
             .map_err(|_| nul("options"))?;
         let option_ptrs: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
-        let headers = [header.as_ptr()];
-        let header_names = [header_name.as_ptr()];
+        let headers: Vec<*const c_char> = header_texts.iter().map(|h| h.as_ptr()).collect();
+        let header_names: Vec<*const c_char> = header_names.iter().map(|h| h.as_ptr()).collect();
 
         let mut raw: nvrtcProgram = std::ptr::null_mut();
         let created = unsafe {
@@ -121,7 +132,7 @@ impl Compiler {
                 &mut raw,
                 source.as_ptr(),
                 file_name.as_ptr(),
-                1,
+                headers.len() as i32,
                 headers.as_ptr(),
                 header_names.as_ptr(),
             )

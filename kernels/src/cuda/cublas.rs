@@ -1,5 +1,5 @@
 //! cuBLAS as the yardstick of the matmul benchmarks, and nothing else: no op of a model ever
-//! runs through it (the runtime calls [`Gpu::matmul`]). `vitrt bench kernels` times
+//! runs through it (the runtime calls `vitrt_kernels::matmul::gpu::matmul`). `vitrt bench kernels` times
 //! [`Cublas::gemm_nt`] beside our kernel on the same operands, in the same run.
 //!
 //! Settings, so that the comparison is like for like: f16 and bf16 operands with fp32

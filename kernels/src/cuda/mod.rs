@@ -41,35 +41,30 @@ mod cublas;
 mod discovery;
 mod error;
 mod events;
-pub(crate) mod matmul;
 mod memory;
 mod registry;
 mod staging;
 pub(crate) mod timing;
-mod tuning;
 
 pub use cache::DiskCache;
+pub(crate) use cache::{default_dir as cache_dir, write_atomically};
 pub use capture::GpuGraph;
+pub(crate) use compile::fnv_checksum;
 pub use compile::{parse_ptxas_report, CompiledKernel, Compiler, KernelResources};
 pub use cublas::Cublas;
 pub use discovery::{cuda_include_dir, load_nvrtc, NvrtcLibrary};
 pub(crate) use error::invalid;
 pub use error::KernelError;
 pub use events::GpuEvent;
-pub use matmul::{tiles_for, MatmulTile, FMA_TILES, TENSOR_CORE_TILES, WGMMA_TILES};
 pub use memory::{DevPtr, DeviceBuffer};
+pub(crate) use registry::COMMON_HEADER;
 pub use registry::{Arch, ArchRequirement, Instantiation, KernelArg, KernelParam, ParamKind};
 pub use staging::{PinnedBuffer, Stream, StreamEvent};
 pub use timing::{copies_beyond_l2, copy_for_rep, slot_offset, Timer};
-pub use tuning::{
-    matmul_candidates, matmul_signature, matmul_source_hash, resolve_tuned_tile, CandidateTime,
-    MatmulCase, MatmulStorage, MatmulTuning, TileSource, TuneSettings, TunedChoice, TuningKey,
-    TuningTable, TUNING_FILE_NAME, TUNING_FORMAT,
-};
 
-use crate::{DType, MatmulProblem};
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute, CUresult};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtr as _};
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -117,11 +112,9 @@ pub struct Gpu {
     capturing: AtomicBool,
     /// Kernel launches recorded by the open capture.
     captured_launches: AtomicUsize,
-    /// Tuned configs (tuning.rs), loaded on first use.
-    tuning: tuning::TableCell,
-    /// Split-K matmul scratch (partial tiles, then per-tile counters kept at zero between
-    /// launches), allocated by the first split launch.
-    split_k: Mutex<Option<(DeviceBuffer, DeviceBuffer)>>,
+    /// State of the kernel families outside the device layer (the matmul), one value per
+    /// type, made on first use (see [`Gpu::family_state`]).
+    family_states: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
     /// Launch with programmatic stream serialization (see [`Gpu::set_dependent_launch`]).
     dependent_launch: AtomicBool,
     /// The name of the last kernel queued, for errors that surface at a later wait.
@@ -204,8 +197,7 @@ impl Gpu {
             id: NEXT_GPU_ID.fetch_add(1, Ordering::Relaxed),
             capturing: AtomicBool::new(false),
             captured_launches: AtomicUsize::new(0),
-            tuning: tuning::TableCell::new(),
-            split_k: Mutex::new(None),
+            family_states: Mutex::new(HashMap::new()),
             last_kernel: Mutex::new(String::new()),
             dependent_launch: AtomicBool::new(
                 major >= 9 && std::env::var_os("VITRT_DEPENDENT_LAUNCH").is_none_or(|v| v != "0"),
@@ -367,20 +359,25 @@ impl Gpu {
         }
     }
 
-    /// The split-K scratch: device addresses of room for every partial tile this GPU can
-    /// have in flight and of one zeroed counter per SM (split-K runs only with fewer tiles
-    /// than SMs). Allocated once, outside any CUDA graph capture: the executor's eager
-    /// warm-up pass makes every launch its captured pass will.
-    pub(crate) fn split_k_scratch(&self) -> Result<(u64, u64), KernelError> {
-        let mut scratch = self.split_k.lock().unwrap_or_else(|e| e.into_inner());
-        if scratch.is_none() {
-            let partials = self.alloc(matmul::split_k_partial_bytes(self.multiprocessors))?;
-            let counters = self.alloc(self.multiprocessors as usize * 4)?;
-            self.upload(&counters, 0, &vec![0u8; counters.len_bytes()])?;
-            *scratch = Some((partials, counters));
-        }
-        let (partials, counters) = scratch.as_ref().expect("allocated above");
-        Ok((partials.ptr, counters.ptr))
+    /// The value of type `T` this Gpu keeps for a kernel family, made by `init` on first use:
+    /// per-device state of a family outside the device layer (the matmul's tuning table and
+    /// split-K scratch) without the device layer knowing the family.
+    pub(crate) fn family_state<T: Any + Send + Sync>(&self, init: impl FnOnce() -> T) -> Arc<T> {
+        let mut states = self
+            .family_states
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let state = states
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(init()));
+        Arc::clone(state)
+            .downcast::<T>()
+            .unwrap_or_else(|_| unreachable!("family states are keyed by their type"))
+    }
+
+    /// The driver context, for device queries of the families outside the device layer.
+    pub(crate) fn context(&self) -> &Arc<CudaContext> {
+        &self.context
     }
 
     /// Waits for every queued op; reports any error a kernel raised while running.
@@ -390,24 +387,6 @@ impl Gpu {
         self.stream
             .synchronize()
             .map_err(|e| KernelError::at_wait("cuStreamSynchronize", e, &self.last_kernel()))
-    }
-
-    /// `c = epilogue(A · B)` for every (batch, head) of `p`; see [`MatmulProblem`]. A, B and
-    /// the bias hold `dtype`; with f16/bf16 operands, C and the residual may hold f32 (a
-    /// residual stream kept in f32: C and R f32 on [N, K] weights; or C f32 with the residual
-    /// in `dtype` and no activation, as the patch projection writes the stream's start).
-    #[allow(clippy::too_many_arguments)]
-    pub fn matmul(
-        &self,
-        dtype: DType,
-        p: &MatmulProblem,
-        a: DevPtr,
-        b: DevPtr,
-        bias: Option<DevPtr>,
-        residual: Option<DevPtr>,
-        c: DevPtr,
-    ) -> Result<(), KernelError> {
-        matmul::launch(self, dtype, p, a, b, bias, residual, c)
     }
 
     /// Loads (compiling on first use) and launches one instantiation on the Gpu's stream.

@@ -191,6 +191,9 @@ pub struct Instantiation {
     pub family: &'static str,
     /// The family's `.cu` source, which defines `function`.
     pub source: &'static str,
+    /// Headers the source may `#include` besides common.cuh, as (name, text): NVRTC receives
+    /// them in memory, as it does common.cuh.
+    pub headers: &'static [(&'static str, &'static str)],
     /// The templated `__device__` function the wrapper calls.
     pub function: &'static str,
     /// Template arguments, in order, as C++ text (`__half`, `8`, `Act::Gelu`).
@@ -276,6 +279,7 @@ mod tests {
             name: "demo_f16".into(),
             family: "demo",
             source: "template <typename T, int N> __device__ void demo(const T* x, T* y, int n) {}",
+            headers: &[],
             function: "demo",
             template_args: vec!["__half".into(), "4".into()],
             params: vec![

@@ -15,6 +15,7 @@ fn spin_instantiation() -> Instantiation {
         name: "spin_globaltimer".into(),
         family: "timing",
         source: SOURCE,
+        headers: &[],
         function: "spin_program",
         template_args: vec![SPIN_THREADS.to_string()],
         params: vec![KernelParam::new("nanoseconds", ParamKind::U64)],

@@ -14,6 +14,7 @@ fn gather_instantiation(dtype: DType) -> Instantiation {
         name: format!("gather_rows_{}", dtype.name()),
         family: "gather",
         source: SOURCE,
+        headers: &[],
         function: "gather_rows_program",
         template_args: vec![dtype.cuda_type().into()],
         params: vec![

@@ -42,6 +42,7 @@ fn instantiation(input: DType, dtype: DType, config: RowConfig) -> Instantiation
         name: format!("layernorm_{types}_{}", config.tag()),
         family: "layernorm",
         source: SOURCE,
+        headers: &[],
         function: "layernorm_rows",
         template_args,
         params: vec![

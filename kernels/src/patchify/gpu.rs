@@ -45,6 +45,7 @@ fn instantiation(dtype: DType, tokens: DType, vec: u32) -> Instantiation {
         ),
         family: "patchify",
         source: SOURCE,
+        headers: &[],
         function: "patchify_with_cls",
         template_args: vec![
             dtype.cuda_type().into(),

@@ -18,6 +18,7 @@ fn instantiation(channels: usize, vec: u32) -> Instantiation {
         name: format!("expand_pixels_c{channels}_v{vec}_t{THREADS}"),
         family: "pixels",
         source: SOURCE,
+        headers: &[],
         function: "expand_pixels",
         template_args: vec![channels.to_string(), vec.to_string(), THREADS.to_string()],
         params: vec![

@@ -89,6 +89,7 @@ fn instantiation(dtype: DType, config: RowConfig) -> Instantiation {
         name: format!("softmax_{}_{}", dtype.name(), config.tag()),
         family: "softmax",
         source: SOURCE,
+        headers: &[],
         function: "softmax_rows",
         template_args,
         params: params(dtype),
@@ -107,6 +108,7 @@ fn span_instantiation(dtype: DType, config: SpanConfig) -> Instantiation {
         ),
         family: "softmax",
         source: SOURCE,
+        headers: &[],
         function: "softmax_spans",
         template_args: vec![
             dtype.cuda_type().to_string(),

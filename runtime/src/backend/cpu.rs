@@ -11,8 +11,8 @@ use crate::graph::Op;
 use crate::lowering;
 use std::collections::HashMap;
 use std::ops::Range;
-use vitrt_kernels::{add, attention, layernorm, patchify, softmax};
-use vitrt_kernels::{cpu, DType, MatmulProblem};
+use vitrt_kernels::{add, attention, layernorm, matmul, patchify, softmax};
+use vitrt_kernels::{DType, MatmulProblem};
 
 pub struct CpuBackend {
     /// The run's storage type: f32, or the half type being emulated.
@@ -238,7 +238,7 @@ impl Backend for CpuBackend {
         workspace: Option<BufferRef>,
     ) -> Result<(), String> {
         let out_range = self.arena_range(output.buffer)?;
-        let tiles = cpu::MatmulTiles::default();
+        let tiles = matmul::cpu::MatmulTiles::default();
         match op {
             Op::PatchEmbed { patch } => {
                 let workspace = workspace.ok_or("patch embedding needs a workspace")?;
@@ -263,7 +263,7 @@ impl Backend for CpuBackend {
                 patchify::cpu::write_cls_rows(cls, pos, b, tokens, out);
                 let problem =
                     MatmulProblem::patch_projection(b, patches, c * patch * patch, hidden);
-                cpu::matmul(&problem, tiles, rows, weight, Some(bias), Some(pos), out);
+                matmul::cpu::matmul(&problem, tiles, rows, weight, Some(bias), Some(pos), out);
             }
             _ => {
                 let bufs: Vec<BufferRef> = inputs.iter().map(|i| i.buffer).collect();
@@ -300,7 +300,7 @@ fn run_simple(
     bindings: &[Binding],
     ins: &[&[f32]],
     out: &mut [f32],
-    tiles: cpu::MatmulTiles,
+    tiles: matmul::cpu::MatmulTiles,
 ) -> Result<(), String> {
     let last = |s: &[usize]| *s.last().unwrap_or(&1);
     match op {
@@ -321,7 +321,7 @@ fn run_simple(
                 bias.map(<[f32]>::len),
                 residual.map(<[f32]>::len),
             )?;
-            cpu::matmul(&problem, tiles, ins[0], ins[1], bias, residual, out);
+            matmul::cpu::matmul(&problem, tiles, ins[0], ins[1], bias, residual, out);
         }
         Op::Activation(act) => {
             for (o, &x) in out.iter_mut().zip(ins[0]) {

@@ -15,7 +15,9 @@ use vitrt_kernels::attention::gpu::{attention_rows_aligned, fused_attention_supp
 use vitrt_kernels::cuda::{
     DevPtr, DeviceBuffer, Gpu, GpuEvent, GpuGraph, KernelError, PinnedBuffer, Stream, StreamEvent,
 };
-use vitrt_kernels::{activation, add, attention, gather, layernorm, patchify, pixels, softmax};
+use vitrt_kernels::{
+    activation, add, attention, gather, layernorm, matmul, patchify, pixels, softmax,
+};
 use vitrt_kernels::{DType, MatmulProblem, PixelBatch};
 
 pub struct CudaBackend {
@@ -532,7 +534,16 @@ impl CudaBackend {
                 )?;
                 let problem =
                     MatmulProblem::patch_projection(b, tokens - 1, c * patch * patch, hidden);
-                gpu.matmul(d, &problem, ws, ins[1], Some(ins[2]), Some(ins[4]), out)
+                matmul::gpu::matmul(
+                    gpu,
+                    d,
+                    &problem,
+                    ws,
+                    ins[1],
+                    Some(ins[2]),
+                    Some(ins[4]),
+                    out,
+                )
             }
             Op::LayerNorm { eps } => {
                 let cols = last(&inputs[0].shape);
@@ -546,7 +557,7 @@ impl CudaBackend {
                 let epilogue = problem.epilogue;
                 let bias = epilogue.bias.then(|| ins[2]);
                 let residual = epilogue.residual.then(|| ins[2 + epilogue.bias as usize]);
-                gpu.matmul(d, &problem, ins[0], ins[1], bias, residual, out)
+                matmul::gpu::matmul(gpu, d, &problem, ins[0], ins[1], bias, residual, out)
             }
             Op::Activation(act) => activation::gpu::activation(gpu, d, *act, ins[0], out.len, out),
             Op::Attention { .. } => {

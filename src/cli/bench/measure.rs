@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use vitrt_kernels::cuda::{
     copies_beyond_l2, slot_offset, Cublas, DevPtr, DeviceBuffer, Gpu, KernelError, Timer,
 };
-use vitrt_kernels::{activation, add, attention, layernorm, patchify, softmax};
+use vitrt_kernels::{activation, add, attention, layernorm, matmul, patchify, softmax};
 use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem};
 use vitrt_runtime::{lowering, HeadSlice, Op};
 
@@ -311,7 +311,7 @@ impl Bench<'_> {
                 } else {
                     None
                 };
-                gpu.matmul(d, &p, a.view(i)?, w.view(i)?, bias, None, c.view(i)?)
+                matmul::gpu::matmul(gpu, d, &p, a.view(i)?, w.view(i)?, bias, None, c.view(i)?)
             });
             self.record(
                 "matmul",
@@ -451,9 +451,18 @@ impl Bench<'_> {
             lowering::attention_context(batch, TOKENS, HEADS, HEAD_DIM, (width, 2 * HIDDEN));
         self.measure(copies, |i| {
             let (qkv, s, p) = (qkv.view(i)?, scores.view(0)?, probs.view(0)?);
-            gpu.matmul(d, &scores_problem, qkv, qkv, None, None, s)?;
+            matmul::gpu::matmul(gpu, d, &scores_problem, qkv, qkv, None, None, s)?;
             softmax::gpu::softmax(gpu, d, s, batch * HEADS * TOKENS, TOKENS, 1.0, p)?;
-            gpu.matmul(d, &context_problem, p, qkv, None, None, context.view(i)?)
+            matmul::gpu::matmul(
+                gpu,
+                d,
+                &context_problem,
+                p,
+                qkv,
+                None,
+                None,
+                context.view(i)?,
+            )
         })
     }
 
@@ -537,7 +546,7 @@ impl Bench<'_> {
                         out,
                     )?;
                     let (w, b) = (weight.view(i)?, bias.view(i)?);
-                    gpu.matmul(d, &problem, ws, w, Some(b), Some(pos), out)
+                    matmul::gpu::matmul(gpu, d, &problem, ws, w, Some(b), Some(pos), out)
                 })
             }
             Kind::Attention { batch } => self.time_attention(batch, true),

@@ -32,15 +32,15 @@
 //! one key the later save wins), and writes the result to a temporary file that is synced
 //! and renamed into place.
 
-use super::compile::fnv_checksum;
-use super::matmul::{self, MatmulTile};
-use super::registry::COMMON_HEADER;
-use super::{invalid, DevPtr, DeviceBuffer, Gpu, KernelError};
-use crate::{DType, MatmulProblem, WeightLayout};
+use crate::cuda::{cache_dir, fnv_checksum, write_atomically, Gpu, KernelError, COMMON_HEADER};
+use crate::matmul::config::{ALL_SOURCES, HEADERS};
+use crate::matmul::problem::{MatmulProblem, WeightLayout};
+use crate::matmul::selection::{matmul_tile_for, tiles_for, MatmulTile};
+use crate::DType;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The `format` field of a tuning file this version reads and writes.
 pub const TUNING_FORMAT: &str = "vitrt-tuning/1";
@@ -53,19 +53,22 @@ pub const TUNING_LOCK_NAME: &str = "tuning.json.lock";
 /// are candidates, so that tiles which need a newer architecture can be filtered here.
 pub fn matmul_candidates(gpu: &Gpu, dtype: DType) -> Vec<MatmulTile> {
     let cc = gpu.compute_capability();
-    matmul::tiles_for(dtype)
+    tiles_for(dtype)
         .iter()
         .copied()
         .filter(|tile| tile.runs_on(cc))
         .collect()
 }
 
-/// The hash of the matmul's source (with the shared header) and of its candidates: a table
+/// The hash of the matmul's sources (with the shared headers) and of its candidates: a table
 /// entry tuned with another is stale.
 pub fn matmul_source_hash(candidates: &[MatmulTile]) -> String {
     static SOURCE_HASH: OnceLock<u64> = OnceLock::new();
     let source = *SOURCE_HASH.get_or_init(|| {
-        let mut text = String::from(matmul::SOURCE);
+        let mut text = ALL_SOURCES.concat();
+        for (_, header) in HEADERS {
+            text.push_str(header);
+        }
         text.push_str(COMMON_HEADER);
         fnv_checksum(text.as_bytes())
     });
@@ -189,7 +192,7 @@ impl TuningTable {
 
     /// The default file: [`TUNING_FILE_NAME`] in the kernel cache's folder.
     pub fn default_path() -> Option<PathBuf> {
-        super::cache::default_dir().map(|dir| dir.join(TUNING_FILE_NAME))
+        cache_dir().map(|dir| dir.join(TUNING_FILE_NAME))
     }
 
     /// Reads the table at `path`. A missing file is an empty table; a file that is not a
@@ -319,7 +322,7 @@ impl TuningTable {
                 .collect(),
         };
         let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
-        super::cache::write_atomically(&path, (text + "\n").as_bytes()).map_err(fail)?;
+        write_atomically(&path, (text + "\n").as_bytes()).map_err(fail)?;
         drop(lock);
         self.entries = merged;
         self.unsaved.clear();
@@ -332,14 +335,6 @@ impl TuningTable {
 pub enum TileSource {
     Tuned,
     Heuristic,
-}
-
-/// One matmul to tune: the problem and the storage of its C and residual.
-#[derive(Clone, Debug)]
-pub struct MatmulCase {
-    pub dtype: DType,
-    pub problem: MatmulProblem,
-    pub storage: MatmulStorage,
 }
 
 /// The candidate `table` holds for `key`, tuned with today's source and candidates; `None`
@@ -356,263 +351,74 @@ pub fn resolve_tuned_tile(
         .copied()
 }
 
-/// How long to time each candidate.
-#[derive(Clone, Copy, Debug)]
-pub struct TuneSettings {
-    /// Untimed launches first (the first also compiles).
-    pub warmup: usize,
-    /// Timed launches; the median counts.
-    pub reps: usize,
+/// The tuning table of `gpu`, loaded from the default file on first use.
+fn tuning_table(gpu: &Gpu) -> Arc<Mutex<TuningTable>> {
+    gpu.family_state(|| {
+        let table = match TuningTable::default_path() {
+            Some(path) => {
+                let (table, problem) = TuningTable::load(&path);
+                if let Some(problem) = problem {
+                    eprintln!("vitrt: {problem}");
+                }
+                table
+            }
+            None => TuningTable::empty(None),
+        };
+        Mutex::new(table)
+    })
 }
 
-/// One candidate's time.
-#[derive(Clone, Debug)]
-pub struct CandidateTime {
-    pub tile: MatmulTile,
-    pub median_ms: f64,
+/// Runs `f` on `gpu`'s tuning table, locked.
+pub(crate) fn with_tuning_table<T>(gpu: &Gpu, f: impl FnOnce(&mut TuningTable) -> T) -> T {
+    let table = tuning_table(gpu);
+    let mut table = table
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    f(&mut table)
 }
 
-/// What tuning one matmul found.
-#[derive(Clone, Debug)]
-pub struct MatmulTuning {
-    pub key: TuningKey,
-    pub source_hash: String,
-    pub heuristic: MatmulTile,
-    pub heuristic_ms: f64,
-    pub best: MatmulTile,
-    pub best_ms: f64,
-    /// Every candidate timed, in candidate order.
-    pub times: Vec<CandidateTime>,
+/// Uses the tuning file at `path` instead of the default one from now on for `gpu` (tests,
+/// and callers with their own cache). Returns the reason when the file was ignored.
+pub fn use_tuning_file(gpu: &Gpu, path: &Path) -> Option<String> {
+    let (table, problem) = TuningTable::load(path);
+    with_tuning_table(gpu, |current| *current = table);
+    problem
 }
 
-/// Device time each timed launch waits behind (see [`Gpu::spin`]), so that the start event
-/// does not fire on an idle GPU while the host is still queuing the launch.
-const SPIN_NANOSECONDS: u64 = 50_000;
+/// The tuning file `gpu` reads and writes.
+pub fn tuning_file(gpu: &Gpu) -> Option<PathBuf> {
+    with_tuning_table(gpu, |table| table.path().map(Path::to_path_buf))
+}
 
-/// The table of a Gpu, loaded on first use.
-pub(crate) type TableCell = OnceLock<Mutex<TuningTable>>;
-
-impl Gpu {
-    fn tuning_table(&self) -> std::sync::MutexGuard<'_, TuningTable> {
-        self.tuning
-            .get_or_init(|| {
-                let table = match TuningTable::default_path() {
-                    Some(path) => {
-                        let (table, problem) = TuningTable::load(&path);
-                        if let Some(problem) = problem {
-                            eprintln!("vitrt: {problem}");
-                        }
-                        table
-                    }
-                    None => TuningTable::empty(None),
-                };
-                Mutex::new(table)
-            })
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The tile [`crate::matmul::gpu::matmul`] runs `p` on (with C and the residual stored as
+/// `storage`), and whether the tuning table or the heuristic chose it. (The small tile
+/// instead when the operands turn out to need element loads.)
+pub fn matmul_choice(
+    gpu: &Gpu,
+    dtype: DType,
+    p: &MatmulProblem,
+    storage: MatmulStorage,
+) -> Result<(MatmulTile, TileSource), KernelError> {
+    match tuned_matmul_tile(gpu, dtype, p, storage) {
+        Some(tile) => Ok((tile, TileSource::Tuned)),
+        None => Ok((matmul_tile_for(gpu, dtype, p)?, TileSource::Heuristic)),
     }
+}
 
-    /// Uses the tuning file at `path` instead of the default one from now on (tests, and
-    /// callers with their own cache). Returns the reason when the file was ignored.
-    pub fn use_tuning_file(&self, path: &Path) -> Option<String> {
-        let (table, problem) = TuningTable::load(path);
-        *self.tuning_table() = table;
-        problem
-    }
-
-    /// The tuning file this Gpu reads and writes.
-    pub fn tuning_file(&self) -> Option<PathBuf> {
-        self.tuning_table().path().map(Path::to_path_buf)
-    }
-
-    /// The tile [`Gpu::matmul`] runs `p` on (with C and the residual stored as `storage`),
-    /// and whether the tuning table or the heuristic chose it. (The small tile instead when
-    /// the operands turn out to need element loads.)
-    pub fn matmul_choice(
-        &self,
-        dtype: DType,
-        p: &MatmulProblem,
-        storage: MatmulStorage,
-    ) -> Result<(MatmulTile, TileSource), KernelError> {
-        match self.tuned_matmul_tile(dtype, p, storage) {
-            Some(tile) => Ok((tile, TileSource::Tuned)),
-            None => Ok((self.matmul_tile_for(dtype, p)?, TileSource::Heuristic)),
-        }
-    }
-
-    /// The tuned tile for `p`, if the table holds one that is still a candidate.
-    pub(crate) fn tuned_matmul_tile(
-        &self,
-        dtype: DType,
-        p: &MatmulProblem,
-        storage: MatmulStorage,
-    ) -> Option<MatmulTile> {
-        let table = self.tuning_table();
+/// The tuned tile for `p`, if the table holds one that is still a candidate.
+fn tuned_matmul_tile(
+    gpu: &Gpu,
+    dtype: DType,
+    p: &MatmulProblem,
+    storage: MatmulStorage,
+) -> Option<MatmulTile> {
+    with_tuning_table(gpu, |table| {
         if table.is_empty() {
             return None;
         }
-        let key = TuningKey::matmul(p, dtype, storage, self.compute_capability, &self.name);
-        resolve_tuned_tile(&table, &key, &matmul_candidates(self, dtype))
-    }
-
-    /// Times every candidate tile on `case` (random operands, enough copies to exceed L2
-    /// twice, `settings.warmup` untimed launches, the median of `settings.reps` timed ones)
-    /// and returns the times; nothing is stored (see [`Gpu::store_matmul_tuning`]).
-    pub fn tune_matmul(
-        &self,
-        case: &MatmulCase,
-        settings: TuneSettings,
-    ) -> Result<MatmulTuning, KernelError> {
-        if settings.reps == 0 {
-            return Err(invalid!("tuning needs at least one timed launch"));
-        }
-        let (dtype, p) = (case.dtype, &case.problem);
-        let candidates = matmul_candidates(self, dtype);
-        if candidates.is_empty() {
-            return Err(invalid!("no {dtype} matmul tiles to tune on {}", self.name));
-        }
-        let heuristic = self.matmul_tile_for(dtype, p)?;
-        let operands = TuningOperands::new(self, case)?;
-        let mut times = Vec::with_capacity(candidates.len());
-        let mut timed = candidates.clone();
-        if !timed.contains(&heuristic) {
-            timed.push(heuristic);
-        }
-        for tile in timed {
-            let mut copy = 0;
-            let launch = |copy: usize| {
-                let (a, b, bias, residual) = operands.inputs(copy);
-                self.matmul_with_tile(dtype, p, tile, a, b, bias, residual, operands.c)
-            };
-            for _ in 0..settings.warmup.max(1) {
-                launch(copy)?;
-                copy = (copy + 1) % operands.copies;
-            }
-            let mut samples = Vec::with_capacity(settings.reps);
-            for _ in 0..settings.reps {
-                self.spin(SPIN_NANOSECONDS)?;
-                samples.push(self.time_ms(|| launch(copy))? as f64);
-                copy = (copy + 1) % operands.copies;
-            }
-            samples.sort_by(f64::total_cmp);
-            times.push(CandidateTime {
-                tile,
-                median_ms: samples[samples.len() / 2],
-            });
-        }
-        let heuristic_ms = times
-            .iter()
-            .find(|t| t.tile == heuristic)
-            .map_or(f64::NAN, |t| t.median_ms);
-        // The best among the candidates (the heuristic's tile is timed for comparison even if
-        // it is not one).
-        let best = times
-            .iter()
-            .filter(|t| candidates.contains(&t.tile))
-            .min_by(|x, y| x.median_ms.total_cmp(&y.median_ms))
-            .cloned()
-            .ok_or_else(|| invalid!("no candidate was timed"))?;
-        Ok(MatmulTuning {
-            key: TuningKey::matmul(p, dtype, case.storage, self.compute_capability, &self.name),
-            source_hash: matmul_source_hash(&candidates),
-            heuristic,
-            heuristic_ms,
-            best: best.tile,
-            best_ms: best.median_ms,
-            times,
-        })
-    }
-
-    /// Keeps `tuning`'s best tile in this Gpu's table (so the next launch of the problem uses
-    /// it) and writes the table to its file; returns the file.
-    pub fn store_matmul_tuning(&self, tuning: &MatmulTuning) -> Result<PathBuf, KernelError> {
-        let mut table = self.tuning_table();
-        table.insert(
-            tuning.key.clone(),
-            &tuning.source_hash,
-            TunedChoice {
-                choice: tuning.best.name(),
-                median_ms: tuning.best_ms,
-            },
-        );
-        table.save().map_err(KernelError::File)
-    }
-}
-
-/// Random operands for timing one matmul: `copies` sets of A, B, bias and residual, enough
-/// to exceed twice the L2 cache, so that no launch finds its inputs left there by the last.
-struct TuningOperands {
-    _buffers: Vec<DeviceBuffer>,
-    sets: Vec<(DevPtr, DevPtr, Option<DevPtr>, Option<DevPtr>)>,
-    c: DevPtr,
-    copies: usize,
-}
-
-impl TuningOperands {
-    fn new(gpu: &Gpu, case: &MatmulCase) -> Result<TuningOperands, KernelError> {
-        let (dtype, p) = (case.dtype, &case.problem);
-        let (batch, heads) = (p.batch, p.heads);
-        let b_rows_cols = match p.b_layout {
-            WeightLayout::NK => (p.n, p.k),
-            WeightLayout::KN => (p.k, p.n),
-        };
-        let a_len = p.a.extent(batch, heads, p.m, p.k);
-        let b_len = p.b.extent(batch, heads, b_rows_cols.0, b_rows_cols.1);
-        let c_len = p.c.extent(batch, heads, p.m, p.n);
-        let bias_len = p.epilogue.bias.then_some(p.n);
-        let residual = p.epilogue.residual.then(|| {
-            let dtype = case.storage.residual.unwrap_or(case.storage.output);
-            (p.r.extent(batch, heads, p.m, p.n), dtype)
-        });
-        let set_bytes = (a_len + b_len + bias_len.unwrap_or(0)) * dtype.size_bytes()
-            + residual.map_or(0, |(len, d)| len * d.size_bytes());
-        let l2 = gpu.l2_cache_bytes().unwrap_or(50 << 20);
-        let copies = (2 * l2).div_ceil(set_bytes.max(1)).clamp(1, 64);
-        let mut random = Xorshift(0x7475_6e65 ^ (set_bytes as u64).rotate_left(17));
-        let mut buffers = Vec::new();
-        let mut upload = |len: usize, dtype: DType, scale: f32| -> Result<DevPtr, KernelError> {
-            let values: Vec<f32> = (0..len).map(|_| random.uniform() * scale).collect();
-            let buffer = gpu.alloc((len * dtype.size_bytes()).max(1))?;
-            gpu.upload(&buffer, 0, &dtype.encode(&values))?;
-            let view = buffer.view(0, len, dtype)?;
-            buffers.push(buffer);
-            Ok(view)
-        };
-        // Sums of k products of values in [-1, 1] · 1/√k stay near 1: no overflow in f16.
-        let b_scale = 1.0 / (p.k.max(1) as f32).sqrt();
-        let mut sets = Vec::with_capacity(copies);
-        for _ in 0..copies {
-            let a = upload(a_len, dtype, 1.0)?;
-            let b = upload(b_len, dtype, b_scale)?;
-            let bias = bias_len.map(|len| upload(len, dtype, 1.0)).transpose()?;
-            let residual = residual.map(|(len, d)| upload(len, d, 1.0)).transpose()?;
-            sets.push((a, b, bias, residual));
-        }
-        let c = upload(c_len, case.storage.output, 0.0)?;
-        Ok(TuningOperands {
-            _buffers: buffers,
-            sets,
-            c,
-            copies,
-        })
-    }
-
-    fn inputs(&self, copy: usize) -> (DevPtr, DevPtr, Option<DevPtr>, Option<DevPtr>) {
-        self.sets[copy % self.sets.len()]
-    }
-}
-
-/// A small deterministic generator: the kernels crate has no `rand`.
-struct Xorshift(u64);
-
-impl Xorshift {
-    /// Uniform in [-1, 1).
-    fn uniform(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
+        let key = TuningKey::matmul(p, dtype, storage, gpu.compute_capability(), gpu.name());
+        resolve_tuned_tile(table, &key, &matmul_candidates(gpu, dtype))
+    })
 }
 
 #[cfg(test)]
@@ -649,7 +455,7 @@ mod tests {
     }
 
     fn hash() -> String {
-        matmul_source_hash(matmul::tiles_for(DType::F16))
+        matmul_source_hash(tiles_for(DType::F16))
     }
 
     #[test]
@@ -689,7 +495,7 @@ mod tests {
 
     #[test]
     fn the_source_hash_changes_with_the_candidates() {
-        let tiles = matmul::tiles_for(DType::F16);
+        let tiles = tiles_for(DType::F16);
         assert_eq!(matmul_source_hash(tiles), matmul_source_hash(tiles));
         assert_ne!(matmul_source_hash(tiles), matmul_source_hash(&tiles[..1]));
     }
@@ -861,7 +667,7 @@ mod tests {
 
     #[test]
     fn stored_choices_resolve_only_to_current_candidates() {
-        let candidates = matmul::tiles_for(DType::F16);
+        let candidates = tiles_for(DType::F16);
         let mut table = TuningTable::empty(None);
         let choose = |name: &str| TunedChoice {
             choice: name.into(),

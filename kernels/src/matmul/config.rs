@@ -1,0 +1,597 @@
+//! One matmul instantiation's meta-parameters ([`MatmulConfig`]), the program it names (one
+//! `.cu` a program), its parameters and shared memory, and every instantiation the launcher can
+//! pick ([`instantiations`]), generated from the tile tables of selection.rs and the storage rules
+//! of [`MixedOutput`].
+
+use crate::cuda::{ArchRequirement, DevPtr, Instantiation, KernelParam, ParamKind};
+use crate::matmul::problem::{MatmulProblem, WeightLayout};
+use crate::matmul::selection::{
+    pipeline_bytes, rows_aligned, single_nk_matrix, staged_bytes, tiles_for, MatmulTile, Program,
+    DEEP_SMALL_TILE, SMALL_TENSOR_CORE_TILE, TENSOR_CORE_TILES, TMA_TILES, WGMMA_TILES,
+};
+use crate::{Activation, DType, Operand};
+
+/// The programs' sources, one `.cu` a program.
+pub(crate) const MMA_SYNC_SOURCE: &str = include_str!("mma_sync.cu");
+pub(crate) const FMA_SOURCE: &str = include_str!("fma.cu");
+pub(crate) const WGMMA_SOURCE: &str = include_str!("wgmma.cu");
+pub(crate) const TMA_COOPERATIVE_SOURCE: &str = include_str!("tma_cooperative.cu");
+pub(crate) const TMA_PINGPONG_SOURCE: &str = include_str!("tma_pingpong.cu");
+
+/// The source of `program`'s `.cu`.
+pub(crate) fn program_source(program: Program) -> &'static str {
+    match program {
+        Program::MmaSync => MMA_SYNC_SOURCE,
+        Program::Fma => FMA_SOURCE,
+        Program::Wgmma => WGMMA_SOURCE,
+        Program::TmaCooperative => TMA_COOPERATIVE_SOURCE,
+        Program::TmaPingPong => TMA_PINGPONG_SOURCE,
+    }
+}
+
+/// The headers the programs share, which NVRTC receives in memory beside common.cuh.
+pub(crate) const HEADERS: &[(&str, &str)] = &[
+    ("epilogue.cuh", include_str!("epilogue.cuh")),
+    ("copy.cuh", include_str!("copy.cuh")),
+    ("wgmma.cuh", include_str!("wgmma.cuh")),
+    ("tma.cuh", include_str!("tma.cuh")),
+];
+
+/// Every source and header of the matmul, in one order: what its tuning entries hash.
+pub(crate) const ALL_SOURCES: [&str; 5] = [
+    MMA_SYNC_SOURCE,
+    FMA_SOURCE,
+    WGMMA_SOURCE,
+    TMA_COOPERATIVE_SOURCE,
+    TMA_PINGPONG_SOURCE,
+];
+
+/// Tile rows per group of the grouped program order (Triton's GROUP_SIZE_M).
+pub(crate) const GROUP_M: u32 = 8;
+
+/// The dynamic shared memory an sm_90 CTA may opt into.
+pub(crate) const SM90_SHARED_BYTES: u32 = 227 * 1024;
+
+/// The ping-pong residual variant's residual buffers, 32 KB for each consumer warpgroup: half a
+/// 128 x 128 tile of f32, or a whole one of 16-bit values (see `load_residual_parts` in
+/// tma_pingpong.cu).
+pub(crate) const PINGPONG_RESIDUAL_BYTES: u32 = 2 * 128 * 128 / 2 * 4;
+
+/// Every meta-parameter of one matmul instantiation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct MatmulConfig {
+    /// Storage type of A, B and the bias.
+    pub dtype: DType,
+    /// Storage type of the residual (C's when there is none).
+    pub residual: DType,
+    /// Storage type of C.
+    pub output: DType,
+    pub tile: MatmulTile,
+    pub activation: Activation,
+    pub b_layout: WeightLayout,
+    /// A and B rows start on 16-byte boundaries: tiles are fetched with 16-byte cp.async.
+    pub vec16: bool,
+    /// A residual is added. Only the ping-pong tile has a separate program for it (its
+    /// residual variant); every other tile reads the residual pointer at run time.
+    pub with_residual: bool,
+}
+
+impl MatmulConfig {
+    /// Dynamic shared memory: the pipeline's stages, or what the epilogue keeps in the same
+    /// memory afterwards (the fp32 tile with padded rows, then a residual tile in the storage
+    /// type), whichever is larger (formulas as in the programs).
+    pub fn shared_bytes(&self) -> u32 {
+        let t = &self.tile;
+        if self.pingpong_residual() {
+            // The stages that fit, each consumer warpgroup's residual buffer, then its tile of
+            // bias.
+            let stages = self.pingpong_residual_stages();
+            return 1024
+                + stages * (t.block_m + t.block_n) * t.block_k * 2
+                + PINGPONG_RESIDUAL_BYTES
+                + 2 * t.block_n * 2;
+        }
+        if t.program == Program::TmaPingPong {
+            // The stages, then each consumer warpgroup's output tile in C's (16-bit) type, then
+            // its tile of bias.
+            return pipeline_bytes(self.dtype, t)
+                + 2 * t.block_m * t.block_n * 2
+                + 2 * t.block_n * 2;
+        }
+        if t.program.uses_tma() {
+            // The stages, then each consumer warpgroup's 64 x 64 fp32 epilogue buffer (row
+            // pitch 68); the barriers are static shared memory.
+            return pipeline_bytes(self.dtype, t) + 2 * 64 * 68 * 4;
+        }
+        let residual = if self.stages_residual() {
+            t.block_m * t.block_n * self.residual.size_bytes() as u32
+        } else {
+            0
+        };
+        pipeline_bytes(self.dtype, t).max(staged_bytes(self.dtype, t) + residual)
+    }
+
+    /// Whether this is the ping-pong tile's residual variant (`matmul_block_tma_pingpong_residual`):
+    /// R and C f32 (the residual stream), or both in the operands' type.
+    pub(crate) fn pingpong_residual(&self) -> bool {
+        self.tile.program == Program::TmaPingPong
+            && (MixedOutput::of(self.dtype, self.residual, self.output)
+                == Some(MixedOutput::ResidualStream)
+                || (self.with_residual && (self.residual, self.output) == (self.dtype, self.dtype)))
+    }
+
+    /// The residual variant's pipeline depth: the tile's, or as many stages as fit beside its
+    /// residual and bias buffers in the 227 KB an sm_90 CTA may have (the barriers take the
+    /// 256 bytes).
+    pub(crate) fn pingpong_residual_stages(&self) -> u32 {
+        let t = &self.tile;
+        let stage = (t.block_m + t.block_n) * t.block_k * 2;
+        let buffers = PINGPONG_RESIDUAL_BYTES + 2 * t.block_n * 2;
+        t.stages
+            .min((SM90_SHARED_BYTES - 1024 - 256 - buffers) / stage)
+    }
+
+    /// Threads per CTA: the tile's, and a residual loader warp for the ping-pong residual variant.
+    pub fn threads(&self) -> u32 {
+        self.tile.threads() + if self.pingpong_residual() { 32 } else { 0 }
+    }
+
+    /// Whether the epilogue fetches residual runs into shared memory (`kStageResidual` in
+    /// mma_sync.cu and wgmma.cu). mma.sync tiles: not for an f32 residual of a half-precision tile larger than
+    /// 64x64, whose residual tile would leave no room for the SM's second CTA. Hopper tiles:
+    /// where it adds at most 8 KB to what the pipeline takes.
+    pub(crate) fn stages_residual(&self) -> bool {
+        let t = &self.tile;
+        if t.program.is_hopper() {
+            let residual = t.block_m * t.block_n * self.residual.size_bytes() as u32;
+            return staged_bytes(self.dtype, t) + residual <= pipeline_bytes(self.dtype, t) + 8192;
+        }
+        self.residual.size_bytes() == self.dtype.size_bytes() || t.block_m * t.block_n <= 64 * 64
+    }
+
+    pub fn instantiation(&self) -> Instantiation {
+        let d = self.dtype;
+        let t = &self.tile;
+        let layout = match self.b_layout {
+            WeightLayout::NK => "nk",
+            WeightLayout::KN => "kn",
+        };
+        // Uniform instantiations keep their short names; mixed ones spell R's and C's types.
+        let mixed = if (self.residual, self.output) == (d, d) {
+            String::new()
+        } else {
+            format!("_r{}_c{}", self.residual.name(), self.output.name())
+        };
+        if t.program.uses_tma() {
+            return self.tma_instantiation(mixed);
+        }
+        let name = if t.program.is_hopper() {
+            format!(
+                "matmul_{}_wg_bm{}_bn{}_bk{}_g{GROUP_M}_s{}_{}_{layout}{mixed}",
+                d.name(),
+                t.block_m,
+                t.block_n,
+                t.block_k,
+                t.stages,
+                self.activation.short_name(),
+            )
+        } else {
+            format!(
+                "matmul_{}_bm{}_bn{}_bk{}_g{GROUP_M}_s{}_w{}x{}_{}_{layout}_{}{mixed}",
+                d.name(),
+                t.block_m,
+                t.block_n,
+                t.block_k,
+                t.stages,
+                t.warps_m,
+                t.warps_n,
+                self.activation.short_name(),
+                if self.vec16 { "v16" } else { "v1" },
+            )
+        };
+        let mut params = vec![
+            KernelParam::new("a", ParamKind::ConstPtr(d)),
+            KernelParam::new("b", ParamKind::ConstPtr(d)),
+            KernelParam::new("bias", ParamKind::ConstPtr(d)),
+            KernelParam::new("residual", ParamKind::ConstPtr(self.residual)),
+            KernelParam::new("c", ParamKind::MutPtr(self.output)),
+            KernelParam::new("heads", ParamKind::I32),
+            KernelParam::new("m", ParamKind::I32),
+            KernelParam::new("n", ParamKind::I32),
+            KernelParam::new("k", ParamKind::I32),
+        ];
+        for names in VIEW_PARAM_NAMES {
+            params.extend(
+                names
+                    .iter()
+                    .map(|&name| KernelParam::new(name, ParamKind::I64)),
+            );
+        }
+        params.push(KernelParam::new("alpha", ParamKind::F32));
+        params.push(KernelParam::new("vector_epilogue", ParamKind::I32));
+        let mut template_args = vec![
+            d.cuda_type().into(),
+            self.residual.cuda_type().into(),
+            self.output.cuda_type().into(),
+            t.block_m.to_string(),
+            t.block_n.to_string(),
+            t.block_k.to_string(),
+            GROUP_M.to_string(),
+            t.stages.to_string(),
+        ];
+        if t.program.is_hopper() {
+            template_args.push(self.activation.cuda_name().into());
+            return Instantiation {
+                name,
+                family: "matmul",
+                source: program_source(t.program),
+                headers: HEADERS,
+                function: "matmul_block_wgmma",
+                template_args,
+                params,
+                block_threads: t.threads(),
+                // Tiles meant to share an SM must fit its registers twice.
+                min_blocks_per_sm: if t.ctas_per_sm > 1 { t.ctas_per_sm } else { 0 },
+                // wgmma exists on sm_90a only.
+                arch: ArchRequirement::Exactly(9, 0),
+            };
+        }
+        template_args.extend([
+            t.warps_m.to_string(),
+            t.warps_n.to_string(),
+            self.activation.cuda_name().into(),
+            (self.b_layout == WeightLayout::KN).to_string(),
+            self.vec16.to_string(),
+        ]);
+        params.extend([
+            KernelParam::new("splits", ParamKind::I32),
+            KernelParam::new("split_k", ParamKind::I32),
+            KernelParam::new("split_partials", ParamKind::MutPtr(DType::F32)),
+            KernelParam::new("split_counters", ParamKind::CounterPtr),
+        ]);
+        Instantiation {
+            name,
+            family: "matmul",
+            source: program_source(t.program),
+            headers: HEADERS,
+            function: "matmul_block",
+            template_args,
+            params,
+            block_threads: t.threads(),
+            min_blocks_per_sm: 0,
+            // cp.async, ldmatrix and bf16 mma.sync need sm_80.
+            arch: ArchRequirement::AtLeast(8, 0),
+        }
+    }
+}
+
+impl MatmulConfig {
+    /// The warp-specialised Hopper instantiation: A and B as tensor maps, one matrix.
+    fn tma_instantiation(&self, mixed: String) -> Instantiation {
+        let d = self.dtype;
+        let t = &self.tile;
+        if t.program == Program::TmaPingPong {
+            return self.pingpong_instantiation();
+        }
+        let name = format!(
+            "matmul_{}_tma_bn{}_s{}_g{GROUP_M}_{}_nk{mixed}",
+            d.name(),
+            t.block_n,
+            t.stages,
+            self.activation.short_name(),
+        );
+        let params = vec![
+            KernelParam::new("a_map", ParamKind::TensorMap),
+            KernelParam::new("b_map", ParamKind::TensorMap),
+            KernelParam::new("bias", ParamKind::ConstPtr(d)),
+            KernelParam::new("residual", ParamKind::ConstPtr(self.residual)),
+            KernelParam::new("c", ParamKind::MutPtr(self.output)),
+            KernelParam::new("m", ParamKind::I32),
+            KernelParam::new("n", ParamKind::I32),
+            KernelParam::new("k", ParamKind::I32),
+            KernelParam::new("c_offset", ParamKind::I64),
+            KernelParam::new("c_row_stride", ParamKind::I64),
+            KernelParam::new("r_offset", ParamKind::I64),
+            KernelParam::new("r_row_stride", ParamKind::I64),
+            KernelParam::new("alpha", ParamKind::F32),
+            KernelParam::new("vector_epilogue", ParamKind::I32),
+        ];
+        Instantiation {
+            name,
+            family: "matmul",
+            source: program_source(t.program),
+            headers: HEADERS,
+            function: "matmul_block_tma",
+            template_args: vec![
+                d.cuda_type().into(),
+                self.residual.cuda_type().into(),
+                self.output.cuda_type().into(),
+                t.block_n.to_string(),
+                t.stages.to_string(),
+                GROUP_M.to_string(),
+                self.activation.cuda_name().into(),
+            ],
+            params,
+            block_threads: t.threads(),
+            // setmaxnreg moves registers between the warpgroups only under a cap at entry.
+            min_blocks_per_sm: 1,
+            arch: ArchRequirement::Exactly(9, 0),
+        }
+    }
+}
+
+impl MatmulConfig {
+    /// The ping-pong Hopper instantiation: A, B and C as tensor maps, one matrix, no residual,
+    /// C in the operands' type; or R as a tensor map and C as a pointer for the f32 residual
+    /// stream (see `pingpong_takes` for what the launcher sends it).
+    fn pingpong_instantiation(&self) -> Instantiation {
+        let d = self.dtype;
+        let t = &self.tile;
+        let residual = self.pingpong_residual();
+        let stages = if residual {
+            self.pingpong_residual_stages()
+        } else {
+            t.stages
+        };
+        let mut params = vec![
+            KernelParam::new("a_map", ParamKind::TensorMap),
+            KernelParam::new("b_map", ParamKind::TensorMap),
+        ];
+        let stream16 = residual && self.output != DType::F32;
+        if stream16 {
+            params.extend([
+                KernelParam::new("r_map", ParamKind::TensorMap),
+                KernelParam::new("c_map", ParamKind::TensorMap),
+                KernelParam::new("bias", ParamKind::ConstPtr(d)),
+            ]);
+        } else if residual {
+            params.extend([
+                KernelParam::new("r_map", ParamKind::TensorMap),
+                KernelParam::new("bias", ParamKind::ConstPtr(d)),
+                KernelParam::new("c", ParamKind::MutPtr(DType::F32)),
+                KernelParam::new("c_row_stride", ParamKind::I64),
+            ]);
+        } else {
+            params.extend([
+                KernelParam::new("c_map", ParamKind::TensorMap),
+                KernelParam::new("bias", ParamKind::ConstPtr(d)),
+            ]);
+        }
+        params.extend([
+            KernelParam::new("m", ParamKind::I32),
+            KernelParam::new("n", ParamKind::I32),
+            KernelParam::new("k", ParamKind::I32),
+            KernelParam::new("alpha", ParamKind::F32),
+        ]);
+        Instantiation {
+            name: format!(
+                "matmul_{}_tmapp_bn{}_s{stages}_g{GROUP_M}_{}_nk{}",
+                d.name(),
+                t.block_n,
+                self.activation.short_name(),
+                match (residual, self.output) {
+                    (false, _) => "",
+                    (true, DType::F32) => "_rf32_cf32",
+                    (true, _) => "_res",
+                },
+            ),
+            family: "matmul",
+            source: program_source(t.program),
+            headers: HEADERS,
+            function: if stream16 {
+                "matmul_block_tma_pingpong_stream16"
+            } else if residual {
+                "matmul_block_tma_pingpong_residual"
+            } else {
+                "matmul_block_tma_pingpong"
+            },
+            template_args: vec![
+                d.cuda_type().into(),
+                t.block_n.to_string(),
+                stages.to_string(),
+                GROUP_M.to_string(),
+                self.activation.cuda_name().into(),
+            ],
+            params,
+            block_threads: self.threads(),
+            min_blocks_per_sm: 1,
+            arch: ArchRequirement::Exactly(9, 0),
+        }
+    }
+}
+
+/// The wrapper's stride parameters, one group per operand view (A, B, C, residual).
+const VIEW_PARAM_NAMES: [[&str; 4]; 4] = [
+    [
+        "a_offset",
+        "a_row_stride",
+        "a_batch_stride",
+        "a_head_stride",
+    ],
+    [
+        "b_offset",
+        "b_row_stride",
+        "b_batch_stride",
+        "b_head_stride",
+    ],
+    [
+        "c_offset",
+        "c_row_stride",
+        "c_batch_stride",
+        "c_head_stride",
+    ],
+    [
+        "r_offset",
+        "r_row_stride",
+        "r_batch_stride",
+        "r_head_stride",
+    ],
+];
+
+/// The (residual, C) storage types a half-precision matmul may use besides its own: a linear
+/// layer that adds into an f32 residual stream (R and C f32, any activation), and the patch
+/// projection, which writes the stream's first values with the position embeddings (stored
+/// like the weights) as its residual (R the weights' type, C f32, no activation). Both only
+/// with B as [N, K] weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MixedOutput {
+    /// R and C f32.
+    ResidualStream,
+    /// R in the operands' type, C f32.
+    StreamStart,
+}
+
+impl MixedOutput {
+    pub(crate) fn of(dtype: DType, residual: DType, output: DType) -> Option<MixedOutput> {
+        match (residual, output) {
+            (DType::F32, DType::F32) if dtype != DType::F32 => Some(MixedOutput::ResidualStream),
+            (r, DType::F32) if r == dtype && dtype != DType::F32 => Some(MixedOutput::StreamStart),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn allows(self, activation: Activation, b_layout: WeightLayout) -> bool {
+        b_layout == WeightLayout::NK
+            && (self == MixedOutput::ResidualStream || activation == Activation::None)
+    }
+}
+
+/// Every instantiation [`launch`] can pick.
+pub(crate) fn instantiations() -> Vec<Instantiation> {
+    let mut all = Vec::new();
+    for dtype in DType::ALL {
+        let storage: &[(DType, DType)] = match dtype {
+            DType::F32 => &[(DType::F32, DType::F32)],
+            _ => &[
+                (dtype, dtype),
+                (DType::F32, DType::F32),
+                (dtype, DType::F32),
+            ],
+        };
+        for &tile in tiles_for(dtype) {
+            let vec16_choices: &[bool] = match dtype {
+                DType::F32 => &[false],
+                _ if tile == SMALL_TENSOR_CORE_TILE => &[true, false],
+                _ => &[true],
+            };
+            // Hopper tiles and the deep small tile take [N, K] weights only (see `configure`).
+            let layouts: &[WeightLayout] = if tile.program.is_hopper() || tile == DEEP_SMALL_TILE {
+                &[WeightLayout::NK]
+            } else {
+                &[WeightLayout::NK, WeightLayout::KN]
+            };
+            for activation in Activation::ALL {
+                for &b_layout in layouts {
+                    for &(residual, output) in storage {
+                        if MixedOutput::of(dtype, residual, output)
+                            .is_some_and(|mixed| !mixed.allows(activation, b_layout))
+                            || (tile.program == Program::TmaPingPong
+                                && (residual, output) != (dtype, dtype)
+                                && (residual, output) != (DType::F32, DType::F32))
+                        {
+                            continue;
+                        }
+                        // The ping-pong tile has a program without and one with a residual in
+                        // the operands' type; the f32 stream always has one.
+                        let with_residual: &[bool] = if tile.program != Program::TmaPingPong {
+                            &[false]
+                        } else if output == DType::F32 {
+                            &[true]
+                        } else {
+                            &[false, true]
+                        };
+                        for &vec16 in vec16_choices {
+                            for &with_residual in with_residual {
+                                let config = MatmulConfig {
+                                    dtype,
+                                    residual,
+                                    output,
+                                    tile,
+                                    activation,
+                                    b_layout,
+                                    vec16,
+                                    with_residual,
+                                };
+                                all.push(config.instantiation());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    all
+}
+
+/// The configuration for `p` with tile `tile`, from the actual pointers' alignment. Tensor-core
+/// problems whose A or B rows are not 16-byte aligned (odd head dims such as 18, offsets into
+/// the middle of a row) run on the small tile whatever `tile` says: element loads make them
+/// slow anyway, and it keeps the big tiles to one load path, half the instantiations.
+pub(crate) fn configure(
+    dtype: DType,
+    p: &MatmulProblem,
+    tile: MatmulTile,
+    a: DevPtr,
+    b: DevPtr,
+    residual: Option<DevPtr>,
+    c: DevPtr,
+) -> MatmulConfig {
+    let size = dtype.size_bytes();
+    let b_rows = match p.b_layout {
+        WeightLayout::NK => p.n,
+        WeightLayout::KN => p.k,
+    };
+    let vec16 = dtype != DType::F32
+        && rows_aligned(a.ptr, size, &p.a, (p.batch, p.heads, p.m), 16 / size)
+        && rows_aligned(b.ptr, size, &p.b, (p.batch, p.heads, b_rows), 16 / size);
+    let tile = if dtype != DType::F32 && !vec16 {
+        SMALL_TENSOR_CORE_TILE
+    } else if tile.program.is_hopper() && p.b_layout == WeightLayout::KN {
+        // The Hopper body reads B K-major only: [K, N] operands (P·V) take the mma.sync tile.
+        TENSOR_CORE_TILES[0]
+    } else if tile == DEEP_SMALL_TILE && !single_nk_matrix(p) {
+        // Registered for single [N, K] matrices only (batch 1's linear layers).
+        SMALL_TENSOR_CORE_TILE
+    } else if tile.program.uses_tma() && !single_nk_matrix(p) {
+        // Tensor maps here describe one matrix each: batched products take the cp.async body.
+        WGMMA_TILES[0]
+    } else if tile.program == Program::TmaPingPong && !pingpong_takes(dtype, p, residual, c) {
+        // The ping-pong tile stores C through a tensor map, without residual.
+        TMA_TILES[0]
+    } else {
+        tile
+    };
+    MatmulConfig {
+        dtype,
+        residual: residual.map_or(c.dtype, |r| r.dtype),
+        output: c.dtype,
+        tile,
+        activation: p.epilogue.activation,
+        b_layout: p.b_layout,
+        vec16,
+        with_residual: residual.is_some(),
+    }
+}
+
+/// Whether the ping-pong tile's epilogue can write `p`'s C: without residual, C in the
+/// operands' type; with one, R and C both f32 (the residual stream) or both in the operands'
+/// type. Their rows on 16-byte boundaries, what a tensor map requires.
+pub(crate) fn pingpong_takes(
+    dtype: DType,
+    p: &MatmulProblem,
+    residual: Option<DevPtr>,
+    c: DevPtr,
+) -> bool {
+    let aligned = |ptr: DevPtr, view: &Operand| {
+        let size = ptr.dtype.size_bytes();
+        rows_aligned(ptr.ptr, size, view, (1, 1, p.m), 16 / size)
+    };
+    match residual {
+        None => c.dtype == dtype && aligned(c, &p.c),
+        Some(r) => {
+            ((r.dtype, c.dtype) == (DType::F32, DType::F32) || (r.dtype, c.dtype) == (dtype, dtype))
+                && aligned(r, &p.r)
+                && aligned(c, &p.c)
+        }
+    }
+}

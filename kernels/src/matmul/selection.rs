@@ -1,0 +1,452 @@
+//! Which tile a matmul runs on: the tile tables, the cost model that picks among them for a
+//! problem on a device, and split-K. What each tile costs an SM is measured; the cost model
+//! estimates how long the busiest SM takes, from the number of tiles, how many CTAs of the
+//! shape one SM holds, and the shape's speed. Large tiles win on large problems (fewer bytes
+//! moved per FLOP) unless their last wave leaves SMs idle; small ones win when large tiles would
+//! leave most SMs idle (batch-1 shapes, attention with few heads). A tuned tile (tuning.rs)
+//! wins over this choice; the launcher is handed the tile (gpu.rs).
+
+use crate::cuda::{Gpu, KernelError};
+use crate::matmul::problem::{MatmulProblem, WeightLayout};
+use crate::{DType, Operand};
+use cudarc::driver::sys::CUdevice_attribute;
+
+/// The block programs a tile runs on, one `.cu` each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Program {
+    /// f16/bf16 on tensor cores through `mma.sync`, fed by a cp.async pipeline (mma_sync.cu,
+    /// `matmul_block`, sm_80 and later).
+    MmaSync,
+    /// f32 on CUDA cores (fma.cu, `matmul_block`, any arch).
+    Fma,
+    /// f16/bf16 warpgroup MMA from shared memory, fed by cp.async (wgmma.cu,
+    /// `matmul_block_wgmma`, sm_90a). Only for B as [N, K] and 16-byte aligned rows;
+    /// `warps_m` counts its warps.
+    Wgmma,
+    /// Warp-specialised wgmma: TMA copies on mbarriers, a persistent grid, BLOCK_M 128, a
+    /// producer warpgroup and two consumers sharing each tile, 384 threads
+    /// (tma_cooperative.cu, `matmul_block_tma`, sm_90a). Only for single [M, K] x [N, K]
+    /// matrices with 16-byte aligned rows (every linear layer).
+    TmaCooperative,
+    /// The TMA program whose two consumer warpgroups take alternate tiles, so that one's
+    /// epilogue overlaps the other's MMAs: 288 threads, a producer warp (tma_pingpong.cu,
+    /// `matmul_block_tma_pingpong` and its residual and 16-bit stream variants, sm_90a).
+    TmaPingPong,
+}
+
+impl Program {
+    /// A Hopper program (sm_90a): warpgroup MMA, with or without TMA.
+    pub fn is_hopper(self) -> bool {
+        matches!(
+            self,
+            Program::Wgmma | Program::TmaCooperative | Program::TmaPingPong
+        )
+    }
+
+    /// A warp-specialised program: A and B (and C or R on the ping-pong tile) through TMA
+    /// tensor maps, one matrix, a persistent grid.
+    pub fn uses_tma(self) -> bool {
+        matches!(self, Program::TmaCooperative | Program::TmaPingPong)
+    }
+}
+
+/// One tile shape of a block program, and what it costs the SM that runs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatmulTile {
+    pub block_m: u32,
+    pub block_n: u32,
+    pub block_k: u32,
+    /// Shared-memory pipeline depth (cp.async stages; the f32 body always double-buffers).
+    pub stages: u32,
+    pub warps_m: u32,
+    pub warps_n: u32,
+    /// CTAs of this shape one SM holds at once (from registers and shared memory on sm_90;
+    /// the resource report of the CI compile test shows the inputs).
+    pub ctas_per_sm: u32,
+    /// Relative speed of one fully occupied SM running this shape's main loop, for the cost
+    /// model.
+    pub speed: u32,
+    /// What a tile costs besides its main loop (pipeline fill, and the epilogue where no other
+    /// tile's MMAs overlap it), in k-columns of main loop. Fitted to the batch-64 proj and fc2
+    /// (same M and N, K 768 and 3072): 742 for the cooperative 128x192, 348 for the ping-pong
+    /// tile, whose epilogue runs under the other warpgroup's main loop (measured:
+    /// benchmarks/NOTES.md, 2026-11-22 "K-aware cost model").
+    pub overhead_k: u32,
+    /// The program that runs the tile.
+    pub program: Program,
+}
+
+impl MatmulTile {
+    pub fn threads(&self) -> u32 {
+        self.warps_m * self.warps_n * 32
+    }
+
+    /// A short name: `128x128x32_s4_w2x2`, or `wg128x192x64_s5` for a Hopper tile.
+    pub fn name(&self) -> String {
+        if self.program.uses_tma() {
+            return format!(
+                "{}{}x{}x{}_s{}",
+                if self.program == Program::TmaPingPong {
+                    "tmapp"
+                } else {
+                    "tma"
+                },
+                self.block_m,
+                self.block_n,
+                self.block_k,
+                self.stages
+            );
+        }
+        if self.program == Program::Wgmma {
+            return format!(
+                "wg{}x{}x{}_s{}",
+                self.block_m, self.block_n, self.block_k, self.stages
+            );
+        }
+        format!(
+            "{}x{}x{}_s{}_w{}x{}",
+            self.block_m, self.block_n, self.block_k, self.stages, self.warps_m, self.warps_n
+        )
+    }
+
+    /// Whether a device of compute capability `cc` can run this tile.
+    pub fn runs_on(&self, cc: (u32, u32)) -> bool {
+        !self.program.is_hopper() || cc == (9, 0)
+    }
+
+    /// Estimated run time (arbitrary units) of `programs` tiles on `sms` SMs: the busiest SM
+    /// gets `ceil(programs / sms)` tiles and runs them in rounds of up to `ctas_per_sm`
+    /// sharing it; a round takes as long as its tiles' work at the shape's speed, and a last,
+    /// partial round as long as a full one (its CTAs run no faster for having the SM to
+    /// themselves only in part).
+    pub(crate) fn cost(&self, programs: u64, sms: u64, k: u64) -> u64 {
+        let per_sm = programs.div_ceil(sms);
+        let concurrent = per_sm.min(self.ctas_per_sm as u64);
+        let rounds = per_sm.div_ceil(self.ctas_per_sm as u64);
+        let tile_work = (self.block_m * self.block_n) as u64 * (k + self.overhead_k as u64);
+        rounds * concurrent * tile_work * 1000 / self.speed as u64
+    }
+}
+
+const fn tile(
+    program: Program,
+    (block_m, block_n, block_k): (u32, u32, u32),
+    stages: u32,
+    (warps_m, warps_n): (u32, u32),
+    ctas_per_sm: u32,
+    speed: u32,
+) -> MatmulTile {
+    MatmulTile {
+        block_m,
+        block_n,
+        block_k,
+        stages,
+        warps_m,
+        warps_n,
+        ctas_per_sm,
+        speed,
+        overhead_k: SERIAL_EPILOGUE_K,
+        program,
+    }
+}
+
+/// `overhead_k` of every tile whose epilogue no MMA of its own CTA overlaps (all but the
+/// ping-pong tile).
+const SERIAL_EPILOGUE_K: u32 = 742;
+
+/// A Hopper tile: BLOCK_M / 64 warpgroups of four warps, BLOCK_K 64 (128-byte swizzled rows).
+const fn wgmma_tile(
+    (block_m, block_n): (u32, u32),
+    stages: u32,
+    ctas_per_sm: u32,
+    speed: u32,
+) -> MatmulTile {
+    MatmulTile {
+        block_m,
+        block_n,
+        block_k: 64,
+        stages,
+        warps_m: block_m / 16,
+        warps_n: 1,
+        ctas_per_sm,
+        speed,
+        overhead_k: SERIAL_EPILOGUE_K,
+        program: Program::Wgmma,
+    }
+}
+
+/// A warp-specialised Hopper tile: 128 x BLOCK_N, BLOCK_K 64, one CTA per SM. Cooperative: a
+/// producer warpgroup and two consumers sharing each tile (384 threads, `warps_m` 12);
+/// ping-pong: two consumers on alternate tiles and a producer warp (288 threads, `warps_m` 9).
+const fn tma_tile(block_n: u32, stages: u32, pingpong: bool, speed: u32) -> MatmulTile {
+    MatmulTile {
+        block_m: 128,
+        block_n,
+        block_k: 64,
+        stages,
+        warps_m: if pingpong { 9 } else { 12 },
+        warps_n: 1,
+        ctas_per_sm: 1,
+        speed,
+        overhead_k: if pingpong { 348 } else { SERIAL_EPILOGUE_K },
+        program: if pingpong {
+            Program::TmaPingPong
+        } else {
+            Program::TmaCooperative
+        },
+    }
+}
+
+/// Tensor-core tiles (f16, bf16) of the mma.sync program. 128x128x32 with four warps of 64x64
+/// is the fastest on every batch-64 ViT-B/16 GEMM (`matmul_speed_report` in
+/// kernels/tests/gpu_matmul_speed.rs); 64x64x32 (32x32 warp tiles) wins whenever 128x128 tiles
+/// leave SMs idle, as every batch-1 GEMM (M = 197) does. The small tile is also the one for operands whose rows do not allow 16-byte copies (see
+/// [`configure`]); the deep one takes small single-matrix products (see [`DEEP_SMALL_TILE`]).
+pub const TENSOR_CORE_TILES: [MatmulTile; 3] = [
+    tile(Program::MmaSync, (128, 128, 32), 4, (2, 2), 2, 100),
+    SMALL_TENSOR_CORE_TILE,
+    DEEP_SMALL_TILE,
+];
+
+/// The tensor-core tile for small problems and for operands that need element loads.
+pub(crate) const SMALL_TENSOR_CORE_TILE: MatmulTile =
+    tile(Program::MmaSync, (64, 64, 32), 4, (2, 2), 4, 78);
+
+/// The small tile with 6 stages of BK 64 (96 KB, two CTAs per SM) instead of 4 of BK 32: at
+/// batch 1 every linear layer makes at most two 64 x 64 tiles per SM and each CTA streams its
+/// weights with a memory latency per (stages - 1) k-tiles, so five 16 KB k-tiles in flight
+/// instead of three 8 KB ones cut the latencies per tile by 3.3x. It takes only what fits in
+/// one round of its CTAs (see `select_tile`): at batch 8 proj and fc2 make 300 tiles, and it is
+/// slower there (measured: benchmarks/NOTES.md, 2026-11-22 "a deep small tile"). Single [N, K]
+/// matrices with 16-byte rows only (see [`configure`]).
+pub(crate) const DEEP_SMALL_TILE: MatmulTile =
+    tile(Program::MmaSync, (64, 64, 64), 6, (2, 2), 2, 90);
+
+/// CUDA-core FMA tiles (f32): 256 threads, 8x8 or 4x4 outputs per thread. Their speeds are
+/// estimates, not yet measured: f32 is the parity path, not the fast one.
+pub const FMA_TILES: [MatmulTile; 2] = [
+    tile(Program::Fma, (128, 128, 16), 2, (2, 4), 1, 100),
+    tile(Program::Fma, (64, 64, 16), 2, (2, 4), 3, 70),
+];
+
+/// Hopper tiles (sm_90a) of the wgmma program, for f16/bf16 linear layers. Their speeds are set
+/// so that the cost model picks what measured fastest on each of the four batch-64 ViT-B/16
+/// shapes (measured: benchmarks/NOTES.md, 2026-11-22 "wgmma matmul"); `vitrt tune` measures
+/// instead. 128x192 and 128x256 take most of the SM's shared memory (one CTA per SM);
+/// 128x128 in three stages fits twice (registers capped at 128 for it), so one CTA's epilogue
+/// overlaps the other's main loop.
+pub const WGMMA_TILES: [MatmulTile; 3] = [
+    wgmma_tile((128, 192), 5, 1, 190),
+    wgmma_tile((128, 256), 4, 1, 220),
+    wgmma_tile((128, 128), 3, 2, 200),
+];
+
+/// Warp-specialised Hopper tiles (see [`MatmulTile::tma`] and [`MatmulTile::pingpong`]). The
+/// ping-pong tile takes products whose C is in the operands' type without residual, and the
+/// f32 residual stream (see `pingpong_takes`). At batch 64 it beats the cooperative 128x192
+/// on qkv, fc1 and proj, but not on fc2 (K = 3072): where the main loop is long the overlapped
+/// epilogue saves less than the cooperative tile's fewer, larger tiles gain (N = 768 makes 4
+/// columns of 192 against 6 of 128). `overhead_k` and the speeds let the cost model draw that
+/// line (measured: benchmarks/NOTES.md, 2026-11-22 "residual stream on the ping-pong tile").
+/// 128x256 fits only three stages beside the epilogue buffers.
+pub const TMA_TILES: [MatmulTile; 3] = [
+    tma_tile(192, 4, false, 240),
+    tma_tile(256, 3, false, 200),
+    tma_tile(128, 5, true, 220),
+];
+
+/// Every half-precision tile: the mma.sync ones (sm_80 and later), then the Hopper ones.
+const HALF_TILES: [MatmulTile; 9] = [
+    TENSOR_CORE_TILES[0],
+    TENSOR_CORE_TILES[1],
+    TENSOR_CORE_TILES[2],
+    WGMMA_TILES[0],
+    WGMMA_TILES[1],
+    WGMMA_TILES[2],
+    TMA_TILES[0],
+    TMA_TILES[1],
+    TMA_TILES[2],
+];
+
+/// The tile shapes the launcher chooses among for `dtype`, on any device (see
+/// [`MatmulTile::runs_on`]).
+pub fn tiles_for(dtype: DType) -> &'static [MatmulTile] {
+    match dtype {
+        DType::F32 => &FMA_TILES,
+        DType::F16 | DType::BF16 => &HALF_TILES,
+    }
+}
+
+/// Shared memory of the main loop's stages (formulas as in the programs). Hopper tiles ask for
+/// 1024 bytes more, to align their stages to the 128-byte swizzle's 1024-byte period.
+pub(crate) fn pipeline_bytes(dtype: DType, t: &MatmulTile) -> u32 {
+    match dtype {
+        DType::F32 => 2 * t.block_k * (t.block_m + 1 + t.block_n + 1) * 4,
+        DType::F16 | DType::BF16 if t.program.is_hopper() => {
+            1024 + t.stages * (t.block_m + t.block_n) * t.block_k * 2
+        }
+        DType::F16 | DType::BF16 => t.stages * (t.block_m + t.block_n) * t.block_k * 2,
+    }
+}
+
+/// Shared memory of the epilogue's fp32 tile, rows padded (formulas as in epilogue.cuh).
+pub(crate) fn staged_bytes(dtype: DType, t: &MatmulTile) -> u32 {
+    match dtype {
+        DType::F32 => t.block_m * (t.block_n + 16) * 4,
+        DType::F16 | DType::BF16 => t.block_m * (t.block_n + 8) * 4,
+    }
+}
+
+/// Whether every row a walk over (batch, heads, rows) of `view` touches starts on an
+/// `elements`-element boundary from `base`, itself `elements · size`-byte aligned. Strides of
+/// dimensions of extent 1 are never used, so they do not count.
+pub(crate) fn rows_aligned(
+    base: u64,
+    size: usize,
+    view: &Operand,
+    extents: (usize, usize, usize),
+    elements: usize,
+) -> bool {
+    let (batch, heads, rows) = extents;
+    let bytes = (elements * size) as u64;
+    let start = base + (view.offset * size) as u64;
+    start.is_multiple_of(bytes)
+        && (rows <= 1 || view.row_stride.is_multiple_of(elements))
+        && (batch <= 1 || view.batch_stride.is_multiple_of(elements))
+        && (heads <= 1 || view.head_stride.is_multiple_of(elements))
+}
+
+/// The tile shape the cost model prefers for `p` on a GPU with `sms` multiprocessors of
+/// compute capability `cc`.
+pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u32)) -> MatmulTile {
+    let matrices = (p.batch * p.heads) as u64;
+    let candidates = tiles_for(dtype);
+    let mut best = candidates[0];
+    let mut best_cost = u64::MAX;
+    let programs_of = |tile: &MatmulTile| {
+        matrices
+            * p.m.div_ceil(tile.block_m as usize) as u64
+            * p.n.div_ceil(tile.block_n as usize) as u64
+    };
+    // The Hopper tiles pay a pipeline fill the cost model does not count; below one full wave
+    // of them the 64x64 mma.sync tiles win, except the ping-pong tile down to a quarter wave;
+    // batch-1 proj and fc2 (12 tiles) stay on the deep small tile (measured with `vitrt tune`:
+    // benchmarks/NOTES.md, 2026-11-22 "K-aware cost model").
+    let sms_u64 = sms as u64;
+    let enough_tiles = |tile: &MatmulTile| {
+        let programs = programs_of(tile);
+        programs >= sms_u64 || (tile.program == Program::TmaPingPong && 4 * programs >= sms_u64)
+    };
+    let usable = |tile: &MatmulTile| {
+        tile.runs_on(cc)
+            && !(tile.program.is_hopper() && p.b_layout == WeightLayout::KN)
+            && (!tile.program.uses_tma() || single_nk_matrix(p))
+            && (!tile.program.is_hopper() || enough_tiles(tile))
+            && (*tile != DEEP_SMALL_TILE
+                || (single_nk_matrix(p) && programs_of(tile) <= (sms * tile.ctas_per_sm) as u64))
+    };
+    for &tile in candidates.iter().filter(|t| usable(t)) {
+        let cost = tile.cost(programs_of(&tile), sms.max(1) as u64, p.k as u64);
+        if cost < best_cost {
+            best = tile;
+            best_cost = cost;
+        }
+    }
+    best
+}
+
+/// Whether `p` is one [M, K] x [N, K] matrix product with K > 0: what the warp-specialised
+/// tiles (one tensor map per operand) and the deep small tile (registered for [N, K] only)
+/// take. Row alignment is checked from the pointers, as for every 16-byte path.
+pub(crate) fn single_nk_matrix(p: &MatmulProblem) -> bool {
+    p.batch == 1 && p.heads == 1 && p.b_layout == WeightLayout::NK && p.k > 0
+}
+
+/// How a launch divides K (see `SplitK` in mma_sync.cu).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SplitK {
+    pub splits: u32,
+    /// k-columns per split, a multiple of BLOCK_K.
+    pub k: u32,
+}
+
+impl SplitK {
+    pub const NONE: SplitK = SplitK { splits: 1, k: 0 };
+}
+
+/// The shortest split, in k-columns: below that its pipeline never fills (4 k-tiles of the
+/// small tile, 2 of the deep one).
+const MIN_K_PER_SPLIT: usize = 128;
+const MAX_SPLITS: usize = 16;
+/// The shortest K worth splitting. A split launch pays for its partials' writes and a
+/// reduction that is a chain of L2 latencies in the tile's last CTA, several µs at batch 1: it
+/// pays on fc2 (K = 3072) and loses on proj (K = 768) (measured: benchmarks/NOTES.md,
+/// 2026-11-22 "split-K at batch 1").
+const MIN_K_TO_SPLIT: usize = 1536;
+
+/// Split-K for single matrices on the small mma.sync tile whose tiles cannot fill the GPU
+/// (batch 1: fc2 makes 48 tiles on 132 SMs and reads its 4.7 MB of weights through them at
+/// 0.31 of cuBLAS). Enough splits to put one round of CTAs on every SM, each split at least
+/// MIN_K_PER_SPLIT k-columns long.
+pub(crate) fn split_k(
+    dtype: DType,
+    p: &MatmulProblem,
+    tile: MatmulTile,
+    programs: u64,
+    sms: u32,
+) -> SplitK {
+    if dtype == DType::F32
+        || (tile != SMALL_TENSOR_CORE_TILE && tile != DEEP_SMALL_TILE)
+        || p.batch * p.heads != 1
+        || programs >= sms as u64
+        || p.k < MIN_K_TO_SPLIT
+    {
+        return SplitK::NONE;
+    }
+    let k_tiles = p.k.div_ceil(tile.block_k as usize);
+    let capacity = sms as u64 * tile.ctas_per_sm as u64;
+    let wanted = (capacity / programs.max(1)) as usize;
+    let min_k_tiles = MIN_K_PER_SPLIT.div_ceil(tile.block_k as usize);
+    let splits = wanted.min(k_tiles / min_k_tiles).min(MAX_SPLITS);
+    if splits < 2 {
+        return SplitK::NONE;
+    }
+    let per_split = k_tiles.div_ceil(splits);
+    SplitK {
+        splits: k_tiles.div_ceil(per_split) as u32,
+        k: (per_split * tile.block_k as usize) as u32,
+    }
+}
+
+/// The partial tiles split-K can have in flight at once on a GPU of `sms` SMs: every CTA
+/// either splitting tile fits on the GPU, 64 x 64 fp32 each.
+pub(crate) fn split_k_partial_bytes(sms: u32) -> usize {
+    [SMALL_TENSOR_CORE_TILE, DEEP_SMALL_TILE]
+        .iter()
+        .map(|t| sms as usize * t.ctas_per_sm as usize * (t.block_m * t.block_n) as usize * 4)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The GPU's multiprocessors, as the driver reports them now.
+pub(crate) fn sm_count(gpu: &Gpu) -> Result<u32, KernelError> {
+    gpu.context()
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map(|count| count.max(1) as u32)
+        .map_err(|e| KernelError::driver("cuDeviceGetAttribute(multiprocessor count)", e))
+}
+
+/// The tile shape [`crate::matmul::gpu::matmul`] picks for `p` on `gpu` by the cost model
+/// (the small tile instead when the operands turn out to need element loads).
+pub fn matmul_tile_for(
+    gpu: &Gpu,
+    dtype: DType,
+    p: &MatmulProblem,
+) -> Result<MatmulTile, KernelError> {
+    Ok(select_tile(
+        dtype,
+        p,
+        sm_count(gpu)?,
+        gpu.compute_capability(),
+    ))
+}

@@ -1,0 +1,660 @@
+//! Unit tests of the matmul's selection, configurations and launcher checks: selection picks
+//! only registered instantiations, and the storage rules agree between them.
+
+use crate::cuda::{DevPtr, KernelError};
+use crate::matmul::config::*;
+use crate::matmul::gpu::*;
+use crate::matmul::selection::*;
+use crate::{Activation, DType, Epilogue, MatmulProblem, Operand, WeightLayout};
+
+/// `configure` for a problem whose C and residual hold the operands' type.
+fn configure_uniform(
+    dtype: DType,
+    p: &MatmulProblem,
+    tile: MatmulTile,
+    a: DevPtr,
+    b: DevPtr,
+) -> MatmulConfig {
+    configure(dtype, p, tile, a, b, None, fake(0x3000, dtype))
+}
+
+fn fake(ptr: u64, dtype: DType) -> DevPtr {
+    DevPtr {
+        ptr,
+        len: usize::MAX,
+        dtype,
+    }
+}
+
+#[test]
+fn selection_only_picks_registered_instantiations() {
+    let registered = instantiations();
+    let dims = [1usize, 7, 18, 64, 197, 768, 1000, 3072, 12608];
+    for dtype in DType::ALL {
+        for &m in &dims {
+            for &n in &dims {
+                for (k, a_offset) in [(64usize, 0usize), (18, 0), (768, 3)] {
+                    for layout in [WeightLayout::NK, WeightLayout::KN] {
+                        for activation in Activation::ALL {
+                            let mut p = MatmulProblem::linear(
+                                m,
+                                n,
+                                k,
+                                Epilogue {
+                                    activation,
+                                    ..Epilogue::NONE
+                                },
+                            );
+                            p.a.offset = a_offset;
+                            p.b_layout = layout;
+                            let tile = select_tile(dtype, &p, 132, (8, 0));
+                            let config = configure_uniform(
+                                dtype,
+                                &p,
+                                tile,
+                                fake(0x1000, dtype),
+                                fake(0x2000, dtype),
+                            );
+                            assert!(registered.contains(&config.instantiation()), "{config:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn sixteen_byte_copies_only_where_every_row_is_aligned() {
+    let dtype = DType::F16;
+    let tile = TENSOR_CORE_TILES[0];
+    let aligned = MatmulProblem::linear(197, 768, 768, Epilogue::NONE);
+    let config = |p: &MatmulProblem, a: u64| {
+        configure_uniform(dtype, p, tile, fake(a, dtype), fake(0x2000, dtype)).vec16
+    };
+    assert!(config(&aligned, 0x1000));
+    assert!(!config(&aligned, 0x1002), "base pointer 2 bytes off");
+    let mut odd_k = MatmulProblem::linear(197, 768, 18, Epilogue::NONE);
+    assert!(
+        !config(&odd_k, 0x1000),
+        "rows of 18 halves are 36 bytes apart"
+    );
+    odd_k.a.row_stride = 24;
+    odd_k.b.row_stride = 24;
+    assert!(
+        config(&odd_k, 0x1000),
+        "padded rows: K itself need not be a multiple of 8"
+    );
+    let mut heads = MatmulProblem::linear(197, 197, 64, Epilogue::NONE);
+    heads.heads = 12;
+    heads.a.head_stride = 64;
+    heads.b.head_stride = 64;
+    assert!(config(&heads, 0x1000));
+    heads.a.head_stride = 18;
+    assert!(!config(&heads, 0x1000), "head 1 starts 36 bytes in");
+    heads.heads = 1;
+    assert!(
+        config(&heads, 0x1000),
+        "the head stride of a single head is never used"
+    );
+    assert!(
+        !configure_uniform(
+            DType::F32,
+            &aligned,
+            FMA_TILES[0],
+            fake(0x1000, DType::F32),
+            fake(0x2000, DType::F32)
+        )
+        .vec16
+    );
+    // Element loads only on the small tile.
+    let unaligned = configure_uniform(
+        dtype,
+        &aligned,
+        tile,
+        fake(0x1002, dtype),
+        fake(0x2000, dtype),
+    );
+    assert_eq!(unaligned.tile, SMALL_TENSOR_CORE_TILE);
+    assert_eq!(
+        configure_uniform(
+            dtype,
+            &aligned,
+            tile,
+            fake(0x1000, dtype),
+            fake(0x2000, dtype)
+        )
+        .tile,
+        tile
+    );
+}
+
+#[test]
+fn the_cost_model_prefers_full_waves_and_small_tiles_for_small_problems() {
+    let big = MatmulProblem::linear(12608, 768, 768, Epilogue::NONE);
+    let small = MatmulProblem::linear(197, 768, 768, Epilogue::NONE);
+    let small_tile = select_tile(DType::F16, &small, 132, (8, 0));
+    assert!(
+        small_tile.block_m * small_tile.block_n < 128 * 128,
+        "{small_tile:?}"
+    );
+    let big_tile = select_tile(DType::F16, &big, 132, (8, 0));
+    assert!(big_tile.block_m >= 128, "{big_tile:?}");
+}
+
+#[test]
+fn the_cost_model_picks_the_fastest_measured_hopper_tile_on_vit_b_shapes() {
+    let pick = |n, k, activation, residual| {
+        let epilogue = Epilogue {
+            alpha: 1.0,
+            bias: true,
+            activation,
+            residual,
+        };
+        let p = MatmulProblem::linear(12608, n, k, epilogue);
+        select_tile(DType::F16, &p, 132, (9, 0)).name()
+    };
+    // At K = 768 the ping-pong tile (its epilogue overlapped); at K = 3072, where the main
+    // loop dwarfs the epilogue, the cooperative 128x192 (fewer tiles over N = 768).
+    assert_eq!(
+        pick(2304, 768, Activation::None, false),
+        "tmapp128x128x64_s5"
+    );
+    assert_eq!(pick(768, 768, Activation::None, true), "tmapp128x128x64_s5");
+    assert_eq!(
+        pick(3072, 768, Activation::Gelu, false),
+        "tmapp128x128x64_s5"
+    );
+    assert_eq!(pick(768, 3072, Activation::None, true), "tma128x192x64_s4");
+    // Batch 8 (M = 1576): qkv and fc1 still fill the GPU with ping-pong tiles, and proj
+    // and fc2 (78 tiles) take them too.
+    for (n, k) in [(2304, 768), (768, 768), (3072, 768), (768, 3072)] {
+        let p = MatmulProblem::linear(1576, n, k, Epilogue::NONE);
+        assert_eq!(
+            select_tile(DType::F16, &p, 132, (9, 0)).name(),
+            "tmapp128x128x64_s5",
+            "batch 8, n {n}, k {k}"
+        );
+    }
+    // Batch 1 (M = 197): qkv (36 tiles) and fc1 (48) on the ping-pong tile, proj and fc2
+    // (12, under a quarter wave) on the deep small tile.
+    let b1 = |n, k| {
+        select_tile(
+            DType::F16,
+            &MatmulProblem::linear(197, n, k, Epilogue::NONE),
+            132,
+            (9, 0),
+        )
+    };
+    assert_eq!(b1(2304, 768).name(), "tmapp128x128x64_s5");
+    assert_eq!(b1(3072, 768).name(), "tmapp128x128x64_s5");
+    assert_eq!(b1(768, 768), DEEP_SMALL_TILE);
+    assert_eq!(b1(768, 3072), DEEP_SMALL_TILE);
+}
+
+#[test]
+fn split_k_fills_the_gpu_only_for_small_single_matrix_problems() {
+    let small = SMALL_TENSOR_CORE_TILE;
+    let plan = |m: usize, n: usize, k: usize, tile: MatmulTile| {
+        let p = MatmulProblem::linear(m, n, k, Epilogue::NONE);
+        let programs =
+            (m.div_ceil(tile.block_m as usize) * n.div_ceil(tile.block_n as usize)) as u64;
+        split_k(DType::F16, &p, tile, programs, 132)
+    };
+    // Batch-1 fc2 (48 tiles): 11 splits of 9 k-tiles fill the GPU's 528 CTA slots.
+    assert_eq!(plan(197, 768, 3072, small), SplitK { splits: 11, k: 288 });
+    // Batch-1 proj: K = 768 is too short to gain.
+    assert_eq!(plan(197, 768, 768, small), SplitK::NONE);
+    // A K that ends inside the last split: no split is left empty.
+    let odd = plan(61, 100, 1999, small);
+    assert!(odd.splits > 1 && (odd.splits - 1) * odd.k < 1999 && odd.splits * odd.k >= 1999);
+    // Enough tiles, short K, another tile, f32, batched products: no split.
+    assert_eq!(plan(197, 2304, 768, small), SplitK::NONE);
+    assert_eq!(plan(197, 768, 96, small), SplitK::NONE);
+    assert_eq!(plan(197, 768, 3072, TENSOR_CORE_TILES[0]), SplitK::NONE);
+    let p = MatmulProblem::linear(197, 768, 3072, Epilogue::NONE);
+    assert_eq!(split_k(DType::F32, &p, small, 48, 132), SplitK::NONE);
+    let batched = MatmulProblem { heads: 12, ..p };
+    assert_eq!(split_k(DType::F16, &batched, small, 48, 132), SplitK::NONE);
+    // The deep tile (two CTAs per SM, BK 64): 5 splits of 10 k-tiles; the same K floor.
+    let deep = DEEP_SMALL_TILE;
+    assert_eq!(plan(197, 768, 3072, deep), SplitK { splits: 5, k: 640 });
+    assert_eq!(plan(197, 768, 768, deep), SplitK::NONE);
+    // The scratch holds every split's partial tile.
+    for tile in [small, deep] {
+        let fc2 = plan(197, 768, 3072, tile);
+        assert!(48 * fc2.splits as usize * 64 * 64 * 4 <= split_k_partial_bytes(132));
+    }
+}
+
+#[test]
+fn batch_one_linear_layers_take_the_deep_small_tile_and_batch_eight_the_shallow_one() {
+    // On sm_80 every batch-1 layer; on sm_90 the two with N = 768 (12 ping-pong tiles, under
+    // a quarter wave; qkv and fc1 take the ping-pong tile there, see the Hopper test above).
+    for (n, k) in [(2304, 768), (768, 768), (3072, 768), (768, 3072)] {
+        let p = MatmulProblem::linear(197, n, k, Epilogue::NONE);
+        assert_eq!(select_tile(DType::BF16, &p, 108, (8, 0)), DEEP_SMALL_TILE);
+        if n == 768 {
+            assert_eq!(select_tile(DType::F16, &p, 132, (9, 0)), DEEP_SMALL_TILE);
+        }
+    }
+    // Batch 8 on sm_80: 300 tiles of 64 x 64 for proj and fc2, past one round of the deep
+    // tile.
+    for k in [768, 3072] {
+        let p = MatmulProblem::linear(8 * 197, 768, k, Epilogue::NONE);
+        assert_eq!(
+            select_tile(DType::F16, &p, 108, (8, 0)),
+            SMALL_TENSOR_CORE_TILE
+        );
+    }
+    // Batched products (attention's) and [K, N] weights never take it, even when forced.
+    let batched = MatmulProblem {
+        batch: 1,
+        heads: 12,
+        ..MatmulProblem::linear(197, 197, 64, Epilogue::NONE)
+    };
+    assert_ne!(
+        select_tile(DType::F16, &batched, 132, (9, 0)),
+        DEEP_SMALL_TILE
+    );
+    let kn = MatmulProblem {
+        b_layout: WeightLayout::KN,
+        ..MatmulProblem::linear(197, 768, 768, Epilogue::NONE)
+    };
+    assert_ne!(select_tile(DType::F16, &kn, 132, (9, 0)), DEEP_SMALL_TILE);
+    let forced = configure_uniform(
+        DType::F16,
+        &kn,
+        DEEP_SMALL_TILE,
+        fake(0x1000, DType::F16),
+        fake(0x2000, DType::F16),
+    );
+    assert_eq!(forced.tile, SMALL_TENSOR_CORE_TILE);
+}
+
+#[test]
+fn hopper_tiles_are_chosen_only_on_sm90_for_nk_weights() {
+    let big = MatmulProblem::linear(12608, 2304, 768, Epilogue::NONE);
+    assert!(select_tile(DType::F16, &big, 132, (9, 0))
+        .program
+        .is_hopper());
+    assert!(!select_tile(DType::F16, &big, 132, (8, 0))
+        .program
+        .is_hopper());
+    assert!(!select_tile(DType::F16, &big, 132, (10, 0))
+        .program
+        .is_hopper());
+    let kn = MatmulProblem {
+        b_layout: WeightLayout::KN,
+        ..big
+    };
+    assert!(!select_tile(DType::BF16, &kn, 132, (9, 0))
+        .program
+        .is_hopper());
+    // Forced onto a [K, N] operand, a Hopper tile gives way to the mma.sync one.
+    let forced = configure_uniform(
+        DType::F16,
+        &kn,
+        WGMMA_TILES[0],
+        fake(0x1000, DType::F16),
+        fake(0x2000, DType::F16),
+    );
+    assert_eq!(forced.tile, TENSOR_CORE_TILES[0]);
+    for tile in WGMMA_TILES {
+        assert!(tile.runs_on((9, 0)) && !tile.runs_on((8, 0)) && !tile.runs_on((12, 0)));
+        assert_eq!(tile.threads(), tile.block_m / 64 * 128);
+    }
+}
+
+#[test]
+fn the_ping_pong_tile_gives_way_where_its_tensor_map_epilogue_cannot_write_c() {
+    let pingpong = TMA_TILES[2];
+    assert!(pingpong.program == Program::TmaPingPong && pingpong.threads() == 288);
+    let p = MatmulProblem::linear(12608, 3072, 768, Epilogue::NONE);
+    let (a, b) = (fake(0x1000, DType::F16), fake(0x2000, DType::F16));
+    let c16 = fake(0x3000, DType::F16);
+    assert_eq!(
+        configure(DType::F16, &p, pingpong, a, b, None, c16).tile,
+        pingpong
+    );
+    // A residual in the operands' type takes the residual variant (a 16-bit stream); an
+    // f32 C without an f32 residual, or C rows off 16-byte boundaries, the cooperative tile.
+    let residual = Some(fake(0x4000, DType::F16));
+    let same_type = configure(DType::F16, &p, pingpong, a, b, residual, c16);
+    assert_eq!(same_type.tile, pingpong);
+    assert!(same_type.pingpong_residual());
+    assert_eq!(same_type.threads(), 320);
+    assert_eq!(
+        same_type.instantiation().name,
+        "matmul_f16_tmapp_bn128_s5_g8_none_nk_res"
+    );
+    assert_eq!(
+        configure(
+            DType::F16,
+            &p,
+            pingpong,
+            a,
+            b,
+            Some(fake(0x4002, DType::F16)),
+            c16
+        )
+        .tile,
+        TMA_TILES[0],
+        "R rows off 16-byte boundaries"
+    );
+    let c32 = fake(0x3000, DType::F32);
+    assert_eq!(
+        configure(DType::F16, &p, pingpong, a, b, None, c32).tile,
+        TMA_TILES[0]
+    );
+    let odd_rows = MatmulProblem {
+        c: Operand {
+            row_stride: 3080,
+            ..p.c
+        },
+        ..p
+    };
+    assert_eq!(
+        configure(DType::F16, &odd_rows, pingpong, a, b, None, c16).tile,
+        pingpong
+    );
+    let odd_rows = MatmulProblem {
+        c: Operand {
+            row_stride: 3073,
+            ..p.c
+        },
+        ..p
+    };
+    assert_eq!(
+        configure(DType::F16, &odd_rows, pingpong, a, b, None, c16).tile,
+        TMA_TILES[0]
+    );
+    // The f32 residual stream, R and C with 16-byte rows, takes its residual variant.
+    let r32 = Some(fake(0x5000, DType::F32));
+    let residual_problem = MatmulProblem {
+        epilogue: Epilogue {
+            residual: true,
+            ..p.epilogue
+        },
+        ..p
+    };
+    let config = configure(DType::F16, &residual_problem, pingpong, a, b, r32, c32);
+    assert_eq!(config.tile, pingpong);
+    assert!(config.pingpong_residual());
+    assert_eq!(config.threads(), 320);
+    assert!(config.shared_bytes() <= SM90_SHARED_BYTES);
+    let odd_residual = MatmulProblem {
+        r: Operand {
+            row_stride: 3073,
+            ..p.c
+        },
+        ..residual_problem
+    };
+    assert_eq!(
+        configure(DType::F16, &odd_residual, pingpong, a, b, r32, c32).tile,
+        TMA_TILES[0]
+    );
+    // Uniform storage and the residual stream are registered, nothing else.
+    let registered: Vec<String> = instantiations().into_iter().map(|i| i.name).collect();
+    assert!(registered
+        .iter()
+        .any(|n| n == "matmul_f16_tmapp_bn128_s5_g8_gelu_nk"));
+    let stages = config.pingpong_residual_stages();
+    assert!(registered
+        .iter()
+        .any(|n| *n == format!("matmul_f16_tmapp_bn128_s{stages}_g8_none_nk_rf32_cf32")));
+    assert_eq!(stages, 5);
+    assert!(registered
+        .iter()
+        .any(|n| *n == format!("matmul_bf16_tmapp_bn128_s{stages}_g8_none_nk_res")));
+    assert!(!registered
+        .iter()
+        .any(|n| n.contains("tmapp") && n.contains("_rf16")));
+}
+
+#[test]
+fn every_tile_fits_the_shared_memory_of_sm80_and_sm90() {
+    // sm_80 lets a block use up to 163 KiB of dynamic shared memory, sm_90 227 KiB (the
+    // Hopper tiles run only there); an SM has 228 KiB, of which each CTA's 1 KiB is reserved.
+    for config in instantiations_configs() {
+        let bytes = config.shared_bytes();
+        let limit = if config.tile.program.is_hopper() {
+            227
+        } else {
+            163
+        } * 1024;
+        assert!(bytes <= limit, "{config:?} needs {bytes} bytes");
+        let per_sm = (bytes + 1024) * config.tile.ctas_per_sm;
+        assert!(
+            per_sm <= 228 * 1024,
+            "{config:?}: {} CTAs need {per_sm} bytes",
+            config.tile.ctas_per_sm
+        );
+    }
+}
+
+fn instantiations_configs() -> Vec<MatmulConfig> {
+    let mut all = Vec::new();
+    for dtype in DType::ALL {
+        for &tile in tiles_for(dtype) {
+            for residual in [dtype, DType::F32] {
+                all.push(MatmulConfig {
+                    dtype,
+                    residual,
+                    output: residual,
+                    tile,
+                    activation: Activation::None,
+                    b_layout: WeightLayout::NK,
+                    vec16: tile.program.is_hopper(),
+                    with_residual: false,
+                });
+            }
+        }
+    }
+    all
+}
+
+#[test]
+fn bad_views_are_errors_before_anything_is_launched() {
+    let dtype = DType::F16;
+    let view = |len: usize| DevPtr {
+        ptr: 0x1000,
+        len,
+        dtype,
+    };
+    let epilogue = Epilogue {
+        bias: true,
+        residual: true,
+        ..Epilogue::NONE
+    };
+    let p = MatmulProblem::linear(4, 5, 6, epilogue);
+    let ok = validate(
+        dtype,
+        &p,
+        view(24),
+        view(30),
+        Some(view(5)),
+        Some(view(20)),
+        view(20),
+    );
+    assert!(ok.is_ok());
+    let message = |r: Result<_, KernelError>| match r {
+        Err(KernelError::InvalidArgument(m)) => m,
+        other => panic!("expected an invalid-argument error, got {other:?}"),
+    };
+    let e = message(validate(
+        dtype,
+        &p,
+        view(23),
+        view(30),
+        Some(view(5)),
+        Some(view(20)),
+        view(20),
+    ));
+    assert!(e.contains("A needs 24"), "{e}");
+    let e = message(validate(
+        dtype,
+        &p,
+        view(24),
+        view(30),
+        None,
+        Some(view(20)),
+        view(20),
+    ));
+    assert!(e.contains("bias"), "{e}");
+    let e = message(validate(
+        dtype,
+        &p,
+        view(24),
+        view(30),
+        Some(view(5)),
+        Some(view(19)),
+        view(20),
+    ));
+    assert!(e.contains("residual"), "{e}");
+    let bf16_c = DevPtr {
+        dtype: DType::BF16,
+        ..view(20)
+    };
+    let e = message(validate(
+        dtype,
+        &p,
+        view(24),
+        view(30),
+        Some(view(5)),
+        Some(view(20)),
+        bf16_c,
+    ));
+    assert!(e.contains("matmul C holds bf16"), "{e}");
+    let f32_c = DevPtr {
+        dtype: DType::F32,
+        ..view(20)
+    };
+    // An epilogue without bias ignores a bias view, whatever it holds.
+    let plain = MatmulProblem::linear(4, 5, 6, Epilogue::NONE);
+    let (bias, residual) = validate(
+        dtype,
+        &plain,
+        view(24),
+        view(30),
+        Some(f32_c),
+        None,
+        view(20),
+    )
+    .unwrap();
+    assert_eq!((bias, residual), (None, None));
+}
+
+#[test]
+fn instantiation_names_spell_the_meta_parameters() {
+    let config = MatmulConfig {
+        dtype: DType::BF16,
+        residual: DType::BF16,
+        output: DType::BF16,
+        tile: TENSOR_CORE_TILES[0],
+        activation: Activation::Gelu,
+        b_layout: WeightLayout::KN,
+        vec16: true,
+        with_residual: false,
+    };
+    let inst = config.instantiation();
+    assert_eq!(
+        inst.name,
+        "matmul_bf16_bm128_bn128_bk32_g8_s4_w2x2_gelu_kn_v16"
+    );
+    assert!(inst.program_source().contains(
+        "matmul_block<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 128, 128, 32, 8, 4, 2, 2, \
+         Act::Gelu, true, true>("
+    ));
+    let stream = MatmulConfig {
+        residual: DType::F32,
+        output: DType::F32,
+        activation: Activation::None,
+        b_layout: WeightLayout::NK,
+        ..config
+    };
+    assert_eq!(
+        stream.instantiation().name,
+        "matmul_bf16_bm128_bn128_bk32_g8_s4_w2x2_none_nk_v16_rf32_cf32"
+    );
+}
+
+#[test]
+fn mixed_storage_is_checked_against_what_is_built() {
+    let dtype = DType::BF16;
+    let view = |dtype: DType| DevPtr {
+        ptr: 0x1000,
+        len: 1 << 20,
+        dtype,
+    };
+    let registered = instantiations();
+    let stream = Epilogue {
+        bias: true,
+        residual: true,
+        ..Epilogue::NONE
+    };
+    let p = MatmulProblem::linear(197, 768, 768, stream);
+    let (a, b, bias) = (view(dtype), view(dtype), Some(view(dtype)));
+    for (residual, c) in [
+        (DType::F32, DType::F32),
+        (DType::BF16, DType::F32),
+        (DType::BF16, DType::BF16),
+    ] {
+        validate(dtype, &p, a, b, bias, Some(view(residual)), view(c)).unwrap();
+        let tile = select_tile(dtype, &p, 132, (8, 0));
+        let config = configure(dtype, &p, tile, a, b, Some(view(residual)), view(c));
+        assert_eq!((config.residual, config.output), (residual, c));
+        assert!(registered.contains(&config.instantiation()), "{config:?}");
+    }
+    let e = validate(
+        dtype,
+        &p,
+        a,
+        b,
+        bias,
+        Some(view(DType::F32)),
+        view(DType::BF16),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("C holds bf16, residual f32"), "{e}");
+    let gelu = MatmulProblem::linear(
+        197,
+        768,
+        768,
+        Epilogue {
+            activation: Activation::Gelu,
+            ..stream
+        },
+    );
+    validate(
+        dtype,
+        &gelu,
+        a,
+        b,
+        bias,
+        Some(view(DType::F32)),
+        view(DType::F32),
+    )
+    .unwrap();
+    assert!(validate(
+        dtype,
+        &gelu,
+        a,
+        b,
+        bias,
+        Some(view(dtype)),
+        view(DType::F32)
+    )
+    .is_err());
+    assert!(validate(
+        DType::F32,
+        &p,
+        view(DType::F32),
+        view(DType::F32),
+        None,
+        None,
+        view(dtype)
+    )
+    .is_err());
+}

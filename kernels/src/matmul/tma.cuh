@@ -1,0 +1,180 @@
+// TMA on sm_90a (NVRTC receives it in memory as "tma.cuh"): the tensor-map parameter,
+// mbarriers, TMA loads of the pipeline's stages, and the staged epilogue of one consumer
+// warpgroup's block; used by both TMA programs.
+
+#pragma once
+
+#include "wgmma.cuh"
+
+// The 128 opaque bytes of a CUtensorMap, passed by value as a __grid_constant__ parameter.
+struct alignas(64) TmaDescriptor {
+    unsigned long long opaque[16];
+};
+
+namespace vitrt_matmul {
+
+__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
+#if VITRT_HAS_WGMMA
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
+#if VITRT_HAS_WGMMA
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
+#if VITRT_HAS_WGMMA
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+// Waits until the barrier's phase with this parity has completed.
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
+#if VITRT_HAS_WGMMA
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "wait_again:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait_again;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+#endif
+}
+// One box of a 2-D tensor map (inner coordinate first) into shared memory, completing on `bar`.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* map, int inner, int outer,
+                                            unsigned bar) {
+#if VITRT_HAS_WGMMA
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+            "r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(inner), "r"(outer), "r"(bar)
+        : "memory");
+#endif
+}
+
+// The producer of the warp-specialised bodies, one thread (K > 0): every k-tile of the CTA's tiles in
+// order, A's 128 x 64 box and B's BN x 64 box per stage, each stage once its consumers have
+// released it.
+template <int BN, int STAGES, int GROUP_M>
+__device__ __forceinline__ void load_stages(const TmaDescriptor& a_map, const TmaDescriptor& b_map, unsigned smem,
+                                            unsigned full_bar, unsigned empty_bar, int tiles_m, int tiles_n,
+                                            int k_tiles) {
+    constexpr int BM = 128, BK = 64;
+    constexpr int kBytesA = BM * BK * 2;
+    constexpr int kStageBytes = kBytesA + BN * BK * 2;
+    const int tiles = tiles_m * tiles_n;
+    int step = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
+        for (int kt = 0; kt < k_tiles; ++kt, ++step) {
+            const int s = step % STAGES;
+            // Stage s was last used by step - STAGES: its consumers' release is completion
+            // number step / STAGES - 1 of empty[s].
+            if (step >= STAGES) mbarrier_wait(empty_bar + s * 8, ((step / STAGES) + 1) & 1);
+            const unsigned stage_a = smem + s * kStageBytes;
+            mbarrier_arrive_expect_tx(full_bar + s * 8, kStageBytes);
+            tma_load_2d(stage_a, &a_map, kt * BK, t.tile_m * BM, full_bar + s * 8);
+            tma_load_2d(stage_a + kBytesA, &b_map, kt * BK, t.tile_n * BN, full_bar + s * 8);
+        }
+    }
+}
+
+// The epilogue of one consumer warpgroup's 64 x BN block, through shared memory in chunks of
+// 64 columns: the accumulators go to a 64 x 64 fp32 buffer (row pitch 68 floats, so the
+// 8-byte stores of a warp's rows spread over the banks), then each thread takes runs of four
+// columns, as the cp.async bodies' store_staged_tile does: bias, residual and C are read and
+// written as 8- or 16-byte accesses whose warp covers whole rows (the register epilogue's
+// 4-byte pairs left C's writes scattered). A chunk's residual runs are all loaded before its
+// first store: a residual may alias C, so the compiler may not hoist a load over a store.
+// The bias likewise: a thread's runs in a chunk share its four columns, so their bias is
+// loaded once per chunk, with its residual runs (after the staging, when the chunk's
+// accumulators are no longer held: loaded before it, 128 x 256 spilled). Loaded per run, each
+// load waited behind the previous run's store: a chain of 24 L2 latencies per 128 x 192
+// tile, which made the GELU epilogue of the batch-64 fc1 cost half as much as its MMAs.
+// Each loop below computes its column itself: one column variable for the whole chunk, the
+// same arithmetic, compiled to slower code (measured: benchmarks/NOTES.md, 2026-11-22 "the TMA
+// epilogue's bias").
+// `bar_id` names the warpgroup's own barrier (1 or 2; 0 is __syncthreads).
+template <typename T, typename TR, typename TC, int BN, Act ACT>
+__device__ __forceinline__ void store_block_staged(const float (&acc)[BN / 2], float* buffer, int bar_id,
+                                                   const T* bias, const TR* residual, TC* c, int m, int n,
+                                                   int row0, int col0, long long c_base, long long r_base,
+                                                   long long c_row_stride, long long r_row_stride, float alpha,
+                                                   int vector_epilogue) {
+    constexpr int kPitch = 68;
+    constexpr int kRuns = 64 * 64 / 4 / 128;  // runs of four per thread per chunk
+    const int tid = threadIdx.x % 128;
+    const int lane = tid & 31;
+    const int frag_row = (tid / 32) * 16 + (lane >> 2);
+    const int frag_col = (lane & 3) * 2;
+    // Run r of a chunk is idx = tid + 128 r: row idx / 16, columns (idx % 16) * 4, the same
+    // for every r (128 is a multiple of 16).
+    static_assert(128 % 16 == 0, "a thread's runs share their columns");
+    const int run_col = (tid % 16) * 4;
+#pragma unroll
+    for (int chunk = 0; chunk < BN / 64; ++chunk) {
+        // The previous chunk's runs have been read by every thread of the warpgroup.
+        asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
+#pragma unroll
+        for (int jb = 0; jb < 8; ++jb) {
+            const int j = chunk * 8 + jb;
+            const int col = jb * 8 + frag_col;
+            *reinterpret_cast<float2*>(buffer + frag_row * kPitch + col) = make_float2(acc[4 * j], acc[4 * j + 1]);
+            *reinterpret_cast<float2*>(buffer + (frag_row + 8) * kPitch + col) =
+                make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+        }
+        asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
+        float add[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const int bias_col = col0 + chunk * 64 + run_col;
+        if (bias != nullptr && bias_col < n) {
+            if (vector_epilogue && bias_col + 4 <= n) {
+                load_run(bias + bias_col, add);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (bias_col + e < n) add[e] = to_float(bias[bias_col + e]);
+            }
+        }
+        float res[kRuns][4];
+#pragma unroll
+        for (int r = 0; r < kRuns; ++r) {
+            const int idx = tid + r * 128;
+            const int row = row0 + idx / 16;
+            const int col = col0 + chunk * 64 + (idx % 16) * 4;
+            res[r][0] = res[r][1] = res[r][2] = res[r][3] = 0.0f;
+            if (residual == nullptr || row >= m || col >= n) continue;
+            const TR* r_ptr = residual + r_base + (long long)row * r_row_stride + col;
+            if (vector_epilogue && col + 4 <= n) {
+                load_run(r_ptr, res[r]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (col + e < n) res[r][e] = to_float(r_ptr[e]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < kRuns; ++r) {
+            const int idx = tid + r * 128;
+            const int row = row0 + idx / 16;
+            const int col = col0 + chunk * 64 + run_col;
+            if (row >= m || col >= n) continue;
+            const bool whole = vector_epilogue && col + 4 <= n;
+            float v[4];
+            load_run(buffer + (idx / 16) * kPitch + run_col, v);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) v[e] = activate<ACT, !is_f32<TC>::value>(alpha * v[e] + add[e]) + res[r][e];
+            TC* c_ptr = c + c_base + (long long)row * c_row_stride + col;
+            if (whole) {
+                store_run(c_ptr, v);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (col + e < n) c_ptr[e] = from_float<TC>(v[e]);
+            }
+        }
+    }
+}
+
+}  // namespace vitrt_matmul

@@ -1,0 +1,417 @@
+// The TMA ping-pong programs (f16 / bf16, sm_90a): the warp-specialised program of
+// tma_cooperative.cu with its two consumer warpgroups on alternate tiles, so one warpgroup's
+// epilogue runs under the other's MMAs; C, and the residual of its residual variants, through
+// tensor maps.
+
+#include "tma.cuh"
+
+namespace vitrt_matmul {
+
+// A TMA store of one box (64 columns x its rows) of shared memory to global memory, in the
+// bulk-async group of the issuing thread; the tensor map clips what lies past M and N.
+__device__ __forceinline__ void tma_store_2d(const TmaDescriptor* map, unsigned src, int inner, int outer) {
+#if VITRT_HAS_WGMMA
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                     reinterpret_cast<unsigned long long>(map)),
+                 "r"(src), "r"(inner), "r"(outer)
+                 : "memory");
+#endif
+}
+
+// Two adjacent outputs of the register epilogue, activated and stored as one 16-bit pair.
+// ADD_RESIDUAL (a 16-bit stream): the pair already there is R's (TMA put R in C's layout),
+// added to the activated pair in place.
+template <typename T, Act ACT, bool ADD_RESIDUAL = false>
+__device__ __forceinline__ void store_output_pair(unsigned address, float x, float y, float alpha, float bias_x,
+                                                  float bias_y) {
+    float vx = activate<ACT, true>(alpha * x + bias_x), vy = activate<ACT, true>(alpha * y + bias_y);
+    if constexpr (ADD_RESIDUAL) {
+        unsigned bits;
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(bits) : "r"(address) : "memory");
+        const T* residual = reinterpret_cast<const T*>(&bits);
+        vx += to_float(residual[0]);
+        vy += to_float(residual[1]);
+    }
+    const T pair[2] = {from_float<T>(vx), from_float<T>(vy)};
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(*reinterpret_cast<const unsigned*>(pair))
+                 : "memory");
+}
+
+// Eight bias values (columns col .. col + 7) into shared memory at `dst`, zero past N: one
+// 16-byte cp.async where the bias allows it, element loads at the edge. The ping-pong epilogue
+// reads its tile's bias from there: loaded from global memory per column pair, its 16 dependent
+// L2 round trips a tile made the epilogue outlast the other warpgroup's main loop (measured:
+// benchmarks/NOTES.md, 2026-11-22 "the epilogue's bias in shared memory").
+template <typename T>
+__device__ __forceinline__ void stage_bias_chunk(unsigned dst, const T* bias, int col, int n) {
+    if (col + 8 <= n && (reinterpret_cast<unsigned long long>(bias + col) & 15) == 0) {
+        cp_async_ca<16>(dst, bias + col);
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        const T value = col + e < n ? bias[col + e] : from_float<T>(0.0f);
+        asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(dst + 2 * e), "h"(*reinterpret_cast<const unsigned short*>(&value))
+                     : "memory");
+    }
+}
+
+// The residual loader of the ping-pong body (one thread of the second producer warp). Each
+// consumer warpgroup has a 32 KB shared buffer: half a tile's f32 residual (128 rows x BN / 2
+// columns, as 128-byte swizzled boxes of 32 columns), or a whole tile of a 16-bit one (boxes
+// of 64 columns). For f32 the loader fills it with the first half of the warpgroup's next
+// tile while that tile's main loop runs, and with the second half once the epilogue has added
+// the first; a 16-bit tile is one use. A whole tile a warpgroup would leave room for three
+// stages only, which starved the main loop (measured: benchmarks/NOTES.md, 2026-11-22
+// "residual stream on the ping-pong tile"); the epilogue has time to wait for the second half, since the other
+// warpgroup's main loop is what it must hide behind. Its own thread, not the stage producer's:
+// waiting there for an epilogue would stall the next tile's main-loop copies behind it.
+// Buffer w's use u (tile 2q + w of the CTA, part h: u = kUses·q + h) completes phase u of
+// full[w] and is released by phase u of empty[w].
+template <typename TR, int BN, int GROUP_M>
+__device__ __forceinline__ void load_residual_parts(const TmaDescriptor& r_map, unsigned buffers,
+                                                    unsigned full_bar, unsigned empty_bar, int tiles_m,
+                                                    int tiles_n) {
+    constexpr int BM = 128;
+    // f32: two uses a tile of BN / 2 columns (boxes of 32); 16-bit: one of BN (boxes of 64).
+    constexpr int kUses = (int)sizeof(TR) / 2;
+    constexpr int kUseBytes = BM * BN * (int)sizeof(TR) / kUses;
+    constexpr int kBoxColumns = 128 / (int)sizeof(TR);
+    const int tiles = tiles_m * tiles_n;
+    int i = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++i) {
+        const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
+        const int w = i & 1;
+        for (int part = 0; part < kUses; ++part) {
+            const int use = (i >> 1) * kUses + part;
+            if (use > 0) mbarrier_wait(empty_bar + w * 8, (use - 1) & 1);
+            const unsigned dst = buffers + w * kUseBytes;
+            mbarrier_arrive_expect_tx(full_bar + w * 8, kUseBytes);
+#pragma unroll
+            for (int box = 0; box < BN / 64; ++box)
+                tma_load_2d(dst + box * (BM * 128), &r_map, t.tile_n * BN + part * (BN / kUses) + box * kBoxColumns,
+                            t.tile_m * BM, full_bar + w * 8);
+        }
+    }
+}
+
+// Two adjacent outputs of the residual epilogue: activated, plus their residual pair from the
+// shared tile, stored to C as one 8-byte access (a warp's store covers whole 32-byte sectors
+// of eight rows, so C goes straight from registers to global memory).
+template <Act ACT>
+__device__ __forceinline__ void add_residual_pair(float* c, long long c_row_stride, const float* residual, int row,
+                                                  int col, int m, int n, float x, float y, float alpha,
+                                                  float bias_x, float bias_y) {
+    const float2 r = *reinterpret_cast<const float2*>(residual);
+    const float2 v = make_float2(activate<ACT>(alpha * x + bias_x) + r.x, activate<ACT>(alpha * y + bias_y) + r.y);
+    if (row >= m) return;
+    float* p = c + (long long)row * c_row_stride + col;
+    if (col + 1 < n) {
+        *reinterpret_cast<float2*>(p) = v;
+    } else if (col < n) {
+        p[0] = v.x;
+    }
+}
+
+// The ping-pong variant: the two consumer warpgroups take alternate tiles of the CTA's
+// sequence, each a whole 128 x BN tile (two m64 wgmmas a k-step, BN accumulators a thread), so
+// that one warpgroup's epilogue runs while the other's MMAs keep the tensor cores busy. In the
+// cooperative program (tma_cooperative.cu) both warpgroups stage, activate and store at once
+// and the tensor cores wait: at K = 768 (qkv, fc1) that costs a third of the main loop
+// (measured: benchmarks/NOTES.md, 2026-11-22 "a ping-pong TMA tile").
+// - 128 x 128 per warpgroup (128 accumulators a thread) is the largest that fits: ptxas
+//   compiles every warp to the entry cap whatever setmaxnreg grants later, and the cap is 168
+//   whether the producer is a warpgroup (384 threads) or, as here, one warp (288 threads: some
+//   SM sub-partition still holds three warps).
+// - The epilogue works on the accumulators where they are: bias, alpha and the activation per
+//   register, a 16-bit pair per store into a 128 x BN tile of shared memory laid out as the
+//   128-byte swizzled boxes of C's tensor map, then one thread stores it with TMA and the
+//   warpgroup goes on to its next tile. (With store_block_staged's fp32 staging, one warp per
+//   scheduler could not hide its latencies, and the tile was slower than the cooperative one.)
+//   Hence C in the operands'
+//   type with 16-byte aligned rows, or the f32 residual stream (below); the launcher sends the
+//   rest to the cooperative tile.
+// - The main loops take turns (`turn[w]`, one arrival by the other warpgroup once it has
+//   issued its tile's last wgmma), as CUTLASS's ping-pong kernels order theirs: the tile that
+//   started first finishes first, and a warpgroup never waits on a `full` barrier more than one
+//   phase ahead of what the other has consumed (a parity wait cannot tell phase p from p + 2).
+// - Stage s of step t is consumed by one warpgroup: `empty` counts its four warps.
+// - RESIDUAL: C = act(alpha·A·B + bias) + R with R and C of type TC, f32 (the residual
+//   stream, as proj and fc2 run it, usually in place) or the operands' type (a 16-bit
+//   stream): `out_map` then describes R, which a second producer warp (320 threads) loads by
+//   TMA into a shared buffer per warpgroup (see load_residual_parts). The f32 epilogue adds it
+//   from there and writes C from registers (`c`); the 16-bit one adds it in place in the
+//   output tile and stores C through `c_map`, as the plain variant does, whose `out_map` and
+//   `c_map` are both C's.
+template <typename T, typename TC, bool RESIDUAL, int BN, int STAGES, int GROUP_M, Act ACT>
+__device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
+                                                    const TmaDescriptor& out_map, const TmaDescriptor& c_map,
+                                                    const T* bias, TC* c, long long c_row_stride, int m, int n, int k,
+                                                    float alpha) {
+    constexpr bool kResidual = RESIDUAL;
+    constexpr int BM = 128, BK = 64;
+    constexpr int kAccumulators = BN / 2;
+    constexpr int kBytesA = BM * BK * 2;
+    constexpr int kBytesB = BN * BK * 2;
+    constexpr int kStageBytes = kBytesA + kBytesB;
+    // 16-bit C: BN / 64 boxes of 128 rows x 128 bytes; half an f32 residual tile: BN / 64 too.
+    constexpr int kOutputBytes = BM * BN * 2;
+    constexpr int kResidualBarriers = kResidual ? 4 : 0;
+    static_assert(BN % 64 == 0 && BN <= 128, "two 64 x BN halves of accumulators must fit 168 registers");
+    static_assert(is_same_type<T, TC>::value || (kResidual && is_f32<TC>::value),
+                  "C is in the operands' type or the f32 stream");
+
+    extern __shared__ __align__(128) unsigned char shared_tiles[];
+    // full[s], then empty[s], then turn[0], turn[1], then (f32 residual) residual_full[b] and
+    // residual_empty[b].
+    __shared__ __align__(8) unsigned long long barriers[2 * STAGES + 2 + kResidualBarriers];
+    const unsigned smem = (shared_address(shared_tiles) + 1023) & ~1023u;
+    const unsigned full_bar = shared_address(barriers);
+    const unsigned empty_bar = full_bar + STAGES * 8;
+    const unsigned turn_bar = empty_bar + STAGES * 8;
+    const unsigned residual_full_bar = turn_bar + 16;
+    const unsigned residual_empty_bar = residual_full_bar + 16;
+
+    const int tiles_m = (m + BM - 1) / BM;
+    const int tiles_n = (n + BN - 1) / BN;
+    const int tiles = tiles_m * tiles_n;
+    const int k_tiles = (k + BK - 1) / BK;
+    const int warpgroup = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbarrier_init(full_bar + s * 8, 1);
+            mbarrier_init(empty_bar + s * 8, 4);
+        }
+        mbarrier_init(turn_bar, 1);
+        mbarrier_init(turn_bar + 8, 1);
+        if constexpr (kResidual) {
+            for (int b = 0; b < 2; ++b) {
+                mbarrier_init(residual_full_bar + b * 8, 1);
+                // f32: each consumer warp once it has read its part; 16-bit: the store's issuer.
+                mbarrier_init(residual_empty_bar + b * 8, is_f32<TC>::value ? 4 : 1);
+            }
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warpgroup == 2) {
+        // Producer (warp 8): the CTA's tiles in order, every k-tile of each.
+        if (threadIdx.x == 256 && k_tiles > 0)
+            load_stages<BN, STAGES, GROUP_M>(a_map, b_map, smem, full_bar, empty_bar, tiles_m, tiles_n, k_tiles);
+        // Residual loader (warp 9).
+        if constexpr (kResidual) {
+            if (threadIdx.x == 288)
+                load_residual_parts<TC, BN, GROUP_M>(out_map, smem + STAGES * kStageBytes, residual_full_bar,
+                                                     residual_empty_bar, tiles_m, tiles_n);
+        }
+        return;
+    }
+
+    // Consumer warpgroup w takes the CTA's tiles j = w, w + 2, w + 4, ... Its loop bounds depend
+    // on w: read through a shuffle, w is warp-uniform to ptxas, which otherwise treats the loop
+    // as divergent and serialises every wgmma in it (C7518, "WG.DP in divergent path").
+    const int w = __shfl_sync(0xffffffffu, warpgroup, 0);
+    const unsigned output_tile = smem + STAGES * kStageBytes + w * kOutputBytes;
+    // This warpgroup's tile of bias (BN values), after both output tiles.
+    const unsigned bias_tile = smem + STAGES * kStageBytes + 2 * kOutputBytes + w * BN * 2;
+    const T* bias_values = reinterpret_cast<const T*>(shared_tiles + (bias_tile - shared_address(shared_tiles)));
+    const int tid = threadIdx.x % 128;
+    const int lane = threadIdx.x & 31;
+    const bool leader = tid == 0;
+    // This thread's accumulator rows (and rows + 8) in each 64-row half, and its first column.
+    const int frag_row = (tid / 32) * 16 + (lane >> 2);
+    const int frag_col = (lane & 3) * 2;
+    // Rows 0-63 and 64-127 of the tile.
+    float acc_top[kAccumulators], acc_bottom[kAccumulators];
+#pragma unroll
+    for (int i = 0; i < kAccumulators; ++i) acc_top[i] = acc_bottom[i] = 0.0f;
+    for (int j = w, tile = blockIdx.x + w * gridDim.x; tile < tiles; j += 2, tile += 2 * gridDim.x) {
+        const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
+        // The tile's bias, fetched while its main loop runs (the previous epilogue's last barrier
+        // has seen every read of the buffer); waited for at the epilogue.
+        if (bias != nullptr && tid < BN / 8) stage_bias_chunk(bias_tile + tid * 16, bias, t.tile_n * BN + tid * 8, n);
+        cp_async_commit();
+        // Tile j = 2i + w waits for completion i - 1 + w of turn[w] (the other's tile j - 1).
+        if (j > 0) mbarrier_wait(turn_bar + w * 8, ((j >> 1) + w + 1) & 1);
+        int step = j * k_tiles;
+        for (int kt = 0; kt < k_tiles; ++kt, ++step) {
+            const int s = step % STAGES;
+            mbarrier_wait(full_bar + s * 8, (step / STAGES) & 1);
+            const unsigned stage_a = smem + s * kStageBytes;
+            const unsigned stage_b = stage_a + kBytesA;
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < BK / 16; ++ks) {
+                const unsigned long long b_desc = wgmma_descriptor(stage_b + ks * 32);
+                wgmma_m64k16<T, BN>(acc_top, wgmma_descriptor(stage_a + ks * 32), b_desc, kt > 0 || ks > 0);
+                wgmma_m64k16<T, BN>(acc_bottom, wgmma_descriptor(stage_a + 64 * BK * 2 + ks * 32), b_desc,
+                                    kt > 0 || ks > 0);
+            }
+            wgmma_commit();
+            // The previous step's group has retired once at most one is pending: its stage is free.
+            wgmma_wait<1>();
+            if (kt > 0 && lane == 0) mbarrier_arrive(empty_bar + ((step - 1) % STAGES) * 8);
+            // The other warpgroup's next tile may queue its MMAs behind this tile's last ones.
+            if (kt == k_tiles - 1 && leader) mbarrier_arrive(turn_bar + (1 - w) * 8);
+        }
+        // Unconditional: ptxas cannot tell that the k-loop ran iff k_tiles > 0, and a path on which
+        // the epilogue might read accumulators of a pending wgmma makes it serialise them all.
+        wgmma_wait<0>();
+        if (k_tiles > 0 && lane == 0) mbarrier_arrive(empty_bar + ((step - 1) % STAGES) * 8);
+        if (k_tiles == 0 && leader) mbarrier_arrive(turn_bar + (1 - w) * 8);
+        fence_accumulators(acc_top);
+        fence_accumulators(acc_bottom);
+
+        if constexpr (kResidual && is_f32<TC>::value) {
+            const int col0 = t.tile_n * BN;
+            const float* residual =
+                reinterpret_cast<const float*>(shared_tiles + (output_tile - shared_address(shared_tiles)));
+            const int row0 = t.tile_m * BM;
+            cp_async_wait<0>();
+            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                // Uses 2q and 2q + 1 of this warpgroup's buffer (see load_residual_parts).
+                mbarrier_wait(residual_full_bar + w * 8, half);
+#pragma unroll
+                for (int jh = 0; jh < BN / 16; ++jh) {
+                    const int jb = half * (BN / 16) + jh;
+                    const int col = col0 + jb * 8 + frag_col;
+                    float2 bias_pair = make_float2(0.0f, 0.0f);
+                    if (bias != nullptr) bias_pair = load_pair_as_float(bias_values + jb * 8 + frag_col);
+                    const float bias0 = bias_pair.x, bias1 = bias_pair.y;
+                    // Box jh / 4 (32 columns), 16-byte chunk (jh % 4) * 2 + frag_col / 4 of each
+                    // 128-byte row, XOR-swizzled by the row; the pair's offset in its chunk.
+                    const float* box = residual + (jh / 4) * (BM * 32) + frag_col % 4;
+                    const int swizzle = (((jh % 4) * 2 + frag_col / 4) ^ (frag_row % 8)) * 4;
+                    add_residual_pair<ACT>(c, c_row_stride, box + frag_row * 32 + swizzle, row0 + frag_row, col, m,
+                                           n, acc_top[4 * jb], acc_top[4 * jb + 1], alpha, bias0, bias1);
+                    add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 8) * 32 + swizzle,
+                                           row0 + frag_row + 8, col, m, n, acc_top[4 * jb + 2], acc_top[4 * jb + 3],
+                                           alpha, bias0, bias1);
+                    add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 64) * 32 + swizzle,
+                                           row0 + frag_row + 64, col, m, n, acc_bottom[4 * jb],
+                                           acc_bottom[4 * jb + 1], alpha, bias0, bias1);
+                    add_residual_pair<ACT>(c, c_row_stride, box + (frag_row + 72) * 32 + swizzle,
+                                           row0 + frag_row + 72, col, m, n, acc_bottom[4 * jb + 2],
+                                           acc_bottom[4 * jb + 3], alpha, bias0, bias1);
+                }
+                // This warp has read its part of the half.
+                __syncwarp();
+                if (lane == 0) mbarrier_arrive(residual_empty_bar + w * 8);
+            }
+            // Every thread has read the bias tile before the next one is fetched into it.
+            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
+            continue;
+        }
+        // The previous tile's TMA store has read the output tile (issued a main loop ago), and
+        // the bias tile has landed. A 16-bit stream (kResidual here): R arrives by TMA in the
+        // layout of C's output tile, so each thread adds its pairs in place there and the tile
+        // goes out by TMA store as without residual: whole lines, and no 64-bit address
+        // arithmetic in registers (storing C pairs from registers, 4 bytes a thread, spilled
+        // and ran proj slower than the f32 stream). The buffer is released
+        // for the next tile's R once the store has read it.
+        if (leader) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+        cp_async_wait<0>();
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
+        // Use q of this warpgroup's residual buffer (see load_residual_parts).
+        if constexpr (kResidual) mbarrier_wait(residual_full_bar + w * 8, (j >> 1) & 1);
+        const int col0 = t.tile_n * BN;
+#pragma unroll
+        for (int jb = 0; jb < BN / 8; ++jb) {
+            // Columns jb * 8 + frag_col and the one after it, for rows frag_row (+ 8) of each half.
+            float2 bias_pair = make_float2(0.0f, 0.0f);
+            if (bias != nullptr) bias_pair = load_pair_as_float(bias_values + jb * 8 + frag_col);
+            const float bias0 = bias_pair.x, bias1 = bias_pair.y;
+            // Box jb / 8, 16-byte chunk jb % 8 of each 128-byte row, XOR-swizzled by the row.
+            const unsigned box = output_tile + (jb / 8) * (BM * 128) + frag_col * 2;
+            // Rows frag_row and frag_row + 8 of the top half, then of the bottom half.
+            const int swizzle = ((jb % 8) ^ (frag_row % 8)) * 16;  // (row + 8) % 8 == row % 8
+            store_output_pair<T, ACT, kResidual>(box + frag_row * 128 + swizzle, acc_top[4 * jb],
+                                                 acc_top[4 * jb + 1], alpha, bias0, bias1);
+            store_output_pair<T, ACT, kResidual>(box + (frag_row + 8) * 128 + swizzle, acc_top[4 * jb + 2],
+                                                 acc_top[4 * jb + 3], alpha, bias0, bias1);
+            store_output_pair<T, ACT, kResidual>(box + (frag_row + 64) * 128 + swizzle, acc_bottom[4 * jb],
+                                                 acc_bottom[4 * jb + 1], alpha, bias0, bias1);
+            store_output_pair<T, ACT, kResidual>(box + (frag_row + 72) * 128 + swizzle, acc_bottom[4 * jb + 2],
+                                                 acc_bottom[4 * jb + 3], alpha, bias0, bias1);
+        }
+        // Makes the generic-proxy writes visible to the TMA unit, then one thread stores.
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
+        if (leader) {
+#pragma unroll
+            for (int box = 0; box < BN / 64; ++box)
+                tma_store_2d(&c_map, output_tile + box * (BM * 128), col0 + box * 64, t.tile_m * BM);
+            asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+            if constexpr (kResidual) {
+                asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+                mbarrier_arrive(residual_empty_bar + w * 8);
+            }
+        }
+    }
+    // C is written before the grid counts as done.
+    if (!is_f32<TC>::value && leader) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+}  // namespace vitrt_matmul
+
+// The entry point of the ping-pong Hopper instantiations (sm_90a only): A, B and C as TMA
+// tensor maps (C: 128-byte swizzled boxes of 64 x 128, in the operands' type), one matrix, no
+// residual. Template arguments: T, BLOCK_N (128), STAGES, GROUP_M, activation. 288 threads: two
+// consumer warpgroups, then the producer warp.
+template <typename T, int BN, int STAGES, int GROUP_M, Act ACT>
+__device__ __forceinline__ void matmul_block_tma_pingpong(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
+                                                          const TmaDescriptor& c_map, const T* bias, int m, int n,
+                                                          int k, float alpha) {
+    using namespace vitrt_matmul;
+    static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
+#if VITRT_HAS_WGMMA
+    matmul_tma_pingpong<T, T, false, BN, STAGES, GROUP_M, ACT>(a_map, b_map, c_map, c_map, bias,
+                                                               static_cast<T*>(nullptr), 0, m, n, k, alpha);
+#else
+    __trap();
+#endif
+}
+
+// The ping-pong entry for the f32 residual stream: C = act(alpha·A·B + bias) + R with R and C
+// f32 (C may be R), R as a tensor map (128-byte swizzled boxes of 32 x 128), C as a pointer to
+// its first element and a row stride with 16-byte aligned rows. Template arguments: T,
+// BLOCK_N (128), STAGES, GROUP_M, activation. 320 threads: two consumer warpgroups, the stage
+// producer warp, the residual loader warp.
+template <typename T, int BN, int STAGES, int GROUP_M, Act ACT>
+__device__ __forceinline__ void matmul_block_tma_pingpong_residual(const TmaDescriptor& a_map,
+                                                                   const TmaDescriptor& b_map,
+                                                                   const TmaDescriptor& r_map, const T* bias,
+                                                                   float* c, long long c_row_stride, int m, int n,
+                                                                   int k, float alpha) {
+    using namespace vitrt_matmul;
+    static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
+#if VITRT_HAS_WGMMA
+    matmul_tma_pingpong<T, float, true, BN, STAGES, GROUP_M, ACT>(a_map, b_map, r_map, r_map, bias, c, c_row_stride,
+                                                                  m, n, k, alpha);
+#else
+    __trap();
+#endif
+}
+
+// The ping-pong entry for a 16-bit stream: C = act(alpha·A·B + bias) + R with R and C in the
+// operands' type (C may be R), both as tensor maps (128-byte swizzled boxes of 64 x 128).
+// Template arguments: T, BLOCK_N (128), STAGES, GROUP_M, activation. 320 threads, as above.
+template <typename T, int BN, int STAGES, int GROUP_M, Act ACT>
+__device__ __forceinline__ void matmul_block_tma_pingpong_stream16(const TmaDescriptor& a_map,
+                                                                   const TmaDescriptor& b_map,
+                                                                   const TmaDescriptor& r_map,
+                                                                   const TmaDescriptor& c_map, const T* bias, int m,
+                                                                   int n, int k, float alpha) {
+    using namespace vitrt_matmul;
+    static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
+#if VITRT_HAS_WGMMA
+    matmul_tma_pingpong<T, T, true, BN, STAGES, GROUP_M, ACT>(a_map, b_map, r_map, c_map, bias,
+                                                              static_cast<T*>(nullptr), 0, m, n, k, alpha);
+#else
+    __trap();
+#endif
+}
