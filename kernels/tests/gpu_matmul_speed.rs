@@ -6,7 +6,7 @@
 //! --ignored --test-threads=1 --nocapture`.
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use vitrt_kernels::cuda::{DeviceBuffer, Gpu};
+use vitrt_kernels::cuda::{DeviceBuffer, Gpu, Timer};
 use vitrt_kernels::matmul::{self, tiles_for, MatmulTile};
 use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem, Operand, WeightLayout};
 
@@ -153,25 +153,6 @@ fn attention_cases(
     [qk, pv]
 }
 
-/// The median of `samples` device timings of `run`, in milliseconds, after `warmup` runs.
-fn median_ms(gpu: &Gpu, warmup: usize, samples: usize, mut run: impl FnMut()) -> f64 {
-    for _ in 0..warmup {
-        run();
-    }
-    gpu.synchronize().unwrap();
-    let mut times: Vec<f64> = (0..samples)
-        .map(|_| {
-            gpu.time_ms(|| {
-                run();
-                Ok(())
-            })
-            .unwrap() as f64
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    times[samples / 2]
-}
-
 /// Device buffers of random values for timing: A, B, bias, residual and C of one problem, all
 /// in `dtype`, or (`stream`) the residual and C f32 and C the residual itself, as the model
 /// adds into its residual stream.
@@ -230,8 +211,13 @@ impl TimedProblem {
         };
         let (a, b, bias, c) = (view(0), view(1), view(2), view(4));
         let r = if self.stream { c } else { view(3) };
-        median_ms(gpu, 10, 30, || {
-            match tile {
+        let timer = Timer {
+            warmup: 10,
+            reps: 30,
+            spin_nanoseconds: 50_000,
+        };
+        timer
+            .median_ms(gpu, 1, |_| match tile {
                 Some(tile) => matmul::gpu::matmul_with_tile(
                     gpu,
                     dtype,
@@ -244,9 +230,9 @@ impl TimedProblem {
                     c,
                 ),
                 None => matmul::gpu::matmul(gpu, dtype, &self.p, a, b, Some(bias), Some(r), c),
-            }
+            })
             .unwrap()
-        })
+            .expect("30 timed runs")
     }
 }
 

@@ -1,25 +1,15 @@
 // Activations as passes of their own: a standalone activation (for graphs run without epilogue
-// fusion) and a bias plus activation (what a GEMM without a fused epilogue leaves to do).
+// fusion) and a bias plus activation (what a GEMM without a fused epilogue leaves to do). Both
+// apply common.cuh's `activate` in its exact form (erff, expf), as kernels::Activation::apply.
 #include "common.cuh"
-
-// Same formulas as kernels::Activation::apply (and the matmul epilogue): 0 none, 1 gelu (erf),
-// 2 gelu tanh, 3 quick gelu, 4 relu, 5 silu.
-template <int ACT> __device__ __forceinline__ float apply_activation(float x) {
-    if (ACT == 1) return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    if (ACT == 2) return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-    if (ACT == 3) return x / (1.0f + expf(-1.702f * x));
-    if (ACT == 4) return fmaxf(x, 0.0f);
-    if (ACT == 5) return x / (1.0f + expf(-x));
-    return x;
-}
 
 // out[i] = act(x[i]); a grid-stride loop, one element per step (memory-bound, rarely used:
 // the fused graph folds activations into matmul epilogues).
-template <typename T, int ACT>
+template <typename T, Act ACT>
 __device__ __forceinline__ void activation_program(const T* x, T* out, long long n) {
     const long long step = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
-        out[i] = from_float<T>(apply_activation<ACT>(to_float(x[i])));
+        out[i] = from_float<T>(activate<ACT>(to_float(x[i])));
 }
 
 // out[r, c] = act(x[r, c] + bias[c]) for r < rows, c < cols: the bias and activation a GEMM
@@ -30,7 +20,7 @@ __device__ __forceinline__ void activation_program(const T* x, T* out, long long
 // every pointer is 16-byte aligned, else VEC = 1) in a grid-stride loop. Each thread tracks its
 // (row, vector column) and advances both by the grid stride with one carry, instead of paying
 // a 64-bit division per vector to find the bias column.
-template <typename T, int ACT, int VEC>
+template <typename T, Act ACT, int VEC>
 __device__ __forceinline__ void bias_activation_program(const T* x, const T* bias, T* out, int rows,
                                                         int cols) {
     const int vecs_per_row = cols / VEC;
@@ -47,7 +37,7 @@ __device__ __forceinline__ void bias_activation_program(const T* x, const T* bia
         Vec<T, VEC> o;
 #pragma unroll
         for (int j = 0; j < VEC; ++j)
-            o.v[j] = from_float<T>(apply_activation<ACT>(to_float(xv.v[j]) + to_float(bv.v[j])));
+            o.v[j] = from_float<T>(activate<ACT>(to_float(xv.v[j]) + to_float(bv.v[j])));
         store_vec<T, VEC>(out + i, o);
         c += step_cols;
         r += step_rows;

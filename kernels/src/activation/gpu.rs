@@ -11,17 +11,6 @@ use crate::{Activation, DType};
 const SOURCE: &str = include_str!("activation.cu");
 const THREADS: u32 = 256;
 
-fn act_code(act: Activation) -> u32 {
-    match act {
-        Activation::None => 0,
-        Activation::Gelu => 1,
-        Activation::GeluTanh => 2,
-        Activation::QuickGelu => 3,
-        Activation::Relu => 4,
-        Activation::Silu => 5,
-    }
-}
-
 fn activation_instantiation(dtype: DType, act: Activation) -> Instantiation {
     Instantiation {
         name: format!("activation_{}_{}", act.short_name(), dtype.name()),
@@ -29,7 +18,7 @@ fn activation_instantiation(dtype: DType, act: Activation) -> Instantiation {
         source: SOURCE,
         headers: &[],
         function: "activation_program",
-        template_args: vec![dtype.cuda_type().into(), act_code(act).to_string()],
+        template_args: vec![dtype.cuda_type().into(), act.cuda_name().into()],
         params: vec![
             KernelParam::new("x", ParamKind::ConstPtr(dtype)),
             KernelParam::new("out", ParamKind::MutPtr(dtype)),
@@ -78,7 +67,7 @@ impl BiasActivationConfig {
             function: "bias_activation_program",
             template_args: vec![
                 d.cuda_type().into(),
-                act_code(self.act).to_string(),
+                self.act.cuda_name().into(),
                 self.vec.to_string(),
             ],
             params: vec![

@@ -1,7 +1,6 @@
-// Shared by every matmul program (NVRTC receives it in memory as "epilogue.cuh"): the
-// activations (`Act`, spelled by kernels::Activation::cuda_name), 16-bit pair loads and
-// stores, the tile order and operand views, and the epilogue that adds bias, activation and
-// residual to an fp32 tile staged in shared memory:
+// Shared by every matmul program (NVRTC receives it in memory as "epilogue.cuh"): 16-bit pair
+// loads and stores, the tile order and operand views, and the epilogue that adds bias,
+// activation (common.cuh's `activate`) and residual to an fp32 tile staged in shared memory:
 //
 //     C[m, n] = act(alpha * acc[m, n] + bias[n]) + residual[m, n]
 //
@@ -12,9 +11,6 @@
 #pragma once
 
 #include "common.cuh"
-
-// The activations kernels::Activation names (its `cuda_name` spells these).
-enum class Act { None, Gelu, GeluTanh, QuickGelu, Relu, Silu };
 
 namespace vitrt_matmul {
 // ---------------------------------------------------------------------------------------------
@@ -41,60 +37,6 @@ __device__ __forceinline__ void store_pair_from_float<__half>(__half* p, float x
 template <>
 __device__ __forceinline__ void store_pair_from_float<__nv_bfloat16>(__nv_bfloat16* p, float x, float y) {
     *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-}
-
-// GELU(x) = x·Φ(x) for outputs stored in 16 bits, with erf to within 3e-7 absolute
-// (Abramowitz and Stegun 7.1.26, 1.5e-7, plus the approximate reciprocal and exponential):
-// 14 instructions and two MUFU operations a value where erff takes about 30. The rounding of
-// a 16-bit output (2^-11 and 2^-8 of the value) dwarfs the error. In the batch-64 fc1 of
-// ViT-B/16 the GELU epilogue is what the tensor cores wait for (ncu: ~24 instructions a value
-// with the earlier __expf/__fdividef form, issued by one warp a scheduler), so every
-// instruction counts:
-// - with z = x/√2 folded into the constants, erf(z) = sign(x)·(1 - q), q = poly(t)·e^(-x²/2),
-//   t = 1/(1 + p·|z|), so GELU = x/2·(1 + erf) is max(x, 0) - |x|·q/2: the sign costs no
-//   compare or select (|x| is a free operand modifier), and the 1/2 is folded into poly;
-// - the MUFU operations without denormal handling (exp2_approx_ftz, rcp_approx_ftz);
-// - |x| is capped at 2^15 in the product so that x = +inf gives inf, not inf·0; no 16-bit
-//   output tells 2^15 from more, and q is 0 there. NaN still propagates through q.
-__device__ __forceinline__ float gelu_for_half_outputs(float x) {
-    const float t = rcp_approx_ftz(fmaf(0.3275911f * 0.70710678118654752f, fabsf(x), 1.0f));
-    const float half_poly =
-        t * fmaf(t,
-                 fmaf(t, fmaf(t, fmaf(t, 0.5f * 1.061405429f, 0.5f * -1.453152027f), 0.5f * 1.421413741f),
-                      0.5f * -0.284496736f),
-                 0.5f * 0.254829592f);
-    // e^(-x²/2) = 2^(-x² · log2(e) / 2)
-    const float half_q = half_poly * exp2_approx_ftz(x * x * -0.72134752044448170f);
-    return fmaf(-fminf(fabsf(x), 32768.0f), half_q, fmaxf(x, 0.0f));
-}
-
-// The activations as kernels::Activation::apply writes them, in the same operation order
-// (erff for the exact GELU). HALF_OUTPUT: the result is stored in f16 or bf16, which allows
-// the cheaper GELU above and approximate MUFU operations.
-template <Act ACT, bool HALF_OUTPUT = false>
-__device__ __forceinline__ float activate(float x) {
-    if constexpr (ACT == Act::None) {
-        return x;
-    } else if constexpr (ACT == Act::Gelu) {
-        // x · (1/√2) rather than x / √2: as PyTorch computes it, and an IEEE division per
-        // element would cost more than the erff (the twin's division differs by < 1 ulp).
-        if constexpr (HALF_OUTPUT) return gelu_for_half_outputs(x);
-        const float scaled = x * 0.707106781186547524f;
-        return 0.5f * x * (1.0f + erff(scaled));
-    } else if constexpr (ACT == Act::GeluTanh) {
-        const float inner = 0.7978846f * (x + 0.044715f * x * x * x);
-        return 0.5f * x * (1.0f + tanhf(inner));
-    } else if constexpr (ACT == Act::QuickGelu || ACT == Act::Silu) {
-        const float e = ACT == Act::Silu ? -x : -1.702f * x;
-        // For 16-bit outputs the approximate exponential (of e·log2(e)) and reciprocal (a few
-        // ulp; a huge denominator gives 0, the limit): fewer instructions and registers, and
-        // no spills in the 128 x 256 TMA tile's epilogue.
-        return HALF_OUTPUT ? x * rcp_approx_ftz(1.0f + exp2_approx_ftz(e * 1.4426950408889634f))
-                           : x / (1.0f + expf(e));
-    } else {
-        static_assert(ACT == Act::Relu, "unhandled activation");
-        return fmaxf(x, 0.0f);
-    }
 }
 
 template <typename T>

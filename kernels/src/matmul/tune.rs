@@ -2,7 +2,7 @@
 //! tuning table (tuning.rs), which [`crate::matmul::gpu::matmul`] consults before the cost
 //! model.
 
-use crate::cuda::{invalid, DevPtr, DeviceBuffer, Gpu, KernelError};
+use crate::cuda::{copies_beyond_l2, invalid, DevPtr, DeviceBuffer, Gpu, KernelError, Timer};
 use crate::matmul::gpu::matmul_with_tile;
 use crate::matmul::problem::{MatmulProblem, WeightLayout};
 use crate::matmul::selection::{matmul_tile_for, MatmulTile};
@@ -79,27 +79,19 @@ pub fn tune_matmul(
     if !timed.contains(&heuristic) {
         timed.push(heuristic);
     }
+    let timer = Timer {
+        warmup: settings.warmup,
+        reps: settings.reps,
+        spin_nanoseconds: SPIN_NANOSECONDS,
+    };
     for tile in timed {
-        let mut copy = 0;
-        let launch = |copy: usize| {
-            let (a, b, bias, residual) = operands.inputs(copy);
-            matmul_with_tile(gpu, dtype, p, tile, a, b, bias, residual, operands.c)
-        };
-        for _ in 0..settings.warmup.max(1) {
-            launch(copy)?;
-            copy = (copy + 1) % operands.copies;
-        }
-        let mut samples = Vec::with_capacity(settings.reps);
-        for _ in 0..settings.reps {
-            gpu.spin(SPIN_NANOSECONDS)?;
-            samples.push(gpu.time_ms(|| launch(copy))? as f64);
-            copy = (copy + 1) % operands.copies;
-        }
-        samples.sort_by(f64::total_cmp);
-        times.push(CandidateTime {
-            tile,
-            median_ms: samples[samples.len() / 2],
-        });
+        let median_ms = timer
+            .median_ms(gpu, operands.copies, |copy| {
+                let (a, b, bias, residual) = operands.inputs(copy);
+                matmul_with_tile(gpu, dtype, p, tile, a, b, bias, residual, operands.c)
+            })?
+            .ok_or_else(|| invalid!("tuning needs at least one timed launch"))?;
+        times.push(CandidateTime { tile, median_ms });
     }
     let heuristic_ms = times
         .iter()
@@ -168,7 +160,7 @@ impl TuningOperands {
         let set_bytes = (a_len + b_len + bias_len.unwrap_or(0)) * dtype.size_bytes()
             + residual.map_or(0, |(len, d)| len * d.size_bytes());
         let l2 = gpu.l2_cache_bytes().unwrap_or(50 << 20);
-        let copies = (2 * l2).div_ceil(set_bytes.max(1)).clamp(1, 64);
+        let copies = copies_beyond_l2(set_bytes, l2).min(64);
         let mut random = Xorshift(0x7475_6e65 ^ (set_bytes as u64).rotate_left(17));
         let mut buffers = Vec::new();
         let mut upload = |len: usize, dtype: DType, scale: f32| -> Result<DevPtr, KernelError> {
