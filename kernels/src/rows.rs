@@ -2,7 +2,7 @@
 //! a row, how many rows a block holds, and how much of the row each thread keeps in registers.
 
 use crate::cuda::DevPtr;
-use crate::DType;
+use crate::types::DType;
 
 /// Meta-parameters of a row kernel: the template arguments after the dtype.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

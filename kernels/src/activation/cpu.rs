@@ -1,6 +1,6 @@
 //! The CPU twin of activation.cu's bias plus activation: one program per row.
 
-use crate::Activation;
+use crate::types::Activation;
 use rayon::prelude::*;
 
 /// `out[r, c] = act(x[r, c] + bias[c])`: the bias and activation of a linear layer as a pass

@@ -6,7 +6,7 @@ use crate::cuda::{
     invalid, to_i32, to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
     KernelParam, LaunchDims, ParamKind,
 };
-use crate::{Activation, DType};
+use crate::types::{Activation, DType};
 
 const SOURCE: &str = include_str!("activation.cu");
 const THREADS: u32 = 256;

@@ -4,7 +4,7 @@ use crate::cuda::{
     invalid, to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
     KernelParam, LaunchDims, ParamKind,
 };
-use crate::DType;
+use crate::types::DType;
 
 const SOURCE: &str = include_str!("add.cu");
 const THREADS: u32 = 256;

@@ -4,7 +4,7 @@
 //! the end. Everything stays f32 between reading Q, K, V and writing O: no scores or
 //! probabilities are stored, so none are rounded.
 
-use super::AttentionProblem;
+use super::problem::AttentionProblem;
 use rayon::prelude::*;
 
 /// The CPU twin's meta-parameters: query rows per program, keys per streamed block (the
@@ -107,8 +107,9 @@ pub fn attention(
 mod tests {
     use super::*;
     use crate::matmul::cpu::{matmul, MatmulTiles};
+    use crate::matmul::{Epilogue, MatmulProblem, WeightLayout};
     use crate::softmax::cpu::softmax;
-    use crate::{Epilogue, MatmulProblem, Operand, WeightLayout};
+    use crate::types::Operand;
 
     /// A deterministic, varied sequence (no rand dependency in unit tests).
     fn values(n: usize, seed: u32) -> Vec<f32> {

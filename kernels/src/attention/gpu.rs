@@ -4,12 +4,12 @@
 //! fused kernel: its attention runs unfused (the matmul's exact fp32 FMA path), and the
 //! runtime asks [`fused_attention_support`] before it fuses.
 
-use super::AttentionProblem;
+use super::problem::AttentionProblem;
 use crate::cuda::{
     invalid, to_i32, to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
     KernelParam, LaunchDims, ParamKind,
 };
-use crate::{DType, Operand};
+use crate::types::{DType, Operand};
 
 const SOURCE: &str = include_str!("attention.cu");
 

@@ -1,8 +1,10 @@
 //! What benchmarks need from a [`Gpu`] besides the ops: facts about the device (L2 size,
 //! driver version) and a plain device-to-device copy, the yardstick for memory-bound kernels.
 
-use super::{invalid, DevPtr, Gpu, KernelError};
-use crate::DType;
+use super::device::Gpu;
+use super::error::{invalid, KernelError};
+use super::memory::DevPtr;
+use crate::types::DType;
 use cudarc::driver::sys::CUdevice_attribute;
 
 impl Gpu {

@@ -15,7 +15,8 @@
 //! was asked for, so that a forward pass that was not warmed up fails to capture (and the
 //! caller runs it eagerly) instead of stalling or corrupting the capture.
 
-use super::{Gpu, KernelError};
+use super::device::Gpu;
+use super::error::KernelError;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaGraph;
 use std::sync::atomic::Ordering;

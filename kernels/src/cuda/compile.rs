@@ -9,8 +9,8 @@
 //! want a fast intrinsic (`__expf`) say so in their source.
 
 use super::discovery::{cuda_include_dir, load_nvrtc, NvrtcLibrary};
+use super::error::{invalid, KernelError};
 use super::registry::{Arch, Instantiation, COMMON_HEADER, COMMON_HEADER_NAME};
-use super::{invalid, KernelError};
 use cudarc::nvrtc::sys::{self as nvrtc, nvrtcProgram, nvrtcResult};
 use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};

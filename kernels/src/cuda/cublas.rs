@@ -12,9 +12,11 @@
 //! libcublas is found as libnvrtc is (see discovery.rs): on the loader's path, else in a CUDA
 //! toolkit or a pip wheel (`nvidia-cublas`), or at `VITRT_CUBLAS_LIB`.
 
+use super::device::{guarded, to_i32, Gpu};
 use super::discovery::{keep_loaded, list_paths, python_site_dirs, toolkit_roots};
-use super::{guarded, to_i32, DevPtr, Gpu, KernelError};
-use crate::DType;
+use super::error::KernelError;
+use super::memory::DevPtr;
+use crate::types::DType;
 use cudarc::cublas::sys::{
     cublasComputeType_t, cublasGemmAlgo_t, cublasMath_t, cublasOperation_t, cudaDataType_t,
 };
@@ -79,7 +81,7 @@ impl Cublas<'_> {
     ) -> Result<(), KernelError> {
         let elements = |rows: usize, cols: usize, what: &str| {
             rows.checked_mul(cols)
-                .ok_or_else(|| super::invalid!("cuBLAS {what} of {rows} x {cols} overflows"))
+                .ok_or_else(|| super::error::invalid!("cuBLAS {what} of {rows} x {cols} overflows"))
         };
         a.expect("cuBLAS A", dtype, elements(m, k, "A")?)?;
         w.expect("cuBLAS W", dtype, elements(n, k, "W")?)?;

@@ -7,7 +7,7 @@
 //! `nvidia/cuda_runtime/include`). Overrides: `VITRT_NVRTC_LIB` (a path to libnvrtc.so) and
 //! `VITRT_CUDA_INCLUDE` (a directory holding cuda_fp16.h).
 
-use super::KernelError;
+use super::error::KernelError;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 

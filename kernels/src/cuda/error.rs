@@ -78,7 +78,7 @@ impl KernelError {
 /// Shorthand for bad-argument errors built with `format!`.
 macro_rules! invalid {
     ($($arg:tt)*) => {
-        $crate::cuda::KernelError::InvalidArgument(format!($($arg)*))
+        $crate::cuda::error::KernelError::InvalidArgument(format!($($arg)*))
     };
 }
 pub(crate) use invalid;

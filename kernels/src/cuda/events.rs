@@ -2,7 +2,9 @@
 //! before and after each graph node of a profiled run, and reads the intervals once the run is
 //! done, so the timing adds no synchronisation between nodes.
 
-use super::{Gpu, KernelError, Stream};
+use super::device::Gpu;
+use super::error::KernelError;
+use super::staging::Stream;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaEvent;
 

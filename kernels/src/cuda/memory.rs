@@ -1,7 +1,7 @@
 //! Device memory: owned buffers and the typed, checked views kernels are launched with.
 
-use super::{invalid, KernelError};
-use crate::DType;
+use super::error::{invalid, KernelError};
+use crate::types::DType;
 use cudarc::driver::CudaSlice;
 
 /// Device memory owned by one `Gpu`; freed (stream-ordered) when dropped.

@@ -15,8 +15,8 @@
 //! The family's `.cu` source defines the templated `__device__` function; the wrapper is
 //! appended to it and the two compile as one NVRTC program.
 
-use super::{invalid, KernelError};
-use crate::DType;
+use super::error::{invalid, KernelError};
+use crate::types::DType;
 
 /// The shared header every family source may `#include "common.cuh"`.
 pub const COMMON_HEADER: &str = include_str!("common.cuh");

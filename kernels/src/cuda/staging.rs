@@ -6,7 +6,8 @@
 //! Copies from ordinary (pageable) memory are correct too, but the driver stages them and they
 //! do not overlap.
 
-use super::{Gpu, KernelError};
+use super::device::Gpu;
+use super::error::KernelError;
 use cudarc::driver::sys::{CUevent_flags, CU_MEMHOSTALLOC_PORTABLE};
 use cudarc::driver::{CudaEvent, PinnedHostSlice};
 use std::sync::Arc;
@@ -178,7 +179,7 @@ impl Gpu {
         self.check_owner(src)?;
         src.check_range(offset_bytes, len, "download")?;
         if len > dst.len() {
-            return Err(super::invalid!(
+            return Err(super::error::invalid!(
                 "download of {len} bytes into a {}-byte host buffer",
                 dst.len()
             ));

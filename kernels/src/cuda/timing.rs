@@ -2,9 +2,9 @@
 //! work, so launch overhead and host scheduling stay out of the figure, and a spin kernel that
 //! keeps the stream busy while the host queues the work to be timed (see [`Gpu::spin`]).
 
-use super::{
-    ArchRequirement, Gpu, Instantiation, KernelArg, KernelError, KernelParam, LaunchDims, ParamKind,
-};
+use super::device::{Gpu, LaunchDims};
+use super::error::KernelError;
+use super::registry::{ArchRequirement, Instantiation, KernelArg, KernelParam, ParamKind};
 use cudarc::driver::sys::CUevent_flags;
 
 const SOURCE: &str = include_str!("timing.cu");

@@ -8,7 +8,7 @@ use crate::cuda::{
     KernelParam, LaunchDims, ParamKind,
 };
 use crate::rows::RowConfig;
-use crate::DType;
+use crate::types::DType;
 
 const SOURCE: &str = include_str!("layernorm.cu");
 

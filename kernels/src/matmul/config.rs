@@ -9,7 +9,7 @@ use crate::matmul::selection::{
     pipeline_bytes, rows_aligned, single_nk_matrix, staged_bytes, tiles_for, MatmulTile, Program,
     DEEP_SMALL_TILE, SMALL_TENSOR_CORE_TILE, TENSOR_CORE_TILES, TMA_TILES, WGMMA_TILES,
 };
-use crate::{Activation, DType, Operand};
+use crate::types::{Activation, DType, Operand};
 
 /// The programs' sources, one `.cu` a program.
 pub(crate) const MMA_SYNC_SOURCE: &str = include_str!("mma_sync.cu");

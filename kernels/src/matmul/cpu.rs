@@ -3,7 +3,7 @@
 //! Program ids are remapped in groups of GROUP_M rows of tiles, as in Triton's matmul tutorial,
 //! so that programs running together share rows of A and columns of B in cache.
 
-use crate::{MatmulProblem, WeightLayout};
+use crate::matmul::problem::{MatmulProblem, WeightLayout};
 use rayon::prelude::*;
 
 /// The CPU twin's meta-parameters.
@@ -184,7 +184,8 @@ fn dot(x: &[f32], y: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Activation, Epilogue, Operand};
+    use crate::matmul::problem::Epilogue;
+    use crate::types::{Activation, Operand};
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
     fn random(n: usize, rng: &mut StdRng) -> Vec<f32> {

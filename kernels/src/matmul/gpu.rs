@@ -12,7 +12,7 @@ use crate::matmul::selection::{
     rows_aligned, sm_count, split_k, split_k_partial_bytes, tiles_for, MatmulTile, Program,
 };
 use crate::matmul::tuning::{matmul_choice, MatmulStorage};
-use crate::DType;
+use crate::types::DType;
 use std::sync::Mutex;
 
 /// `c = epilogue(A · B)` for every (batch, head) of `p`; see [`MatmulProblem`]. A, B and

@@ -1,7 +1,7 @@
 //! What a matmul computes: [`MatmulProblem`] (extents, operand views, B's layout) and its
 //! fused [`Epilogue`]. Shared by the CPU twin and the GPU launcher.
 
-use crate::{Activation, Operand};
+use crate::types::{Activation, Operand};
 
 /// What a matmul does to its fp32 accumulator before the store:
 /// `out = act(alpha * acc + bias[col]) + residual[row, col]`, then a cast to the output dtype.

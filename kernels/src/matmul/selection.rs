@@ -8,7 +8,7 @@
 
 use crate::cuda::{Gpu, KernelError};
 use crate::matmul::problem::{MatmulProblem, WeightLayout};
-use crate::{DType, Operand};
+use crate::types::{DType, Operand};
 use cudarc::driver::sys::CUdevice_attribute;
 
 /// The block programs a tile runs on, one `.cu` each.

@@ -4,8 +4,9 @@
 use crate::cuda::{DevPtr, KernelError};
 use crate::matmul::config::*;
 use crate::matmul::gpu::*;
+use crate::matmul::problem::{Epilogue, MatmulProblem, WeightLayout};
 use crate::matmul::selection::*;
-use crate::{Activation, DType, Epilogue, MatmulProblem, Operand, WeightLayout};
+use crate::types::{Activation, DType, Operand};
 
 /// `configure` for a problem whose C and residual hold the operands' type.
 fn configure_uniform(

@@ -9,7 +9,7 @@ use crate::matmul::selection::{matmul_tile_for, MatmulTile};
 use crate::matmul::tuning::{
     matmul_candidates, matmul_source_hash, with_tuning_table, MatmulStorage, TunedChoice, TuningKey,
 };
-use crate::DType;
+use crate::types::DType;
 use std::path::PathBuf;
 
 /// One matmul to tune: the problem and the storage of its C and residual.

@@ -36,7 +36,7 @@ use crate::cuda::{cache_dir, fnv_checksum, write_atomically, Gpu, KernelError, C
 use crate::matmul::config::{ALL_SOURCES, HEADERS};
 use crate::matmul::problem::{MatmulProblem, WeightLayout};
 use crate::matmul::selection::{matmul_tile_for, tiles_for, MatmulTile};
-use crate::DType;
+use crate::types::DType;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -424,7 +424,8 @@ fn tuned_matmul_tile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Activation, Epilogue};
+    use crate::matmul::problem::Epilogue;
+    use crate::types::Activation;
 
     fn scratch(tag: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("vitrt-tuning-{tag}-{}", std::process::id()));

@@ -1,12 +1,12 @@
 //! Pixel expansion launcher: 8-bit HWC images into the model's f32 NCHW input through a
 //! per-channel table (pixels.cu; CPU twin `cpu::expand_pixels`).
 
-use super::PixelBatch;
+use super::batch::PixelBatch;
 use crate::cuda::{
     invalid, to_i32, ArchRequirement, DevPtr, DeviceBuffer, Gpu, Instantiation, KernelArg,
     KernelError, KernelParam, LaunchDims, ParamKind,
 };
-use crate::DType;
+use crate::types::DType;
 
 const SOURCE: &str = include_str!("pixels.cu");
 const THREADS: u32 = 256;

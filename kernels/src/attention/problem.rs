@@ -1,0 +1,53 @@
+//! What one fused attention computes: the shapes, the scale and the strided views of Q, K, V and O.
+
+use crate::types::Operand;
+
+/// Fused attention over strided heads: for every (batch, head),
+/// `O = softmax(scale · Q·Kᵀ) · V`, the softmax over the keys, where Q, K, V and O are
+/// `tokens x head_dim` matrices read and written through their views (so Q, K and V can be
+/// read in place out of a fused QKV activation, and O written with heads side by side).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionProblem {
+    pub batch: usize,
+    pub heads: usize,
+    pub tokens: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+    pub q: Operand,
+    pub k: Operand,
+    pub v: Operand,
+    pub o: Operand,
+}
+
+impl AttentionProblem {
+    /// Multiply-adds count two: Q·Kᵀ and P·V, each `tokens² · head_dim` per head.
+    pub fn flops(&self) -> f64 {
+        4.0 * (self.batch * self.heads) as f64 * (self.tokens as f64).powi(2) * self.head_dim as f64
+    }
+
+    /// Checks that every view fits its buffer, so kernels can index without bounds checks.
+    pub fn check_bounds(
+        &self,
+        q_len: usize,
+        k_len: usize,
+        v_len: usize,
+        o_len: usize,
+    ) -> Result<(), String> {
+        let extent =
+            |view: &Operand| view.extent(self.batch, self.heads, self.tokens, self.head_dim);
+        for (name, view, have) in [
+            ("Q", &self.q, q_len),
+            ("K", &self.k, k_len),
+            ("V", &self.v, v_len),
+            ("O", &self.o, o_len),
+        ] {
+            let need = extent(view);
+            if need > have {
+                return Err(format!(
+                    "attention operand {name} needs {need} elements, buffer has {have}"
+                ));
+            }
+        }
+        Ok(())
+    }
+}

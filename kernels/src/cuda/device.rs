@@ -1,0 +1,542 @@
+//! The device: one [`Gpu`] (context, compute and copy streams, NVRTC, the module cache),
+//! allocation, plain copies, and the launch of one instantiation. Streams, events, capture,
+//! timing and the cuBLAS yardstick extend it in files of their own.
+
+use super::cache::DiskCache;
+use super::compile::Compiler;
+use super::error::{invalid, KernelError};
+use super::memory::DeviceBuffer;
+use super::registry::{Instantiation, KernelArg, ParamSlot};
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute, CUresult};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtr as _};
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Grid and block of one launch. Blocks are one-dimensional: kernels index threads by
+/// `threadIdx.x` and derive any 2-D layout themselves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LaunchDims {
+    pub grid: (u32, u32, u32),
+    pub block: u32,
+    /// Dynamic shared memory, bytes.
+    pub shared_bytes: u32,
+}
+
+/// One loaded kernel and what the driver says it uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadedKernel {
+    pub name: String,
+    pub registers: u32,
+    pub static_shared_bytes: u32,
+    /// Local memory per thread: stack frame and spills.
+    pub local_bytes: u32,
+}
+
+/// One CUDA device: a context, one stream every op is queued on, NVRTC, and the kernels
+/// loaded so far.
+pub struct Gpu {
+    pub(super) context: Arc<CudaContext>,
+    pub(super) stream: Arc<CudaStream>,
+    /// Host-to-device copies that overlap the compute stream (staging.rs).
+    pub(super) copy_stream: Arc<CudaStream>,
+    pub(super) name: String,
+    pub(super) compute_capability: (u32, u32),
+    pub(super) multiprocessors: u32,
+    pub(super) compiler: Compiler,
+    pub(super) disk_cache: Option<DiskCache>,
+    pub(super) kernels: Mutex<HashMap<String, CudaFunction>>,
+    /// The dynamic shared-memory limit per kernel, as the driver first reported it or as
+    /// raised since: raised once, not per launch (so that a CUDA graph capture sees only
+    /// launches).
+    pub(super) shared_limits: Mutex<HashMap<String, u32>>,
+    /// Tags the buffers (and graphs) this Gpu makes.
+    pub(super) id: usize,
+    /// A CUDA graph capture is open on the stream (capture.rs).
+    pub(super) capturing: AtomicBool,
+    /// Kernel launches recorded by the open capture.
+    pub(super) captured_launches: AtomicUsize,
+    /// State of the kernel families outside the device layer (the matmul), one value per
+    /// type, made on first use (see [`Gpu::family_state`]).
+    pub(super) family_states: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    /// Launch with programmatic stream serialization (see [`Gpu::set_dependent_launch`]).
+    pub(super) dependent_launch: AtomicBool,
+    /// The name of the last kernel queued, for errors that surface at a later wait.
+    pub(super) last_kernel: Mutex<String>,
+}
+
+static NEXT_GPU_ID: AtomicUsize = AtomicUsize::new(1);
+
+/// Runs a cudarc call that may panic (it does when a library or symbol is missing) and turns
+/// the panic into an error.
+pub(super) fn guarded<T>(what: &str, call: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".into());
+        format!("{what}: {message}")
+    })
+}
+
+impl Gpu {
+    /// Opens device `ordinal`, and finds NVRTC and the CUDA headers, so that a machine that
+    /// cannot compile kernels fails here rather than at the first op.
+    pub fn new(ordinal: usize) -> Result<Gpu, KernelError> {
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(KernelError::NoDriver(
+                "libcuda.so could not be loaded: is the NVIDIA driver installed?".into(),
+            ));
+        }
+        let count = match guarded("cuDeviceGetCount", CudaContext::device_count)
+            .map_err(KernelError::NoDriver)?
+        {
+            Ok(count) => count.max(0) as usize,
+            Err(e) if e.0 == CUresult::CUDA_ERROR_NO_DEVICE => 0,
+            Err(e) => {
+                return Err(KernelError::NoDriver(format!(
+                    "the driver would not initialise: {e:?}"
+                )))
+            }
+        };
+        if ordinal >= count {
+            return Err(KernelError::NoDevice { ordinal, count });
+        }
+        let compiler = Compiler::new()?;
+        let context = guarded("cuCtx", || CudaContext::new(ordinal))
+            .map_err(KernelError::NoDriver)?
+            .map_err(|e| KernelError::driver("creating the context", e))?;
+        // One stream orders everything, so cudarc's per-buffer event tracking is pure overhead.
+        unsafe { context.disable_event_tracking() };
+        let stream = context
+            .new_stream()
+            .map_err(|e| KernelError::driver("cuStreamCreate", e))?;
+        let copy_stream = context
+            .new_stream()
+            .map_err(|e| KernelError::driver("cuStreamCreate", e))?;
+        let name = context
+            .name()
+            .map_err(|e| KernelError::driver("cuDeviceGetName", e))?;
+        let attribute = |a| {
+            context
+                .attribute(a)
+                .map_err(|e| KernelError::driver("cuDeviceGetAttribute", e))
+        };
+        let major = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let multiprocessors =
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        Ok(Gpu {
+            context,
+            stream,
+            copy_stream,
+            name,
+            compute_capability: (major as u32, minor as u32),
+            multiprocessors: multiprocessors.max(1) as u32,
+            compiler,
+            disk_cache: DiskCache::from_env(),
+            kernels: Mutex::new(HashMap::new()),
+            shared_limits: Mutex::new(HashMap::new()),
+            id: NEXT_GPU_ID.fetch_add(1, Ordering::Relaxed),
+            capturing: AtomicBool::new(false),
+            captured_launches: AtomicUsize::new(0),
+            family_states: Mutex::new(HashMap::new()),
+            last_kernel: Mutex::new(String::new()),
+            dependent_launch: AtomicBool::new(
+                major >= 9 && std::env::var_os("VITRT_DEPENDENT_LAUNCH").is_none_or(|v| v != "0"),
+            ),
+        })
+    }
+
+    /// Whether kernels are launched as programmatic dependents of the kernel before them:
+    /// on by default from compute capability 9.0, off when `VITRT_DEPENDENT_LAUNCH=0`.
+    ///
+    /// A dependent launch is processed as soon as the previous grid's CTAs have exited,
+    /// overlapping its completion flush (every wrapper waits with `griddepcontrol.wait` before
+    /// it touches memory, see [`Instantiation::program_source`]); in CUDA graphs too. Measured:
+    /// benchmarks/NOTES.md, 2026-11-22 "Programmatic dependent launch".
+    pub fn dependent_launch(&self) -> bool {
+        self.dependent_launch.load(Ordering::Relaxed)
+    }
+
+    /// Turns dependent launches on or off (they stay off below compute capability 9.0, which
+    /// has none): for A/B measurements and for tests that compare both.
+    pub fn set_dependent_launch(&self, on: bool) {
+        self.dependent_launch
+            .store(on && self.compute_capability.0 >= 9, Ordering::Relaxed);
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn compute_capability(&self) -> (u32, u32) {
+        self.compute_capability
+    }
+
+    /// Streaming multiprocessors.
+    pub fn multiprocessors(&self) -> u32 {
+        self.multiprocessors
+    }
+
+    /// The compiler this device uses (NVRTC version, header directory).
+    pub fn compiler(&self) -> &Compiler {
+        &self.compiler
+    }
+
+    pub(crate) fn bind(&self) -> Result<(), KernelError> {
+        self.context
+            .bind_to_thread()
+            .map_err(|e| KernelError::driver("cuCtxSetCurrent", e))
+    }
+
+    /// Allocates `bytes` of uninitialised device memory.
+    pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, KernelError> {
+        if bytes == 0 {
+            return Ok(DeviceBuffer {
+                _allocation: None,
+                ptr: 0,
+                len_bytes: 0,
+                owner: self.id,
+            });
+        }
+        self.refuse_while_capturing("allocating device memory")?;
+        self.bind()?;
+        let slice = unsafe { self.stream.alloc::<u8>(bytes) }.map_err(|e| {
+            if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                let free = self
+                    .context
+                    .mem_get_info()
+                    .map(|(free, _)| free)
+                    .unwrap_or(0);
+                KernelError::OutOfMemory {
+                    requested: bytes,
+                    free,
+                }
+            } else {
+                KernelError::driver("cuMemAlloc", e)
+            }
+        })?;
+        let (ptr, _) = slice.device_ptr(&self.stream);
+        Ok(DeviceBuffer {
+            ptr,
+            _allocation: Some(slice),
+            len_bytes: bytes,
+            owner: self.id,
+        })
+    }
+
+    pub(crate) fn check_owner(&self, buffer: &DeviceBuffer) -> Result<(), KernelError> {
+        if buffer.owner == self.id {
+            Ok(())
+        } else {
+            Err(invalid!("the buffer belongs to another Gpu"))
+        }
+    }
+
+    /// Copies `src` into `dst` at `offset_bytes`. `src` may be reused as soon as this returns.
+    pub fn upload(
+        &self,
+        dst: &DeviceBuffer,
+        offset_bytes: usize,
+        src: &[u8],
+    ) -> Result<(), KernelError> {
+        self.check_owner(dst)?;
+        dst.check_range(offset_bytes, src.len(), "upload")?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.refuse_while_capturing("a host-to-device copy")?;
+        self.bind()?;
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(
+                dst.ptr + offset_bytes as u64,
+                src,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| KernelError::driver("cuMemcpyHtoDAsync", e))
+    }
+
+    /// Copies from `src` at `offset_bytes` into `dst`, after all queued work has finished.
+    pub fn download(
+        &self,
+        src: &DeviceBuffer,
+        offset_bytes: usize,
+        dst: &mut [u8],
+    ) -> Result<(), KernelError> {
+        self.check_owner(src)?;
+        src.check_range(offset_bytes, dst.len(), "download")?;
+        if dst.is_empty() {
+            return self.synchronize();
+        }
+        self.refuse_while_capturing("a device-to-host copy")?;
+        self.bind()?;
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(
+                dst,
+                src.ptr + offset_bytes as u64,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| KernelError::at_wait("cuMemcpyDtoHAsync", e, &self.last_kernel()))?;
+        self.synchronize()
+    }
+
+    /// The last kernel queued (empty before the first), for errors found at a later wait.
+    pub(crate) fn last_kernel(&self) -> String {
+        self.last_kernel
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    pub(super) fn set_last_kernel(&self, name: &str) {
+        let mut last = self
+            .last_kernel
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if *last != name {
+            last.clear();
+            last.push_str(name);
+        }
+    }
+
+    /// The value of type `T` this Gpu keeps for a kernel family, made by `init` on first use:
+    /// per-device state of a family outside the device layer (the matmul's tuning table and
+    /// split-K scratch) without the device layer knowing the family.
+    pub(crate) fn family_state<T: Any + Send + Sync>(&self, init: impl FnOnce() -> T) -> Arc<T> {
+        let mut states = self
+            .family_states
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let state = states
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(init()));
+        Arc::clone(state)
+            .downcast::<T>()
+            .unwrap_or_else(|_| unreachable!("family states are keyed by their type"))
+    }
+
+    /// The driver context, for device queries of the families outside the device layer.
+    pub(crate) fn context(&self) -> &Arc<CudaContext> {
+        &self.context
+    }
+
+    /// Waits for every queued op; reports any error a kernel raised while running.
+    pub fn synchronize(&self) -> Result<(), KernelError> {
+        self.refuse_while_capturing("waiting for the stream")?;
+        self.bind()?;
+        self.stream
+            .synchronize()
+            .map_err(|e| KernelError::at_wait("cuStreamSynchronize", e, &self.last_kernel()))
+    }
+
+    /// Loads (compiling on first use) and launches one instantiation on the Gpu's stream.
+    pub(crate) fn launch(
+        &self,
+        inst: &Instantiation,
+        dims: LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<(), KernelError> {
+        inst.check_args(args)?;
+        if dims.block != inst.block_threads {
+            return Err(invalid!(
+                "kernel {} is built for blocks of {} threads, launch asked for {}",
+                inst.name,
+                inst.block_threads,
+                dims.block
+            ));
+        }
+        let (gx, gy, gz) = dims.grid;
+        if gx == 0 || gy == 0 || gz == 0 {
+            return Ok(());
+        }
+        if gy > 65_535 || gz > 65_535 || gx > i32::MAX as u32 {
+            return Err(invalid!(
+                "grid {:?} for kernel {} is beyond CUDA's limits",
+                dims.grid,
+                inst.name
+            ));
+        }
+        let function = self.kernel(inst)?;
+        if self.shared_limit(&inst.name, &function) < dims.shared_bytes {
+            self.refuse_while_capturing(&format!(
+                "raising the shared-memory limit of {}",
+                inst.name
+            ))?;
+            unsafe {
+                cudarc::driver::result::function::set_function_attribute(
+                    function.cu_function(),
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    dims.shared_bytes as i32,
+                )
+            }
+            .map_err(|e| {
+                KernelError::driver(
+                    &format!("raising the shared-memory limit of {}", inst.name),
+                    e,
+                )
+            })?;
+            self.shared_limits
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(inst.name.clone(), dims.shared_bytes);
+        }
+        let mut slots: Vec<ParamSlot> = args.iter().map(|a| a.to_slot()).collect();
+        let mut params: Vec<*mut std::ffi::c_void> = slots
+            .iter_mut()
+            .map(|s| s as *mut ParamSlot as *mut _)
+            .collect();
+        self.bind()?;
+        let mut attributes = [cudarc::driver::sys::CUlaunchAttribute {
+            id: cudarc::driver::sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: unsafe { std::mem::zeroed() },
+        }];
+        attributes[0].value.programmaticStreamSerializationAllowed = 1;
+        let config = cudarc::driver::sys::CUlaunchConfig {
+            gridDimX: gx,
+            gridDimY: gy,
+            gridDimZ: gz,
+            blockDimX: dims.block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: dims.shared_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: attributes.as_mut_ptr(),
+            numAttrs: u32::from(self.dependent_launch()),
+        };
+        unsafe {
+            cudarc::driver::sys::cuLaunchKernelEx(
+                &config,
+                function.cu_function(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
+        .map_err(|e| {
+            KernelError::at_wait(&format!("launching {}", inst.name), e, &self.last_kernel())
+        })?;
+        self.set_last_kernel(&inst.name);
+        if self.is_capturing() {
+            self.captured_launches.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// The dynamic shared memory `name` may use now: what was raised so far, else the driver's
+    /// default, 48 KiB less the kernel's static shared memory (a kernel with 2 KB of static
+    /// shared memory cannot take 48 KB of dynamic without asking: a six-stage small tile failed
+    /// to launch so; benchmarks/NOTES.md, 2026-11-22 "Launcher fix after the closing run").
+    pub(super) fn shared_limit(&self, name: &str, function: &CudaFunction) -> u32 {
+        let mut limits = self
+            .shared_limits
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *limits.entry(name.to_string()).or_insert_with(|| {
+            unsafe {
+                cudarc::driver::result::function::get_function_attribute(
+                    function.cu_function(),
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                )
+            }
+            .map_or(0, |bytes| bytes.max(0) as u32)
+        })
+    }
+
+    /// The loaded function for `inst`: from memory, else from the disk cache, else compiled.
+    pub(super) fn kernel(&self, inst: &Instantiation) -> Result<CudaFunction, KernelError> {
+        let mut kernels = self
+            .kernels
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(function) = kernels.get(&inst.name) {
+            return Ok(function.clone());
+        }
+        self.refuse_while_capturing(&format!("compiling or loading kernel {}", inst.name))?;
+        let cc = self.compute_capability;
+        let arch = inst.arch.target_for(cc).ok_or_else(|| {
+            invalid!(
+                "kernel {} needs {:?}; {} is compute capability {}.{}",
+                inst.name,
+                inst.arch,
+                self.name,
+                cc.0,
+                cc.1
+            )
+        })?;
+        let key = self.compiler.cache_key(inst, arch);
+        let cached = self
+            .disk_cache
+            .as_ref()
+            .and_then(|cache| cache.load(&inst.name, &key));
+        let function = match cached.map(|cubin| self.load(inst, cubin)) {
+            Some(Ok(function)) => function,
+            // Not cached, or cached but the driver refused it: compile afresh.
+            _ => {
+                let compiled = self.compiler.compile(inst, arch)?;
+                let function = self.load(inst, compiled.cubin.clone())?;
+                if let Some(cache) = &self.disk_cache {
+                    cache.store(&inst.name, &key, &compiled.cubin);
+                }
+                function
+            }
+        };
+        kernels.insert(inst.name.clone(), function.clone());
+        Ok(function)
+    }
+
+    pub(super) fn load(
+        &self,
+        inst: &Instantiation,
+        cubin: Vec<u8>,
+    ) -> Result<CudaFunction, KernelError> {
+        let module = self
+            .context
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
+            .map_err(|e| KernelError::driver(&format!("loading the module of {}", inst.name), e))?;
+        module
+            .load_function(&inst.name)
+            .map_err(|e| KernelError::driver(&format!("finding {} in its module", inst.name), e))
+    }
+
+    /// Every kernel loaded so far, with the driver's view of its resources.
+    pub fn loaded_kernels(&self) -> Vec<LoadedKernel> {
+        let kernels = self
+            .kernels
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let attribute = |f: &CudaFunction, a| {
+            unsafe { cudarc::driver::result::function::get_function_attribute(f.cu_function(), a) }
+                .unwrap_or(-1) as u32
+        };
+        let mut loaded: Vec<LoadedKernel> = kernels
+            .iter()
+            .map(|(name, f)| LoadedKernel {
+                name: name.clone(),
+                registers: attribute(f, CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS),
+                static_shared_bytes: attribute(
+                    f,
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                ),
+                local_bytes: attribute(f, CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
+            })
+            .collect();
+        loaded.sort_by(|a, b| a.name.cmp(&b.name));
+        loaded
+    }
+}
+
+/// A length as the `long long` the element-wise kernels index with.
+pub(crate) fn to_i64(value: usize) -> Result<i64, KernelError> {
+    i64::try_from(value).map_err(|_| invalid!("{value} elements exceed the kernels' 64-bit index"))
+}
+
+/// A count as the `int` the row kernels index with.
+pub(crate) fn to_i32(value: usize, what: &str) -> Result<i32, KernelError> {
+    i32::try_from(value).map_err(|_| invalid!("{what} = {value} exceeds the kernels' 32-bit limit"))
+}
