@@ -18,340 +18,21 @@
 //! Run on a GPU machine: `cargo test --release -p vitrt-kernels --test gpu_matmul -- --ignored
 //! --test-threads=1` (add `--nocapture` to see worst errors and the speed table).
 
-use rand::{rngs::StdRng, Rng, SeedableRng};
-use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu};
-use vitrt_kernels::matmul::cpu::{self, MatmulTiles};
-use vitrt_kernels::matmul::{self, tiles_for, MatmulTile};
-use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem, Operand, WeightLayout};
+mod common;
 
-const POISON: u8 = 0xFF;
-const GUARD_BYTES: usize = 512;
+use common::matmul::{epilogue_number, linear_case, random, run, strided, upload, Worst};
+use common::new_gpu;
+use rand::{rngs::StdRng, SeedableRng};
+use vitrt_kernels::matmul::{self, tiles_for};
+use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem, WeightLayout};
+
 /// The shapes every dimension is drawn from: tiny, prime-ish, around 197 (ViT tokens), large.
 const RAGGED: [usize; 6] = [1, 7, 197, 198, 257, 1000];
-
-fn gpu() -> Gpu {
-    Gpu::new(0).unwrap_or_else(|e| panic!("this test needs a CUDA GPU: {e}"))
-}
-
-fn tolerance(dtype: DType) -> f64 {
-    match dtype {
-        DType::F32 => 1e-4,
-        DType::F16 => 2e-3,
-        DType::BF16 => 1e-2,
-    }
-}
-
-/// Uniform values in [lo, hi), already rounded to `dtype` so that the twin sees exactly what the
-/// GPU reads.
-fn random(dtype: DType, n: usize, range: std::ops::Range<f32>, rng: &mut StdRng) -> Vec<f32> {
-    (0..n)
-        .map(|_| dtype.round(rng.random_range(range.clone())))
-        .collect()
-}
-
-/// Device copies of one input, `shift` elements into its buffer so the base address can be
-/// misaligned on purpose.
-struct Uploaded {
-    _buffer: DeviceBuffer,
-    view: DevPtr,
-}
-
-fn upload(gpu: &Gpu, dtype: DType, values: &[f32], shift: usize) -> Uploaded {
-    let size = dtype.size_bytes();
-    let buffer = gpu.alloc((shift + values.len()).max(1) * size).unwrap();
-    gpu.upload(&buffer, shift * size, &dtype.encode(values))
-        .unwrap();
-    let view = buffer.view(shift * size, values.len(), dtype).unwrap();
-    Uploaded {
-        _buffer: buffer,
-        view,
-    }
-}
-
-/// One matmul to run on both sides.
-struct Case {
-    label: String,
-    dtype: DType,
-    problem: MatmulProblem,
-    /// Force a tile shape instead of letting the launcher choose.
-    tile: Option<MatmulTile>,
-    a: Vec<f32>,
-    b: Vec<f32>,
-    bias: Option<Vec<f32>>,
-    residual: Option<Vec<f32>>,
-    /// Elements of C's buffer (at least the problem's extent; more leaves a tail to check).
-    c_len: usize,
-    /// Elements every input and output view starts into its buffer (misaligns base pointers).
-    shift: usize,
-    /// The residual is read from C itself (`x += f(x)` in place): C starts out holding it.
-    residual_in_place: bool,
-    /// Storage types of C and of the residual: `dtype`, or f32 for a residual stream kept in
-    /// f32 (see `matmul::gpu::matmul`).
-    c_dtype: DType,
-    residual_dtype: DType,
-}
-
-/// The worst scaled error of one case; panics with the case's label on any failed check.
-fn run(gpu: &Gpu, case: &Case) -> f64 {
-    let p = &case.problem;
-    let dtype = case.dtype;
-    let size = case.c_dtype.size_bytes();
-    let a = upload(gpu, dtype, &case.a, case.shift);
-    let b = upload(gpu, dtype, &case.b, case.shift);
-    let bias = case
-        .bias
-        .as_ref()
-        .map(|v| upload(gpu, dtype, v, case.shift));
-    let external_residual = match (&case.residual, case.residual_in_place) {
-        (Some(r), false) => Some(upload(gpu, case.residual_dtype, r, case.shift)),
-        _ => None,
-    };
-
-    // C: poison everywhere (before the view, inside it, and the guard after it).
-    let c_bytes = (case.shift + case.c_len) * size + GUARD_BYTES;
-    let c_buffer = gpu.alloc(c_bytes).unwrap();
-    let mut initial = vec![POISON; c_bytes];
-    if case.residual_in_place {
-        let r = case
-            .residual
-            .as_ref()
-            .expect("an in-place residual needs residual values");
-        let start = case.shift * size;
-        initial[start..start + r.len() * size].copy_from_slice(&case.c_dtype.encode(r));
-    }
-    gpu.upload(&c_buffer, 0, &initial).unwrap();
-    let c_view = c_buffer
-        .view(case.shift * size, case.c_len, case.c_dtype)
-        .unwrap();
-    let residual_view = if case.residual_in_place {
-        Some(c_view)
-    } else {
-        external_residual.as_ref().map(|r| r.view)
-    };
-
-    let bias_view = bias.as_ref().map(|x| x.view);
-    match case.tile {
-        Some(tile) => matmul::gpu::matmul_with_tile(
-            gpu,
-            dtype,
-            p,
-            tile,
-            a.view,
-            b.view,
-            bias_view,
-            residual_view,
-            c_view,
-        ),
-        None => matmul::gpu::matmul(
-            gpu,
-            dtype,
-            p,
-            a.view,
-            b.view,
-            bias_view,
-            residual_view,
-            c_view,
-        ),
-    }
-    .unwrap_or_else(|e| panic!("{}: launch failed: {e}", case.label));
-    let mut out = vec![0u8; c_bytes];
-    gpu.download(&c_buffer, 0, &mut out)
-        .unwrap_or_else(|e| panic!("{}: the kernel failed: {e}", case.label));
-
-    // The twin, on the same (rounded) values.
-    let mut want = vec![f32::NAN; case.c_len];
-    cpu::matmul(
-        p,
-        MatmulTiles::default(),
-        &case.a,
-        &case.b,
-        case.bias.as_deref(),
-        case.residual.as_deref(),
-        &mut want,
-    );
-
-    let mut written = vec![false; case.c_len];
-    for bt in 0..p.batch {
-        for h in 0..p.heads {
-            for i in 0..p.m {
-                for j in 0..p.n {
-                    written[p.c.index(bt, h, i, j)] = true;
-                }
-            }
-        }
-    }
-    let got = case
-        .c_dtype
-        .decode(&out[case.shift * size..(case.shift + case.c_len) * size]);
-    let sum_sq: f64 = want
-        .iter()
-        .zip(&written)
-        .filter(|(_, &w)| w)
-        .map(|(&v, _)| (v as f64).powi(2))
-        .sum();
-    let count = written.iter().filter(|&&w| w).count().max(1);
-    let floor = ((sum_sq / count as f64).sqrt() / 10.0).max(1e-30);
-
-    let mut worst = (0.0f64, 0usize);
-    for (idx, &is_written) in written.iter().enumerate() {
-        let bytes = &out[(case.shift + idx) * size..(case.shift + idx + 1) * size];
-        if is_written {
-            let (g, w) = (got[idx] as f64, want[idx] as f64);
-            assert!(
-                g.is_finite(),
-                "{}: C[{idx}] was not written (or is not finite: {g})",
-                case.label
-            );
-            let err = (g - w).abs() / w.abs().max(floor);
-            if err > worst.0 {
-                worst = (err, idx);
-            }
-        } else if !case.residual_in_place {
-            assert!(
-                bytes.iter().all(|&x| x == POISON),
-                "{}: C[{idx}] lies outside the problem and was written",
-                case.label
-            );
-        }
-    }
-    let outside = [
-        &out[..case.shift * size],
-        &out[(case.shift + case.c_len) * size..],
-    ];
-    for region in outside {
-        assert!(
-            region.iter().all(|&x| x == POISON),
-            "{}: bytes before or after C were written",
-            case.label
-        );
-    }
-    let (err, idx) = worst;
-    assert!(
-        err <= tolerance(dtype),
-        "{}: C[{idx}] = {}, twin says {} (scaled error {err:.2e} > {:.0e})",
-        case.label,
-        got[idx],
-        want[idx],
-        tolerance(dtype)
-    );
-    err
-}
-
-/// Worst errors per dtype, printed at the end of a test.
-#[derive(Default)]
-struct Worst {
-    by_dtype: Vec<(DType, f64, String)>,
-}
-
-impl Worst {
-    fn record(&mut self, dtype: DType, err: f64, label: &str) {
-        match self.by_dtype.iter_mut().find(|(d, _, _)| *d == dtype) {
-            Some(entry) if entry.1 >= err => {}
-            Some(entry) => *entry = (dtype, err, label.to_string()),
-            None => self.by_dtype.push((dtype, err, label.to_string())),
-        }
-    }
-
-    fn print(&self, test: &str) {
-        for (dtype, err, label) in &self.by_dtype {
-            println!(
-                "{test}: worst {dtype} error {err:.2e} (tolerance {:.0e}) in {label}",
-                tolerance(*dtype)
-            );
-        }
-    }
-}
-
-/// An operand of `rows` x `cols` with `pad` extra elements per row and `offset` in front.
-fn strided(cols: usize, pad: usize, offset: usize) -> Operand {
-    Operand {
-        offset,
-        row_stride: cols + pad,
-        batch_stride: 0,
-        head_stride: 0,
-    }
-}
-
-/// A linear-layer case: A [m, k], B [n, k] or [k, n], C [m, n], each possibly with padded rows
-/// and offsets.
-#[allow(clippy::too_many_arguments)]
-fn linear_case(
-    dtype: DType,
-    (m, n, k): (usize, usize, usize),
-    layout: WeightLayout,
-    epilogue: Epilogue,
-    pad: usize,
-    shift: usize,
-    tile: Option<MatmulTile>,
-    rng: &mut StdRng,
-) -> Case {
-    let (b_rows, b_cols) = match layout {
-        WeightLayout::NK => (n, k),
-        WeightLayout::KN => (k, n),
-    };
-    let problem = MatmulProblem {
-        batch: 1,
-        heads: 1,
-        m,
-        n,
-        k,
-        a: strided(k, pad, pad / 2),
-        b: strided(b_cols, pad, pad),
-        b_layout: layout,
-        c: strided(n, pad, pad / 3),
-        r: strided(n, pad / 2, pad),
-        epilogue,
-    };
-    let a = random(dtype, problem.a.extent(1, 1, m, k), -1.0..1.0, rng);
-    let b = random(
-        dtype,
-        problem.b.extent(1, 1, b_rows, b_cols),
-        -1.0..1.0,
-        rng,
-    );
-    let bias = epilogue.bias.then(|| random(dtype, n, -1.0..1.0, rng));
-    let residual = epilogue
-        .residual
-        .then(|| random(dtype, problem.r.extent(1, 1, m, n), -2.0..2.0, rng));
-    Case {
-        label: format!(
-            "{dtype} {m}x{n}x{k} {layout:?} pad {pad} shift {shift} {:?} bias {} residual {} alpha {}{}",
-            epilogue.activation,
-            epilogue.bias,
-            epilogue.residual,
-            epilogue.alpha,
-            tile.map(|t| format!(" tile {}", t.name())).unwrap_or_default()
-        ),
-        dtype,
-        c_len: problem.c.extent(1, 1, m, n),
-        problem,
-        tile,
-        a,
-        b,
-        bias,
-        residual,
-        shift,
-        residual_in_place: false,
-        c_dtype: dtype,
-        residual_dtype: dtype,
-    }
-}
-
-/// The `i`-th epilogue of a cycle through every activation, bias and residual on and off, and
-/// alpha 1 or not.
-fn epilogue_number(i: usize) -> Epilogue {
-    Epilogue {
-        alpha: if i % 5 == 4 { 0.125 } else { 1.0 },
-        bias: i.is_multiple_of(2),
-        activation: Activation::ALL[(i / 4) % Activation::ALL.len()],
-        residual: (i / 2).is_multiple_of(2),
-    }
-}
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn linear_layers_match_the_twin_on_ragged_shapes() {
-    let gpu = gpu();
+    let gpu = new_gpu();
     let mut rng = StdRng::seed_from_u64(11);
     // Every size of RAGGED appears as m, as n and as k, against small and large partners.
     let shapes = [
@@ -406,7 +87,7 @@ fn every_tile_shape_matches_the_twin() {
     // The launcher's choice covers only some tiles on the shapes above; force each one, with
     // the whole epilogue, on plain and padded rows. (Rows that rule out 16-byte copies send
     // every f16/bf16 tile to the small one; the other tests cover that path.)
-    let gpu = gpu();
+    let gpu = new_gpu();
     let mut rng = StdRng::seed_from_u64(12);
     let mut worst = Worst::default();
     let full = Epilogue {
@@ -451,7 +132,7 @@ fn activations_into_16_bit_outputs_are_within_an_ulp_of_exact() {
     // sweep of x in [-10, 10] (A[m] = (x_m, 1, 0...), B[n] = (1, y_n, 0...): exact sums), and
     // each output must lie within one ulp of the exact activation rounded to nothing, plus
     // 1e-6 absolute for the approximations' own error (A-S: 1.5e-7 of erf).
-    let gpu = gpu();
+    let gpu = new_gpu();
     let (m, n, k) = (2048usize, 128usize, 64usize);
     for dtype in [DType::F16, DType::BF16] {
         let xs: Vec<f32> = (0..m)
@@ -545,7 +226,7 @@ fn hopper_tiles_match_the_twin() {
     // pad / 2) while M, N and K stay ragged: K past the last whole 64-wide k-tile, N inside the
     // last column tile, M inside the last row tile, padded rows, C and residual views that rule
     // out vector epilogues, every epilogue, C and residual in the operands' type or in f32.
-    let gpu = gpu();
+    let gpu = new_gpu();
     if gpu.compute_capability() != (9, 0) {
         eprintln!("SKIPPED: the Hopper tiles need an sm_90 GPU");
         return;

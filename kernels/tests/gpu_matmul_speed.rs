@@ -1,157 +1,18 @@
 //! The matmul's speed on ViT-B/16 shapes, per tile shape (a table printed with `--nocapture`),
-//! and filling the kernel disk cache with every instantiation for a later GPU run. Helpers
-//! copied from gpu_matmul.rs.
+//! and filling the kernel disk cache with every instantiation for a later GPU run. The
+//! attention problems come from the matmul tests' harness (`common::matmul`).
 //!
 //! Run on a GPU machine: `cargo test --release -p vitrt-kernels --test gpu_matmul_speed --
 //! --ignored --test-threads=1 --nocapture`.
 
-use rand::{rngs::StdRng, Rng, SeedableRng};
+mod common;
+
+use common::matmul::{attention_cases, random};
+use common::new_gpu;
+use rand::{rngs::StdRng, SeedableRng};
 use vitrt_kernels::cuda::{DeviceBuffer, Gpu, Timer};
 use vitrt_kernels::matmul::{self, tiles_for, MatmulTile};
 use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem, Operand, WeightLayout};
-
-fn gpu() -> Gpu {
-    Gpu::new(0).unwrap_or_else(|e| panic!("this test needs a CUDA GPU: {e}"))
-}
-
-/// Uniform values in [lo, hi), already rounded to `dtype` so that the twin sees exactly what the
-/// GPU reads.
-fn random(dtype: DType, n: usize, range: std::ops::Range<f32>, rng: &mut StdRng) -> Vec<f32> {
-    (0..n)
-        .map(|_| dtype.round(rng.random_range(range.clone())))
-        .collect()
-}
-
-/// One matmul to run on both sides (copied from gpu_matmul.rs; the speed report reads only
-/// its problem).
-#[allow(dead_code)]
-struct Case {
-    label: String,
-    dtype: DType,
-    problem: MatmulProblem,
-    /// Force a tile shape instead of letting the launcher choose.
-    tile: Option<MatmulTile>,
-    a: Vec<f32>,
-    b: Vec<f32>,
-    bias: Option<Vec<f32>>,
-    residual: Option<Vec<f32>>,
-    /// Elements of C's buffer (at least the problem's extent; more leaves a tail to check).
-    c_len: usize,
-    /// Elements every input and output view starts into its buffer (misaligns base pointers).
-    shift: usize,
-    /// The residual is read from C itself (`x += f(x)` in place): C starts out holding it.
-    residual_in_place: bool,
-    /// Storage types of C and of the residual: `dtype`, or f32 for a residual stream kept in
-    /// f32 (see `matmul::gpu::matmul`).
-    c_dtype: DType,
-    residual_dtype: DType,
-}
-
-/// Q·Kᵀ and P·V for `heads` heads of `dim` over `tokens` tokens of `batch` images, reading Q,
-/// K and V in place: from one fused [B, T, 3·hidden] activation, or from three [B, T, hidden]
-/// ones.
-fn attention_cases(
-    dtype: DType,
-    batch: usize,
-    heads: usize,
-    tokens: usize,
-    dim: usize,
-    fused: bool,
-    rng: &mut StdRng,
-) -> [Case; 2] {
-    let hidden = heads * dim;
-    let row = if fused { 3 * hidden } else { hidden };
-    let head_view = |offset: usize| Operand {
-        offset,
-        row_stride: row,
-        batch_stride: tokens * row,
-        head_stride: dim,
-    };
-    // Separate Q, K, V live in one buffer each here: their offsets are 0 in their own buffers.
-    let (q_offset, k_offset, v_offset) = if fused {
-        (0, hidden, 2 * hidden)
-    } else {
-        (0, 0, 0)
-    };
-    let activation = random(dtype, batch * tokens * row, -1.0..1.0, rng);
-    let other = if fused {
-        activation.clone()
-    } else {
-        random(dtype, batch * tokens * row, -1.0..1.0, rng)
-    };
-    let scores_view = Operand {
-        offset: 0,
-        row_stride: tokens,
-        batch_stride: heads * tokens * tokens,
-        head_stride: tokens * tokens,
-    };
-    let scores = MatmulProblem {
-        batch,
-        heads,
-        m: tokens,
-        n: tokens,
-        k: dim,
-        a: head_view(q_offset),
-        b: head_view(k_offset),
-        b_layout: WeightLayout::NK,
-        c: scores_view,
-        r: Operand::contiguous(0),
-        epilogue: Epilogue {
-            alpha: 1.0 / (dim as f32).sqrt(),
-            ..Epilogue::NONE
-        },
-    };
-    let form = if fused { "fused QKV" } else { "separate Q/K/V" };
-    let label = |what: &str| format!("{dtype} {what} {form} B{batch} H{heads} T{tokens} d{dim}");
-    let qk = Case {
-        label: label("Q·Kᵀ"),
-        dtype,
-        c_len: batch * heads * tokens * tokens,
-        problem: scores,
-        tile: None,
-        a: activation.clone(),
-        b: other.clone(),
-        bias: None,
-        residual: None,
-        shift: 0,
-        residual_in_place: false,
-        c_dtype: dtype,
-        residual_dtype: dtype,
-    };
-    // Probabilities in [0, 1): what a softmax hands P·V.
-    let probabilities = random(dtype, batch * heads * tokens * tokens, 0.0..1.0, rng);
-    let context = MatmulProblem {
-        k: tokens,
-        n: dim,
-        a: scores_view,
-        b: head_view(v_offset),
-        b_layout: WeightLayout::KN,
-        c: Operand {
-            offset: 0,
-            row_stride: hidden,
-            batch_stride: tokens * hidden,
-            head_stride: dim,
-        },
-        epilogue: Epilogue::NONE,
-        ..scores
-    };
-    let pv = Case {
-        label: label("P·V"),
-        dtype,
-        c_len: batch * tokens * hidden,
-        problem: context,
-        tile: None,
-        a: probabilities,
-        b: other,
-        bias: None,
-        residual: None,
-        shift: 0,
-        residual_in_place: false,
-        c_dtype: dtype,
-        residual_dtype: dtype,
-    };
-    [qk, pv]
-}
 
 /// Device buffers of random values for timing: A, B, bias, residual and C of one problem, all
 /// in `dtype`, or (`stream`) the residual and C f32 and C the residual itself, as the model
@@ -244,7 +105,7 @@ impl TimedProblem {
 #[test]
 #[ignore = "needs a CUDA GPU; prints a speed table"]
 fn matmul_speed_report() {
-    let gpu = gpu();
+    let gpu = new_gpu();
     let mut rng = StdRng::seed_from_u64(16);
     let dtype = DType::F16;
     let linear = |m, n, k, activation, residual| {

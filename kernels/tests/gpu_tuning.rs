@@ -6,18 +6,18 @@
 //! Run on a GPU machine: `cargo test --release -p vitrt-kernels --test gpu_tuning --
 //! --ignored --test-threads=1`.
 
+mod common;
+
+use common::matmul::Uploaded;
+use common::new_gpu;
 use std::path::PathBuf;
-use vitrt_kernels::cuda::{DevPtr, DeviceBuffer, Gpu};
+use vitrt_kernels::cuda::Gpu;
 use vitrt_kernels::matmul::cpu::{self, MatmulTiles};
 use vitrt_kernels::matmul::{
     self, matmul_candidates, MatmulCase, MatmulStorage, MatmulTile, TileSource, TuneSettings,
     TunedChoice, TuningKey, TuningTable,
 };
 use vitrt_kernels::{DType, Epilogue, MatmulProblem};
-
-fn gpu() -> Gpu {
-    Gpu::new(0).unwrap_or_else(|e| panic!("this test needs a CUDA GPU: {e}"))
-}
 
 fn scratch_file(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("vitrt-gpu-tuning-{tag}-{}", std::process::id()));
@@ -54,19 +54,9 @@ fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
         .collect()
 }
 
-struct Uploaded {
-    _buffer: DeviceBuffer,
-    view: DevPtr,
-}
-
+/// `data` in `DTYPE` on the device, at the start of its buffer.
 fn upload(gpu: &Gpu, data: &[f32]) -> Uploaded {
-    let buffer = gpu.alloc(data.len() * DTYPE.size_bytes()).unwrap();
-    gpu.upload(&buffer, 0, &DTYPE.encode(data)).unwrap();
-    let view = buffer.view(0, data.len(), DTYPE).unwrap();
-    Uploaded {
-        _buffer: buffer,
-        view,
-    }
+    common::matmul::upload(gpu, DTYPE, data, 0)
 }
 
 /// Runs `problem()` through `matmul::gpu::matmul` (the tuned-or-heuristic path) and returns the
@@ -135,7 +125,7 @@ fn spells(kernel: &str, tile: MatmulTile) -> bool {
 #[ignore = "needs a CUDA GPU"]
 fn tuning_stores_the_best_tile_and_later_launches_use_it() {
     let path = scratch_file("store");
-    let tuner = gpu();
+    let tuner = new_gpu();
     assert_eq!(matmul::use_tuning_file(&tuner, &path), None);
     let case = MatmulCase {
         dtype: DTYPE,
@@ -173,7 +163,7 @@ fn tuning_stores_the_best_tile_and_later_launches_use_it() {
         matmul::matmul_choice(&tuner, DTYPE, &problem(), STORAGE).unwrap(),
         (tuning.best, TileSource::Tuned)
     );
-    let later = gpu();
+    let later = new_gpu();
     assert_eq!(matmul::use_tuning_file(&later, &path), None);
     assert_eq!(
         matmul::matmul_choice(&later, DTYPE, &problem(), STORAGE).unwrap(),
@@ -197,7 +187,7 @@ fn tuning_stores_the_best_tile_and_later_launches_use_it() {
 #[ignore = "needs a CUDA GPU"]
 fn a_stored_tile_other_than_the_heuristics_is_obeyed_and_a_stale_one_is_not() {
     let path = scratch_file("forced");
-    let probe = gpu();
+    let probe = new_gpu();
     let candidates = matmul_candidates(&probe, DTYPE);
     let heuristic = matmul::matmul_tile_for(&probe, DTYPE, &problem()).unwrap();
     let other = *candidates
@@ -220,7 +210,7 @@ fn a_stored_tile_other_than_the_heuristics_is_obeyed_and_a_stale_one_is_not() {
     let mut table = TuningTable::empty(Some(path.clone()));
     table.insert(key.clone(), &hash, choice(other));
     table.save().unwrap();
-    let forced = gpu();
+    let forced = new_gpu();
     assert_eq!(matmul::use_tuning_file(&forced, &path), None);
     assert_eq!(
         matmul::matmul_choice(&forced, DTYPE, &problem(), STORAGE).unwrap(),
@@ -241,7 +231,7 @@ fn a_stored_tile_other_than_the_heuristics_is_obeyed_and_a_stale_one_is_not() {
     let mut stale = TuningTable::empty(Some(stale_path.clone()));
     stale.insert(key, "0123456789abcdef0123456789abcdef", choice(other));
     stale.save().unwrap();
-    let fresh = gpu();
+    let fresh = new_gpu();
     assert_eq!(matmul::use_tuning_file(&fresh, &stale_path), None);
     assert_eq!(
         matmul::matmul_choice(&fresh, DTYPE, &problem(), STORAGE).unwrap(),

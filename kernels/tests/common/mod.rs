@@ -2,8 +2,10 @@
 //! data rounded to a dtype, uploads at a chosen misalignment, poisoned outputs between guard
 //! regions, and the comparison against a CPU twin with its tolerance.
 //!
-//! Every file uses only part of it.
+//! Every file uses only part of it. The matmul tests' own harness is `common::matmul`.
 #![allow(dead_code)]
+
+pub mod matmul;
 
 use rand::Rng;
 use std::sync::OnceLock;
