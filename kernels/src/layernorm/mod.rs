@@ -2,7 +2,7 @@
 //! gamma + beta`, biased variance, statistics in f32, as torch.nn.LayerNorm.
 //!
 //! - [`gpu::layernorm`]: layernorm.cu, one warp (or a block) per row with the row layout of
-//!   [`crate::rows`]; the input may be the f32 residual stream of a half-precision run.
+//!   `crate::rows`; the input may be the f32 residual stream of a half-precision run.
 //! - [`cpu::layernorm`]: the CPU twin, one program per row.
 //!
 //! Tests: kernels/tests/gpu_kernels.rs (`layernorm_matches_its_twin`,

@@ -200,8 +200,9 @@ const fn tma_tile(block_n: u32, stages: u32, pingpong: bool, speed: u32) -> Matm
 /// Tensor-core tiles (f16, bf16) of the mma.sync program. 128x128x32 with four warps of 64x64
 /// is the fastest on every batch-64 ViT-B/16 GEMM (`matmul_speed_report` in
 /// kernels/tests/gpu_matmul_speed.rs); 64x64x32 (32x32 warp tiles) wins whenever 128x128 tiles
-/// leave SMs idle, as every batch-1 GEMM (M = 197) does. The small tile is also the one for operands whose rows do not allow 16-byte copies (see
-/// [`configure`]); the deep one takes small single-matrix products (see [`DEEP_SMALL_TILE`]).
+/// leave SMs idle, as every batch-1 GEMM (M = 197) does. The small tile is also the one for
+/// operands whose rows do not allow 16-byte copies (see `config::configure`); the deep one
+/// takes small single-matrix products (see `DEEP_SMALL_TILE`).
 pub const TENSOR_CORE_TILES: [MatmulTile; 3] = [
     tile(Program::MmaSync, (128, 128, 32), 4, (2, 2), 2, 100),
     SMALL_TENSOR_CORE_TILE,
@@ -241,7 +242,7 @@ pub const WGMMA_TILES: [MatmulTile; 3] = [
     wgmma_tile((128, 128), 3, 2, 200),
 ];
 
-/// Warp-specialised Hopper tiles (see [`MatmulTile::tma`] and [`MatmulTile::pingpong`]). The
+/// Warp-specialised Hopper tiles ([`Program::TmaCooperative`] and [`Program::TmaPingPong`]). The
 /// ping-pong tile takes products whose C is in the operands' type without residual, and the
 /// f32 residual stream (see `pingpong_takes`). At batch 64 it beats the cooperative 128x192
 /// on qkv, fc1 and proj, but not on fc2 (K = 3072): where the main loop is long the overlapped

@@ -1,7 +1,7 @@
 //! Softmax over the rows of a matrix: `out[r, :] = softmax(scale * x[r, :])`, the row maximum
 //! subtracted first, sums in f32.
 //!
-//! - [`gpu::softmax`]: softmax.cu, the row layout of [`crate::rows`] or, for short rows that
+//! - [`gpu::softmax`]: softmax.cu, the row layout of `crate::rows` or, for short rows that
 //!   are no whole number of 16-byte vectors, a warp per span of rows.
 //! - [`cpu::softmax`]: the CPU twin, one program per row.
 //!
