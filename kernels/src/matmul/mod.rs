@@ -3,24 +3,36 @@
 //!
 //! - problem.rs: what a matmul computes ([`MatmulProblem`], [`Epilogue`], [`WeightLayout`]).
 //! - selection.rs: the tile tables and the cost model that picks a tile; split-K.
-//! - config.rs: one instantiation's meta-parameters, its program (one `.cu` a program, sharing epilogue.cuh, copy.cuh, wgmma.cuh and tma.cuh), and every
-//!   instantiation the launcher can pick, generated from the tile tables.
+//! - config.rs: one instantiation's meta-parameters and its program (one `.cu` a program,
+//!   sharing epilogue.cuh, copy.cuh, wgmma.cuh and tma.cuh); the configuration for a launch.
 //! - tuning.rs: the tuning table and its file; the tuned tile wins over the cost model's.
+//! - launch.rs: what the programs' launches share (split-K scratch, tensor maps).
+//! - one `.rs` beside each program's `.cu`, building its instantiation and, next to it, its
+//!   arguments and grid for a problem: mma_sync.rs (mma_sync.cu and fma.cu, one entry point),
+//!   wgmma.rs, tma_cooperative.rs, tma_pingpong.rs.
+//! - gpu.rs: the launcher, which dispatches on the program to its file; it is handed the tile
+//!   and never looks it up itself. Every instantiation the launcher can pick, generated from
+//!   the tile tables.
 //! - tune.rs: the tuner that fills the table.
-//! - gpu.rs: the launcher; it is handed the tile and never looks it up itself.
 //!
-//! Dependencies run one way: problem, selection, config, tuning, gpu, tune; each file uses only
-//! those before it (and the device layer, `crate::cuda`).
+//! Dependencies run one way: problem, selection, config, tuning, launch, mma_sync, wgmma,
+//! tma_cooperative, tma_pingpong, gpu, tune; each file uses only those before it (and the
+//! device layer, `crate::cuda`).
 
 mod config;
 pub mod cpu;
 pub mod gpu;
+mod launch;
+mod mma_sync;
 mod problem;
 pub mod selection;
 #[cfg(test)]
 mod tests;
+mod tma_cooperative;
+mod tma_pingpong;
 pub mod tune;
 pub mod tuning;
+mod wgmma;
 
 pub use problem::{Epilogue, MatmulProblem, WeightLayout};
 pub use selection::{
@@ -37,5 +49,5 @@ pub use tuning::{
 
 /// Every instantiation the matmul launcher can pick, for every dtype: what CI compiles.
 pub fn instantiations() -> Vec<crate::cuda::Instantiation> {
-    config::instantiations()
+    gpu::instantiations()
 }

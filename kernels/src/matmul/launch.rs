@@ -1,0 +1,168 @@
+//! What the programs' launches share: the operands gpu.rs hands a program's file
+//! ([`MatmulLaunch`]), the split-K scratch, the TMA tensor maps and the persistent grid.
+
+use crate::cuda::{to_i32, DevPtr, DeviceBuffer, Gpu, KernelArg, KernelError, LaunchDims};
+use crate::matmul::config::MatmulConfig;
+use crate::matmul::problem::MatmulProblem;
+use crate::matmul::selection::{sm_count, split_k_partial_bytes};
+use crate::types::DType;
+use std::sync::Mutex;
+
+/// One launch as `launch_with_tile` hands it to the program's file: the checked operands,
+/// the configuration it picked for them, and what it derived from them.
+#[derive(Clone, Copy)]
+pub(crate) struct MatmulLaunch<'a> {
+    pub gpu: &'a Gpu,
+    pub dtype: DType,
+    pub p: &'a MatmulProblem,
+    pub config: &'a MatmulConfig,
+    pub a: DevPtr,
+    pub b: DevPtr,
+    /// The bias and residual the epilogue reads (`None` where it asks for none).
+    pub bias: Option<DevPtr>,
+    pub residual: Option<DevPtr>,
+    pub c: DevPtr,
+    /// C's rows, R's and the bias start on four-element boundaries.
+    pub vector_epilogue: bool,
+    /// Output tiles over every matrix (at most 2^31).
+    pub programs: u64,
+}
+
+/// Split-K scratch of one Gpu (partial tiles, then per-tile counters kept at zero between
+/// launches), allocated by the first split launch.
+type SplitKScratch = Mutex<Option<(DeviceBuffer, DeviceBuffer)>>;
+
+/// The split-K scratch: device addresses of room for every partial tile this GPU can
+/// have in flight and of one zeroed counter per SM (split-K runs only with fewer tiles
+/// than SMs). Allocated once, outside any CUDA graph capture: the executor's eager
+/// warm-up pass makes every launch its captured pass will.
+pub(crate) fn split_k_scratch(gpu: &Gpu) -> Result<(u64, u64), KernelError> {
+    let cell = gpu.family_state(|| -> SplitKScratch { Mutex::new(None) });
+    let mut scratch = cell.lock().unwrap_or_else(|e| e.into_inner());
+    if scratch.is_none() {
+        let partials = gpu.alloc(split_k_partial_bytes(gpu.multiprocessors()))?;
+        let counters = gpu.alloc(gpu.multiprocessors() as usize * 4)?;
+        gpu.upload(&counters, 0, &vec![0u8; counters.len_bytes()])?;
+        *scratch = Some((partials, counters));
+    }
+    let (partials, counters) = scratch.as_ref().expect("allocated above");
+    Ok((partials.ptr, counters.ptr))
+}
+
+/// The arguments both TMA programs take alike, each in its place in their lists.
+pub(crate) struct TmaArgs {
+    pub a_map: KernelArg,
+    pub b_map: KernelArg,
+    pub bias: KernelArg,
+    pub m: KernelArg,
+    pub n: KernelArg,
+    pub k: KernelArg,
+    pub alpha: KernelArg,
+}
+
+/// A and B as tensor maps of one matrix each (boxes of the tile's rows), the bias pointer,
+/// the sizes and alpha.
+pub(crate) fn tma_args(l: &MatmulLaunch) -> Result<TmaArgs, KernelError> {
+    let MatmulLaunch {
+        dtype,
+        p,
+        config,
+        a,
+        b,
+        bias,
+        ..
+    } = *l;
+    let tile = config.tile;
+    let size = dtype.size_bytes() as u64;
+    let map = |ptr: u64, offset: usize, rows, row_stride, box_rows| {
+        tensor_map(
+            dtype,
+            ptr + offset as u64 * size,
+            rows,
+            p.k,
+            row_stride,
+            box_rows,
+        )
+        .map(KernelArg::TensorMap)
+    };
+    let a_map = map(a.ptr, p.a.offset, p.m, p.a.row_stride, tile.block_m)?;
+    let b_map = map(b.ptr, p.b.offset, p.n, p.b.row_stride, tile.block_n)?;
+    let bias = KernelArg::Ptr(bias.map_or(0, |v| v.ptr));
+    let (m, n, k) = (
+        KernelArg::I32(to_i32(p.m, "matmul m")?),
+        KernelArg::I32(to_i32(p.n, "matmul n")?),
+        KernelArg::I32(to_i32(p.k, "matmul k")?),
+    );
+    let alpha = KernelArg::F32(p.epilogue.alpha);
+    Ok(TmaArgs {
+        a_map,
+        b_map,
+        bias,
+        m,
+        n,
+        k,
+        alpha,
+    })
+}
+
+/// The TMA programs' launch: persistent, one CTA per SM, each walking the tiles in steps of
+/// the grid.
+pub(crate) fn persistent_dims(l: &MatmulLaunch) -> Result<LaunchDims, KernelError> {
+    let grid = l.programs.min(sm_count(l.gpu)? as u64);
+    Ok(LaunchDims {
+        grid: (grid as u32, 1, 1),
+        block: l.config.threads(),
+        shared_bytes: l.config.shared_bytes(),
+    })
+}
+
+/// A 2-D TMA tensor map over `rows` rows of `cols` elements starting at `base` (bytes),
+/// rows `row_stride` elements apart, read in 128-byte-swizzled boxes of 64 x `box_rows`
+/// (zero-filled past the edges).
+pub(crate) fn tensor_map(
+    dtype: DType,
+    base: u64,
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    box_rows: u32,
+) -> Result<[u64; 16], KernelError> {
+    use cudarc::driver::sys::{
+        cuTensorMapEncodeTiled, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
+        CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
+    };
+    let data_type = match dtype {
+        DType::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        DType::BF16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        DType::F32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+    };
+    let size = dtype.size_bytes() as u64;
+    let dims = [cols as u64, rows as u64];
+    let strides = [row_stride as u64 * size];
+    // One 128-byte swizzle row per box row.
+    let boxes = [128 / size as u32, box_rows];
+    let element_strides = [1u32, 1];
+    let mut map = std::mem::MaybeUninit::<CUtensorMap>::zeroed();
+    // SAFETY: every array has the rank's length (strides one less), and `map` is the output.
+    let result = unsafe {
+        cuTensorMapEncodeTiled(
+            map.as_mut_ptr(),
+            data_type,
+            2,
+            base as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            element_strides.as_ptr(),
+            CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    result
+        .result()
+        .map_err(|e| KernelError::driver("cuTensorMapEncodeTiled", e))?;
+    // SAFETY: the driver wrote the map.
+    Ok(unsafe { map.assume_init() }.opaque)
+}
