@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use safetensors::SafeTensors;
 use vitrt_model::preprocess::{
-    preprocess_bytes, preprocess_file, PreprocessConfig, PreprocessError, Resample,
+    preprocess_bytes, preprocess_file, PreprocessConfig, PreprocessError, Resample, ResizeTarget,
 };
 
 /// Largest |ours - HF| allowed, in normalised units. Measured: 0 on every pair (decoding,
@@ -120,6 +120,58 @@ fn a_typical_hub_config_parses() {
 }
 
 #[test]
+fn center_crop_configs_parse() {
+    // facebook/deit-base-distilled-patch16-224's preprocessor_config.json.
+    let deit = PreprocessConfig::from_json_str(
+        r#"{"crop_size": 224, "do_center_crop": true, "do_normalize": true, "do_resize": true,
+            "feature_extractor_type": "DeiTFeatureExtractor", "image_mean": [0.485, 0.456, 0.406],
+            "image_std": [0.229, 0.224, 0.225], "resample": 3, "size": 256}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        deit.resize_target(),
+        ResizeTarget::Fixed {
+            height: 256,
+            width: 256
+        }
+    );
+    assert_eq!(deit.crop_size(), Some((224, 224)));
+    assert_eq!(deit.output_size(), (224, 224));
+    // openai/clip-vit-base-patch32's: an integer size is the shortest edge for CLIP.
+    let clip = PreprocessConfig::from_json_str(
+        r#"{"crop_size": 224, "do_center_crop": true, "do_normalize": true, "do_resize": true,
+            "feature_extractor_type": "CLIPFeatureExtractor",
+            "image_mean": [0.48145466, 0.4578275, 0.40821073],
+            "image_std": [0.26862954, 0.26130258, 0.27577711], "resample": 3, "size": 224}"#,
+    )
+    .unwrap();
+    assert_eq!(clip.resize_target(), ResizeTarget::ShortestEdge(224));
+    assert_eq!(clip.output_size(), (224, 224));
+    // facebook/dinov2-small's (BitImageProcessor).
+    let dinov2 = PreprocessConfig::from_json_str(
+        r#"{"crop_size": {"height": 224, "width": 224}, "do_center_crop": true,
+            "do_convert_rgb": true, "image_processor_type": "BitImageProcessor", "resample": 3,
+            "size": {"shortest_edge": 256}}"#,
+    )
+    .unwrap();
+    assert_eq!(dinov2.resize_target(), ResizeTarget::ShortestEdge(256));
+    assert_eq!(dinov2.output_size(), (224, 224));
+    // crop_size is read only when do_center_crop is on, as HF does.
+    let no_crop = PreprocessConfig::from_json_str(
+        r#"{"do_center_crop": false, "crop_size": 16, "size": 32}"#,
+    )
+    .unwrap();
+    assert_eq!(no_crop.crop_size(), None);
+    assert_eq!(no_crop.output_size(), (32, 32));
+    // Without a resize, the crop alone sets the output size, and size is not used.
+    let crop_only = PreprocessConfig::from_json_str(
+        r#"{"do_resize": false, "size": {"shortest_edge": 9}, "do_center_crop": true, "crop_size": [20, 30]}"#,
+    )
+    .unwrap();
+    assert_eq!(crop_only.output_size(), (20, 30));
+}
+
+#[test]
 fn bad_config_values_are_errors() {
     let cases = [
         (r#"{"resample": 9}"#, "unknown resample filter 9"),
@@ -137,7 +189,26 @@ fn bad_config_values_are_errors() {
             r#"{"size": {"height": 224, "width": 224, "depth": 3}}"#,
             "exactly the keys",
         ),
-        (r#"{"size": {"shortest_edge": 224}}"#, "depend on the image"),
+        (
+            r#"{"size": {"shortest_edge": 224}}"#,
+            "size {\"shortest_edge\": 224} without do_center_crop makes the output size depend",
+        ),
+        (
+            r#"{"size": {"shortest_edge": 224, "longest_edge": 300}, "do_center_crop": true, "crop_size": 224}"#,
+            "depend on the image",
+        ),
+        (
+            r#"{"size": {"max_height": 224, "max_width": 224}}"#,
+            "depend on the image",
+        ),
+        (
+            r#"{"size": {"shortest_edge": 0}, "do_center_crop": true, "crop_size": 224}"#,
+            "size shortest_edge must be a positive integer",
+        ),
+        (
+            r#"{"image_processor_type": "CLIPImageProcessor", "size": 224}"#,
+            "without do_center_crop",
+        ),
         (r#"{"size": 100000}"#, "between 1 and"),
         (r#"{"image_mean": [0.1, 0.2]}"#, "image_mean has 2 values"),
         (
@@ -155,8 +226,32 @@ fn bad_config_values_are_errors() {
             "do_convert_rgb must be true or false",
         ),
         (
-            r#"{"do_center_crop": true, "crop_size": 224}"#,
-            "do_center_crop",
+            r#"{"do_center_crop": true}"#,
+            "do_center_crop is true but crop_size is missing",
+        ),
+        (
+            r#"{"do_center_crop": true, "crop_size": null}"#,
+            "crop_size is missing",
+        ),
+        (
+            r#"{"do_center_crop": true, "crop_size": {"shortest_edge": 224}}"#,
+            "crop_size {\"shortest_edge\":224} must have exactly the keys",
+        ),
+        (
+            r#"{"do_center_crop": true, "crop_size": -1}"#,
+            "crop_size must be a positive integer",
+        ),
+        (
+            r#"{"do_center_crop": true, "crop_size": [224, 0]}"#,
+            "crop_size [1] must be a positive integer",
+        ),
+        (
+            r#"{"do_center_crop": true, "crop_size": 20000}"#,
+            "crop_size height must be between 1 and",
+        ),
+        (
+            r#"{"do_center_crop": "yes", "crop_size": 224}"#,
+            "do_center_crop must be true or false",
         ),
         (r#"{"do_pad": true}"#, "do_pad"),
         (r#"[1, 2]"#, "JSON object"),

@@ -206,6 +206,36 @@ fn the_pixel_limit_is_checked_from_the_header() {
 }
 
 #[test]
+fn a_shortest_edge_resize_over_the_pixel_limit_is_refused_before_it_is_allocated() {
+    // 1 x 2000: a shortest edge of 64 would make it 64 x 128000 (8.2 million pixels).
+    let mut png = Vec::new();
+    image::GrayImage::new(1, 2000)
+        .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .unwrap();
+    let cfg = PreprocessConfig::from_json_str(
+        r#"{"size": {"shortest_edge": 64}, "do_center_crop": true, "crop_size": 64}"#,
+    )
+    .unwrap();
+    let limits = ImageLimits {
+        max_pixels: 1_000_000,
+        ..Default::default()
+    };
+    let mut loader = ImageLoader::new(&cfg, limits);
+    let mut out = vec![0; loader.output_bytes()];
+    let error = loader
+        .load_bytes_into(&png, "thin.png", &mut out)
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "image thin.png (1x2000) resized to a shortest edge of 64 would be 64x128000, more than \
+         the limit of 1000000 pixels (--max-pixels raises it)"
+    );
+    // Under the limit it goes through.
+    let mut loader = ImageLoader::new(&cfg, ImageLimits::default());
+    loader.load_bytes_into(&png, "thin.png", &mut out).unwrap();
+}
+
+#[test]
 fn a_sixteen_bit_rgba_png_under_the_pixel_cap_is_refused_by_its_decoded_bytes() {
     // 20000 x 8947 = 178.94 million pixels, just under PIL's cap of twice MAX_IMAGE_PIXELS,
     // which preprocess_bytes applies; at 8 bytes a pixel, 1.43 GB decoded, over 1 GiB.

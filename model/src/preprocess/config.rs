@@ -120,13 +120,48 @@ impl Resample {
     }
 }
 
+/// What `size` asks the resize for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizeTarget {
+    /// Exactly height x width, whatever the image's aspect ratio.
+    Fixed { height: usize, width: usize },
+    /// The shorter side becomes this many pixels and the longer one keeps the aspect ratio,
+    /// truncated as HF's `get_resize_output_image_size` does.
+    ShortestEdge(usize),
+}
+
+impl ResizeTarget {
+    /// (height, width) an image of `height x width` is resized to. For the shortest edge this
+    /// is HF's arithmetic: `int(edge * long / short)` in floating point (exact here, as every
+    /// product stays far below 2^53).
+    pub fn resized_size(self, height: usize, width: usize) -> (usize, usize) {
+        match self {
+            Self::Fixed { height, width } => (height, width),
+            Self::ShortestEdge(edge) => {
+                let (short, long) = if width <= height {
+                    (width, height)
+                } else {
+                    (height, width)
+                };
+                let new_long = (edge as f64 * long as f64 / short as f64) as usize;
+                if width <= height {
+                    (new_long, edge)
+                } else {
+                    (edge, new_long)
+                }
+            }
+        }
+    }
+}
+
 /// A parsed and validated preprocessor_config.json, for a model taking `num_channels`-channel
 /// images.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreprocessConfig {
     pub(super) do_resize: bool,
-    pub(super) height: usize,
-    pub(super) width: usize,
+    pub(super) size: ResizeTarget,
+    /// (height, width) of HF's `center_crop`, when `do_center_crop` is on.
+    pub(super) crop_size: Option<(usize, usize)>,
     pub(super) resample: Resample,
     pub(super) do_rescale: bool,
     pub(super) rescale_factor: f64,
@@ -175,8 +210,11 @@ impl PreprocessConfig {
     pub fn hf_default(image_size: usize, num_channels: usize) -> Self {
         Self {
             do_resize: true,
-            height: image_size,
-            width: image_size,
+            size: ResizeTarget::Fixed {
+                height: image_size,
+                width: image_size,
+            },
+            crop_size: None,
             resample: Resample::Bilinear,
             do_rescale: true,
             rescale_factor: 1.0 / 255.0,
@@ -187,9 +225,25 @@ impl PreprocessConfig {
         }
     }
 
-    /// (height, width) of the images `preprocess_*` returns.
+    /// (height, width) of the images `preprocess_*` returns: the crop size when
+    /// `do_center_crop` is on, else `size`. A config that passed validation always has one;
+    /// (0, 0) stands for the image-dependent sizes that validation refuses.
     pub fn output_size(&self) -> (usize, usize) {
-        (self.height, self.width)
+        match (self.crop_size, self.size) {
+            (Some(crop), _) => crop,
+            (None, ResizeTarget::Fixed { height, width }) => (height, width),
+            (None, ResizeTarget::ShortestEdge(_)) => (0, 0),
+        }
+    }
+
+    /// What `size` asks the resize for.
+    pub fn resize_target(&self) -> ResizeTarget {
+        self.size
+    }
+
+    /// (height, width) of `do_center_crop`'s crop, when it is on.
+    pub fn crop_size(&self) -> Option<(usize, usize)> {
+        self.crop_size
     }
 
     pub fn num_channels(&self) -> usize {
@@ -241,8 +295,30 @@ impl PreprocessConfig {
         };
 
         self.do_resize = flag("do_resize", true)?;
+        // Processors whose `default_to_square` is false in transformers (CLIP's, BiT's and
+        // Chinese-CLIP's) read an integer `size` as the shortest edge, not as a square.
+        let processor = ["image_processor_type", "feature_extractor_type"]
+            .iter()
+            .find_map(|key| field(key).and_then(Value::as_str))
+            .unwrap_or("");
+        let int_is_shortest_edge = SHORTEST_EDGE_PROCESSORS.contains(
+            &processor
+                .trim_end_matches("Fast")
+                .trim_end_matches("Pil")
+                .trim_end_matches("ImageProcessor")
+                .trim_end_matches("FeatureExtractor"),
+        );
         if let Some(size) = field("size") {
-            (self.height, self.width) = parse_size(size)?;
+            self.size = parse_size(size, int_is_shortest_edge)?;
+        }
+        // crop_size matters only when do_center_crop is on, as in HF's processors.
+        if flag("do_center_crop", false)? {
+            let crop = field("crop_size").ok_or_else(|| {
+                "do_center_crop is true but crop_size is missing (vitrt does not assume a \
+                 processor class's default): give it as an integer or {\"height\", \"width\"}"
+                    .to_string()
+            })?;
+            self.crop_size = Some(parse_crop_size(crop)?);
         }
         if let Some(resample) = field("resample") {
             let id = resample
@@ -267,14 +343,10 @@ impl PreprocessConfig {
         // for one-channel models) before the processor runs, so do_convert_rgb changes nothing;
         // it is still checked, so that a malformed config is not silently accepted.
         flag("do_convert_rgb", true)?;
-        // Steps other image processors share with ViT's in transformers 5, which vitrt does
-        // not perform: refuse rather than skip them.
-        for step in ["do_center_crop", "do_pad"] {
-            if flag(step, false)? {
-                return Err(format!(
-                    "{step} is true, which vitrt's preprocessing does not do"
-                ));
-            }
+        // A step other image processors share with ViT's in transformers 5, which vitrt does
+        // not perform: refuse rather than skip it.
+        if flag("do_pad", false)? {
+            return Err("do_pad is true, which vitrt's preprocessing does not do".into());
         }
         Ok(())
     }
@@ -286,12 +358,28 @@ impl PreprocessConfig {
                 self.num_channels
             ));
         }
-        for (name, side) in [("height", self.height), ("width", self.width)] {
+        let sides = match self.size {
+            ResizeTarget::Fixed { height, width } => {
+                vec![("size height", height), ("size width", width)]
+            }
+            ResizeTarget::ShortestEdge(edge) => vec![("size shortest_edge", edge)],
+        };
+        let crop_sides = self
+            .crop_size
+            .map(|(height, width)| [("crop_size height", height), ("crop_size width", width)]);
+        for (name, side) in sides.into_iter().chain(crop_sides.into_iter().flatten()) {
             if side == 0 || side > MAX_OUTPUT_SIDE {
                 return Err(format!(
-                    "size {name} must be between 1 and {MAX_OUTPUT_SIDE}, not {side}"
+                    "{name} must be between 1 and {MAX_OUTPUT_SIDE}, not {side}"
                 ));
             }
+        }
+        if let (ResizeTarget::ShortestEdge(edge), None) = (self.size, self.crop_size) {
+            return Err(format!(
+                "size {{\"shortest_edge\": {edge}}} without do_center_crop makes the output size \
+                 depend on the image; a ViT needs a fixed size: set do_center_crop and crop_size, \
+                 or give size as {{\"height\", \"width\"}}"
+            ));
         }
         if !(self.rescale_factor.is_finite() && self.rescale_factor > 0.0) {
             return Err(format!(
@@ -324,49 +412,107 @@ impl PreprocessConfig {
     }
 }
 
-/// `size` as ViTImageProcessor reads it: an int (square), [height, width], or
-/// {"height", "width"}. The aspect-preserving forms ({"shortest_edge"}, {"max_height",
-/// "max_width"}) give an image-dependent size, which a ViT's fixed position embeddings cannot
-/// take (transformers 4.x's ViTImageProcessor rejects them as well).
-fn parse_size(size: &Value) -> Result<(usize, usize), String> {
-    let side = |v: &Value, what: &str| -> Result<usize, String> {
-        match v.as_i64() {
-            Some(n) if n > 0 => Ok(n as usize),
-            _ => Err(format!("size {what} must be a positive integer, not {v}")),
+/// Processor classes (without their "ImageProcessor"/"FeatureExtractor" and "Pil"/"Fast"
+/// suffixes) whose `default_to_square` is false in transformers 5: an integer `size` is the
+/// shortest edge for them.
+const SHORTEST_EDGE_PROCESSORS: [&str; 3] = ["CLIP", "Bit", "ChineseCLIP"];
+
+/// `size` as HF's image processors read it: an int (a square, or the shortest edge for the
+/// processors in [`SHORTEST_EDGE_PROCESSORS`]), [height, width], {"height", "width"} or
+/// {"shortest_edge"}. The other aspect-preserving forms ({"shortest_edge", "longest_edge"},
+/// {"max_height", "max_width"}) give an image-dependent size even after a crop of the
+/// shortest edge's kind, and are refused.
+fn parse_size(size: &Value, int_is_shortest_edge: bool) -> Result<ResizeTarget, String> {
+    let square = |side| {
+        if int_is_shortest_edge {
+            ResizeTarget::ShortestEdge(side)
+        } else {
+            ResizeTarget::Fixed {
+                height: side,
+                width: side,
+            }
         }
     };
+    let fixed = |(height, width)| ResizeTarget::Fixed { height, width };
     match size {
-        Value::Number(_) => side(size, "").map(|s| (s, s)),
-        Value::Array(sides) if sides.len() == 1 => side(&sides[0], "[0]").map(|s| (s, s)),
-        Value::Array(sides) if sides.len() == 2 => {
-            Ok((side(&sides[0], "[0]")?, side(&sides[1], "[1]")?))
-        }
+        Value::Number(_) => positive(size, "size").map(square),
+        Value::Array(sides) if sides.len() == 1 => positive(&sides[0], "size [0]").map(square),
+        Value::Array(sides) if sides.len() == 2 => Ok(fixed((
+            positive(&sides[0], "size [0]")?,
+            positive(&sides[1], "size [1]")?,
+        ))),
         Value::Object(keys) => {
-            let present: Vec<&str> = keys
-                .iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, _)| k.as_str())
-                .collect();
+            let present = present_keys(keys);
             if present
                 .iter()
-                .any(|k| ["shortest_edge", "longest_edge", "max_height", "max_width"].contains(k))
+                .any(|k| ["longest_edge", "max_height", "max_width"].contains(k))
             {
                 return Err(format!(
-                    "size {size} makes the output size depend on the image; a ViT needs a fixed \
-                     {{\"height\", \"width\"}}"
+                    "size {size} makes the output size depend on the image; vitrt takes \
+                     {{\"height\", \"width\"}} or {{\"shortest_edge\"}} (with do_center_crop)"
                 ));
             }
-            match (keys.get("height"), keys.get("width")) {
-                (Some(h), Some(w)) if present.len() == 2 => {
-                    Ok((side(h, "height")?, side(w, "width")?))
-                }
-                _ => Err(format!(
-                    "size {size} must have exactly the keys \"height\" and \"width\""
-                )),
+            if present == ["shortest_edge"] {
+                return positive(&keys["shortest_edge"], "size shortest_edge")
+                    .map(ResizeTarget::ShortestEdge);
             }
+            height_width(keys, &present, "size").map(fixed)
         }
         _ => Err(format!(
-            "size must be an integer, [height, width] or {{\"height\", \"width\"}}, not {size}"
+            "size must be an integer, [height, width], {{\"height\", \"width\"}} or \
+             {{\"shortest_edge\"}}, not {size}"
+        )),
+    }
+}
+
+/// `crop_size` as HF reads it: an int (a square, for every processor), [height, width] or
+/// {"height", "width"}.
+fn parse_crop_size(crop: &Value) -> Result<(usize, usize), String> {
+    match crop {
+        Value::Number(_) => positive(crop, "crop_size").map(|s| (s, s)),
+        Value::Array(sides) if sides.len() == 1 => {
+            positive(&sides[0], "crop_size [0]").map(|s| (s, s))
+        }
+        Value::Array(sides) if sides.len() == 2 => Ok((
+            positive(&sides[0], "crop_size [0]")?,
+            positive(&sides[1], "crop_size [1]")?,
+        )),
+        Value::Object(keys) => height_width(keys, &present_keys(keys), "crop_size"),
+        _ => Err(format!(
+            "crop_size must be an integer, [height, width] or {{\"height\", \"width\"}}, \
+             not {crop}"
+        )),
+    }
+}
+
+fn positive(v: &Value, what: &str) -> Result<usize, String> {
+    match v.as_i64() {
+        Some(n) if n > 0 => Ok(n as usize),
+        _ => Err(format!("{what} must be a positive integer, not {v}")),
+    }
+}
+
+/// The keys of a size object whose values are not null.
+fn present_keys(keys: &Map<String, Value>) -> Vec<&str> {
+    keys.iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, _)| k.as_str())
+        .collect()
+}
+
+fn height_width(
+    keys: &Map<String, Value>,
+    present: &[&str],
+    name: &str,
+) -> Result<(usize, usize), String> {
+    match (keys.get("height"), keys.get("width")) {
+        (Some(h), Some(w)) if present.len() == 2 => Ok((
+            positive(h, &format!("{name} height"))?,
+            positive(w, &format!("{name} width"))?,
+        )),
+        _ => Err(format!(
+            "{name} {} must have exactly the keys \"height\" and \"width\"",
+            Value::Object(keys.clone())
         )),
     }
 }

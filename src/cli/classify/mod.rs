@@ -110,7 +110,8 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
     };
     if pre.output_size() != config.image_size {
         bail!(
-            "preprocessor_config.json resizes to {:?} but the model takes {:?} images",
+            "preprocessor_config.json makes {:?} images (height, width, after any center crop) \
+             but the model takes {:?} images",
             pre.output_size(),
             config.image_size
         );
@@ -552,11 +553,15 @@ mod tests {
             .take(images.len() * 3)
             .cloned()
             .collect();
-        for resample in [2, 3] {
-            let pre = PreprocessConfig::from_json_str(&format!(
-                r#"{{"size": {{"height": 40, "width": 56}}, "resample": {resample}}}"#
-            ))
-            .unwrap();
+        // Two filters, and a shortest-edge resize whose center crop is wider than the resized
+        // image on the square fixture (zero padding in the staging slot).
+        for json in [
+            r#"{"size": {"height": 40, "width": 56}, "resample": 2}"#,
+            r#"{"size": {"height": 40, "width": 56}, "resample": 3}"#,
+            r#"{"size": {"shortest_edge": 44}, "do_center_crop": true,
+                "crop_size": {"height": 40, "width": 56}, "resample": 3}"#,
+        ] {
+            let pre = PreprocessConfig::from_json_str(json).unwrap();
             let table = normalization_table(&pre);
             let limits = ImageLimits::default();
             let image_bytes = ImageLoader::new(&pre, limits).output_bytes();
@@ -585,7 +590,7 @@ mod tests {
                         ours.iter()
                             .zip(&want)
                             .all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "{} (resample {resample}) differs",
+                        "{} ({json}) differs",
                         path.display()
                     );
                     checked += 1;
