@@ -32,14 +32,22 @@ from PIL import Image, ImageOps
 from safetensors.numpy import save_file
 from transformers.image_utils import load_image
 
-try:  # transformers 5 names the PIL backend explicitly; 4.x has only the slow class.
+try:  # transformers 5 names the PIL backend explicitly; 4.x has only the slow classes.
+    from transformers import BitImageProcessorPil as SlowBitImageProcessor
+    from transformers import CLIPImageProcessorPil as SlowCLIPImageProcessor
+    from transformers import DeiTImageProcessorPil as SlowDeiTImageProcessor
     from transformers import ViTImageProcessorPil as SlowViTImageProcessor
 except ImportError:
+    from transformers import BitImageProcessor as SlowBitImageProcessor
+    from transformers import CLIPImageProcessor as SlowCLIPImageProcessor
+    from transformers import DeiTImageProcessor as SlowDeiTImageProcessor
     from transformers import ViTImageProcessor as SlowViTImageProcessor
 
 
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
 # name -> (preprocessor_config.json contents, image files it is applied to). The default
 # 224 configuration gives the largest references, so it covers only two images.
@@ -91,11 +99,88 @@ CONFIGS = {
         {"do_resize": False, "size": {"height": 72, "width": 96}, "do_normalize": False},
         ["camera_gray.png"],
     ),
+    # Center crop (resize, then crop, then rescale and normalise), as DeiT's, CLIP's and BiT's
+    # processors do; each runs through its own processor class (PROCESSOR_CLASSES), and
+    # "astronaut_portrait.png" (taller than wide) covers the other branch of the shortest edge.
+    # DeiT-like: a fixed size, then a smaller crop.
+    "deit_fixed_72_crop_64": (
+        {
+            "size": {"height": 72, "width": 72},
+            "do_center_crop": True,
+            "crop_size": {"height": 64, "width": 64},
+            "resample": 3,
+            "image_mean": IMAGENET_MEAN,
+            "image_std": IMAGENET_STD,
+        },
+        ["cat.jpg", "coffee_exif6.jpg"],
+    ),
+    # CLIP-like: the shortest edge, then a square crop of the middle.
+    "clip_shortest_edge_56_crop_48": (
+        {
+            "image_processor_type": "CLIPImageProcessor",
+            "size": {"shortest_edge": 56},
+            "do_center_crop": True,
+            "crop_size": {"height": 48, "width": 48},
+            "resample": 3,
+            "image_mean": CLIP_MEAN,
+            "image_std": CLIP_STD,
+            "do_convert_rgb": True,
+        },
+        ["cat.jpg", "coffee_exif6.jpg", "astronaut_rgba.png", "astronaut_portrait.png"],
+    ),
+    # An integer size is the shortest edge for CLIP's processor (its default_to_square is
+    # false); the 43 x 36 crop is taller than the 40-pixel short side, which HF pads with
+    # zeros (two rows above, one below), and narrower than the long one.
+    "clip_int_size_40_crop_43x36_padded": (
+        {
+            "image_processor_type": "CLIPImageProcessor",
+            "size": 40,
+            "do_center_crop": True,
+            "crop_size": {"height": 43, "width": 36},
+            "resample": 2,
+            "image_mean": CLIP_MEAN,
+            "image_std": CLIP_STD,
+        },
+        ["cat.jpg", "astronaut_portrait.png"],
+    ),
+    # BiT (DINOv2's processor): shortest edge with an odd crop, integer crop_size.
+    "bit_shortest_edge_33_crop_31": (
+        {
+            "image_processor_type": "BitImageProcessor",
+            "size": {"shortest_edge": 33},
+            "do_center_crop": True,
+            "crop_size": 31,
+            "resample": 3,
+            "image_mean": IMAGENET_MEAN,
+            "image_std": IMAGENET_STD,
+        },
+        ["coffee.png", "astronaut_portrait.png"],
+    ),
+    # No resize: the crop alone, wider than the 96-pixel image (8 columns of zeros on the left,
+    # 7 on the right) and shorter than it.
+    "no_resize_crop_64x111": (
+        {
+            "do_resize": False,
+            "do_center_crop": True,
+            "crop_size": [64, 111],
+            "do_normalize": False,
+        },
+        ["camera_gray.png"],
+    ),
     # Every EXIF orientation: the upright image is 24 wide and 16 high in each file.
     "orientation_no_resize": (
         {"do_resize": False, "size": {"height": 16, "width": 24}, "do_normalize": False},
         "orientation",
     ),
+}
+
+# The processor class of each configuration not run through ViT's.
+PROCESSOR_CLASSES = {
+    "deit_fixed_72_crop_64": SlowDeiTImageProcessor,
+    "clip_shortest_edge_56_crop_48": SlowCLIPImageProcessor,
+    "clip_int_size_40_crop_43x36_padded": SlowCLIPImageProcessor,
+    "bit_shortest_edge_33_crop_31": SlowBitImageProcessor,
+    "no_resize_crop_64x111": SlowDeiTImageProcessor,
 }
 
 # For each EXIF orientation, the transpose that undoes what exif_transpose will apply, so
@@ -152,6 +237,10 @@ def make_images(out):
     # PNG palette ("P"), 64 colours.
     palette = resized(skimage.data.chelsea(), 150, 100).quantize(colors=64)
     palette.save(out / "cat_palette.png", optimize=True)
+
+    # PNG RGB taller than wide, for the shortest edge's other branch; not in "all", so that
+    # the older configurations keep their references.
+    resized(skimage.data.astronaut(), 60, 90).save(out / "astronaut_portrait.png", optimize=True)
 
     # WebP, lossy.
     resized(skimage.data.astronaut(), 160, 120).save(out / "astronaut.webp", quality=80)
@@ -210,8 +299,11 @@ def load_as(path, mode):
     return image.convert(mode)
 
 
-def pixel_values(config, image):
-    processor = SlowViTImageProcessor(**config)
+def pixel_values(name, config, image):
+    processor_class = PROCESSOR_CLASSES.get(name, SlowViTImageProcessor)
+    # The class is chosen above, as AutoImageProcessor would choose it from this key.
+    kwargs = {k: v for k, v in config.items() if k != "image_processor_type"}
+    processor = processor_class(**kwargs)
     values = processor(images=image, return_tensors="np")["pixel_values"][0]
     return np.ascontiguousarray(values.astype(np.float32))
 
@@ -236,7 +328,7 @@ def main():
                 applies_to = orientation_images
             for file_name in applies_to:
                 image = load_as(out / file_name, mode)
-                tensors[f"{key_prefix}/{file_name}"] = pixel_values(config, image)
+                tensors[f"{key_prefix}/{file_name}"] = pixel_values(name, config, image)
 
     versions = {
         "transformers": transformers.__version__,
@@ -244,6 +336,9 @@ def main():
         "numpy": np.__version__,
         "scikit-image": skimage.__version__,
         "processor_class": SlowViTImageProcessor.__name__,
+        "crop_processor_classes": ", ".join(
+            sorted({cls.__name__ for cls in PROCESSOR_CLASSES.values()})
+        ),
     }
     save_file(tensors, out / "reference_pixel_values.safetensors", metadata=versions)
     for key, value in sorted(tensors.items()):

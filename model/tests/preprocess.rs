@@ -1,7 +1,8 @@
 //! Preprocessing against Hugging Face: every (config, image) pair in
 //! tests/fixtures/images/reference_pixel_values.safetensors (made by
-//! scripts/make_image_fixtures.py with transformers' slow ViTImageProcessor and Pillow 13) is
-//! run through `preprocess_file` and compared value by value; then the errors.
+//! scripts/make_image_fixtures.py with the slow image processors of transformers, ViT's and,
+//! for the center-crop configurations, DeiT's, CLIP's and BiT's, and Pillow 13) is run through
+//! `preprocess_file` and compared value by value; then the errors.
 
 use std::path::{Path, PathBuf};
 
