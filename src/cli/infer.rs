@@ -1,6 +1,6 @@
 //! `vitrt infer`: pixel_values from a safetensors file in, the model's outputs out.
 
-use super::{pixel_values, read_tensors, ModelArgs};
+use super::common::{pixel_values, read_tensors, ModelArgs};
 use crate::output_file::{Contents, OutputFile};
 use anyhow::{bail, Result};
 use clap::Args;

@@ -1,6 +1,6 @@
 //! `vitrt parity`: run on a reference's pixel_values and compare every tensor it holds.
 
-use super::{pixel_values, read_tensors, ModelArgs};
+use super::common::{pixel_values, read_tensors, ModelArgs};
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
@@ -44,7 +44,7 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
     let limit = args.tolerance.unwrap_or_else(|| tolerance(dtype));
     outln!(
         "{} on {} ({dtype}), batch {batch}, tolerance {limit:.0e}",
-        args.model.model,
+        args.model.name(),
         runner.backend().describe()
     );
     outln!(

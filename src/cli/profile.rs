@@ -5,7 +5,7 @@
 //! same GPU: cuBLAS on the same GEMM shape for linear layers and the patch projection, a
 //! device-to-device copy for the memory-bound nodes.
 
-use super::ModelArgs;
+use super::common::ModelArgs;
 use crate::output_file::OutputFile;
 use crate::report::stats::Stats;
 use anyhow::{bail, Context, Result};

@@ -34,11 +34,11 @@ pub struct TuneArgs {
     #[arg(long, default_value = "cuda")]
     device: String,
     /// Storage type of weights and activations.
-    #[arg(long, default_value = "f16", value_parser = super::parse_dtype)]
+    #[arg(long, default_value = "f16", value_parser = super::common::parse_dtype)]
     dtype: DType,
     /// Storage type of the residual stream (as the runs to be tuned for store it; default as
     /// theirs: f16 for f16, f32 otherwise).
-    #[arg(long, value_parser = super::parse_dtype)]
+    #[arg(long, value_parser = super::common::parse_dtype)]
     residual_dtype: Option<DType>,
     /// Batch sizes, comma-separated.
     #[arg(long, default_value = "1,8,64,256", value_delimiter = ',')]

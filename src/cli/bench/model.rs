@@ -3,7 +3,7 @@
 //! CPU backend), on pixels written once beforehand: the figure PyTorch's benchmark
 //! (scripts/bench_torch.py) takes around `model(pixels)`, host launch overhead included.
 
-use crate::cli::ModelArgs;
+use crate::cli::common::ModelArgs;
 use crate::output_file::OutputFile;
 use crate::report::schema::{self, BenchReport, DeviceInfo, Skipped};
 use crate::report::stats::Stats;

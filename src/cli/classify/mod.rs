@@ -4,7 +4,7 @@
 
 mod output;
 
-use super::ModelArgs;
+use super::common::ModelArgs;
 use crate::pipeline::{self, Batch, Flow, ImageLoad, PipelineConfig, PipelineStats};
 use anyhow::{bail, Context, Result};
 use clap::Args;

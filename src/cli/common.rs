@@ -1,0 +1,200 @@
+//! What every subcommand shares: where the model comes from and how it runs ([`ModelArgs`]),
+//! reading `pixel_values` from a file, and the standard-output line behind `outln!`.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+use vitrt_model::{Runner, VitModel};
+use vitrt_runtime::backend::Device;
+use vitrt_runtime::passes::{AttentionFusion, Fusion};
+use vitrt_runtime::DType;
+use vitrt_weights::{resolve_model, ResolveOptions};
+
+/// Where the model comes from and how it runs: shared by every subcommand.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// A local folder (config.json + safetensors) or a Hugging Face hub id.
+    #[arg(long, short, default_value = "google/vit-base-patch16-224")]
+    model: String,
+    /// Hub revision (branch, tag or commit).
+    #[arg(long)]
+    revision: Option<String>,
+    /// Use only the local hub cache (also when HF_HUB_OFFLINE=1).
+    #[arg(long)]
+    offline: bool,
+    /// cpu, cuda or cuda:N. Default: the first usable CUDA GPU, else the CPU (said on stderr).
+    #[arg(long)]
+    device: Option<String>,
+    /// Storage type of weights and activations (accumulation is always f32). Default: f16 on
+    /// a GPU, f32 on the CPU.
+    #[arg(long, value_parser = parse_dtype)]
+    dtype: Option<DType>,
+    /// Storage type of the residual stream, the values every block adds into: f32 or the
+    /// --dtype itself. Default: f16 for f16 runs (as PyTorch stores it), f32 otherwise (bf16
+    /// rounded after every block loses too much).
+    #[arg(long, value_parser = parse_dtype)]
+    residual_dtype: Option<DType>,
+    /// Graph fusion: all (default) or none, to compare the fused and plain graphs.
+    #[arg(long, value_enum, default_value_t = FusionArg::All)]
+    fusion: FusionArg,
+    /// Attention as one fused kernel or as scores, softmax and context. Default: fused where
+    /// the backend has a kernel for the model (CUDA: f16/bf16, head dims 16 to 128 by 16) and
+    /// --fusion is all; `fused` makes it an error when it cannot be.
+    #[arg(long, value_enum)]
+    attention: Option<AttentionArg>,
+    /// CUDA graphs: on (default) replays each forward pass as one captured graph after a
+    /// first eager pass; off launches kernel by kernel. Ignored on the CPU.
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    cuda_graphs: Switch,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Switch {
+    On,
+    Off,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FusionArg {
+    All,
+    None,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum AttentionArg {
+    Fused,
+    Unfused,
+}
+
+pub fn parse_dtype(s: &str) -> Result<DType, String> {
+    DType::parse(s).ok_or_else(|| format!("unknown dtype \"{s}\" (use f32, f16 or bf16)"))
+}
+
+impl ModelArgs {
+    /// The model as the user named it.
+    pub fn name(&self) -> &str {
+        &self.model
+    }
+
+    /// Opens the backend: the device and dtype asked for, or without `--device` the first
+    /// CUDA GPU that opens (f16 unless `--dtype` says otherwise), else the CPU (f32), saying
+    /// on stderr which was chosen and why.
+    fn open_backend(&self) -> Result<(Box<dyn vitrt_runtime::Backend>, Device)> {
+        if let Some(device) = &self.device {
+            let device = Device::parse(device)?;
+            let dtype = self.dtype.unwrap_or(match device {
+                Device::Cpu => DType::F32,
+                Device::Cuda(_) => DType::F16,
+            });
+            return Ok((vitrt_runtime::backend::open(device, dtype)?, device));
+        }
+        let gpu_dtype = self.dtype.unwrap_or(DType::F16);
+        match vitrt_runtime::backend::open(Device::Cuda(0), gpu_dtype) {
+            Ok(backend) => {
+                eprintln!(
+                    "vitrt: running on {} in {gpu_dtype} (the first CUDA GPU; --device cpu \
+                     forces the CPU)",
+                    backend.describe()
+                );
+                Ok((backend, Device::Cuda(0)))
+            }
+            Err(why) => {
+                let dtype = self.dtype.unwrap_or(DType::F32);
+                eprintln!("vitrt: running on the CPU in {dtype}: no usable CUDA GPU ({why})");
+                Ok((
+                    vitrt_runtime::backend::open(Device::Cpu, dtype)?,
+                    Device::Cpu,
+                ))
+            }
+        }
+    }
+
+    /// Resolves, loads and checks the model, and opens the backend. Also returns the
+    /// model's folder (for preprocessor_config.json).
+    pub fn open(&self) -> Result<(Runner, PathBuf)> {
+        let (runner, dir, _) = self.open_on_device()?;
+        Ok((runner, dir))
+    }
+
+    /// As [`ModelArgs::open`], and the device the backend runs on.
+    pub fn open_on_device(&self) -> Result<(Runner, PathBuf, Device)> {
+        let files = resolve_model(
+            &self.model,
+            &ResolveOptions {
+                revision: self.revision.clone(),
+                offline: self.offline,
+            },
+        )?;
+        let model =
+            VitModel::load(&files.dir).with_context(|| format!("loading model {}", self.model))?;
+        let (backend, device) = self.open_backend()?;
+        let mut fusion = match self.fusion {
+            FusionArg::All => Fusion::ALL,
+            FusionArg::None => Fusion::NONE,
+        };
+        match self.attention {
+            Some(AttentionArg::Fused) => fusion.attention = AttentionFusion::Required,
+            Some(AttentionArg::Unfused) => fusion.attention = AttentionFusion::Off,
+            None => {}
+        }
+        let mut runner = Runner::new(model, backend, fusion);
+        if let Some(residual) = self.residual_dtype {
+            runner = runner.with_residual(residual)?;
+        }
+        let runner = runner.with_graph_replay(self.cuda_graphs == Switch::On);
+        if self.attention == Some(AttentionArg::Fused) {
+            runner.check_graph().context("--attention fused")?;
+        }
+        Ok((runner, files.dir, device))
+    }
+}
+
+/// The line behind `outln!`.
+pub fn write_stdout_line(line: std::fmt::Arguments<'_>) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_fmt(line).and_then(|()| out.write_all(b"\n")) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        written => written.context("writing to standard output"),
+    }
+}
+
+/// Reads a safetensors file of f32-convertible tensors.
+pub fn read_tensors(path: &std::path::Path) -> Result<Vec<vitrt_runtime::HostTensor>> {
+    Ok(vitrt_weights::read_f32_tensors(path)?
+        .into_iter()
+        .map(|(name, shape, data)| vitrt_runtime::HostTensor { name, shape, data })
+        .collect())
+}
+
+/// The `pixel_values` tensor of a file, checked against the model's input shape.
+pub fn pixel_values(
+    tensors: &[vitrt_runtime::HostTensor],
+    runner: &Runner,
+    path: &std::path::Path,
+) -> Result<(usize, Vec<f32>)> {
+    let Some(px) = tensors.iter().find(|t| t.name == "pixel_values") else {
+        bail!("{} holds no tensor named pixel_values", path.display());
+    };
+    let want = runner.input_shape(px.shape.first().copied().unwrap_or(0));
+    if px.shape.len() != 4 || px.shape[0] == 0 || px.shape[1..] != want[1..] {
+        bail!(
+            "{}: pixel_values has shape {:?}; this model takes [B, {}, {}, {}]",
+            path.display(),
+            px.shape,
+            want[1],
+            want[2],
+            want[3]
+        );
+    }
+    if let Some(at) = px.data.iter().position(|v| !v.is_finite()) {
+        let (c, h, w) = (px.shape[1], px.shape[2], px.shape[3]);
+        let index = [at / (c * h * w), at / (h * w) % c, at / w % h, at % w];
+        bail!(
+            "{}: pixel_values{index:?} (as [b, c, y, x]) is {}; the model takes finite values only",
+            path.display(),
+            px.data[at]
+        );
+    }
+    Ok((px.shape[0], px.data.clone()))
+}
