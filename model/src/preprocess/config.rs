@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use super::{PreprocessError, MAX_OUTPUT_SIDE};
+use super::error::{PreprocessError, MAX_OUTPUT_SIDE};
 
 /// PIL's resampling filters, by the ids that `resample` uses in preprocessor_config.json.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

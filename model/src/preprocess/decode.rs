@@ -8,8 +8,8 @@ use std::io::{BufRead, Read};
 use image::metadata::Orientation;
 use image::{ColorType, ImageDecoder, ImageFormat};
 
+use super::error::{ImageLimits, PreprocessError};
 use super::resize::scratch;
-use super::{ImageLimits, PreprocessError};
 
 /// A decoder's reusable buffers: `pixels` ends up holding the upright image in PIL's mode.
 #[derive(Default)]
