@@ -14,8 +14,9 @@
 #                                      weights made by transformers on the spot, each in f32, f16
 #                                      and bf16, with attention fused where it can be and
 #                                      unfused; the ViT-B again at batch 16 in f16 and bf16,
-#                                      where the Hopper matmul tiles run); pack the logs into
-#                                      LOGS/gpu-check-logs.tgz and print a summary table last.
+#                                      where the Hopper matmul tiles run); `vitrt classify` on
+#                                      CUDA against the CPU (resize, center crop); pack the logs
+#                                      into LOGS/gpu-check-logs.tgz, print a summary table last.
 #                                      Run it from the repository root.
 #
 # Each executable runs under a timeout (GPU_CHECK_TIMEOUT seconds, default 240), so a hung
@@ -24,7 +25,7 @@
 set -uo pipefail
 
 usage() {
-    sed -n '2,19p' "$0" >&2
+    sed -n '2,20p' "$0" >&2
     exit 2
 }
 
@@ -139,6 +140,57 @@ parity() {
         --residual-dtype f32
 }
 
+# `vitrt classify` through the whole pipeline (decode workers, staging, the GPU's byte
+# expansion) on the CUDA backend against the CPU backend on the same machine, in f32: the demo
+# model with its own preprocessing, and with a CLIP-style shortest-edge resize and center
+# crop. A row per configuration: same top-3 labels for every file, probabilities within 1e-4.
+classify_rows() {
+    local logs=$1
+    local log="$logs/classify.log" work
+    work=$(mktemp -d)
+    cp -r examples/digits-vit "$work/resize"
+    cp -r examples/digits-vit "$work/crop"
+    cat >"$work/crop/preprocessor_config.json" <<'JSON'
+{"do_convert_rgb": true, "do_normalize": true, "do_rescale": true, "do_resize": true,
+ "do_center_crop": true, "crop_size": {"height": 32, "width": 32},
+ "size": {"shortest_edge": 40}, "resample": 3, "rescale_factor": 0.00392156862745098,
+ "image_mean": [0.48145466, 0.4578275, 0.40821073],
+ "image_std": [0.26862954, 0.26130258, 0.27577711],
+ "image_processor_type": "CLIPImageProcessor"}
+JSON
+    mkdir -p "$work/images"
+    cp examples/digits/*.png tests/fixtures/images/*.jpg tests/fixtures/images/*.png \
+        tests/fixtures/images/*.webp "$work/images/"
+    for config in resize crop; do
+        local start=$SECONDS rc=0
+        echo "== $config" >>"$log"
+        for device in cpu cuda; do
+            timeout "${GPU_CHECK_TIMEOUT:-240}" "$dir/vitrt.bin" classify --model "$work/$config" \
+                --device "$device" --dtype f32 --format jsonl --top-k 3 --quiet "$work/images" \
+                >"$work/$config-$device.jsonl" 2>>"$log" || rc=$?
+        done
+        local verdict
+        verdict=$(python3 - "$work/$config-cpu.jsonl" "$work/$config-cuda.jsonl" <<'PY' 2>&1
+import json, sys
+cpu, gpu = ([json.loads(line) for line in open(path)] for path in sys.argv[1:3])
+assert cpu and len(cpu) == len(gpu), f"{len(cpu)} CPU and {len(gpu)} CUDA records"
+worst = 0.0
+for c, g in zip(cpu, gpu):
+    assert c["image"] == g["image"], (c["image"], g["image"])
+    assert [p["index"] for p in c["predictions"]] == [p["index"] for p in g["predictions"]], c["image"]
+    worst = max([worst] + [abs(a["probability"] - b["probability"])
+                           for a, b in zip(c["predictions"], g["predictions"])])
+assert worst < 1e-4, f"probabilities differ by {worst:.2e}"
+print(f"{len(cpu)} files, same top-3, worst probability difference {worst:.1e}")
+PY
+        ) || rc=1
+        echo "$verdict" >>"$log"
+        [ "$rc" -ne 0 ] && failed=1
+        summary+=("$(printf '%-26s exit %-3s %4ss  classify cpu vs cuda: %s' "classify $config" "$rc" "$((SECONDS - start))" "$(echo "$verdict" | tail -1)")")
+    done
+    rm -rf "$work"
+}
+
 run() {
     dir=$1
     local logs=${2:-${OUT:-benchmarks/raw/gpu-check}}
@@ -164,6 +216,7 @@ run() {
         fi
     done
     parity "$logs"
+    classify_rows "$logs"
     echo
     echo "== failures =="
     grep -hE -A4 "panicked at" "$logs"/*.log | grep -v -E "^(stack backtrace|   [0-9]+:)" | head -60
