@@ -16,16 +16,7 @@ import math
 import statistics
 import sys
 
-
-def load(path):
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
-        sys.exit(f"error: cannot read {path}: {e}")
-    if doc.get("schema") != "vitrt-bench/1":
-        sys.exit(f"error: {path} is not a vitrt-bench/1 document")
-    return doc
+from compare_bench import load  # reads and checks one vitrt-bench/1 document
 
 
 def medians(paths):

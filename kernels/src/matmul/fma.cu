@@ -147,19 +147,10 @@ __device__ __forceinline__ void matmul_fma_f32(const float* __restrict__ a, cons
 
 }  // namespace vitrt_matmul
 
-// The entry point every generated wrapper calls. Template arguments, in order: the storage
-// type of A, B and the bias; the residual's; C's (f32 for a residual stream kept in f32 while
-// the operands are f16/bf16: the epilogue converts once, at the load and the store); BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, WARPS_M, WARPS_N, activation, B layout is KN,
-// 16-byte loads. f32 instantiations use the FMA body (which fixes 8 warps, two register-staged
-// buffers and element loads; their STAGES/WARPS/VEC16 arguments must say so).
-//
-// Bias and residual are run-time choices (null when absent), not template flags: the epilogue
-// is a loop that runs once per tile, where a uniform branch costs nothing measurable, while
-// two more flags would quadruple the instantiations NVRTC has to build.
-// `vector_epilogue`: C (and R and the bias, when present) rows start on four-element
-// boundaries, so runs of four columns can be read and written as one access.
-// `splits` > 1 (tensor-core bodies only, single matrices): split-K, see SplitK; `split_k` is
-// the k-columns per split, `split_partials` and `split_counters` the launcher's scratch.
+// The entry point every generated wrapper of an f32 matmul calls: the same template and
+// function parameters as mma_sync.cu's `matmul_block` (documented there; the launcher builds
+// one parameter list for both, matmul/mma_sync.rs). The f32 body fixes 2 register-staged
+// buffers, 8 warps and element loads, and never splits K.
 template <typename T, typename TR, typename TC, int BM, int BN, int BK, int GROUP_M, int STAGES, int WARPS_M,
           int WARPS_N, Act ACT, bool B_KN, bool VEC16>
 __device__ __forceinline__ void matmul_block(const T* __restrict__ a, const T* __restrict__ b, const T* bias,
@@ -173,13 +164,12 @@ __device__ __forceinline__ void matmul_block(const T* __restrict__ a, const T* _
                                              int vector_epilogue, int splits, int split_k, float* split_partials,
                                              unsigned* split_counters) {
     using namespace vitrt_matmul;
-    using namespace vitrt_matmul;
     const View av{a_offset, a_row_stride, a_batch_stride, a_head_stride};
     const View bv{b_offset, b_row_stride, b_batch_stride, b_head_stride};
     const View cv{c_offset, c_row_stride, c_batch_stride, c_head_stride};
     const View rv{r_offset, r_row_stride, r_batch_stride, r_head_stride};
-        static_assert(STAGES == 2 && WARPS_M * WARPS_N == 8 && !VEC16, "the f32 body is fixed at 2 stages, 8 warps");
-        static_assert(is_f32<TR>::value && is_f32<TC>::value, "an f32 matmul keeps every operand in f32");
-        matmul_fma_f32<BM, BN, BK, GROUP_M, ACT, B_KN>(a, b, bias, residual, c, heads, m, n,
-                                                                              k, av, bv, cv, rv, alpha, vector_epilogue);
+    static_assert(STAGES == 2 && WARPS_M * WARPS_N == 8 && !VEC16, "the f32 body is fixed at 2 stages, 8 warps");
+    static_assert(is_f32<TR>::value && is_f32<TC>::value, "an f32 matmul keeps every operand in f32");
+    matmul_fma_f32<BM, BN, BK, GROUP_M, ACT, B_KN>(a, b, bias, residual, c, heads, m, n, k, av, bv, cv, rv, alpha,
+                                                   vector_epilogue);
 }

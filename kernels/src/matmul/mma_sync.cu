@@ -325,9 +325,10 @@ __device__ __forceinline__ void matmul_tensor_core(const T* __restrict__ a, cons
 
 // The entry point every generated wrapper calls. Template arguments, in order: the storage
 // type of A, B and the bias; the residual's; C's (f32 for a residual stream kept in f32 while
-// the operands are f16/bf16: the epilogue converts once, at the load and the store); BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, WARPS_M, WARPS_N, activation, B layout is KN,
-// 16-byte loads. f32 instantiations use the FMA body (which fixes 8 warps, two register-staged
-// buffers and element loads; their STAGES/WARPS/VEC16 arguments must say so).
+// the operands are f16/bf16: the epilogue converts once, at the load and the store); BLOCK_M,
+// BLOCK_N, BLOCK_K, GROUP_M, STAGES, WARPS_M, WARPS_N, activation, B layout is KN, 16-byte
+// loads. f32 instantiations are the FMA program (fma.cu), whose entry point takes the same
+// parameters.
 //
 // Bias and residual are run-time choices (null when absent), not template flags: the epilogue
 // is a loop that runs once per tile, where a uniform branch costs nothing measurable, while
@@ -348,7 +349,6 @@ __device__ __forceinline__ void matmul_block(const T* __restrict__ a, const T* _
                                              long long r_batch_stride, long long r_head_stride, float alpha,
                                              int vector_epilogue, int splits, int split_k, float* split_partials,
                                              unsigned* split_counters) {
-    using namespace vitrt_matmul;
     using namespace vitrt_matmul;
     const View av{a_offset, a_row_stride, a_batch_stride, a_head_stride};
     const View bv{b_offset, b_row_stride, b_batch_stride, b_head_stride};

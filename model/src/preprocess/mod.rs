@@ -183,7 +183,7 @@ impl ImageLoader {
             match crop {
                 // A crop the size of the resized image is the whole of it.
                 Some(crop) if crop != (resized_height, resized_width) => {
-                    self.resized.clear();
+                    // Every byte is overwritten by the resize: only the length matters.
                     self.resized
                         .resize(resized_height * resized_width * channels, 0);
                     self.resizer.resize(
