@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use vitrt_model::preprocess::{
     normalization_table, preprocess_bytes, ImageLimits, ImageLoader, PreprocessConfig,
 };
-use vitrt_model::VitConfig;
+use vitrt_model::ModelConfig;
 
 /// The targets, by name: the folders of `fuzz/corpus/` and the files of `fuzz/fuzz_targets/`.
 pub const TARGETS: [&str; 4] = [
@@ -71,7 +71,7 @@ pub fn check_vit_config(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(config) = VitConfig::from_json_str(text) else {
+    let Ok(config) = ModelConfig::from_json_str(text) else {
         return;
     };
     let _ = config.head_dim();

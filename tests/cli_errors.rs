@@ -49,7 +49,7 @@ fn broken_models_are_clear_errors() {
         ),
         (
             make("wider", &|m| set_config(m, "intermediate_size", 256.into())),
-            "tensor vit.encoder.layer.0.intermediate.dense.bias has shape [128], expected [256]",
+            "tensor vit.encoder.layer.0.intermediate.dense.weight has shape [128, 64], expected [256, 64]",
         ),
         (
             make("truncated", &|m| {

@@ -16,6 +16,7 @@ pub fn all_instantiations() -> Vec<Instantiation> {
     all.extend(crate::matmul::instantiations());
     all.extend(crate::activation::gpu::instantiations());
     all.extend(crate::gather::gpu::instantiations());
+    all.extend(crate::pool::gpu::instantiations());
     all.extend(crate::attention::gpu::instantiations());
     all.extend(crate::cuda::timing::instantiations());
     all

@@ -151,10 +151,24 @@ pub enum Activation {
     QuickGelu,
     Relu,
     Silu,
+    /// tanh, as the pooler of ViT and DeiT applies it. Not a matmul epilogue: the pooler's
+    /// matmul is one row per image, so its activation runs as its own pass.
+    Tanh,
 }
 
 impl Activation {
-    pub const ALL: [Activation; 6] = [
+    pub const ALL: [Activation; 7] = [
+        Activation::None,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::QuickGelu,
+        Activation::Relu,
+        Activation::Silu,
+        Activation::Tanh,
+    ];
+
+    /// The activations the matmul epilogue applies (and CI compiles into it).
+    pub const EPILOGUE: [Activation; 6] = [
         Activation::None,
         Activation::Gelu,
         Activation::GeluTanh,
@@ -162,6 +176,11 @@ impl Activation {
         Activation::Relu,
         Activation::Silu,
     ];
+
+    /// Whether the matmul epilogue can apply it (see [`Activation::EPILOGUE`]).
+    pub fn in_matmul_epilogue(self) -> bool {
+        Activation::EPILOGUE.contains(&self)
+    }
 
     /// The value of the CUDA `enum class Act` template argument, and a stable short name.
     pub fn cuda_name(self) -> &'static str {
@@ -172,6 +191,7 @@ impl Activation {
             Activation::QuickGelu => "Act::QuickGelu",
             Activation::Relu => "Act::Relu",
             Activation::Silu => "Act::Silu",
+            Activation::Tanh => "Act::Tanh",
         }
     }
 
@@ -183,6 +203,7 @@ impl Activation {
             Activation::QuickGelu => "quick_gelu",
             Activation::Relu => "relu",
             Activation::Silu => "silu",
+            Activation::Tanh => "tanh",
         }
     }
 
@@ -198,6 +219,7 @@ impl Activation {
             Activation::QuickGelu => x / (1.0 + (-1.702 * x).exp()),
             Activation::Relu => x.max(0.0),
             Activation::Silu => x / (1.0 + (-x).exp()),
+            Activation::Tanh => x.tanh(),
         }
     }
 }

@@ -23,7 +23,8 @@ mod common;
 
 use common::{compare, gpu, largest, merge, random, report, tolerance, upload, Poisoned, Worst};
 use vitrt_kernels::cuda::{Gpu, KernelError};
-use vitrt_kernels::{activation, add, layernorm, patchify, softmax};
+use vitrt_kernels::patchify::gpu::PrefixRows;
+use vitrt_kernels::{activation, add, layernorm, patchify, pool, softmax};
 use vitrt_kernels::{Activation, DType};
 
 // ---------------------------------------------------------------------------------------------
@@ -305,16 +306,17 @@ fn add_into_an_f32_stream_matches_its_twin_exactly() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn patchify_with_cls_matches_its_twins_exactly() {
+fn patchify_with_prefix_matches_its_twins_exactly() {
     let mut rng = SmallRng::seed_from_u64(5);
-    // (batch, channels, height, width, patch, hidden): ViT-B/16, small, odd patch, a size
-    // that drops a remainder (as Conv2d does), non-square.
+    // (batch, channels, height, width, patch, hidden, prefix rows): ViT-B/16 (CLS), small with
+    // no prefix (SigLIP), odd patch with CLS and distillation tokens (DeiT), a size that drops a
+    // remainder (as Conv2d does) with CLS and 4 registers (DINOv2), non-square.
     let shapes = [
-        (2, 3, 224, 224, 16, 768),
-        (1, 3, 32, 32, 4, 54),
-        (3, 3, 30, 30, 6, 20),
-        (1, 1, 9, 9, 2, 7),
-        (2, 3, 64, 48, 8, 33),
+        (2, 3, 224, 224, 16, 768, 1),
+        (1, 3, 32, 32, 4, 54, 0),
+        (3, 3, 30, 30, 6, 20, 2),
+        (1, 1, 9, 9, 2, 7, 5),
+        (2, 3, 64, 48, 8, 33, 1),
     ];
     // (operand dtype, token dtype): one dtype, or tokens in f32 (the start of a residual stream
     // kept in f32).
@@ -327,11 +329,11 @@ fn patchify_with_cls_matches_its_twins_exactly() {
     ];
     for (dtype, token_dtype) in storage {
         let mut cases = 0;
-        for &(batch, channels, height, width, patch, hidden) in &shapes {
+        for &(batch, channels, height, width, patch, hidden, prefix_rows) in &shapes {
             for misalign in [0, 1] {
-                let case = format!("patchify {dtype} tokens {token_dtype} {batch}x{channels}x{height}x{width} p{patch} misalign {misalign}");
+                let case = format!("patchify {dtype} tokens {token_dtype} {batch}x{channels}x{height}x{width} p{patch} prefix {prefix_rows} misalign {misalign}");
                 let n = (height / patch) * (width / patch);
-                let tokens_per_image = n + 1;
+                let tokens_per_image = n + prefix_rows;
                 let pixels = random(
                     &mut rng,
                     batch * channels * height * width,
@@ -339,16 +341,19 @@ fn patchify_with_cls_matches_its_twins_exactly() {
                     2.0,
                     DType::F32,
                 );
-                let cls = random(&mut rng, hidden, -1.0, 1.0, dtype);
+                // At least one row is uploaded, so that the buffer exists; `count` says how
+                // many the kernel reads.
+                let prefix_buffer = random(&mut rng, prefix_rows.max(1) * hidden, -1.0, 1.0, dtype);
+                let prefix = &prefix_buffer[..prefix_rows * hidden];
                 let pos = random(&mut rng, tokens_per_image * hidden, -1.0, 1.0, dtype);
                 let (_pb, pv) = upload(gpu(), DType::F32, &pixels, misalign);
-                let (_cb, cv) = upload(gpu(), dtype, &cls, 0);
+                let (_cb, cv) = upload(gpu(), dtype, &prefix_buffer, 0);
                 let (_ob, ov) = upload(gpu(), dtype, &pos, misalign);
                 let patches =
                     Poisoned::new(gpu(), dtype, batch * n * channels * patch * patch, misalign);
                 let tokens =
                     Poisoned::new(gpu(), token_dtype, batch * tokens_per_image * hidden, 0);
-                patchify::gpu::patchify_with_cls(
+                patchify::gpu::patchify_with_prefix(
                     gpu(),
                     dtype,
                     pv,
@@ -357,7 +362,10 @@ fn patchify_with_cls_matches_its_twins_exactly() {
                     height,
                     width,
                     patch,
-                    cv,
+                    PrefixRows {
+                        rows: cv,
+                        count: prefix_rows,
+                    },
                     ov,
                     hidden,
                     tokens_per_image,
@@ -371,7 +379,7 @@ fn patchify_with_cls_matches_its_twins_exactly() {
                 want.iter_mut().for_each(|v| *v = dtype.round(*v));
                 compare(&case, &patches.read(gpu(), &case), &want, 0.0, 0.0);
 
-                // CLS rows are written; every other token row is left to the projection matmul.
+                // Prefix rows are written; every other token row is left to the projection matmul.
                 tokens.read(gpu(), &case);
                 let mut raw = vec![0u8; tokens.buffer.len_bytes()];
                 gpu().download(&tokens.buffer, 0, &mut raw).unwrap();
@@ -379,16 +387,17 @@ fn patchify_with_cls_matches_its_twins_exactly() {
                     &raw[tokens.offset..tokens.offset + tokens.len * token_dtype.size_bytes()];
                 let got = token_dtype.decode(raw);
                 let mut want_tokens = vec![f32::NAN; batch * tokens_per_image * hidden];
-                patchify::cpu::write_cls_rows(
-                    &cls,
+                patchify::cpu::write_prefix_rows(
+                    prefix,
                     &pos,
                     batch,
                     tokens_per_image,
+                    hidden,
                     &mut want_tokens,
                 );
                 for (i, w) in want_tokens.iter().enumerate() {
-                    if i % (tokens_per_image * hidden) < hidden {
-                        assert_eq!(got[i], token_dtype.round(*w), "{case}: CLS element {i}");
+                    if i % (tokens_per_image * hidden) < prefix_rows * hidden {
+                        assert_eq!(got[i], token_dtype.round(*w), "{case}: prefix element {i}");
                     } else {
                         assert!(
                             Poisoned::untouched(raw, token_dtype, i),
@@ -405,6 +414,53 @@ fn patchify_with_cls_matches_its_twins_exactly() {
             cases,
             Worst::default(),
         );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn swiglu_and_token_mean_match_their_twins() {
+    // SwiGLU: silu (expf) and a product on both sides, a few f32 ulps apart. Token mean: f32
+    // sums in the same order, then one division: identical in f32, one rounding of the output
+    // in f16/bf16.
+    let mut rng = SmallRng::seed_from_u64(21);
+    for dtype in DType::ALL {
+        let (mut worst, mut cases) = (Worst::default(), 0);
+        for &(rows, cols) in &[(1usize, 1usize), (5, 7), (257, 4096), (3, 1536)] {
+            let case = format!("swiglu {dtype} {rows}x{cols}");
+            let x = random(&mut rng, rows * 2 * cols, -4.0, 4.0, dtype);
+            let (_xb, xv) = upload(gpu(), dtype, &x, 0);
+            let out = Poisoned::new(gpu(), dtype, rows * cols, 1);
+            activation::gpu::swiglu(gpu(), dtype, xv, rows, cols, out.view()).unwrap();
+            let got = out.read(gpu(), &case);
+            let mut want = vec![0.0; rows * cols];
+            activation::cpu::swiglu(&x, cols, &mut want);
+            want.iter_mut().for_each(|v| *v = dtype.round(*v));
+            worst = merge(worst, compare(&case, &got, &want, tolerance(dtype), 1e-5));
+            cases += 1;
+        }
+        // (batch, tokens, start, cols): DINOv2-B's patch mean after CLS and 4 registers, all
+        // tokens of SigLIP so400m, odd sizes.
+        for &(batch, tokens, start, cols) in &[
+            (3usize, 261usize, 5usize, 768usize),
+            (2, 729, 0, 1152),
+            (1, 3, 1, 7),
+            (300, 17, 1, 300),
+        ] {
+            let case = format!("token_mean {dtype} {batch}x{tokens}x{cols} from {start}");
+            let x = random(&mut rng, batch * tokens * cols, -2.0, 2.0, dtype);
+            let (_xb, xv) = upload(gpu(), dtype, &x, 1);
+            let out = Poisoned::new(gpu(), dtype, batch * cols, 0);
+            pool::gpu::token_mean(gpu(), dtype, xv, batch, tokens, start, cols, out.view())
+                .unwrap();
+            let got = out.read(gpu(), &case);
+            let mut want = vec![0.0; batch * cols];
+            pool::cpu::token_mean(&x, tokens, start, cols, &mut want);
+            want.iter_mut().for_each(|v| *v = dtype.round(*v));
+            worst = merge(worst, compare(&case, &got, &want, 0.0, 0.0));
+            cases += 1;
+        }
+        report("swiglu and token mean", dtype, cases, worst);
     }
 }
 
@@ -540,7 +596,7 @@ fn bad_arguments_are_errors() {
         "NaN eps"
     );
     assert!(
-        invalid(patchify::gpu::patchify_with_cls(
+        invalid(patchify::gpu::patchify_with_prefix(
             g,
             DType::F16,
             f32,
@@ -549,7 +605,10 @@ fn bad_arguments_are_errors() {
             8,
             8,
             16,
-            f16,
+            PrefixRows {
+                rows: f16,
+                count: 1
+            },
             f16,
             8,
             1,
@@ -559,7 +618,7 @@ fn bad_arguments_are_errors() {
         "patch > image"
     );
     assert!(
-        invalid(patchify::gpu::patchify_with_cls(
+        invalid(patchify::gpu::patchify_with_prefix(
             g,
             DType::F16,
             f16,
@@ -568,7 +627,10 @@ fn bad_arguments_are_errors() {
             8,
             8,
             4,
-            f16,
+            PrefixRows {
+                rows: f16,
+                count: 1
+            },
             f16,
             8,
             5,
@@ -702,7 +764,7 @@ fn bench_bandwidth_of_vit_shapes() {
     let patches_view = patches.view(0, batch * 196 * 768, dtype).unwrap();
     let tokens_view = tokens.view(0, batch * 197 * hidden, dtype).unwrap();
     let t = time(&|| {
-        patchify::gpu::patchify_with_cls(
+        patchify::gpu::patchify_with_prefix(
             g,
             dtype,
             pv,
@@ -711,7 +773,7 @@ fn bench_bandwidth_of_vit_shapes() {
             224,
             224,
             16,
-            cv,
+            PrefixRows { rows: cv, count: 1 },
             cv,
             hidden,
             197,

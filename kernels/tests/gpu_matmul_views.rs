@@ -40,18 +40,22 @@ fn attention_products_read_heads_in_place() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn patch_embedding_writes_token_rows_after_the_cls_row() {
-    // tokens[b, 1 + i, :] = patches[b, i, :] · Wᵀ + bias + pos[1 + i, :]: C and R start one row
-    // in, R broadcasts over the batch; row 0 of every image is left alone.
+fn patch_embedding_writes_token_rows_after_the_prefix_rows() {
+    // tokens[b, S + i, :] = patches[b, i, :] · Wᵀ + bias + pos[S + i, :]: C and R start S rows
+    // in, R broadcasts over the batch; the S prefix rows of every image are left alone. S = 1
+    // (CLS), 0 (SigLIP), 2 (DeiT), 5 (DINOv2 with 4 registers).
     let gpu = new_gpu();
     let mut rng = StdRng::seed_from_u64(14);
     let mut worst = Worst::default();
     let (batch, patches, patch_len, hidden) = (3, 196, 3 * 16 * 16, 96);
-    let tokens = patches + 1;
-    for dtype in DType::ALL {
-        let problem = MatmulProblem::patch_projection(batch, patches, patch_len, hidden);
+    for (dtype, prefix) in DType::ALL
+        .into_iter()
+        .flat_map(|d| [(d, 1), (d, 0), (d, 2), (d, 5)])
+    {
+        let tokens = patches + prefix;
+        let problem = MatmulProblem::patch_projection(batch, prefix, patches, patch_len, hidden);
         let case = Case {
-            label: format!("{dtype} patch embedding"),
+            label: format!("{dtype} patch embedding after {prefix} prefix rows"),
             dtype,
             problem,
             tile: None,
@@ -155,7 +159,7 @@ fn an_f32_residual_stream_matches_the_twin() {
         let case = Case {
             label: format!("{dtype} patch embedding into f32 tokens"),
             dtype,
-            problem: MatmulProblem::patch_projection(batch, patches, patch_len, hidden),
+            problem: MatmulProblem::patch_projection(batch, 1, patches, patch_len, hidden),
             tile: None,
             a: random(dtype, batch * patches * patch_len, -1.0..1.0, &mut rng),
             b: random(dtype, hidden * patch_len, -0.1..0.1, &mut rng),

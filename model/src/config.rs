@@ -1,14 +1,61 @@
-//! `config.json` of a Hugging Face ViT, read and checked: everything the graph builder needs,
-//! and nothing it would have to guess.
+//! `config.json` of a Hugging Face ViT-family checkpoint, read and checked: everything the
+//! graph builder needs, and nothing it would have to guess. Each family's missing fields take
+//! that family's defaults (transformers saves only what differs from them).
 
 use crate::error::ModelError;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
 use vitrt_runtime::Activation;
 
+/// The model families vitrt builds graphs for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// `ViTModel`, `ViTForImageClassification`.
+    Vit,
+    /// `DeiTModel`, `DeiTForImageClassification`, `DeiTForImageClassificationWithTeacher`.
+    Deit,
+    /// `Dinov2Model`, `Dinov2ForImageClassification`, and the same with registers.
+    Dinov2,
+    /// The vision tower of CLIP: `CLIPVisionModel(WithProjection)`, `CLIPModel`,
+    /// `CLIPForImageClassification`.
+    Clip,
+    /// The vision tower of SigLIP: `SiglipVisionModel`, `SiglipModel`,
+    /// `SiglipForImageClassification`.
+    Siglip,
+}
+
+/// The `model_type`s vitrt reads, for messages.
+pub const SUPPORTED_MODEL_TYPES: &str = "vit, deit, dinov2, dinov2_with_registers, clip, \
+     clip_vision_model, siglip, siglip_vision_model";
+
+impl Family {
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Vit => "ViT",
+            Family::Deit => "DeiT",
+            Family::Dinov2 => "DINOv2",
+            Family::Clip => "CLIP",
+            Family::Siglip => "SigLIP",
+        }
+    }
+}
+
+/// The MLP between the two layernorms of a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mlp {
+    /// fc1, the activation, fc2.
+    Standard,
+    /// DINOv2-giant's: one matmul into the gate and the up projection side by side,
+    /// silu(gate)·up, then the down projection. `intermediate_size` is the gate's width.
+    SwiGlu,
+}
+
 #[derive(Clone, Debug, PartialEq)]
-pub struct VitConfig {
+pub struct ModelConfig {
+    pub family: Family,
+    /// `model_type` as the config spells it (for messages).
+    pub model_type: String,
     pub hidden_size: usize,
     pub num_hidden_layers: usize,
     pub num_attention_heads: usize,
@@ -21,130 +68,74 @@ pub struct VitConfig {
     pub patch_size: usize,
     pub num_channels: usize,
     pub qkv_bias: bool,
+    /// DINOv2 with registers: register tokens after the CLS token (no position embedding).
+    pub num_register_tokens: usize,
+    /// DINOv2: each block's attention and MLP outputs are scaled per channel (`lambda1`).
+    pub layer_scale: bool,
+    pub mlp: Mlp,
+    /// SigLIP: the attention-pooling head is part of the model.
+    pub vision_use_head: bool,
+    /// ViT and DeiT: the pooler's activation.
+    pub pooler_act: Activation,
     /// Class index to label, when the config has one.
     pub id2label: BTreeMap<usize, String>,
 }
 
-impl VitConfig {
-    pub fn from_file(path: &Path) -> Result<VitConfig, ModelError> {
+impl ModelConfig {
+    pub fn from_file(path: &Path) -> Result<ModelConfig, ModelError> {
         let text = std::fs::read_to_string(path).map_err(|e| ModelError::Config {
             path: path.display().to_string(),
             message: format!("cannot read: {e}"),
         })?;
-        VitConfig::from_json_str(&text).map_err(|message| ModelError::Config {
+        ModelConfig::from_json_str(&text).map_err(|message| ModelError::Config {
             path: path.display().to_string(),
             message,
         })
     }
 
-    pub fn from_json_str(text: &str) -> Result<VitConfig, String> {
+    pub fn from_json_str(text: &str) -> Result<ModelConfig, String> {
         let json: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
-        let obj = json.as_object().ok_or("not a JSON object")?;
-        if let Some(model_type) = obj.get("model_type").and_then(Value::as_str) {
-            if model_type != "vit" {
-                return Err(format!(
-                    "model_type is \"{model_type}\"; vitrt runs ViT (model_type \"vit\")"
-                ));
-            }
-        }
-        let int = |key: &str, default: Option<usize>| -> Result<usize, String> {
-            match obj.get(key) {
-                None | Some(Value::Null) => default.ok_or(format!("missing \"{key}\"")),
-                Some(v) => v
-                    .as_u64()
-                    .filter(|&n| n > 0)
-                    .map(|n| n as usize)
-                    .ok_or(format!("\"{key}\" must be a positive integer, got {v}")),
-            }
-        };
-        // image_size and patch_size may be an integer or a [height, width] pair.
-        let pair = |key: &str, default: usize| -> Result<(usize, usize), String> {
-            match obj.get(key) {
-                None | Some(Value::Null) => Ok((default, default)),
-                Some(Value::Array(a)) if a.len() == 2 => {
-                    let h = a[0].as_u64().filter(|&n| n > 0);
-                    let w = a[1].as_u64().filter(|&n| n > 0);
-                    match (h, w) {
-                        (Some(h), Some(w)) => Ok((h as usize, w as usize)),
-                        _ => Err(format!(
-                            "\"{key}\" must hold positive integers, got {:?}",
-                            a
-                        )),
-                    }
-                }
-                Some(v) => v
-                    .as_u64()
-                    .filter(|&n| n > 0)
-                    .map(|n| (n as usize, n as usize))
-                    .ok_or(format!("\"{key}\" must be a positive integer, got {v}")),
-            }
-        };
-
-        let hidden_size = int("hidden_size", Some(768))?;
-        let num_hidden_layers = int("num_hidden_layers", Some(12))?;
-        let num_attention_heads = int("num_attention_heads", Some(12))?;
-        let intermediate_size = int("intermediate_size", Some(3072))?;
-        let num_channels = int("num_channels", Some(3))?;
-        let image_size = pair("image_size", 224)?;
-        let (patch_h, patch_w) = pair("patch_size", 16)?;
-        if patch_h != patch_w {
-            return Err(format!(
-                "non-square patches {patch_h}x{patch_w} are not supported"
-            ));
-        }
-        let hidden_act_name = match obj.get("hidden_act") {
-            None => "gelu".to_string(),
+        let top = json.as_object().ok_or("not a JSON object")?;
+        // A config without model_type is read as ViT's, as it always was.
+        let model_type = match top.get("model_type") {
+            None | Some(Value::Null) => "vit".to_string(),
             Some(Value::String(s)) => s.clone(),
-            Some(v) => return Err(format!("\"hidden_act\" must be a string, got {v}")),
+            Some(v) => return Err(format!("\"model_type\" must be a string, got {v}")),
         };
-        let hidden_act = parse_activation(&hidden_act_name)?;
-        let layer_norm_eps = match obj.get("layer_norm_eps") {
-            None => 1e-12,
-            Some(v) => v
-                .as_f64()
-                .filter(|e| *e > 0.0 && e.is_finite())
-                .ok_or(format!(
-                    "\"layer_norm_eps\" must be a positive number, got {v}"
-                ))? as f32,
-        };
-        let qkv_bias = match obj.get("qkv_bias") {
-            None => true,
-            Some(v) => v
-                .as_bool()
-                .ok_or(format!("\"qkv_bias\" must be true or false, got {v}"))?,
-        };
-        let mut id2label = BTreeMap::new();
-        if let Some(map) = obj.get("id2label") {
-            let map = map.as_object().ok_or("\"id2label\" must be an object")?;
-            for (k, v) in map {
-                let index: usize = k
-                    .parse()
-                    .map_err(|_| format!("id2label key \"{k}\" is not a class index"))?;
-                let label = v
-                    .as_str()
-                    .ok_or(format!("id2label[{k}] must be a string"))?;
-                id2label.insert(index, label.to_string());
+        let empty = Map::new();
+        let (family, vision) = match model_type.as_str() {
+            "vit" => (Family::Vit, top),
+            "deit" => (Family::Deit, top),
+            "dinov2" | "dinov2_with_registers" => (Family::Dinov2, top),
+            "clip_vision_model" => (Family::Clip, top),
+            "siglip_vision_model" => (Family::Siglip, top),
+            // The dual-tower checkpoints hold the vision tower's config under vision_config.
+            "clip" | "siglip" => {
+                let family = if model_type == "clip" {
+                    Family::Clip
+                } else {
+                    Family::Siglip
+                };
+                let vision = match top.get("vision_config") {
+                    None | Some(Value::Null) => &empty,
+                    Some(Value::Object(map)) => map,
+                    Some(v) => {
+                        return Err(format!("\"vision_config\" must be an object, got {v}"))
+                    }
+                };
+                (family, vision)
             }
-        }
-
-        let config = VitConfig {
-            hidden_size,
-            num_hidden_layers,
-            num_attention_heads,
-            intermediate_size,
-            hidden_act,
-            hidden_act_name,
-            layer_norm_eps,
-            image_size,
-            patch_size: patch_h,
-            num_channels,
-            qkv_bias,
-            id2label,
+            other => {
+                return Err(format!(
+                    "model_type \"{other}\" is not a family vitrt runs (supported: {SUPPORTED_MODEL_TYPES})"
+                ))
+            }
         };
+        let mut config = parse_vision(family, model_type.as_str(), vision)?;
+        config.id2label = parse_id2label(top)?;
         config.check()?;
         Ok(config)
     }
-
     /// The arithmetic the graph relies on.
     fn check(&self) -> Result<(), String> {
         if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
@@ -165,7 +156,7 @@ impl VitConfig {
         let p = self.patch_size;
         let tokens = (h / p)
             .checked_mul(w / p)
-            .and_then(|patches| patches.checked_add(1));
+            .and_then(|patches| patches.checked_add(self.prefix_tokens()));
         let patch_values = self
             .num_channels
             .checked_mul(p)
@@ -190,9 +181,25 @@ impl VitConfig {
         (self.image_size.0 / self.patch_size) * (self.image_size.1 / self.patch_size)
     }
 
-    /// Sequence length: the patches and the CLS token.
+    /// Tokens ahead of the patches: the CLS token (not in SigLIP), DeiT's distillation token,
+    /// DINOv2's registers.
+    pub fn prefix_tokens(&self) -> usize {
+        match self.family {
+            Family::Vit | Family::Clip => 1,
+            Family::Deit => 2,
+            Family::Dinov2 => 1 + self.num_register_tokens,
+            Family::Siglip => 0,
+        }
+    }
+
+    /// Sequence length at the config's image size: the prefix tokens and the patches.
     pub fn tokens(&self) -> usize {
-        self.num_patches() + 1
+        self.tokens_at(self.image_size)
+    }
+
+    /// Sequence length for images of `(height, width)`.
+    pub fn tokens_at(&self, (h, w): (usize, usize)) -> usize {
+        self.prefix_tokens() + (h / self.patch_size) * (w / self.patch_size)
     }
 
     pub fn label(&self, index: usize) -> String {
@@ -213,27 +220,236 @@ impl VitConfig {
             * self.num_patches() as f64
             * d
             * (self.num_channels * self.patch_size * self.patch_size) as f64;
-        let per_layer =
-            2.0 * t * d * 3.0 * d + 2.0 * 2.0 * t * t * d + 2.0 * t * d * d + 2.0 * 2.0 * t * d * i;
+        let mlp_matmuls = match self.mlp {
+            Mlp::Standard => 2.0,
+            Mlp::SwiGlu => 3.0,
+        };
+        let per_layer = 2.0 * t * d * 3.0 * d
+            + 2.0 * 2.0 * t * t * d
+            + 2.0 * t * d * d
+            + mlp_matmuls * 2.0 * t * d * i;
         patch + self.num_hidden_layers as f64 * per_layer
     }
 }
 
-/// The activations HF's ACT2FN maps for ViT configs; anything else is refused.
-pub fn parse_activation(name: &str) -> Result<Activation, String> {
-    Ok(match name {
+/// Each family's defaults for the fields its config may leave out (transformers'
+/// configuration classes).
+struct Defaults {
+    patch_size: usize,
+    hidden_act: &'static str,
+    layer_norm_eps: f64,
+}
+
+fn defaults(family: Family) -> Defaults {
+    match family {
+        Family::Vit | Family::Deit => Defaults {
+            patch_size: 16,
+            hidden_act: "gelu",
+            layer_norm_eps: 1e-12,
+        },
+        Family::Dinov2 => Defaults {
+            patch_size: 14,
+            hidden_act: "gelu",
+            layer_norm_eps: 1e-6,
+        },
+        Family::Clip => Defaults {
+            patch_size: 32,
+            hidden_act: "quick_gelu",
+            layer_norm_eps: 1e-5,
+        },
+        Family::Siglip => Defaults {
+            patch_size: 16,
+            hidden_act: "gelu_pytorch_tanh",
+            layer_norm_eps: 1e-6,
+        },
+    }
+}
+
+/// The vision tower's fields of `obj` (the whole config, or a dual tower's `vision_config`).
+fn parse_vision(
+    family: Family,
+    model_type: &str,
+    obj: &Map<String, Value>,
+) -> Result<ModelConfig, String> {
+    let defaults = defaults(family);
+    let int = |key: &str, default: Option<usize>| -> Result<usize, String> {
+        match obj.get(key) {
+            None | Some(Value::Null) => default.ok_or(format!("missing \"{key}\"")),
+            Some(v) => v
+                .as_u64()
+                .filter(|&n| n > 0)
+                .map(|n| n as usize)
+                .ok_or(format!("\"{key}\" must be a positive integer, got {v}")),
+        }
+    };
+    let count = |key: &str, default: usize| -> Result<usize, String> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .map(|n| n as usize)
+                .ok_or(format!("\"{key}\" must be a non-negative integer, got {v}")),
+        }
+    };
+    let flag = |key: &str, default: bool| -> Result<bool, String> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_bool()
+                .ok_or(format!("\"{key}\" must be true or false, got {v}")),
+        }
+    };
+    // image_size and patch_size may be an integer or a [height, width] pair.
+    let pair = |key: &str, default: usize| -> Result<(usize, usize), String> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok((default, default)),
+            Some(Value::Array(a)) if a.len() == 2 => {
+                let h = a[0].as_u64().filter(|&n| n > 0);
+                let w = a[1].as_u64().filter(|&n| n > 0);
+                match (h, w) {
+                    (Some(h), Some(w)) => Ok((h as usize, w as usize)),
+                    _ => Err(format!(
+                        "\"{key}\" must hold positive integers, got {:?}",
+                        a
+                    )),
+                }
+            }
+            Some(v) => v
+                .as_u64()
+                .filter(|&n| n > 0)
+                .map(|n| (n as usize, n as usize))
+                .ok_or(format!("\"{key}\" must be a positive integer, got {v}")),
+        }
+    };
+    let activation = |key: &str, default: &str| -> Result<(Activation, String), String> {
+        let name = match obj.get(key) {
+            None | Some(Value::Null) => default.to_string(),
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => return Err(format!("\"{key}\" must be a string, got {v}")),
+        };
+        let act = parse_activation(&name).ok_or_else(|| {
+            format!("unknown {key} \"{name}\" (supported: {SUPPORTED_ACTIVATIONS})")
+        })?;
+        Ok((act, name))
+    };
+
+    let hidden_size = int("hidden_size", Some(768))?;
+    let num_hidden_layers = int("num_hidden_layers", Some(12))?;
+    let num_attention_heads = int("num_attention_heads", Some(12))?;
+    let num_channels = int("num_channels", Some(3))?;
+    let image_size = pair("image_size", 224)?;
+    let (patch_h, patch_w) = pair("patch_size", defaults.patch_size)?;
+    if patch_h != patch_w {
+        return Err(format!(
+            "non-square patches {patch_h}x{patch_w} are not supported"
+        ));
+    }
+    let (hidden_act, hidden_act_name) = activation("hidden_act", defaults.hidden_act)?;
+    let layer_norm_eps = match obj.get("layer_norm_eps") {
+        None | Some(Value::Null) => defaults.layer_norm_eps as f32,
+        Some(v) => v
+            .as_f64()
+            .filter(|e| *e > 0.0 && e.is_finite())
+            .ok_or(format!(
+                "\"layer_norm_eps\" must be a positive number, got {v}"
+            ))? as f32,
+    };
+    // CLIP and SigLIP always have Q, K and V biases; their configs have no qkv_bias.
+    let qkv_bias = match family {
+        Family::Clip | Family::Siglip => true,
+        _ => flag("qkv_bias", true)?,
+    };
+    let use_swiglu = family == Family::Dinov2 && flag("use_swiglu_ffn", false)?;
+    let intermediate_size = if family == Family::Dinov2 {
+        // DINOv2 sizes its MLP by mlp_ratio; SwiGLU keeps two thirds of it, rounded up to a
+        // multiple of 8 (Dinov2SwiGLUFFN).
+        let ratio = match obj.get("mlp_ratio") {
+            None | Some(Value::Null) => 4.0,
+            Some(v) => v
+                .as_f64()
+                .filter(|r| *r > 0.0 && r.is_finite())
+                .ok_or(format!("\"mlp_ratio\" must be a positive number, got {v}"))?,
+        };
+        let features = (hidden_size as f64 * ratio) as usize;
+        if use_swiglu {
+            ((features as f64 * 2.0 / 3.0) as usize).div_ceil(8) * 8
+        } else {
+            features
+        }
+    } else {
+        int("intermediate_size", Some(3072))?
+    };
+    if intermediate_size == 0 {
+        return Err("the MLP has no hidden units (mlp_ratio too small)".into());
+    }
+    let num_register_tokens = match model_type {
+        "dinov2_with_registers" => count("num_register_tokens", 4)?,
+        _ => 0,
+    };
+    let (pooler_act, _) = match family {
+        Family::Vit | Family::Deit => activation("pooler_act", "tanh")?,
+        _ => (Activation::Tanh, String::new()),
+    };
+    Ok(ModelConfig {
+        family,
+        model_type: model_type.to_string(),
+        hidden_size,
+        num_hidden_layers,
+        num_attention_heads,
+        intermediate_size,
+        hidden_act,
+        hidden_act_name,
+        layer_norm_eps,
+        image_size,
+        patch_size: patch_h,
+        num_channels,
+        qkv_bias,
+        num_register_tokens,
+        layer_scale: family == Family::Dinov2,
+        mlp: if use_swiglu {
+            Mlp::SwiGlu
+        } else {
+            Mlp::Standard
+        },
+        vision_use_head: family == Family::Siglip && flag("vision_use_head", true)?,
+        pooler_act,
+        id2label: BTreeMap::new(),
+    })
+}
+
+fn parse_id2label(obj: &Map<String, Value>) -> Result<BTreeMap<usize, String>, String> {
+    let mut id2label = BTreeMap::new();
+    if let Some(map) = obj.get("id2label") {
+        let map = map.as_object().ok_or("\"id2label\" must be an object")?;
+        for (k, v) in map {
+            let index: usize = k
+                .parse()
+                .map_err(|_| format!("id2label key \"{k}\" is not a class index"))?;
+            let label = v
+                .as_str()
+                .ok_or(format!("id2label[{k}] must be a string"))?;
+            id2label.insert(index, label.to_string());
+        }
+    }
+    Ok(id2label)
+}
+
+/// The activations HF's ACT2FN maps for ViT-family configs; anything else is refused.
+pub fn parse_activation(name: &str) -> Option<Activation> {
+    Some(match name {
         "gelu" => Activation::Gelu,
         "gelu_new" | "gelu_fast" | "gelu_pytorch_tanh" => Activation::GeluTanh,
         "quick_gelu" => Activation::QuickGelu,
         "relu" => Activation::Relu,
         "silu" | "swish" => Activation::Silu,
-        other => {
-            return Err(format!(
-                "unknown hidden_act \"{other}\" (supported: gelu, gelu_new, gelu_fast, gelu_pytorch_tanh, quick_gelu, relu, silu)"
-            ))
-        }
+        "tanh" => Activation::Tanh,
+        _ => return None,
     })
 }
+
+/// The names [`parse_activation`] reads, for messages.
+pub const SUPPORTED_ACTIVATIONS: &str =
+    "gelu, gelu_new, gelu_fast, gelu_pytorch_tanh, quick_gelu, relu, silu, swish, tanh";
 
 #[cfg(test)]
 mod tests {
@@ -252,7 +468,7 @@ mod tests {
 
     #[test]
     fn reads_a_small_config() {
-        let c = VitConfig::from_json_str(BASE).unwrap();
+        let c = ModelConfig::from_json_str(BASE).unwrap();
         assert_eq!((c.head_dim(), c.tokens(), c.image_size), (16, 17, (32, 32)));
         assert_eq!(c.label(1), "dog");
         assert_eq!(c.label(7), "LABEL_7");
@@ -270,7 +486,8 @@ mod tests {
             ("relu", Activation::Relu),
             ("silu", Activation::Silu),
         ] {
-            let c = VitConfig::from_json_str(&with("hidden_act", &format!("\"{name}\""))).unwrap();
+            let c =
+                ModelConfig::from_json_str(&with("hidden_act", &format!("\"{name}\""))).unwrap();
             assert_eq!(c.hidden_act, act, "{name}");
         }
     }
@@ -284,7 +501,7 @@ mod tests {
         let huge_hidden = r#"{"image_size": 4096, "patch_size": 1,
             "hidden_size": 4398046511104, "num_attention_heads": 1}"#;
         for json in [huge_image, huge_patch, huge_hidden] {
-            let err = VitConfig::from_json_str(json).unwrap_err();
+            let err = ModelConfig::from_json_str(json).unwrap_err();
             assert!(err.contains("larger than can be addressed"), "{err}");
         }
     }
@@ -303,20 +520,23 @@ mod tests {
             (with("image_size", "30"), "not divisible by patch_size"),
             (with("hidden_size", "-3"), "positive integer"),
             (with("qkv_bias", "\"yes\""), "true or false"),
-            (with("model_type", "\"deit\""), "model_type"),
+            (
+                with("model_type", "\"swin\""),
+                "model_type \"swin\" is not a family",
+            ),
             (with("id2label", "{\"a\": \"x\"}"), "not a class index"),
             ("[1, 2]".to_string(), "not a JSON object"),
             ("{\"hidden_size\": ".to_string(), "not valid JSON"),
         ];
         for (json, want) in cases {
-            let err = VitConfig::from_json_str(&json).unwrap_err();
+            let err = ModelConfig::from_json_str(&json).unwrap_err();
             assert!(err.contains(want), "{err} should mention {want}");
         }
     }
 
     #[test]
     fn vit_base_flops_are_about_35_gflop() {
-        let c = VitConfig::from_json_str(r#"{"model_type": "vit"}"#).unwrap();
+        let c = ModelConfig::from_json_str(r#"{"model_type": "vit"}"#).unwrap();
         let g = c.flops_per_image() / 1e9;
         assert!((34.0..36.5).contains(&g), "{g} GFLOP");
     }

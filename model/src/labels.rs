@@ -1,6 +1,6 @@
 //! From logits to the top-k (index, label, probability).
 
-use crate::config::VitConfig;
+use crate::config::ModelConfig;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Prediction {
@@ -11,7 +11,7 @@ pub struct Prediction {
 
 /// Softmax over one row of logits (in f64, so tiny probabilities are not lost), then the
 /// `k` most probable classes, ties broken by the lower index.
-pub fn top_k(logits: &[f32], k: usize, config: &VitConfig) -> Vec<Prediction> {
+pub fn top_k(logits: &[f32], k: usize, config: &ModelConfig) -> Vec<Prediction> {
     let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
     let exps: Vec<f64> = logits.iter().map(|&v| (v as f64 - max).exp()).collect();
     let sum: f64 = exps.iter().sum();
@@ -35,7 +35,7 @@ mod tests {
     #[test]
     fn top_k_sorts_and_normalises() {
         let config =
-            VitConfig::from_json_str(r#"{"id2label": {"0": "a", "1": "b", "2": "c"}}"#).unwrap();
+            ModelConfig::from_json_str(r#"{"id2label": {"0": "a", "1": "b", "2": "c"}}"#).unwrap();
         let p = top_k(&[1.0, 3.0, 2.0], 2, &config);
         assert_eq!((p[0].index, p[0].label.as_str(), p[1].index), (1, "b", 2));
         let e = [1.0f64.exp(), 3.0f64.exp(), 2.0f64.exp()];

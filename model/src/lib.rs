@@ -1,15 +1,19 @@
-//! ViT: config, preprocessing, graph builder, labels. The model knows nothing of CUDA: it
-//! describes itself as a graph and the runtime runs it on whatever backend it is given.
+//! ViT-family models: configs, preprocessing, graph builders, labels. The model knows nothing
+//! of CUDA: it describes itself as a graph and the runtime runs it on whatever backend it is
+//! given.
 
 pub mod config;
 mod error;
 pub mod labels;
+pub mod model;
+mod names;
+mod params;
 pub mod parity;
+pub mod positions;
 pub mod preprocess;
 pub mod runner;
-pub mod vit;
 
-pub use config::VitConfig;
+pub use config::{Family, ModelConfig};
 pub use error::ModelError;
+pub use model::{ClassifierInput, GraphOptions, Head, Output, OutputSet, VisionModel};
 pub use runner::{ForwardTimes, Runner};
-pub use vit::{GraphOptions, Head, VitModel};

@@ -2,7 +2,7 @@
 //! built and planned once and parameters are uploaded once for all of them.
 
 use crate::error::ModelError;
-use crate::vit::{GraphOptions, VitModel};
+use crate::model::{GraphOptions, OutputSet, VisionModel};
 use std::collections::HashMap;
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::RuntimeError;
@@ -12,19 +12,21 @@ use vitrt_runtime::{
 };
 
 pub struct Runner {
-    pub model: VitModel,
+    pub model: VisionModel,
     backend: Box<dyn Backend>,
     fusion: Fusion,
     precision: Precision,
     /// Replay each plan's forward pass as one captured graph where the backend can.
     graph_replay: bool,
+    /// What the graphs output (empty: the model's primary output).
+    outputs: OutputSet,
     executors: HashMap<(usize, bool), Executor>,
 }
 
 impl Runner {
     /// A runner computing in the backend's dtype, with the residual stream stored as
     /// `Precision::default_for` that dtype says (f16 for f16 runs, else f32).
-    pub fn new(model: VitModel, backend: Box<dyn Backend>, fusion: Fusion) -> Runner {
+    pub fn new(model: VisionModel, backend: Box<dyn Backend>, fusion: Fusion) -> Runner {
         let precision = Precision::default_for(backend.dtype());
         Runner {
             model,
@@ -32,8 +34,17 @@ impl Runner {
             fusion,
             precision,
             graph_replay: true,
+            outputs: OutputSet::default(),
             executors: HashMap::new(),
         }
+    }
+
+    /// Outputs `outputs` instead of the model's primary output (checked when a graph is
+    /// built: [`Runner::check_graph`]).
+    pub fn with_outputs(mut self, outputs: OutputSet) -> Runner {
+        self.outputs = outputs;
+        self.executors.clear();
+        self
     }
 
     /// Turns graph replay (CUDA graphs; see `vitrt_runtime::Executor`) on, the default, or
@@ -61,8 +72,8 @@ impl Runner {
 
     /// Shape every pixel tensor must have for `batch` images.
     pub fn input_shape(&self, batch: usize) -> [usize; 4] {
-        let c = &self.model.config;
-        [batch, c.num_channels, c.image_size.0, c.image_size.1]
+        let (h, w) = self.model.input_size();
+        [batch, self.model.config.num_channels, h, w]
     }
 
     /// Runs `batch` images of pixels (NCHW, f32). Returns the main output (`logits` or
@@ -141,8 +152,8 @@ impl Runner {
         Ok(self.backend.take_timeline()?)
     }
 
-    /// Waits for a pass [`Runner::submit_bytes`] queued and returns its main output
-    /// (`logits` or `last_hidden_state`).
+    /// Waits for a pass [`Runner::submit_bytes`] queued and returns its outputs (the main
+    /// output, `logits` or `last_hidden_state`, unless [`Runner::with_outputs`] chose others).
     pub fn finish(&mut self, pending: PendingOutputs) -> Result<Vec<HostTensor>, ModelError> {
         Ok(Executor::finish_outputs(self.backend.as_mut(), pending)?)
     }
@@ -154,6 +165,7 @@ impl Runner {
             let options = GraphOptions {
                 hidden_states,
                 fusion: self.fusion,
+                outputs: self.outputs,
             };
             let backend = self.backend.as_ref();
             let graph = self
@@ -179,6 +191,7 @@ impl Runner {
         let options = GraphOptions {
             hidden_states: false,
             fusion: self.fusion,
+            outputs: self.outputs,
         };
         let backend = self.backend.as_ref();
         self.model

@@ -4,7 +4,7 @@
 mod common;
 
 use common::fixture;
-use vitrt_model::{Runner, VitModel};
+use vitrt_model::{Runner, VisionModel};
 use vitrt_runtime::backend::cuda::CudaBackend;
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::DType;
@@ -14,7 +14,7 @@ use vitrt_runtime::DType;
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn out_of_memory_names_a_batch_size_that_fits() {
-    let model = VitModel::load(&fixture("tiny-gelu")).unwrap();
+    let model = VisionModel::load(&fixture("tiny-gelu")).unwrap();
     let backend = CudaBackend::new(0, DType::F16).unwrap();
     let mut runner = Runner::new(model, Box::new(backend), Fusion::ALL);
     let huge = 50_000_000;

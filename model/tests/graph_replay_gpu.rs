@@ -6,13 +6,13 @@
 mod common;
 
 use common::{bits, fixture};
-use vitrt_model::{Runner, VitModel};
+use vitrt_model::{Runner, VisionModel};
 use vitrt_runtime::backend::cuda::CudaBackend;
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::{DType, ReplayState};
 
 fn runner(dtype: DType, graph_replay: bool) -> Runner {
-    let model = VitModel::load(&fixture("tiny-gelu")).unwrap();
+    let model = VisionModel::load(&fixture("tiny-gelu")).unwrap();
     let backend = CudaBackend::new(0, dtype).unwrap();
     Runner::new(model, Box::new(backend), Fusion::ALL).with_graph_replay(graph_replay)
 }
@@ -85,7 +85,7 @@ fn dependent_launches_give_the_bits_of_serialized_ones() {
     ] {
         for fusion in [Fusion::ALL, Fusion::NONE] {
             let make = |dependent: bool, replay: bool| {
-                let model = VitModel::load(&fixture(name)).unwrap();
+                let model = VisionModel::load(&fixture(name)).unwrap();
                 let backend = CudaBackend::new(0, DType::F16).unwrap();
                 backend.gpu().set_dependent_launch(dependent);
                 Runner::new(model, Box::new(backend), fusion).with_graph_replay(replay)

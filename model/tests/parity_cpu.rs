@@ -1,9 +1,10 @@
-//! Every committed fixture on the CPU backend, fused and unfused, against PyTorch's float64
-//! reference: logits (or last_hidden_state) and every hidden state within 1e-5 relative error.
+//! Every committed fixture (ViT and the other families) on the CPU backend, fused and unfused,
+//! against PyTorch's float64 reference: every output (logits, or last_hidden_state,
+//! pooler_output, image_embeds) and every hidden state within 1e-5 relative error.
 
 use std::path::{Path, PathBuf};
 use vitrt_model::parity::compare;
-use vitrt_model::{Runner, VitModel};
+use vitrt_model::{Runner, VisionModel};
 use vitrt_runtime::passes::{AttentionFusion, Fusion};
 use vitrt_runtime::{CpuBackend, DType, HostTensor, Op};
 
@@ -16,8 +17,8 @@ fn fixtures() -> Vec<PathBuf> {
         .collect();
     dirs.sort();
     assert!(
-        dirs.len() >= 8,
-        "expected the eight committed fixtures, found {}",
+        dirs.len() >= 18,
+        "expected the eight ViT and ten family fixtures, found {}",
         dirs.len()
     );
     dirs
@@ -31,22 +32,35 @@ fn reference(dir: &Path) -> Vec<HostTensor> {
         .collect()
 }
 
+/// The fixture's model at its input's size (which may differ from its config's: positions
+/// are resampled), outputting what the reference holds.
+fn load_at_input_size(dir: &Path, pixels: &HostTensor) -> VisionModel {
+    let name = dir.file_name().unwrap().to_string_lossy();
+    VisionModel::load(dir)
+        .and_then(|m| m.with_input_size((pixels.shape[2], pixels.shape[3])))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
 fn check(dir: &Path, fusion: Fusion) {
     let name = dir.file_name().unwrap().to_string_lossy();
-    let model = VitModel::load(dir).unwrap_or_else(|e| panic!("{name}: {e}"));
     let refs = reference(dir);
     let pixels = refs.iter().find(|t| t.name == "pixel_values").unwrap();
     let batch = pixels.shape[0];
+    let model = load_at_input_size(dir, pixels);
+    let outputs = model.model_outputs();
     let wanted: Vec<HostTensor> = refs
         .iter()
         .filter(|t| {
-            t.name == "logits"
-                || t.name == "last_hidden_state"
-                || t.name.starts_with("hidden_states.")
+            outputs.iter().any(|o| o.name() == t.name) || t.name.starts_with("hidden_states.")
         })
         .cloned()
         .collect();
-    let mut runner = Runner::new(model, Box::new(CpuBackend::new()), fusion);
+    assert_eq!(
+        wanted.len() + 1,
+        refs.len(),
+        "{name}: every reference tensor is one vitrt computes"
+    );
+    let mut runner = Runner::new(model, Box::new(CpuBackend::new()), fusion).with_outputs(outputs);
     let ours = runner.run(&pixels.data, batch, true).unwrap();
     let rows = compare(&ours, &wanted).unwrap();
     assert_eq!(rows.len(), wanted.len());
@@ -84,10 +98,11 @@ fn every_fixture_matches_pytorch_unfused() {
 #[test]
 fn fused_and_unfused_graphs_differ_in_node_count() {
     let dir = &fixtures()[0];
-    let model = VitModel::load(dir).unwrap();
+    let model = VisionModel::load(dir).unwrap();
     let opts = |fusion| vitrt_model::GraphOptions {
         hidden_states: false,
         fusion,
+        ..Default::default()
     };
     let fused = model.build_graph(2, opts(Fusion::ALL)).unwrap();
     let unfused = model.build_graph(2, opts(Fusion::NONE)).unwrap();
@@ -122,8 +137,10 @@ fn fused_attention_computes_what_scores_softmax_context_compute() {
         let refs = reference(&dir);
         let pixels = refs.iter().find(|t| t.name == "pixel_values").unwrap();
         let run = |fusion| {
-            let model = VitModel::load(&dir).unwrap();
-            let mut runner = Runner::new(model, Box::new(CpuBackend::new()), fusion);
+            let model = load_at_input_size(&dir, pixels);
+            let outputs = model.model_outputs();
+            let mut runner =
+                Runner::new(model, Box::new(CpuBackend::new()), fusion).with_outputs(outputs);
             runner.run(&pixels.data, pixels.shape[0], true).unwrap()
         };
         let (fused, unfused) = (run(Fusion::ALL), run(attention_unfused()));
@@ -151,12 +168,13 @@ fn fused_attention_is_an_option_of_its_own() {
     // --fusion none --attention fused: only attention fused, reading Q, K and V from the
     // three projections' outputs.
     let dir = &fixtures()[0];
-    let model = VitModel::load(dir).unwrap();
+    let model = VisionModel::load(dir).unwrap();
     let layers = model.config.num_hidden_layers;
     let graph = |fusion| {
         let options = vitrt_model::GraphOptions {
             hidden_states: false,
             fusion,
+            ..Default::default()
         };
         model.build_graph(2, options).unwrap()
     };
@@ -182,16 +200,18 @@ fn fused_attention_is_an_option_of_its_own() {
 /// The worst relative error per tensor of a fixture run on the CPU emulating `dtype` storage
 /// (f32 arithmetic, every stored value rounded as the GPU stores it).
 fn emulated_errors(dir: &Path, dtype: DType, residual: DType) -> Vec<(String, f64)> {
-    let model = VitModel::load(dir).unwrap();
     let refs = reference(dir);
     let pixels = refs.iter().find(|t| t.name == "pixel_values").unwrap();
+    let model = load_at_input_size(dir, pixels);
+    let outputs = model.model_outputs();
     let wanted: Vec<HostTensor> = refs
         .iter()
-        .filter(|t| t.name != "pixel_values" && t.name != "pooler_output")
+        .filter(|t| t.name != "pixel_values")
         .cloned()
         .collect();
     let backend = CpuBackend::emulating(dtype);
     let mut runner = Runner::new(model, Box::new(backend), Fusion::ALL)
+        .with_outputs(outputs)
         .with_residual(residual)
         .unwrap();
     let ours = runner.run(&pixels.data, pixels.shape[0], true).unwrap();

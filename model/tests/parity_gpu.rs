@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use vitrt_model::parity::{compare, tolerance};
-use vitrt_model::{Runner, VitModel};
+use vitrt_model::{Runner, VisionModel};
 use vitrt_runtime::backend::cuda::CudaBackend;
 use vitrt_runtime::passes::{AttentionFusion, Fusion};
 use vitrt_runtime::{DType, HostTensor};
@@ -40,7 +40,7 @@ fn every_fixture_matches_pytorch_on_the_gpu() {
         for fusion in [Fusion::ALL, attention_unfused, Fusion::NONE] {
             for dir in fixtures() {
                 let name = dir.file_name().unwrap().to_string_lossy().into_owned();
-                let model = VitModel::load(&dir).unwrap();
+                let model = VisionModel::load(&dir).unwrap();
                 let refs: Vec<HostTensor> =
                     vitrt_weights::read_f32_tensors(&dir.join("reference.safetensors"))
                         .unwrap()
@@ -96,7 +96,7 @@ fn attention_is_fused_exactly_where_the_kernel_takes_the_model() {
     for dtype in DType::ALL {
         for dir in fixtures() {
             let name = dir.file_name().unwrap().to_string_lossy().into_owned();
-            let model = VitModel::load(&dir).unwrap();
+            let model = VisionModel::load(&dir).unwrap();
             let head_dim = model.config.head_dim();
             let backend = CudaBackend::new(0, dtype).unwrap();
             let runner = Runner::new(model, Box::new(backend), required);

@@ -8,13 +8,13 @@ mod common;
 
 use common::{bits, fixture};
 use vitrt_kernels::pixels;
-use vitrt_model::{Runner, VitModel};
+use vitrt_model::{Runner, VisionModel};
 use vitrt_runtime::backend::cuda::CudaBackend;
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::DType;
 
 fn runner(model: &str, dtype: DType) -> Runner {
-    let model = VitModel::load(&fixture(model)).unwrap();
+    let model = VisionModel::load(&fixture(model)).unwrap();
     let backend = CudaBackend::new(0, dtype).unwrap();
     Runner::new(model, Box::new(backend), Fusion::ALL)
 }

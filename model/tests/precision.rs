@@ -4,7 +4,7 @@
 //! in the compute type. Checked on graphs of committed fixtures, no GPU needed.
 
 use std::path::Path;
-use vitrt_model::{GraphOptions, VitModel};
+use vitrt_model::{GraphOptions, VisionModel};
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::plan::value_dtypes;
 use vitrt_runtime::{DType, Graph, Op, Precision, ValueKind};
@@ -13,13 +13,14 @@ fn graph(fixture: &str, fusion: Fusion) -> Graph {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/models")
         .join(fixture);
-    let model = VitModel::load(&dir).unwrap();
+    let model = VisionModel::load(&dir).unwrap();
     model
         .build_graph(
             2,
             GraphOptions {
                 hidden_states: true,
                 fusion,
+                ..Default::default()
             },
         )
         .unwrap()

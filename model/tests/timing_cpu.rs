@@ -2,14 +2,14 @@
 //! counts and the sums must add up (the CUDA path is the same code with events).
 
 use std::path::Path;
-use vitrt_model::{Runner, VitModel};
+use vitrt_model::{Runner, VisionModel};
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::CpuBackend;
 
 #[test]
 fn forward_and_per_node_times_add_up() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models/tiny-gelu");
-    let model = VitModel::load(&dir).unwrap();
+    let model = VisionModel::load(&dir).unwrap();
     let mut runner = Runner::new(model, Box::new(CpuBackend::new()), Fusion::ALL);
     let batch = 2;
     let pixels: Vec<f32> = (0..runner.input_shape(batch).iter().product::<usize>())

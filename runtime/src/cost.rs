@@ -27,18 +27,11 @@ pub fn node_cost(graph: &Graph, plan: &Plan, node: usize) -> NodeCost {
         .map(|&v| graph.values[v].shape.as_slice())
         .collect();
     let matmul = match n.op {
-        Op::PatchEmbed { patch } => {
+        Op::PatchEmbed { .. } => {
             // The patch rows go through the workspace: written once, read once.
             bytes += 2.0
                 * (workspace_elements(graph, node) * plan.precision.compute.size_bytes()) as f64;
-            let (px, out) = (shapes[0], &graph.values[n.output].shape);
-            let patches = (px[2] / patch) * (px[3] / patch);
-            Some(MatmulProblem::patch_projection(
-                px[0],
-                patches,
-                px[1] * patch * patch,
-                out[2],
-            ))
+            lowering::patch_projection(&n.op, shapes[0], &graph.values[n.output].shape)
         }
         _ => lowering::matmul_for(&n.op, &shapes),
     };

@@ -59,10 +59,12 @@ pub struct HeadSlice {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
-    /// Inputs: pixels [B,C,H,W] (f32), weight [hidden, C·P·P], bias [hidden], cls [hidden],
-    /// pos [T, hidden]. Output [B, T, hidden] with T = 1 + (H/P)·(W/P). Needs a workspace
-    /// for the patch rows.
-    PatchEmbed { patch: usize },
+    /// Inputs: pixels [B,C,H,W] (f32), weight [hidden, C·P·P], bias [hidden], pos [T, hidden],
+    /// then, when `prefix_tokens` S > 0, the prefix tokens [S, hidden] (CLS, DeiT's
+    /// distillation token, DINOv2's registers). Output [B, T, hidden] with T = S + (H/P)·(W/P):
+    /// token j < S is prefix[j] + pos[j], token S + i is patch i projected, plus the bias and
+    /// pos[S + i]. Needs a workspace for the patch rows.
+    PatchEmbed { patch: usize, prefix_tokens: usize },
     /// Inputs: x [.., C], gamma [C], beta [C].
     LayerNorm { eps: f32 },
     /// Inputs: x [.., K], weight [N, K], then bias [N] if `epilogue.bias`, then residual
@@ -72,8 +74,9 @@ pub enum Op {
     Activation(Activation),
     /// Element-wise sum of two tensors of one shape.
     Add,
-    /// Inputs: the tensors holding Q and K, [B, T, width]. Output [B, heads, T, T] =
-    /// scale · Q·Kᵀ per head.
+    /// Inputs: the tensors holding Q, [B or 1, Tq, width], and K, [B, Tk, width]. Output
+    /// [B, heads, Tq, Tk] = scale · Q·Kᵀ per head. A Q of batch 1 is shared by every image (the
+    /// learned probe query of SigLIP's attention-pooling head).
     AttentionScores {
         heads: usize,
         head_dim: usize,
@@ -83,8 +86,8 @@ pub enum Op {
     },
     /// Row-wise softmax over the last dimension.
     Softmax,
-    /// Inputs: probabilities [B, heads, T, T] and the tensor holding V, [B, T, width].
-    /// Output [B, T, heads·head_dim], heads side by side as HF lays them out.
+    /// Inputs: probabilities [B, heads, Tq, Tk] and the tensor holding V, [B, Tk, width].
+    /// Output [B, Tq, heads·head_dim], heads side by side as HF lays them out.
     AttentionContext {
         heads: usize,
         head_dim: usize,
@@ -104,6 +107,10 @@ pub enum Op {
     },
     /// Input [B, T, C]; output [B, C], the token at `index` of each sequence.
     SelectToken { index: usize },
+    /// Input [B, T, C]; output [B, C], the mean of tokens `start..T` of each sequence.
+    MeanTokens { start: usize },
+    /// Input [.., 2H]; output [.., H] = silu(x[.., :H]) · x[.., H:] (SwiGLU's gate).
+    SwiGlu,
 }
 
 impl Op {
@@ -119,6 +126,8 @@ impl Op {
             Op::AttentionContext { .. } => "attention_context",
             Op::Attention { .. } => "attention",
             Op::SelectToken { .. } => "select_token",
+            Op::MeanTokens { .. } => "mean_tokens",
+            Op::SwiGlu => "swiglu",
         }
     }
 
@@ -137,9 +146,12 @@ impl Op {
         };
         let last = |s: &[usize]| s.last().copied().unwrap_or(0);
         match self {
-            Op::PatchEmbed { patch } => {
-                arity(5)?;
-                let (px, w, b, cls, pos) = (inputs[0], inputs[1], inputs[2], inputs[3], inputs[4]);
+            Op::PatchEmbed {
+                patch,
+                prefix_tokens,
+            } => {
+                arity(4 + (*prefix_tokens > 0) as usize)?;
+                let (px, w, b, pos) = (inputs[0], inputs[1], inputs[2], inputs[3]);
                 let [batch, c, h, wd] = px else {
                     return Err(format!("pixels must be [B,C,H,W], got {px:?}"));
                 };
@@ -149,16 +161,22 @@ impl Op {
                     ));
                 }
                 let hidden = w.first().copied().unwrap_or(0);
-                let tokens = 1 + (h / patch) * (wd / patch);
+                let tokens = prefix_tokens + (h / patch) * (wd / patch);
                 if w != [hidden, c * patch * patch] {
                     return Err(format!(
                         "patch weight must be [{hidden}, {}], got {w:?}",
                         c * patch * patch
                     ));
                 }
-                if b != [hidden] || cls != [hidden] || pos != [tokens, hidden] {
+                if b != [hidden] || pos != [tokens, hidden] {
                     return Err(format!(
-                        "patch bias/cls/pos must be [{hidden}]/[{hidden}]/[{tokens}, {hidden}], got {b:?}/{cls:?}/{pos:?}"
+                        "patch bias/pos must be [{hidden}]/[{tokens}, {hidden}], got {b:?}/{pos:?}"
+                    ));
+                }
+                if *prefix_tokens > 0 && inputs[4] != [*prefix_tokens, hidden] {
+                    return Err(format!(
+                        "prefix tokens must be [{prefix_tokens}, {hidden}], got {:?}",
+                        inputs[4]
                     ));
                 }
                 Ok(vec![*batch, tokens, hidden])
@@ -223,26 +241,26 @@ impl Op {
                 for (src, slice) in [(inputs[0], q), (inputs[1], k)] {
                     check_head_source(src, *heads, *head_dim, slice)?;
                 }
-                if inputs[0][..2] != inputs[1][..2] {
+                let (q_batch, batch) = (inputs[0][0], inputs[1][0]);
+                if q_batch != batch && q_batch != 1 {
                     return Err(format!(
-                        "Q {:?} and K {:?} differ in batch or tokens",
+                        "Q {:?} and K {:?} differ in batch (a Q of batch 1 is shared)",
                         inputs[0], inputs[1]
                     ));
                 }
-                Ok(vec![inputs[0][0], *heads, inputs[0][1], inputs[0][1]])
+                Ok(vec![batch, *heads, inputs[0][1], inputs[1][1]])
             }
             Op::AttentionContext { heads, head_dim, v } => {
                 arity(2)?;
                 check_head_source(inputs[1], *heads, *head_dim, v)?;
-                let (b, t) = (inputs[1][0], inputs[1][1]);
-                if inputs[0] != [b, *heads, t, t] {
+                let (b, tk) = (inputs[1][0], inputs[1][1]);
+                let p = inputs[0];
+                if p.len() != 4 || p[0] != b || p[1] != *heads || p[3] != tk {
                     return Err(format!(
-                        "attention probabilities must be {:?}, got {:?}",
-                        [b, *heads, t, t],
-                        inputs[0]
+                        "attention probabilities must be [{b}, {heads}, Tq, {tk}], got {p:?}"
                     ));
                 }
-                Ok(vec![b, t, heads * head_dim])
+                Ok(vec![b, p[2], heads * head_dim])
             }
             Op::Attention {
                 heads,
@@ -273,6 +291,29 @@ impl Op {
                     return Err(format!("token {index} of {t}"));
                 }
                 Ok(vec![*b, *c])
+            }
+            Op::MeanTokens { start } => {
+                arity(1)?;
+                let [b, t, c] = inputs[0] else {
+                    return Err(format!("mean_tokens needs [B,T,C], got {:?}", inputs[0]));
+                };
+                if start >= t {
+                    return Err(format!("mean of tokens {start}.. of {t}"));
+                }
+                Ok(vec![*b, *c])
+            }
+            Op::SwiGlu => {
+                arity(1)?;
+                let width = last(inputs[0]);
+                if width == 0 || width % 2 != 0 {
+                    return Err(format!(
+                        "swiglu needs an even last dimension, got {:?}",
+                        inputs[0]
+                    ));
+                }
+                let mut out = inputs[0].to_vec();
+                *out.last_mut().expect("checked above") = width / 2;
+                Ok(out)
             }
         }
     }

@@ -22,31 +22,43 @@ fn head_view(tokens: usize, width: usize, head_dim: usize, column_offset: usize)
     }
 }
 
-/// `S[b, h] = scale · Q[b, :, h] · K[b, :, h]ᵀ`, written as `[B, heads, T, T]`.
-#[allow(clippy::too_many_arguments)]
+/// Where attention reads Q (or K, or V): the width of its tensor, the column its heads start
+/// at, and its token count.
+#[derive(Clone, Copy, Debug)]
+pub struct HeadSource {
+    pub tokens: usize,
+    pub width: usize,
+    pub offset: usize,
+}
+
+/// `S[b, h] = scale · Q[b, :, h] · K[b, :, h]ᵀ`, written as `[B, heads, Tq, Tk]`. With
+/// `q_shared`, one Q serves every image (batch stride 0).
 pub fn attention_scores(
     batch: usize,
-    tokens: usize,
     heads: usize,
     head_dim: usize,
     scale: f32,
-    (q_width, q_offset): (usize, usize),
-    (k_width, k_offset): (usize, usize),
+    (q, q_shared): (HeadSource, bool),
+    k: HeadSource,
 ) -> MatmulProblem {
+    let mut a = head_view(q.tokens, q.width, head_dim, q.offset);
+    if q_shared {
+        a.batch_stride = 0;
+    }
     MatmulProblem {
         batch,
         heads,
-        m: tokens,
-        n: tokens,
+        m: q.tokens,
+        n: k.tokens,
         k: head_dim,
-        a: head_view(tokens, q_width, head_dim, q_offset),
-        b: head_view(tokens, k_width, head_dim, k_offset),
+        a,
+        b: head_view(k.tokens, k.width, head_dim, k.offset),
         b_layout: WeightLayout::NK,
         c: Operand {
             offset: 0,
-            row_stride: tokens,
-            batch_stride: heads * tokens * tokens,
-            head_stride: tokens * tokens,
+            row_stride: k.tokens,
+            batch_stride: heads * q.tokens * k.tokens,
+            head_stride: q.tokens * k.tokens,
         },
         r: Operand::contiguous(0),
         epilogue: Epilogue {
@@ -56,33 +68,54 @@ pub fn attention_scores(
     }
 }
 
-/// `O[b, :, h] = P[b, h] · V[b, :, h]`, written into `[B, T, heads·head_dim]`.
+/// `O[b, :, h] = P[b, h] · V[b, :, h]`, written into `[B, Tq, heads·head_dim]`.
 pub fn attention_context(
     batch: usize,
-    tokens: usize,
+    q_tokens: usize,
     heads: usize,
     head_dim: usize,
-    (v_width, v_offset): (usize, usize),
+    v: HeadSource,
 ) -> MatmulProblem {
     let hidden = heads * head_dim;
     MatmulProblem {
         batch,
         heads,
-        m: tokens,
+        m: q_tokens,
         n: head_dim,
-        k: tokens,
+        k: v.tokens,
         a: Operand {
             offset: 0,
-            row_stride: tokens,
-            batch_stride: heads * tokens * tokens,
-            head_stride: tokens * tokens,
+            row_stride: v.tokens,
+            batch_stride: heads * q_tokens * v.tokens,
+            head_stride: q_tokens * v.tokens,
         },
-        b: head_view(tokens, v_width, head_dim, v_offset),
+        b: head_view(v.tokens, v.width, head_dim, v.offset),
         b_layout: WeightLayout::KN,
-        c: head_view(tokens, hidden, head_dim, 0),
+        c: head_view(q_tokens, hidden, head_dim, 0),
         r: Operand::contiguous(0),
         epilogue: Epilogue::NONE,
     }
+}
+
+/// The projection matmul of an `Op::PatchEmbed` from its inputs' shapes (pixels first) and
+/// its output's: patch rows times the weight, plus the bias and the patches' positions,
+/// written after the prefix rows.
+pub fn patch_projection(op: &Op, pixels: &[usize], tokens: &[usize]) -> Option<MatmulProblem> {
+    let Op::PatchEmbed {
+        patch,
+        prefix_tokens,
+    } = op
+    else {
+        return None;
+    };
+    let (batch, channels) = (pixels[0], pixels[1]);
+    Some(MatmulProblem::patch_projection(
+        batch,
+        *prefix_tokens,
+        tokens[1] - prefix_tokens,
+        channels * patch * patch,
+        tokens[2],
+    ))
 }
 
 /// The matmul an op runs, for the ops that are one matmul (Linear and both attention
@@ -99,24 +132,32 @@ pub fn matmul_for(op: &Op, input_shapes: &[&[usize]]) -> Option<MatmulProblem> {
             k,
         } => {
             let (qs, ks) = (input_shapes[0], input_shapes[1]);
+            let source = |shape: &[usize], offset| HeadSource {
+                tokens: shape[1],
+                width: shape[2],
+                offset,
+            };
             Some(attention_scores(
-                qs[0],
-                qs[1],
+                ks[0],
                 *heads,
                 *head_dim,
                 *scale,
-                (qs[2], q.column_offset),
-                (ks[2], k.column_offset),
+                (source(qs, q.column_offset), qs[0] != ks[0]),
+                source(ks, k.column_offset),
             ))
         }
         Op::AttentionContext { heads, head_dim, v } => {
-            let vs = input_shapes[1];
+            let (ps, vs) = (input_shapes[0], input_shapes[1]);
             Some(attention_context(
                 vs[0],
-                vs[1],
+                ps[2],
                 *heads,
                 *head_dim,
-                (vs[2], v.column_offset),
+                HeadSource {
+                    tokens: vs[1],
+                    width: vs[2],
+                    offset: v.column_offset,
+                },
             ))
         }
         _ => None,
@@ -180,16 +221,12 @@ pub fn matmul_launches(graph: &Graph, plan: &Plan) -> Vec<MatmulLaunch> {
         let shape = |i: usize| graph.values[node.inputs[i]].shape.as_slice();
         let output = plan.dtypes[node.output];
         let launch = match &node.op {
-            Op::PatchEmbed { patch } => {
-                let (px, tokens) = (shape(0), &graph.values[node.output].shape);
-                let (batch, channels) = (px[0], px[1]);
-                let problem = MatmulProblem::patch_projection(
-                    batch,
-                    tokens[1] - 1,
-                    channels * patch * patch,
-                    tokens[2],
-                );
-                Some((problem, Some(plan.dtypes[node.inputs[4]])))
+            Op::PatchEmbed { .. } => {
+                let problem =
+                    patch_projection(&node.op, shape(0), &graph.values[node.output].shape)
+                        .expect("a patch embedding");
+                // The residual is the position embedding.
+                Some((problem, Some(plan.dtypes[node.inputs[3]])))
             }
             op => {
                 let shapes: Vec<&[usize]> = (0..node.inputs.len()).map(shape).collect();

@@ -138,6 +138,12 @@ pub fn fuse_attention(
             .iter()
             .map(|&v| graph.values[v].shape.as_slice())
             .collect();
+        // The fused kernel is self-attention: Q, K and V of one batch and one sequence. Other
+        // chains (a shared probe query against every image's tokens) stay unfused, even when
+        // fusion is required.
+        if shapes[0][..2] != shapes[1][..2] || shapes[2][..2] != shapes[1][..2] {
+            continue;
+        }
         if let Err(reason) = supports(&op, &shapes) {
             if required {
                 return Err(format!(
@@ -195,9 +201,12 @@ pub fn fuse_epilogues(graph: &mut Graph) {
                     continue;
                 }
                 let can = match node.op {
-                    // An activation can follow only a bare accumulation + bias.
-                    Op::Activation(_) => {
-                        epilogue.activation == vitrt_kernels::Activation::None && !epilogue.residual
+                    // An activation can follow only a bare accumulation + bias, and only one
+                    // the epilogue applies.
+                    Op::Activation(act) => {
+                        act.in_matmul_epilogue()
+                            && epilogue.activation == vitrt_kernels::Activation::None
+                            && !epilogue.residual
                     }
                     _ => !epilogue.residual && node.inputs[0] != node.inputs[1],
                 };

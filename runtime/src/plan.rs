@@ -91,7 +91,7 @@ pub struct Plan {
 pub fn workspace_elements(graph: &Graph, node: usize) -> usize {
     let n = &graph.nodes[node];
     match n.op {
-        Op::PatchEmbed { patch } => {
+        Op::PatchEmbed { patch, .. } => {
             let pixels = &graph.values[n.inputs[0]].shape;
             let (b, c, h, w) = (pixels[0], pixels[1], pixels[2], pixels[3]);
             b * (h / patch) * (w / patch) * c * patch * patch
@@ -103,7 +103,7 @@ pub fn workspace_elements(graph: &Graph, node: usize) -> usize {
 /// The storage type of every value under `precision`, in one pass over the nodes (which come
 /// in execution order). The residual stream starts at the patch embedding and runs through
 /// every add into it: an Add, or a Linear with a residual epilogue, whose residual is in the
-/// stream stays in it. SelectToken keeps its input's type. A linear layer whose output leaves
+/// stream stays in it. SelectToken and MeanTokens keep their input's type. A linear layer whose output leaves
 /// the graph (the classifier's logits) writes it in the residual type too: nothing reads it on
 /// the device, and rounding it only adds error (up to 2^-9 of each logit in bf16). Everything
 /// else is `compute`.
@@ -132,7 +132,7 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
                 precision.residual
             }
             Op::Linear { .. } if is_output(node.output) => precision.residual,
-            Op::SelectToken { .. } => dtypes[node.inputs[0]],
+            Op::SelectToken { .. } | Op::MeanTokens { .. } => dtypes[node.inputs[0]],
             _ => precision.compute,
         };
         dtypes[node.output] = dtype;

@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
-use vitrt_model::{Runner, VitModel};
+use vitrt_model::{Runner, VisionModel};
 use vitrt_runtime::backend::Device;
 use vitrt_runtime::passes::{AttentionFusion, Fusion};
 use vitrt_runtime::DType;
@@ -125,8 +125,8 @@ impl ModelArgs {
                 offline: self.offline,
             },
         )?;
-        let model =
-            VitModel::load(&files.dir).with_context(|| format!("loading model {}", self.model))?;
+        let model = VisionModel::load(&files.dir)
+            .with_context(|| format!("loading model {}", self.model))?;
         let (backend, device) = self.open_backend()?;
         let mut fusion = match self.fusion {
             FusionArg::All => Fusion::ALL,

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use vitrt_kernels::cuda::Gpu;
 use vitrt_kernels::matmul::{self, MatmulCase, MatmulStorage, TuneSettings, TuningKey};
-use vitrt_model::{GraphOptions, VitModel};
+use vitrt_model::{GraphOptions, VisionModel};
 use vitrt_runtime::backend::Device;
 use vitrt_runtime::lowering::matmul_launches;
 use vitrt_runtime::passes::Fusion;
@@ -105,7 +105,7 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
         },
     )?;
     let model =
-        VitModel::load(&files.dir).with_context(|| format!("loading model {}", args.model))?;
+        VisionModel::load(&files.dir).with_context(|| format!("loading model {}", args.model))?;
     let gpu = Gpu::new(ordinal).with_context(|| format!("opening {}", args.device))?;
 
     // Every distinct problem per batch size, with the nodes that launch it.
@@ -114,6 +114,7 @@ pub fn run(args: TuneArgs) -> Result<ExitCode> {
         let options = GraphOptions {
             hidden_states: false,
             fusion: Fusion::ALL,
+            ..Default::default()
         };
         let graph = model.build_graph(batch, options)?;
         let plan = Plan::new(&graph, precision);

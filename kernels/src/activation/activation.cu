@@ -47,3 +47,20 @@ __device__ __forceinline__ void bias_activation_program(const T* x, const T* bia
         }
     }
 }
+
+// SwiGLU's gate, as DINOv2-giant's MLP applies it between its two matmuls: x [rows, 2·cols]
+// holds the two halves the first matmul wrote side by side; out[r, c] = silu(x[r, c]) ·
+// x[r, cols + c] (torch's `x1, x2 = x.chunk(2, -1); silu(x1) * x2`). A grid-stride loop, one
+// element per step: memory-bound and one op per MLP.
+template <typename T>
+__device__ __forceinline__ void swiglu_program(const T* x, T* out, long long rows, int cols) {
+    const long long n = rows * cols;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        const long long r = i / cols;
+        const long long c = i - r * cols;
+        const float gate = to_float(x[r * 2 * cols + c]);
+        const float up = to_float(x[r * 2 * cols + cols + c]);
+        out[i] = from_float<T>(activate<Act::Silu>(gate) * up);
+    }
+}

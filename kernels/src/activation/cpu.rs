@@ -17,9 +17,35 @@ pub fn bias_activation(x: &[f32], bias: &[f32], act: Activation, out: &mut [f32]
         });
 }
 
+/// SwiGLU's gate (the twin of `gpu::swiglu`): `x` is `[rows, 2·cols]` (the two halves side by
+/// side), `out[r, c] = silu(x[r, c]) · x[r, cols + c]`.
+pub fn swiglu(x: &[f32], cols: usize, out: &mut [f32]) {
+    assert!(cols > 0 && x.len().is_multiple_of(2 * cols) && out.len() * 2 == x.len());
+    out.par_chunks_mut(cols)
+        .zip(x.par_chunks(2 * cols))
+        .for_each(|(o, row)| {
+            let (gate, up) = row.split_at(cols);
+            for ((o, &g), &u) in o.iter_mut().zip(gate).zip(up) {
+                *o = Activation::Silu.apply(g) * u;
+            }
+        });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn swiglu_gates_the_second_half_with_the_silu_of_the_first() {
+        let x = [1.0, -2.0, 3.0, 4.0, 0.0, 5.0, 6.0, 7.0];
+        let mut out = [0.0; 4];
+        swiglu(&x, 2, &mut out);
+        let silu = |v: f32| Activation::Silu.apply(v);
+        assert_eq!(
+            out,
+            [silu(1.0) * 3.0, silu(-2.0) * 4.0, 0.0, silu(5.0) * 7.0]
+        );
+    }
 
     #[test]
     fn bias_activation_adds_the_bias_per_column_then_activates() {

@@ -84,9 +84,30 @@ impl BiasActivationConfig {
     }
 }
 
+fn swiglu_instantiation(dtype: DType) -> Instantiation {
+    Instantiation {
+        name: format!("swiglu_{}", dtype.name()),
+        family: "activation",
+        source: SOURCE,
+        headers: &[],
+        function: "swiglu_program",
+        template_args: vec![dtype.cuda_type().into()],
+        params: vec![
+            KernelParam::new("x", ParamKind::ConstPtr(dtype)),
+            KernelParam::new("out", ParamKind::MutPtr(dtype)),
+            KernelParam::new("rows", ParamKind::I64),
+            KernelParam::new("cols", ParamKind::I32),
+        ],
+        block_threads: THREADS,
+        min_blocks_per_sm: 0,
+        arch: ArchRequirement::AtLeast(7, 0),
+    }
+}
+
 pub(crate) fn instantiations() -> Vec<Instantiation> {
     let mut all = Vec::new();
     for dtype in DType::ALL {
+        all.push(swiglu_instantiation(dtype));
         for act in Activation::ALL {
             all.push(activation_instantiation(dtype, act));
             for vec in [16 / dtype.size_bytes() as u32, 1] {
@@ -124,6 +145,41 @@ pub fn activation(
             KernelArg::Ptr(x.ptr),
             KernelArg::Ptr(out.ptr),
             KernelArg::I64(to_i64(n)?),
+        ],
+    )
+}
+
+/// SwiGLU's gate (as `cpu::swiglu`): `x` is `[rows, 2·cols]`, `out[r, c] = silu(x[r, c]) ·
+/// x[r, cols + c]`, `out` `[rows, cols]`.
+pub fn swiglu(
+    gpu: &Gpu,
+    dtype: DType,
+    x: DevPtr,
+    rows: usize,
+    cols: usize,
+    out: DevPtr,
+) -> Result<(), KernelError> {
+    let n = rows
+        .checked_mul(cols)
+        .ok_or_else(|| invalid!("swiglu {rows} x {cols} overflows"))?;
+    x.expect("swiglu input", dtype, 2 * n)?;
+    out.expect("swiglu output", dtype, n)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let blocks = (n as u64).div_ceil(THREADS as u64).min(65_535) as u32;
+    gpu.launch(
+        &swiglu_instantiation(dtype),
+        LaunchDims {
+            grid: (blocks, 1, 1),
+            block: THREADS,
+            shared_bytes: 0,
+        },
+        &[
+            KernelArg::Ptr(x.ptr),
+            KernelArg::Ptr(out.ptr),
+            KernelArg::I64(to_i64(rows)?),
+            KernelArg::I32(to_i32(cols, "swiglu columns")?),
         ],
     )
 }

@@ -85,6 +85,12 @@ pub(crate) fn validate(
 ) -> Result<(Option<DevPtr>, Option<DevPtr>), KernelError> {
     let bias = if p.epilogue.bias { bias } else { None };
     let residual = if p.epilogue.residual { residual } else { None };
+    if !p.epilogue.activation.in_matmul_epilogue() {
+        return Err(invalid!(
+            "the matmul epilogue does not apply {:?}: run it as an activation pass",
+            p.epilogue.activation
+        ));
+    }
     for (what, view) in [("A", Some(a)), ("B", Some(b)), ("bias", bias)] {
         if let Some(view) = view {
             view.expect(&format!("matmul {what}"), dtype, 0)?;
@@ -232,7 +238,7 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
             } else {
                 &[WeightLayout::NK, WeightLayout::KN]
             };
-            for activation in Activation::ALL {
+            for activation in Activation::EPILOGUE {
                 for &b_layout in layouts {
                     for &(residual, output) in storage {
                         if MixedOutput::of(dtype, residual, output)

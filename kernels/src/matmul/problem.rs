@@ -137,18 +137,20 @@ impl MatmulProblem {
     }
 
     /// The patch-embedding projection: patch rows `[B, N, C·P·P]` times the conv weight
-    /// `[hidden, C·P·P]`, with the bias and the position embeddings of tokens 1.. (the
+    /// `[hidden, C·P·P]`, with the bias and the position embeddings of tokens S.. (the
     /// residual, broadcast over the batch) added in the epilogue, written straight into token
-    /// rows 1.. of `[B, N+1, hidden]`; row 0 of each image (the CLS token) is left alone.
+    /// rows S.. of `[B, S+N, hidden]`; the S prefix rows of each image (CLS and the like) are
+    /// left alone.
     pub fn patch_projection(
         batch: usize,
+        prefix_rows: usize,
         patches: usize,
         patch_len: usize,
         hidden: usize,
     ) -> MatmulProblem {
-        let tokens = patches + 1;
+        let tokens = prefix_rows + patches;
         let token_rows = |batch_stride| Operand {
-            offset: hidden,
+            offset: prefix_rows * hidden,
             row_stride: hidden,
             batch_stride,
             head_stride: 0,

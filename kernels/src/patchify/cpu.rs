@@ -1,4 +1,5 @@
-//! The CPU twins of patchify.cu: the patch rows (one program per patch row) and the CLS rows.
+//! The CPU twins of patchify.cu: the patch rows (one program per patch row) and the prefix
+//! rows.
 
 use rayon::prelude::*;
 
@@ -33,14 +34,22 @@ pub fn patchify(
         });
 }
 
-/// Writes the CLS row of every image: `out[b, 0, :] = cls + pos[0, :]`. The patch rows
-/// (`out[b, 1.., :]`) come from the projection matmul, whose epilogue adds `pos[1.., :]`.
-pub fn write_cls_rows(cls: &[f32], pos: &[f32], batch: usize, tokens: usize, out: &mut [f32]) {
-    let hidden = cls.len();
-    assert!(pos.len() >= hidden && out.len() == batch * tokens * hidden);
+/// Writes the prefix rows of every image (`prefix`: S rows of `hidden`, S may be 0):
+/// `out[b, j, :] = prefix[j, :] + pos[j, :]` for `j < S`. The patch rows (`out[b, S.., :]`)
+/// come from the projection matmul, whose epilogue adds `pos[S.., :]`.
+pub fn write_prefix_rows(
+    prefix: &[f32],
+    pos: &[f32],
+    batch: usize,
+    tokens: usize,
+    hidden: usize,
+    out: &mut [f32],
+) {
+    let n = prefix.len();
+    assert!(n.is_multiple_of(hidden) && pos.len() >= n && out.len() == batch * tokens * hidden);
     for b in 0..batch {
-        let row = &mut out[b * tokens * hidden..b * tokens * hidden + hidden];
-        for ((o, c), p) in row.iter_mut().zip(cls).zip(pos) {
+        let rows = &mut out[b * tokens * hidden..b * tokens * hidden + n];
+        for ((o, c), p) in rows.iter_mut().zip(prefix).zip(pos) {
             *o = c + p;
         }
     }
@@ -63,11 +72,17 @@ mod tests {
     }
 
     #[test]
-    fn cls_rows_add_the_first_position() {
+    fn prefix_rows_add_their_positions() {
         let mut out = vec![9.0; 2 * 3 * 2];
-        write_cls_rows(&[1.0, 2.0], &[0.5, 0.25, 7.0, 7.0], 2, 3, &mut out);
+        write_prefix_rows(&[1.0, 2.0], &[0.5, 0.25, 7.0, 7.0], 2, 3, 2, &mut out);
         assert_eq!(&out[0..2], &[1.5, 2.25]);
         assert_eq!(&out[6..8], &[1.5, 2.25]);
         assert_eq!(out[2], 9.0, "patch rows are left to the matmul");
+        // Two prefix rows (a CLS and a distillation token), then none at all.
+        let mut out = vec![9.0; 4 * 2];
+        write_prefix_rows(&[1.0, 2.0, 3.0, 4.0], &[1.0; 8], 1, 4, 2, &mut out);
+        assert_eq!(&out[..6], &[2.0, 3.0, 4.0, 5.0, 9.0, 9.0]);
+        write_prefix_rows(&[], &[1.0; 8], 1, 4, 2, &mut out);
+        assert_eq!(out[4], 9.0);
     }
 }

@@ -1,4 +1,4 @@
-//! Patchify + CLS rows launcher.
+//! Patchify + prefix rows launcher.
 
 use crate::cuda::{
     invalid, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
@@ -40,13 +40,13 @@ fn instantiation(dtype: DType, tokens: DType, vec: u32) -> Instantiation {
     };
     Instantiation {
         name: format!(
-            "patchify_with_cls_{}_v{vec}_t{THREADS}{tokens_suffix}",
+            "patchify_with_prefix_{}_v{vec}_t{THREADS}{tokens_suffix}",
             dtype.name()
         ),
         family: "patchify",
         source: SOURCE,
         headers: &[],
-        function: "patchify_with_cls",
+        function: "patchify_with_prefix",
         template_args: vec![
             dtype.cuda_type().into(),
             tokens.cuda_type().into(),
@@ -60,7 +60,8 @@ fn instantiation(dtype: DType, tokens: DType, vec: u32) -> Instantiation {
             KernelParam::new("height", ParamKind::I32),
             KernelParam::new("width", ParamKind::I32),
             KernelParam::new("patch", ParamKind::I32),
-            KernelParam::new("cls", ParamKind::ConstPtr(dtype)),
+            KernelParam::new("prefix", ParamKind::ConstPtr(dtype)),
+            KernelParam::new("prefix_rows", ParamKind::I32),
             KernelParam::new("pos", ParamKind::ConstPtr(dtype)),
             KernelParam::new("hidden", ParamKind::I32),
             KernelParam::new("tokens_per_image", ParamKind::I32),
@@ -101,12 +102,20 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
     all
 }
 
+/// The `prefix_rows` tokens ahead of the patches (`[S, hidden]`, S may be 0, and then `rows`
+/// is not read).
+#[derive(Clone, Copy, Debug)]
+pub struct PrefixRows {
+    pub rows: DevPtr,
+    pub count: usize,
+}
+
 /// Pixels are f32 `[B, C, H, W]`; writes the patch rows `[B·N, C·P·P]` in `dtype` (as
-/// `cpu::patchify`) and the CLS row of every image of the token tensor `[B, T, hidden]`:
-/// `tokens[b, 0, :] = cls + pos[0, :]` (as `cpu::write_cls_rows`). The token tensor holds
-/// `dtype` or f32.
+/// `cpu::patchify`) and the S prefix rows of every image of the token tensor `[B, T, hidden]`:
+/// `tokens[b, j, :] = prefix[j, :] + pos[j, :]` for `j < S` (as `cpu::write_prefix_rows`).
+/// The token tensor holds `dtype` or f32.
 #[allow(clippy::too_many_arguments)]
-pub fn patchify_with_cls(
+pub fn patchify_with_prefix(
     gpu: &Gpu,
     dtype: DType,
     pixels: DevPtr,
@@ -115,7 +124,7 @@ pub fn patchify_with_cls(
     height: usize,
     width: usize,
     patch: usize,
-    cls: DevPtr,
+    prefix: PrefixRows,
     pos: DevPtr,
     hidden: usize,
     tokens_per_image: usize,
@@ -134,7 +143,7 @@ pub fn patchify_with_cls(
         dtype,
         pixels,
         image,
-        cls,
+        prefix,
         pos,
         hidden,
         tokens_per_image,
@@ -149,7 +158,7 @@ fn launch(
     dtype: DType,
     pixels: DevPtr,
     image: Image,
-    cls: DevPtr,
+    prefix: PrefixRows,
     pos: DevPtr,
     hidden: usize,
     tokens_per_image: usize,
@@ -193,8 +202,22 @@ fn launch(
         "patches",
     )?;
     patches.expect("patchify patch rows", dtype, patch_elements)?;
-    cls.expect("cls token", dtype, hidden)?;
-    pos.expect("position embedding", dtype, hidden)?;
+    let prefix_elements = product(&[prefix.count, hidden], "prefix rows")?;
+    if prefix.count > 0 {
+        prefix.rows.expect("prefix rows", dtype, prefix_elements)?;
+    }
+    if tokens_per_image != prefix.count + image.patches_per_image() {
+        return Err(invalid!(
+            "{tokens_per_image} tokens per image are not {} prefix rows and {} patches",
+            prefix.count,
+            image.patches_per_image()
+        ));
+    }
+    pos.expect(
+        "position embedding",
+        dtype,
+        product(&[tokens_per_image, hidden], "positions")?,
+    )?;
     // The token tensor holds dtype, or f32 (the residual stream of a half-precision run).
     let tokens_dtype = if tokens.dtype == DType::F32 {
         DType::F32
@@ -215,13 +238,16 @@ fn launch(
             "patchify of {rows} patch rows: at most 2^31 - 1 a launch (split the batch)"
         ));
     }
+    let prefix_total = product(&[batch, prefix_elements], "prefix rows")?;
     let blocks = rows
-        .max((batch * hidden).div_ceil(THREADS as usize))
+        .max(prefix_total.div_ceil(THREADS as usize))
         .min(MAX_BLOCKS) as u32;
+    // The second row of blocks writes the prefix rows; without any, one row of blocks.
+    let grid_y = if prefix.count > 0 { 2 } else { 1 };
     gpu.launch(
         &instantiation(dtype, tokens_dtype, vec),
         LaunchDims {
-            grid: (blocks, 2, 1),
+            grid: (blocks, grid_y, 1),
             block: THREADS,
             shared_bytes: 0,
         },
@@ -232,7 +258,8 @@ fn launch(
             KernelArg::I32(to_i32(height, "height")?),
             KernelArg::I32(to_i32(width, "width")?),
             KernelArg::I32(to_i32(patch, "patch")?),
-            KernelArg::Ptr(cls.ptr),
+            KernelArg::Ptr(prefix.rows.ptr),
+            KernelArg::I32(to_i32(prefix.count, "prefix rows")?),
             KernelArg::Ptr(pos.ptr),
             KernelArg::I32(to_i32(hidden, "hidden")?),
             KernelArg::I32(to_i32(tokens_per_image, "tokens per image")?),

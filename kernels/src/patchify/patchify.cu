@@ -1,10 +1,12 @@
 // Patch embedding, the part before the projection matmul: cut f32 NCHW pixels into patch rows
 // [B * N, C * P * P] in the storage dtype, each row in (channel, y, x) order (the order of a
-// Conv2d weight [hidden, C, P, P] flattened), and write the CLS row of every image of the
-// token tensor [B, T, hidden]: tokens[b, 0, :] = cls + pos[0, :]. The projection matmul then
-// writes token rows 1..N with pos[1..N] as its residual.
+// Conv2d weight [hidden, C, P, P] flattened), and write the S prefix rows of every image of the
+// token tensor [B, T, hidden] (T = S + N): tokens[b, j, :] = prefix[j, :] + pos[j, :] for
+// j < S (the CLS token, DeiT's distillation token, DINOv2's registers with zero positions; S
+// may be 0, as in SigLIP). The projection matmul then writes token rows S..T with pos[S..T]
+// as its residual.
 //
-// blockIdx.y == 0 copies patches, blockIdx.y == 1 writes CLS rows. The token tensor is stored
+// blockIdx.y == 0 copies patches, blockIdx.y == 1 writes prefix rows. The token tensor is stored
 // as TT: the run's dtype T, or f32 when a half-precision run keeps its residual stream in f32.
 // A patch row's P pixels along x are contiguous in the image and in the output, so with
 // VEC = 4 (P and W multiples of 4, pointers aligned) each thread moves one 16-byte vector of
@@ -18,9 +20,10 @@
 #include "common.cuh"
 
 template <typename T, typename TT, int VEC, int THREADS>
-__device__ __forceinline__ void patchify_with_cls(const float* pixels, int batch, int channels, int height,
-                                                  int width, int patch, const T* cls, const T* pos, int hidden,
-                                                  int tokens_per_image, T* patches, TT* tokens) {
+__device__ __forceinline__ void patchify_with_prefix(const float* pixels, int batch, int channels, int height,
+                                                     int width, int patch, const T* prefix, int prefix_rows,
+                                                     const T* pos, int hidden, int tokens_per_image, T* patches,
+                                                     TT* tokens) {
     if (blockIdx.y == 0) {
         const unsigned grid_w = (unsigned)(width / patch);
         const unsigned cells = (unsigned)(height / patch) * grid_w;
@@ -50,11 +53,12 @@ __device__ __forceinline__ void patchify_with_cls(const float* pixels, int batch
         }
     } else {
         const long long stride = (long long)gridDim.x * THREADS;
-        const long long elements = (long long)batch * hidden;
+        const long long per_image = (long long)prefix_rows * hidden;
+        const long long elements = (long long)batch * per_image;
         for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < elements; i += stride) {
-            const int b = (int)(i / hidden);
-            const int h = (int)(i % hidden);
-            tokens[(long long)b * tokens_per_image * hidden + h] = from_float<TT>(to_float(cls[h]) + to_float(pos[h]));
+            const long long b = i / per_image;
+            const long long j = i - b * per_image;  // row * hidden + column within the prefix
+            tokens[b * tokens_per_image * hidden + j] = from_float<TT>(to_float(prefix[j]) + to_float(pos[j]));
         }
     }
 }

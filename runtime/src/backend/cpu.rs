@@ -11,8 +11,8 @@ use crate::graph::Op;
 use crate::lowering;
 use std::collections::HashMap;
 use std::ops::Range;
-use vitrt_kernels::{add, attention, layernorm, matmul, patchify, softmax};
-use vitrt_kernels::{DType, MatmulProblem};
+use vitrt_kernels::DType;
+use vitrt_kernels::{activation, add, attention, layernorm, matmul, patchify, pool, softmax};
 
 pub struct CpuBackend {
     /// The run's storage type: f32, or the half type being emulated.
@@ -240,14 +240,18 @@ impl Backend for CpuBackend {
         let out_range = self.arena_range(output.buffer)?;
         let tiles = matmul::cpu::MatmulTiles::default();
         match op {
-            Op::PatchEmbed { patch } => {
+            Op::PatchEmbed {
+                patch,
+                prefix_tokens,
+            } => {
                 let workspace = workspace.ok_or("patch embedding needs a workspace")?;
                 let ws = self.arena_range(workspace)?;
                 let px = &inputs[0].shape;
                 let (b, c, h, w) = (px[0], px[1], px[2], px[3]);
                 let hidden = output.shape[2];
                 let tokens = output.shape[1];
-                let patches = tokens - 1;
+                let problem = lowering::patch_projection(op, px, &output.shape)
+                    .ok_or("not a patch embedding")?;
                 // Patch rows into the workspace first, then the projection reads them.
                 {
                     let dtype = self.dtype;
@@ -259,10 +263,9 @@ impl Backend for CpuBackend {
                     .chain(inputs[1..].iter().map(|i| i.buffer))
                     .collect();
                 let (ins, out) = split(self, &bufs, out_range.clone())?;
-                let (rows, weight, bias, cls, pos) = (ins[0], ins[1], ins[2], ins[3], ins[4]);
-                patchify::cpu::write_cls_rows(cls, pos, b, tokens, out);
-                let problem =
-                    MatmulProblem::patch_projection(b, patches, c * patch * patch, hidden);
+                let (rows, weight, bias, pos) = (ins[0], ins[1], ins[2], ins[3]);
+                let prefix = if *prefix_tokens > 0 { ins[4] } else { &[] };
+                patchify::cpu::write_prefix_rows(prefix, pos, b, tokens, hidden, out);
                 matmul::cpu::matmul(&problem, tiles, rows, weight, Some(bias), Some(pos), out);
             }
             _ => {
@@ -353,6 +356,11 @@ fn run_simple(
                 row.copy_from_slice(&ins[0][start..start + c]);
             }
         }
+        Op::MeanTokens { start } => {
+            let s = &bindings[0].shape;
+            pool::cpu::token_mean(ins[0], s[1], *start, s[2], out);
+        }
+        Op::SwiGlu => activation::cpu::swiglu(ins[0], last(&bindings[0].shape) / 2, out),
     }
     Ok(())
 }

@@ -15,10 +15,11 @@ use vitrt_kernels::attention::gpu::{attention_rows_aligned, fused_attention_supp
 use vitrt_kernels::cuda::{
     DevPtr, DeviceBuffer, Gpu, GpuEvent, GpuGraph, KernelError, PinnedBuffer, Stream, StreamEvent,
 };
+use vitrt_kernels::patchify::gpu::PrefixRows;
 use vitrt_kernels::{
-    activation, add, attention, gather, layernorm, matmul, patchify, pixels, softmax,
+    activation, add, attention, gather, layernorm, matmul, patchify, pixels, pool, softmax,
 };
-use vitrt_kernels::{DType, MatmulProblem, PixelBatch};
+use vitrt_kernels::{DType, PixelBatch};
 
 pub struct CudaBackend {
     gpu: Gpu,
@@ -522,18 +523,26 @@ impl CudaBackend {
         let last = |s: &[usize]| *s.last().unwrap_or(&1);
         let gpu = &self.gpu;
         match op {
-            Op::PatchEmbed { patch } => {
+            Op::PatchEmbed {
+                patch,
+                prefix_tokens,
+            } => {
                 let ws = self.ptr(workspace.ok_or_else(|| {
                     KernelError::InvalidArgument("patch embedding needs a workspace".into())
                 })?)?;
                 let px = &inputs[0].shape;
                 let (b, c, h, w) = (px[0], px[1], px[2], px[3]);
                 let (tokens, hidden) = (output.shape[1], output.shape[2]);
-                patchify::gpu::patchify_with_cls(
-                    gpu, d, ins[0], b, c, h, w, *patch, ins[3], ins[4], hidden, tokens, ws, out,
+                let prefix = PrefixRows {
+                    // Not read without prefix rows; any valid pointer will do.
+                    rows: if *prefix_tokens > 0 { ins[4] } else { ins[3] },
+                    count: *prefix_tokens,
+                };
+                patchify::gpu::patchify_with_prefix(
+                    gpu, d, ins[0], b, c, h, w, *patch, prefix, ins[3], hidden, tokens, ws, out,
                 )?;
-                let problem =
-                    MatmulProblem::patch_projection(b, tokens - 1, c * patch * patch, hidden);
+                let problem = lowering::patch_projection(op, px, &output.shape)
+                    .ok_or_else(|| KernelError::InvalidArgument("not a patch embedding".into()))?;
                 matmul::gpu::matmul(
                     gpu,
                     d,
@@ -541,7 +550,7 @@ impl CudaBackend {
                     ws,
                     ins[1],
                     Some(ins[2]),
-                    Some(ins[4]),
+                    Some(ins[3]),
                     out,
                 )
             }
@@ -576,6 +585,15 @@ impl CudaBackend {
                 let (b, t, c) = (s[0], s[1], s[2]);
                 // The token keeps its tensor's type (f32 when selected from the stream).
                 gather::gpu::gather_rows(gpu, ins[0].dtype, ins[0], t * c, index * c, b, c, out)
+            }
+            Op::MeanTokens { start } => {
+                let s = &inputs[0].shape;
+                // Keeps its tensor's type, as SelectToken.
+                pool::gpu::token_mean(gpu, ins[0].dtype, ins[0], s[0], s[1], *start, s[2], out)
+            }
+            Op::SwiGlu => {
+                let half = last(&inputs[0].shape) / 2;
+                activation::gpu::swiglu(gpu, d, ins[0], out.len / half.max(1), half, out)
             }
         }
     }

@@ -11,9 +11,11 @@ use rand::{Rng, SeedableRng};
 use vitrt_kernels::cuda::{
     copies_beyond_l2, slot_offset, Cublas, DevPtr, DeviceBuffer, Gpu, KernelError, Timer,
 };
+use vitrt_kernels::patchify::gpu::PrefixRows;
 use vitrt_kernels::{activation, add, attention, layernorm, matmul, patchify, softmax};
 use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem};
-use vitrt_runtime::{lowering, HeadSlice, Op};
+use vitrt_runtime::lowering::{self, HeadSource};
+use vitrt_runtime::{HeadSlice, Op};
 
 /// Device time every repetition waits behind (see `Gpu::spin`): far longer than the host takes
 /// to queue one repetition's launches (a few, microseconds each), so the start event never
@@ -438,17 +440,21 @@ impl Bench<'_> {
         let score_len = batch * HEADS * TOKENS * TOKENS;
         let scores = self.output(score_len, 1)?;
         let probs = self.output(score_len, 1)?;
+        let heads_at = |offset| HeadSource {
+            tokens: TOKENS,
+            width,
+            offset,
+        };
         let scores_problem = lowering::attention_scores(
             batch,
-            TOKENS,
             HEADS,
             HEAD_DIM,
             scale,
-            (width, 0),
-            (width, HIDDEN),
+            (heads_at(0), false),
+            heads_at(HIDDEN),
         );
         let context_problem =
-            lowering::attention_context(batch, TOKENS, HEADS, HEAD_DIM, (width, 2 * HIDDEN));
+            lowering::attention_context(batch, TOKENS, HEADS, HEAD_DIM, heads_at(2 * HIDDEN));
         self.measure(copies, |i| {
             let (qkv, s, p) = (qkv.view(i)?, scores.view(0)?, probs.view(0)?);
             matmul::gpu::matmul(gpu, d, &scores_problem, qkv, qkv, None, None, s)?;
@@ -526,10 +532,14 @@ impl Bench<'_> {
                 let pos = self.input(d, TOKENS * HIDDEN, copies, 1.0)?;
                 let workspace = self.output(batch * patches * patch_len, 1)?;
                 let tokens = self.output(batch * TOKENS * HIDDEN, copies)?;
-                let problem = MatmulProblem::patch_projection(batch, patches, patch_len, HIDDEN);
+                let problem = MatmulProblem::patch_projection(batch, 1, patches, patch_len, HIDDEN);
                 self.measure(copies, |i| {
                     let (ws, out, pos) = (workspace.view(0)?, tokens.view(i)?, pos.view(i)?);
-                    patchify::gpu::patchify_with_cls(
+                    let cls = PrefixRows {
+                        rows: cls.view(i)?,
+                        count: 1,
+                    };
+                    patchify::gpu::patchify_with_prefix(
                         gpu,
                         d,
                         pixels.view(i)?,
@@ -538,7 +548,7 @@ impl Bench<'_> {
                         IMAGE,
                         IMAGE,
                         PATCH,
-                        cls.view(i)?,
+                        cls,
                         pos,
                         HIDDEN,
                         TOKENS,

@@ -13,7 +13,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use vitrt_model::config::VitConfig;
+use vitrt_model::config::ModelConfig;
 use vitrt_model::labels::top_k;
 use vitrt_model::preprocess::{
     normalization_table, ImageLimits, ImageLoader, PreprocessConfig, StageTimes,
@@ -261,7 +261,7 @@ struct Classifier<'a, W: std::io::Write> {
     runner: &'a mut Runner,
     sink: Sink<W>,
     paths: &'a [PathBuf],
-    config: &'a VitConfig,
+    config: &'a ModelConfig,
     table: &'a [f32],
     top_k: usize,
     in_flight: Option<InFlight>,

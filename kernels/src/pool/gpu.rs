@@ -1,0 +1,90 @@
+//! The token-mean launcher: a block of threads per 256 columns of one image.
+
+use crate::cuda::{
+    invalid, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
+    KernelParam, LaunchDims, ParamKind,
+};
+use crate::types::DType;
+
+const SOURCE: &str = include_str!("pool.cu");
+const THREADS: u32 = 256;
+
+fn token_mean_instantiation(dtype: DType) -> Instantiation {
+    Instantiation {
+        name: format!("token_mean_{}", dtype.name()),
+        family: "pool",
+        source: SOURCE,
+        headers: &[],
+        function: "token_mean_program",
+        template_args: vec![dtype.cuda_type().into()],
+        params: vec![
+            KernelParam::new("x", ParamKind::ConstPtr(dtype)),
+            KernelParam::new("out", ParamKind::MutPtr(dtype)),
+            KernelParam::new("tokens", ParamKind::I32),
+            KernelParam::new("start", ParamKind::I32),
+            KernelParam::new("cols", ParamKind::I32),
+        ],
+        block_threads: THREADS,
+        min_blocks_per_sm: 0,
+        arch: ArchRequirement::AtLeast(7, 0),
+    }
+}
+
+pub(crate) fn instantiations() -> Vec<Instantiation> {
+    DType::ALL
+        .into_iter()
+        .map(token_mean_instantiation)
+        .collect()
+}
+
+/// `out[b, c] = mean(x[b, start..tokens, c])` for `x` `[batch, tokens, cols]` (as
+/// `cpu::token_mean`); input and output hold `dtype`.
+#[allow(clippy::too_many_arguments)]
+pub fn token_mean(
+    gpu: &Gpu,
+    dtype: DType,
+    x: DevPtr,
+    batch: usize,
+    tokens: usize,
+    start: usize,
+    cols: usize,
+    out: DevPtr,
+) -> Result<(), KernelError> {
+    if start >= tokens {
+        return Err(invalid!(
+            "token mean from token {start} of {tokens}: no token to average"
+        ));
+    }
+    let elements = batch
+        .checked_mul(tokens)
+        .and_then(|n| n.checked_mul(cols))
+        .ok_or_else(|| invalid!("token mean of {batch} x {tokens} x {cols} overflows"))?;
+    x.expect("token mean input", dtype, elements)?;
+    out.expect("token mean output", dtype, batch * cols)?;
+    if batch == 0 || cols == 0 {
+        return Ok(());
+    }
+    let column_blocks = cols.div_ceil(THREADS as usize) as u32;
+    let batch_blocks =
+        u32::try_from(batch).map_err(|_| invalid!("token mean of {batch} images"))?;
+    if batch_blocks > 65_535 {
+        return Err(invalid!(
+            "token mean of {batch} images: at most 65,535 a launch"
+        ));
+    }
+    gpu.launch(
+        &token_mean_instantiation(dtype),
+        LaunchDims {
+            grid: (column_blocks, batch_blocks, 1),
+            block: THREADS,
+            shared_bytes: 0,
+        },
+        &[
+            KernelArg::Ptr(x.ptr),
+            KernelArg::Ptr(out.ptr),
+            KernelArg::I32(to_i32(tokens, "tokens")?),
+            KernelArg::I32(to_i32(start, "start token")?),
+            KernelArg::I32(to_i32(cols, "columns")?),
+        ],
+    )
+}

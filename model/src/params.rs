@@ -1,0 +1,162 @@
+//! The parameters a graph reads, each made from checkpoint tensors by a [`Recipe`]: most are a
+//! tensor as stored; some are prepared once at load so that the graph needs no op for them
+//! (DINOv2's layer scale folded into the matmul before it, DeiT's halved heads, the prefix
+//! tokens stacked, the position table assembled and resampled for the input size).
+
+use crate::positions::{resample_grid, Resampling};
+use vitrt_weights::{Checkpoint, WeightsError};
+
+/// How a parameter is made from checkpoint tensors. Every tensor named is read as f32 in its
+/// stored shape; the recipe says how the values combine.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Recipe {
+    Tensor(String),
+    /// `len` zeros (CLIP's patch projection has no bias).
+    Zeros(usize),
+    /// Rows `start..start + len` of a tensor of rows `cols` long (a 1-D tensor: `cols` 1):
+    /// one of Q, K, V out of a stacked in-projection.
+    Rows {
+        tensor: String,
+        cols: usize,
+        start: usize,
+        len: usize,
+    },
+    /// Columns `start..start + len` of a `[rows, cols]` tensor: one half of DINOv2's
+    /// classifier, which reads the CLS token and the patch mean side by side.
+    Columns {
+        tensor: String,
+        cols: usize,
+        start: usize,
+        len: usize,
+    },
+    /// Every value times `factor` (an exact power of two where used: DeiT's two heads halved).
+    Scaled {
+        tensor: String,
+        factor: f32,
+    },
+    /// Row `r` of a tensor of rows `cols` long times `scale[r]` (1-D: element-wise):
+    /// `λ·(W·x + b)` as `(diag(λ)·W)·x + λ·b`, DINOv2's layer scale folded into the matmul.
+    ScaledRows {
+        tensor: String,
+        scale: String,
+        cols: usize,
+    },
+    /// Tensors one after the other (the prefix tokens; SwiGLU's gate and up projections).
+    Stack(Vec<String>),
+    /// The position table for the input size.
+    Positions(PositionTable),
+}
+
+/// A position table laid out for the graph: the prefix tokens' positions, zeros for tokens
+/// that have none (DINOv2's registers), then the patch grid, resampled when the input's grid
+/// differs from the table's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PositionTable {
+    pub tensor: String,
+    pub hidden: usize,
+    /// Rows of the table before its grid (the CLS position; DeiT's two; none in SigLIP).
+    pub table_prefix: usize,
+    /// Zero rows after them.
+    pub zero_rows: usize,
+    pub table_grid: (usize, usize),
+    pub input_grid: (usize, usize),
+    pub resampling: Resampling,
+}
+
+impl Recipe {
+    /// The parameter's values.
+    pub fn make(&self, checkpoint: &Checkpoint) -> Result<Vec<f32>, WeightsError> {
+        let load = |name: &str| checkpoint.load_f32(name);
+        Ok(match self {
+            Recipe::Tensor(t) => load(t)?,
+            Recipe::Zeros(len) => vec![0.0; *len],
+            Recipe::Rows {
+                tensor,
+                cols,
+                start,
+                len,
+            } => load(tensor)?[start * cols..(start + len) * cols].to_vec(),
+            Recipe::Columns {
+                tensor,
+                cols,
+                start,
+                len,
+            } => load(tensor)?
+                .chunks(*cols)
+                .flat_map(|row| row[*start..start + len].iter().copied())
+                .collect(),
+            Recipe::Scaled { tensor, factor } => {
+                load(tensor)?.into_iter().map(|v| v * factor).collect()
+            }
+            Recipe::ScaledRows {
+                tensor,
+                scale,
+                cols,
+            } => {
+                let scale = load(scale)?;
+                let mut values = load(tensor)?;
+                for (row, s) in values.chunks_mut(*cols).zip(&scale) {
+                    row.iter_mut().for_each(|v| *v *= s);
+                }
+                values
+            }
+            Recipe::Stack(tensors) => {
+                let mut values = Vec::new();
+                for t in tensors {
+                    values.extend(load(t)?);
+                }
+                values
+            }
+            Recipe::Positions(p) => p.make(&load(&p.tensor)?),
+        })
+    }
+}
+
+impl PositionTable {
+    pub fn rows(&self) -> usize {
+        self.table_prefix + self.zero_rows + self.input_grid.0 * self.input_grid.1
+    }
+
+    fn make(&self, table: &[f32]) -> Vec<f32> {
+        let d = self.hidden;
+        let (prefix, grid) = table.split_at(self.table_prefix * d);
+        let mut out = prefix.to_vec();
+        out.resize(out.len() + self.zero_rows * d, 0.0);
+        if self.input_grid == self.table_grid {
+            out.extend_from_slice(grid);
+        } else {
+            out.extend(resample_grid(
+                grid,
+                self.table_grid,
+                self.input_grid,
+                d,
+                self.resampling,
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn position_tables_keep_the_prefix_and_zero_the_registers() {
+        let table = PositionTable {
+            tensor: String::new(),
+            hidden: 2,
+            table_prefix: 1,
+            zero_rows: 2,
+            table_grid: (2, 2),
+            input_grid: (2, 2),
+            resampling: Resampling::Bicubic,
+        };
+        let values: Vec<f32> = (0..10).map(|v| v as f32).collect();
+        let made = table.make(&values);
+        assert_eq!(made.len(), table.rows() * 2);
+        assert_eq!(&made[..2], &[0.0, 1.0]);
+        assert_eq!(&made[2..6], &[0.0; 4]);
+        assert_eq!(&made[6..], &values[2..]);
+    }
+}
