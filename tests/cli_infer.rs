@@ -49,11 +49,21 @@ fn infer_writes_logits_matching_pytorch() {
 #[test]
 fn parity_passes_on_every_fixture_and_names_each_tensor() {
     let dir = temp();
-    for name in [
-        "tiny-gelu",
-        "vitmodel-relu",
-        "sharded",
-        "headdim80-silu-1ch",
+    // ViT, and one checkpoint of each other family: their pooled outputs and image
+    // embeddings are compared too, and inputs of another size than the config's resample the
+    // positions.
+    for (name, outputs) in [
+        ("tiny-gelu", &["logits"][..]),
+        ("vitmodel-relu", &["last_hidden_state", "pooler_output"]),
+        ("sharded", &["logits"]),
+        ("headdim80-silu-1ch", &["logits"]),
+        ("deit-distilled", &["logits"]),
+        (
+            "dinov2-registers-swiglu",
+            &["last_hidden_state", "pooler_output"],
+        ),
+        ("clip-dual-tower", &["pooler_output", "image_embeds"]),
+        ("siglip-vision-head", &["pooler_output", "image_embeds"]),
     ] {
         let model = fixture(name);
         let reference = model.join("reference.safetensors");
@@ -73,6 +83,14 @@ fn parity_passes_on_every_fixture_and_names_each_tensor() {
             stdout.contains("hidden_states.0") && stdout.contains("parity: ok"),
             "{stdout}"
         );
+        for output in outputs {
+            assert!(
+                stdout
+                    .lines()
+                    .any(|l| l.starts_with(output) && l.contains("  ok")),
+                "{name}: {output} compared: {stdout}"
+            );
+        }
     }
 }
 
@@ -104,31 +122,39 @@ fn parity_fails_when_the_model_differs_from_the_reference() {
 
 #[test]
 fn infer_refuses_pixels_of_the_wrong_shape_and_writes_nothing() {
+    // Another height and width is a size the model can take (its positions resampled) only
+    // in whole patches; the channels must be the model's.
     let dir = temp();
-    let input = dir.path().join("in.safetensors");
-    vitrt_weights::write_f32_tensors(
-        &input,
-        &[("pixel_values".into(), vec![1, 3, 16, 16], vec![0.5; 768])],
-    )
-    .unwrap();
     let out = dir.path().join("out.safetensors");
     let model = fixture("tiny-gelu");
-    let o = vitrt(
-        &[
-            "infer",
-            "--model",
-            model.to_str().unwrap(),
-            "--input",
-            input.to_str().unwrap(),
-            "--output",
-            out.to_str().unwrap(),
-        ],
-        dir.path(),
-    );
-    assert_clean_failure(
-        &o,
-        "pixel_values has shape [1, 3, 16, 16]; this model takes [B, 3, 32, 32]",
-    );
+    for (shape, want) in [
+        (
+            vec![1, 3, 20, 20],
+            "pixel_values of 20x20: image size 20x20 is not a multiple of the patch size 8",
+        ),
+        (
+            vec![1, 1, 16, 16],
+            "pixel_values has shape [1, 1, 16, 16]; this model takes [B, 3, 16, 16]",
+        ),
+    ] {
+        let input = dir.path().join("in.safetensors");
+        let len = shape.iter().product();
+        vitrt_weights::write_f32_tensors(&input, &[("pixel_values".into(), shape, vec![0.5; len])])
+            .unwrap();
+        let o = vitrt(
+            &[
+                "infer",
+                "--model",
+                model.to_str().unwrap(),
+                "--input",
+                input.to_str().unwrap(),
+                "--output",
+                out.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        assert_clean_failure(&o, want);
+    }
     assert!(!out.exists(), "nothing half-written");
 }
 

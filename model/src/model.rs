@@ -406,6 +406,12 @@ impl VisionModel {
     /// The same model taking images of `(height, width)`: the position table is resampled
     /// to the new patch grid (as transformers' `interpolate_pos_encoding`).
     pub fn with_input_size(mut self, size: (usize, usize)) -> Result<VisionModel, ModelError> {
+        self.set_input_size(size)?;
+        Ok(self)
+    }
+
+    /// [`VisionModel::with_input_size`] in place; on an error the model is unchanged.
+    pub fn set_input_size(&mut self, size: (usize, usize)) -> Result<(), ModelError> {
         let p = self.config.patch_size;
         if size.0 < p || size.1 < p {
             return Err(ModelError::Usage(format!(
@@ -419,9 +425,13 @@ impl VisionModel {
                 size.0, size.1
             )));
         }
+        let before = self.input_size;
         self.input_size = size;
-        self.collect_params()?;
-        Ok(self)
+        if let Err(e) = self.collect_params() {
+            self.input_size = before;
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// (height, width) of the images the graph takes.

@@ -39,12 +39,28 @@ impl Runner {
         }
     }
 
+    /// Runs the model on images of `size` from now on (see [`VisionModel::with_input_size`]).
+    pub fn set_input_size(&mut self, size: (usize, usize)) -> Result<(), ModelError> {
+        if size != self.model.input_size() {
+            self.model.set_input_size(size)?;
+            self.executors.clear();
+        }
+        Ok(())
+    }
+
     /// Outputs `outputs` instead of the model's primary output (checked when a graph is
     /// built: [`Runner::check_graph`]).
     pub fn with_outputs(mut self, outputs: OutputSet) -> Runner {
-        self.outputs = outputs;
-        self.executors.clear();
+        self.set_outputs(outputs);
         self
+    }
+
+    /// [`Runner::with_outputs`] in place.
+    pub fn set_outputs(&mut self, outputs: OutputSet) {
+        if outputs != self.outputs {
+            self.outputs = outputs;
+            self.executors.clear();
+        }
     }
 
     /// Turns graph replay (CUDA graphs; see `vitrt_runtime::Executor`) on, the default, or

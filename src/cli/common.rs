@@ -46,6 +46,26 @@ pub struct ModelArgs {
     /// first eager pass; off launches kernel by kernel. Ignored on the CPU.
     #[arg(long, value_enum, default_value_t = Switch::On)]
     cuda_graphs: Switch,
+    /// Run the model on images of this size (HEIGHT or HEIGHT,WIDTH, multiples of the patch
+    /// size), its position embeddings resampled as transformers' interpolate_pos_encoding.
+    /// Default: the size the checkpoint's preprocessing makes (or the input tensor's, for
+    /// infer), else the config's image_size.
+    #[arg(long, value_parser = parse_image_size)]
+    image_size: Option<(usize, usize)>,
+}
+
+/// `H` or `H,W`, both positive.
+pub fn parse_image_size(s: &str) -> Result<(usize, usize), String> {
+    let side = |v: &str| match v.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!(
+            "\"{s}\" is not an image size: use HEIGHT or HEIGHT,WIDTH in pixels"
+        )),
+    };
+    match s.split_once(',') {
+        Some((h, w)) => Ok((side(h)?, side(w)?)),
+        None => side(s).map(|n| (n, n)),
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -74,6 +94,11 @@ impl ModelArgs {
     /// The model as the user named it.
     pub fn name(&self) -> &str {
         &self.model
+    }
+
+    /// The image size asked for with `--image-size`.
+    pub fn image_size(&self) -> Option<(usize, usize)> {
+        self.image_size
     }
 
     /// Opens the backend: the device and dtype asked for, or without `--device` the first
@@ -125,8 +150,11 @@ impl ModelArgs {
                 offline: self.offline,
             },
         )?;
-        let model = VisionModel::load(&files.dir)
+        let mut model = VisionModel::load(&files.dir)
             .with_context(|| format!("loading model {}", self.model))?;
+        if let Some(size) = self.image_size {
+            model = model.with_input_size(size).context("--image-size")?;
+        }
         let (backend, device) = self.open_backend()?;
         let mut fusion = match self.fusion {
             FusionArg::All => Fusion::ALL,
@@ -167,15 +195,24 @@ pub fn read_tensors(path: &std::path::Path) -> Result<Vec<vitrt_runtime::HostTen
         .collect())
 }
 
-/// The `pixel_values` tensor of a file, checked against the model's input shape.
+/// The `pixel_values` tensor of a file, checked against the model's input shape. Without
+/// `--image-size`, the model takes the tensor's height and width (its positions resampled).
 pub fn pixel_values(
     tensors: &[vitrt_runtime::HostTensor],
-    runner: &Runner,
+    runner: &mut Runner,
+    args: &ModelArgs,
     path: &std::path::Path,
 ) -> Result<(usize, Vec<f32>)> {
     let Some(px) = tensors.iter().find(|t| t.name == "pixel_values") else {
         bail!("{} holds no tensor named pixel_values", path.display());
     };
+    if let [_, _, h, w] = px.shape[..] {
+        if args.image_size.is_none() && (h, w) != runner.model.input_size() {
+            runner
+                .set_input_size((h, w))
+                .with_context(|| format!("{}: pixel_values of {h}x{w}", path.display()))?;
+        }
+    }
     let want = runner.input_shape(px.shape.first().copied().unwrap_or(0));
     if px.shape.len() != 4 || px.shape[0] == 0 || px.shape[1..] != want[1..] {
         bail!(

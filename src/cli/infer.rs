@@ -14,8 +14,9 @@ pub struct InferArgs {
     /// safetensors file holding `pixel_values` [B, C, H, W].
     #[arg(long)]
     input: PathBuf,
-    /// Where to write `logits` (or `last_hidden_state`) as f32 safetensors; `-` writes them
-    /// to stdout (never to a terminal).
+    /// Where to write the model's outputs as f32 safetensors: `logits`, or `last_hidden_state`
+    /// and what the family pools from it (`pooler_output`; `image_embeds` for CLIP and
+    /// SigLIP); `-` writes them to stdout (never to a terminal).
     #[arg(long)]
     output: PathBuf,
     /// Also write every `hidden_states.{i}`, indexed as Hugging Face's output_hidden_states.
@@ -31,11 +32,16 @@ pub fn run(args: InferArgs) -> Result<ExitCode> {
     let output = OutputFile::check(&args.output, Contents::Binary, true, args.force)?;
     let (mut runner, _) = args.model.open()?;
     let tensors = read_tensors(&args.input)?;
-    let (batch, pixels) = pixel_values(&tensors, &runner, &args.input)?;
+    let (batch, pixels) = pixel_values(&tensors, &mut runner, &args.model, &args.input)?;
+    let model_outputs = runner.model.model_outputs();
+    runner.set_outputs(model_outputs);
     let outputs = runner.run(&pixels, batch, args.dump_activations)?;
-    // The result, checked cheaply; a non-finite value is traced to the first layer holding
+    // The results, checked cheaply; a non-finite value is traced to the first layer holding
     // one (a second pass with every hidden state, as `vitrt parity` compares them).
-    if let Some(last) = outputs.last() {
+    for last in outputs
+        .iter()
+        .filter(|t| !t.name.starts_with("hidden_states."))
+    {
         if let Some(at) = last.data.iter().position(|v| !v.is_finite()) {
             let traced = if args.dump_activations {
                 outputs.clone()

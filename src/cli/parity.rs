@@ -6,6 +6,7 @@ use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vitrt_model::parity::{compare, tolerance};
+use vitrt_model::{Output, OutputSet};
 
 #[derive(Args, Debug)]
 pub struct ParityArgs {
@@ -22,17 +23,30 @@ pub struct ParityArgs {
 pub fn run(args: ParityArgs) -> Result<ExitCode> {
     let (mut runner, _) = args.model.open()?;
     let tensors = read_tensors(&args.reference)?;
-    let (batch, pixels) = pixel_values(&tensors, &runner, &args.reference)?;
-    let main_output = runner.model.output_name();
+    let (batch, pixels) = pixel_values(&tensors, &mut runner, &args.model, &args.reference)?;
+    // Every output of the model the reference holds (logits, or last_hidden_state,
+    // pooler_output, image_embeds), and the hidden states.
+    let outputs: Vec<Output> = runner
+        .model
+        .model_outputs()
+        .iter()
+        .filter(|o| tensors.iter().any(|t| t.name == o.name()))
+        .collect();
     let expected: Vec<_> = tensors
         .into_iter()
-        .filter(|t| t.name == main_output || t.name.starts_with("hidden_states."))
+        .filter(|t| {
+            outputs.iter().any(|o| o.name() == t.name) || t.name.starts_with("hidden_states.")
+        })
         .collect();
     if expected.is_empty() {
         anyhow::bail!(
-            "{} holds neither {main_output} nor hidden_states.*: nothing to compare",
-            args.reference.display()
+            "{} holds neither {} nor hidden_states.*: nothing to compare",
+            args.reference.display(),
+            runner.model.output_name()
         );
+    }
+    if !outputs.is_empty() {
+        runner.set_outputs(OutputSet::of(&outputs));
     }
     let wants_hidden = expected
         .iter()

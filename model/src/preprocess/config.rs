@@ -208,12 +208,14 @@ impl PreprocessConfig {
     /// cannot serve (no size, or a channel count other than 1 or 3) gets a config that
     /// `preprocess_*` refuses with an error.
     pub fn hf_default(image_size: usize, num_channels: usize) -> Self {
+        Self::hf_default_sized(image_size, image_size, num_channels)
+    }
+
+    /// [`PreprocessConfig::hf_default`] for `height x width` images.
+    pub fn hf_default_sized(height: usize, width: usize, num_channels: usize) -> Self {
         Self {
             do_resize: true,
-            size: ResizeTarget::Fixed {
-                height: image_size,
-                width: image_size,
-            },
+            size: ResizeTarget::Fixed { height, width },
             crop_size: None,
             resample: Resample::Bilinear,
             do_rescale: true,

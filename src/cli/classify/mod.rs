@@ -96,9 +96,10 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
     let (mut runner, dir) = args.model.open()?;
     if runner.model.head == Head::Base {
         bail!(
-            "{} is a ViTModel without a classification head; it has no labels to predict. \
-             Use `vitrt infer` to get its last_hidden_state",
-            args.model.name()
+            "{} is a {} checkpoint without a classification head; it has no labels to predict. \
+             Use `vitrt embed` for its embeddings, or `vitrt infer` for its outputs",
+            args.model.name(),
+            runner.model.config.family.name()
         );
     }
     let config = runner.model.config.clone();
@@ -106,15 +107,23 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
     let pre = if pre_path.exists() {
         PreprocessConfig::from_json_file_for_channels(&pre_path, config.num_channels)?
     } else {
-        PreprocessConfig::hf_default(config.image_size.0, config.num_channels)
+        let (h, w) = runner.model.input_size();
+        PreprocessConfig::hf_default_sized(h, w, config.num_channels)
     };
-    if pre.output_size() != config.image_size {
-        bail!(
-            "preprocessor_config.json makes {:?} images (height, width, after any center crop) \
-             but the model takes {:?} images",
-            pre.output_size(),
-            config.image_size
-        );
+    // The model runs on what the preprocessing makes (DINOv2's tables are for 518 pixels and
+    // its processor crops 224), unless --image-size says otherwise.
+    if pre.output_size() != runner.model.input_size() {
+        if args.model.image_size().is_some() {
+            bail!(
+                "preprocessor_config.json makes {:?} images (height, width, after any center \
+                 crop) but --image-size asks for {:?}",
+                pre.output_size(),
+                runner.model.input_size()
+            );
+        }
+        runner
+            .set_input_size(pre.output_size())
+            .context("the size preprocessor_config.json makes")?;
     }
     let limits = ImageLimits {
         max_pixels: args.max_pixels,
