@@ -14,8 +14,14 @@ which drops any alpha channel) followed by the slow, PIL-based ViTImageProcessor
 config.json says num_channels = 1, which HF's pipeline does not serve) take the same path but
 convert to PIL's "L" instead of "RGB", and are named "<config>@1ch/<image file>".
 
+The configurations whose names start with "timm_" are timm checkpoints' config.json, whose
+`pretrained_cfg` goes through timm's eval transform (`timm.data.create_transform(
+**timm.data.resolve_data_config(pretrained_cfg), is_training=False)`, as transformers'
+TimmWrapperImageProcessor runs it) after the same `load_image`.
+
 Usage: python3 scripts/make_image_fixtures.py [--out tests/fixtures/images]
-Needs: pip install transformers pillow numpy scikit-image safetensors (no torch).
+Needs: pip install transformers pillow numpy scikit-image safetensors timm torchvision torch
+(versions in scripts/requirements.txt; torch and torchvision's CPU builds are enough).
 """
 
 import argparse
@@ -27,6 +33,10 @@ import numpy as np
 import PIL
 import skimage
 import skimage.data
+import timm
+import timm.data
+import torch
+import torchvision
 import transformers
 from PIL import Image, ImageOps
 from safetensors.numpy import save_file
@@ -174,6 +184,116 @@ CONFIGS = {
     ),
 }
 
+# Configurations that give little more than `image_processor_type`: every field they leave out
+# takes that class's default, which the reference takes from transformers' class of that name
+# (its PIL variant). The sizes are small so that the references stay small; the classes' default
+# sizes are checked by the Rust unit tests. Each runs through the class its image_processor_type
+# names (see processor_class).
+CLASS_DEFAULT_CONFIGS = {
+    # CLIP: bicubic, shortest edge then a center crop, CLIP's mean and std, do_convert_rgb.
+    "clip_defaults_shortest_edge_40_crop_32": (
+        {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 40}, "crop_size": 32},
+        ["cat.jpg", "astronaut_rgba.png", "cat_palette.png", "astronaut_portrait.png"],
+    ),
+    # BiT (DINOv2 names it): CLIP's defaults; an integer size is the shortest edge.
+    "bit_defaults_int_size_36_crop_30": (
+        {"image_processor_type": "BitImageProcessor", "size": 36, "crop_size": {"height": 30, "width": 30}},
+        ["coffee.png", "camera_gray.png", "coffee_exif6.jpg"],
+    ),
+    # DeiT: bicubic, a square resize then a crop, mean and std 0.5; an integer size is a square.
+    "deit_defaults_int_size_48_crop_40": (
+        {"image_processor_type": "DeiTImageProcessor", "size": 48, "crop_size": 40},
+        ["cat.jpg", "astronaut.webp"],
+    ),
+    # SigLIP: bicubic, no crop, mean and std 0.5.
+    "siglip_defaults_40x40": (
+        {"image_processor_type": "SiglipImageProcessor", "size": {"height": 40, "width": 40}},
+        ["cat.jpg", "cat_palette.png"],
+    ),
+    # BEiT: bicubic, no crop by default, mean and std 0.5.
+    "beit_defaults_int_size_40": (
+        {"image_processor_type": "BeitImageProcessor", "size": 40},
+        ["coffee.png", "astronaut_rgba.png"],
+    ),
+    # ConvNeXT reads crop_pct: the shortest edge becomes int(48 / 0.9) = 53, then a 48 x 48 crop.
+    "convnext_crop_pct_0.9_size_48": (
+        {"image_processor_type": "ConvNextImageProcessor", "size": 48, "crop_pct": 0.9},
+        ["cat.jpg", "astronaut_portrait.png"],
+    ),
+    # The 4.x spelling, feature_extractor_type, names the class too.
+    "deit_feature_extractor_type_size_40_crop_33": (
+        {"feature_extractor_type": "DeiTFeatureExtractor", "size": 40, "crop_size": 33},
+        ["coffee.png"],
+    ),
+}
+
+# A configuration with only ViT's image_processor_type: every field is ViT's default, which is
+# what vit_default (an empty config) covers; main() checks that the two give the same values
+# and stores no reference of its own.
+VIT_TYPE_ONLY = ("vit_type_only", {"image_processor_type": "ViTImageProcessor"}, "vit_default")
+
+# timm checkpoints' pretrained_cfg (what their config.json holds under that key), run through
+# timm's eval transform: `create_transform(**resolve_data_config(cfg), is_training=False)`, which
+# transformers' TimmWrapperImageProcessor runs too. The keys other than the transform's are
+# copied from real configs so that the reader is shown to ignore them.
+TIMM_CONFIGS = {
+    # vit_base_patch16_224.augreg2_in21k_ft_in1k's, at 64 instead of 224 to keep the
+    # references small: Resize(floor(64 / 0.9) = 71) of the shortest edge, CenterCrop(64),
+    # whose odd margin of 7 starts the crop at round(3.5) = 4 where HF's would start at 3.
+    "timm_vit_augreg2_like_64": (
+        {
+            "tag": "augreg2_in21k_ft_in1k",
+            "custom_load": False,
+            "input_size": [3, 64, 64],
+            "fixed_input_size": True,
+            "interpolation": "bicubic",
+            "crop_pct": 0.9,
+            "crop_mode": "center",
+            "mean": [0.5, 0.5, 0.5],
+            "std": [0.5, 0.5, 0.5],
+            "num_classes": 1000,
+            "pool_size": None,
+            "first_conv": "patch_embed.proj",
+            "classifier": "head",
+        },
+        "all+portrait",
+    ),
+    # crop_pct 1.0 with ImageNet's mean and std and bilinear: the crop is the middle of the
+    # shortest-edge resize. levels_16.png is already 16 x 16, so it reaches ToTensor and
+    # Normalize untouched, with every byte value in every channel.
+    "timm_imagenet_crop_pct_1.0_16": (
+        {
+            "input_size": [3, 16, 16],
+            "interpolation": "bilinear",
+            "crop_pct": 1.0,
+            "mean": [0.485, 0.456, 0.406],
+            "std": [0.229, 0.224, 0.225],
+            "num_classes": 1000,
+        },
+        ["levels_16.png", "cat.jpg", "coffee_exif6.jpg", "camera_gray.png", "astronaut_portrait.png"],
+    ),
+    # "squash": both sides to floor(side / 0.85), (47, 56) here, then CenterCrop(40 x 48), whose
+    # vertical margin of 7 rounds as above.
+    "timm_squash_40x48": (
+        {
+            "input_size": [3, 40, 48],
+            "interpolation": "bicubic",
+            "crop_pct": 0.85,
+            "crop_mode": "squash",
+            "mean": [0.48145466, 0.4578275, 0.40821073],
+            "std": [0.26862954, 0.26130258, 0.27577711],
+        },
+        ["cat.jpg", "astronaut_rgba.png", "astronaut_portrait.png"],
+    ),
+    # crop_pct above 1 crops beyond the resized image: torchvision pads floor(missing / 2)
+    # zeros before (HF pads ceil). Shortest edge floor(32 / 1.15) = 27, no mean or std given
+    # (ImageNet's), no interpolation given (bicubic).
+    "timm_crop_pct_1.15_32_padded": (
+        {"input_size": [3, 32, 32], "crop_pct": 1.15},
+        ["cat.jpg", "astronaut_portrait.png"],
+    ),
+}
+
 # The processor class of each configuration not run through ViT's.
 PROCESSOR_CLASSES = {
     "deit_fixed_72_crop_64": SlowDeiTImageProcessor,
@@ -242,6 +362,12 @@ def make_images(out):
     # the older configurations keep their references.
     resized(skimage.data.astronaut(), 60, 90).save(out / "astronaut_portrait.png", optimize=True)
 
+    # PNG RGB, 16 x 16, holding every byte value in each channel: red v, green 255 - v and blue
+    # 97 v mod 256 at pixel v. Only configurations that leave it unresized use it.
+    levels = np.arange(256, dtype=np.int64).reshape(16, 16)
+    rgb = np.dstack([levels, 255 - levels, (97 * levels) % 256]).astype(np.uint8)
+    Image.fromarray(rgb, "RGB").save(out / "levels_16.png")
+
     # WebP, lossy.
     resized(skimage.data.astronaut(), 160, 120).save(out / "astronaut.webp", quality=80)
 
@@ -299,13 +425,34 @@ def load_as(path, mode):
     return image.convert(mode)
 
 
+def processor_class(name, config):
+    """The slow (PIL) class a configuration runs through: PROCESSOR_CLASSES's, else the one its
+    image_processor_type (or 4.x feature_extractor_type) names, else ViT's."""
+    if name in PROCESSOR_CLASSES:
+        return PROCESSOR_CLASSES[name]
+    type_name = config.get("image_processor_type") or config.get("feature_extractor_type")
+    if type_name is None:
+        return SlowViTImageProcessor
+    class_name = type_name.replace("FeatureExtractor", "ImageProcessor")
+    return getattr(transformers, class_name + "Pil")
+
+
 def pixel_values(name, config, image):
-    processor_class = PROCESSOR_CLASSES.get(name, SlowViTImageProcessor)
+    processor_class_ = processor_class(name, config)
     # The class is chosen above, as AutoImageProcessor would choose it from this key.
-    kwargs = {k: v for k, v in config.items() if k != "image_processor_type"}
-    processor = processor_class(**kwargs)
+    kwargs = {
+        k: v for k, v in config.items() if k not in ("image_processor_type", "feature_extractor_type")
+    }
+    processor = processor_class_(**kwargs)
     values = processor(images=image, return_tensors="np")["pixel_values"][0]
     return np.ascontiguousarray(values.astype(np.float32))
+
+
+def timm_pixel_values(pretrained_cfg, image):
+    """timm's eval transform of a PIL image, as TimmWrapperImageProcessor runs it."""
+    data_config = timm.data.resolve_data_config(pretrained_cfg)
+    transform = timm.data.create_transform(**data_config, is_training=False)
+    return np.ascontiguousarray(transform(image).numpy().astype(np.float32))
 
 
 def main():
@@ -318,26 +465,49 @@ def main():
     images = make_images(out)
     orientation_images = make_orientation_images(out)
     tensors = {}
-    for configs, mode in ((CONFIGS, "RGB"), (ONE_CHANNEL_CONFIGS, "L")):
+    for configs, mode in ((CONFIGS, "RGB"), (CLASS_DEFAULT_CONFIGS, "RGB"), (ONE_CHANNEL_CONFIGS, "L")):
         for name, (config, applies_to) in configs.items():
             (out / "configs" / f"{name}.json").write_text(json.dumps(config, indent=2) + "\n")
             key_prefix = name if mode == "RGB" else f"{name}@1ch"
             if applies_to == "all":
                 applies_to = images
+            elif applies_to == "all+portrait":
+                applies_to = images + ["astronaut_portrait.png"]
             elif applies_to == "orientation":
                 applies_to = orientation_images
             for file_name in applies_to:
                 image = load_as(out / file_name, mode)
                 tensors[f"{key_prefix}/{file_name}"] = pixel_values(name, config, image)
 
+    name, config, same_as = VIT_TYPE_ONLY
+    (out / "configs" / f"{name}.json").write_text(json.dumps(config, indent=2) + "\n")
+    for file_name in CONFIGS[same_as][1]:
+        values = pixel_values(name, config, load_as(out / file_name, "RGB"))
+        assert np.array_equal(values, tensors[f"{same_as}/{file_name}"]), (name, file_name)
+
+    for name, (pretrained_cfg, applies_to) in TIMM_CONFIGS.items():
+        # The part of a timm checkpoint's config.json that matters here.
+        config_json = {"architecture": "vit_base_patch16_224", "num_classes": 1000, "pretrained_cfg": pretrained_cfg}
+        (out / "configs" / f"{name}.json").write_text(json.dumps(config_json, indent=2) + "\n")
+        if applies_to == "all+portrait":
+            applies_to = images + ["astronaut_portrait.png"]
+        for file_name in applies_to:
+            tensors[f"{name}/{file_name}"] = timm_pixel_values(pretrained_cfg, load_as(out / file_name, "RGB"))
+
     versions = {
         "transformers": transformers.__version__,
         "pillow": PIL.__version__,
         "numpy": np.__version__,
         "scikit-image": skimage.__version__,
+        "timm": timm.__version__,
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
         "processor_class": SlowViTImageProcessor.__name__,
         "crop_processor_classes": ", ".join(
             sorted({cls.__name__ for cls in PROCESSOR_CLASSES.values()})
+        ),
+        "class_default_processor_classes": ", ".join(
+            sorted({processor_class(n, c).__name__ for n, (c, _) in CLASS_DEFAULT_CONFIGS.items()})
         ),
     }
     save_file(tensors, out / "reference_pixel_values.safetensors", metadata=versions)

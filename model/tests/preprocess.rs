@@ -26,6 +26,14 @@ struct Comparison {
     max_abs_diff: f32,
 }
 
+/// The preprocessing of a timm checkpoint whose config.json is at `path`, from its
+/// `pretrained_cfg`.
+fn timm_config(path: &Path) -> Result<PreprocessConfig, PreprocessError> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let config_json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    PreprocessConfig::from_timm_pretrained_cfg(&config_json["pretrained_cfg"])
+}
+
 fn compare_with_hf() -> Vec<Comparison> {
     let dir = fixtures();
     let bytes = std::fs::read(dir.join("reference_pixel_values.safetensors"))
@@ -33,7 +41,7 @@ fn compare_with_hf() -> Vec<Comparison> {
     let references = SafeTensors::deserialize(&bytes).expect("readable safetensors");
     let mut keys: Vec<String> = references.names().into_iter().map(String::from).collect();
     keys.sort();
-    assert!(keys.len() >= 30, "only {} references", keys.len());
+    assert!(keys.len() >= 80, "only {} references", keys.len());
 
     keys.into_iter()
         .map(|key| {
@@ -43,8 +51,12 @@ fn compare_with_hf() -> Vec<Comparison> {
                 None => (config_name, 3),
             };
             let config_path = dir.join("configs").join(format!("{config_name}.json"));
-            let config = PreprocessConfig::from_json_file_for_channels(&config_path, channels)
-                .unwrap_or_else(|e| panic!("{key}: {e}"));
+            let config = if config_name.starts_with("timm_") {
+                timm_config(&config_path)
+            } else {
+                PreprocessConfig::from_json_file_for_channels(&config_path, channels)
+            }
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
 
             let reference = references.tensor(&key).unwrap();
             assert_eq!(reference.dtype(), safetensors::Dtype::F32, "{key}");
@@ -207,7 +219,7 @@ fn bad_config_values_are_errors() {
             "size shortest_edge must be a positive integer",
         ),
         (
-            r#"{"image_processor_type": "CLIPImageProcessor", "size": 224}"#,
+            r#"{"image_processor_type": "CLIPImageProcessor", "size": 224, "do_center_crop": false}"#,
             "without do_center_crop",
         ),
         (r#"{"size": 100000}"#, "between 1 and"),

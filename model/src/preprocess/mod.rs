@@ -31,16 +31,19 @@
 //! taps, writing resized (and cropped) 8-bit HWC pixels into a caller's buffer; `preprocess_file` and
 //! `preprocess_bytes` are it followed by the table.
 
+mod classes;
 mod config;
 mod decode;
 mod error;
 mod resize;
+mod timm;
 
 use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-pub use config::{PreprocessConfig, Resample, ResizeTarget};
+pub use classes::{ClassDefaults, ProcessorClass};
+pub use config::{CenterCropRounding, PreprocessConfig, Resample, ResizeTarget};
 pub use error::{
     ImageLimits, PreprocessError, MAX_IMAGE_PIXELS, MAX_OUTPUT_SIDE, PIL_MAX_IMAGE_PIXELS,
 };
@@ -199,6 +202,7 @@ impl ImageLoader {
                         (resized_height, resized_width, channels),
                         out,
                         crop,
+                        cfg.crop_rounding,
                     );
                 }
                 _ => self.resizer.resize(
@@ -211,7 +215,13 @@ impl ImageLoader {
                 ),
             }
         } else if let Some(crop) = crop {
-            center_crop_into(pixels, (height, width, channels), out, crop);
+            center_crop_into(
+                pixels,
+                (height, width, channels),
+                out,
+                crop,
+                cfg.crop_rounding,
+            );
         } else if (height, width) == cfg.output_size() {
             out.copy_from_slice(pixels);
         } else {
@@ -232,22 +242,25 @@ impl ImageLoader {
     }
 }
 
-/// HF's `center_crop` of an HWC image (`shape`) to `crop` = (height, width) into `out`: the
-/// window starts `(side - crop_side) // 2` pixels in (floor division, so negative when the crop
-/// is larger), and the part of the window outside the image is zeros, as HF pads. Only the
-/// window's rows are copied.
+/// A center crop of an HWC image (`shape`) to `crop` = (height, width) into `out`: the window
+/// starts where `rounding` puts it (HF: `(side - crop_side) // 2` pixels in, floor division, so
+/// negative when the crop is larger), and the part of the window outside the image is zeros,
+/// as HF and torchvision pad. Only the window's rows are copied.
 fn center_crop_into(
     src: &[u8],
     shape: (usize, usize, usize),
     out: &mut [u8],
     crop: (usize, usize),
+    rounding: CenterCropRounding,
 ) {
     let (height, width, channels) = shape;
     let (crop_height, crop_width) = crop;
     debug_assert_eq!(src.len(), height * width * channels);
     debug_assert_eq!(out.len(), crop_height * crop_width * channels);
-    let offset = |side: usize, crop_side: usize| (side as i64 - crop_side as i64).div_euclid(2);
-    let (top, left) = (offset(height, crop_height), offset(width, crop_width));
+    let (top, left) = (
+        rounding.window_start(height, crop_height),
+        rounding.window_start(width, crop_width),
+    );
     // Output columns [x0, x1) come from the image, starting at its column x0 + left.
     let x0 = (-left).clamp(0, crop_width as i64) as usize;
     let x1 = (width as i64 - left).clamp(x0 as i64, crop_width as i64) as usize;
@@ -453,7 +466,7 @@ mod tests {
             for ch in 1..=9 {
                 for cw in 1..=9 {
                     let mut out = vec![0xAA; ch * cw];
-                    center_crop_into(&src, (h, w, 1), &mut out, (ch, cw));
+                    center_crop_into(&src, (h, w, 1), &mut out, (ch, cw), CenterCropRounding::Hf);
                     assert_eq!(
                         out,
                         hf_center_crop(&src, (h, w), (ch, cw)),
@@ -465,7 +478,7 @@ mod tests {
         // Three channels move as whole pixels.
         let src: Vec<u8> = (0..4 * 5 * 3).map(|i| i as u8).collect();
         let mut out = vec![0; 2 * 3 * 3];
-        center_crop_into(&src, (4, 5, 3), &mut out, (2, 3));
+        center_crop_into(&src, (4, 5, 3), &mut out, (2, 3), CenterCropRounding::Hf);
         let expected: Vec<u8> = [1usize, 2]
             .iter()
             .flat_map(|&y| {
