@@ -391,7 +391,8 @@ impl PreprocessConfig {
                 Some(crop) => parse_crop_size(crop)?,
                 None => defaults.crop_size.ok_or_else(|| {
                     format!(
-                        "do_center_crop is true but crop_size is missing, and {} has no                          default crop size: give it as an integer or {{\"height\", \"width\"}}",
+                        "do_center_crop is true but crop_size is missing, and {} has no \
+                         default crop size: give it as an integer or {{\"height\", \"width\"}}",
                         class.unwrap_or(ProcessorClass::Vit).name()
                     )
                 })?,

@@ -488,6 +488,94 @@ mod tests {
         assert_eq!(out, expected);
     }
 
+    /// torchvision's `center_crop` of a PIL image written out as it does it: pad
+    /// `floor(missing / 2)` before and the rest after on each side the crop is larger than,
+    /// then crop from `int(round((side - crop) / 2.0))` with Python's round (half to even).
+    fn torchvision_center_crop(
+        src: &[u8],
+        (h, w): (usize, usize),
+        (ch, cw): (usize, usize),
+    ) -> Vec<u8> {
+        let (top_pad, left_pad) = (ch.saturating_sub(h) / 2, cw.saturating_sub(w) / 2);
+        let (nh, nw) = (h.max(ch), w.max(cw));
+        let mut padded = vec![0u8; nh * nw];
+        for y in 0..h {
+            padded[(y + top_pad) * nw + left_pad..][..w].copy_from_slice(&src[y * w..][..w]);
+        }
+        let python_round_half = |margin: usize| {
+            let x = margin as f64 / 2.0;
+            let r = x.round();
+            // f64::round rounds half away from zero; Python rounds half to even.
+            if (r - x).abs() == 0.5 && r % 2.0 != 0.0 {
+                r as usize - 1
+            } else {
+                r as usize
+            }
+        };
+        let (top, left) = (python_round_half(nh - ch), python_round_half(nw - cw));
+        let mut out = Vec::new();
+        for y in 0..ch {
+            out.extend_from_slice(&padded[(top + y) * nw + left..][..cw]);
+        }
+        out
+    }
+
+    #[test]
+    fn center_crop_matches_torchvision_including_padding() {
+        for (h, w) in [(1, 1), (4, 7), (7, 4), (5, 5), (6, 9), (12, 3)] {
+            let src: Vec<u8> = (0..h * w).map(|i| (i + 1) as u8).collect();
+            for ch in 1..=13 {
+                for cw in 1..=13 {
+                    let mut out = vec![0xAA; ch * cw];
+                    center_crop_into(
+                        &src,
+                        (h, w, 1),
+                        &mut out,
+                        (ch, cw),
+                        CenterCropRounding::Torchvision,
+                    );
+                    assert_eq!(
+                        out,
+                        torchvision_center_crop(&src, (h, w), (ch, cw)),
+                        "{h}x{w} -> {ch}x{cw}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn crop_windows_start_where_hf_and_torchvision_put_them() {
+        // (side - crop) -> start, for margins -4..=8: HF floors half the margin; torchvision
+        // rounds it half to even (round(1.5) = 2, round(2.5) = 2) and pads floor(missing / 2).
+        let hf = [-2, -2, -1, -1, 0, 0, 1, 1, 2, 2, 3, 3, 4];
+        let torchvision = [-2, -1, -1, 0, 0, 0, 1, 2, 2, 2, 3, 4, 4];
+        for (i, margin) in (-4i64..=8).enumerate() {
+            let (side, crop) = ((20 + margin) as usize, 20);
+            assert_eq!(
+                CenterCropRounding::Hf.window_start(side, crop),
+                hf[i],
+                "{margin}"
+            );
+            assert_eq!(
+                CenterCropRounding::Torchvision.window_start(side, crop),
+                torchvision[i],
+                "{margin}"
+            );
+        }
+    }
+
+    #[test]
+    fn torchvision_to_tensor_equals_hf_rescale_for_every_byte() {
+        // ToTensor is `x.float().div(255)` in f32; HF's rescale is `(x as f64 * (1/255)) as f32`.
+        // Both are the correctly rounded x / 255, so one table serves both.
+        for v in 0..=255u8 {
+            let torch = f32::from(v) / 255.0f32;
+            let hf = (f64::from(v) * (1.0 / 255.0)) as f32;
+            assert_eq!(torch.to_bits(), hf.to_bits(), "{v}");
+        }
+    }
+
     #[test]
     fn shortest_edge_sizes_truncate_as_hf() {
         let edge = ResizeTarget::ShortestEdge(224);
