@@ -28,6 +28,9 @@ import argparse
 import io
 import json
 import pathlib
+import struct
+import warnings
+import zlib
 
 import numpy as np
 import PIL
@@ -193,7 +196,13 @@ CLASS_DEFAULT_CONFIGS = {
     # CLIP: bicubic, shortest edge then a center crop, CLIP's mean and std, do_convert_rgb.
     "clip_defaults_shortest_edge_40_crop_32": (
         {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 40}, "crop_size": 32},
-        ["cat.jpg", "astronaut_rgba.png", "cat_palette.png", "astronaut_portrait.png"],
+        [
+            "cat.jpg",
+            "astronaut_rgba.png",
+            "cat_palette.png",
+            "cat_palette_transparent_index.png",
+            "astronaut_portrait.png",
+        ],
     ),
     # BiT (DINOv2 names it): CLIP's defaults; an integer size is the shortest edge.
     "bit_defaults_int_size_36_crop_30": (
@@ -208,12 +217,12 @@ CLASS_DEFAULT_CONFIGS = {
     # SigLIP: bicubic, no crop, mean and std 0.5.
     "siglip_defaults_40x40": (
         {"image_processor_type": "SiglipImageProcessor", "size": {"height": 40, "width": 40}},
-        ["cat.jpg", "cat_palette.png"],
+        ["cat.jpg", "cat_palette.png", "cat_palette_transparent_index.png"],
     ),
     # BEiT: bicubic, no crop by default, mean and std 0.5.
     "beit_defaults_int_size_40": (
         {"image_processor_type": "BeitImageProcessor", "size": 40},
-        ["coffee.png", "astronaut_rgba.png"],
+        ["coffee.png", "astronaut_rgba.png", "cat_palette_transparent_index.png"],
     ),
     # ConvNeXT reads crop_pct: the shortest edge becomes int(48 / 0.9) = 53, then a 48 x 48 crop.
     "convnext_crop_pct_0.9_size_48": (
@@ -294,6 +303,27 @@ TIMM_CONFIGS = {
     ),
 }
 
+# do_convert_rgb: HF's convert_to_rgb composites an image with a `transparency` colour onto
+# white. After load_image's convert("RGB") only PNGs whose tRNS chunk names one colour still
+# carry one (make_transparency_images writes each case Pillow distinguishes), so CLIP's class
+# default (do_convert_rgb on) turns that colour white where ViT's (off) keeps it.
+TRANSPARENCY_CONFIGS = {
+    "clip_no_resize_transparency_1x4": (
+        {
+            "image_processor_type": "CLIPImageProcessor",
+            "do_resize": False,
+            "do_center_crop": False,
+            "size": {"height": 1, "width": 4},
+            "do_normalize": False,
+        },
+        "transparency",
+    ),
+    "vit_no_resize_transparency_1x4": (
+        {"do_resize": False, "size": {"height": 1, "width": 4}, "do_normalize": False},
+        "transparency",
+    ),
+}
+
 # The processor class of each configuration not run through ViT's.
 PROCESSOR_CLASSES = {
     "deit_fixed_72_crop_64": SlowDeiTImageProcessor,
@@ -358,6 +388,12 @@ def make_images(out):
     palette = resized(skimage.data.chelsea(), 150, 100).quantize(colors=64)
     palette.save(out / "cat_palette.png", optimize=True)
 
+    # PNG P with one transparent palette index (a tRNS chunk), the most common one: with
+    # do_convert_rgb on, HF turns its colour white.
+    most_common = int(np.bincount(np.asarray(palette).ravel()).argmax())
+    palette.save(out / "cat_palette_transparent_index.png", optimize=True, transparency=most_common)
+    assert Image.open(out / "cat_palette_transparent_index.png").info["transparency"] == most_common
+
     # PNG RGB taller than wide, for the shortest edge's other branch; not in "all", so that
     # the older configurations keep their references.
     resized(skimage.data.astronaut(), 60, 90).save(out / "astronaut_portrait.png", optimize=True)
@@ -417,6 +453,71 @@ def make_orientation_images(out):
     return names
 
 
+def png_chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def write_png(path, width, bit_depth, colour_type, samples, plte=None, trns=None):
+    """A one-row PNG written chunk by chunk, for tRNS chunks and bit depths PIL does not write.
+    `samples` are the row's values at `bit_depth` bits each."""
+    if bit_depth == 16:
+        row = struct.pack(f">{len(samples)}H", *samples)
+    else:
+        bits = "".join(format(v, f"0{bit_depth}b") for v in samples)
+        bits += "0" * (-len(bits) % 8)
+        row = bytes(int(bits[i : i + 8], 2) for i in range(0, len(bits), 8))
+    ihdr = struct.pack(">IIBBBBB", width, 1, bit_depth, colour_type, 0, 0, 0)
+    data = b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr)
+    if plte is not None:
+        data += png_chunk(b"PLTE", plte)
+    if trns is not None:
+        data += png_chunk(b"tRNS", trns)
+    data += png_chunk(b"IDAT", zlib.compress(b"\0" + row)) + png_chunk(b"IEND", b"")
+    path.write_bytes(data)
+
+
+def make_transparency_images(out):
+    """Writes 4 x 1 PNGs with a tRNS chunk, one per case Pillow reads differently; returns
+    their file names."""
+    (out / "transparency").mkdir(exist_ok=True)
+    grey, rgb, palette = 0, 2, 3
+    plte = bytes([10, 20, 30, 200, 100, 50, 10, 20, 30, 0, 0, 0])
+    u16 = lambda *values: struct.pack(f">{len(values)}H", *values)  # noqa: E731
+    cases = {
+        # Grey: the raw value against the 8-bit samples.
+        "grey8_7.png": (8, grey, [0, 7, 200, 7], None, u16(7)),
+        "grey8_300_clips_to_255.png": (8, grey, [0, 255, 200, 44], None, u16(300)),
+        "grey4_0.png": (4, grey, [0, 15, 1, 2], None, u16(0)),
+        "grey4_1_matches_nothing.png": (4, grey, [0, 15, 1, 2], None, u16(1)),
+        "grey2_0.png": (2, grey, [0, 3, 1, 2], None, u16(0)),
+        "grey1_0.png": (1, grey, [0, 1, 0, 1], None, u16(0)),
+        # RGB: 16-bit values against the 8-bit samples (16-bit images keep their high bytes).
+        "rgb8.png": (8, rgb, [1, 2, 3, 9, 9, 9, 1, 2, 3, 1, 2, 4], None, u16(1, 2, 3)),
+        "rgb16_low_values.png": (
+            16, rgb, [1, 2, 3, 0x102, 0x203, 0x304, 0x1FF, 0x2FF, 0x3FF, 5, 5, 5], None, u16(1, 2, 3)
+        ),
+        "rgb16_high_values_match_nothing.png": (
+            16, rgb, [1, 2, 3, 0x102, 0x203, 0x304, 0x1FF, 0x2FF, 0x3FF, 5, 5, 5], None,
+            u16(0x102, 0x203, 0x304),
+        ),
+        # Palette: one transparent index names a colour, which two entries share here.
+        "palette8_index0.png": (8, palette, [0, 1, 2, 3], plte, bytes([0])),
+        "palette8_index1.png": (8, palette, [0, 1, 2, 3], plte, bytes([255, 0])),
+        "palette8_index_past_palette.png": (8, palette, [0, 1, 2, 3], plte, bytes([255] * 4 + [0])),
+        "palette8_newline_after_index.png": (8, palette, [0, 1, 2, 3], plte, bytes([255, 0, 10])),
+        "palette8_alpha_bytes.png": (8, palette, [0, 1, 2, 3], plte, bytes([255, 0, 128])),
+        "palette8_two_transparent.png": (8, palette, [0, 1, 2, 3], plte, bytes([0, 0])),
+        "palette2_index1.png": (2, palette, [0, 1, 2, 3], plte, bytes([255, 0])),
+        "palette1_index0.png": (1, palette, [0, 1, 0, 1], plte[:6], bytes([0])),
+    }
+    names = []
+    for file_name, (bit_depth, colour_type, samples, plte_, trns) in cases.items():
+        name = f"transparency/{file_name}"
+        write_png(out / name, 4, bit_depth, colour_type, samples, plte_, trns)
+        names.append(name)
+    return names
+
+
 def load_as(path, mode):
     """`load_image` of transformers, generalised to the one-channel mode."""
     if mode == "RGB":
@@ -461,11 +562,21 @@ def main():
     parser.add_argument("--out", type=pathlib.Path, default=root / "tests/fixtures/images")
     out = parser.parse_args().out
     (out / "configs").mkdir(parents=True, exist_ok=True)
+    # convert("RGB") of a palette image with one alpha byte per entry warns that it drops them,
+    # which is the behaviour the references record.
+    warnings.filterwarnings("ignore", message="Palette images with Transparency")
 
     images = make_images(out)
     orientation_images = make_orientation_images(out)
+    transparency_images = make_transparency_images(out)
     tensors = {}
-    for configs, mode in ((CONFIGS, "RGB"), (CLASS_DEFAULT_CONFIGS, "RGB"), (ONE_CHANNEL_CONFIGS, "L")):
+    all_configs = (
+        (CONFIGS, "RGB"),
+        (CLASS_DEFAULT_CONFIGS, "RGB"),
+        (TRANSPARENCY_CONFIGS, "RGB"),
+        (ONE_CHANNEL_CONFIGS, "L"),
+    )
+    for configs, mode in all_configs:
         for name, (config, applies_to) in configs.items():
             (out / "configs" / f"{name}.json").write_text(json.dumps(config, indent=2) + "\n")
             key_prefix = name if mode == "RGB" else f"{name}@1ch"
@@ -475,6 +586,8 @@ def main():
                 applies_to = images + ["astronaut_portrait.png"]
             elif applies_to == "orientation":
                 applies_to = orientation_images
+            elif applies_to == "transparency":
+                applies_to = transparency_images
             for file_name in applies_to:
                 image = load_as(out / file_name, mode)
                 tensors[f"{key_prefix}/{file_name}"] = pixel_values(name, config, image)

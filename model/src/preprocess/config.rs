@@ -294,7 +294,8 @@ impl PreprocessConfig {
     }
 
     /// Whether the processor converts images to RGB itself (`do_convert_rgb`, or its class's
-    /// default); see `ImageLoader` for what that changes for a file.
+    /// default). For a file, after `load_image`'s own conversion, this changes one thing: a
+    /// PNG whose tRNS chunk names a transparent colour has that colour turned white.
     pub fn do_convert_rgb(&self) -> bool {
         self.do_convert_rgb
     }

@@ -1,8 +1,10 @@
 //! Image preprocessing, reproducing what Hugging Face does to an image file before a ViT sees
 //! it: `transformers.image_utils.load_image` (EXIF orientation, then PIL's `convert("RGB")`)
 //! followed by the slow, PIL-based `ViTImageProcessor` (resize, rescale, normalise), or the
-//! processors of DeiT, CLIP and BiT (DINOv2), which resize to a fixed size or the shortest
-//! edge and then center-crop.
+//! processors of DeiT, BEiT, CLIP, BiT (DINOv2), SigLIP and ConvNeXT, which resize to a fixed
+//! size or the shortest edge and may then center-crop, each with its class's defaults
+//! ([`ProcessorClass`]); or timm's eval transform
+//! ([`PreprocessConfig::from_timm_pretrained_cfg`]), whose center crop rounds as torchvision's.
 //!
 //! The aim is the same numbers as HF, not merely a similar picture, so each step copies PIL's
 //! arithmetic:
@@ -11,7 +13,10 @@
 //!   4 levels on a quarter of the pixels of our photo fixtures. PNG and WebP go through the
 //!   `image` crate, which decodes them exactly as PIL does.
 //! - Colour conversion is PIL's: RGBA loses its alpha (no compositing), grey is replicated, and
-//!   the one-channel "L" mode uses PIL's fixed-point ITU-R 601-2 luma.
+//!   the one-channel "L" mode uses PIL's fixed-point ITU-R 601-2 luma. Where the processor's
+//!   `do_convert_rgb` is on (CLIP's, BiT's and SigLIP's default), a PNG whose tRNS chunk names
+//!   one transparent colour has that colour turned white, as HF's `convert_to_rgb` composites
+//!   it onto white.
 //! - Resizing is our own implementation of PIL's separable convolution in 8-bit fixed point
 //!   (summed in i32 as PIL does), which rounds and clips to u8 after the first pass and again
 //!   after the second, with Pillow 13's choice of which pass goes first.
@@ -162,8 +167,14 @@ impl ImageLoader {
         let cfg = &self.cfg;
         let channels = cfg.num_channels;
         let start = Instant::now();
-        let (height, width) =
-            decode::decode_into(bytes, name, channels, &self.limits, &mut self.decode)?;
+        let (height, width) = decode::decode_into(
+            bytes,
+            name,
+            channels,
+            cfg.do_convert_rgb,
+            &self.limits,
+            &mut self.decode,
+        )?;
         let decoded = Instant::now();
         let pixels = &self.decode.pixels[..height * width * channels];
         // HF's order: resize, then center crop (rescale and normalise come after, in floats).
