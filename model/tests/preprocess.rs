@@ -1,8 +1,9 @@
-//! Preprocessing against Hugging Face: every (config, image) pair in
+//! Preprocessing against Hugging Face and timm: every (config, image) pair in
 //! tests/fixtures/images/reference_pixel_values.safetensors (made by
-//! scripts/make_image_fixtures.py with the slow image processors of transformers, ViT's and,
-//! for the center-crop configurations, DeiT's, CLIP's and BiT's, and Pillow 13) is run through
-//! `preprocess_file` and compared value by value; then the errors.
+//! scripts/make_image_fixtures.py with the slow image processors of transformers, each config
+//! through the class its image_processor_type names (ViT's by default), with timm's eval
+//! transform for the timm_* configs, and Pillow 13) is run through `preprocess_file` and
+//! compared value by value; then the class defaults, the timm configs' reading, and the errors.
 
 use std::path::{Path, PathBuf};
 
@@ -42,7 +43,7 @@ fn compare_with_hf() -> Vec<Comparison> {
     let references = SafeTensors::deserialize(&bytes).expect("readable safetensors");
     let mut keys: Vec<String> = references.names().into_iter().map(String::from).collect();
     keys.sort();
-    assert!(keys.len() >= 80, "only {} references", keys.len());
+    assert!(keys.len() >= 119, "only {} references", keys.len());
 
     keys.into_iter()
         .map(|key| {
