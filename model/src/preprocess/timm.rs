@@ -30,6 +30,12 @@ impl PreprocessConfig {
     /// "center"), reproducing timm's eval transform for the "center" and "squash" crop modes.
     /// "border" mode, a non-square `input_size` in "center" mode (timm's `ResizeKeepRatio`) and
     /// interpolations PIL does not have are errors.
+    ///
+    /// `test_input_size` and `test_crop_pct` are not read, as neither timm's
+    /// `resolve_data_config` nor transformers' `TimmWrapperImageProcessor` reads them by default.
+    /// The model's channel count is `input_size[0]` ([`num_channels`](Self::num_channels)); files
+    /// are loaded as for HF's pipeline (EXIF orientation, then RGB, or L for one channel), and
+    /// `do_convert_rgb` is off, as timm's transform has no such step.
     pub fn from_timm_pretrained_cfg(pretrained_cfg: &Value) -> Result<Self, PreprocessError> {
         let invalid = |reason: String| PreprocessError::InvalidConfig {
             origin: "(timm pretrained_cfg)".into(),
