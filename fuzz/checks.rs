@@ -85,21 +85,31 @@ pub fn check_vit_config(data: &[u8]) {
 /// A small image every accepted preprocessor config is run on, when its output is small.
 const PROBE_IMAGE: &[u8] = include_bytes!("../tests/fixtures/images/orientation/exif_3.png");
 
-/// The bytes as `preprocessor_config.json` text, for RGB and for one-channel models; on
-/// success, the config is applied to a small image when its output is small (the size may
-/// legitimately be up to 16384 on a side, too slow to run for every input).
+/// The bytes as `preprocessor_config.json` text, for RGB and for one-channel models, and as a
+/// timm `pretrained_cfg` (the whole JSON value, and its `pretrained_cfg` key as in a timm
+/// config.json); on success, the config is applied to a small image when its output is small
+/// (the size may legitimately be up to 16384 on a side, too slow to run for every input).
 pub fn check_preprocessor_config(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    for channels in [3, 1] {
-        let Ok(config) = PreprocessConfig::from_json_str_for_channels(text, channels) else {
-            continue;
-        };
+    let run = |config: PreprocessConfig| {
         let _ = normalization_table(&config);
         let (height, width) = config.output_size();
         if height * width <= 64 * 64 {
             let _ = preprocess_bytes(PROBE_IMAGE, &config);
+        }
+    };
+    for channels in [3, 1] {
+        if let Ok(config) = PreprocessConfig::from_json_str_for_channels(text, channels) {
+            run(config);
+        }
+    }
+    if let Ok(value) = serde_json::from_str::<serde_json::Value>(text) {
+        for cfg in [&value, &value["pretrained_cfg"]] {
+            if let Ok(config) = PreprocessConfig::from_timm_pretrained_cfg(cfg) {
+                run(config);
+            }
         }
     }
 }
@@ -107,7 +117,8 @@ pub fn check_preprocessor_config(data: &[u8]) {
 /// Configs the image target decodes with, chosen by the input's length so that the corpus
 /// holds plain image files: several filters, output sizes and channel counts.
 const IMAGE_CONFIGS: [(&str, usize); 4] = [
-    (r#"{"size": 8}"#, 3),
+    // do_convert_rgb reads a PNG's tRNS chunk.
+    (r#"{"size": 8, "do_convert_rgb": true}"#, 3),
     (r#"{"size": {"height": 5, "width": 9}, "resample": 3}"#, 3),
     (r#"{"size": 7, "resample": 0, "do_normalize": false}"#, 1),
     (

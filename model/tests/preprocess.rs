@@ -1,19 +1,22 @@
-//! Preprocessing against Hugging Face: every (config, image) pair in
+//! Preprocessing against Hugging Face and timm: every (config, image) pair in
 //! tests/fixtures/images/reference_pixel_values.safetensors (made by
-//! scripts/make_image_fixtures.py with the slow image processors of transformers, ViT's and,
-//! for the center-crop configurations, DeiT's, CLIP's and BiT's, and Pillow 13) is run through
-//! `preprocess_file` and compared value by value; then the errors.
+//! scripts/make_image_fixtures.py with the slow image processors of transformers, each config
+//! through the class its image_processor_type names (ViT's by default), with timm's eval
+//! transform for the timm_* configs, and Pillow 13) is run through `preprocess_file` and
+//! compared value by value; then the class defaults, the timm configs' reading, and the errors.
 
 use std::path::{Path, PathBuf};
 
 use safetensors::SafeTensors;
 use vitrt_model::preprocess::{
-    preprocess_bytes, preprocess_file, PreprocessConfig, PreprocessError, Resample, ResizeTarget,
+    preprocess_bytes, preprocess_file, CenterCropRounding, PreprocessConfig, PreprocessError,
+    Resample, ResizeTarget,
 };
 
-/// Largest |ours - HF| allowed, in normalised units. Measured: 0 on every pair (decoding,
-/// colour conversion, resizing and the f32 arithmetic all reproduce PIL and numpy exactly), so
-/// any difference at all is a regression. One uint8 level would be about 0.008 with the
+/// Largest |ours - reference| allowed, in normalised units. Measured: 0 on every pair
+/// (decoding, colour conversion, resizing, cropping and the f32 arithmetic all reproduce PIL,
+/// numpy and, for timm's transform, torchvision and torch exactly), so any difference at all is
+/// a regression. One uint8 level would be about 0.008 with the
 /// default mean/std of 0.5, and 0.017 with ImageNet's.
 const MAX_ABS_DIFF: f32 = 0.0;
 
@@ -26,6 +29,14 @@ struct Comparison {
     max_abs_diff: f32,
 }
 
+/// The preprocessing of a timm checkpoint whose config.json is at `path`, from its
+/// `pretrained_cfg`.
+fn timm_config(path: &Path) -> Result<PreprocessConfig, PreprocessError> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let config_json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    PreprocessConfig::from_timm_pretrained_cfg(&config_json["pretrained_cfg"])
+}
+
 fn compare_with_hf() -> Vec<Comparison> {
     let dir = fixtures();
     let bytes = std::fs::read(dir.join("reference_pixel_values.safetensors"))
@@ -33,7 +44,7 @@ fn compare_with_hf() -> Vec<Comparison> {
     let references = SafeTensors::deserialize(&bytes).expect("readable safetensors");
     let mut keys: Vec<String> = references.names().into_iter().map(String::from).collect();
     keys.sort();
-    assert!(keys.len() >= 30, "only {} references", keys.len());
+    assert!(keys.len() >= 119, "only {} references", keys.len());
 
     keys.into_iter()
         .map(|key| {
@@ -43,8 +54,12 @@ fn compare_with_hf() -> Vec<Comparison> {
                 None => (config_name, 3),
             };
             let config_path = dir.join("configs").join(format!("{config_name}.json"));
-            let config = PreprocessConfig::from_json_file_for_channels(&config_path, channels)
-                .unwrap_or_else(|e| panic!("{key}: {e}"));
+            let config = if config_name.starts_with("timm_") {
+                timm_config(&config_path)
+            } else {
+                PreprocessConfig::from_json_file_for_channels(&config_path, channels)
+            }
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
 
             let reference = references.tensor(&key).unwrap();
             assert_eq!(reference.dtype(), safetensors::Dtype::F32, "{key}");
@@ -207,7 +222,7 @@ fn bad_config_values_are_errors() {
             "size shortest_edge must be a positive integer",
         ),
         (
-            r#"{"image_processor_type": "CLIPImageProcessor", "size": 224}"#,
+            r#"{"image_processor_type": "CLIPImageProcessor", "size": 224, "do_center_crop": false}"#,
             "without do_center_crop",
         ),
         (r#"{"size": 100000}"#, "between 1 and"),
@@ -444,4 +459,401 @@ fn output_is_channel_major_and_sized_by_the_config() {
     assert!(values[..15].iter().all(|&v| v == 200.0));
     assert!(values[15..30].iter().all(|&v| v == 10.0));
     assert!(values[30..].iter().all(|&v| v == 0.0));
+}
+
+/// CLIP's mean and std as transformers has them (Python floats), rounded to f32 as numpy does.
+const CLIP_MEAN_F64: [f64; 3] = [0.48145466, 0.4578275, 0.40821073];
+const CLIP_STD_F64: [f64; 3] = [0.26862954, 0.26130258, 0.27577711];
+const CLIP_MEAN: [f32; 3] = [
+    CLIP_MEAN_F64[0] as f32,
+    CLIP_MEAN_F64[1] as f32,
+    CLIP_MEAN_F64[2] as f32,
+];
+const CLIP_STD: [f32; 3] = [
+    CLIP_STD_F64[0] as f32,
+    CLIP_STD_F64[1] as f32,
+    CLIP_STD_F64[2] as f32,
+];
+const HALF: [f32; 3] = [0.5; 3];
+const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
+
+/// What a config is expected to resolve to.
+struct Expected {
+    size: ResizeTarget,
+    crop: Option<(usize, usize)>,
+    resample: Resample,
+    mean: [f32; 3],
+    std: [f32; 3],
+    do_convert_rgb: bool,
+}
+
+fn assert_resolves_to(config: &PreprocessConfig, expected: &Expected, what: &str) {
+    assert_eq!(config.resize_target(), expected.size, "{what}");
+    assert_eq!(config.crop_size(), expected.crop, "{what}");
+    assert_eq!(config.resample(), expected.resample, "{what}");
+    assert_eq!(config.rescale_factor(), Some(1.0 / 255.0), "{what}");
+    assert_eq!(
+        config.normalization(),
+        Some((&expected.mean[..], &expected.std[..])),
+        "{what}"
+    );
+    assert_eq!(config.do_convert_rgb(), expected.do_convert_rgb, "{what}");
+}
+
+#[test]
+fn a_config_with_only_image_processor_type_takes_the_class_defaults() {
+    // The class attributes of transformers 5.24's image processors (PIL and torchvision
+    // backends alike), written out here rather than taken from vitrt's table.
+    let square = |side| ResizeTarget::Fixed {
+        height: side,
+        width: side,
+    };
+    let clip_like = Expected {
+        size: ResizeTarget::ShortestEdge(224),
+        crop: Some((224, 224)),
+        resample: Resample::Bicubic,
+        mean: CLIP_MEAN,
+        std: CLIP_STD,
+        do_convert_rgb: true,
+    };
+    let cases = [
+        (
+            "ViT",
+            Expected {
+                size: square(224),
+                crop: None,
+                resample: Resample::Bilinear,
+                mean: HALF,
+                std: HALF,
+                do_convert_rgb: false,
+            },
+        ),
+        (
+            "DeiT",
+            Expected {
+                size: square(256),
+                crop: Some((224, 224)),
+                resample: Resample::Bicubic,
+                mean: HALF,
+                std: HALF,
+                do_convert_rgb: false,
+            },
+        ),
+        (
+            "Beit",
+            Expected {
+                size: square(224),
+                crop: None,
+                resample: Resample::Bicubic,
+                mean: HALF,
+                std: HALF,
+                do_convert_rgb: false,
+            },
+        ),
+        ("CLIP", clip_like),
+        ("ChineseCLIP", clip_like_again()),
+        ("Bit", clip_like_again()),
+        (
+            "Siglip",
+            Expected {
+                size: square(224),
+                crop: None,
+                resample: Resample::Bicubic,
+                mean: HALF,
+                std: HALF,
+                do_convert_rgb: true,
+            },
+        ),
+        // ConvNeXT's default size, 384, is at or above the size from which it warps to a
+        // square instead of cropping by crop_pct.
+        (
+            "ConvNext",
+            Expected {
+                size: square(384),
+                crop: None,
+                resample: Resample::Bicubic,
+                mean: HALF,
+                std: HALF,
+                do_convert_rgb: false,
+            },
+        ),
+    ];
+    for (family, expected) in &cases {
+        for suffix in ["ImageProcessor", "ImageProcessorFast", "ImageProcessorPil"] {
+            let name = format!("{family}{suffix}");
+            let json = format!(r#"{{"image_processor_type": "{name}"}}"#);
+            let config = PreprocessConfig::from_json_str(&json).unwrap_or_else(|e| panic!("{e}"));
+            assert_resolves_to(&config, expected, &name);
+        }
+        // transformers 4's name for the same class.
+        let json = format!(r#"{{"feature_extractor_type": "{family}FeatureExtractor"}}"#);
+        let config = PreprocessConfig::from_json_str(&json).unwrap();
+        assert_resolves_to(&config, expected, &json);
+    }
+    // A ViT config that names its class is the empty config.
+    let dir = fixtures().join("configs");
+    assert_eq!(
+        PreprocessConfig::from_json_file(&dir.join("vit_type_only.json")).unwrap(),
+        PreprocessConfig::from_json_file(&dir.join("vit_default.json")).unwrap()
+    );
+    // A field the config gives wins over the class's default; the others stay the class's.
+    let clip = PreprocessConfig::from_json_str(
+        r#"{"image_processor_type": "CLIPImageProcessor", "resample": 2, "do_convert_rgb": false}"#,
+    )
+    .unwrap();
+    assert_eq!(clip.resample(), Resample::Bilinear);
+    assert!(!clip.do_convert_rgb());
+    assert_eq!(clip.crop_size(), Some((224, 224)));
+    assert_eq!(clip.normalization().unwrap().0, &CLIP_MEAN);
+}
+
+fn clip_like_again() -> Expected {
+    Expected {
+        size: ResizeTarget::ShortestEdge(224),
+        crop: Some((224, 224)),
+        resample: Resample::Bicubic,
+        mean: CLIP_MEAN,
+        std: CLIP_STD,
+        do_convert_rgb: true,
+    }
+}
+
+#[test]
+fn hub_configs_of_each_class_parse() {
+    // openai/clip-vit-base-patch16's.
+    let clip = PreprocessConfig::from_json_str(
+        r#"{"crop_size": 224, "do_center_crop": true, "do_normalize": true, "do_resize": true,
+            "feature_extractor_type": "CLIPFeatureExtractor",
+            "image_mean": [0.48145466, 0.4578275, 0.40821073],
+            "image_std": [0.26862954, 0.26130258, 0.27577711], "resample": 3, "size": 224}"#,
+    )
+    .unwrap();
+    assert_resolves_to(&clip, &clip_like_again(), "CLIP ViT-B/16");
+    // facebook/dinov2-base's.
+    let dinov2 = PreprocessConfig::from_json_str(
+        r#"{"crop_size": {"height": 224, "width": 224}, "do_center_crop": true,
+            "do_convert_rgb": true, "do_normalize": true, "do_rescale": true, "do_resize": true,
+            "image_mean": [0.485, 0.456, 0.406], "image_processor_type": "BitImageProcessor",
+            "image_std": [0.229, 0.224, 0.225], "resample": 3,
+            "rescale_factor": 0.00392156862745098, "size": {"shortest_edge": 256}}"#,
+    )
+    .unwrap();
+    let expected = Expected {
+        size: ResizeTarget::ShortestEdge(256),
+        mean: IMAGENET_MEAN,
+        std: IMAGENET_STD,
+        ..clip_like_again()
+    };
+    assert_resolves_to(&dinov2, &expected, "DINOv2");
+    // google/siglip-base-patch16-224's.
+    let siglip = PreprocessConfig::from_json_str(
+        r#"{"do_normalize": true, "do_rescale": true, "do_resize": true,
+            "image_mean": [0.5, 0.5, 0.5], "image_processor_type": "SiglipImageProcessor",
+            "image_std": [0.5, 0.5, 0.5], "processor_class": "SiglipProcessor", "resample": 3,
+            "rescale_factor": 0.00392156862745098, "size": {"height": 224, "width": 224}}"#,
+    )
+    .unwrap();
+    assert_eq!(siglip.output_size(), (224, 224));
+    assert_eq!(siglip.crop_size(), None);
+    assert!(siglip.do_convert_rgb());
+    // facebook/convnext-tiny-224's: crop_pct 0.875 below 384 resizes the shortest edge to
+    // int(224 / 0.875) = 256 and crops 224.
+    let convnext = PreprocessConfig::from_json_str(
+        r#"{"crop_pct": 0.875, "do_normalize": true, "do_resize": true,
+            "feature_extractor_type": "ConvNextFeatureExtractor",
+            "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225],
+            "resample": 3, "size": 224}"#,
+    )
+    .unwrap();
+    assert_eq!(convnext.resize_target(), ResizeTarget::ShortestEdge(256));
+    assert_eq!(convnext.crop_size(), Some((224, 224)));
+}
+
+#[test]
+fn unknown_and_unsupported_processor_classes() {
+    // An unknown class keeps ViT's defaults, as vitrt always did.
+    let unknown =
+        PreprocessConfig::from_json_str(r#"{"image_processor_type": "MyOwnImageProcessor"}"#)
+            .unwrap();
+    assert_eq!(unknown, PreprocessConfig::hf_default(224, 3));
+    let cases = [
+        (
+            r#"{"image_processor_type": "DetrImageProcessor"}"#,
+            "object detection",
+        ),
+        (
+            r#"{"image_processor_type": "SegformerImageProcessorFast"}"#,
+            "segmentation",
+        ),
+        (
+            r#"{"image_processor_type": "Siglip2ImageProcessor"}"#,
+            "NaFlex",
+        ),
+        (
+            r#"{"image_processor_type": "Qwen2VLImageProcessor"}"#,
+            "vision-language",
+        ),
+        (
+            r#"{"feature_extractor_type": "LayoutLMv3FeatureExtractor"}"#,
+            "OCR",
+        ),
+        (
+            r#"{"image_processor_type": "PoolFormerImageProcessor"}"#,
+            "crop_pct",
+        ),
+        (
+            r#"{"image_processor_type": "TimmWrapperImageProcessor"}"#,
+            "from_timm_pretrained_cfg",
+        ),
+        (r#"{"image_processor_type": 3}"#, "must be a string"),
+        (
+            r#"{"image_processor_type": "ViTImageProcessor", "do_center_crop": true}"#,
+            "ViTImageProcessor has no default crop size",
+        ),
+        (
+            r#"{"image_processor_type": "ConvNextImageProcessor", "do_center_crop": true, "crop_size": 200}"#,
+            "crops twice",
+        ),
+        (
+            r#"{"image_processor_type": "ConvNextImageProcessor", "size": {"height": 224, "width": 224}}"#,
+            "shortest_edge",
+        ),
+        (
+            r#"{"image_processor_type": "ConvNextImageProcessor", "size": 224, "crop_pct": 0}"#,
+            "crop_pct must be a positive number",
+        ),
+    ];
+    for (json, expected) in cases {
+        let message = PreprocessConfig::from_json_str(json)
+            .expect_err(json)
+            .to_string();
+        assert!(message.contains(expected), "{json}: {message}");
+    }
+    // A one-channel model takes a class's default mean and std only where its three values are
+    // one value.
+    let deit = PreprocessConfig::from_json_str_for_channels(
+        r#"{"image_processor_type": "DeiTImageProcessor"}"#,
+        1,
+    )
+    .unwrap();
+    assert_eq!(deit.normalization(), Some((&[0.5f32][..], &[0.5f32][..])));
+    let error = PreprocessConfig::from_json_str_for_channels(
+        r#"{"image_processor_type": "CLIPImageProcessor"}"#,
+        1,
+    )
+    .unwrap_err();
+    assert!(
+        error.to_string().contains("image_mean has 3 values"),
+        "{error}"
+    );
+}
+
+fn timm(json: &str) -> Result<PreprocessConfig, PreprocessError> {
+    PreprocessConfig::from_timm_pretrained_cfg(&serde_json::from_str(json).unwrap())
+}
+
+#[test]
+fn timm_pretrained_cfgs_resolve_as_timm_does() {
+    // Nothing given: timm's defaults, 224 at crop_pct 0.875 (Resize(256)), bicubic, ImageNet's
+    // mean and std.
+    let defaults = timm("{}").unwrap();
+    let expected = Expected {
+        size: ResizeTarget::ShortestEdge(256),
+        crop: Some((224, 224)),
+        resample: Resample::Bicubic,
+        mean: IMAGENET_MEAN,
+        std: IMAGENET_STD,
+        do_convert_rgb: false,
+    };
+    assert_resolves_to(&defaults, &expected, "{}");
+    assert_eq!(defaults.crop_rounding(), CenterCropRounding::Torchvision);
+    assert_eq!(defaults.num_channels(), 3);
+    // Falsy values are the defaults too, as resolve_data_config reads them.
+    assert_eq!(
+        timm(r#"{"crop_pct": null, "crop_mode": "", "interpolation": "", "mean": null}"#).unwrap(),
+        defaults
+    );
+    // vit_base_patch16_224.augreg2_in21k_ft_in1k's: floor(224 / 0.9) = 248.
+    let augreg2 = timm(
+        r#"{"tag": "augreg2_in21k_ft_in1k", "custom_load": false, "input_size": [3, 224, 224],
+            "fixed_input_size": true, "interpolation": "bicubic", "crop_pct": 0.9,
+            "crop_mode": "center", "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5],
+            "num_classes": 1000, "pool_size": null, "first_conv": "patch_embed.proj",
+            "classifier": "head"}"#,
+    )
+    .unwrap();
+    let expected = Expected {
+        size: ResizeTarget::ShortestEdge(248),
+        mean: HALF,
+        std: HALF,
+        ..expected
+    };
+    assert_resolves_to(&augreg2, &expected, "augreg2");
+    // Squash: both sides to floor(side / crop_pct), then the crop.
+    let squash = timm(
+        r#"{"input_size": [3, 384, 384], "interpolation": "bilinear", "crop_pct": 1.0,
+            "crop_mode": "squash"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        squash.resize_target(),
+        ResizeTarget::Fixed {
+            height: 384,
+            width: 384
+        }
+    );
+    assert_eq!(squash.output_size(), (384, 384));
+    assert_eq!(squash.resample(), Resample::Bilinear);
+    // One mean or std value stands for every channel; input_size sets the channels.
+    let grey = timm(r#"{"input_size": [1, 32, 32], "mean": [0.4], "std": [0.2]}"#).unwrap();
+    assert_eq!(grey.num_channels(), 1);
+    assert_eq!(grey.normalization(), Some((&[0.4f32][..], &[0.2f32][..])));
+    let one_value = timm(r#"{"mean": [0.4], "std": [0.2]}"#).unwrap();
+    assert_eq!(one_value.normalization().unwrap().0, &[0.4f32; 3]);
+}
+
+#[test]
+fn timm_pretrained_cfgs_vitrt_cannot_reproduce_are_errors() {
+    let cases = [
+        (r#"{"crop_mode": "border"}"#, "\"border\""),
+        (r#"{"crop_mode": "middle"}"#, "not one of timm's"),
+        (r#"{"crop_mode": 1}"#, "crop_mode must be a string"),
+        (
+            r#"{"input_size": [3, 224, 256], "crop_pct": 0.9}"#,
+            "ResizeKeepRatio",
+        ),
+        (r#"{"interpolation": "random"}"#, "interpolation \"random\""),
+        (r#"{"interpolation": 3}"#, "interpolation must be a string"),
+        (
+            r#"{"input_size": [224, 224]}"#,
+            "input_size must be [channels",
+        ),
+        (r#"{"input_size": [3, -1, 224]}"#, "input_size [1] (height)"),
+        (
+            r#"{"input_size": [4, 224, 224]}"#,
+            "default has 3 values, but input_size has 4",
+        ),
+        (r#"{"input_size": [1, 224, 224]}"#, "mean is missing"),
+        (r#"{"mean": [0.5, 0.5]}"#, "mean has 2 values"),
+        (r#"{"std": "0.5"}"#, "std must be a list"),
+        (r#"{"std": [0.5, 0, 0.5]}"#, "must not be 0"),
+        (
+            r#"{"crop_pct": -0.9}"#,
+            "crop_pct must be a positive number",
+        ),
+        (r#"{"crop_pct": 1e-12}"#, "makes a resize of"),
+        (r#"{"input_size": [3, 100000, 100000]}"#, "between 1 and"),
+        (r#"[1, 2]"#, "must be a JSON object"),
+    ];
+    for (json, expected) in cases {
+        match timm(json) {
+            Err(e @ PreprocessError::InvalidConfig { .. }) => {
+                let message = e.to_string();
+                assert!(message.contains(expected), "{json}: {message}");
+                assert!(message.contains("timm pretrained_cfg"), "{json}: {message}");
+            }
+            other => panic!("{json}: expected an InvalidConfig error, got {other:?}"),
+        }
+    }
 }

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
+use super::classes::ProcessorClass;
 use super::error::{PreprocessError, MAX_OUTPUT_SIDE};
 
 /// PIL's resampling filters, by the ids that `resample` uses in preprocessor_config.json.
@@ -169,6 +170,45 @@ pub struct PreprocessConfig {
     pub(super) image_mean: Vec<f32>,
     pub(super) image_std: Vec<f32>,
     pub(super) num_channels: usize,
+    /// Where the center crop's window goes when the margin is odd or the crop is larger.
+    pub(super) crop_rounding: CenterCropRounding,
+    /// Whether the processor's `convert_to_rgb` runs (`do_convert_rgb`, or its class default).
+    pub(super) do_convert_rgb: bool,
+}
+
+/// How a center crop places its window: HF's image processors and torchvision's `CenterCrop`
+/// (which timm's eval transform uses) round differently when the margin is odd, and pad a crop
+/// larger than the image on different sides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CenterCropRounding {
+    /// HF's `center_crop`: the window starts `(side - crop) // 2` in (floor division), so a
+    /// crop larger than the image has `ceil(missing / 2)` zeros before it.
+    Hf,
+    /// torchvision's `center_crop`: the window starts `int(round((side - crop) / 2.0))` in
+    /// (Python's round, half to even: a margin of 1 starts at 0, 3 at 2, 5 at 2), and a crop
+    /// larger than the image has `floor(missing / 2)` zeros before it.
+    Torchvision,
+}
+
+impl CenterCropRounding {
+    /// Where a window of `crop` pixels starts along a side of `side` pixels, in the side's
+    /// coordinates (negative when the crop is larger and zeros come first).
+    pub fn window_start(self, side: usize, crop: usize) -> i64 {
+        let margin = side as i64 - crop as i64;
+        match self {
+            Self::Hf => margin.div_euclid(2),
+            Self::Torchvision if margin < 0 => -((-margin) / 2),
+            Self::Torchvision => {
+                let half = margin / 2;
+                // margin / 2.0 is half + 0.5 when odd: round half to even.
+                if margin % 2 == 1 && half % 2 == 1 {
+                    half + 1
+                } else {
+                    half
+                }
+            }
+        }
+    }
 }
 
 impl PreprocessConfig {
@@ -224,6 +264,8 @@ impl PreprocessConfig {
             image_mean: vec![0.5; num_channels],
             image_std: vec![0.5; num_channels],
             num_channels,
+            crop_rounding: CenterCropRounding::Hf,
+            do_convert_rgb: false,
         }
     }
 
@@ -246,6 +288,18 @@ impl PreprocessConfig {
     /// (height, width) of `do_center_crop`'s crop, when it is on.
     pub fn crop_size(&self) -> Option<(usize, usize)> {
         self.crop_size
+    }
+
+    /// Where the center crop's window goes: HF's rounding, or torchvision's for timm's transform.
+    pub fn crop_rounding(&self) -> CenterCropRounding {
+        self.crop_rounding
+    }
+
+    /// Whether the processor converts images to RGB itself (`do_convert_rgb`, or its class's
+    /// default). For a file, after `load_image`'s own conversion, this changes one thing: a
+    /// PNG whose tRNS chunk names a transparent colour has that colour turned white.
+    pub fn do_convert_rgb(&self) -> bool {
+        self.do_convert_rgb
     }
 
     pub fn num_channels(&self) -> usize {
@@ -296,59 +350,132 @@ impl PreprocessConfig {
             Some(other) => Err(format!("{key} must be true or false, not {other}")),
         };
 
-        self.do_resize = flag("do_resize", true)?;
-        // Processors whose `default_to_square` is false in transformers (CLIP's, BiT's and
-        // Chinese-CLIP's) read an integer `size` as the shortest edge, not as a square.
-        let processor = ["image_processor_type", "feature_extractor_type"]
+        // A field left out takes the default of the class `image_processor_type` names (its
+        // 4.x name, `feature_extractor_type`, where only that is given); an unknown class
+        // takes ViT's, as vitrt always did.
+        let type_name = ["image_processor_type", "feature_extractor_type"]
             .iter()
-            .find_map(|key| field(key).and_then(Value::as_str))
-            .unwrap_or("");
-        let int_is_shortest_edge = SHORTEST_EDGE_PROCESSORS.contains(
-            &processor
-                .trim_end_matches("Fast")
-                .trim_end_matches("Pil")
-                .trim_end_matches("ImageProcessor")
-                .trim_end_matches("FeatureExtractor"),
+            .find_map(|key| field(key))
+            .map(|v| {
+                v.as_str()
+                    .ok_or_else(|| format!("image_processor_type must be a string, not {v}"))
+            })
+            .transpose()?;
+        let class = match type_name {
+            Some(name) => ProcessorClass::from_type_name(name)?,
+            None => None,
+        };
+        let defaults = class.unwrap_or(ProcessorClass::Vit).defaults();
+        let channel_default = |values: [f64; 3]| {
+            // A one-channel model gets one value where the class's three are equal (HF's
+            // own defaults are three and do not serve one channel at all).
+            let values = values.map(|v| v as f32);
+            if self.num_channels == 1 && values.iter().all(|&v| v == values[0]) {
+                vec![values[0]]
+            } else {
+                values.to_vec()
+            }
+        };
+        let (default_mean, default_std) = (
+            channel_default(defaults.image_mean),
+            channel_default(defaults.image_std),
         );
-        if let Some(size) = field("size") {
-            self.size = parse_size(size, int_is_shortest_edge)?;
-        }
+
+        self.do_resize = flag("do_resize", true)?;
+        self.size = match field("size") {
+            Some(size) => parse_size(size, defaults.int_size_is_shortest_edge)?,
+            None => defaults.size,
+        };
         // crop_size matters only when do_center_crop is on, as in HF's processors.
-        if flag("do_center_crop", false)? {
-            let crop = field("crop_size").ok_or_else(|| {
-                "do_center_crop is true but crop_size is missing (vitrt does not assume a \
-                 processor class's default): give it as an integer or {\"height\", \"width\"}"
-                    .to_string()
-            })?;
-            self.crop_size = Some(parse_crop_size(crop)?);
+        self.crop_size = None;
+        let do_center_crop = flag("do_center_crop", defaults.do_center_crop)?;
+        if do_center_crop {
+            self.crop_size = Some(match field("crop_size") {
+                Some(crop) => parse_crop_size(crop)?,
+                None => defaults.crop_size.ok_or_else(|| {
+                    format!(
+                        "do_center_crop is true but crop_size is missing, and {} has no \
+                         default crop size: give it as an integer or {{\"height\", \"width\"}}",
+                        class.unwrap_or(ProcessorClass::Vit).name()
+                    )
+                })?,
+            });
         }
-        if let Some(resample) = field("resample") {
-            let id = resample
-                .as_i64()
-                .ok_or_else(|| format!("resample must be an integer filter id, not {resample}"))?;
-            self.resample = Resample::from_pil_id(id)?;
-        }
+        self.resample = match field("resample") {
+            Some(resample) => Resample::from_pil_id(resample.as_i64().ok_or_else(|| {
+                format!("resample must be an integer filter id, not {resample}")
+            })?)?,
+            None => defaults.resample,
+        };
         self.do_rescale = flag("do_rescale", true)?;
-        if let Some(factor) = field("rescale_factor") {
-            self.rescale_factor = factor
+        self.rescale_factor = match field("rescale_factor") {
+            Some(factor) => factor
                 .as_f64()
-                .ok_or_else(|| format!("rescale_factor must be a number, not {factor}"))?;
-        }
+                .ok_or_else(|| format!("rescale_factor must be a number, not {factor}"))?,
+            None => defaults.rescale_factor,
+        };
         self.do_normalize = flag("do_normalize", true)?;
-        if let Some(mean) = field("image_mean") {
-            self.image_mean = parse_channel_values("image_mean", mean, self.num_channels)?;
+        self.image_mean = match field("image_mean") {
+            Some(mean) => parse_channel_values("image_mean", mean, self.num_channels)?,
+            None => default_mean,
+        };
+        self.image_std = match field("image_std") {
+            Some(std) => parse_channel_values("image_std", std, self.num_channels)?,
+            None => default_std,
+        };
+        self.do_convert_rgb = flag("do_convert_rgb", defaults.do_convert_rgb)?;
+        if let Some(default_crop_pct) = defaults.crop_pct {
+            let crop_pct = match field("crop_pct") {
+                Some(v) => v
+                    .as_f64()
+                    .filter(|p| p.is_finite() && *p > 0.0)
+                    .ok_or_else(|| format!("crop_pct must be a positive number, not {v}"))?,
+                None => default_crop_pct,
+            };
+            self.apply_convnext_crop_pct(crop_pct, do_center_crop)?;
         }
-        if let Some(std) = field("image_std") {
-            self.image_std = parse_channel_values("image_std", std, self.num_channels)?;
-        }
-        // Files are always converted the way HF's load_image converts them (to RGB, or to L
-        // for one-channel models) before the processor runs, so do_convert_rgb changes nothing;
-        // it is still checked, so that a malformed config is not silently accepted.
-        flag("do_convert_rgb", true)?;
         // A step other image processors share with ViT's in transformers 5, which vitrt does
         // not perform: refuse rather than skip it.
         if flag("do_pad", false)? {
             return Err("do_pad is true, which vitrt's preprocessing does not do".into());
+        }
+        Ok(())
+    }
+
+    /// ConvNeXT's resize, which reads `crop_pct`: below a `size` of 384 it resizes the shortest
+    /// edge to `int(size / crop_pct)` and crops the middle `size x size` (HF's crop); from 384
+    /// on it resizes to `size x size`. Its own `do_center_crop` would crop again after that,
+    /// which vitrt's single crop does not do.
+    fn apply_convnext_crop_pct(
+        &mut self,
+        crop_pct: f64,
+        do_center_crop: bool,
+    ) -> Result<(), String> {
+        let ResizeTarget::ShortestEdge(edge) = self.size else {
+            return Err(
+                "ConvNextImageProcessor needs size as {\"shortest_edge\"} or an integer".into(),
+            );
+        };
+        if do_center_crop {
+            return Err(
+                "do_center_crop with ConvNextImageProcessor crops twice (its resize already \
+                 crops), which vitrt does not do"
+                    .into(),
+            );
+        }
+        if !self.do_resize {
+            return Ok(());
+        }
+        if edge < 384 {
+            // Python's int() of a float division truncates toward zero.
+            let resized_edge = (edge as f64 / crop_pct) as usize;
+            self.size = ResizeTarget::ShortestEdge(resized_edge);
+            self.crop_size = Some((edge, edge));
+        } else {
+            self.size = ResizeTarget::Fixed {
+                height: edge,
+                width: edge,
+            };
         }
         Ok(())
     }
@@ -414,13 +541,8 @@ impl PreprocessConfig {
     }
 }
 
-/// Processor classes (without their "ImageProcessor"/"FeatureExtractor" and "Pil"/"Fast"
-/// suffixes) whose `default_to_square` is false in transformers 5: an integer `size` is the
-/// shortest edge for them.
-const SHORTEST_EDGE_PROCESSORS: [&str; 3] = ["CLIP", "Bit", "ChineseCLIP"];
-
 /// `size` as HF's image processors read it: an int (a square, or the shortest edge for the
-/// processors in [`SHORTEST_EDGE_PROCESSORS`]), [height, width], {"height", "width"} or
+/// classes whose `default_to_square` is false), [height, width], {"height", "width"} or
 /// {"shortest_edge"}. The other aspect-preserving forms ({"shortest_edge", "longest_edge"},
 /// {"max_height", "max_width"}) give an image-dependent size even after a crop of the
 /// shortest edge's kind, and are refused.

@@ -20,10 +20,17 @@ pub(super) struct DecodeBuffers {
 
 /// Decodes `bytes` into `buffers.pixels` as upright HWC 8-bit RGB (`channels` 3) or L (1).
 /// Returns (height, width); the pixels are the first height * width * channels bytes.
+///
+/// `convert_rgb` is the processor's `do_convert_rgb`, which HF applies after `load_image`:
+/// its `convert_to_rgb` composites an image that still carries a `transparency` colour onto
+/// white. After `load_image`'s `convert("RGB")` only a PNG whose tRNS chunk names a single
+/// colour carries one (see [`png_transparent_colour`]), so for RGB output the pixels of that
+/// colour become white; alpha channels are already gone, as `load_image` dropped them.
 pub(super) fn decode_into(
     bytes: &[u8],
     name: &str,
     channels: usize,
+    convert_rgb: bool,
     limits: &ImageLimits,
     buffers: &mut DecodeBuffers,
 ) -> Result<(usize, usize), PreprocessError> {
@@ -60,6 +67,11 @@ pub(super) fn decode_into(
             scratch(&mut buffers.pixels, len),
             channels,
         );
+    }
+    if convert_rgb && channels == 3 && format == ImageFormat::Png {
+        if let Some(colour) = png_transparent_colour(bytes) {
+            whiten_colour(&mut buffers.pixels[..height * width * 3], colour);
+        }
     }
     if raw.orientation == Orientation::NoTransforms {
         return Ok((height, width));
@@ -244,6 +256,84 @@ fn decode_with_image_crate(
         layout,
         orientation,
     })
+}
+
+/// The `transparency` colour Pillow gives a PNG, as its RGB conversion carries it: the tRNS
+/// chunk read as Pillow's PngImagePlugin reads it, then translated by `convert("RGB")`.
+/// - Palette: a tRNS of one 0 among 255s (Pillow's `_simple_palette` regex, whose `$` also
+///   lets a final newline byte through) names one transparent index, whose palette colour is
+///   the transparent colour (black past the end of the palette); any other tRNS is a byte
+///   string, which `convert("RGB")` drops.
+/// - Grey: the raw 16-bit value t (1-bit images: 255 if t else 0), as (t, t, t) with t clipped
+///   to 255 by `putpixel`; it is compared with the 8-bit samples, so for 2- and 4-bit images,
+///   which Pillow scales to 0-255, it rarely matches, as in Pillow.
+/// - RGB: the three raw 16-bit values, compared with the 8-bit samples (the high bytes of a
+///   16-bit image), so a value above 255 matches nothing.
+///
+/// Values are u16 so that such a value stays unmatched. None when the file has no usable tRNS
+/// chunk before its image data. Pillow refuses a truncated tRNS chunk outright; here it only
+/// has no colour.
+pub(super) fn png_transparent_colour(bytes: &[u8]) -> Option<[u16; 3]> {
+    let mut at = 8usize;
+    let (mut bit_depth, mut colour_type) = (0u8, u8::MAX);
+    let mut palette: &[u8] = &[];
+    while let Some(header) = bytes.get(at..at + 8) {
+        let length = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        let kind = &header[4..8];
+        let data = bytes.get(at + 8..(at + 8).checked_add(length)?)?;
+        match kind {
+            b"IHDR" if data.len() >= 10 => (bit_depth, colour_type) = (data[8], data[9]),
+            b"PLTE" => palette = data,
+            b"tRNS" => {
+                let u16_at =
+                    |i: usize| data.get(i..i + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
+                return match colour_type {
+                    3 => {
+                        let index = simple_palette_index(data)?;
+                        let c = palette.get(3 * index..3 * index + 3).unwrap_or(&[0, 0, 0]);
+                        Some([u16::from(c[0]), u16::from(c[1]), u16::from(c[2])])
+                    }
+                    0 => {
+                        let t = u16_at(0)?;
+                        let t = if bit_depth == 1 && t != 0 {
+                            255
+                        } else {
+                            t.min(255)
+                        };
+                        Some([t; 3])
+                    }
+                    2 => Some([u16_at(0)?, u16_at(2)?, u16_at(4)?]),
+                    _ => None,
+                };
+            }
+            b"IDAT" | b"IEND" => return None,
+            _ => {}
+        }
+        // Length, type, data and CRC.
+        at = at.checked_add(12 + length)?;
+    }
+    None
+}
+
+/// The index of Pillow's `_simple_palette` match (`^\xff*\x00\xff*$`, where `$` also matches
+/// before a final newline): the one 0 in a run of 255s.
+fn simple_palette_index(trns: &[u8]) -> Option<usize> {
+    let body = trns.strip_suffix(b"\n").unwrap_or(trns);
+    let index = body.iter().position(|&b| b == 0)?;
+    body.iter()
+        .enumerate()
+        .all(|(i, &b)| b == 0xff || i == index)
+        .then_some(index)
+}
+
+/// HF's `convert_to_rgb` of an RGB image with a transparency colour: the pixels of that colour
+/// get alpha 0 and are composited onto white; the others are opaque and unchanged.
+fn whiten_colour(rgb: &mut [u8], colour: [u16; 3]) {
+    for pixel in rgb.chunks_exact_mut(3) {
+        if pixel.iter().zip(colour).all(|(&p, c)| u16::from(p) == c) {
+            pixel.fill(255);
+        }
+    }
 }
 
 /// Pillow's getexif falls back to the XMP packet's `tiff:Orientation` when the EXIF has none.
@@ -493,6 +583,90 @@ fn orient(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// PNG chunks after the signature, without valid CRCs (the reader does not check them).
+    fn png_with(chunks: &[(&[u8; 4], &[u8])]) -> Vec<u8> {
+        let mut bytes = b"\x89PNG\r\n\x1a\n".to_vec();
+        for (kind, data) in chunks {
+            bytes.extend_from_slice(&(data.len() as u32).to_be_bytes());
+            bytes.extend_from_slice(*kind);
+            bytes.extend_from_slice(data);
+            bytes.extend_from_slice(&[0; 4]);
+        }
+        bytes
+    }
+
+    fn ihdr(bit_depth: u8, colour_type: u8) -> [u8; 13] {
+        let mut data = [0u8; 13];
+        data[..8].copy_from_slice(&[0, 0, 0, 4, 0, 0, 0, 1]);
+        (data[8], data[9]) = (bit_depth, colour_type);
+        data
+    }
+
+    #[test]
+    fn transparent_colours_are_read_as_pillow_reads_them() {
+        let plte: &[u8] = &[10, 20, 30, 200, 100, 50];
+        let palette = |trns: &[u8]| {
+            png_transparent_colour(&png_with(&[
+                (b"IHDR", &ihdr(8, 3)),
+                (b"PLTE", plte),
+                (b"tRNS", trns),
+                (b"IDAT", &[]),
+            ]))
+        };
+        assert_eq!(palette(&[0xff, 0]), Some([200, 100, 50]));
+        assert_eq!(palette(&[0]), Some([10, 20, 30]));
+        assert_eq!(
+            palette(&[0xff, 0xff, 0]),
+            Some([0, 0, 0]),
+            "past the palette"
+        );
+        assert_eq!(palette(&[0xff, 0, b'\n']), Some([200, 100, 50]), "regex $");
+        assert_eq!(
+            palette(&[0, 0]),
+            None,
+            "two transparent entries are alpha bytes"
+        );
+        assert_eq!(palette(&[0xff, 0x80]), None);
+        assert_eq!(palette(&[]), None);
+        let grey = |bit_depth: u8, trns: &[u8]| {
+            png_transparent_colour(&png_with(&[
+                (b"IHDR", &ihdr(bit_depth, 0)),
+                (b"tRNS", trns),
+            ]))
+        };
+        assert_eq!(grey(8, &[0, 7]), Some([7; 3]));
+        assert_eq!(grey(8, &[1, 44]), Some([255; 3]), "putpixel clips");
+        assert_eq!(grey(1, &[0, 1]), Some([255; 3]));
+        assert_eq!(grey(4, &[0, 1]), Some([1; 3]));
+        assert_eq!(grey(8, &[7]), None, "truncated");
+        let rgb = png_with(&[(b"IHDR", &ihdr(16, 2)), (b"tRNS", &[1, 2, 0, 3, 0, 4])]);
+        assert_eq!(png_transparent_colour(&rgb), Some([258, 3, 4]));
+        // A tRNS after the image data, a chunk running past the end, and no tRNS at all.
+        let late = png_with(&[(b"IHDR", &ihdr(8, 0)), (b"IDAT", &[]), (b"tRNS", &[0, 7])]);
+        assert_eq!(png_transparent_colour(&late), None);
+        let mut cut = png_with(&[(b"IHDR", &ihdr(8, 0)), (b"tRNS", &[0, 7])]);
+        cut.truncate(cut.len() - 6);
+        assert_eq!(png_transparent_colour(&cut), None);
+        assert_eq!(
+            png_transparent_colour(&png_with(&[(b"IHDR", &ihdr(8, 2))])),
+            None
+        );
+        assert_eq!(png_transparent_colour(b"\x89PNG"), None);
+    }
+
+    #[test]
+    fn only_the_transparent_colour_turns_white() {
+        let mut rgb = vec![1, 2, 3, 1, 2, 4, 1, 2, 3, 0, 0, 0];
+        whiten_colour(&mut rgb, [1, 2, 3]);
+        assert_eq!(rgb, [255, 255, 255, 1, 2, 4, 255, 255, 255, 0, 0, 0]);
+        whiten_colour(&mut rgb, [256, 255, 255]);
+        assert_eq!(
+            rgb[..3],
+            [255, 255, 255],
+            "a 16-bit value matches no 8-bit sample"
+        );
+    }
 
     #[test]
     fn orientation_matches_the_image_crate_for_all_eight() {

@@ -1,8 +1,10 @@
 //! Image preprocessing, reproducing what Hugging Face does to an image file before a ViT sees
 //! it: `transformers.image_utils.load_image` (EXIF orientation, then PIL's `convert("RGB")`)
 //! followed by the slow, PIL-based `ViTImageProcessor` (resize, rescale, normalise), or the
-//! processors of DeiT, CLIP and BiT (DINOv2), which resize to a fixed size or the shortest
-//! edge and then center-crop.
+//! processors of DeiT, BEiT, CLIP, BiT (DINOv2), SigLIP and ConvNeXT, which resize to a fixed
+//! size or the shortest edge and may then center-crop, each with its class's defaults
+//! ([`ProcessorClass`]); or timm's eval transform
+//! ([`PreprocessConfig::from_timm_pretrained_cfg`]), whose center crop rounds as torchvision's.
 //!
 //! The aim is the same numbers as HF, not merely a similar picture, so each step copies PIL's
 //! arithmetic:
@@ -11,7 +13,10 @@
 //!   4 levels on a quarter of the pixels of our photo fixtures. PNG and WebP go through the
 //!   `image` crate, which decodes them exactly as PIL does.
 //! - Colour conversion is PIL's: RGBA loses its alpha (no compositing), grey is replicated, and
-//!   the one-channel "L" mode uses PIL's fixed-point ITU-R 601-2 luma.
+//!   the one-channel "L" mode uses PIL's fixed-point ITU-R 601-2 luma. Where the processor's
+//!   `do_convert_rgb` is on (CLIP's, BiT's and SigLIP's default), a PNG whose tRNS chunk names
+//!   one transparent colour has that colour turned white, as HF's `convert_to_rgb` composites
+//!   it onto white.
 //! - Resizing is our own implementation of PIL's separable convolution in 8-bit fixed point
 //!   (summed in i32 as PIL does), which rounds and clips to u8 after the first pass and again
 //!   after the second, with Pillow 13's choice of which pass goes first.
@@ -31,16 +36,19 @@
 //! taps, writing resized (and cropped) 8-bit HWC pixels into a caller's buffer; `preprocess_file` and
 //! `preprocess_bytes` are it followed by the table.
 
+mod classes;
 mod config;
 mod decode;
 mod error;
 mod resize;
+mod timm;
 
 use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-pub use config::{PreprocessConfig, Resample, ResizeTarget};
+pub use classes::{ClassDefaults, ProcessorClass};
+pub use config::{CenterCropRounding, PreprocessConfig, Resample, ResizeTarget};
 pub use error::{
     ImageLimits, PreprocessError, MAX_IMAGE_PIXELS, MAX_OUTPUT_SIDE, PIL_MAX_IMAGE_PIXELS,
 };
@@ -159,8 +167,14 @@ impl ImageLoader {
         let cfg = &self.cfg;
         let channels = cfg.num_channels;
         let start = Instant::now();
-        let (height, width) =
-            decode::decode_into(bytes, name, channels, &self.limits, &mut self.decode)?;
+        let (height, width) = decode::decode_into(
+            bytes,
+            name,
+            channels,
+            cfg.do_convert_rgb,
+            &self.limits,
+            &mut self.decode,
+        )?;
         let decoded = Instant::now();
         let pixels = &self.decode.pixels[..height * width * channels];
         // HF's order: resize, then center crop (rescale and normalise come after, in floats).
@@ -199,6 +213,7 @@ impl ImageLoader {
                         (resized_height, resized_width, channels),
                         out,
                         crop,
+                        cfg.crop_rounding,
                     );
                 }
                 _ => self.resizer.resize(
@@ -211,7 +226,13 @@ impl ImageLoader {
                 ),
             }
         } else if let Some(crop) = crop {
-            center_crop_into(pixels, (height, width, channels), out, crop);
+            center_crop_into(
+                pixels,
+                (height, width, channels),
+                out,
+                crop,
+                cfg.crop_rounding,
+            );
         } else if (height, width) == cfg.output_size() {
             out.copy_from_slice(pixels);
         } else {
@@ -232,22 +253,25 @@ impl ImageLoader {
     }
 }
 
-/// HF's `center_crop` of an HWC image (`shape`) to `crop` = (height, width) into `out`: the
-/// window starts `(side - crop_side) // 2` pixels in (floor division, so negative when the crop
-/// is larger), and the part of the window outside the image is zeros, as HF pads. Only the
-/// window's rows are copied.
+/// A center crop of an HWC image (`shape`) to `crop` = (height, width) into `out`: the window
+/// starts where `rounding` puts it (HF: `(side - crop_side) // 2` pixels in, floor division, so
+/// negative when the crop is larger), and the part of the window outside the image is zeros,
+/// as HF and torchvision pad. Only the window's rows are copied.
 fn center_crop_into(
     src: &[u8],
     shape: (usize, usize, usize),
     out: &mut [u8],
     crop: (usize, usize),
+    rounding: CenterCropRounding,
 ) {
     let (height, width, channels) = shape;
     let (crop_height, crop_width) = crop;
     debug_assert_eq!(src.len(), height * width * channels);
     debug_assert_eq!(out.len(), crop_height * crop_width * channels);
-    let offset = |side: usize, crop_side: usize| (side as i64 - crop_side as i64).div_euclid(2);
-    let (top, left) = (offset(height, crop_height), offset(width, crop_width));
+    let (top, left) = (
+        rounding.window_start(height, crop_height),
+        rounding.window_start(width, crop_width),
+    );
     // Output columns [x0, x1) come from the image, starting at its column x0 + left.
     let x0 = (-left).clamp(0, crop_width as i64) as usize;
     let x1 = (width as i64 - left).clamp(x0 as i64, crop_width as i64) as usize;
@@ -453,7 +477,7 @@ mod tests {
             for ch in 1..=9 {
                 for cw in 1..=9 {
                     let mut out = vec![0xAA; ch * cw];
-                    center_crop_into(&src, (h, w, 1), &mut out, (ch, cw));
+                    center_crop_into(&src, (h, w, 1), &mut out, (ch, cw), CenterCropRounding::Hf);
                     assert_eq!(
                         out,
                         hf_center_crop(&src, (h, w), (ch, cw)),
@@ -465,7 +489,7 @@ mod tests {
         // Three channels move as whole pixels.
         let src: Vec<u8> = (0..4 * 5 * 3).map(|i| i as u8).collect();
         let mut out = vec![0; 2 * 3 * 3];
-        center_crop_into(&src, (4, 5, 3), &mut out, (2, 3));
+        center_crop_into(&src, (4, 5, 3), &mut out, (2, 3), CenterCropRounding::Hf);
         let expected: Vec<u8> = [1usize, 2]
             .iter()
             .flat_map(|&y| {
@@ -473,6 +497,94 @@ mod tests {
             })
             .collect();
         assert_eq!(out, expected);
+    }
+
+    /// torchvision's `center_crop` of a PIL image written out as it does it: pad
+    /// `floor(missing / 2)` before and the rest after on each side the crop is larger than,
+    /// then crop from `int(round((side - crop) / 2.0))` with Python's round (half to even).
+    fn torchvision_center_crop(
+        src: &[u8],
+        (h, w): (usize, usize),
+        (ch, cw): (usize, usize),
+    ) -> Vec<u8> {
+        let (top_pad, left_pad) = (ch.saturating_sub(h) / 2, cw.saturating_sub(w) / 2);
+        let (nh, nw) = (h.max(ch), w.max(cw));
+        let mut padded = vec![0u8; nh * nw];
+        for y in 0..h {
+            padded[(y + top_pad) * nw + left_pad..][..w].copy_from_slice(&src[y * w..][..w]);
+        }
+        let python_round_half = |margin: usize| {
+            let x = margin as f64 / 2.0;
+            let r = x.round();
+            // f64::round rounds half away from zero; Python rounds half to even.
+            if (r - x).abs() == 0.5 && r % 2.0 != 0.0 {
+                r as usize - 1
+            } else {
+                r as usize
+            }
+        };
+        let (top, left) = (python_round_half(nh - ch), python_round_half(nw - cw));
+        let mut out = Vec::new();
+        for y in 0..ch {
+            out.extend_from_slice(&padded[(top + y) * nw + left..][..cw]);
+        }
+        out
+    }
+
+    #[test]
+    fn center_crop_matches_torchvision_including_padding() {
+        for (h, w) in [(1, 1), (4, 7), (7, 4), (5, 5), (6, 9), (12, 3)] {
+            let src: Vec<u8> = (0..h * w).map(|i| (i + 1) as u8).collect();
+            for ch in 1..=13 {
+                for cw in 1..=13 {
+                    let mut out = vec![0xAA; ch * cw];
+                    center_crop_into(
+                        &src,
+                        (h, w, 1),
+                        &mut out,
+                        (ch, cw),
+                        CenterCropRounding::Torchvision,
+                    );
+                    assert_eq!(
+                        out,
+                        torchvision_center_crop(&src, (h, w), (ch, cw)),
+                        "{h}x{w} -> {ch}x{cw}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn crop_windows_start_where_hf_and_torchvision_put_them() {
+        // (side - crop) -> start, for margins -4..=8: HF floors half the margin; torchvision
+        // rounds it half to even (round(1.5) = 2, round(2.5) = 2) and pads floor(missing / 2).
+        let hf = [-2, -2, -1, -1, 0, 0, 1, 1, 2, 2, 3, 3, 4];
+        let torchvision = [-2, -1, -1, 0, 0, 0, 1, 2, 2, 2, 3, 4, 4];
+        for (i, margin) in (-4i64..=8).enumerate() {
+            let (side, crop) = ((20 + margin) as usize, 20);
+            assert_eq!(
+                CenterCropRounding::Hf.window_start(side, crop),
+                hf[i],
+                "{margin}"
+            );
+            assert_eq!(
+                CenterCropRounding::Torchvision.window_start(side, crop),
+                torchvision[i],
+                "{margin}"
+            );
+        }
+    }
+
+    #[test]
+    fn torchvision_to_tensor_equals_hf_rescale_for_every_byte() {
+        // ToTensor is `x.float().div(255)` in f32; HF's rescale is `(x as f64 * (1/255)) as f32`.
+        // Both are the correctly rounded x / 255, so one table serves both.
+        for v in 0..=255u8 {
+            let torch = f32::from(v) / 255.0f32;
+            let hf = (f64::from(v) * (1.0 / 255.0)) as f32;
+            assert_eq!(torch.to_bits(), hf.to_bits(), "{v}");
+        }
     }
 
     #[test]
