@@ -317,7 +317,7 @@ def reference_outputs(model: nn.Module, pixel_values: torch.Tensor, interpolate:
     if interpolate and not family.startswith("dinov2"):
         kwargs["interpolate_pos_encoding"] = True
     tensors = {"pixel_values": pixel_values}
-    pixels = pixel_values.to(torch.float64)
+    pixels = pixel_values.to(next(model.parameters()).dtype)
     name = type(model).__name__
     if name in ("CLIPModel", "SiglipModel"):
         vision = model.vision_model(pixels, **kwargs)

@@ -154,6 +154,15 @@ impl ModelArgs {
             .with_context(|| format!("loading model {}", self.model))?;
         if let Some(size) = self.image_size {
             model = model.with_input_size(size).context("--image-size")?;
+        } else if let Some(size) = preprocessed_size(&files.dir, model.config.num_channels) {
+            // The model runs on what its preprocessing makes: DINOv2's position tables are
+            // for 518 pixels and its processor crops 224.
+            model = model.with_input_size(size).with_context(|| {
+                format!(
+                    "the {}x{} images preprocessor_config.json makes",
+                    size.0, size.1
+                )
+            })?;
         }
         let (backend, device) = self.open_backend()?;
         let mut fusion = match self.fusion {
@@ -175,6 +184,18 @@ impl ModelArgs {
         }
         Ok((runner, files.dir, device))
     }
+}
+
+/// (height, width) of the images the model folder's preprocessor_config.json makes, if it has
+/// one that parses (`classify` reports a broken one; other subcommands do not read it).
+fn preprocessed_size(dir: &std::path::Path, channels: usize) -> Option<(usize, usize)> {
+    let path = dir.join("preprocessor_config.json");
+    if !path.exists() {
+        return None;
+    }
+    vitrt_model::preprocess::PreprocessConfig::from_json_file_for_channels(&path, channels)
+        .ok()
+        .map(|config| config.output_size())
 }
 
 /// The line behind `outln!`.
