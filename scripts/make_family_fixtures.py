@@ -22,6 +22,7 @@ Usage: python scripts/make_family_fixtures.py [--out tests/fixtures/models] [--o
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -348,6 +349,22 @@ def reference_outputs(model: nn.Module, pixel_values: torch.Tensor, interpolate:
     return {k: v.detach().to(torch.float32).contiguous() for k, v in tensors.items()}
 
 
+def write_torch_bf16_errors(model_class, model_dir: Path, reference: dict, interpolate: bool):
+    """PyTorch's own bf16 relative error per tensor on the same inputs (transformers' default
+    attention), as `vitrt parity` measures errors: the figure a vitrt bf16 run must not exceed.
+    Written as torch-bf16.json beside the reference."""
+    model = model_class.from_pretrained(model_dir).to(torch.bfloat16).eval()
+    pixels = reference["pixel_values"].to(torch.bfloat16)
+    ours = reference_outputs(model, pixels, interpolate)
+    errors = {}
+    for name, want in reference.items():
+        if name == "pixel_values":
+            continue
+        scale = want.abs().max().clamp_min(1e-30)
+        errors[name] = float((ours[name].float() - want).abs().max() / scale)
+    (model_dir / "torch-bf16.json").write_text(json.dumps(errors, indent=1, sort_keys=True) + "\n")
+
+
 def write_fixture(fixture: FamilyFixture, out_root: Path, seed: int) -> dict:
     import transformers
 
@@ -375,6 +392,7 @@ def write_fixture(fixture: FamilyFixture, out_root: Path, seed: int) -> dict:
         **{f"version.{name}": version for name, version in library_versions().items()},
     }
     save_reference(model_dir / "reference.safetensors", tensors, metadata)
+    write_torch_bf16_errors(model_class, model_dir, tensors, interpolate)
     return {
         "fixture": fixture,
         "shapes": {name: list(t.shape) for name, t in tensors.items()},

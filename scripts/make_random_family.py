@@ -141,7 +141,7 @@ def main() -> int:
     ours = reference_outputs(bf16, pixels.to(device=device, dtype=torch.bfloat16), interpolate)
     errors = {name: relative_error(ours[name].cpu(), want)
               for name, want in reference.items() if name != "pixel_values"}
-    (args.out / "torch-bf16.json").write_text(json.dumps(errors, indent=1) + "\n")
+    (args.out / "torch-bf16.json").write_text(json.dumps(errors, indent=1, sort_keys=True) + "\n")
     params = sum(p.numel() for p in model.parameters()) / 1e6
     worst = max(errors.values())
     print(f"{args.preset}: {params:.0f} M parameters, input {size}, torch bf16 worst {worst:.3e}")

@@ -447,18 +447,23 @@ fn swiglu_and_token_mean_match_their_twins() {
             (1, 3, 1, 7),
             (300, 17, 1, 300),
         ] {
-            let case = format!("token_mean {dtype} {batch}x{tokens}x{cols} from {start}");
-            let x = random(&mut rng, batch * tokens * cols, -2.0, 2.0, dtype);
-            let (_xb, xv) = upload(gpu(), dtype, &x, 1);
-            let out = Poisoned::new(gpu(), dtype, batch * cols, 0);
-            pool::gpu::token_mean(gpu(), dtype, xv, batch, tokens, start, cols, out.view())
-                .unwrap();
-            let got = out.read(gpu(), &case);
-            let mut want = vec![0.0; batch * cols];
-            pool::cpu::token_mean(&x, tokens, start, cols, &mut want);
-            want.iter_mut().for_each(|v| *v = dtype.round(*v));
-            worst = merge(worst, compare(&case, &got, &want, 0.0, 0.0));
-            cases += 1;
+            // Tokens in the run's dtype, and in f32 (a residual stream kept in f32).
+            for input in [dtype, DType::F32] {
+                let case = format!(
+                    "token_mean {dtype} from {input} {batch}x{tokens}x{cols} from token {start}"
+                );
+                let x = random(&mut rng, batch * tokens * cols, -2.0, 2.0, input);
+                let (_xb, xv) = upload(gpu(), input, &x, 1);
+                let out = Poisoned::new(gpu(), dtype, batch * cols, 0);
+                pool::gpu::token_mean(gpu(), dtype, xv, batch, tokens, start, cols, out.view())
+                    .unwrap();
+                let got = out.read(gpu(), &case);
+                let mut want = vec![0.0; batch * cols];
+                pool::cpu::token_mean(&x, tokens, start, cols, &mut want);
+                want.iter_mut().for_each(|v| *v = dtype.round(*v));
+                worst = merge(worst, compare(&case, &got, &want, 0.0, 0.0));
+                cases += 1;
+            }
         }
         report("swiglu and token mean", dtype, cases, worst);
     }

@@ -3,11 +3,15 @@
 
 use vitrt_runtime::{DType, HostTensor};
 
-/// The largest relative error each run dtype may show against PyTorch fp32.
+/// The largest relative error each run dtype may show against PyTorch's float64 reference:
+/// f32 1e-4, f16 1e-2, bf16 2e-2 (rounding ViT-B's weights to bf16 alone costs about 1e-2).
+/// A bf16 run must also be no worse than PyTorch's own bf16 on the same inputs, where the
+/// reference records that (`vitrt parity`, beside the reference: torch-bf16.json).
 pub fn tolerance(dtype: DType) -> f64 {
     match dtype {
         DType::F32 => 1e-4,
-        DType::F16 | DType::BF16 => 1e-2,
+        DType::F16 => 1e-2,
+        DType::BF16 => 2e-2,
     }
 }
 

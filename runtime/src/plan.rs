@@ -103,10 +103,11 @@ pub fn workspace_elements(graph: &Graph, node: usize) -> usize {
 /// The storage type of every value under `precision`, in one pass over the nodes (which come
 /// in execution order). The residual stream starts at the patch embedding and runs through
 /// every add into it: an Add, or a Linear with a residual epilogue, whose residual is in the
-/// stream stays in it. SelectToken and MeanTokens keep their input's type. A linear layer whose output leaves
-/// the graph (the classifier's logits) writes it in the residual type too: nothing reads it on
-/// the device, and rounding it only adds error (up to 2^-9 of each logit in bf16). Everything
-/// else is `compute`.
+/// stream stays in it. SelectToken and an unfused activation keep their input's type. A linear
+/// layer whose output leaves the graph (the classifier's logits), directly or through an
+/// activation (the pooler's tanh), writes it in the residual type too: nothing reads it on the
+/// device, and rounding it only adds error (up to 2^-9 of each logit in bf16). Everything else
+/// is `compute`.
 pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
     let is_output = |v: usize| graph.outputs.iter().any(|(_, o)| *o == v);
     let mut dtypes: Vec<DType> = graph
@@ -117,6 +118,11 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
             _ => precision.compute,
         })
         .collect();
+    let users = graph.consumers();
+    let feeds_only_an_output_activation = |v: usize| {
+        matches!(users[v][..], [user] if matches!(graph.nodes[user].op, Op::Activation(_))
+            && is_output(graph.nodes[user].output))
+    };
     let in_stream = |dtypes: &[DType], v: usize| {
         matches!(graph.values[v].kind, ValueKind::Activation) && dtypes[v] == precision.residual
     };
@@ -132,7 +138,10 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
                 precision.residual
             }
             Op::Linear { .. } if is_output(node.output) => precision.residual,
-            Op::SelectToken { .. } | Op::MeanTokens { .. } => dtypes[node.inputs[0]],
+            // The same for a linear layer whose output leaves the graph through an activation
+            // only (the pooler's tanh): the activation then runs in that type too.
+            Op::Linear { .. } if feeds_only_an_output_activation(node.output) => precision.residual,
+            Op::Activation(_) | Op::SelectToken { .. } => dtypes[node.inputs[0]],
             _ => precision.compute,
         };
         dtypes[node.output] = dtype;

@@ -1,8 +1,9 @@
 //! `vitrt parity`: run on a reference's pixel_values and compare every tensor it holds.
 
 use super::common::{pixel_values, read_tensors, ModelArgs};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vitrt_model::parity::{compare, tolerance};
@@ -56,11 +57,21 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
 
     let dtype = runner.backend().dtype();
     let limit = args.tolerance.unwrap_or_else(|| tolerance(dtype));
+    // In bf16, each tensor must also be no worse than PyTorch's own bf16 run on the same
+    // inputs, where the reference's folder records it.
+    let torch_bf16 = if dtype == vitrt_runtime::DType::BF16 {
+        torch_bf16_errors(&args.reference)?
+    } else {
+        None
+    };
     outln!(
         "{} on {} ({dtype}), batch {batch}, tolerance {limit:.0e}",
         args.model.name(),
         runner.backend().describe()
     );
+    if torch_bf16.is_some() {
+        outln!("each tensor also no worse than PyTorch's own bf16 (torch-bf16.json)");
+    }
     outln!(
         "{:<20} {:>18} {:>14} {:>14}  ",
         "tensor",
@@ -70,7 +81,16 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
     );
     let mut failed = Vec::new();
     for row in &rows {
-        let ok = row.relative_error <= limit && row.same_top1 != Some(false);
+        let torch = torch_bf16
+            .as_ref()
+            .and_then(|errors| errors.get(&row.name).copied());
+        let ok = row.relative_error <= limit
+            && row.same_top1 != Some(false)
+            && torch.is_none_or(|torch| row.relative_error <= torch);
+        let torch_note = match torch {
+            Some(torch) => format!(", torch bf16 {torch:.3e}"),
+            None => String::new(),
+        };
         let top1 = match (&row.shape_mismatch, row.same_top1) {
             (Some(ours), _) => format!(", ours has shape {ours:?}"),
             (None, Some(true)) => ", same top-1".into(),
@@ -78,7 +98,7 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
             (None, None) => String::new(),
         };
         outln!(
-            "{:<20} {:>18} {:>14.3e} {:>14.3e}  {}{top1}",
+            "{:<20} {:>18} {:>14.3e} {:>14.3e}  {}{top1}{torch_note}",
             row.name,
             format!("{:?}", row.shape),
             row.max_abs_error,
@@ -108,4 +128,18 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
         );
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// PyTorch's own bf16 relative error per tensor, from torch-bf16.json beside the reference
+/// (scripts/make_family_fixtures.py and make_random_family.py write it), if there is one.
+fn torch_bf16_errors(reference: &std::path::Path) -> Result<Option<BTreeMap<String, f64>>> {
+    let path = reference.with_file_name("torch-bf16.json");
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let errors: BTreeMap<String, f64> = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a JSON object of tensor errors", path.display()))?;
+    Ok(Some(errors))
 }

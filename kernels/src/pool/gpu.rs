@@ -9,16 +9,22 @@ use crate::types::DType;
 const SOURCE: &str = include_str!("pool.cu");
 const THREADS: u32 = 256;
 
-fn token_mean_instantiation(dtype: DType) -> Instantiation {
+/// `input`: the tokens' type, `dtype` or f32 (a residual stream kept in f32).
+fn token_mean_instantiation(input: DType, dtype: DType) -> Instantiation {
+    let input_suffix = if input == dtype {
+        String::new()
+    } else {
+        format!("_from_{}", input.name())
+    };
     Instantiation {
-        name: format!("token_mean_{}", dtype.name()),
+        name: format!("token_mean_{}{input_suffix}", dtype.name()),
         family: "pool",
         source: SOURCE,
         headers: &[],
         function: "token_mean_program",
-        template_args: vec![dtype.cuda_type().into()],
+        template_args: vec![input.cuda_type().into(), dtype.cuda_type().into()],
         params: vec![
-            KernelParam::new("x", ParamKind::ConstPtr(dtype)),
+            KernelParam::new("x", ParamKind::ConstPtr(input)),
             KernelParam::new("out", ParamKind::MutPtr(dtype)),
             KernelParam::new("tokens", ParamKind::I32),
             KernelParam::new("start", ParamKind::I32),
@@ -31,14 +37,19 @@ fn token_mean_instantiation(dtype: DType) -> Instantiation {
 }
 
 pub(crate) fn instantiations() -> Vec<Instantiation> {
-    DType::ALL
-        .into_iter()
-        .map(token_mean_instantiation)
-        .collect()
+    let mut all = Vec::new();
+    for dtype in DType::ALL {
+        all.push(token_mean_instantiation(dtype, dtype));
+        if dtype != DType::F32 {
+            all.push(token_mean_instantiation(DType::F32, dtype));
+        }
+    }
+    all
 }
 
 /// `out[b, c] = mean(x[b, start..tokens, c])` for `x` `[batch, tokens, cols]` (as
-/// `cpu::token_mean`); input and output hold `dtype`.
+/// `cpu::token_mean`); the output holds `dtype`, the input `dtype` or f32 (a residual stream
+/// kept in f32).
 #[allow(clippy::too_many_arguments)]
 pub fn token_mean(
     gpu: &Gpu,
@@ -59,7 +70,12 @@ pub fn token_mean(
         .checked_mul(tokens)
         .and_then(|n| n.checked_mul(cols))
         .ok_or_else(|| invalid!("token mean of {batch} x {tokens} x {cols} overflows"))?;
-    x.expect("token mean input", dtype, elements)?;
+    let input = if x.dtype == DType::F32 {
+        DType::F32
+    } else {
+        dtype
+    };
+    x.expect("token mean input", input, elements)?;
     out.expect("token mean output", dtype, batch * cols)?;
     if batch == 0 || cols == 0 {
         return Ok(());
@@ -73,7 +89,7 @@ pub fn token_mean(
         ));
     }
     gpu.launch(
-        &token_mean_instantiation(dtype),
+        &token_mean_instantiation(input, dtype),
         LaunchDims {
             grid: (column_blocks, batch_blocks, 1),
             block: THREADS,

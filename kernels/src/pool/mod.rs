@@ -3,7 +3,8 @@
 //! token and any registers), CLIP's and SigLIP's classifiers and `vitrt embed --pool mean`
 //! the mean of all tokens or of the patches.
 //!
-//! - [`gpu::token_mean`]: pool.cu, one thread per column of one image.
+//! - [`gpu::token_mean`]: pool.cu, one thread per column of one image; tokens in the run's
+//!   dtype or in f32 (a residual stream kept in f32), the mean in the run's dtype.
 //! - [`cpu::token_mean`]: the CPU twin, same summation order.
 //!
 //! Tests: kernels/tests/gpu_kernels.rs (`swiglu_and_token_mean_match_their_twins`). No bench case: one

@@ -336,7 +336,7 @@ pub fn epilogue_number(i: usize) -> Epilogue {
     Epilogue {
         alpha: if i % 5 == 4 { 0.125 } else { 1.0 },
         bias: i.is_multiple_of(2),
-        activation: Activation::ALL[(i / 4) % Activation::ALL.len()],
+        activation: Activation::EPILOGUE[(i / 4) % Activation::EPILOGUE.len()],
         residual: (i / 2).is_multiple_of(2),
     }
 }

@@ -568,7 +568,10 @@ impl CudaBackend {
                 let residual = epilogue.residual.then(|| ins[2 + epilogue.bias as usize]);
                 matmul::gpu::matmul(gpu, d, &problem, ins[0], ins[1], bias, residual, out)
             }
-            Op::Activation(act) => activation::gpu::activation(gpu, d, *act, ins[0], out.len, out),
+            // In its input's type: the run's dtype, or f32 where its output leaves the graph.
+            Op::Activation(act) => {
+                activation::gpu::activation(gpu, ins[0].dtype, *act, ins[0], out.len, out)
+            }
             Op::Attention { .. } => {
                 let shapes: Vec<&[usize]> = inputs.iter().map(|b| b.shape.as_slice()).collect();
                 let problem = lowering::attention_for(op, &shapes)
@@ -588,8 +591,7 @@ impl CudaBackend {
             }
             Op::MeanTokens { start } => {
                 let s = &inputs[0].shape;
-                // Keeps its tensor's type, as SelectToken.
-                pool::gpu::token_mean(gpu, ins[0].dtype, ins[0], s[0], s[1], *start, s[2], out)
+                pool::gpu::token_mean(gpu, d, ins[0], s[0], s[1], *start, s[2], out)
             }
             Op::SwiGlu => {
                 let half = last(&inputs[0].shape) / 2;
