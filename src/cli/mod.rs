@@ -1,5 +1,6 @@
 //! Command-line interface: the subcommands and their dispatch. What they share (model
-//! resolution, backend choice, `pixel_values` files) is in [`common`].
+//! resolution, backend choice, `pixel_values` files) is in [`common`]; what the commands over
+//! many image files share (pipeline, preprocessing, batches) is in [`batched`].
 
 /// `println!` for command output: a closed standard output (the reader has gone, as after
 /// `| head`) ends the process quietly with status 0, as Unix tools do; any other failure (a
@@ -10,6 +11,7 @@ macro_rules! outln {
     };
 }
 
+mod batched;
 mod bench;
 mod classify;
 pub mod common;
