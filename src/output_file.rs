@@ -163,6 +163,24 @@ impl OutputFile {
         self.shown.display()
     }
 
+    /// Opens the output for writing as the run goes (JSON Lines), not whole: stdout, or the
+    /// target file created or truncated in place. A read-only file (accepted only with
+    /// `--force`) is removed first, so that a new one can be made.
+    pub fn open_streaming(&self) -> Result<Box<dyn Write>> {
+        match &self.target {
+            Target::Stdout => Ok(Box::new(std::io::stdout())),
+            Target::File { path, replaced, .. } => {
+                let fail = |e: std::io::Error| {
+                    anyhow::anyhow!("cannot write {}: {e}", self.shown.display())
+                };
+                if replaced.as_ref().is_some_and(|p| p.readonly()) {
+                    fs::remove_file(path).map_err(fail)?;
+                }
+                Ok(Box::new(File::create(path).map_err(fail)?))
+            }
+        }
+    }
+
     /// Writes `bytes` whole: to stdout, or to a temporary file renamed over the target.
     pub fn write(&self, bytes: &[u8]) -> Result<()> {
         match &self.target {

@@ -15,6 +15,7 @@ mod batched;
 mod bench;
 mod classify;
 pub mod common;
+mod embed;
 mod infer;
 mod parity;
 mod profile;
@@ -39,6 +40,9 @@ pub struct Cli {
 enum Command {
     /// Classify images with a ViTForImageClassification checkpoint.
     Classify(classify::ClassifyArgs),
+    /// Embed images: one vector per image (pooled, projected, CLS or patch mean) to
+    /// safetensors, NPY or JSON Lines.
+    Embed(embed::EmbedArgs),
     /// Run a model on `pixel_values` from a safetensors file and write its outputs.
     Infer(infer::InferArgs),
     /// Compare a model's outputs, layer by layer, with a reference written by scripts/reference.py.
@@ -54,6 +58,7 @@ enum Command {
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Classify(args) => classify::run(args),
+        Command::Embed(args) => embed::run(args),
         Command::Infer(args) => infer::run(args),
         Command::Parity(args) => parity::run(args),
         Command::Bench(args) => bench::run(args),
