@@ -1,5 +1,6 @@
-//! Files the CLI writes (`infer --output`, `bench --json/--plot`, `profile --json/--trace`,
-//! `tune --json`), checked before any work and written whole or not at all.
+//! Files the CLI writes (`infer --output`, `embed --output`, `bench --json/--plot`,
+//! `profile --json/--trace`, `tune --json`), checked before any work and written whole or not
+//! at all (except `embed`'s JSON Lines, streamed through [`OutputFile::open_streaming`]).
 //!
 //! - [`OutputFile::check`] runs first: the folder must exist and take a new file (probed by
 //!   creating and removing one), a symbolic link is followed to its final target, and a

@@ -20,7 +20,7 @@ use vitrt_runtime::HostTensor;
 pub struct EmbedArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// Which vector: `projected` (CLIP's projected embedding, SIGLIP's head), `pooler`
+    /// Which vector: `projected` (CLIP's projected embedding, SigLIP's attention-pooling head), `pooler`
     /// (transformers' pooler_output), `cls` (the CLS token after the final layernorm) or
     /// `mean` (the mean of the patch tokens). Default: the first of these the checkpoint has.
     #[arg(long, value_enum)]
