@@ -366,3 +366,98 @@ fn a_bad_output_path_fails_before_any_work() {
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert_eq!(names.len(), 1, "only the folder made here: {names:?}");
 }
+
+/// `--fail-fast`: nothing after the first broken image (in input order) is embedded; what came
+/// before it is kept.
+#[test]
+fn fail_fast_stops_at_the_first_broken_image() {
+    let dir = temp();
+    let model = fixture("tiny-gelu");
+    let broken = dir.path().join("broken.png");
+    std::fs::write(&broken, b"not an image").unwrap();
+    let good = two_images();
+    let images = vec![good[0].clone(), broken, good[1].clone()];
+    let jsonl = dir.path().join("out.jsonl");
+    let o = embed(
+        &model,
+        &["--output", jsonl.to_str().unwrap(), "--fail-fast"],
+        &images,
+        dir.path(),
+    );
+    assert_clean_failure(&o, "stopped at the first image that failed (--fail-fast)");
+    let lines = read_jsonl(&std::fs::read(&jsonl).unwrap());
+    assert_eq!(lines.len(), 2, "the good image, then the broken one");
+    assert!(lines[0].1.is_ok() && lines[1].1.is_err(), "{lines:?}");
+
+    let st = dir.path().join("out.safetensors");
+    let o = embed(
+        &model,
+        &["--output", st.to_str().unwrap(), "--fail-fast"],
+        &images,
+        dir.path(),
+    );
+    assert_clean_failure(&o, "--fail-fast");
+    let (rows, metadata) = read_safetensors(&st);
+    let listed: Vec<String> = serde_json::from_str(&metadata["images"]).unwrap();
+    assert_eq!(listed, display(&good[..1]));
+    let want = library_embeddings(&model, &good[..1], Output::ClassToken);
+    assert_rows_close(&rows, &want, "before --fail-fast stopped");
+}
+
+/// JSON Lines to a standard output whose reader has gone: the run ends quietly, status 0.
+#[test]
+fn a_closed_stdout_ends_the_run_quietly() {
+    let dir = temp();
+    let images: Vec<PathBuf> = two_images().into_iter().cycle().take(40).collect();
+    let mut args: Vec<String> = [
+        "embed",
+        "--device",
+        "cpu",
+        "--batch-size",
+        "2",
+        "--output",
+        "-",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(["--model".into(), fixture("tiny-gelu").display().to_string()]);
+    args.extend(display(&images));
+    let mut child = vitrt_command(&args, dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(o.status.code(), Some(0), "{err}");
+}
+
+/// Each pool asked for by name is the output the library gives for it.
+#[test]
+fn each_pool_is_the_matching_library_output() {
+    let dir = temp();
+    let images = two_images();
+    let model = fixture("clip-vision-projection");
+    for (pool, output) in [
+        ("projected", Output::ImageEmbeds),
+        ("pooler", Output::PoolerOutput),
+        ("cls", Output::ClassToken),
+        ("mean", Output::PatchMean),
+    ] {
+        let o = embed(
+            &model,
+            &["--pool", pool, "--output", "-"],
+            &images,
+            dir.path(),
+        );
+        assert!(o.status.success(), "{pool}: {}", stderr(&o));
+        let rows: Vec<Vec<f32>> = read_jsonl(&o.stdout)
+            .into_iter()
+            .map(|(image, outcome)| outcome.unwrap_or_else(|e| panic!("{image}: {e}")))
+            .collect();
+        let want = library_embeddings(&model, &images, output);
+        assert_rows_close(&rows, &want, pool);
+    }
+}

@@ -1,6 +1,6 @@
-//! The image pipeline behind `vitrt classify`: many image files in, batches of preprocessed
-//! 8-bit pixels out, in input order, with the host's decoding spread over a pool of workers and
-//! overlapped with the consumer (the forward pass).
+//! The image pipeline behind `vitrt classify` and `vitrt embed`: many image files in, batches
+//! of preprocessed 8-bit pixels out, in input order, with the host's decoding spread over a
+//! pool of workers and overlapped with the consumer (the forward pass).
 //!
 //! ```text
 //! paths ─► workers (decode + resize, each with its own reusable loader)
