@@ -146,7 +146,10 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
         Format::Safetensors => OutputFile::check(&args.output, Contents::Binary, true, args.force)?,
         Format::Npy => {
             if args.output.as_os_str() == "-" {
-                bail!("--format npy cannot go to `-`: it writes a second file beside the array (FILE.images.txt); name a file");
+                bail!(
+                    "--format npy cannot go to `-`: it writes a second file beside the array \
+                     (FILE.images.txt); name a file"
+                );
             }
             OutputFile::check(&args.output, Contents::Binary, false, args.force)?
         }
@@ -206,7 +209,8 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
     let total = inputs.paths.len() + inputs.unlisted.len();
     match embedder.sink {
         Sink::Lines(lines) => match lines.finish() {
-            Ok(()) | Err(WriteError::Closed) => {}
+            Ok(()) => {}
+            Err(WriteError::Closed) => return Ok(ExitCode::SUCCESS),
             Err(WriteError::Failed(e)) => return Err(e).context("writing the embeddings"),
         },
         Sink::Whole(whole) => {
