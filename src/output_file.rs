@@ -1,5 +1,6 @@
-//! Files the CLI writes (`infer --output`, `bench --json/--plot`, `profile --json/--trace`,
-//! `tune --json`), checked before any work and written whole or not at all.
+//! Files the CLI writes (`infer --output`, `embed --output`, `bench --json/--plot`,
+//! `profile --json/--trace`, `tune --json`), checked before any work and written whole or not
+//! at all (except `embed`'s JSON Lines, streamed through [`OutputFile::open_streaming`]).
 //!
 //! - [`OutputFile::check`] runs first: the folder must exist and take a new file (probed by
 //!   creating and removing one), a symbolic link is followed to its final target, and a
@@ -161,6 +162,24 @@ impl OutputFile {
     /// The path as given, for messages.
     pub fn display(&self) -> std::path::Display<'_> {
         self.shown.display()
+    }
+
+    /// Opens the output for writing as the run goes (JSON Lines), not whole: stdout, or the
+    /// target file created or truncated in place. A read-only file (accepted only with
+    /// `--force`) is removed first, so that a new one can be made.
+    pub fn open_streaming(&self) -> Result<Box<dyn Write>> {
+        match &self.target {
+            Target::Stdout => Ok(Box::new(std::io::stdout())),
+            Target::File { path, replaced, .. } => {
+                let fail = |e: std::io::Error| {
+                    anyhow::anyhow!("cannot write {}: {e}", self.shown.display())
+                };
+                if replaced.as_ref().is_some_and(|p| p.readonly()) {
+                    fs::remove_file(path).map_err(fail)?;
+                }
+                Ok(Box::new(File::create(path).map_err(fail)?))
+            }
+        }
     }
 
     /// Writes `bytes` whole: to stdout, or to a temporary file renamed over the target.

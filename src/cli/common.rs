@@ -1,5 +1,6 @@
 //! What every subcommand shares: where the model comes from and how it runs ([`ModelArgs`]),
-//! reading `pixel_values` from a file, and the standard-output line behind `outln!`.
+//! reading `pixel_values` from a file, the standard-output line behind `outln!`, and how a
+//! streamed write ends ([`WriteError`]).
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
@@ -255,4 +256,32 @@ pub fn pixel_values(
         );
     }
     Ok((px.shape[0], px.data.clone()))
+}
+
+/// Why writing stopped.
+#[derive(Debug)]
+pub enum WriteError {
+    /// The reader closed standard output: end quietly.
+    Closed,
+    /// Anything else (a full disk): an error.
+    Failed(std::io::Error),
+}
+
+impl From<std::io::Error> for WriteError {
+    fn from(error: std::io::Error) -> Self {
+        if error.kind() == std::io::ErrorKind::BrokenPipe {
+            WriteError::Closed
+        } else {
+            WriteError::Failed(error)
+        }
+    }
+}
+
+impl From<serde_json::Error> for WriteError {
+    fn from(error: serde_json::Error) -> Self {
+        match error.io_error_kind() {
+            Some(kind) => std::io::Error::new(kind, error).into(),
+            None => WriteError::Failed(std::io::Error::other(error)),
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! Command-line interface: the subcommands and their dispatch. What they share (model
-//! resolution, backend choice, `pixel_values` files) is in [`common`].
+//! resolution, backend choice, `pixel_values` files) is in [`common`]; what the commands over
+//! many image files share (pipeline, preprocessing, batches) is in [`batched`].
 
 /// `println!` for command output: a closed standard output (the reader has gone, as after
 /// `| head`) ends the process quietly with status 0, as Unix tools do; any other failure (a
@@ -10,9 +11,11 @@ macro_rules! outln {
     };
 }
 
+mod batched;
 mod bench;
 mod classify;
 pub mod common;
+mod embed;
 mod infer;
 mod parity;
 mod profile;
@@ -37,6 +40,9 @@ pub struct Cli {
 enum Command {
     /// Classify images with a ViTForImageClassification checkpoint.
     Classify(classify::ClassifyArgs),
+    /// Embed images: one vector per image (pooled, projected, CLS or patch mean) to
+    /// safetensors, NPY or JSON Lines.
+    Embed(embed::EmbedArgs),
     /// Run a model on `pixel_values` from a safetensors file and write its outputs.
     Infer(infer::InferArgs),
     /// Compare a model's outputs, layer by layer, with a reference written by scripts/reference.py.
@@ -52,6 +58,7 @@ enum Command {
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Classify(args) => classify::run(args),
+        Command::Embed(args) => embed::run(args),
         Command::Infer(args) => infer::run(args),
         Command::Parity(args) => parity::run(args),
         Command::Bench(args) => bench::run(args),

@@ -1,6 +1,6 @@
-//! The image pipeline behind `vitrt classify`: many image files in, batches of preprocessed
-//! 8-bit pixels out, in input order, with the host's decoding spread over a pool of workers and
-//! overlapped with the consumer (the forward pass).
+//! The image pipeline behind `vitrt classify` and `vitrt embed`: many image files in, batches
+//! of preprocessed 8-bit pixels out, in input order, with the host's decoding spread over a
+//! pool of workers and overlapped with the consumer (the forward pass).
 //!
 //! ```text
 //! paths ─► workers (decode + resize, each with its own reusable loader)
@@ -26,5 +26,5 @@
 mod inputs;
 mod ring;
 
-pub use inputs::collect_inputs;
+pub use inputs::{collect_inputs, InputList};
 pub use ring::{run, Batch, Consumer, Flow, ImageLoad, PipelineConfig, PipelineStats};

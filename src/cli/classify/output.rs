@@ -8,6 +8,8 @@ use serde::Serialize;
 use std::io::{self, Write};
 use vitrt_model::labels::Prediction;
 
+pub use crate::cli::common::WriteError;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     /// A table per image.
@@ -32,39 +34,11 @@ pub enum Record<'a> {
     },
 }
 
-/// Why writing stopped.
-#[derive(Debug)]
-pub enum WriteError {
-    /// The reader closed standard output: end quietly.
-    Closed,
-    /// Anything else (a full disk): an error.
-    Failed(io::Error),
-}
-
-impl From<io::Error> for WriteError {
-    fn from(error: io::Error) -> Self {
-        if error.kind() == io::ErrorKind::BrokenPipe {
-            WriteError::Closed
-        } else {
-            WriteError::Failed(error)
-        }
-    }
-}
-
 impl From<csv::Error> for WriteError {
     fn from(error: csv::Error) -> Self {
         match error.into_kind() {
             csv::ErrorKind::Io(io) => io.into(),
             other => WriteError::Failed(io::Error::other(format!("{other:?}"))),
-        }
-    }
-}
-
-impl From<serde_json::Error> for WriteError {
-    fn from(error: serde_json::Error) -> Self {
-        match error.io_error_kind() {
-            Some(kind) => io::Error::new(kind, error).into(),
-            None => WriteError::Failed(io::Error::other(error)),
         }
     }
 }

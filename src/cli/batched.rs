@@ -1,0 +1,399 @@
+//! What the commands that run a model over many image files (`vitrt classify`, `vitrt embed`)
+//! share: the image options ([`ImageArgs`]), the preprocessing a checkpoint's images get and
+//! the input size it makes ([`preprocessing`]), the batch plan ([`BatchSetup`]), and the
+//! pipeline's consumer ([`run_batches`]) that submits each batch and collects its outputs one
+//! batch behind, handing them in input order to the command's [`BatchResults`].
+
+use super::common::{ModelArgs, WriteError};
+use crate::pipeline::{self, Batch, Flow, ImageLoad, InputList, PipelineConfig, PipelineStats};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use vitrt_model::preprocess::{
+    normalization_table, ImageLimits, ImageLoader, PreprocessConfig, StageTimes,
+};
+use vitrt_model::Runner;
+use vitrt_runtime::{HostTensor, PendingOutputs};
+
+/// Staging slots: one batch being filled while one is copied and one computes.
+const STAGING_DEPTH: usize = 3;
+
+/// The images to run on and how they are read.
+#[derive(Args, Debug)]
+pub struct ImageArgs {
+    /// Images per forward pass. Default: 64 on a GPU, 8 on the CPU.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65535))]
+    batch_size: Option<u32>,
+    /// Decoding threads. Default: the available cores on a GPU, half of them on the CPU (whose
+    /// forward pass needs them too).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    workers: Option<u32>,
+    /// Read more image paths from this file, one a line (`-`: standard input).
+    #[arg(long, value_name = "LIST")]
+    files_from: Option<PathBuf>,
+    /// Stop at the first image that cannot be read (in input order) instead of reporting it
+    /// and going on.
+    #[arg(long)]
+    pub fail_fast: bool,
+    /// Refuse images of more pixels than this before decoding them (decompression bombs).
+    #[arg(long, default_value_t = ImageLimits::default().max_pixels)]
+    max_pixels: u64,
+    /// Refuse image files larger than this many bytes without reading them whole.
+    #[arg(long, default_value_t = ImageLimits::default().max_file_bytes)]
+    max_file_size: u64,
+    /// Refuse images whose decoded pixels would take more bytes than this (width x height x
+    /// channels x bytes per sample), before decoding them.
+    #[arg(long, default_value_t = ImageLimits::default().max_decoded_bytes)]
+    max_decoded_bytes: u64,
+    /// No progress bar (it is shown only when stderr is a terminal).
+    #[arg(long, short)]
+    quiet: bool,
+    /// Image files (JPEG, PNG, WebP) and folders, walked for .jpg, .jpeg, .png and .webp
+    /// files in name order.
+    images: Vec<PathBuf>,
+}
+
+impl ImageArgs {
+    /// The images named and listed, in order; an error when there are none.
+    pub fn collect(&self) -> Result<InputList> {
+        let inputs = pipeline::collect_inputs(&self.images, self.files_from.as_deref())?;
+        if inputs.paths.is_empty() && inputs.unlisted.is_empty() {
+            bail!(if self.images.is_empty() && self.files_from.is_none() {
+                "no images given: name image files or folders, or use --files-from".to_string()
+            } else {
+                "no images found (folders are searched for .jpg, .jpeg, .png and .webp files)"
+                    .to_string()
+            });
+        }
+        Ok(inputs)
+    }
+
+    fn limits(&self) -> ImageLimits {
+        ImageLimits {
+            max_pixels: self.max_pixels,
+            max_file_bytes: self.max_file_size,
+            max_decoded_bytes: self.max_decoded_bytes,
+        }
+    }
+}
+
+/// The preprocessing of the checkpoint in `dir`: its preprocessor_config.json, else the
+/// defaults at the model's input size. The runner is set to run at the size the preprocessing
+/// makes (DINOv2's tables are for 518 pixels and its processor crops 224), unless
+/// `--image-size` chose one, which must then agree.
+pub fn preprocessing(
+    runner: &mut Runner,
+    dir: &Path,
+    model: &ModelArgs,
+) -> Result<PreprocessConfig> {
+    let channels = runner.model.config.num_channels;
+    let pre_path = dir.join("preprocessor_config.json");
+    let pre = if pre_path.exists() {
+        PreprocessConfig::from_json_file_for_channels(&pre_path, channels)?
+    } else {
+        let (h, w) = runner.model.input_size();
+        PreprocessConfig::hf_default_sized(h, w, channels)
+    };
+    if pre.output_size() != runner.model.input_size() {
+        if model.image_size().is_some() {
+            bail!(
+                "preprocessor_config.json makes {:?} images (height, width, after any center \
+                 crop) but --image-size asks for {:?}",
+                pre.output_size(),
+                runner.model.input_size()
+            );
+        }
+        runner
+            .set_input_size(pre.output_size())
+            .context("the size preprocessor_config.json makes")?;
+    }
+    Ok(pre)
+}
+
+/// How a run's images are loaded and batched.
+pub struct BatchSetup {
+    pub batch_size: usize,
+    pub workers: usize,
+    pipeline: PipelineConfig,
+    pre: PreprocessConfig,
+    limits: ImageLimits,
+    /// Byte value to model input, per channel (see `normalization_table`).
+    table: Vec<f32>,
+    quiet: bool,
+}
+
+impl BatchSetup {
+    /// The plan for `images` images on `runner`'s backend.
+    pub fn new(runner: &Runner, pre: PreprocessConfig, args: &ImageArgs, images: usize) -> Self {
+        let on_gpu = runner.backend().describe().starts_with("cuda");
+        // No batch larger than the run: staging and activations are sized by it.
+        let batch_size = args
+            .batch_size
+            .map_or(if on_gpu { 64 } else { 8 }, |b| b as usize)
+            .min(images.max(1));
+        // On the CPU the forward pass needs the cores too: decoding on all of them beside it
+        // cost 5% on the demo digits with 2 cores (NOTES, 2026-11-24), half of them costs
+        // nothing.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = args
+            .workers
+            .map_or(if on_gpu { cores } else { (cores / 2).max(1) }, |w| {
+                w as usize
+            });
+        let limits = args.limits();
+        let image_bytes = ImageLoader::new(&pre, limits).output_bytes();
+        BatchSetup {
+            batch_size,
+            workers,
+            pipeline: PipelineConfig {
+                batch_size,
+                depth: STAGING_DEPTH,
+                workers,
+                image_bytes,
+                fail_fast: args.fail_fast,
+            },
+            table: normalization_table(&pre),
+            pre,
+            limits,
+            quiet: args.quiet,
+        }
+    }
+}
+
+/// The preprocessing loader as the pipeline calls it.
+pub struct Loader(pub ImageLoader);
+
+impl ImageLoad for Loader {
+    fn load(&mut self, path: &Path, out: &mut [u8]) -> Result<StageTimes, String> {
+        self.0.load_file_into(path, out).map_err(|e| e.to_string())
+    }
+}
+
+/// What a command does with the results, in input order.
+pub trait BatchResults {
+    /// An entry that could not even be listed (an unreadable folder).
+    fn unlisted(&mut self, path: &Path, why: &str) -> Result<Flow>;
+
+    /// The batch of images `first .. first + count`: `failures` could not be loaded (by input
+    /// index, with why); `outputs` are the runner's outputs for all `count` images (rows of
+    /// failed images are meaningless), `None` when every image failed. [`Flow::Stop`] ends
+    /// the run (the reader closed the output).
+    fn batch(
+        &mut self,
+        first: usize,
+        count: usize,
+        failures: &[(usize, String)],
+        outputs: Option<Vec<HostTensor>>,
+    ) -> Result<Flow>;
+}
+
+/// Reports the entries that could not be listed, first (each a line on stderr and a failure
+/// for `results`). Returns how many, and whether the run goes on.
+pub fn report_unlisted(
+    inputs: &InputList,
+    results: &mut impl BatchResults,
+) -> Result<(usize, Flow)> {
+    for (path, why) in &inputs.unlisted {
+        eprintln!("vitrt: {}: {why}", path.display());
+        if results.unlisted(path, why)? == Flow::Stop {
+            return Ok((inputs.unlisted.len(), Flow::Stop));
+        }
+    }
+    Ok((inputs.unlisted.len(), Flow::Continue))
+}
+
+/// Host time of the consumer, for `--stats`.
+#[derive(Debug, Default)]
+pub struct ConsumerTimes {
+    /// In submissions (which wait for each batch's copy).
+    pub submitting: Duration,
+    /// In waits for results and in handing them to the command.
+    pub collecting: Duration,
+    /// The first executor's preparation (plan, weights), then the first two submissions.
+    pub first_submits: Vec<Duration>,
+}
+
+/// How the pipeline's run ended.
+pub struct RunOutcome {
+    pub stats: PipelineStats,
+    pub times: ConsumerTimes,
+    /// The results stopped the run (the reader closed the output).
+    pub stopped: bool,
+}
+
+/// Runs every image of `inputs.paths` through the pipeline and the model, handing each batch's
+/// outputs to `results` in input order. `record_timeline`: record the device's timeline (read
+/// it afterwards with `Runner::take_timeline`).
+pub fn run_batches(
+    runner: &mut Runner,
+    inputs: &InputList,
+    setup: &BatchSetup,
+    results: &mut impl BatchResults,
+    record_timeline: bool,
+) -> Result<RunOutcome> {
+    let slot_bytes = setup.batch_size * setup.pipeline.image_bytes;
+    let mut staging = (0..STAGING_DEPTH)
+        .map(|_| runner.alloc_staging(slot_bytes))
+        .collect::<Result<Vec<_>, _>>()
+        .context("allocating the staging buffers")?;
+    runner.record_timeline(record_timeline);
+    let mut submitter = Submitter {
+        runner,
+        table: &setup.table,
+        results,
+        in_flight: None,
+        to_collect: None,
+        stopped: false,
+        progress: progress_bar(inputs.paths.len(), setup.quiet),
+        times: ConsumerTimes::default(),
+    };
+    let make_loader =
+        || Box::new(Loader(ImageLoader::new(&setup.pre, setup.limits))) as Box<dyn ImageLoad>;
+    let stats = pipeline::run(
+        &inputs.paths,
+        setup.pipeline,
+        &mut staging,
+        &make_loader,
+        &mut submitter,
+    );
+    submitter.progress.finish_and_clear();
+    let stats = stats?;
+    // The last batch's results.
+    if !submitter.stopped {
+        if let Some(last) = submitter.in_flight.take() {
+            submitter.collect(last)?;
+        }
+    }
+    Ok(RunOutcome {
+        stats,
+        times: submitter.times,
+        stopped: submitter.stopped,
+    })
+}
+
+/// Fails with the count of images that failed (`verb`: what could not be done to them).
+pub fn check_failures(failed: usize, total: usize, fail_fast: bool, verb: &str) -> Result<()> {
+    if fail_fast && failed > 0 {
+        bail!("stopped at the first image that failed (--fail-fast)");
+    }
+    if failed > 0 {
+        bail!("{failed} of {total} images could not be {verb}");
+    }
+    Ok(())
+}
+
+/// Whether the run goes on after a write of results: it stops quietly for a closed output, and
+/// fails for any other error (`what`: what was being written).
+pub fn flow_after(written: Result<(), WriteError>, what: &'static str) -> Result<Flow> {
+    match written {
+        Ok(()) => Ok(Flow::Continue),
+        Err(WriteError::Closed) => Ok(Flow::Stop),
+        Err(WriteError::Failed(e)) => Err(e).context(what),
+    }
+}
+
+/// A batch submitted to the model whose results are not yet collected.
+struct InFlight {
+    pending: Option<PendingOutputs>,
+    first: usize,
+    count: usize,
+    failures: Vec<(usize, String)>,
+}
+
+/// The pipeline's consumer: submits each batch (the copy of its pixels overlaps the forward
+/// pass of the batch before it), hands its slot back, then waits for the previous batch's
+/// outputs and hands them to the results.
+struct Submitter<'a, R: BatchResults> {
+    runner: &'a mut Runner,
+    table: &'a [f32],
+    results: &'a mut R,
+    in_flight: Option<InFlight>,
+    /// The batch before `in_flight`, whose outputs are collected next.
+    to_collect: Option<InFlight>,
+    /// The results asked to stop.
+    stopped: bool,
+    progress: indicatif::ProgressBar,
+    times: ConsumerTimes,
+}
+
+impl<R: BatchResults> pipeline::Consumer for Submitter<'_, R> {
+    fn batch(&mut self, batch: Batch<'_>) -> Result<Flow> {
+        for (_, why) in &batch.failures {
+            eprintln!("vitrt: {why}");
+        }
+        if self.times.first_submits.is_empty() {
+            // Plan and weights (timed apart from the first pass, for --stats).
+            let preparing = Instant::now();
+            self.runner.prepare(batch.count, false)?;
+            self.times.first_submits.push(preparing.elapsed());
+        }
+        let started = Instant::now();
+        let pending = if batch.failures.len() < batch.count {
+            Some(
+                self.runner
+                    .submit_bytes(batch.pixels, batch.count, self.table)?,
+            )
+        } else {
+            None
+        };
+        let took = started.elapsed();
+        self.times.submitting += took;
+        if self.times.first_submits.len() < 3 {
+            // The first pass (eager: kernels load), then the second (CUDA graph capture).
+            self.times.first_submits.push(took);
+        }
+        self.progress.inc(batch.count as u64);
+        // Outputs come one batch behind: the previous batch's are collected in
+        // after_release, once this batch's slot is back with the workers.
+        self.to_collect = self.in_flight.replace(InFlight {
+            pending,
+            first: batch.first,
+            count: batch.count,
+            failures: batch.failures,
+        });
+        Ok(Flow::Continue)
+    }
+
+    fn after_release(&mut self) -> Result<Flow> {
+        match self.to_collect.take() {
+            Some(previous) => self.collect(previous),
+            None => Ok(Flow::Continue),
+        }
+    }
+}
+
+impl<R: BatchResults> Submitter<'_, R> {
+    /// Waits for a batch's outputs and hands them to the results.
+    fn collect(&mut self, mut batch: InFlight) -> Result<Flow> {
+        let started = Instant::now();
+        let outputs = match batch.pending.take() {
+            Some(pending) => Some(self.runner.finish(pending)?),
+            None => None,
+        };
+        let flow = self
+            .results
+            .batch(batch.first, batch.count, &batch.failures, outputs);
+        self.times.collecting += started.elapsed();
+        if matches!(flow, Ok(Flow::Stop)) {
+            self.stopped = true;
+        }
+        flow
+    }
+}
+
+/// Images done of total, images/s and the time left, on stderr when it is a terminal.
+fn progress_bar(total: usize, quiet: bool) -> indicatif::ProgressBar {
+    if quiet || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(total as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} images  {per_sec}  ETA {eta}",
+        )
+        .expect("a valid template"),
+    );
+    bar
+}

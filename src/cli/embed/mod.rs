@@ -1,0 +1,379 @@
+//! `vitrt embed`: image files and folders in, one embedding per image out (safetensors, NPY or
+//! JSON Lines), through the same pipeline and batch consumer as `vitrt classify`
+//! (`super::batched`), with the runner's graphs outputting only the chosen pooled vector.
+
+mod output;
+
+use super::batched::{self, BatchResults, BatchSetup, ImageArgs};
+use super::common::ModelArgs;
+use crate::output_file::{Contents, OutputFile};
+use crate::pipeline::Flow;
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use output::{Format, Sink, WriteError};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use vitrt_model::{Output, OutputSet, VisionModel};
+use vitrt_runtime::HostTensor;
+
+#[derive(Args, Debug)]
+pub struct EmbedArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Which vector: `projected` (CLIP's projected embedding, SigLIP's attention-pooling head), `pooler`
+    /// (transformers' pooler_output), `cls` (the CLS token after the final layernorm) or
+    /// `mean` (the mean of the patch tokens). Default: the first of these the checkpoint has.
+    #[arg(long, value_enum)]
+    pool: Option<Pool>,
+    /// Scale each embedding to unit length (L2).
+    #[arg(long)]
+    normalize: bool,
+    /// Where to write the embeddings; the extension (.safetensors, .npy, .jsonl) gives the
+    /// format unless --format does. `-`: standard output (JSON Lines unless --format says).
+    #[arg(long, short)]
+    output: PathBuf,
+    /// safetensors: `embeddings` [N, D] f32 and the image paths in its metadata; npy: the
+    /// [N, D] array and FILE.images.txt with one path a row; jsonl: one line per image
+    /// (embedding or error), written batch by batch. The first two are written whole when
+    /// the run ends, holding the images that could be embedded.
+    #[arg(long, value_enum)]
+    format: Option<Format>,
+    /// Replace --output (and the .npy's paths file) even if read-only.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    images: ImageArgs,
+}
+
+/// The vector each image is embedded as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Pool {
+    /// transformers' `pooler_output`.
+    Pooler,
+    /// Token 0 of `last_hidden_state`.
+    Cls,
+    /// The mean of the patch tokens of `last_hidden_state`.
+    Mean,
+    /// CLIP's projected `pooler_output`, SigLIP's attention-pooling head (`image_embeds`).
+    Projected,
+}
+
+impl Pool {
+    /// In the default's order of preference.
+    const ALL: [Pool; 4] = [Pool::Projected, Pool::Pooler, Pool::Cls, Pool::Mean];
+
+    fn output(self) -> Output {
+        match self {
+            Pool::Pooler => Output::PoolerOutput,
+            Pool::Cls => Output::ClassToken,
+            Pool::Mean => Output::PatchMean,
+            Pool::Projected => Output::ImageEmbeds,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pool::Pooler => "pooler",
+            Pool::Cls => "cls",
+            Pool::Mean => "mean",
+            Pool::Projected => "projected",
+        }
+    }
+
+    /// The pool asked for, if the checkpoint has it, else the first it has of
+    /// [`Pool::ALL`].
+    fn choose(asked: Option<Pool>, model: &VisionModel, name: &str) -> Result<Pool> {
+        let available = model.available_outputs();
+        let has: Vec<Pool> = Pool::ALL
+            .into_iter()
+            .filter(|p| available.contains(p.output()))
+            .collect();
+        match asked {
+            Some(pool) if has.contains(&pool) => Ok(pool),
+            Some(pool) => {
+                let names: Vec<&str> = has.iter().map(|p| p.name()).collect();
+                bail!(
+                    "--pool {}: {name} (a {} checkpoint) has no {}; it has --pool {}",
+                    pool.name(),
+                    model.config.family.name(),
+                    pool.output().name(),
+                    names.join(", ")
+                )
+            }
+            None => has
+                .first()
+                .copied()
+                .context("the checkpoint has no vector to embed images as"),
+        }
+    }
+}
+
+impl Format {
+    /// The format `--format` names, else the one `path`'s extension names.
+    fn of(asked: Option<Format>, path: &Path) -> Result<Format> {
+        if let Some(format) = asked {
+            return Ok(format);
+        }
+        if path.as_os_str() == "-" {
+            return Ok(Format::Jsonl);
+        }
+        let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        match extension.to_ascii_lowercase().as_str() {
+            "safetensors" => Ok(Format::Safetensors),
+            "npy" => Ok(Format::Npy),
+            "jsonl" => Ok(Format::Jsonl),
+            _ => bail!(
+                "cannot tell the format of {} from its extension: name a .safetensors, .npy or \
+                 .jsonl file, or use --format",
+                path.display()
+            ),
+        }
+    }
+}
+
+/// The NPY file's list of paths: `FILE.images.txt`.
+fn paths_file(npy: &Path) -> PathBuf {
+    let mut name = npy.as_os_str().to_owned();
+    name.push(".images.txt");
+    PathBuf::from(name)
+}
+
+pub fn run(args: EmbedArgs) -> Result<ExitCode> {
+    // Before any work: a run that cannot keep its result should not start.
+    let format = Format::of(args.format, &args.output)?;
+    let target = match format {
+        Format::Jsonl => OutputFile::check(&args.output, Contents::Text, true, args.force)?,
+        Format::Safetensors => OutputFile::check(&args.output, Contents::Binary, true, args.force)?,
+        Format::Npy => {
+            if args.output.as_os_str() == "-" {
+                bail!(
+                    "--format npy cannot go to `-`: it writes a second file beside the array \
+                     (FILE.images.txt); name a file"
+                );
+            }
+            OutputFile::check(&args.output, Contents::Binary, false, args.force)?
+        }
+    };
+    let paths_target = match format {
+        Format::Npy => Some(OutputFile::check(
+            &paths_file(&args.output),
+            Contents::Text,
+            false,
+            args.force,
+        )?),
+        _ => None,
+    };
+    let inputs = args.images.collect()?;
+    if format == Format::Npy {
+        if let Some(path) = inputs
+            .paths
+            .iter()
+            .find(|p| p.as_os_str().as_encoded_bytes().contains(&b'\n'))
+        {
+            bail!(
+                "{:?} holds a line break, which the .npy's paths file (one a line) cannot hold: \
+                 use .safetensors or .jsonl",
+                path
+            );
+        }
+    }
+    let (mut runner, dir) = args.model.open()?;
+    let pool = Pool::choose(args.pool, &runner.model, args.model.name())?;
+    runner.set_outputs(OutputSet::of(&[pool.output()]));
+    let pre = batched::preprocessing(&mut runner, &dir, &args.model)?;
+    let setup = BatchSetup::new(&runner, pre, &args.images, inputs.paths.len());
+
+    let sink = match format {
+        Format::Jsonl => Sink::lines(target.open_streaming()?),
+        Format::Safetensors | Format::Npy => Sink::whole(),
+    };
+    let mut embedder = Embedder {
+        sink,
+        paths: &inputs.paths,
+        output: pool.output(),
+        normalize: args.normalize,
+        not_finite: 0,
+    };
+    let (unlisted, flow) = batched::report_unlisted(&inputs, &mut embedder)?;
+    if flow == Flow::Stop {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.images.fail_fast && unlisted > 0 {
+        bail!("stopped at the first failure (--fail-fast)");
+    }
+    let outcome = batched::run_batches(&mut runner, &inputs, &setup, &mut embedder, false)?;
+    if outcome.stopped {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let failed = unlisted + outcome.stats.failed + embedder.not_finite;
+    let total = inputs.paths.len() + inputs.unlisted.len();
+    match embedder.sink {
+        Sink::Lines(lines) => match lines.finish() {
+            Ok(()) => {}
+            Err(WriteError::Closed) => return Ok(ExitCode::SUCCESS),
+            Err(WriteError::Failed(e)) => return Err(e).context("writing the embeddings"),
+        },
+        Sink::Whole(whole) => {
+            if whole.images.is_empty() {
+                bail!(
+                    "{failed} of {total} images could not be embedded; nothing written to {}",
+                    target.display()
+                );
+            }
+            let bytes = match format {
+                Format::Safetensors => {
+                    let metadata = output::Metadata {
+                        model: args.model.name(),
+                        pool: pool.name(),
+                        normalized: args.normalize,
+                    };
+                    whole.safetensors_bytes(&metadata)?
+                }
+                _ => whole.npy_bytes(),
+            };
+            target.write(&bytes)?;
+            if let Some(paths_target) = &paths_target {
+                paths_target.write(whole.paths_lines().as_bytes())?;
+            }
+            if !target.is_stdout() {
+                eprintln!(
+                    "wrote {} ({} embeddings of {}, --pool {})",
+                    target.display(),
+                    whole.images.len(),
+                    whole.dim,
+                    pool.name()
+                );
+            }
+        }
+    }
+    batched::check_failures(failed, total, args.images.fail_fast, "embedded")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Turns each image's pooled vector into its embedding and hands it to the sink.
+struct Embedder<'a> {
+    sink: Sink,
+    paths: &'a [PathBuf],
+    output: Output,
+    normalize: bool,
+    /// Images whose embedding held a value that is not finite (reported as failures).
+    not_finite: usize,
+}
+
+impl BatchResults for Embedder<'_> {
+    fn unlisted(&mut self, path: &Path, why: &str) -> Result<Flow> {
+        let image = path.display().to_string();
+        batched::flow_after(self.sink.failed(&image, why), "writing the embeddings")
+    }
+
+    fn batch(
+        &mut self,
+        first: usize,
+        count: usize,
+        failures: &[(usize, String)],
+        outputs: Option<Vec<HostTensor>>,
+    ) -> Result<Flow> {
+        let name = self.output.name();
+        let pooled = match outputs {
+            Some(outputs) => Some(
+                outputs
+                    .into_iter()
+                    .find(|t| t.name == name)
+                    .with_context(|| format!("the model produced no {name}"))?,
+            ),
+            None => None,
+        };
+        let dim = match &pooled {
+            Some(t) if t.shape.len() == 2 && t.shape[0] == count => t.shape[1],
+            Some(t) => bail!(
+                "the model's {name} has shape {:?}, not [{count}, dim]",
+                t.shape
+            ),
+            None => 0,
+        };
+        let written = self
+            .write_rows(first, count, failures, pooled.as_ref(), dim)
+            .and_then(|()| self.sink.end_batch());
+        batched::flow_after(written, "writing the embeddings")
+    }
+}
+
+impl Embedder<'_> {
+    fn write_rows(
+        &mut self,
+        first: usize,
+        count: usize,
+        failures: &[(usize, String)],
+        pooled: Option<&HostTensor>,
+        dim: usize,
+    ) -> Result<(), WriteError> {
+        for k in 0..count {
+            let index = first + k;
+            let image = self.paths[index].display().to_string();
+            if let Some((_, why)) = failures.iter().find(|(i, _)| *i == index) {
+                self.sink.failed(&image, why)?;
+                continue;
+            }
+            let Some(pooled) = pooled else {
+                unreachable!("a batch with images to embed is submitted")
+            };
+            let mut row = pooled.data[k * dim..][..dim].to_vec();
+            if let Some(bad) = row.iter().find(|v| !v.is_finite()) {
+                let why = format!(
+                    "{image}: the model gave a non-finite value ({bad}); `vitrt parity` finds \
+                     the first layer that does"
+                );
+                eprintln!("vitrt: {why}");
+                self.not_finite += 1;
+                self.sink.failed(&image, &why)?;
+                continue;
+            }
+            if self.normalize {
+                normalize(&mut row);
+            }
+            self.sink.embedded(&image, &row)?;
+        }
+        Ok(())
+    }
+}
+
+/// Scales `row` to unit L2 norm (summed in f64); a zero vector stays zero.
+fn normalize(row: &mut [f32]) {
+    let norm = row
+        .iter()
+        .map(|&v| f64::from(v) * f64::from(v))
+        .sum::<f64>()
+        .sqrt();
+    if norm > 0.0 {
+        for v in row {
+            *v = (f64::from(*v) / norm) as f32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_makes_unit_rows_and_keeps_zero_rows() {
+        let mut row = vec![3.0f32, 4.0];
+        normalize(&mut row);
+        assert_eq!(row, [0.6, 0.8]);
+        let mut zero = vec![0.0f32; 3];
+        normalize(&mut zero);
+        assert_eq!(zero, [0.0; 3]);
+    }
+
+    #[test]
+    fn format_comes_from_the_flag_then_the_extension() {
+        let of = |asked, path: &str| Format::of(asked, Path::new(path));
+        assert_eq!(of(None, "a.safetensors").unwrap(), Format::Safetensors);
+        assert_eq!(of(None, "a.NPY").unwrap(), Format::Npy);
+        assert_eq!(of(None, "a.jsonl").unwrap(), Format::Jsonl);
+        assert_eq!(of(None, "-").unwrap(), Format::Jsonl);
+        assert_eq!(of(Some(Format::Npy), "a.bin").unwrap(), Format::Npy);
+        let err = of(None, "a.bin").unwrap_err().to_string();
+        assert!(err.contains("--format"), "{err}");
+    }
+}
