@@ -104,8 +104,8 @@ pub fn workspace_elements(graph: &Graph, node: usize) -> usize {
 /// in execution order). The residual stream starts at the patch embedding and runs through
 /// every add into it: an Add, or a Linear with a residual epilogue, whose residual is in the
 /// stream stays in it. SelectToken and an unfused activation keep their input's type. A linear
-/// layer whose output leaves the graph (the classifier's logits), directly or through an
-/// activation (the pooler's tanh), writes it in the residual type too: nothing reads it on the
+/// layer whose output leaves the graph (the classifier's logits), directly or through
+/// activations and token selections (the pooler's tanh), writes it in the residual type too: nothing reads it on the
 /// device, and rounding it only adds error (up to 2^-9 of each logit in bf16). Everything else
 /// is `compute`.
 pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
@@ -119,9 +119,20 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
         })
         .collect();
     let users = graph.consumers();
-    let feeds_only_an_output_activation = |v: usize| {
-        matches!(users[v][..], [user] if matches!(graph.nodes[user].op, Op::Activation(_))
-            && is_output(graph.nodes[user].output))
+    // Whether `v` reaches the graph's outputs only through single-reader activations and
+    // token selections (the pooler's tanh; SigLIP's pooled token), and is not one itself.
+    let leaves_through_views = |mut v: usize| loop {
+        let [user] = users[v][..] else {
+            return false;
+        };
+        let node = &graph.nodes[user];
+        if !matches!(node.op, Op::Activation(_) | Op::SelectToken { .. }) {
+            return false;
+        }
+        if is_output(node.output) {
+            return true;
+        }
+        v = node.output;
     };
     let in_stream = |dtypes: &[DType], v: usize| {
         matches!(graph.values[v].kind, ValueKind::Activation) && dtypes[v] == precision.residual
@@ -140,7 +151,7 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
             Op::Linear { .. } if is_output(node.output) => precision.residual,
             // The same for a linear layer whose output leaves the graph through an activation
             // only (the pooler's tanh): the activation then runs in that type too.
-            Op::Linear { .. } if feeds_only_an_output_activation(node.output) => precision.residual,
+            Op::Linear { .. } if leaves_through_views(node.output) => precision.residual,
             Op::Activation(_) | Op::SelectToken { .. } => dtypes[node.inputs[0]],
             _ => precision.compute,
         };
