@@ -122,15 +122,15 @@ fn parity_fails_when_the_model_differs_from_the_reference() {
 
 #[test]
 fn infer_refuses_pixels_of_the_wrong_shape_and_writes_nothing() {
-    // Another height and width is a size the model can take (its positions resampled) only
-    // in whole patches; the channels must be the model's.
+    // Another height and width is a size the model can take (its positions resampled) if it
+    // holds a patch; the channels must be the model's.
     let dir = temp();
     let out = dir.path().join("out.safetensors");
     let model = fixture("tiny-gelu");
     for (shape, want) in [
         (
-            vec![1, 3, 20, 20],
-            "pixel_values of 20x20: image size 20x20 is not a multiple of the patch size 8",
+            vec![1, 3, 4, 20],
+            "pixel_values of 4x20: images of 4x20 hold no 8x8 patch",
         ),
         (
             vec![1, 1, 16, 16],

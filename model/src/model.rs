@@ -404,7 +404,8 @@ impl VisionModel {
     }
 
     /// The same model taking images of `(height, width)`: the position table is resampled
-    /// to the new patch grid (as transformers' `interpolate_pos_encoding`).
+    /// to the new patch grid (as transformers' `interpolate_pos_encoding`). A remainder of
+    /// less than a patch is dropped, as the patch embedding's strided Conv2d drops it.
     pub fn with_input_size(mut self, size: (usize, usize)) -> Result<VisionModel, ModelError> {
         self.set_input_size(size)?;
         Ok(self)
@@ -416,12 +417,6 @@ impl VisionModel {
         if size.0 < p || size.1 < p {
             return Err(ModelError::Usage(format!(
                 "images of {}x{} hold no {p}x{p} patch",
-                size.0, size.1
-            )));
-        }
-        if !size.0.is_multiple_of(p) || !size.1.is_multiple_of(p) {
-            return Err(ModelError::Usage(format!(
-                "image size {}x{} is not a multiple of the patch size {p}",
                 size.0, size.1
             )));
         }

@@ -155,10 +155,9 @@ impl Op {
                 let [batch, c, h, wd] = px else {
                     return Err(format!("pixels must be [B,C,H,W], got {px:?}"));
                 };
-                if *patch == 0 || h % patch != 0 || wd % patch != 0 {
-                    return Err(format!(
-                        "image {h}x{wd} is not divisible into {patch}x{patch} patches"
-                    ));
+                // A remainder is dropped, as a strided Conv2d drops it.
+                if *patch == 0 || h < patch || wd < patch {
+                    return Err(format!("image {h}x{wd} holds no {patch}x{patch} patch"));
                 }
                 let hidden = w.first().copied().unwrap_or(0);
                 let tokens = prefix_tokens + (h / patch) * (wd / patch);

@@ -47,8 +47,9 @@ pub struct ModelArgs {
     /// first eager pass; off launches kernel by kernel. Ignored on the CPU.
     #[arg(long, value_enum, default_value_t = Switch::On)]
     cuda_graphs: Switch,
-    /// Run the model on images of this size (HEIGHT or HEIGHT,WIDTH, multiples of the patch
-    /// size), its position embeddings resampled as transformers' interpolate_pos_encoding.
+    /// Run the model on images of this size (HEIGHT or HEIGHT,WIDTH; a remainder of less than
+    /// a patch is dropped, as transformers' Conv2d drops it), its position embeddings resampled
+    /// as transformers' interpolate_pos_encoding.
     /// Default: the size the checkpoint's preprocessing makes (or the input tensor's, for
     /// infer), else the config's image_size.
     #[arg(long, value_parser = parse_image_size)]
