@@ -16,7 +16,7 @@ use crate::params::{PositionTable, Recipe};
 use crate::positions::Resampling;
 use std::collections::BTreeMap;
 use std::path::Path;
-use vitrt_runtime::passes::{self, Fusion};
+use vitrt_runtime::passes::{self, AttentionFusion, Fusion};
 use vitrt_runtime::{Epilogue, Graph, HeadSlice, Op, ParamStore, RuntimeError, ValueId};
 use vitrt_weights::Checkpoint;
 
@@ -167,8 +167,20 @@ struct LayerKeys {
     key: LinearKeys,
     value: LinearKeys,
     attention_output: LinearKeys,
+    /// The same projections with each head padded with zeros to a multiple of 16, where the
+    /// head dim is not one (see [`VisionModel::padded_head_dim`]).
+    padded: Option<PaddedAttentionKeys>,
     norm_after: NormKeys,
     mlp: MlpKeys,
+}
+
+#[derive(Clone, Debug)]
+struct PaddedAttentionKeys {
+    head_dim: usize,
+    query: LinearKeys,
+    key: LinearKeys,
+    value: LinearKeys,
+    attention_output: LinearKeys,
 }
 
 /// SigLIP's attention-pooling head: a learned query attends over the tokens, then a residual
@@ -439,6 +451,38 @@ impl VisionModel {
         self.config.tokens_at(self.input_size)
     }
 
+    /// The head dim the encoder's attention runs at when the backend's fused kernel does not
+    /// take the model's but takes it padded with zeros to the next multiple of 16 (SigLIP
+    /// so400m: 72 as 80): the projections then write padded heads, for 11% more attention
+    /// work instead of the unfused path's score matrices (benchmarks/NOTES.md, 2026-11-24,
+    /// "head dims padded"). None: no padding.
+    pub fn padded_head_dim(
+        &self,
+        batch: usize,
+        fusion: Fusion,
+        supports: passes::Supports,
+    ) -> Option<usize> {
+        let c = &self.config;
+        let padded = self.keys.layers.first()?.padded.as_ref()?.head_dim;
+        if fusion.attention == AttentionFusion::Off {
+            return None;
+        }
+        let heads = c.num_attention_heads;
+        let probe = |head_dim: usize| {
+            let op = Op::Attention {
+                heads,
+                head_dim,
+                scale: 1.0,
+                q: HeadSlice { column_offset: 0 },
+                k: HeadSlice { column_offset: 0 },
+                v: HeadSlice { column_offset: 0 },
+            };
+            let shape = [batch, self.tokens(), heads * head_dim];
+            supports(&op, &[&shape, &shape, &shape]).is_ok()
+        };
+        (!probe(c.head_dim()) && probe(padded)).then_some(padded)
+    }
+
     pub fn num_labels(&self) -> Option<usize> {
         match self.head {
             Head::Classifier { num_labels, .. } => Some(num_labels),
@@ -592,6 +636,8 @@ impl VisionModel {
             } else {
                 t.linear(&attention_output_base, d, d, true)?
             };
+            let padded =
+                padded_attention_keys(&mut t, c, [&query, &key, &value], &attention_output);
             let norm_after = t.norm(&part(&t, LayerPart::NormAfter), d)?;
             let i = c.intermediate_size;
             let down_of = |t: &mut ParamTable, base: &str| {
@@ -647,6 +693,7 @@ impl VisionModel {
                 key,
                 value,
                 attention_output,
+                padded,
                 norm_after,
                 mlp,
             });
@@ -808,8 +855,11 @@ impl VisionModel {
         if options.hidden_states {
             g.mark_output("hidden_states.0", x);
         }
+        let pad = self
+            .padded_head_dim(batch, options.fusion, supports)
+            .is_some();
         for (l, layer) in k.layers.iter().enumerate() {
-            x = self.encoder_block(&mut g, l, layer, x)?;
+            x = self.encoder_block(&mut g, l, layer, x, pad)?;
             if options.hidden_states {
                 g.mark_output(&format!("hidden_states.{}", l + 1), x);
             }
@@ -877,6 +927,7 @@ impl VisionModel {
         l: usize,
         layer: &LayerKeys,
         x: ValueId,
+        pad: bool,
     ) -> Result<ValueId, ModelError> {
         let c = &self.config;
         let n = |s: &str| format!("layer.{l}.{s}");
@@ -887,17 +938,26 @@ impl VisionModel {
             &layer.norm_before,
             c.layer_norm_eps,
         )?;
-        let q = linear(g, &n("attention.query"), normed, &layer.query)?;
-        let key = linear(g, &n("attention.key"), normed, &layer.key)?;
-        let v = linear(g, &n("attention.value"), normed, &layer.value)?;
-        let context = attention(
-            g,
-            &n("attention"),
-            (q, key, v),
-            c.num_attention_heads,
-            c.head_dim(),
-        )?;
-        let attn_out = linear(g, &n("attention.output"), context, &layer.attention_output)?;
+        // Padded heads compute the same scores (the zero columns add nothing to Q·Kᵀ, scaled by
+        // the true head dim) and the same output (the zero columns of the context meet zero
+        // columns of the output projection).
+        let (query, key, value, output, head_dim) = match (&layer.padded, pad) {
+            (Some(p), true) => (&p.query, &p.key, &p.value, &p.attention_output, p.head_dim),
+            _ => (
+                &layer.query,
+                &layer.key,
+                &layer.value,
+                &layer.attention_output,
+                c.head_dim(),
+            ),
+        };
+        let q = linear(g, &n("attention.query"), normed, query)?;
+        let k = linear(g, &n("attention.key"), normed, key)?;
+        let v = linear(g, &n("attention.value"), normed, value)?;
+        let scale = 1.0 / (c.head_dim() as f32).sqrt();
+        let heads = (c.num_attention_heads, head_dim);
+        let context = attention(g, &n("attention"), (q, k, v), heads, scale)?;
+        let attn_out = linear(g, &n("attention.output"), context, output)?;
         let h1 = g.add_node(&n("attention.residual"), Op::Add, &[attn_out, x])?;
         let normed2 = layer_norm(
             g,
@@ -1015,13 +1075,9 @@ impl VisionModel {
                 let q = linear(g, "head.attention.query", probe, &head.query)?;
                 let k = linear(g, "head.attention.key", last, &head.key)?;
                 let v = linear(g, "head.attention.value", last, &head.value)?;
-                let context = attention(
-                    g,
-                    "head.attention",
-                    (q, k, v),
-                    c.num_attention_heads,
-                    c.head_dim(),
-                )?;
+                let heads = (c.num_attention_heads, c.head_dim());
+                let scale = 1.0 / (c.head_dim() as f32).sqrt();
+                let context = attention(g, "head.attention", (q, k, v), heads, scale)?;
                 let attended = linear(g, "head.attention.output", context, &head.output)?;
                 let normed =
                     layer_norm(g, "head.layernorm", attended, &head.norm, c.layer_norm_eps)?;
@@ -1117,6 +1173,74 @@ fn attention_pool_keys(
     })
 }
 
+/// Q, K, V and output projections with every head padded with zeros to the next multiple of
+/// 16 (the fused attention kernel's head dims), where the head dim is not one and the padded
+/// one is at most 128. Derived lazily: made only if a graph uses them.
+fn padded_attention_keys(
+    t: &mut ParamTable,
+    c: &ModelConfig,
+    projections: [&LinearKeys; 3],
+    output: &LinearKeys,
+) -> Option<PaddedAttentionKeys> {
+    let (heads, head_dim) = (c.num_attention_heads, c.head_dim());
+    let padded = head_dim.next_multiple_of(16);
+    // Only plain tensors are padded (a folded layer scale comes with head dims of 64).
+    let plain = |key: &str| matches!(t.params.get(key), Some((Recipe::Tensor(_), _)));
+    if head_dim.is_multiple_of(16)
+        || padded > 128
+        || !projections.iter().all(|p| plain(&p.weight))
+        || !plain(&output.weight)
+    {
+        return None;
+    }
+    let width = heads * padded;
+    let mut rows = |keys: &LinearKeys| {
+        let pad = |tensor: &str, cols: usize| Recipe::PadHeadRows {
+            tensor: tensor.into(),
+            heads,
+            head_dim,
+            padded,
+            cols,
+        };
+        LinearKeys {
+            weight: t.derived(
+                format!("pad_heads({}, {padded})", keys.weight),
+                pad(&keys.weight, keys.k),
+                &[width, keys.k],
+            ),
+            bias: keys
+                .bias
+                .as_ref()
+                .map(|b| t.derived(format!("pad_heads({b}, {padded})"), pad(b, 1), &[width])),
+            n: width,
+            k: keys.k,
+        }
+    };
+    let [query, key, value] = projections.map(&mut rows);
+    let attention_output = LinearKeys {
+        weight: t.derived(
+            format!("pad_head_columns({}, {padded})", output.weight),
+            Recipe::PadHeadColumns {
+                tensor: output.weight.clone(),
+                heads,
+                head_dim,
+                padded,
+            },
+            &[output.n, width],
+        ),
+        bias: output.bias.clone(),
+        n: output.n,
+        k: width,
+    };
+    Some(PaddedAttentionKeys {
+        head_dim: padded,
+        query,
+        key,
+        value,
+        attention_output,
+    })
+}
+
 fn linear(
     g: &mut Graph,
     node: &str,
@@ -1154,15 +1278,15 @@ fn attention(
     g: &mut Graph,
     node: &str,
     (q, k, v): (ValueId, ValueId, ValueId),
-    heads: usize,
-    head_dim: usize,
+    (heads, head_dim): (usize, usize),
+    scale: f32,
 ) -> Result<ValueId, RuntimeError> {
     let scores = g.add_node(
         &format!("{node}.scores"),
         Op::AttentionScores {
             heads,
             head_dim,
-            scale: 1.0 / (head_dim as f32).sqrt(),
+            scale,
             q: HeadSlice { column_offset: 0 },
             k: HeadSlice { column_offset: 0 },
         },

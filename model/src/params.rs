@@ -43,6 +43,24 @@ pub enum Recipe {
     },
     /// Tensors one after the other (the prefix tokens; SwiGLU's gate and up projections).
     Stack(Vec<String>),
+    /// A projection whose output rows (Q, K or V: `heads` groups of `head_dim` rows of
+    /// `cols`) get zero rows up to `padded` per head: attention then runs at a head dim its
+    /// fused kernel takes, with the same scores and outputs (SigLIP so400m's 72 as 80).
+    PadHeadRows {
+        tensor: String,
+        heads: usize,
+        head_dim: usize,
+        padded: usize,
+        cols: usize,
+    },
+    /// The output projection's weight `[rows, heads·head_dim]` with zero columns up to
+    /// `padded` per head, to read a context of padded heads.
+    PadHeadColumns {
+        tensor: String,
+        heads: usize,
+        head_dim: usize,
+        padded: usize,
+    },
     /// The position table for the input size.
     Positions(PositionTable),
 }
@@ -108,6 +126,38 @@ impl Recipe {
                 values
             }
             Recipe::Positions(p) => p.make(&load(&p.tensor)?),
+            Recipe::PadHeadRows {
+                tensor,
+                heads,
+                head_dim,
+                padded,
+                cols,
+            } => {
+                let values = load(tensor)?;
+                let mut out = vec![0.0; heads * padded * cols];
+                for h in 0..*heads {
+                    let from = &values[h * head_dim * cols..(h + 1) * head_dim * cols];
+                    out[h * padded * cols..][..head_dim * cols].copy_from_slice(from);
+                }
+                out
+            }
+            Recipe::PadHeadColumns {
+                tensor,
+                heads,
+                head_dim,
+                padded,
+            } => {
+                let values = load(tensor)?;
+                let width = heads * head_dim;
+                let mut out = Vec::with_capacity(values.len() / width * heads * padded);
+                for row in values.chunks(width) {
+                    for head in row.chunks(*head_dim) {
+                        out.extend_from_slice(head);
+                        out.resize(out.len() + padded - head_dim, 0.0);
+                    }
+                }
+                out
+            }
         })
     }
 }

@@ -263,3 +263,70 @@ fn an_f32_residual_stream_cuts_the_bf16_hidden_state_error() {
         "f32 stream {f32_stream:.3e}, bf16 stream {bf16_stream:.3e}"
     );
 }
+
+#[test]
+fn heads_padded_for_the_fused_kernel_compute_what_the_model_computes() {
+    // SigLIP's fixture has head dim 12; a backend whose fused attention takes multiples of 16
+    // only gets heads padded to 16 with zeros. On the CPU, with such a backend's answer
+    // imposed, the padded graph must match PyTorch as closely as the plain one.
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models/siglip-vision-head");
+    let refs = reference(&dir);
+    let pixels = refs.iter().find(|t| t.name == "pixel_values").unwrap();
+    let model = load_at_input_size(&dir, pixels);
+    let outputs = model.model_outputs();
+    let multiples_of_16 = |op: &Op, _: &[&[usize]]| match op {
+        Op::Attention { head_dim, .. } if head_dim % 16 != 0 => Err("head dim".to_string()),
+        _ => Ok(()),
+    };
+    let batch = pixels.shape[0];
+    assert_eq!(
+        model.padded_head_dim(batch, Fusion::ALL, &multiples_of_16),
+        Some(16)
+    );
+    assert_eq!(
+        model.padded_head_dim(batch, attention_unfused(), &multiples_of_16),
+        None
+    );
+    let options = vitrt_model::GraphOptions {
+        hidden_states: true,
+        fusion: Fusion::ALL,
+        outputs,
+    };
+    let graph = model
+        .build_graph_for(batch, options, &multiples_of_16)
+        .unwrap();
+    let fused: Vec<_> = graph
+        .nodes
+        .iter()
+        .filter_map(|n| match n.op {
+            Op::Attention { head_dim, .. } => Some(head_dim),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        fused,
+        vec![16; model.config.num_hidden_layers],
+        "every block fused at 16"
+    );
+    let mut backend = CpuBackend::new();
+    let precision = vitrt_runtime::Precision::default_for(DType::F32);
+    let executor = vitrt_runtime::Executor::new(graph, &mut backend, &model, precision).unwrap();
+    let ours = executor
+        .run(&mut backend, &[("pixel_values", &pixels.data)])
+        .unwrap();
+    let wanted: Vec<HostTensor> = refs
+        .into_iter()
+        .filter(|t| t.name != "pixel_values")
+        .collect();
+    let rows = compare(&ours, &wanted).unwrap();
+    assert_eq!(rows.len(), wanted.len());
+    for row in rows {
+        assert!(
+            row.relative_error < 1e-5,
+            "{}: relative error {:.3e}",
+            row.name,
+            row.relative_error
+        );
+    }
+}

@@ -105,7 +105,9 @@ fn attention_is_fused_exactly_where_the_kernel_takes_the_model() {
             let head_dim = model.config.head_dim();
             let backend = CudaBackend::new(0, dtype).unwrap();
             let runner = Runner::new(model, Box::new(backend), required);
-            let takes = dtype != DType::F32 && head_dim.is_multiple_of(16) && head_dim <= 128;
+            // Head dims that are not a multiple of 16 run padded to one (SigLIP so400m's 72 as
+            // 80), so every head dim up to 128 is fused in f16 and bf16.
+            let takes = dtype != DType::F32 && head_dim.next_multiple_of(16) <= 128;
             match runner.check_graph() {
                 Ok(()) => assert!(takes, "{dtype} {name}: head dim {head_dim} was fused"),
                 Err(e) => assert!(!takes, "{dtype} {name}: head dim {head_dim} not fused: {e}"),

@@ -39,8 +39,9 @@ pub struct ModelArgs {
     #[arg(long, value_enum, default_value_t = FusionArg::All)]
     fusion: FusionArg,
     /// Attention as one fused kernel or as scores, softmax and context. Default: fused where
-    /// the backend has a kernel for the model (CUDA: f16/bf16, head dims 16 to 128 by 16) and
-    /// --fusion is all; `fused` makes it an error when it cannot be.
+    /// the backend has a kernel for the model (CUDA: f16/bf16, head dims up to 128, those not
+    /// a multiple of 16 padded with zeros to one) and --fusion is all; `fused` makes it an
+    /// error when it cannot be.
     #[arg(long, value_enum)]
     attention: Option<AttentionArg>,
     /// CUDA graphs: on (default) replays each forward pass as one captured graph after a
