@@ -412,15 +412,53 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.only or []:
         if name not in known:
             parser.error(f"unknown fixture {name!r} (known: {', '.join(sorted(known))})")
+    results = []
     for index, fixture in enumerate(FIXTURES):
         if args.only and fixture.name not in args.only:
             continue
         result = write_fixture(fixture, args.out, args.seed + index)
+        results.append(result)
         shapes = ", ".join(
             f"{k} {v}" for k, v in result["shapes"].items() if not k.startswith("hidden_states.")
         )
         print(f"{fixture.name:26} {result['bytes'] / 1024:6.0f} KiB  {shapes}")
+    if not args.only:
+        (args.out / "FAMILIES.md").write_text(families_readme(results))
     return 0
+
+
+def families_readme(results: list[dict]) -> str:
+    versions = ", ".join(f"{k} {v}" for k, v in library_versions().items())
+    lines = [
+        "# Parity fixtures of the other families: DeiT, DINOv2, CLIP and SigLIP",
+        "",
+        "Made by `scripts/make_family_fixtures.py`; do not edit by hand. To remake them:",
+        "",
+        "```",
+        "python scripts/make_family_fixtures.py",
+        "```",
+        "",
+        f"Versions: {versions}.",
+        "",
+        "Each folder is a checkpoint as `save_pretrained` writes it, a `reference.safetensors`",
+        "(float64 PyTorch with eager attention, stored as float32: `pixel_values`, the outputs",
+        "the checkpoint has, `hidden_states.{i}`) and `torch-bf16.json`, PyTorch's own bf16",
+        "relative error per tensor on the same inputs (what a vitrt bf16 run must not exceed).",
+        "Inputs of another size than the config's were run with `interpolate_pos_encoding=True`",
+        "(DINOv2 always interpolates). Every parameter is redrawn so that each one visibly",
+        "changes the outputs.",
+        "",
+        "| fixture | what it covers | class | input | outputs | size |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        f = r["fixture"]
+        shape = r["shapes"]["pixel_values"]
+        outputs = ", ".join(f"`{k}` {v}" for k, v in r["shapes"].items()
+                            if k != "pixel_values" and not k.startswith("hidden_states."))
+        lines.append(f"| `{f.name}` | {f.summary} | {f.model_class} | {shape} | {outputs} | "
+                     f"{r['bytes'] / 1024:.0f} KiB |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
