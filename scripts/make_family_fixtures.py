@@ -291,7 +291,7 @@ def randomize_parameters(model: nn.Module, generator: torch.Generator) -> None:
     for name, parameter in model.named_parameters():
         if id(parameter) in covered:
             continue
-        if name.endswith("lambda1"):
+        if name.endswith("lambda1") or name.endswith("gamma"):
             parameter.copy_(torch.rand(parameter.shape, generator=generator) + 0.5)
         elif "position" in name:
             parameter.copy_(normal(parameter, 0.5))
@@ -408,15 +408,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=20261124)
     args = parser.parse_args(argv)
     disable_tf32()
-    known = {f.name for f in FIXTURES}
+    known = {f.name for f in FIXTURES + [TIMM_FIXTURE]}
     for name in args.only or []:
         if name not in known:
             parser.error(f"unknown fixture {name!r} (known: {', '.join(sorted(known))})")
     results = []
-    for index, fixture in enumerate(FIXTURES):
+    for index, fixture in enumerate(FIXTURES + [TIMM_FIXTURE]):
         if args.only and fixture.name not in args.only:
             continue
-        result = write_fixture(fixture, args.out, args.seed + index)
+        if fixture is TIMM_FIXTURE:
+            result = write_timm_fixture(fixture, args.out, args.seed + index)
+        else:
+            result = write_fixture(fixture, args.out, args.seed + index)
         results.append(result)
         shapes = ", ".join(
             f"{k} {v}" for k, v in result["shapes"].items() if not k.startswith("hidden_states.")
@@ -427,10 +430,86 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# timm's own checkpoint format: a ViT-Base name with smaller sizes in model_args, fused QKV and
+# layer scale (init_values), its preprocessing in pretrained_cfg.
+TIMM_FIXTURE = FamilyFixture(
+    name="timm-vit-layerscale",
+    summary="timm vit_base_patch16_224 with model_args (48 wide, 2 blocks, 3 heads, patch 8 at "
+    "32): fused qkv, layer scale, pretrained_cfg preprocessing",
+    model_class="timm VisionTransformer",
+    config_class="",
+    config={"img_size": 32, "patch_size": 8, "embed_dim": 48, "depth": 2, "num_heads": 3,
+            "init_values": 0.5},
+    labels=["north", "east", "south", "west", "up"],
+)
+
+
+@torch.no_grad()
+def write_timm_fixture(fixture: FamilyFixture, out_root: Path, seed: int) -> dict:
+    """A timm checkpoint as `save_for_hf` writes it (config.json with architecture,
+    model_args, pretrained_cfg and label_names; model.safetensors), its float64 reference
+    (hidden_states.0 is what enters the first block, hidden_states.i block i's output) and
+    PyTorch's own bf16 errors."""
+    import timm
+    from timm.models._hub import save_for_hf
+
+    model_dir = out_root / fixture.name
+    if model_dir.exists():
+        shutil.rmtree(model_dir)
+    torch.manual_seed(seed)
+    model = timm.create_model("vit_base_patch16_224", pretrained=False,
+                              num_classes=len(fixture.labels), **fixture.config)
+    randomize_parameters(model, torch.Generator().manual_seed(seed))
+    model.pretrained_cfg = {
+        **model.pretrained_cfg, "input_size": (3, 32, 32), "interpolation": "bicubic",
+        "crop_pct": 0.9, "crop_mode": "center", "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5),
+    }
+    save_for_hf(model.eval(), model_dir, model_config={"label_names": fixture.labels},
+                model_args=fixture.config, safe_serialization=True)
+
+    def outputs(m, pixels):
+        states = []
+        hooks = [m.blocks[0].register_forward_pre_hook(lambda _, args: states.append(args[0]))]
+        hooks += [b.register_forward_hook(lambda _, __, out: states.append(out)) for b in m.blocks]
+        logits = m(pixels)
+        for h in hooks:
+            h.remove()
+        tensors = {"pixel_values": pixels, "logits": logits}
+        tensors.update({f"hidden_states.{i}": s for i, s in enumerate(states)})
+        return {k: v.detach().to(torch.float32).contiguous() for k, v in tensors.items()}
+
+    reloaded = timm.create_model("vit_base_patch16_224", pretrained=False,
+                                 num_classes=len(fixture.labels), **fixture.config)
+    from safetensors.torch import load_file
+    reloaded.load_state_dict(load_file(model_dir / "model.safetensors"))
+    reloaded = reloaded.to(torch.float64).eval()
+    generator = torch.Generator().manual_seed(seed)
+    pixels = torch.randn(fixture.batch, 3, 32, 32, generator=generator)
+    reference = outputs(reloaded, pixels.to(torch.float64))
+    reference["pixel_values"] = pixels
+    metadata = {"fixture": fixture.name, "class": "timm VisionTransformer",
+                "compute_dtype": "float64", "input": f"random normal, batch {fixture.batch}, seed {seed}",
+                **{f"version.{name}": version for name, version in library_versions().items()},
+                "version.timm": timm.__version__}
+    save_reference(model_dir / "reference.safetensors", reference, metadata)
+    bf16 = outputs(reloaded.to(torch.bfloat16), pixels.to(torch.bfloat16))
+    errors = {}
+    for name, want in reference.items():
+        if name != "pixel_values":
+            scale = want.abs().max().clamp_min(1e-30)
+            errors[name] = float((bf16[name] - want).abs().max() / scale)
+    (model_dir / "torch-bf16.json").write_text(json.dumps(errors, indent=1, sort_keys=True) + "\n")
+    return {
+        "fixture": fixture,
+        "shapes": {name: list(t.shape) for name, t in reference.items()},
+        "bytes": sum(p.stat().st_size for p in model_dir.iterdir()),
+    }
+
+
 def families_readme(results: list[dict]) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in library_versions().items())
     lines = [
-        "# Parity fixtures of the other families: DeiT, DINOv2, CLIP and SigLIP",
+        "# Parity fixtures of the other families: DeiT, DINOv2, CLIP, SigLIP and timm",
         "",
         "Made by `scripts/make_family_fixtures.py`; do not edit by hand. To remake them:",
         "",

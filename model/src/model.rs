@@ -626,9 +626,16 @@ impl VisionModel {
         for l in 0..c.num_hidden_layers {
             let part = |t: &ParamTable, part| t.pick(&names.layer(l, part));
             let norm_before = t.norm(&part(&t, LayerPart::NormBefore), d)?;
-            let query = t.linear(&part(&t, LayerPart::Query), d, d, c.qkv_bias)?;
-            let key = t.linear(&part(&t, LayerPart::Key), d, d, c.qkv_bias)?;
-            let value = t.linear(&part(&t, LayerPart::Value), d, d, c.qkv_bias)?;
+            let [query, key, value] = if names.fused_qkv() {
+                let qkv = part(&t, LayerPart::Query);
+                stacked_projections(&mut t, &qkv, d, c.qkv_bias)?
+            } else {
+                [
+                    t.linear(&part(&t, LayerPart::Query), d, d, c.qkv_bias)?,
+                    t.linear(&part(&t, LayerPart::Key), d, d, c.qkv_bias)?,
+                    t.linear(&part(&t, LayerPart::Value), d, d, c.qkv_bias)?,
+                ]
+            };
             let attention_output_base = part(&t, LayerPart::AttentionOutput);
             let attention_output = if c.layer_scale {
                 let scale = part(&t, LayerPart::AttentionScale);
@@ -720,6 +727,7 @@ impl VisionModel {
                 }
             }
             Family::Dinov2 => Some(PoolerKeys::ClassToken),
+            Family::Timm => None,
             Family::Clip => Some(PoolerKeys::NormedClassToken(
                 t.norm(&names.pooled_norm().unwrap_or_default(), d)?,
             )),
@@ -795,7 +803,7 @@ impl VisionModel {
                     };
                     ClassifierKeys::Two(cls, mean)
                 }
-                _ => ClassifierKeys::One(t.linear("classifier", num_labels, d, true)?),
+                _ => ClassifierKeys::One(t.linear(names.classifier(), num_labels, d, true)?),
             }),
         };
         self.params = t.params;
@@ -1110,16 +1118,71 @@ fn detect_head(config: &ModelConfig, checkpoint: &Checkpoint) -> Result<Head, Mo
             });
         }
     }
-    let Some(num_labels) = rows("classifier.weight")? else {
+    let head = if config.family == Family::Timm {
+        "head.weight"
+    } else {
+        "classifier.weight"
+    };
+    let Some(num_labels) = rows(head)? else {
         return Ok(Head::Base);
     };
     let input = match config.family {
-        Family::Vit | Family::Deit => ClassifierInput::ClassToken,
+        Family::Vit | Family::Deit | Family::Timm => ClassifierInput::ClassToken,
         Family::Dinov2 => ClassifierInput::ClassTokenAndPatchMean,
         Family::Clip => ClassifierInput::PatchMean,
         Family::Siglip => ClassifierInput::TokenMean,
     };
     Ok(Head::Classifier { num_labels, input })
+}
+
+/// Q, K and V as rows of one stacked projection `base` (`[3·d, d]`, bias `[3·d]`), in that
+/// order: timm's `attn.qkv`, torch's `MultiheadAttention.in_proj_*`.
+fn stacked_rows(
+    t: &mut ParamTable,
+    (weight, bias): (&str, Option<&str>),
+    d: usize,
+) -> Result<[LinearKeys; 3], ModelError> {
+    t.check(weight, &[3 * d, d])?;
+    if let Some(bias) = bias {
+        t.check(bias, &[3 * d])?;
+    }
+    let mut projection = |i: usize, what: &str| LinearKeys {
+        weight: t.derived(
+            format!("{weight}[{what}]"),
+            Recipe::Rows {
+                tensor: weight.into(),
+                cols: d,
+                start: i * d,
+                len: d,
+            },
+            &[d, d],
+        ),
+        bias: bias.map(|bias| {
+            t.derived(
+                format!("{bias}[{what}]"),
+                Recipe::Rows {
+                    tensor: bias.into(),
+                    cols: 1,
+                    start: i * d,
+                    len: d,
+                },
+                &[d],
+            )
+        }),
+        n: d,
+        k: d,
+    };
+    Ok([projection(0, "q"), projection(1, "k"), projection(2, "v")])
+}
+
+fn stacked_projections(
+    t: &mut ParamTable,
+    base: &str,
+    d: usize,
+    bias: bool,
+) -> Result<[LinearKeys; 3], ModelError> {
+    let (weight, bias_name) = (format!("{base}.weight"), format!("{base}.bias"));
+    stacked_rows(t, (&weight, bias.then_some(bias_name.as_str())), d)
 }
 
 fn attention_pool_keys(
@@ -1133,34 +1196,8 @@ fn attention_pool_keys(
         format!("{base}.attention.in_proj_weight"),
         format!("{base}.attention.in_proj_bias"),
     );
-    t.check(&in_w, &[3 * d, d])?;
-    t.check(&in_b, &[3 * d])?;
     // torch's MultiheadAttention stacks the Q, K and V projections in that order.
-    let mut projection = |i: usize, what: &str| LinearKeys {
-        weight: t.derived(
-            format!("{in_w}[{what}]"),
-            Recipe::Rows {
-                tensor: in_w.clone(),
-                cols: d,
-                start: i * d,
-                len: d,
-            },
-            &[d, d],
-        ),
-        bias: Some(t.derived(
-            format!("{in_b}[{what}]"),
-            Recipe::Rows {
-                tensor: in_b.clone(),
-                cols: 1,
-                start: i * d,
-                len: d,
-            },
-            &[d],
-        )),
-        n: d,
-        k: d,
-    };
-    let (query, key, value) = (projection(0, "q"), projection(1, "k"), projection(2, "v"));
+    let [query, key, value] = stacked_rows(t, (&in_w, Some(&in_b)), d)?;
     Ok(AttentionPoolKeys {
         probe,
         query,

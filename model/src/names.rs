@@ -52,6 +52,7 @@ impl TensorNames {
             Family::Deit => &["deit.", ""],
             Family::Dinov2 => &["dinov2.", "dinov2_with_registers.", ""],
             Family::Clip | Family::Siglip => &["vision_model.", ""],
+            Family::Timm => &[""],
         };
         candidates.iter().find_map(|prefix| {
             let names = TensorNames {
@@ -71,7 +72,9 @@ impl TensorNames {
     }
 
     pub fn patch_weight(&self) -> String {
-        if self.clip_like() {
+        if self.family == Family::Timm {
+            self.name("patch_embed.proj.weight")
+        } else if self.clip_like() {
             self.name("embeddings.patch_embedding.weight")
         } else {
             self.name("embeddings.patch_embeddings.projection.weight")
@@ -83,6 +86,7 @@ impl TensorNames {
         match self.family {
             Family::Clip => None,
             Family::Siglip => Some(self.name("embeddings.patch_embedding.bias")),
+            Family::Timm => Some(self.name("patch_embed.proj.bias")),
             _ => Some(self.name("embeddings.patch_embeddings.projection.bias")),
         }
     }
@@ -92,6 +96,7 @@ impl TensorNames {
         match self.family {
             Family::Clip => Some(self.name("embeddings.class_embedding")),
             Family::Siglip => None,
+            Family::Timm => Some(self.name("cls_token")),
             _ => Some(self.name("embeddings.cls_token")),
         }
     }
@@ -106,7 +111,9 @@ impl TensorNames {
 
     /// The position table: `[1, T, hidden]`, or `[T, hidden]` in CLIP and SigLIP.
     pub fn positions(&self) -> String {
-        if self.clip_like() {
+        if self.family == Family::Timm {
+            self.name("pos_embed")
+        } else if self.clip_like() {
             self.name("embeddings.position_embedding.weight")
         } else {
             self.name("embeddings.position_embeddings")
@@ -125,6 +132,7 @@ impl TensorNames {
         match self.family {
             Family::Clip => None,
             Family::Siglip => Some(self.name("post_layernorm")),
+            Family::Timm => Some(self.name("norm")),
             _ => Some(self.name("layernorm")),
         }
     }
@@ -137,7 +145,9 @@ impl TensorNames {
     /// to the caller), most common first.
     pub fn layer(&self, layer: usize, part: LayerPart) -> Vec<String> {
         use LayerPart::*;
-        let base = if self.clip_like() {
+        let base = if self.family == Family::Timm {
+            self.name(&format!("blocks.{layer}."))
+        } else if self.clip_like() {
             self.name(&format!("encoder.layers.{layer}."))
         } else {
             self.name(&format!("encoder.layer.{layer}."))
@@ -167,6 +177,15 @@ impl TensorNames {
             (Family::Dinov2, Key) => &["attention.attention.key", "attention.k_proj"],
             (Family::Dinov2, Value) => &["attention.attention.value", "attention.v_proj"],
             (Family::Dinov2, AttentionOutput) => &["attention.output.dense", "attention.o_proj"],
+            (Family::Timm, NormBefore) => &["norm1"],
+            (Family::Timm, NormAfter) => &["norm2"],
+            // Q, K and V are rows of one tensor (see `TensorNames::fused_qkv`).
+            (Family::Timm, Query | Key | Value) => &["attn.qkv"],
+            (Family::Timm, AttentionOutput) => &["attn.proj"],
+            (Family::Timm, AttentionScale) => &["ls1.gamma"],
+            (Family::Timm, MlpScale) => &["ls2.gamma"],
+            (Family::Timm, Up) => &["mlp.fc1"],
+            (Family::Timm, Down) => &["mlp.fc2"],
             (Family::Vit | Family::Deit, Query) => &["attention.attention.query"],
             (Family::Vit | Family::Deit, Key) => &["attention.attention.key"],
             (Family::Vit | Family::Deit, Value) => &["attention.attention.value"],
@@ -174,6 +193,20 @@ impl TensorNames {
             _ => &[],
         };
         suffixes.iter().map(|s| format!("{base}{s}")).collect()
+    }
+
+    /// Whether Q, K and V are stored as one tensor of 3·hidden rows, in that order (timm).
+    pub fn fused_qkv(&self) -> bool {
+        self.family == Family::Timm
+    }
+
+    /// The classifier's base name.
+    pub fn classifier(&self) -> &'static str {
+        if self.family == Family::Timm {
+            "head"
+        } else {
+            "classifier"
+        }
     }
 
     /// Whether blocks use the MLP `mlp`'s weights as this checkpoint stores them: for SwiGLU,

@@ -79,8 +79,8 @@ impl ImageArgs {
     }
 }
 
-/// The preprocessing of the checkpoint in `dir`: its preprocessor_config.json, else the
-/// defaults at the model's input size. The runner is set to run at the size the preprocessing
+/// The preprocessing of the checkpoint in `dir`: its preprocessor_config.json (or a timm
+/// config.json's pretrained_cfg), else the defaults at the model's input size. The runner is set to run at the size the preprocessing
 /// makes (DINOv2's tables are for 518 pixels and its processor crops 224), unless
 /// `--image-size` chose one, which must then agree.
 pub fn preprocessing(
@@ -89,12 +89,12 @@ pub fn preprocessing(
     model: &ModelArgs,
 ) -> Result<PreprocessConfig> {
     let channels = runner.model.config.num_channels;
-    let pre_path = dir.join("preprocessor_config.json");
-    let pre = if pre_path.exists() {
-        PreprocessConfig::from_json_file_for_channels(&pre_path, channels)?
-    } else {
-        let (h, w) = runner.model.input_size();
-        PreprocessConfig::hf_default_sized(h, w, channels)
+    let pre = match PreprocessConfig::of_checkpoint(dir, channels)? {
+        Some(pre) => pre,
+        None => {
+            let (h, w) = runner.model.input_size();
+            PreprocessConfig::hf_default_sized(h, w, channels)
+        }
     };
     if pre.output_size() != runner.model.input_size() {
         if model.image_size().is_some() {

@@ -189,15 +189,13 @@ impl ModelArgs {
     }
 }
 
-/// (height, width) of the images the model folder's preprocessor_config.json makes, if it has
-/// one that parses (`classify` reports a broken one; other subcommands do not read it).
+/// (height, width) of the images the model folder's preprocessing makes
+/// (preprocessor_config.json, or a timm config.json's pretrained_cfg), if it has one that
+/// parses (`classify` and `embed` report a broken one; other subcommands do not read it).
 fn preprocessed_size(dir: &std::path::Path, channels: usize) -> Option<(usize, usize)> {
-    let path = dir.join("preprocessor_config.json");
-    if !path.exists() {
-        return None;
-    }
-    vitrt_model::preprocess::PreprocessConfig::from_json_file_for_channels(&path, channels)
+    vitrt_model::preprocess::PreprocessConfig::of_checkpoint(dir, channels)
         .ok()
+        .flatten()
         .map(|config| config.output_size())
 }
 

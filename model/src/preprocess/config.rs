@@ -234,6 +234,36 @@ impl PreprocessConfig {
         Self::parse(&text, num_channels, &path.display().to_string())
     }
 
+    /// The preprocessing a checkpoint folder describes: its preprocessor_config.json, else
+    /// (timm checkpoints) the `pretrained_cfg` of its config.json; None when it has neither.
+    pub fn of_checkpoint(dir: &Path, num_channels: usize) -> Result<Option<Self>, PreprocessError> {
+        let hf = dir.join("preprocessor_config.json");
+        if hf.exists() {
+            return Self::from_json_file_for_channels(&hf, num_channels).map(Some);
+        }
+        let config = dir.join("config.json");
+        let Ok(text) = std::fs::read_to_string(&config) else {
+            return Ok(None);
+        };
+        let Ok(Value::Object(json)) = serde_json::from_str::<Value>(&text) else {
+            return Ok(None);
+        };
+        let Some(pretrained_cfg) = json.get("pretrained_cfg") else {
+            return Ok(None);
+        };
+        let pre = Self::from_timm_pretrained_cfg(pretrained_cfg)?;
+        if pre.num_channels() != num_channels {
+            return Err(PreprocessError::InvalidConfig {
+                origin: config.display().to_string(),
+                reason: format!(
+                    "pretrained_cfg makes {}-channel images for a {num_channels}-channel model",
+                    pre.num_channels()
+                ),
+            });
+        }
+        Ok(Some(pre))
+    }
+
     /// Parses preprocessor_config.json text for a model with `num_channels` (1 or 3) channels.
     pub fn from_json_str_for_channels(
         s: &str,
