@@ -37,14 +37,30 @@ def main() -> int:
     import transformers
 
     dtype = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[args.dtype]
-    config = transformers.AutoConfig.from_pretrained(args.model)
-    model_class = getattr(transformers, config.architectures[0])
-    model = model_class.from_pretrained(args.model, attn_implementation="sdpa")
-    model = model.to(device="cuda", dtype=dtype).eval()
     interpolate = {}
-    vision = getattr(config, "vision_config", config)
-    if args.size != vision.image_size and not vision.model_type.startswith("dinov2"):
-        interpolate["interpolate_pos_encoding"] = True
+    raw = json.loads((args.model / "config.json").read_text())
+    if "architecture" in raw:
+        # timm's own checkpoint: timm builds it (its fused SDPA attention by default).
+        import timm
+        from safetensors.torch import load_file
+
+        model_args = {"num_classes": raw.get("num_classes", 1000), **raw.get("model_args", {})}
+        model = timm.create_model(raw["architecture"], pretrained=False, **model_args)
+        model.load_state_dict(load_file(args.model / "model.safetensors"))
+        provider = "timm"
+        forward = model
+    else:
+        config = transformers.AutoConfig.from_pretrained(args.model)
+        model_class = getattr(transformers, config.architectures[0])
+        model = model_class.from_pretrained(args.model, attn_implementation="sdpa")
+        provider = "hf-sdpa"
+        vision = getattr(config, "vision_config", config)
+        if args.size != vision.image_size and not vision.model_type.startswith("dinov2"):
+            interpolate["interpolate_pos_encoding"] = True
+
+        def forward(pixel_values):
+            return model(pixel_values=pixel_values, **interpolate)
+    model = model.to(device="cuda", dtype=dtype).eval()
     rows = []
     for batch in [int(b) for b in args.batch_sizes.split(",")]:
         pixels = torch.randn(batch, 3, args.size, args.size, device="cuda", dtype=dtype)
@@ -54,7 +70,7 @@ def main() -> int:
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 start.record()
-                model(pixel_values=pixels, **interpolate)
+                forward(pixels)
                 end.record()
                 end.synchronize()
                 if rep >= args.warmup:
@@ -67,10 +83,10 @@ def main() -> int:
             "median_ms": median,
             "min_ms": min(times),
             "model": str(args.model),
-            "provider": "hf-sdpa",
+            "provider": provider,
             "reps": args.reps,
         })
-        print(f"hf-sdpa {args.model.name} b{batch}: {median:.3f} ms, {batch / median * 1e3:.0f} images/s")
+        print(f"{provider} {args.model.name} b{batch}: {median:.3f} ms, {batch / median * 1e3:.0f} images/s")
         del pixels
         torch.cuda.empty_cache()
     doc = {

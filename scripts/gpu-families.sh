@@ -15,7 +15,7 @@ dir=${1:?usage: gpu-families.sh DIR LOGS [PRESET...]}
 logs=${2:?usage: gpu-families.sh DIR LOGS [PRESET...]}
 shift 2
 presets=("$@")
-[ ${#presets[@]} -eq 0 ] && presets=(deit-base-distilled-16-224 dinov2-base-registers-14
+[ ${#presets[@]} -eq 0 ] && presets=(deit-base-distilled-16-224 dinov2-base-registers-14 timm-vit-base-16-224
     dinov2-large-14 clip-vit-base-16 clip-vit-large-14-336 siglip-base-16-224 siglip-so400m-14-384)
 mkdir -p "$logs"
 export VITRT_CACHE_DIR=${VITRT_CACHE_DIR:-/tmp/vitrt-cache}

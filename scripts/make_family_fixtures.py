@@ -445,6 +445,21 @@ TIMM_FIXTURE = FamilyFixture(
 
 
 @torch.no_grad()
+def timm_outputs(model: nn.Module, pixels: torch.Tensor) -> dict:
+    """A timm ViT's logits and hidden states: hidden_states.0 is what enters the first block,
+    hidden_states.i block i's output (as transformers indexes them)."""
+    states = []
+    hooks = [model.blocks[0].register_forward_pre_hook(lambda _, args: states.append(args[0]))]
+    hooks += [b.register_forward_hook(lambda _, __, out: states.append(out)) for b in model.blocks]
+    logits = model(pixels)
+    for h in hooks:
+        h.remove()
+    tensors = {"pixel_values": pixels, "logits": logits}
+    tensors.update({f"hidden_states.{i}": s for i, s in enumerate(states)})
+    return {k: v.detach().to(torch.float32).contiguous() for k, v in tensors.items()}
+
+
+@torch.no_grad()
 def write_timm_fixture(fixture: FamilyFixture, out_root: Path, seed: int) -> dict:
     """A timm checkpoint as `save_for_hf` writes it (config.json with architecture,
     model_args, pretrained_cfg and label_names; model.safetensors), its float64 reference
@@ -467,17 +482,6 @@ def write_timm_fixture(fixture: FamilyFixture, out_root: Path, seed: int) -> dic
     save_for_hf(model.eval(), model_dir, model_config={"label_names": fixture.labels},
                 model_args=fixture.config, safe_serialization=True)
 
-    def outputs(m, pixels):
-        states = []
-        hooks = [m.blocks[0].register_forward_pre_hook(lambda _, args: states.append(args[0]))]
-        hooks += [b.register_forward_hook(lambda _, __, out: states.append(out)) for b in m.blocks]
-        logits = m(pixels)
-        for h in hooks:
-            h.remove()
-        tensors = {"pixel_values": pixels, "logits": logits}
-        tensors.update({f"hidden_states.{i}": s for i, s in enumerate(states)})
-        return {k: v.detach().to(torch.float32).contiguous() for k, v in tensors.items()}
-
     reloaded = timm.create_model("vit_base_patch16_224", pretrained=False,
                                  num_classes=len(fixture.labels), **fixture.config)
     from safetensors.torch import load_file
@@ -485,14 +489,14 @@ def write_timm_fixture(fixture: FamilyFixture, out_root: Path, seed: int) -> dic
     reloaded = reloaded.to(torch.float64).eval()
     generator = torch.Generator().manual_seed(seed)
     pixels = torch.randn(fixture.batch, 3, 32, 32, generator=generator)
-    reference = outputs(reloaded, pixels.to(torch.float64))
+    reference = timm_outputs(reloaded, pixels.to(torch.float64))
     reference["pixel_values"] = pixels
     metadata = {"fixture": fixture.name, "class": "timm VisionTransformer",
                 "compute_dtype": "float64", "input": f"random normal, batch {fixture.batch}, seed {seed}",
                 **{f"version.{name}": version for name, version in library_versions().items()},
                 "version.timm": timm.__version__}
     save_reference(model_dir / "reference.safetensors", reference, metadata)
-    bf16 = outputs(reloaded.to(torch.bfloat16), pixels.to(torch.bfloat16))
+    bf16 = timm_outputs(reloaded.to(torch.bfloat16), pixels.to(torch.bfloat16))
     errors = {}
     for name, want in reference.items():
         if name != "pixel_values":

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_family_fixtures import randomize_parameters, reference_outputs  # noqa: E402
+from make_family_fixtures import randomize_parameters, reference_outputs, timm_outputs  # noqa: E402
 from reference import disable_tf32, save_reference  # noqa: E402
 
 # name: (model class, config class, config, input size, preprocessor_config)
@@ -86,6 +86,14 @@ PRESETS = {
         224,
         {"image_processor_type": "SiglipImageProcessor"},
     ),
+    # timm's own format (config.json with architecture and pretrained_cfg), made by timm.
+    "timm-vit-base-16-224": (
+        "timm",
+        "vit_base_patch16_224",
+        {"num_classes": 1000},
+        224,
+        None,
+    ),
     "siglip-so400m-14-384": (
         "SiglipVisionModel",
         "SiglipVisionConfig",
@@ -102,6 +110,35 @@ def relative_error(ours: torch.Tensor, want: torch.Tensor) -> float:
     return float((ours.float() - want).abs().max() / scale)
 
 
+def make_timm(args, architecture: str, fields: dict, size: int) -> int:
+    """The timm preset: `save_for_hf`'s files, the float64 reference and PyTorch's bf16 error."""
+    import timm
+    from safetensors.torch import load_file
+    from timm.models._hub import save_for_hf
+
+    torch.manual_seed(args.seed)
+    model = timm.create_model(architecture, pretrained=False, **fields)
+    randomize_parameters(model, torch.Generator().manual_seed(args.seed))
+    save_for_hf(model.eval(), args.out, safe_serialization=True)
+    device = torch.device(args.device)
+    reloaded = timm.create_model(architecture, pretrained=False, **fields)
+    reloaded.load_state_dict(load_file(args.out / "model.safetensors"))
+    reloaded = reloaded.to(device=device, dtype=torch.float64).eval()
+    generator = torch.Generator().manual_seed(args.seed)
+    pixels = torch.randn(args.batch, 3, size, size, generator=generator)
+    reference = {k: v.cpu() for k, v in timm_outputs(reloaded, pixels.to(device, torch.float64)).items()}
+    reference["pixel_values"] = pixels
+    save_reference(args.out / "reference.safetensors", reference,
+                   {"preset": args.preset, "compute_dtype": "float64", "timm": timm.__version__})
+    bf16 = timm_outputs(reloaded.to(torch.bfloat16), pixels.to(device, torch.bfloat16))
+    errors = {name: relative_error(bf16[name].cpu(), want)
+              for name, want in reference.items() if name != "pixel_values"}
+    (args.out / "torch-bf16.json").write_text(json.dumps(errors, indent=1, sort_keys=True) + "\n")
+    params = sum(p.numel() for p in model.parameters()) / 1e6
+    print(f"{args.preset}: {params:.0f} M parameters, input {size}, torch bf16 worst {max(errors.values()):.3e}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", required=True, choices=sorted(PRESETS))
@@ -114,13 +151,16 @@ def main() -> int:
     import transformers
 
     model_class, config_class, fields, size, processor = PRESETS[args.preset]
+    if model_class == "timm":
+        return make_timm(args, config_class, fields, size)
     config = getattr(transformers, config_class)(**fields, attn_implementation="eager")
     torch.manual_seed(args.seed)
     model = getattr(transformers, model_class)(config)
     model.config.architectures = [model_class]
     randomize_parameters(model, torch.Generator().manual_seed(args.seed))
     model.eval().save_pretrained(args.out)
-    (args.out / "preprocessor_config.json").write_text(json.dumps(processor, indent=2) + "\n")
+    if processor is not None:
+        (args.out / "preprocessor_config.json").write_text(json.dumps(processor, indent=2) + "\n")
 
     device = torch.device(args.device)
     reloaded = getattr(transformers, model_class).from_pretrained(args.out, attn_implementation="eager")
