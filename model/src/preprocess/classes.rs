@@ -8,7 +8,7 @@
 //! `BaseImageProcessor` supplies for the rest: `rescale_factor` 1/255, `default_to_square`
 //! true, and no `do_convert_rgb` (off).
 
-use super::config::{Resample, ResizeTarget};
+use super::resampling::{Resample, ResizeTarget};
 
 // The constants are Python floats (f64) in transformers and timm, which numpy and torch round
 // to f32; they are kept as f64 here and rounded the same way, rather than parsed as f32

@@ -40,6 +40,7 @@ mod classes;
 mod config;
 mod decode;
 mod error;
+mod resampling;
 mod resize;
 mod timm;
 
@@ -48,10 +49,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 pub use classes::{ClassDefaults, ProcessorClass};
-pub use config::{CenterCropRounding, PreprocessConfig, Resample, ResizeTarget};
+pub use config::{CenterCropRounding, PreprocessConfig};
 pub use error::{
     ImageLimits, PreprocessError, MAX_IMAGE_PIXELS, MAX_OUTPUT_SIDE, PIL_MAX_IMAGE_PIXELS,
 };
+pub use resampling::{Resample, ResizeTarget};
 
 /// Time spent per stage for one image.
 #[derive(Clone, Copy, Debug, Default)]

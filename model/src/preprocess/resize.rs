@@ -1,7 +1,7 @@
 //! PIL's `Image.resize` for 8-bit images: a separable convolution in fixed point, rounded and
 //! clipped to u8 after each pass, with Pillow 13's choice of which pass goes first.
 
-use super::config::Resample;
+use super::resampling::Resample;
 
 /// Fractional bits of PIL's 8-bit fixed-point filter weights: 32 bits less 8 for the pixel
 /// value and 2 of headroom for weights above 1 and their sums.

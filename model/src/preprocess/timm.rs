@@ -16,8 +16,9 @@
 use serde_json::{Map, Value};
 
 use super::classes::{IMAGENET_MEAN, IMAGENET_STD};
-use super::config::{CenterCropRounding, PreprocessConfig, Resample, ResizeTarget};
+use super::config::{CenterCropRounding, PreprocessConfig};
 use super::error::PreprocessError;
+use super::resampling::{Resample, ResizeTarget};
 
 /// timm's `DEFAULT_CROP_PCT`.
 const DEFAULT_CROP_PCT: f64 = 0.875;
