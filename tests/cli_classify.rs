@@ -370,3 +370,62 @@ fn classify_reports_a_full_disk() {
     assert_clean_failure(&o, "writing the results");
     assert!(stderr(&o).contains("No space left"), "{}", stderr(&o));
 }
+
+#[test]
+fn every_family_with_a_head_classifies_with_its_own_labels_and_preprocessing() {
+    // A timm checkpoint (labels from label_names, preprocessing from pretrained_cfg), DeiT
+    // with its teacher, DINOv2's classifier, CLIP's and SigLIP's: each classifies real image
+    // files through the whole pipeline, with its config's labels.
+    let dir = temp();
+    let images = root().join("tests/fixtures/images");
+    for (model, labels) in [
+        (
+            "timm-vit-layerscale",
+            &["north", "east", "south", "west", "up"][..],
+        ),
+        (
+            "deit-distilled",
+            &["ant", "bee", "cricket", "dragonfly", "earwig"],
+        ),
+        (
+            "dinov2-classifier",
+            &["granite", "basalt", "marble", "slate"],
+        ),
+        ("clip-classifier", &["day", "night", "dusk"]),
+        ("siglip-classifier", &["calm", "storm"]),
+    ] {
+        let model_dir = fixture(model);
+        let o = vitrt(
+            &[
+                "classify",
+                "--model",
+                model_dir.to_str().unwrap(),
+                "--device",
+                "cpu",
+                "--format",
+                "jsonl",
+                "--top-k",
+                "2",
+                "--quiet",
+                images.join("cat.jpg").to_str().unwrap(),
+                images.join("coffee.png").to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        assert!(o.status.success(), "{model}: {}", stderr(&o));
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        let records: Vec<serde_json::Value> = stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(records.len(), 2, "{model}: {stdout}");
+        for record in &records {
+            let predictions = record["predictions"].as_array().unwrap();
+            assert_eq!(predictions.len(), 2, "{model}: {record}");
+            for p in predictions {
+                let label = p["label"].as_str().unwrap();
+                assert!(labels.contains(&label), "{model}: label {label}");
+            }
+        }
+    }
+}
