@@ -239,13 +239,16 @@ pub struct VisionModel {
     input_size: (usize, usize),
     keys: Keys,
     /// Every parameter the graph may read: how to make it, and its shape.
-    params: BTreeMap<String, (Recipe, Vec<usize>)>,
+    params: ParamMap,
 }
+
+/// Parameter key to how it is made and its shape.
+type ParamMap = BTreeMap<String, (Recipe, Vec<usize>)>;
 
 /// Collects the parameters, checking each checkpoint tensor's shape as it is named.
 struct ParamTable<'a> {
     checkpoint: &'a Checkpoint,
-    params: BTreeMap<String, (Recipe, Vec<usize>)>,
+    params: ParamMap,
 }
 
 impl ParamTable<'_> {
@@ -386,33 +389,16 @@ impl VisionModel {
         })?;
         let head = detect_head(&config, &checkpoint)?;
         let input_size = config.image_size;
-        let keys = Keys {
-            patch: LinearKeys {
-                weight: String::new(),
-                bias: None,
-                n: 0,
-                k: 0,
-            },
-            prefix: None,
-            positions: String::new(),
-            pre_norm: None,
-            layers: Vec::new(),
-            final_norm: None,
-            pooler: None,
-            projection: None,
-            classifier: None,
-        };
-        let mut model = VisionModel {
+        let (keys, params) = collect_params(&config, &names, &checkpoint, head, input_size)?;
+        Ok(VisionModel {
             config,
             head,
             names,
             checkpoint,
             input_size,
             keys,
-            params: BTreeMap::new(),
-        };
-        model.collect_params()?;
-        Ok(model)
+            params,
+        })
     }
 
     /// The same model taking images of `(height, width)`: the position table is resampled
@@ -432,12 +418,9 @@ impl VisionModel {
                 size.0, size.1
             )));
         }
-        let before = self.input_size;
-        self.input_size = size;
-        if let Err(e) = self.collect_params() {
-            self.input_size = before;
-            return Err(e);
-        }
+        let (keys, params) =
+            collect_params(&self.config, &self.names, &self.checkpoint, self.head, size)?;
+        (self.input_size, self.keys, self.params) = (size, keys, params);
         Ok(())
     }
 
@@ -536,289 +519,6 @@ impl VisionModel {
             .filter(|&o| available.contains(o))
             .collect::<Vec<_>>(),
         )
-    }
-
-    fn collect_params(&mut self) -> Result<(), ModelError> {
-        let c = &self.config;
-        let names = &self.names;
-        let (d, p, ch) = (c.hidden_size, c.patch_size, c.num_channels);
-        let patch_len = ch * p * p;
-        let mut t = ParamTable {
-            checkpoint: &self.checkpoint,
-            params: BTreeMap::new(),
-        };
-
-        // Embeddings.
-        let patch_weight = names.patch_weight();
-        let weight = t.tensor(&patch_weight, &[d, ch, p, p], &[d, patch_len])?;
-        let bias = match names.patch_bias() {
-            Some(b) => t.tensor(&b, &[d], &[d])?,
-            None => t.derived("zeros(patch bias)".into(), Recipe::Zeros(d), &[d]),
-        };
-        let patch = LinearKeys {
-            weight,
-            bias: Some(bias),
-            n: d,
-            k: patch_len,
-        };
-        let mut prefix_tensors = Vec::new();
-        if let Some(cls) = names.class_token() {
-            let stored: &[usize] = if c.family == Family::Clip {
-                &[d]
-            } else {
-                &[1, 1, d]
-            };
-            t.check(&cls, stored)?;
-            prefix_tensors.push(cls);
-        }
-        if let Some(dist) = names.distillation_token() {
-            t.check(&dist, &[1, 1, d])?;
-            prefix_tensors.push(dist);
-        }
-        if let Some(registers) = names.register_tokens(c) {
-            t.check(&registers, &[1, c.num_register_tokens, d])?;
-            prefix_tensors.push(registers);
-        }
-        let prefix_rows = c.prefix_tokens();
-        let prefix = (prefix_rows > 0).then(|| {
-            let key = format!("stack({})", prefix_tensors.join(","));
-            t.derived(key, Recipe::Stack(prefix_tensors), &[prefix_rows, d])
-        });
-        let table_prefix = prefix_rows - c.num_register_tokens;
-        let table_grid = (c.image_size.0 / p, c.image_size.1 / p);
-        let table_rows = table_prefix + table_grid.0 * table_grid.1;
-        let positions_name = names.positions();
-        let stored: Vec<usize> = match c.family {
-            Family::Clip | Family::Siglip => vec![table_rows, d],
-            _ => vec![1, table_rows, d],
-        };
-        t.check(&positions_name, &stored)?;
-        let table = PositionTable {
-            tensor: positions_name.clone(),
-            hidden: d,
-            table_prefix,
-            zero_rows: c.num_register_tokens,
-            table_grid,
-            input_grid: (self.input_size.0 / p, self.input_size.1 / p),
-            resampling: if c.model_type == "dinov2_with_registers" {
-                Resampling::BicubicAntialiased
-            } else {
-                Resampling::Bicubic
-            },
-        };
-        let rows = table.rows();
-        let positions = t.derived(
-            format!(
-                "positions({positions_name}, {}x{})",
-                self.input_size.0, self.input_size.1
-            ),
-            Recipe::Positions(table),
-            &[rows, d],
-        );
-        let pre_norm = match names.pre_norm() {
-            Some(base) => Some(t.norm(&base, d)?),
-            None => None,
-        };
-
-        // Encoder blocks.
-        let swiglu_fused = names.swiglu_fused(&self.checkpoint, c);
-        let mut layers = Vec::new();
-        for l in 0..c.num_hidden_layers {
-            let part = |t: &ParamTable, part| t.pick(&names.layer(l, part));
-            let norm_before = t.norm(&part(&t, LayerPart::NormBefore), d)?;
-            let [query, key, value] = if names.fused_qkv() {
-                let qkv = part(&t, LayerPart::Query);
-                stacked_projections(&mut t, &qkv, d, c.qkv_bias)?
-            } else {
-                [
-                    t.linear(&part(&t, LayerPart::Query), d, d, c.qkv_bias)?,
-                    t.linear(&part(&t, LayerPart::Key), d, d, c.qkv_bias)?,
-                    t.linear(&part(&t, LayerPart::Value), d, d, c.qkv_bias)?,
-                ]
-            };
-            let attention_output_base = part(&t, LayerPart::AttentionOutput);
-            let attention_output = if c.layer_scale {
-                let scale = part(&t, LayerPart::AttentionScale);
-                t.scaled_linear(&attention_output_base, &scale, d, d)?
-            } else {
-                t.linear(&attention_output_base, d, d, true)?
-            };
-            let padded =
-                padded_attention_keys(&mut t, c, [&query, &key, &value], &attention_output);
-            let norm_after = t.norm(&part(&t, LayerPart::NormAfter), d)?;
-            let i = c.intermediate_size;
-            let down_of = |t: &mut ParamTable, base: &str| {
-                if c.layer_scale {
-                    let scale = t.pick(&names.layer(l, LayerPart::MlpScale));
-                    t.scaled_linear(base, &scale, d, i)
-                } else {
-                    t.linear(base, d, i, true)
-                }
-            };
-            let mlp = match c.mlp {
-                Mlp::Standard => {
-                    let up = t.linear(&part(&t, LayerPart::Up), i, d, true)?;
-                    let down_base = part(&t, LayerPart::Down);
-                    MlpKeys::Standard {
-                        up,
-                        down: down_of(&mut t, &down_base)?,
-                    }
-                }
-                Mlp::SwiGlu => {
-                    let gate_up = if swiglu_fused {
-                        t.linear(&part(&t, LayerPart::SwiGluIn), 2 * i, d, true)?
-                    } else {
-                        let gate = part(&t, LayerPart::SwiGluGate);
-                        let up = part(&t, LayerPart::SwiGluUp);
-                        let mut stacked = |suffix: &str, shape: &[usize], full: &[usize]| {
-                            let (g, u) = (format!("{gate}.{suffix}"), format!("{up}.{suffix}"));
-                            t.check(&g, shape)?;
-                            t.check(&u, shape)?;
-                            Ok::<_, ModelError>(t.derived(
-                                format!("stack({g},{u})"),
-                                Recipe::Stack(vec![g, u]),
-                                full,
-                            ))
-                        };
-                        LinearKeys {
-                            weight: stacked("weight", &[i, d], &[2 * i, d])?,
-                            bias: Some(stacked("bias", &[i], &[2 * i])?),
-                            n: 2 * i,
-                            k: d,
-                        }
-                    };
-                    let down_base = part(&t, LayerPart::SwiGluOut);
-                    MlpKeys::SwiGlu {
-                        gate_up,
-                        down: down_of(&mut t, &down_base)?,
-                    }
-                }
-            };
-            layers.push(LayerKeys {
-                norm_before,
-                query,
-                key,
-                value,
-                attention_output,
-                padded,
-                norm_after,
-                mlp,
-            });
-        }
-        let final_norm = match names.final_norm() {
-            Some(base) => Some(t.norm(&base, d)?),
-            None => None,
-        };
-
-        // Heads.
-        let pooler = match c.family {
-            Family::Vit | Family::Deit => {
-                let base = format!("{}pooler.dense", names.prefix);
-                match self.checkpoint.shape(&format!("{base}.weight")) {
-                    Some(shape) if shape.len() == 2 => {
-                        Some(PoolerKeys::Dense(t.linear(&base, shape[0], d, true)?))
-                    }
-                    Some(shape) => {
-                        return Err(ModelError::Checkpoint(format!(
-                            "{base}.weight has shape {shape:?}, expected [pooler size, {d}]"
-                        )))
-                    }
-                    None => None,
-                }
-            }
-            Family::Dinov2 => Some(PoolerKeys::ClassToken),
-            Family::Timm => None,
-            Family::Clip => Some(PoolerKeys::NormedClassToken(
-                t.norm(&names.pooled_norm().unwrap_or_default(), d)?,
-            )),
-            Family::Siglip => {
-                let base = format!("{}head", names.prefix);
-                if c.vision_use_head && self.checkpoint.contains(&format!("{base}.probe")) {
-                    Some(PoolerKeys::AttentionPool(Box::new(attention_pool_keys(
-                        &mut t, &base, c,
-                    )?)))
-                } else {
-                    None
-                }
-            }
-        };
-        let projection = match self.checkpoint.shape("visual_projection.weight") {
-            Some(shape) if c.family == Family::Clip && shape.len() == 2 => {
-                Some(t.linear("visual_projection", shape[0], d, false)?)
-            }
-            _ => None,
-        };
-        let classifier = match self.head {
-            Head::Base => None,
-            Head::Classifier { num_labels, input } => Some(match input {
-                ClassifierInput::ClassAndDistillationTokens => {
-                    let half = |t: &mut ParamTable, base: &str| -> Result<LinearKeys, ModelError> {
-                        let (w, b) = (format!("{base}.weight"), format!("{base}.bias"));
-                        t.check(&w, &[num_labels, d])?;
-                        t.check(&b, &[num_labels])?;
-                        let scaled = |tensor: String| Recipe::Scaled {
-                            tensor,
-                            factor: 0.5,
-                        };
-                        Ok(LinearKeys {
-                            weight: t.derived(
-                                format!("{w}/2"),
-                                scaled(w.clone()),
-                                &[num_labels, d],
-                            ),
-                            bias: Some(t.derived(
-                                format!("{b}/2"),
-                                scaled(b.clone()),
-                                &[num_labels],
-                            )),
-                            n: num_labels,
-                            k: d,
-                        })
-                    };
-                    ClassifierKeys::Two(
-                        half(&mut t, "cls_classifier")?,
-                        half(&mut t, "distillation_classifier")?,
-                    )
-                }
-                ClassifierInput::ClassTokenAndPatchMean => {
-                    let (w, b) = ("classifier.weight".to_string(), "classifier.bias");
-                    t.check(&w, &[num_labels, 2 * d])?;
-                    let columns = |start| Recipe::Columns {
-                        tensor: w.clone(),
-                        cols: 2 * d,
-                        start,
-                        len: d,
-                    };
-                    let cls = LinearKeys {
-                        weight: t.derived(format!("{w}[:, :{d}]"), columns(0), &[num_labels, d]),
-                        bias: Some(t.tensor(b, &[num_labels], &[num_labels])?),
-                        n: num_labels,
-                        k: d,
-                    };
-                    let mean = LinearKeys {
-                        weight: t.derived(format!("{w}[:, {d}:]"), columns(d), &[num_labels, d]),
-                        bias: None,
-                        n: num_labels,
-                        k: d,
-                    };
-                    ClassifierKeys::Two(cls, mean)
-                }
-                _ => ClassifierKeys::One(t.linear(names.classifier(), num_labels, d, true)?),
-            }),
-        };
-        self.params = t.params;
-        self.keys = Keys {
-            patch,
-            prefix,
-            positions,
-            pre_norm,
-            layers,
-            final_norm,
-            pooler,
-            projection,
-            classifier,
-        };
-        Ok(())
     }
 
     /// The forward pass for `batch` images as HF computes it, then the fusion passes, for a
@@ -1097,6 +797,285 @@ impl VisionModel {
             }
         })
     }
+}
+
+/// Every parameter a graph of the checkpoint may read at `input_size`, and the keys the graph
+/// builder names them by. The tensors named are checked as they are named.
+fn collect_params(
+    c: &ModelConfig,
+    names: &TensorNames,
+    checkpoint: &Checkpoint,
+    head: Head,
+    input_size: (usize, usize),
+) -> Result<(Keys, ParamMap), ModelError> {
+    let (d, p, ch) = (c.hidden_size, c.patch_size, c.num_channels);
+    let patch_len = ch * p * p;
+    let mut t = ParamTable {
+        checkpoint,
+        params: BTreeMap::new(),
+    };
+
+    // Embeddings.
+    let patch_weight = names.patch_weight();
+    let weight = t.tensor(&patch_weight, &[d, ch, p, p], &[d, patch_len])?;
+    let bias = match names.patch_bias() {
+        Some(b) => t.tensor(&b, &[d], &[d])?,
+        None => t.derived("zeros(patch bias)".into(), Recipe::Zeros(d), &[d]),
+    };
+    let patch = LinearKeys {
+        weight,
+        bias: Some(bias),
+        n: d,
+        k: patch_len,
+    };
+    let mut prefix_tensors = Vec::new();
+    if let Some(cls) = names.class_token() {
+        let stored: &[usize] = if c.family == Family::Clip {
+            &[d]
+        } else {
+            &[1, 1, d]
+        };
+        t.check(&cls, stored)?;
+        prefix_tensors.push(cls);
+    }
+    if let Some(dist) = names.distillation_token() {
+        t.check(&dist, &[1, 1, d])?;
+        prefix_tensors.push(dist);
+    }
+    if let Some(registers) = names.register_tokens(c) {
+        t.check(&registers, &[1, c.num_register_tokens, d])?;
+        prefix_tensors.push(registers);
+    }
+    let prefix_rows = c.prefix_tokens();
+    let prefix = (prefix_rows > 0).then(|| {
+        let key = format!("stack({})", prefix_tensors.join(","));
+        t.derived(key, Recipe::Stack(prefix_tensors), &[prefix_rows, d])
+    });
+    let table_prefix = prefix_rows - c.num_register_tokens;
+    let table_grid = (c.image_size.0 / p, c.image_size.1 / p);
+    let table_rows = table_prefix + table_grid.0 * table_grid.1;
+    let positions_name = names.positions();
+    let stored: Vec<usize> = match c.family {
+        Family::Clip | Family::Siglip => vec![table_rows, d],
+        _ => vec![1, table_rows, d],
+    };
+    t.check(&positions_name, &stored)?;
+    let table = PositionTable {
+        tensor: positions_name.clone(),
+        hidden: d,
+        table_prefix,
+        zero_rows: c.num_register_tokens,
+        table_grid,
+        input_grid: (input_size.0 / p, input_size.1 / p),
+        resampling: if c.model_type == "dinov2_with_registers" {
+            Resampling::BicubicAntialiased
+        } else {
+            Resampling::Bicubic
+        },
+    };
+    let rows = table.rows();
+    let positions = t.derived(
+        format!(
+            "positions({positions_name}, {}x{})",
+            input_size.0, input_size.1
+        ),
+        Recipe::Positions(table),
+        &[rows, d],
+    );
+    let pre_norm = match names.pre_norm() {
+        Some(base) => Some(t.norm(&base, d)?),
+        None => None,
+    };
+
+    // Encoder blocks.
+    let swiglu_fused = names.swiglu_fused(checkpoint, c);
+    let mut layers = Vec::new();
+    for l in 0..c.num_hidden_layers {
+        let part = |t: &ParamTable, part| t.pick(&names.layer(l, part));
+        let norm_before = t.norm(&part(&t, LayerPart::NormBefore), d)?;
+        let [query, key, value] = if names.fused_qkv() {
+            let qkv = part(&t, LayerPart::Query);
+            stacked_projections(&mut t, &qkv, d, c.qkv_bias)?
+        } else {
+            [
+                t.linear(&part(&t, LayerPart::Query), d, d, c.qkv_bias)?,
+                t.linear(&part(&t, LayerPart::Key), d, d, c.qkv_bias)?,
+                t.linear(&part(&t, LayerPart::Value), d, d, c.qkv_bias)?,
+            ]
+        };
+        let attention_output_base = part(&t, LayerPart::AttentionOutput);
+        let attention_output = if c.layer_scale {
+            let scale = part(&t, LayerPart::AttentionScale);
+            t.scaled_linear(&attention_output_base, &scale, d, d)?
+        } else {
+            t.linear(&attention_output_base, d, d, true)?
+        };
+        let padded = padded_attention_keys(&mut t, c, [&query, &key, &value], &attention_output);
+        let norm_after = t.norm(&part(&t, LayerPart::NormAfter), d)?;
+        let i = c.intermediate_size;
+        let down_of = |t: &mut ParamTable, base: &str| {
+            if c.layer_scale {
+                let scale = t.pick(&names.layer(l, LayerPart::MlpScale));
+                t.scaled_linear(base, &scale, d, i)
+            } else {
+                t.linear(base, d, i, true)
+            }
+        };
+        let mlp = match c.mlp {
+            Mlp::Standard => {
+                let up = t.linear(&part(&t, LayerPart::Up), i, d, true)?;
+                let down_base = part(&t, LayerPart::Down);
+                MlpKeys::Standard {
+                    up,
+                    down: down_of(&mut t, &down_base)?,
+                }
+            }
+            Mlp::SwiGlu => {
+                let gate_up = if swiglu_fused {
+                    t.linear(&part(&t, LayerPart::SwiGluIn), 2 * i, d, true)?
+                } else {
+                    let gate = part(&t, LayerPart::SwiGluGate);
+                    let up = part(&t, LayerPart::SwiGluUp);
+                    let mut stacked = |suffix: &str, shape: &[usize], full: &[usize]| {
+                        let (g, u) = (format!("{gate}.{suffix}"), format!("{up}.{suffix}"));
+                        t.check(&g, shape)?;
+                        t.check(&u, shape)?;
+                        Ok::<_, ModelError>(t.derived(
+                            format!("stack({g},{u})"),
+                            Recipe::Stack(vec![g, u]),
+                            full,
+                        ))
+                    };
+                    LinearKeys {
+                        weight: stacked("weight", &[i, d], &[2 * i, d])?,
+                        bias: Some(stacked("bias", &[i], &[2 * i])?),
+                        n: 2 * i,
+                        k: d,
+                    }
+                };
+                let down_base = part(&t, LayerPart::SwiGluOut);
+                MlpKeys::SwiGlu {
+                    gate_up,
+                    down: down_of(&mut t, &down_base)?,
+                }
+            }
+        };
+        layers.push(LayerKeys {
+            norm_before,
+            query,
+            key,
+            value,
+            attention_output,
+            padded,
+            norm_after,
+            mlp,
+        });
+    }
+    let final_norm = match names.final_norm() {
+        Some(base) => Some(t.norm(&base, d)?),
+        None => None,
+    };
+
+    // Heads.
+    let pooler = match c.family {
+        Family::Vit | Family::Deit => {
+            let base = format!("{}pooler.dense", names.prefix);
+            match checkpoint.shape(&format!("{base}.weight")) {
+                Some(shape) if shape.len() == 2 => {
+                    Some(PoolerKeys::Dense(t.linear(&base, shape[0], d, true)?))
+                }
+                Some(shape) => {
+                    return Err(ModelError::Checkpoint(format!(
+                        "{base}.weight has shape {shape:?}, expected [pooler size, {d}]"
+                    )))
+                }
+                None => None,
+            }
+        }
+        Family::Dinov2 => Some(PoolerKeys::ClassToken),
+        Family::Timm => None,
+        Family::Clip => Some(PoolerKeys::NormedClassToken(
+            t.norm(&names.pooled_norm().unwrap_or_default(), d)?,
+        )),
+        Family::Siglip => {
+            let base = format!("{}head", names.prefix);
+            if c.vision_use_head && checkpoint.contains(&format!("{base}.probe")) {
+                Some(PoolerKeys::AttentionPool(Box::new(attention_pool_keys(
+                    &mut t, &base, c,
+                )?)))
+            } else {
+                None
+            }
+        }
+    };
+    let projection = match checkpoint.shape("visual_projection.weight") {
+        Some(shape) if c.family == Family::Clip && shape.len() == 2 => {
+            Some(t.linear("visual_projection", shape[0], d, false)?)
+        }
+        _ => None,
+    };
+    let classifier = match head {
+        Head::Base => None,
+        Head::Classifier { num_labels, input } => Some(match input {
+            ClassifierInput::ClassAndDistillationTokens => {
+                let half = |t: &mut ParamTable, base: &str| -> Result<LinearKeys, ModelError> {
+                    let (w, b) = (format!("{base}.weight"), format!("{base}.bias"));
+                    t.check(&w, &[num_labels, d])?;
+                    t.check(&b, &[num_labels])?;
+                    let scaled = |tensor: String| Recipe::Scaled {
+                        tensor,
+                        factor: 0.5,
+                    };
+                    Ok(LinearKeys {
+                        weight: t.derived(format!("{w}/2"), scaled(w.clone()), &[num_labels, d]),
+                        bias: Some(t.derived(format!("{b}/2"), scaled(b.clone()), &[num_labels])),
+                        n: num_labels,
+                        k: d,
+                    })
+                };
+                ClassifierKeys::Two(
+                    half(&mut t, "cls_classifier")?,
+                    half(&mut t, "distillation_classifier")?,
+                )
+            }
+            ClassifierInput::ClassTokenAndPatchMean => {
+                let (w, b) = ("classifier.weight".to_string(), "classifier.bias");
+                t.check(&w, &[num_labels, 2 * d])?;
+                let columns = |start| Recipe::Columns {
+                    tensor: w.clone(),
+                    cols: 2 * d,
+                    start,
+                    len: d,
+                };
+                let cls = LinearKeys {
+                    weight: t.derived(format!("{w}[:, :{d}]"), columns(0), &[num_labels, d]),
+                    bias: Some(t.tensor(b, &[num_labels], &[num_labels])?),
+                    n: num_labels,
+                    k: d,
+                };
+                let mean = LinearKeys {
+                    weight: t.derived(format!("{w}[:, {d}:]"), columns(d), &[num_labels, d]),
+                    bias: None,
+                    n: num_labels,
+                    k: d,
+                };
+                ClassifierKeys::Two(cls, mean)
+            }
+            _ => ClassifierKeys::One(t.linear(names.classifier(), num_labels, d, true)?),
+        }),
+    };
+    let keys = Keys {
+        patch,
+        prefix,
+        positions,
+        pre_norm,
+        layers,
+        final_norm,
+        pooler,
+        projection,
+        classifier,
+    };
+    Ok((keys, t.params))
 }
 
 /// The classifier a checkpoint holds, from its tensors.
