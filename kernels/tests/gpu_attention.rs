@@ -13,6 +13,11 @@
 //! and the two results round to the storage type separately (up to an ulp, 2u · |twin|).
 //! So rtol = atol / max|V| = 2e-3 in f16 and 1e-2 in bf16, over 2u in both.
 //!
+//! The causal programs (text towers: query row i attends to keys 0..=i) run the same cases
+//! over the sequence lengths of `CAUSAL_SEQUENCE_LENGTHS` (CLIP's 77 among them): query blocks
+//! that end inside a key block, key blocks wholly after a warp's rows, a diagonal block that
+//! is also the partial last one.
+//!
 //! Needs a CUDA GPU: `cargo test --release -p vitrt-kernels --test gpu_attention -- --ignored`.
 
 mod common;
@@ -24,6 +29,13 @@ use vitrt_kernels::attention::{self, cpu::AttentionTiles, gpu::ATTENTION_HEAD_DI
 use vitrt_kernels::{AttentionProblem, DType, Operand};
 
 const SEQUENCE_LENGTHS: [usize; 7] = [1, 7, 80, 197, 257, 1024, 1030];
+/// Causal: one token; fewer than a warp's 16 rows; exactly one key block (64); CLIP's 77 (a
+/// partial second key block); 130 (three key blocks, the last of 2 keys, and a last query
+/// block whose warps mostly lie past T).
+const CAUSAL_SEQUENCE_LENGTHS: [usize; 5] = [1, 7, 64, 77, 130];
+/// Causal: the smallest head dim, CLIP's and SigLIP's 64 (two row groups where the CTAs are
+/// many), and 80 (one row group only).
+const CAUSAL_HEAD_DIMS: [usize; 3] = [16, 64, 80];
 
 /// Heads of a [batch, tokens, width] tensor starting at `column` (as the runtime lowers them).
 fn token_major(tokens: usize, width: usize, head_dim: usize, column: usize) -> Operand {
@@ -52,18 +64,20 @@ struct Layout {
     o_row_pad: usize,
 }
 
-/// Runs one case; returns the worst error as a fraction of the tolerance.
+/// Runs one case (with the causal mask when `causal`) through every row-group program of
+/// its head dim; returns the worst error as a fraction of the tolerance.
 fn run_case(
     rng: &mut SmallRng,
     dtype: DType,
     tokens: usize,
     head_dim: usize,
     layout: &Layout,
+    causal: bool,
 ) -> f32 {
     let (batch, heads) = (2, 3);
     let hidden = heads * head_dim;
     let case = format!(
-        "attention {dtype} T={tokens} d={head_dim} fused_qkv={} o_pad={}",
+        "attention {dtype} T={tokens} d={head_dim} causal={causal} fused_qkv={} o_pad={}",
         layout.fused_qkv, layout.o_row_pad
     );
     // Scores spread over a few units, so the running maximum moves between key blocks.
@@ -100,6 +114,7 @@ fn run_case(
         tokens,
         head_dim,
         scale: 1.0 / (head_dim as f32).sqrt(),
+        causal,
         q: q_view,
         k: k_view,
         v: v_view,
@@ -194,12 +209,87 @@ fn fused_attention_matches_its_twin_on_ragged_sequences() {
                     fused_qkv: (n + m) % 3 != 2,
                     o_row_pad: if (n + m) % 2 == 0 { 0 } else { 8 },
                 };
-                worst = worst.max(run_case(&mut rng, dtype, tokens, head_dim, &layout));
+                worst = worst.max(run_case(&mut rng, dtype, tokens, head_dim, &layout, false));
                 cases += 1;
             }
         }
         println!("RESULT attention {dtype:<5} cases {cases:>4}  worst |d|/tol {worst:>6.3}");
     }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn causal_attention_matches_its_twin() {
+    let mut rng = SmallRng::seed_from_u64(15);
+    for dtype in [DType::F16, DType::BF16] {
+        let (mut worst, mut cases) = (0.0f32, 0);
+        for (n, &head_dim) in CAUSAL_HEAD_DIMS.iter().enumerate() {
+            for (m, &tokens) in CAUSAL_SEQUENCE_LENGTHS.iter().enumerate() {
+                let layout = Layout {
+                    fused_qkv: (n + m) % 3 != 2,
+                    o_row_pad: if (n + m) % 2 == 0 { 0 } else { 8 },
+                };
+                worst = worst.max(run_case(&mut rng, dtype, tokens, head_dim, &layout, true));
+                cases += 1;
+            }
+        }
+        println!("RESULT causal attention {dtype:<5} cases {cases:>4}  worst |d|/tol {worst:>6.3}");
+        // Both row-group programs of d64 ran causal.
+        for groups in [1, 2] {
+            let name = format!("attention_{dtype}_d64_bn64_w4_g{groups}_causal");
+            assert!(
+                gpu().loaded_kernels().iter().any(|k| k.name == name),
+                "{name} never ran"
+            );
+        }
+    }
+}
+
+/// The causal mask changes the answer (the twin is not trivially the unmasked one) and no
+/// later token leaks into an earlier row: the last token's K and V made huge changes only the
+/// last row of the GPU's output.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn causal_attention_ignores_later_tokens() {
+    let dtype = DType::F16;
+    let (tokens, head_dim) = (77, 64);
+    let mut rng = SmallRng::seed_from_u64(16);
+    let n = tokens * head_dim;
+    let view = Operand::contiguous(head_dim);
+    let p = AttentionProblem {
+        batch: 1,
+        heads: 1,
+        tokens,
+        head_dim,
+        scale: 0.125,
+        causal: true,
+        q: view,
+        k: view,
+        v: view,
+        o: view,
+    };
+    let q = random(&mut rng, n, -2.0, 2.0, dtype);
+    let mut k = random(&mut rng, n, -2.0, 2.0, dtype);
+    let mut v = random(&mut rng, n, -1.0, 1.0, dtype);
+    let run = |k: &[f32], v: &[f32], causal: bool| {
+        let (_qb, qv) = upload(gpu(), dtype, &q, 0);
+        let (_kb, kv) = upload(gpu(), dtype, k, 0);
+        let (_vb, vv) = upload(gpu(), dtype, v, 0);
+        let out = common::Poisoned::new(gpu(), dtype, n, 0);
+        let p = AttentionProblem { causal, ..p };
+        attention::gpu::attention(gpu(), dtype, &p, qv, kv, vv, out.view()).unwrap();
+        out.read(gpu(), "causal attention")
+    };
+    let before = run(&k, &v, true);
+    let unmasked = run(&k, &v, false);
+    assert_eq!(&before[..head_dim], &v[..head_dim], "row 0 is V's row 0");
+    assert_ne!(before, unmasked, "the mask changed nothing");
+    let last = (tokens - 1) * head_dim;
+    k[last..].iter_mut().for_each(|x| *x = 8.0);
+    v[last..].iter_mut().for_each(|x| *x = -30.0);
+    let after = run(&k, &v, true);
+    assert_eq!(&before[..last], &after[..last]);
+    assert_ne!(&before[last..], &after[last..]);
 }
 
 #[test]
@@ -216,6 +306,7 @@ fn fused_attention_refuses_what_it_cannot_take() {
         tokens,
         head_dim,
         scale: 0.125,
+        causal: false,
         q: token_major(tokens, 3 * hidden, head_dim, 0),
         k: token_major(tokens, 3 * hidden, head_dim, hidden),
         v: token_major(tokens, 3 * hidden, head_dim, 2 * hidden),

@@ -39,6 +39,21 @@
 // groups of the 128-byte line: conflict-free for the plain and the transposing loads, and for
 // the 4-byte stores of the output staging.
 //
+// Causal (CAUSAL = true, CLIP's and SigLIP's text towers): query row i attends to keys 0..=i
+// only. Key blocks wholly after the CTA's last query row are neither loaded nor computed (the
+// key loop ends at the block holding key min(m0 + BLOCK_M, T) - 1), and within the CTA a warp
+// skips the key blocks wholly after its own last row (it still copies and waits with the
+// others). A block that crosses the warp's diagonal (or runs past T) is a masked block: scores
+// of keys past min(row, T - 1) are set to -inf, and its 16-key steps wholly past the warp's
+// last row (or T) are skipped, as a partial last block's are. A block the warp computes
+// always starts at or before its first row (blocks start at multiples of BLOCK_N, warps at
+// multiples of 16 · ROW_GROUPS, which divides BLOCK_N), so no row of a computed block is
+// wholly masked; and block 0 holds key 0 <= every row, so every row's running maximum is
+// finite from the first block on. Were a later block wholly masked for a row, its block
+// maximum would be -inf, the new maximum the old (finite) one, the correction exp2(0) = 1 and
+// every weight exp2(-inf) = 0: the online softmax is unchanged. CAUSAL = false removes every
+// test at compile time: the non-causal programs are the code they were.
+//
 // Rows past T: Q, K and V rows past T are zero-filled by cp.async (0 source bytes), so their
 // products are finite (0 · V = 0 needs V finite too); query rows past T are never stored.
 // Every Q, K, V and O row must start on a 16-byte boundary (the launcher checks the pointers
@@ -107,9 +122,11 @@ __device__ __forceinline__ void copy_tile(unsigned tile, const T* head, long lon
 // the two row groups' MMA, max and exp chains are independent, so a warp has work to issue
 // while one of them waits.
 //
+// CAUSAL: query row i attends to keys 0..=i only (see the note at the top).
+//
 // Dynamic shared memory: (BLOCK_M + 4 · BLOCK_N) · (HEAD_DIM + 8) elements (Q, then two K and
 // two V buffers).
-template <typename T, int HEAD_DIM, int BLOCK_N, int WARPS, int ROW_GROUPS>
+template <typename T, int HEAD_DIM, int BLOCK_N, int WARPS, int ROW_GROUPS, bool CAUSAL>
 __device__ __forceinline__ void attention_block(const T* q, const T* k, const T* v, T* o, int heads, int tokens,
                                                 long long q_offset, long long q_row_stride,
                                                 long long q_batch_stride, long long q_head_stride,
@@ -123,6 +140,8 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
     static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256, "HEAD_DIM is a multiple of 16");
     static_assert(BLOCK_N % 16 == 0, "BLOCK_N is a multiple of 16");
     static_assert(ROW_GROUPS == 1 || ROW_GROUPS == 2, "one or two groups of 16 rows a warp");
+    static_assert(!CAUSAL || BLOCK_N % (16 * ROW_GROUPS) == 0,
+                  "causal: a key block the warp computes starts at or before its first row");
     constexpr int G = ROW_GROUPS;
     constexpr int kThreads = WARPS * 32;
     constexpr int kWarpRows = 16 * G;
@@ -163,7 +182,13 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
     const int quad_col = (lane & 3) * 2;   // 2q: columns 2q, 2q + 1 of every n8 block
     const int warp_row0 = warp * kWarpRows;  // the warp's first row in the block
 
-    const int key_blocks = (tokens + BLOCK_N - 1) / BLOCK_N;
+    int key_blocks = (tokens + BLOCK_N - 1) / BLOCK_N;
+    // Causal: no key after the CTA's last query row (below T) is needed.
+    if (CAUSAL) key_blocks = (min(m0 + kBlockM, tokens) - 1) / BLOCK_N + 1;
+    // Causal: the warp's first and last query rows, T - 1 at most (rows past T are never
+    // stored, and keys past T are masked for every stored row).
+    const int warp_first_row = min(m0 + warp_row0, tokens - 1);
+    const int warp_last_row = min(m0 + warp_row0 + kWarpRows - 1, tokens - 1);
     // A warp whose query rows all lie past T (the last query block of a T that is not a
     // multiple of BLOCK_M) only helps with the copies.
     const bool warp_has_rows = m0 + warp_row0 < tokens;
@@ -205,10 +230,11 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
     // 5 keys: computing all 64 would be 23% more MMA and exp work for the head). Full blocks
     // get the same code without a single test: branches between the unrolled MMAs cost the
     // scheduler its interleaving (measured: benchmarks/NOTES.md, 2026-11-24 "Attention, work
-    // past T").
+    // past T"). Causal: kPartial also marks a block that crosses the warp's diagonal; the keys
+    // past the warp's last row are skipped, and each row's keys past min(row, T - 1) masked.
     auto key_block = [&](const bool kPartial, int block, unsigned k_tile, unsigned v_tile) {
         const int n0 = block * BLOCK_N;
-        const int live_keys = kPartial ? tokens - n0 : BLOCK_N;
+        const int live_keys = !kPartial ? BLOCK_N : CAUSAL ? warp_last_row + 1 - n0 : tokens - n0;
 
         // S = Q·Kᵀ for the warp's rows and the block's BLOCK_N keys; each K fragment feeds
         // every row group.
@@ -239,17 +265,28 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
             }
         }
 
-        // Scale into the exp2 domain and mask the keys past T (only a partial block has any).
+        // Scale into the exp2 domain and mask the keys past T (only a partial block has any);
+        // causal: the keys past each row (and past T), as columns of this block.
         float block_max[G][2];
 #pragma unroll
         for (int g = 0; g < G; ++g) {
             block_max[g][0] = block_max[g][1] = -infinity();
+            int last_key[2] = {0, 0};
+            if (CAUSAL && kPartial) {
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    last_key[r] = min(m0 + warp_row0 + g * 16 + quad_row + 8 * r, tokens - 1) - n0;
+            }
 #pragma unroll
             for (int j = 0; j < kKeyFrags; ++j) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     float x = s[g][j][e] * scale_log2;
-                    if (kPartial && j * 8 + quad_col + (e & 1) >= live_keys) x = -infinity();
+                    if (CAUSAL) {
+                        if (kPartial && j * 8 + quad_col + (e & 1) > last_key[e >> 1]) x = -infinity();
+                    } else {
+                        if (kPartial && j * 8 + quad_col + (e & 1) >= live_keys) x = -infinity();
+                    }
                     s[g][j][e] = x;
                     block_max[g][e >> 1] = fmaxf(block_max[g][e >> 1], x);
                 }
@@ -352,7 +389,18 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
             }
             const unsigned k_tile = k_tiles + buffer * kTileBytesKV;
             const unsigned v_tile = v_tiles + buffer * kTileBytesKV;
-            if ((block + 1) * BLOCK_N > tokens) {
+            if (CAUSAL) {
+                // Nothing for a warp whose rows all precede the block; a block that reaches
+                // past the warp's first row (or past T) is masked.
+                const int n0 = block * BLOCK_N;
+                if (n0 <= warp_last_row) {
+                    if (n0 + BLOCK_N - 1 > warp_first_row) {
+                        key_block(true, block, k_tile, v_tile);
+                    } else {
+                        key_block(false, block, k_tile, v_tile);
+                    }
+                }
+            } else if ((block + 1) * BLOCK_N > tokens) {
                 key_block(true, block, k_tile, v_tile);
             } else {
                 key_block(false, block, k_tile, v_tile);

@@ -2,7 +2,9 @@
 //! block of query rows), key blocks streamed with an online softmax (a running maximum and a
 //! running sum per row, the accumulator rescaled whenever the maximum grows), one division at
 //! the end. Everything stays f32 between reading Q, K, V and writing O: no scores or
-//! probabilities are stored, so none are rounded.
+//! probabilities are stored, so none are rounded. Causal: a program stops at the key block
+//! holding its last row, and row i takes keys 0..=i only (the masked scores, -inf on the
+//! GPU, weigh exactly 0 there, so leaving them out is the same sum).
 
 use super::problem::AttentionProblem;
 use rayon::prelude::*;
@@ -24,8 +26,9 @@ impl Default for AttentionTiles {
     }
 }
 
-/// Runs `problem` on f32 buffers. Panics if a view does not fit its buffer: callers check
-/// with [`AttentionProblem::check_bounds`] and turn that into an error first.
+/// Runs `problem` on f32 buffers (with its causal mask when `problem.causal`). Panics if a
+/// view does not fit its buffer: callers check with [`AttentionProblem::check_bounds`] and
+/// turn that into an error first.
 pub fn attention(
     problem: &AttentionProblem,
     tiles: AttentionTiles,
@@ -57,9 +60,19 @@ pub fn attention(
             let mut row_max = vec![f32::NEG_INFINITY; rows];
             let mut row_sum = vec![0.0f32; rows];
             let mut scores = vec![0.0f32; block_n];
-            for n0 in (0..t).step_by(block_n) {
-                let keys = block_n.min(t - n0);
+            // Causal: no key after the program's last row.
+            let key_end = if p.causal { m0 + rows } else { t };
+            for n0 in (0..key_end).step_by(block_n) {
                 for r in 0..rows {
+                    // Causal: keys n0..=m0 + r of this block; none when the row precedes it.
+                    let keys = if p.causal {
+                        block_n.min((m0 + r + 1).saturating_sub(n0))
+                    } else {
+                        block_n.min(t - n0)
+                    };
+                    if keys == 0 {
+                        continue;
+                    }
                     let q_row = &q[p.q.index(b, h, m0 + r, 0)..][..d];
                     let mut block_max = f32::NEG_INFINITY;
                     for (c, score) in scores[..keys].iter_mut().enumerate() {
@@ -198,6 +211,7 @@ mod tests {
                 tokens,
                 head_dim,
                 scale: 1.0 / (head_dim as f32).sqrt(),
+                causal: false,
                 q: heads_of(tokens, width, head_dim, 0),
                 k: heads_of(tokens, width, head_dim, hidden),
                 v: heads_of(tokens, width, head_dim, 2 * hidden),
@@ -239,6 +253,7 @@ mod tests {
             tokens,
             head_dim,
             scale: 1.0,
+            causal: false,
             q: view,
             k: view,
             v: view,
@@ -250,5 +265,134 @@ mod tests {
         for row in o.chunks(head_dim) {
             assert_eq!(row, &v[50 * head_dim..51 * head_dim]);
         }
+    }
+
+    /// `softmax(scale · Q·Kᵀ + mask) · V` straight from the definition, in f64: the mask -inf
+    /// past the diagonal when causal. Indexed as O's view.
+    fn definition(p: &AttentionProblem, q: &[f32], k: &[f32], v: &[f32], o_len: usize) -> Vec<f64> {
+        let (t, d) = (p.tokens, p.head_dim);
+        let mut o = vec![f64::NAN; o_len];
+        for b in 0..p.batch {
+            for h in 0..p.heads {
+                for i in 0..t {
+                    let scores: Vec<f64> = (0..t)
+                        .map(|j| {
+                            if p.causal && j > i {
+                                return f64::NEG_INFINITY;
+                            }
+                            let dot: f64 = (0..d)
+                                .map(|c| {
+                                    q[p.q.index(b, h, i, c)] as f64
+                                        * k[p.k.index(b, h, j, c)] as f64
+                                })
+                                .sum();
+                            dot * p.scale as f64
+                        })
+                        .collect();
+                    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                    let sum: f64 = weights.iter().sum();
+                    for c in 0..d {
+                        o[p.o.index(b, h, i, c)] = (0..t)
+                            .map(|j| weights[j] * v[p.v.index(b, h, j, c)] as f64)
+                            .sum::<f64>()
+                            / sum;
+                    }
+                }
+            }
+        }
+        o
+    }
+
+    #[test]
+    fn causal_attention_matches_the_masked_definition() {
+        // (batch, heads, tokens, head_dim, block_m, block_n): one token; blocks smaller than,
+        // equal to and larger than the sequence; query blocks that end inside a key block and
+        // key blocks that end inside a query block (block_m and block_n apart); CLIP's 77.
+        for (batch, heads, tokens, head_dim, block_m, block_n) in [
+            (1, 1, 1, 8, 64, 64),
+            (2, 3, 7, 16, 4, 3),
+            (1, 2, 65, 80, 16, 24),
+            (2, 1, 77, 64, 64, 64),
+            (1, 1, 130, 32, 32, 16),
+            (1, 2, 33, 16, 5, 7),
+        ] {
+            let hidden = heads * head_dim;
+            let width = 3 * hidden;
+            let qkv = values(batch * tokens * width, 7 + tokens as u32);
+            let p = AttentionProblem {
+                batch,
+                heads,
+                tokens,
+                head_dim,
+                scale: 1.0 / (head_dim as f32).sqrt(),
+                causal: true,
+                q: heads_of(tokens, width, head_dim, 0),
+                k: heads_of(tokens, width, head_dim, hidden),
+                v: heads_of(tokens, width, head_dim, 2 * hidden),
+                o: heads_of(tokens, hidden, head_dim, 0),
+            };
+            let mut got = vec![f32::NAN; batch * tokens * hidden];
+            let tiles = AttentionTiles { block_m, block_n };
+            attention(&p, tiles, &qkv, &qkv, &qkv, &mut got);
+            let want = definition(&p, &qkv, &qkv, &qkv, got.len());
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{batch}x{heads}x{tokens}x{head_dim} tiles {block_m}/{block_n}: element {i}: \
+                     {g} vs {w}"
+                );
+            }
+            // The non-causal twin against the same definition, unmasked: the reference
+            // itself tells the two apart.
+            let full = AttentionProblem { causal: false, ..p };
+            attention(&full, tiles, &qkv, &qkv, &qkv, &mut got);
+            let want = definition(&full, &qkv, &qkv, &qkv, got.len());
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "non-causal {batch}x{heads}x{tokens}x{head_dim}: element {i}: {g} vs {w}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn causal_rows_never_see_later_tokens() {
+        // Row 0 is V's row 0 (its only key), and changing the keys and values of the last
+        // token leaves every other row exactly as it was.
+        let (tokens, head_dim) = (20, 16);
+        let view = Operand::contiguous(head_dim);
+        let p = AttentionProblem {
+            batch: 1,
+            heads: 1,
+            tokens,
+            head_dim,
+            scale: 0.25,
+            causal: true,
+            q: view,
+            k: view,
+            v: view,
+            o: view,
+        };
+        let (q, mut k, mut v) = (
+            values(tokens * head_dim, 1),
+            values(tokens * head_dim, 2),
+            values(tokens * head_dim, 3),
+        );
+        let tiles = AttentionTiles {
+            block_m: 8,
+            block_n: 8,
+        };
+        let mut before = vec![f32::NAN; tokens * head_dim];
+        attention(&p, tiles, &q, &k, &v, &mut before);
+        assert_eq!(&before[..head_dim], &v[..head_dim]);
+        let last = (tokens - 1) * head_dim;
+        k[last..].iter_mut().for_each(|x| *x = 50.0);
+        v[last..].iter_mut().for_each(|x| *x = -7.0);
+        let mut after = vec![f32::NAN; tokens * head_dim];
+        attention(&p, tiles, &q, &k, &v, &mut after);
+        assert_eq!(&before[..last], &after[..last]);
+        assert_ne!(&before[last..], &after[last..]);
     }
 }

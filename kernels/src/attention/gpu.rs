@@ -41,6 +41,8 @@ pub(crate) struct AttentionConfig {
     pub head_dim: u32,
     /// Groups of 16 query rows per warp: 1, or 2 for head dims up to TWO_ROW_GROUPS_UP_TO.
     pub row_groups: u32,
+    /// Query row i attends to keys 0..=i only (`AttentionProblem::causal`).
+    pub causal: bool,
 }
 
 impl AttentionConfig {
@@ -50,6 +52,7 @@ impl AttentionConfig {
             dtype,
             head_dim: p.head_dim as u32,
             row_groups: 2,
+            causal: p.causal,
         };
         let ctas = (p.batch as u64)
             .saturating_mul(p.heads as u64)
@@ -101,10 +104,11 @@ impl AttentionConfig {
         params.push(KernelParam::new("scale", ParamKind::F32));
         Instantiation {
             name: format!(
-                "attention_{}_d{}_bn{BLOCK_N}_w{WARPS}_g{}",
+                "attention_{}_d{}_bn{BLOCK_N}_w{WARPS}_g{}{}",
                 self.dtype.name(),
                 self.head_dim,
-                self.row_groups
+                self.row_groups,
+                if self.causal { "_causal" } else { "" }
             ),
             family: "attention",
             source: SOURCE,
@@ -116,6 +120,7 @@ impl AttentionConfig {
                 BLOCK_N.to_string(),
                 WARPS.to_string(),
                 self.row_groups.to_string(),
+                self.causal.to_string(),
             ],
             params,
             block_threads: self.threads(),
@@ -154,27 +159,33 @@ const VIEW_PARAM_NAMES: [[&str; 4]; 4] = [
     ],
 ];
 
-/// Every instantiation [`launch`] can pick.
+/// Every instantiation [`launch`] can pick: non-causal, then causal (a text tower's runtime
+/// can ask for any head dim and row-group count with the causal mask).
 pub(crate) fn instantiations() -> Vec<Instantiation> {
-    [DType::F16, DType::BF16]
+    [false, true]
         .into_iter()
-        .flat_map(|dtype| {
-            ATTENTION_HEAD_DIMS.into_iter().flat_map(move |head_dim| {
-                let head_dim = head_dim as u32;
-                let groups: &[u32] = if head_dim <= TWO_ROW_GROUPS_UP_TO {
-                    &[1, 2]
-                } else {
-                    &[1]
-                };
-                groups.iter().map(move |&row_groups| {
-                    AttentionConfig {
-                        dtype,
-                        head_dim,
-                        row_groups,
-                    }
-                    .instantiation()
+        .flat_map(|causal| {
+            [DType::F16, DType::BF16]
+                .into_iter()
+                .flat_map(move |dtype| {
+                    ATTENTION_HEAD_DIMS.into_iter().flat_map(move |head_dim| {
+                        let head_dim = head_dim as u32;
+                        let groups: &[u32] = if head_dim <= TWO_ROW_GROUPS_UP_TO {
+                            &[1, 2]
+                        } else {
+                            &[1]
+                        };
+                        groups.iter().map(move |&row_groups| {
+                            AttentionConfig {
+                                dtype,
+                                head_dim,
+                                row_groups,
+                                causal,
+                            }
+                            .instantiation()
+                        })
+                    })
                 })
-            })
         })
         .collect()
 }
@@ -212,7 +223,8 @@ pub fn attention_rows_aligned(
 
 /// Fused attention, `O = softmax(scale · Q·Kᵀ) · V` for every (batch, head) of `p`, in
 /// f16 or bf16 with fp32 arithmetic (as `cpu::attention`; the probabilities enter P·V in
-/// the storage type). Head dims: [`ATTENTION_HEAD_DIMS`]; every row 16-byte aligned.
+/// the storage type). Head dims: [`ATTENTION_HEAD_DIMS`]; every row 16-byte aligned. With
+/// `p.causal`, query row i attends to keys 0..=i only (a text tower's causal mask).
 pub fn attention(
     gpu: &Gpu,
     dtype: DType,
@@ -291,6 +303,7 @@ fn launch(
                 dtype,
                 head_dim: p.head_dim as u32,
                 row_groups,
+                causal: p.causal,
             }
         }
         Some(row_groups) => {
@@ -361,6 +374,7 @@ mod tests {
             tokens: 197,
             head_dim,
             scale: 0.125,
+            causal: false,
             q: view,
             k: view,
             v: view,
@@ -375,14 +389,44 @@ mod tests {
             for head_dim in 1..=256 {
                 if fused_attention_support(dtype, head_dim).is_ok() {
                     for batch in [1, 8, 64, 256, 100_000] {
-                        let config = AttentionConfig::select(dtype, &vit_b(batch, head_dim), 132);
-                        assert!(registered.contains(&config.instantiation()), "{config:?}");
+                        for causal in [false, true] {
+                            let p = AttentionProblem {
+                                causal,
+                                ..vit_b(batch, head_dim)
+                            };
+                            let config = AttentionConfig::select(dtype, &p, 132);
+                            assert_eq!(config.causal, causal);
+                            assert!(registered.contains(&config.instantiation()), "{config:?}");
+                        }
                     }
                 }
             }
         }
-        // Every head dim with one row group, those up to 64 also with two.
-        assert_eq!(registered.len(), 2 * (8 + 4));
+        // Every head dim with one row group, those up to 64 also with two; causal or not.
+        assert_eq!(registered.len(), 2 * 2 * (8 + 4));
+    }
+
+    #[test]
+    fn causal_programs_are_named_apart() {
+        let config = AttentionConfig {
+            dtype: DType::BF16,
+            head_dim: 64,
+            row_groups: 2,
+            causal: false,
+        };
+        assert_eq!(config.instantiation().name, "attention_bf16_d64_bn64_w4_g2");
+        assert_eq!(config.instantiation().template_args[5], "false");
+        let causal = AttentionConfig {
+            causal: true,
+            ..config
+        };
+        assert_eq!(
+            causal.instantiation().name,
+            "attention_bf16_d64_bn64_w4_g2_causal"
+        );
+        assert_eq!(causal.instantiation().template_args[5], "true");
+        // The kernel's static_assert: a warp's rows start in the key block they meet first.
+        assert_eq!(BLOCK_N % (16 * 2), 0);
     }
 
     #[test]
@@ -417,6 +461,7 @@ mod tests {
                     dtype: DType::F16,
                     head_dim: head_dim as u32,
                     row_groups,
+                    causal: false,
                 };
                 // 163 KiB of opt-in shared memory per block on sm_80, 227 KiB on sm_90.
                 assert!(config.shared_bytes() <= 163 * 1024, "{config:?}");

@@ -6,6 +6,7 @@ use crate::types::Operand;
 /// `O = softmax(scale · Q·Kᵀ) · V`, the softmax over the keys, where Q, K, V and O are
 /// `tokens x head_dim` matrices read and written through their views (so Q, K and V can be
 /// read in place out of a fused QKV activation, and O written with heads side by side).
+/// Self-attention: as many queries as keys (`tokens`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionProblem {
     pub batch: usize,
@@ -13,6 +14,9 @@ pub struct AttentionProblem {
     pub tokens: usize,
     pub head_dim: usize,
     pub scale: f32,
+    /// The causal mask of a text tower (CLIP, SigLIP): query row i attends to keys 0..=i
+    /// only, as if the scores of keys past i were -inf.
+    pub causal: bool,
     pub q: Operand,
     pub k: Operand,
     pub v: Operand,
@@ -20,9 +24,16 @@ pub struct AttentionProblem {
 }
 
 impl AttentionProblem {
-    /// Multiply-adds count two: Q·Kᵀ and P·V, each `tokens² · head_dim` per head.
+    /// Multiply-adds count two: Q·Kᵀ and P·V, each `tokens² · head_dim` per head, or
+    /// `tokens · (tokens + 1) / 2 · head_dim` (the unmasked pairs) when causal.
     pub fn flops(&self) -> f64 {
-        4.0 * (self.batch * self.heads) as f64 * (self.tokens as f64).powi(2) * self.head_dim as f64
+        let t = self.tokens as f64;
+        let pairs = if self.causal {
+            t * (t + 1.0) / 2.0
+        } else {
+            t * t
+        };
+        4.0 * (self.batch * self.heads) as f64 * pairs * self.head_dim as f64
     }
 
     /// Checks that every view fits its buffer, so kernels can index without bounds checks.
