@@ -203,6 +203,95 @@ fn softmax_in_place_matches_its_twin() {
     }
 }
 
+/// The causal softmax (text towers' unfused attention): `[matrices · queries, queries]`
+/// scores, row r of query r % queries. The scores past each row's diagonal are NaN: they must
+/// never be read into the result, and must come out as exactly 0. Row lengths as for the plain
+/// softmax: 77 (CLIP) and other short odd rows take the span program when aligned, 64 and
+/// 512 the row program's vectors, 513 and 1000 one warp or eight per row, 4099 the streamed
+/// rows (two passes).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn causal_softmax_matches_its_twin() {
+    let mut rng = SmallRng::seed_from_u64(23);
+    for dtype in DType::ALL {
+        let (mut worst, mut cases) = (Worst::default(), 0);
+        for &queries in &[1usize, 5, 7, 33, 64, 77, 197, 250, 512, 513, 1000, 4099] {
+            for &matrices in &[1usize, 3, 24] {
+                if queries * queries * matrices > 4_000_000 && matrices > 1 {
+                    continue; // long rows: one matrix is enough
+                }
+                let (rows, cols) = (matrices * queries, queries);
+                for (x_misalign, out_misalign, scale) in
+                    [(0, 0, 0.125f32), (0, 0, -0.75), (1, 1, 1.0), (0, 1, 0.5)]
+                {
+                    let case = format!(
+                        "causal softmax {dtype} {matrices}x{queries}x{queries} scale {scale} \
+                         misalign x {x_misalign} out {out_misalign}"
+                    );
+                    let mut x = random(&mut rng, rows * cols, -8.0, 8.0, dtype);
+                    for (r, row) in x.chunks_mut(cols).enumerate() {
+                        row[r % queries + 1..].fill(f32::NAN);
+                    }
+                    let (_xb, xv) = upload(gpu(), dtype, &x, x_misalign);
+                    let out = Poisoned::new(gpu(), dtype, rows * cols, out_misalign);
+                    softmax::gpu::softmax_causal(
+                        gpu(),
+                        dtype,
+                        xv,
+                        rows,
+                        cols,
+                        queries,
+                        scale,
+                        out.view(),
+                    )
+                    .unwrap_or_else(|e| panic!("{case}: {e}"));
+                    let got = out.read(gpu(), &case);
+                    let mut want = vec![0.0; rows * cols];
+                    softmax::cpu::softmax_causal(&x, cols, queries, scale, &mut want);
+                    want.iter_mut().for_each(|v| *v = dtype.round(*v));
+                    for (r, row) in got.chunks(cols).enumerate() {
+                        let q = r % queries;
+                        assert!(
+                            row[q + 1..].iter().all(|&p| p == 0.0),
+                            "{case}: row {r} is not 0 past column {q}"
+                        );
+                    }
+                    worst = merge(worst, compare(&case, &got, &want, tolerance(dtype), 1e-6));
+                    cases += 1;
+                }
+            }
+        }
+        report("causal softmax", dtype, cases, worst);
+        if gpu().compute_capability() >= (8, 0) {
+            // 77 columns: 3 elements a lane.
+            let span = format!("softmax_{dtype}_span_l3_w4_causal");
+            assert!(
+                gpu().loaded_kernels().iter().any(|k| k.name == span),
+                "{span} never ran"
+            );
+        }
+    }
+    // In place, as the plain softmax allows.
+    let dtype = DType::F16;
+    let (queries, matrices) = (77, 24);
+    let (rows, cols) = (matrices * queries, queries);
+    let x = random(&mut rng, rows * cols, -8.0, 8.0, dtype);
+    let (xb, xv) = upload(gpu(), dtype, &x, 0);
+    softmax::gpu::softmax_causal(gpu(), dtype, xv, rows, cols, queries, 0.125, xv).unwrap();
+    let mut bytes = vec![0u8; xb.len_bytes()];
+    gpu().download(&xb, 0, &mut bytes).unwrap();
+    let mut want = vec![0.0; rows * cols];
+    softmax::cpu::softmax_causal(&x, cols, queries, 0.125, &mut want);
+    want.iter_mut().for_each(|v| *v = dtype.round(*v));
+    compare(
+        "in-place causal softmax",
+        &dtype.decode(&bytes),
+        &want,
+        tolerance(dtype),
+        1e-6,
+    );
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn add_matches_its_twin_exactly() {

@@ -1,6 +1,8 @@
 //! Softmax launcher: checks the operands, then picks by shape, alignment and arch: the span
 //! program (a warp per span of 16 bytes' worth of rows: short rows whose length is no whole
 //! number of 16-byte vectors, on sm_80+) or a row layout shared with layernorm (`crate::rows`).
+//! The causal softmax ([`softmax_causal`]) picks the same way among the same programs built
+//! with the mask (`_causal` instantiations, one more argument: the query count).
 
 use crate::cuda::{
     invalid, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
@@ -72,39 +74,60 @@ impl SpanConfig {
     }
 }
 
-fn params(dtype: DType) -> Vec<KernelParam> {
-    vec![
+/// The wrapper's parameters; the causal programs take the query count last.
+fn params(dtype: DType, causal: bool) -> Vec<KernelParam> {
+    let mut params = vec![
         KernelParam::new("x", ParamKind::ConstPtr(dtype)),
         KernelParam::new("out", ParamKind::MutPtr(dtype)),
         KernelParam::new("rows", ParamKind::I32),
         KernelParam::new("cols", ParamKind::I32),
         KernelParam::new("scale", ParamKind::F32),
-    ]
+    ];
+    if causal {
+        params.push(KernelParam::new("queries", ParamKind::I32));
+    }
+    params
 }
 
-fn instantiation(dtype: DType, config: RowConfig) -> Instantiation {
+/// The name suffix of the causal programs.
+fn causal_suffix(causal: bool) -> &'static str {
+    if causal {
+        "_causal"
+    } else {
+        ""
+    }
+}
+
+fn instantiation(dtype: DType, config: RowConfig, causal: bool) -> Instantiation {
     let mut template_args = vec![dtype.cuda_type().to_string()];
     template_args.extend(config.template_args());
+    template_args.push(causal.to_string());
     Instantiation {
-        name: format!("softmax_{}_{}", dtype.name(), config.tag()),
+        name: format!(
+            "softmax_{}_{}{}",
+            dtype.name(),
+            config.tag(),
+            causal_suffix(causal)
+        ),
         family: "softmax",
         source: SOURCE,
         headers: &[],
         function: "softmax_rows",
         template_args,
-        params: params(dtype),
+        params: params(dtype, causal),
         block_threads: config.block_threads(),
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
     }
 }
 
-fn span_instantiation(dtype: DType, config: SpanConfig) -> Instantiation {
+fn span_instantiation(dtype: DType, config: SpanConfig, causal: bool) -> Instantiation {
     Instantiation {
         name: format!(
-            "softmax_{}_span_l{}_w{SPAN_WARPS}",
+            "softmax_{}_span_l{}_w{SPAN_WARPS}{}",
             dtype.name(),
-            config.per_lane
+            config.per_lane,
+            causal_suffix(causal)
         ),
         family: "softmax",
         source: SOURCE,
@@ -114,25 +137,29 @@ fn span_instantiation(dtype: DType, config: SpanConfig) -> Instantiation {
             dtype.cuda_type().to_string(),
             config.per_lane.to_string(),
             SPAN_WARPS.to_string(),
+            causal.to_string(),
         ],
-        params: params(dtype),
+        params: params(dtype, causal),
         block_threads: config.block_threads(),
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(SPAN_MIN_CC.0, SPAN_MIN_CC.1),
     }
 }
 
+/// Every program either launcher can pick, for every dtype: non-causal, then causal (the
+/// unfused attention of a text tower runs in any dtype, f32 included, and at any length).
 pub(crate) fn instantiations() -> Vec<Instantiation> {
-    DType::ALL
+    [false, true]
         .into_iter()
-        .flat_map(|dtype| {
-            RowConfig::all(dtype)
-                .into_iter()
-                .map(move |config| instantiation(dtype, config))
-                .chain(
-                    (1..=SPAN_MAX_PER_LANE)
-                        .map(move |per_lane| span_instantiation(dtype, SpanConfig { per_lane })),
-                )
+        .flat_map(|causal| {
+            DType::ALL.into_iter().flat_map(move |dtype| {
+                RowConfig::all(dtype)
+                    .into_iter()
+                    .map(move |config| instantiation(dtype, config, causal))
+                    .chain((1..=SPAN_MAX_PER_LANE).map(move |per_lane| {
+                        span_instantiation(dtype, SpanConfig { per_lane }, causal)
+                    }))
+            })
         })
         .collect()
 }
@@ -145,6 +172,59 @@ pub fn softmax(
     rows: usize,
     cols: usize,
     scale: f32,
+    out: DevPtr,
+) -> Result<(), KernelError> {
+    launch(gpu, dtype, x, rows, cols, scale, None, out)
+}
+
+/// The causal softmax of a text tower's unfused attention (as `cpu::softmax_causal`): `x`
+/// holds the scores `[batch, heads, queries, keys]` as `rows = batch · heads · queries` rows
+/// of `cols = keys = queries`, so row r belongs to query `q = r % queries`; its columns
+/// `0..=q` get `softmax(scale * x[r, 0..=q])` and the columns past `q` exactly 0, whatever x
+/// holds there (the masked scores need not be written, nor finite). In place (out = x) works
+/// as for [`softmax`].
+#[allow(clippy::too_many_arguments)]
+pub fn softmax_causal(
+    gpu: &Gpu,
+    dtype: DType,
+    x: DevPtr,
+    rows: usize,
+    cols: usize,
+    queries: usize,
+    scale: f32,
+    out: DevPtr,
+) -> Result<(), KernelError> {
+    check_causal(rows, cols, queries)?;
+    launch(gpu, dtype, x, rows, cols, scale, Some(queries), out)
+}
+
+/// The shape a causal softmax takes: square scores (as many keys as queries), whole
+/// `[batch, heads]` matrices of rows.
+fn check_causal(rows: usize, cols: usize, queries: usize) -> Result<(), KernelError> {
+    if queries != cols {
+        return Err(invalid!(
+            "causal softmax: each row holds the scores of one query against every key, as \
+             many keys as queries; got {cols} columns for {queries} queries"
+        ));
+    }
+    if !rows.is_multiple_of(queries.max(1)) {
+        return Err(invalid!(
+            "causal softmax: {rows} rows are no whole number of [{queries} queries] matrices"
+        ));
+    }
+    Ok(())
+}
+
+/// `queries`: `Some` for the causal programs.
+#[allow(clippy::too_many_arguments)]
+fn launch(
+    gpu: &Gpu,
+    dtype: DType,
+    x: DevPtr,
+    rows: usize,
+    cols: usize,
+    scale: f32,
+    queries: Option<usize>,
     out: DevPtr,
 ) -> Result<(), KernelError> {
     if rows == 0 {
@@ -162,16 +242,20 @@ pub fn softmax(
     x.expect("softmax input", dtype, elements)?;
     out.expect("softmax output", dtype, elements)?;
     let (rows_i32, cols_i32) = (to_i32(rows, "softmax rows")?, to_i32(cols, "softmax cols")?);
-    let args = [
+    let mut args = vec![
         KernelArg::Ptr(x.ptr),
         KernelArg::Ptr(out.ptr),
         KernelArg::I32(rows_i32),
         KernelArg::I32(cols_i32),
         KernelArg::F32(scale),
     ];
+    if let Some(queries) = queries {
+        args.push(KernelArg::I32(to_i32(queries, "softmax queries")?));
+    }
+    let causal = queries.is_some();
     if let Some(config) = SpanConfig::select(dtype, cols, &[x, out], gpu.compute_capability()) {
         return gpu.launch(
-            &span_instantiation(dtype, config),
+            &span_instantiation(dtype, config, causal),
             LaunchDims {
                 grid: (config.blocks(dtype, rows) as u32, 1, 1),
                 block: config.block_threads(),
@@ -182,7 +266,7 @@ pub fn softmax(
     }
     let config = RowConfig::select(dtype, cols, &[x, out]);
     gpu.launch(
-        &instantiation(dtype, config),
+        &instantiation(dtype, config, causal),
         LaunchDims {
             // One block per ROWS rows. A persistent grid (as many blocks as fit at once, each
             // walking rows) has no measurement taken alone on a GPU: open.
@@ -217,7 +301,7 @@ mod tests {
         assert_eq!(config.blocks(DType::F16, 151_296), 151_296 / 8 / 4);
         assert_eq!(config.shared_bytes(197), 4 * 197 * 16);
         assert_eq!(
-            span_instantiation(DType::F16, config).name,
+            span_instantiation(DType::F16, config, false).name,
             "softmax_f16_span_l7_w4"
         );
         // A batch-1 attention ([12 * 197, 197]) ends in a partial span of 4 rows.
@@ -263,8 +347,10 @@ mod tests {
                 else {
                     continue;
                 };
-                let name = span_instantiation(dtype, config).name;
-                assert!(registered.contains(&name), "{name} is not registered");
+                for causal in [false, true] {
+                    let name = span_instantiation(dtype, config, causal).name;
+                    assert!(registered.contains(&name), "{name} is not registered");
+                }
                 // Exactly the slots the row needs: the kernel masks only a lane's last one.
                 let per_lane = config.per_lane as usize;
                 assert!(
@@ -274,5 +360,46 @@ mod tests {
                 assert!(config.shared_bytes(cols) <= 48 * 1024);
             }
         }
+    }
+
+    #[test]
+    fn causal_programs_are_registered_beside_the_others() {
+        let registered = instantiations();
+        let names: Vec<&str> = registered.iter().map(|i| i.name.as_str()).collect();
+        for dtype in DType::ALL {
+            for config in RowConfig::all(dtype) {
+                for causal in [false, true] {
+                    let inst = instantiation(dtype, config, causal);
+                    assert!(names.contains(&inst.name.as_str()), "{}", inst.name);
+                    // The causal wrapper takes the query count last.
+                    assert_eq!(inst.params.len(), if causal { 6 } else { 5 });
+                    assert_eq!(inst.template_args.last().unwrap(), &causal.to_string());
+                }
+            }
+        }
+        assert_eq!(registered.len() % 2, 0);
+        let causal = names.iter().filter(|n| n.ends_with("_causal")).count();
+        assert_eq!(
+            2 * causal,
+            registered.len(),
+            "one causal program for each other one"
+        );
+        // CLIP's 77 queries in bf16: the span program of 3 elements a lane, causal.
+        let aligned = pointer(0x10000, DType::BF16);
+        let config = SpanConfig::select(DType::BF16, 77, &[aligned, aligned], HOPPER).unwrap();
+        assert_eq!(
+            span_instantiation(DType::BF16, config, true).name,
+            "softmax_bf16_span_l3_w4_causal"
+        );
+    }
+
+    #[test]
+    fn causal_shapes_are_checked() {
+        assert!(check_causal(2 * 12 * 77, 77, 77).is_ok());
+        assert!(check_causal(0, 5, 5).is_ok());
+        let e = check_causal(77, 76, 77).unwrap_err().to_string();
+        assert!(e.contains("76 columns for 77 queries"), "{e}");
+        let e = check_causal(78, 77, 77).unwrap_err().to_string();
+        assert!(e.contains("78 rows"), "{e}");
     }
 }

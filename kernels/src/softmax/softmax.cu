@@ -29,10 +29,26 @@
 // of scale * x does in the twin. Each warp's load, compute and store run in turn; up to 64
 // resident warps an SM (16 blocks of 12.6 KB at 197 columns) overlap them.
 // Measured: benchmarks/NOTES.md, 2026-11-24 "Softmax over spans".
+//
+// Causal (CAUSAL = true, the unfused attention of a text tower): rows are the scores of
+// [batch, heads, queries] flattened, so row r holds query q = r % queries, and only its
+// columns 0..=q (its live columns) take part: the others are -inf before the maximum (exp
+// gives exactly 0, so they add nothing to the sum), and are written as exactly 0 whatever x
+// holds there. The launcher passes `queries` as an extra argument; CAUSAL = false never reads
+// it and removes every added test at compile time, so the non-causal programs are unchanged.
 #include "common.cuh"
 
-template <typename T, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
-__device__ __forceinline__ void softmax_rows(const T* x, T* out, int rows, int cols, float scale) {
+// Columns 0..=q of a row of query q (all `cols` when not causal): 1 to cols.
+template <bool CAUSAL>
+__device__ __forceinline__ int live_columns(long long row, int cols, int queries) {
+    if (!CAUSAL) return cols;
+    const int q = (int)(row % queries);
+    return q + 1 < cols ? q + 1 : cols;
+}
+
+template <typename T, int VEC, int GROUP_WARPS, int ROWS, int CACHED, bool CAUSAL>
+__device__ __forceinline__ void softmax_rows(const T* x, T* out, int rows, int cols, float scale,
+                                             int queries = 1) {
     static_assert(GROUP_WARPS == 1 || ROWS == 1, "a block holds several rows only with one warp per row");
     constexpr int GROUP = 32 * GROUP_WARPS;
     __shared__ float scratch[GROUP_WARPS * ROWS];
@@ -44,6 +60,10 @@ __device__ __forceinline__ void softmax_rows(const T* x, T* out, int rows, int c
     for (long long row = blockIdx.x * ROWS + threadIdx.x / GROUP; row < rows; row += row_stride) {
         const T* x_row = x + row * cols;
         T* out_row = out + row * cols;
+        // Causal: the live columns, and the vectors that hold any of them (the rest of the row
+        // is written as 0 without being read).
+        const int live = live_columns<CAUSAL>(row, cols, queries);
+        const int live_vectors = CAUSAL ? (live + VEC - 1) / VEC : vectors;
 
         if (CACHED > 0) {
             float v[CACHED > 0 ? CACHED : 1][VEC];
@@ -51,11 +71,11 @@ __device__ __forceinline__ void softmax_rows(const T* x, T* out, int rows, int c
 #pragma unroll
             for (int c = 0; c < CACHED; ++c) {
                 const int i = rank + c * GROUP;
-                if (i < vectors) {
+                if (i < live_vectors) {
                     const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
 #pragma unroll
                     for (int j = 0; j < VEC; ++j) {
-                        v[c][j] = scale * to_float(loaded.v[j]);
+                        v[c][j] = CAUSAL && i * VEC + j >= live ? -infinity() : scale * to_float(loaded.v[j]);
                         max = fmaxf(max, v[c][j]);
                     }
                 } else {
@@ -64,6 +84,7 @@ __device__ __forceinline__ void softmax_rows(const T* x, T* out, int rows, int c
                 }
             }
             max = group_reduce<MaxOp, GROUP_WARPS>(max, scratch);
+            // Causal: masked columns hold -inf, whose exp is exactly 0.
             float sum = 0.0f;
 #pragma unroll
             for (int c = 0; c < CACHED; ++c) {
@@ -89,11 +110,11 @@ __device__ __forceinline__ void softmax_rows(const T* x, T* out, int rows, int c
             // Online pass: `sum` is the sum of exp(v - max) for the running `max`.
             float max = -infinity();
             float sum = 0.0f;
-            for (int i = rank; i < vectors; i += GROUP) {
+            for (int i = rank; i < live_vectors; i += GROUP) {
                 const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
 #pragma unroll
                 for (int j = 0; j < VEC; ++j) {
-                    const float v = scale * to_float(loaded.v[j]);
+                    const float v = CAUSAL && i * VEC + j >= live ? -infinity() : scale * to_float(loaded.v[j]);
                     if (v > max) {
                         sum = sum * expf(max - v) + 1.0f;
                         max = v;
@@ -105,13 +126,21 @@ __device__ __forceinline__ void softmax_rows(const T* x, T* out, int rows, int c
             const float row_max = group_reduce<MaxOp, GROUP_WARPS>(max, scratch);
             const float mine = max == -infinity() ? 0.0f : sum * expf(max - row_max);
             const float inv_sum = 1.0f / group_reduce<SumOp, GROUP_WARPS>(mine, scratch);
-            for (int i = rank; i < vectors; i += GROUP) {
+            for (int i = rank; i < live_vectors; i += GROUP) {
                 const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
                 Vec<T, VEC> r;
 #pragma unroll
                 for (int j = 0; j < VEC; ++j)
-                    r.v[j] = from_float<T>(expf(scale * to_float(loaded.v[j]) - row_max) * inv_sum);
+                    r.v[j] = CAUSAL && i * VEC + j >= live
+                                 ? from_float<T>(0.0f)
+                                 : from_float<T>(expf(scale * to_float(loaded.v[j]) - row_max) * inv_sum);
                 store_vec<T, VEC>(out_row + i * VEC, r);
+            }
+            if (CAUSAL) {
+                Vec<T, VEC> zeros;
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) zeros.v[j] = from_float<T>(0.0f);
+                for (int i = live_vectors + rank; i < vectors; i += GROUP) store_vec<T, VEC>(out_row + i * VEC, zeros);
             }
         }
     }
@@ -129,8 +158,12 @@ __device__ __forceinline__ void softmax_rows(const T* x, T* out, int rows, int c
 // 2.24 rounds' work with most warps idle in the last, while the hardware scheduler keeps
 // handing small blocks to whichever SM has room. Nor would a persistent warp overlap its own
 // copies and arithmetic without a second span buffer, which halves the resident warps.
-template <typename T, int PER_LANE, int WARPS>
-__device__ __forceinline__ void softmax_spans(const T* x, T* out, int rows, int cols, float scale) {
+//
+// Causal: the span is copied and stored whole as before; each row masks its columns past its
+// query (-inf before the maximum, written as exactly 0).
+template <typename T, int PER_LANE, int WARPS, bool CAUSAL>
+__device__ __forceinline__ void softmax_spans(const T* x, T* out, int rows, int cols, float scale,
+                                              int queries = 1) {
     static_assert(16 % sizeof(T) == 0, "a 16-byte vector holds whole elements");
     constexpr int G = 16 / sizeof(T);
     extern __shared__ __align__(16) unsigned char span_shared[];
@@ -169,18 +202,20 @@ __device__ __forceinline__ void softmax_spans(const T* x, T* out, int rows, int 
 #pragma unroll 1
     for (int r = 0; r < span_rows; ++r) {
         T* row = span + r * cols;
+        const int live = live_columns<CAUSAL>(first_row + r, cols, queries);
         float v[PER_LANE];
         float max = -infinity();
 #pragma unroll
         for (int c = 0; c < PER_LANE; ++c) {
-            v[c] = inside(c) ? scale_log2 * to_float(row[lane + c * 32]) : -infinity();
+            const bool masked = CAUSAL && lane + c * 32 >= live;
+            v[c] = inside(c) && !masked ? scale_log2 * to_float(row[lane + c * 32]) : -infinity();
             max = fmaxf(max, v[c]);
         }
         max = warp_max(max);
         float sum = 0.0f;
 #pragma unroll
         for (int c = 0; c < PER_LANE; ++c) {
-            v[c] = exp2_approx_ftz(v[c] - max);  // a slot past the row holds -inf: exactly 0
+            v[c] = exp2_approx_ftz(v[c] - max);  // a slot past the row (or masked) holds -inf: exactly 0
             sum += v[c];
         }
         const float inv_sum = 1.0f / warp_sum(sum);
