@@ -5,7 +5,8 @@
 //!
 //! Tolerances, as |gpu - twin| <= rtol * |twin| + atol, the twin's f32 result rounded to the
 //! storage dtype:
-//! - add and patchify do the same f32 arithmetic and one rounding on both sides: exact.
+//! - add, patchify and the token embedding do the same f32 arithmetic and one rounding on
+//!   both sides, and the end-token gather copies: exact.
 //! - layernorm and softmax reduce in a different order than the twin: f32 rtol 1e-4; f16 rtol
 //!   2e-3 (two f16 ulps, 2^-10 each: the f32 results may straddle a rounding boundary); bf16
 //!   rtol 1e-2 (a bf16 ulp is up to 2^-7 = 7.8e-3). Layernorm's atol is rtol times the
@@ -23,6 +24,7 @@ mod common;
 
 use common::{compare, gpu, largest, merge, random, report, tolerance, upload, Poisoned, Worst};
 use vitrt_kernels::cuda::{Gpu, KernelError};
+use vitrt_kernels::gather::{self, gpu::TOKEN_EMBEDDING_TYPES, EndToken};
 use vitrt_kernels::patchify::gpu::PrefixRows;
 use vitrt_kernels::{activation, add, layernorm, patchify, pool, softmax};
 use vitrt_kernels::{Activation, DType};
@@ -625,6 +627,182 @@ fn bias_activation_matches_its_twin() {
     }
 }
 
+/// Token ids as f32, integers in 0..vocab, with (when `bad`) a few that are not: -1, vocab,
+/// 2.5, NaN, inf. Returns the ids and the rows that must come out NaN.
+fn token_ids(rng: &mut SmallRng, rows: usize, vocab: usize, bad: bool) -> (Vec<f32>, Vec<usize>) {
+    let mut ids: Vec<f32> = (0..rows)
+        .map(|_| rng.random_range(0..vocab) as f32)
+        .collect();
+    // The first and last entries of the table, where they fit.
+    ids[0] = (vocab - 1) as f32;
+    if rows > 1 {
+        ids[rows - 1] = 0.0;
+    }
+    let mut bad_rows = Vec::new();
+    if bad {
+        for (i, id) in [-1.0, vocab as f32, 2.5, f32::NAN, f32::INFINITY]
+            .into_iter()
+            .enumerate()
+        {
+            let r = (7 * i + 3) % rows;
+            ids[r] = id;
+            bad_rows.push(r);
+        }
+    }
+    (ids, bad_rows)
+}
+
+/// f32 sums of the same rounded values and one rounding on both sides: exact. An id that is
+/// not an integer in 0..vocab gives a NaN row (`compare` wants NaN where the twin has NaN).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn token_embedding_matches_its_twin() {
+    let mut rng = SmallRng::seed_from_u64(31);
+    for (table_dtype, out_dtype) in TOKEN_EMBEDDING_TYPES {
+        let mut cases = 0;
+        // (batch, tokens, dim, vocab): CLIP-B's text tower (77 x 512 of 49408), SigLIP's
+        // (64 x 768), odd small ones.
+        for &(batch, tokens, dim, vocab) in &[
+            (2usize, 77usize, 512usize, 49_408usize),
+            (3, 64, 768, 1000),
+            (1, 1, 1, 1),
+            (5, 7, 33, 10),
+            (1, 13, 1153, 300),
+        ] {
+            for misalign in [0, 1] {
+                for bad in [false, true] {
+                    let case = format!(
+                        "token_embedding {table_dtype} to {out_dtype} {batch}x{tokens}x{dim} \
+                         vocab {vocab} misalign {misalign} bad ids {bad}"
+                    );
+                    let rows = batch * tokens;
+                    let (ids, bad_rows) = token_ids(&mut rng, rows, vocab, bad && rows > 1);
+                    let table = random(&mut rng, vocab * dim, -1.0, 1.0, table_dtype);
+                    let positions = random(&mut rng, tokens * dim, -0.5, 0.5, table_dtype);
+                    let (_ib, iv) = upload(gpu(), DType::F32, &ids, 0);
+                    let (_tb, tv) = upload(gpu(), table_dtype, &table, misalign);
+                    let (_pb, pv) = upload(gpu(), table_dtype, &positions, 0);
+                    let out = Poisoned::new(gpu(), out_dtype, rows * dim, misalign);
+                    gather::gpu::token_embedding(
+                        gpu(),
+                        table_dtype,
+                        out_dtype,
+                        iv,
+                        tv,
+                        pv,
+                        rows,
+                        tokens,
+                        dim,
+                        vocab,
+                        out.view(),
+                    )
+                    .unwrap_or_else(|e| panic!("{case}: {e}"));
+                    let got = out.read(gpu(), &case);
+                    let mut want = vec![0.0; rows * dim];
+                    gather::cpu::token_embedding(
+                        &ids, &table, &positions, tokens, dim, vocab, &mut want,
+                    );
+                    want.iter_mut().for_each(|v| *v = out_dtype.round(*v));
+                    for &r in &bad_rows {
+                        assert!(
+                            want[r * dim..(r + 1) * dim].iter().all(|x| x.is_nan()),
+                            "{case}: the twin kept bad id {} of row {r}",
+                            ids[r]
+                        );
+                    }
+                    compare(&case, &got, &want, 0.0, 0.0);
+                    cases += 1;
+                }
+            }
+        }
+        report(
+            &format!("token_embedding to {out_dtype}"),
+            table_dtype,
+            cases,
+            Worst::default(),
+        );
+    }
+}
+
+/// A copy of the row the rule picks: exact. Ids of a few values only, so that the largest
+/// appears several times (ties go to the first); sequences with the end id several times,
+/// once, never (position 0), and NaN ids (never the largest).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn end_token_rows_match_their_twin() {
+    let mut rng = SmallRng::seed_from_u64(37);
+    let end = 7u32;
+    for dtype in DType::ALL {
+        let mut cases = 0;
+        // Sequence lengths below, at and past the block's 128 threads.
+        for &(batch, tokens, dim) in &[
+            (1usize, 1usize, 1usize),
+            (5, 77, 512),
+            (3, 64, 768),
+            (4, 128, 33),
+            (6, 300, 20),
+        ] {
+            let mut ids: Vec<f32> = (0..batch * tokens)
+                .map(|_| rng.random_range(0..end) as f32)
+                .collect();
+            for (b, sequence) in ids.chunks_mut(tokens).enumerate() {
+                match b % 6 {
+                    // The end id (also the largest) twice: the first wins both rules.
+                    0 => {
+                        let p = rng.random_range(0..tokens);
+                        sequence[p] = end as f32;
+                        sequence[tokens - 1] = end as f32;
+                    }
+                    // CLIP's layout: the end token after the text, then padding with it.
+                    1 => {
+                        let p = tokens / 2;
+                        sequence[p..].fill(end as f32);
+                    }
+                    // No end id; the largest id (6) several times or not at all.
+                    2 => {}
+                    // NaN ids around, the largest among them late.
+                    3 => {
+                        sequence.iter_mut().step_by(3).for_each(|x| *x = f32::NAN);
+                        sequence[tokens - 1] = 100.0;
+                    }
+                    // Every id NaN: position 0 for both rules.
+                    4 => sequence.fill(f32::NAN),
+                    // A larger id than the end id before it: the rules disagree.
+                    _ => {
+                        sequence[0] = 50.0;
+                        sequence[tokens - 1] = end as f32;
+                    }
+                }
+            }
+            let hidden = random(&mut rng, batch * tokens * dim, -3.0, 3.0, dtype);
+            let (_hb, hv) = upload(gpu(), dtype, &hidden, 1);
+            let (_ib, iv) = upload(gpu(), DType::F32, &ids, 0);
+            for rule in [EndToken::HighestId, EndToken::FirstOf(end)] {
+                let case = format!("end_token_rows {dtype} {batch}x{tokens}x{dim} {rule:?}");
+                let out = Poisoned::new(gpu(), dtype, batch * dim, 1);
+                gather::gpu::end_token_rows(
+                    gpu(),
+                    dtype,
+                    hv,
+                    iv,
+                    batch,
+                    tokens,
+                    dim,
+                    rule,
+                    out.view(),
+                )
+                .unwrap_or_else(|e| panic!("{case}: {e}"));
+                let got = out.read(gpu(), &case);
+                let mut want = vec![0.0; batch * dim];
+                gather::cpu::end_token_rows(&hidden, &ids, batch, tokens, dim, rule, &mut want);
+                compare(&case, &got, &want, 0.0, 0.0);
+                cases += 1;
+            }
+        }
+        report("end_token_rows", dtype, cases, Worst::default());
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bad input is an error, never a panic or a launch.
 
@@ -750,6 +928,109 @@ fn bad_arguments_are_errors() {
     add::gpu::add(g, DType::F16, f16, f16, 0, f16).unwrap();
     softmax::gpu::softmax(g, DType::F16, f16, 0, 7, 1.0, f16).unwrap();
     g.alloc(0).unwrap();
+    g.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn text_tower_kernels_refuse_bad_arguments() {
+    let g = gpu();
+    let buffer = g.alloc(1 << 16).unwrap();
+    let f16 = buffer.view(0, 8192, DType::F16).unwrap();
+    let f32 = buffer.view(0, 4096, DType::F32).unwrap();
+    let short_f32 = buffer.view(0, 10, DType::F32).unwrap();
+    let short_f16 = buffer.view(0, 10, DType::F16).unwrap();
+    let invalid = |r: Result<(), KernelError>| matches!(r, Err(KernelError::InvalidArgument(_)));
+    let causal = |rows, cols, queries, out| {
+        softmax::gpu::softmax_causal(g, DType::F16, f16, rows, cols, queries, 1.0, out)
+    };
+    assert!(invalid(causal(77, 77, 7, f16)), "queries != cols");
+    assert!(invalid(causal(78, 77, 77, f16)), "rows no whole matrices");
+    assert!(invalid(causal(77, 77, 77, short_f16)), "output too short");
+    assert!(invalid(causal(7, 0, 0, f16)), "empty rows");
+    causal(0, 77, 77, f16).unwrap();
+
+    // token_embedding(table, out, ids, table, positions, rows, tokens, dim, vocab, out)
+    let embed = |table_dtype, out_dtype, ids, table, out, rows, tokens, dim, vocab| {
+        gather::gpu::token_embedding(
+            g,
+            table_dtype,
+            out_dtype,
+            ids,
+            table,
+            table,
+            rows,
+            tokens,
+            dim,
+            vocab,
+            out,
+        )
+    };
+    let (f, h) = (DType::F32, DType::F16);
+    embed(h, h, f32, f16, f16, 8, 4, 16, 64).unwrap();
+    embed(h, f, f32, f16, f32, 8, 4, 16, 64).unwrap();
+    assert!(
+        invalid(embed(h, DType::BF16, f32, f16, f16, 8, 4, 16, 64)),
+        "f16 to bf16"
+    );
+    assert!(
+        invalid(embed(f, h, f32, f32, f16, 8, 4, 16, 64)),
+        "f32 to f16"
+    );
+    assert!(invalid(embed(h, h, f16, f16, f16, 8, 4, 16, 64)), "f16 ids");
+    assert!(
+        invalid(embed(h, h, short_f32, f16, f16, 8, 4, 16, 64)),
+        "ids too short"
+    );
+    assert!(
+        invalid(embed(h, h, f32, f16, f16, 8, 4, 16, 1000)),
+        "table too short"
+    );
+    assert!(
+        invalid(embed(h, h, f32, f16, short_f16, 8, 4, 16, 64)),
+        "output too short"
+    );
+    assert!(
+        invalid(embed(h, h, f32, f16, f16, 9, 4, 16, 64)),
+        "ragged sequences"
+    );
+    assert!(
+        invalid(embed(h, h, f32, f16, f16, 8, 0, 16, 64)),
+        "0 tokens"
+    );
+    assert!(
+        invalid(embed(h, h, f32, f16, f16, 8, 4, 16, 0)),
+        "empty vocabulary"
+    );
+    assert!(
+        invalid(embed(h, h, f32, f16, f16, 8, 4, 16, (1 << 24) + 1)),
+        "vocabulary > 2^24"
+    );
+
+    let pick = |hidden, ids, batch, tokens, dim, rule, out| {
+        gather::gpu::end_token_rows(g, DType::F16, hidden, ids, batch, tokens, dim, rule, out)
+    };
+    let rule = EndToken::FirstOf(3);
+    pick(f16, f32, 2, 77, 16, rule, f16).unwrap();
+    assert!(
+        invalid(pick(short_f16, f32, 2, 77, 16, rule, f16)),
+        "hidden too short"
+    );
+    assert!(
+        invalid(pick(f16, short_f32, 2, 77, 16, rule, f16)),
+        "ids too short"
+    );
+    assert!(invalid(pick(f16, f16, 2, 77, 16, rule, f16)), "f16 ids");
+    assert!(
+        invalid(pick(f16, f32, 2, 77, 16, rule, short_f16)),
+        "output too short"
+    );
+    assert!(invalid(pick(f16, f32, 2, 0, 16, rule, f16)), "0 tokens");
+    assert!(
+        invalid(pick(f16, f32, 2, 77, 16, EndToken::FirstOf(1 << 25), f16)),
+        "end id past 2^24"
+    );
+    pick(f16, f32, 0, 77, 16, EndToken::HighestId, f16).unwrap();
     g.synchronize().unwrap();
 }
 
