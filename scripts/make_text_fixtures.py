@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import string
 import sys
@@ -51,11 +50,6 @@ from make_family_fixtures import randomize_parameters  # noqa: E402
 from reference import disable_tf32, library_versions, save_reference  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-# The trainers of `tokenizers` count in parallel: the order of their float sums (Unigram scores)
-# and of equal-count merges (BPE) then varies between runs. One thread makes them repeatable.
-os.environ["TOKENIZERS_PARALLELISM"] = "false"
-os.environ["RAYON_NUM_THREADS"] = "1"
 
 # The training corpus of both tokenizers: varied English with punctuation, digits, contractions
 # and a few accented words, so that merges and pieces form for common words and rarer text
@@ -267,9 +261,7 @@ def train_clip_tokenizer(model_dir: Path) -> None:
             tokens.append(left + right)
     tokens += ["<|startoftext|>", "<|endoftext|>"]
     vocab = {token: index for index, token in enumerate(tokens)}
-    tokenizer = CLIPTokenizer(
-        vocab=vocab, merges=merges, model_max_length=77
-    )
+    tokenizer = CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=77)
     tokenizer.save_pretrained(model_dir)
 
 
@@ -416,7 +408,8 @@ def reference_outputs(model: nn.Module, text: dict, pixel_values: torch.Tensor) 
     tensors["image_embeds"] = image_embeds
     tensors["logits_per_image"] = outputs.logits_per_image
     tensors["probs"] = probs
-    for name, want in [("text_embeds", outputs.text_embeds), ("image_embeds", outputs.image_embeds)]:
+    normalized = [("text_embeds", outputs.text_embeds), ("image_embeds", outputs.image_embeds)]
+    for name, want in normalized:
         # The forward's own embeddings are normalized: ours must be them up to scale.
         ours = tensors[name] / tensors[name].norm(dim=-1, keepdim=True)
         if not torch.allclose(ours.to(want.dtype), want, atol=1e-2, rtol=1e-2):
@@ -439,10 +432,8 @@ def write_fixture(fixture: TextFixture, out_root: Path, seed: int) -> dict:
     context = fixture.text_config["max_position_embeddings"]
     end_id = tokenizer.eos_token_id
     pad_id = tokenizer.pad_token_id
-    if fixture.model_class == "CLIPModel":
-        ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": end_id, "pad_token_id": pad_id}
-    else:
-        ids = {"bos_token_id": None, "eos_token_id": end_id, "pad_token_id": pad_id}
+    # The text config's special ids are the tokenizer's (SigLIP has no start token).
+    ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": end_id, "pad_token_id": pad_id}
 
     model = build_model(fixture, len(tokenizer), ids, seed)
     model.save_pretrained(model_dir)
@@ -577,8 +568,8 @@ def zero_shot_readme(results: list[dict]) -> str:
         "  - `text_embeds`: CLIP [N, 24], the text projection of the pooled output; SigLIP",
         "    [N, 32], the pooled output. Not normalized.",
         "  - `pixel_values` [2, 3, 32, 32]: random normal",
-        "  - `image_embeds`: CLIP [2, 24] (visual projection), SigLIP [2, 32] (the attention-pooling",
-        "    head's output). Not normalized.",
+        "  - `image_embeds`: CLIP [2, 24] (visual projection), SigLIP [2, 32] (the",
+        "    attention-pooling head's output). Not normalized.",
         "  - `logits_per_image` [2, N]: `exp(logit_scale)` times the cosine similarities",
         "    (+ `logit_bias` for SigLIP), as the model's forward returns them",
         "  - `probs` [2, N]: CLIP the softmax over the labels, SigLIP the sigmoid of each logit",
@@ -625,9 +616,10 @@ def zero_shot_readme(results: list[dict]) -> str:
     ]
     for r in results:
         f = r["fixture"]
+        bos = "none" if r["bos_id"] is None else r["bos_id"]
         lines.append(
             f"| `{f.name}` | {f.summary} | {r['context']} | {r['vocab_size']} | {r['end_id']} | "
-            f"{r['pad_id']} | {'none' if r['bos_id'] is None else r['bos_id']} | {r['bytes'] / 1024:.0f} KiB |"
+            f"{r['pad_id']} | {bos} | {r['bytes'] / 1024:.0f} KiB |"
         )
     return "\n".join(lines) + "\n"
 
