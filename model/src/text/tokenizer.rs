@@ -101,10 +101,10 @@ impl fmt::Debug for TextTokenizer {
 }
 
 impl TextTokenizer {
-    /// Reads `dir/tokenizer.json`, and the pad token from `dir/special_tokens_map.json` or
-    /// `dir/tokenizer_config.json` (in that order, as transformers lets the first override the
-    /// second; the family's default when neither names one). `context` is the text tower's
-    /// sequence length (its `max_position_embeddings`).
+    /// Reads `dir/tokenizer.json`, and the pad token from `dir/tokenizer_config.json` or
+    /// `dir/special_tokens_map.json` as transformers resolves it (the family's default when
+    /// neither names one). `context` is the text tower's sequence length (its
+    /// `max_position_embeddings`).
     pub fn from_checkpoint(
         dir: &Path,
         context: usize,
@@ -247,39 +247,57 @@ fn tokenizer_error(path: &Path, message: String) -> ModelError {
     }
 }
 
-/// The pad token the checkpoint's tokenizer files name, if any.
+/// The pad token the checkpoint's tokenizer files name, if any, as transformers 5 resolves
+/// it: `tokenizer_config.json`'s, except that a legacy config (one without
+/// `added_tokens_decoder`, written before transformers 4.34) lets `special_tokens_map.json`
+/// override it.
 fn pad_token_of(dir: &Path) -> Result<Option<String>, ModelError> {
-    for name in ["special_tokens_map.json", "tokenizer_config.json"] {
-        let path = dir.join(name);
-        if !path.is_file() {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| tokenizer_error(&path, format!("cannot read: {e}")))?;
-        let json: Value = serde_json::from_str(&text)
-            .map_err(|e| tokenizer_error(&path, format!("not valid JSON: {e}")))?;
-        // A token is written as its text, or as an AddedToken object with a "content" field.
-        match json.get("pad_token") {
-            None | Some(Value::Null) => continue,
-            Some(Value::String(token)) => return Ok(Some(token.clone())),
-            Some(Value::Object(token)) => match token.get("content") {
-                Some(Value::String(content)) => return Ok(Some(content.clone())),
-                _ => {
-                    return Err(tokenizer_error(
-                        &path,
-                        "pad_token is an object without a \"content\" string".to_string(),
-                    ))
-                }
-            },
-            Some(other) => {
-                return Err(tokenizer_error(
-                    &path,
-                    format!("pad_token is neither a string nor an object: {other}"),
-                ))
+    let config = read_json_if_present(&dir.join("tokenizer_config.json"))?;
+    let legacy = config
+        .as_ref()
+        .is_none_or(|(_, json)| json.get("added_tokens_decoder").is_none());
+    if legacy {
+        if let Some((path, json)) = read_json_if_present(&dir.join("special_tokens_map.json"))? {
+            if let Some(token) = pad_token_field(&path, &json)? {
+                return Ok(Some(token));
             }
         }
     }
-    Ok(None)
+    match config {
+        Some((path, json)) => pad_token_field(&path, &json),
+        None => Ok(None),
+    }
+}
+
+fn read_json_if_present(path: &Path) -> Result<Option<(PathBuf, Value)>, ModelError> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| tokenizer_error(path, format!("cannot read: {e}")))?;
+    let json = serde_json::from_str(&text)
+        .map_err(|e| tokenizer_error(path, format!("not valid JSON: {e}")))?;
+    Ok(Some((path.to_path_buf(), json)))
+}
+
+/// The `pad_token` field of a tokenizer config: a token's text, or an AddedToken object with
+/// a "content" field; absent or null when the tokenizer has none.
+fn pad_token_field(path: &Path, json: &Value) -> Result<Option<String>, ModelError> {
+    match json.get("pad_token") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(token)) => Ok(Some(token.clone())),
+        Some(Value::Object(token)) => match token.get("content") {
+            Some(Value::String(content)) => Ok(Some(content.clone())),
+            _ => Err(tokenizer_error(
+                path,
+                "pad_token is an object without a \"content\" string".to_string(),
+            )),
+        },
+        Some(other) => Err(tokenizer_error(
+            path,
+            format!("pad_token is neither a string nor an object: {other}"),
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -404,6 +422,38 @@ mod tests {
             text.contains("\"<nothing>\" is not in the vocabulary"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_pad_token_is_resolved_as_transformers_resolves_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let pad_id = |dir: &Path| {
+            TextTokenizer::from_checkpoint(dir, 8, TextFamily::Siglip)
+                .unwrap()
+                .pad_id()
+        };
+        write(dir.path(), "tokenizer.json", WORD_LEVEL);
+        // Neither file: the family's default, </s>.
+        assert_eq!(pad_id(dir.path()), 1);
+        // A legacy config: special_tokens_map.json overrides it.
+        write(
+            dir.path(),
+            "tokenizer_config.json",
+            r#"{"pad_token": "</s>"}"#,
+        );
+        write(
+            dir.path(),
+            "special_tokens_map.json",
+            r#"{"pad_token": "<pad>"}"#,
+        );
+        assert_eq!(pad_id(dir.path()), 2);
+        // A config with added_tokens_decoder: its own pad token counts.
+        write(
+            dir.path(),
+            "tokenizer_config.json",
+            r#"{"pad_token": "<unk>", "added_tokens_decoder": {}}"#,
+        );
+        assert_eq!(pad_id(dir.path()), 0);
     }
 
     #[test]
