@@ -112,11 +112,17 @@ impl TextTokenizer {
     ) -> Result<TextTokenizer, ModelError> {
         let path = dir.join("tokenizer.json");
         if !path.is_file() {
+            // Released SigLIP checkpoints ship SentencePiece's model file alone.
+            let sentencepiece = if dir.join("spiece.model").is_file() {
+                " (this one has spiece.model, SentencePiece's file, which vitrt does not read)"
+            } else {
+                ""
+            };
             return Err(tokenizer_error(
                 &path,
                 format!(
                     "no tokenizer.json in {}; zero-shot classification and text embeddings need \
-                     the checkpoint's fast tokenizer file",
+                     the checkpoint's fast tokenizer file{sentencepiece}",
                     dir.display()
                 ),
             ));
@@ -355,6 +361,15 @@ mod tests {
         assert!(text.contains(&dir.path().display().to_string()), "{text}");
         assert!(text.contains("no tokenizer.json"), "{text}");
         assert!(text.contains("zero-shot"), "{text}");
+        assert!(!text.contains("spiece.model"), "{text}");
+
+        write(dir.path(), "spiece.model", "");
+        let text = message(TextTokenizer::from_checkpoint(
+            dir.path(),
+            8,
+            TextFamily::Siglip,
+        ));
+        assert!(text.contains("has spiece.model"), "{text}");
     }
 
     #[test]
