@@ -10,6 +10,9 @@ pub enum ModelError {
     Weights(#[from] vitrt_weights::WeightsError),
     #[error(transparent)]
     Runtime(#[from] vitrt_runtime::RuntimeError),
+    /// A checkpoint's tokenizer files are missing, unreadable or not what the text tower needs.
+    #[error("{path}: {message}")]
+    Tokenizer { path: String, message: String },
     #[error("{0}")]
     Usage(String),
 }

@@ -12,8 +12,10 @@ pub mod parity;
 pub mod positions;
 pub mod preprocess;
 pub mod runner;
+pub mod text;
 
 pub use config::{Family, ModelConfig};
 pub use error::ModelError;
 pub use model::{ClassifierInput, GraphOptions, Head, Output, OutputSet, VisionModel};
 pub use runner::{ForwardTimes, Runner};
+pub use text::{TextFamily, TextTokenizer, TokenBatch};

@@ -1,0 +1,146 @@
+//! The tokenizers of the zero-shot fixtures give transformers' ids: every string of their
+//! tokens.json and the prompts of their text-reference.safetensors, truncated and padded to the
+//! text tower's context exactly as `padding="max_length", truncation=True` does.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use vitrt_model::{ModelError, TextFamily, TextTokenizer};
+
+const FIXTURES: [(&str, TextFamily, usize); 2] = [
+    ("clip-zero-shot", TextFamily::Clip, 77),
+    ("siglip-zero-shot", TextFamily::Siglip, 64),
+];
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/models")
+        .join(name)
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn ids_match_transformers_for_every_string_of_tokens_json() {
+    for (name, family, context) in FIXTURES {
+        let dir = fixture(name);
+        let tokenizer = TextTokenizer::from_checkpoint(&dir, context, family).unwrap();
+        let expected = read_json(&dir.join("tokens.json"));
+        assert_eq!(expected["context"], context, "{name}");
+        assert_eq!(expected["pad_id"], tokenizer.pad_id(), "{name}");
+        assert_eq!(expected["end_id"], tokenizer.end_id(), "{name}");
+        let cases = expected["cases"].as_array().unwrap();
+        assert!(cases.len() >= 15, "{name}: {} cases", cases.len());
+        let texts: Vec<String> = cases
+            .iter()
+            .map(|c| c["text"].as_str().unwrap().to_string())
+            .collect();
+        let batch = tokenizer.encode(&texts).unwrap();
+        assert_eq!(batch.len(), texts.len());
+        assert_eq!(batch.context, context);
+        for (index, case) in cases.iter().enumerate() {
+            let want: Vec<u32> = case["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|id| id.as_u64().unwrap() as u32)
+                .collect();
+            let text = &texts[index];
+            assert_eq!(batch.row(index), want, "{name}: {text:?}");
+            assert_eq!(
+                batch.lengths[index] as u64,
+                case["length"].as_u64().unwrap(),
+                "{name}: {text:?}"
+            );
+        }
+        // The set covers both ends: the empty string is its special tokens alone, and some
+        // text fills the whole context, ending with the end token.
+        let empty = texts.iter().position(|t| t.is_empty()).unwrap();
+        let specials = match family {
+            TextFamily::Clip => 2,
+            TextFamily::Siglip => 1,
+        };
+        assert_eq!(batch.lengths[empty], specials, "{name}");
+        let full = (0..batch.len())
+            .find(|&i| batch.lengths[i] == context)
+            .unwrap_or_else(|| panic!("{name}: no text is truncated"));
+        assert_eq!(batch.row(full)[context - 1], tokenizer.end_id(), "{name}");
+    }
+}
+
+#[test]
+fn ids_match_the_input_ids_of_the_text_reference() {
+    for (name, family, context) in FIXTURES {
+        let dir = fixture(name);
+        let tokenizer = TextTokenizer::from_checkpoint(&dir, context, family).unwrap();
+        let bytes = std::fs::read(dir.join("text-reference.safetensors")).unwrap();
+        let (_, metadata) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+        let prompts = metadata
+            .metadata()
+            .as_ref()
+            .and_then(|m| m.get("prompts"))
+            .unwrap_or_else(|| panic!("{name}: no prompts in the reference's metadata"));
+        let prompts: Vec<String> = serde_json::from_str(prompts).unwrap();
+        let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let input_ids = tensors.tensor("input_ids").unwrap();
+        assert_eq!(input_ids.dtype(), safetensors::Dtype::I64, "{name}");
+        assert_eq!(input_ids.shape(), [prompts.len(), context], "{name}");
+        let want: Vec<u32> = input_ids
+            .data()
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32)
+            .collect();
+        let batch = tokenizer.encode(&prompts).unwrap();
+        assert_eq!(batch.ids, want, "{name}");
+        let mask = tensors.tensor("attention_mask").unwrap();
+        let real: Vec<usize> = mask
+            .data()
+            .chunks_exact(8 * context)
+            .map(|row| {
+                row.chunks_exact(8)
+                    .filter(|b| i64::from_le_bytes((*b).try_into().unwrap()) != 0)
+                    .count()
+            })
+            .collect();
+        assert_eq!(batch.lengths, real, "{name}");
+    }
+}
+
+#[test]
+fn the_fixture_configs_name_the_tokenizers_end_and_pad_ids() {
+    for (name, family, context) in FIXTURES {
+        let dir = fixture(name);
+        let tokenizer = TextTokenizer::from_checkpoint(&dir, context, family).unwrap();
+        let config = read_json(&dir.join("config.json"));
+        let text = &config["text_config"];
+        assert_eq!(text["max_position_embeddings"], context, "{name}");
+        assert_eq!(text["eos_token_id"], tokenizer.end_id(), "{name}");
+        assert_eq!(text["pad_token_id"], tokenizer.pad_id(), "{name}");
+        assert_eq!(text["vocab_size"], tokenizer.vocab_size(), "{name}");
+    }
+}
+
+#[test]
+fn a_checkpoint_without_tokenizer_json_is_a_clear_error() {
+    // A complete vision checkpoint that ships no tokenizer.
+    let dir = fixture("clip-dual-tower");
+    let error = TextTokenizer::from_checkpoint(&dir, 16, TextFamily::Clip).unwrap_err();
+    assert!(matches!(error, ModelError::Tokenizer { .. }), "{error:?}");
+    let text = error.to_string();
+    assert!(text.contains("clip-dual-tower"), "{text}");
+    assert!(text.contains("zero-shot"), "{text}");
+}
+
+#[test]
+fn a_tokenizer_of_the_other_family_is_refused() {
+    let error = TextTokenizer::from_checkpoint(&fixture("siglip-zero-shot"), 64, TextFamily::Clip)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("not a CLIP tokenizer"), "{error}");
+    let error = TextTokenizer::from_checkpoint(&fixture("clip-zero-shot"), 77, TextFamily::Siglip)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("not a SigLIP tokenizer"), "{error}");
+}
