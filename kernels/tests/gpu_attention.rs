@@ -344,3 +344,80 @@ fn fused_attention_refuses_what_it_cannot_take() {
     let e = refused(&too_long, dtype);
     assert!(e.contains("needs"), "{e}");
 }
+
+/// The causal kernel at CLIP ViT-B/32's text tower (8 heads of 64, 77 tokens, Q, K and V in
+/// place out of the fused QKV tensor) at batches 1, 64 and 256, beside the same problem
+/// unmasked: prints the time of each and their ratio (causal, a first query block of 64 rows
+/// reads one key block instead of two, and each warp computes only the 16-key steps up to its
+/// last row). For the record; asserts only that both run. Tests named bench_* must run alone (`bench_ --ignored
+/// --test-threads=1`).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn bench_causal_attention_at_clip_text_shapes() {
+    let g = gpu();
+    let (tokens, heads, head_dim) = (77usize, 8usize, 64usize);
+    let hidden = heads * head_dim;
+    let width = 3 * hidden;
+    let mut rng = SmallRng::seed_from_u64(17);
+    let time = |run: &dyn Fn()| {
+        for _ in 0..5 {
+            run();
+        }
+        g.synchronize().unwrap();
+        let mut times: Vec<f64> = (0..7)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                for _ in 0..20 {
+                    run();
+                }
+                g.synchronize().unwrap();
+                t.elapsed().as_secs_f64() / 20.0
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        times[times.len() / 2]
+    };
+    for dtype in [DType::F16, DType::BF16] {
+        for batch in [1usize, 64, 256] {
+            let qkv = random(&mut rng, batch * tokens * width, -2.0, 2.0, dtype);
+            let (_qb, qv) = upload(g, dtype, &qkv, 0);
+            let o = g
+                .alloc(batch * tokens * hidden * dtype.size_bytes())
+                .unwrap();
+            let ov = o.view(0, batch * tokens * hidden, dtype).unwrap();
+            let problem = |causal| AttentionProblem {
+                batch,
+                heads,
+                tokens,
+                head_dim,
+                scale: 0.125,
+                causal,
+                q: token_major(tokens, width, head_dim, 0),
+                k: token_major(tokens, width, head_dim, hidden),
+                v: token_major(tokens, width, head_dim, 2 * hidden),
+                o: token_major(tokens, hidden, head_dim, 0),
+            };
+            let (full, causal) = (problem(false), problem(true));
+            let t_full =
+                time(&|| attention::gpu::attention(g, dtype, &full, qv, qv, qv, ov).unwrap());
+            let t_causal =
+                time(&|| attention::gpu::attention(g, dtype, &causal, qv, qv, qv, ov).unwrap());
+            println!(
+                "BENCH attention {dtype:<4} b{batch:<3} T=77 8x64: full {:>7.1} us, causal {:>7.1} \
+                 us ({:.2}x), causal {:.1} TFLOP/s",
+                t_full * 1e6,
+                t_causal * 1e6,
+                t_full / t_causal,
+                causal.flops() / t_causal / 1e12
+            );
+        }
+    }
+    for k in g.loaded_kernels() {
+        if k.name.starts_with("attention") {
+            println!(
+                "LOADED {:<40} regs {:>3} local {:>4}",
+                k.name, k.registers, k.local_bytes
+            );
+        }
+    }
+}

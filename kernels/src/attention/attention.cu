@@ -44,8 +44,10 @@
 // key loop ends at the block holding key min(m0 + BLOCK_M, T) - 1), and within the CTA a warp
 // skips the key blocks wholly after its own last row (it still copies and waits with the
 // others). A block that crosses the warp's diagonal (or runs past T) is a masked block: scores
-// of keys past min(row, T - 1) are set to -inf, and its 16-key steps wholly past the warp's
-// last row (or T) are skipped, as a partial last block's are. A block the warp computes
+// of keys past the row are set to -inf (for every stored row, row < T, that masks every key
+// past T too; a row past T, never stored, keeps finite scores: Q, K and V rows past T are
+// zero-filled), and its 16-key steps wholly past the warp's last row (or T) are skipped, as a
+// partial last block's are. A block the warp computes
 // always starts at or before its first row (blocks start at multiples of BLOCK_N, warps at
 // multiples of 16 · ROW_GROUPS, which divides BLOCK_N), so no row of a computed block is
 // wholly masked; and block 0 holds key 0 <= every row, so every row's running maximum is
@@ -231,7 +233,7 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
     // get the same code without a single test: branches between the unrolled MMAs cost the
     // scheduler its interleaving (measured: benchmarks/NOTES.md, 2026-11-24 "Attention, work
     // past T"). Causal: kPartial also marks a block that crosses the warp's diagonal; the keys
-    // past the warp's last row are skipped, and each row's keys past min(row, T - 1) masked.
+    // past the warp's last row (or T) are skipped, and each row's keys past the row masked.
     auto key_block = [&](const bool kPartial, int block, unsigned k_tile, unsigned v_tile) {
         const int n0 = block * BLOCK_N;
         const int live_keys = !kPartial ? BLOCK_N : CAUSAL ? warp_last_row + 1 - n0 : tokens - n0;
@@ -266,24 +268,21 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
         }
 
         // Scale into the exp2 domain and mask the keys past T (only a partial block has any);
-        // causal: the keys past each row (and past T), as columns of this block.
+        // causal: the keys past each row. Score e of n8 block j is key n0 + j·8 + 2q + (e & 1)
+        // against row m0 + warp_row0 + g·16 + quad_row + 8·(e >> 1); moving everything but the
+        // constants to the right, each score is one compare of a constant with `diagonal`.
         float block_max[G][2];
 #pragma unroll
         for (int g = 0; g < G; ++g) {
             block_max[g][0] = block_max[g][1] = -infinity();
-            int last_key[2] = {0, 0};
-            if (CAUSAL && kPartial) {
-#pragma unroll
-                for (int r = 0; r < 2; ++r)
-                    last_key[r] = min(m0 + warp_row0 + g * 16 + quad_row + 8 * r, tokens - 1) - n0;
-            }
+            const int diagonal = m0 + warp_row0 + g * 16 + quad_row - n0 - quad_col;
 #pragma unroll
             for (int j = 0; j < kKeyFrags; ++j) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     float x = s[g][j][e] * scale_log2;
                     if (CAUSAL) {
-                        if (kPartial && j * 8 + quad_col + (e & 1) > last_key[e >> 1]) x = -infinity();
+                        if (kPartial && j * 8 + (e & 1) - 8 * (e >> 1) > diagonal) x = -infinity();
                     } else {
                         if (kPartial && j * 8 + quad_col + (e & 1) >= live_keys) x = -infinity();
                     }

@@ -6,7 +6,13 @@
 //!   fused kernel ([`gpu::fused_attention_support`]).
 //! - [`cpu::attention`]: the CPU twin, the same online softmax over key blocks, in f32.
 //!
-//! Tests: kernels/tests/gpu_attention.rs. Bench case: `attention` in src/cli/bench/cases.rs.
+//! With [`AttentionProblem::causal`] (text towers: query row i attends to keys 0..=i) both run
+//! the causal mask: on the GPU the `_causal` instantiations of the same program, which skip
+//! the key blocks past the rows.
+//!
+//! Tests: kernels/tests/gpu_attention.rs. Bench case: `attention` in src/cli/bench/cases.rs
+//! (non-causal); the causal kernel at CLIP's text shapes: `bench_causal_attention_at_clip_text_shapes`
+//! in kernels/tests/gpu_attention.rs.
 
 pub mod cpu;
 pub mod gpu;
