@@ -444,19 +444,20 @@ def build_model(fixture: TextFixture, vocab_size: int, ids: dict, seed: int) -> 
 
 @torch.no_grad()
 def reference_outputs(model: nn.Module, text: dict, pixel_values: torch.Tensor) -> dict:
-    """The text tower's states, both towers' embeddings and the scores, as float32."""
+    """The text tower's states, both towers' embeddings and the scores, as float32.
+
+    The model is called with the token ids alone, no padding mask, as vitrt runs the text
+    towers: SigLIP was trained on sequences padded to 64 without a mask (and its tokenizer
+    returns no mask), and CLIP's tower is causal and pools at the end token, so its pooled
+    output and embeddings are the same with the tokenizer's mask (checked here); only CLIP's
+    hidden states at padded positions would differ."""
     dtype = next(model.parameters()).dtype
     input_ids = text["input_ids"]
-    attention_mask = text["attention_mask"]
-    text_out = model.text_model(
-        input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True
-    )
+    text_out = model.text_model(input_ids=input_ids, output_hidden_states=True)
     layers = model.config.text_config.num_hidden_layers
     if len(text_out.hidden_states) != layers + 1:
         raise RuntimeError(f"expected {layers + 1} text hidden states")
-    outputs = model(
-        input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values.to(dtype)
-    )
+    outputs = model(input_ids=input_ids, pixel_values=pixel_values.to(dtype))
     tensors = {}
     for index, state in enumerate(text_out.hidden_states):
         tensors[f"text_hidden_states.{index}"] = state
@@ -467,14 +468,15 @@ def reference_outputs(model: nn.Module, text: dict, pixel_values: torch.Tensor) 
         text_embeds = model.text_projection(text_out.pooler_output)
         image_embeds = model.visual_projection(image_pooled)
         probs = outputs.logits_per_image.softmax(dim=-1)
+        masked = model.text_model(input_ids=input_ids, attention_mask=text["attention_mask"])
+        if dtype == torch.float64 and not torch.allclose(
+            masked.pooler_output, text_out.pooler_output, rtol=1e-12, atol=1e-12
+        ):
+            raise RuntimeError("CLIP's pooled output depends on the padding mask")
     else:
         text_embeds = text_out.pooler_output
         image_embeds = image_pooled
         probs = torch.sigmoid(outputs.logits_per_image)
-        # SigLIP was trained without a padding mask; the same scores without one.
-        unmasked = model(input_ids=input_ids, pixel_values=pixel_values.to(dtype))
-        tensors["text_embeds_unmasked"] = model.text_model(input_ids=input_ids).pooler_output
-        tensors["logits_per_image_unmasked"] = unmasked.logits_per_image
     tensors["text_embeds"] = text_embeds
     tensors["image_embeds"] = image_embeds
     tensors["logits_per_image"] = outputs.logits_per_image
@@ -647,9 +649,13 @@ def zero_shot_readme(results: list[dict]) -> str:
         "  (ids and mask as int64). The text inputs are the prompts",
         "  `a photo of a cat.`, `a photo of a dog.`, `a photo of a bird.`, the empty string and a",
         "  text longer than the context (the `prompts` metadata), tokenized as above; the model",
-        "  is called with `input_ids` and `attention_mask` as the tokenizer returns them (what",
-        "  transformers' zero-shot pipeline does):",
-        "  - `input_ids`, `attention_mask` [N, context]",
+        "  is called with `input_ids` alone, no padding mask, as vitrt runs the text towers:",
+        "  SigLIP was trained without one (its tokenizer returns none), and CLIP's causal tower",
+        "  pooled at the end token gives the same pooled output and embeddings with the",
+        "  tokenizer's mask (the script checks it); only its hidden states at padded positions",
+        "  would differ:",
+        "  - `input_ids`, `attention_mask` [N, context] (the mask: the tokenizer's, for the",
+        "    lengths; not given to the model)",
         "  - `text_hidden_states.{i}` [N, context, 32], i = 0..=2: 0 is the embeddings output",
         "    (token + position), i the output of layer i, before the final layer norm",
         "    (`output_hidden_states=True`)",
@@ -665,11 +671,6 @@ def zero_shot_readme(results: list[dict]) -> str:
         "    (+ `logit_bias` for SigLIP), as the model's forward returns them",
         "  - `probs` [2, N]: CLIP the softmax over the labels, SigLIP the sigmoid of each logit",
         "    (transformers' zero-shot pipeline's scores)",
-        "  - SigLIP only: `text_embeds_unmasked` [N, 32] and `logits_per_image_unmasked` [2, N],",
-        "    the same with `input_ids` alone (no attention mask: how SigLIP was trained, and what",
-        "    a caller that passes only the ids gets). CLIP's text tower is causal and pools at the",
-        "    end token, so its embeddings do not depend on the mask; only the hidden states at",
-        "    padded positions do.",
         "- `torch-bf16-text.json`: PyTorch's own bf16 relative error per tensor (max abs error /",
         "  max abs reference) with the same inputs, transformers' default attention.",
         "- `reference.safetensors` and `torch-bf16.json`: the image tower's reference on the same",

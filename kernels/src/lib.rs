@@ -8,7 +8,7 @@
 //!   NVRTC, the kernel caches and the instantiation vocabulary. It imports no family.
 //! - One folder per kernel family: its CUDA source, `gpu` (the launcher, a free function taking
 //!   `&Gpu`) and `cpu` (the twin, with the same name): [`layernorm`], [`softmax`], [`add`],
-//!   [`activation`], [`gather`], [`pool`], [`patchify`], [`pixels`], [`attention`], [`matmul`] (one
+//!   [`activation`], [`gather`], [`pool`], [`normalize`], [`patchify`], [`pixels`], [`attention`], [`matmul`] (one
 //!   CUDA source a program).
 //! - [`all_instantiations`]: every family's instantiations, what CI compiles.
 
@@ -19,6 +19,7 @@ pub mod cuda;
 pub mod gather;
 pub mod layernorm;
 pub mod matmul;
+pub mod normalize;
 pub mod patchify;
 pub mod pixels;
 pub mod pool;

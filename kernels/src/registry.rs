@@ -17,6 +17,7 @@ pub fn all_instantiations() -> Vec<Instantiation> {
     all.extend(crate::activation::gpu::instantiations());
     all.extend(crate::gather::gpu::instantiations());
     all.extend(crate::pool::gpu::instantiations());
+    all.extend(crate::normalize::gpu::instantiations());
     all.extend(crate::attention::gpu::instantiations());
     all.extend(crate::cuda::timing::instantiations());
     all

@@ -154,10 +154,12 @@ pub enum Activation {
     /// tanh, as the pooler of ViT and DeiT applies it. Not a matmul epilogue: the pooler's
     /// matmul is one row per image, so its activation runs as its own pass.
     Tanh,
+    /// The logistic function, SigLIP's per-label probability. Not a matmul epilogue either.
+    Sigmoid,
 }
 
 impl Activation {
-    pub const ALL: [Activation; 7] = [
+    pub const ALL: [Activation; 8] = [
         Activation::None,
         Activation::Gelu,
         Activation::GeluTanh,
@@ -165,6 +167,7 @@ impl Activation {
         Activation::Relu,
         Activation::Silu,
         Activation::Tanh,
+        Activation::Sigmoid,
     ];
 
     /// The activations the matmul epilogue applies (and CI compiles into it).
@@ -192,6 +195,7 @@ impl Activation {
             Activation::Relu => "Act::Relu",
             Activation::Silu => "Act::Silu",
             Activation::Tanh => "Act::Tanh",
+            Activation::Sigmoid => "Act::Sigmoid",
         }
     }
 
@@ -204,6 +208,7 @@ impl Activation {
             Activation::Relu => "relu",
             Activation::Silu => "silu",
             Activation::Tanh => "tanh",
+            Activation::Sigmoid => "sigmoid",
         }
     }
 
@@ -220,6 +225,7 @@ impl Activation {
             Activation::Relu => x.max(0.0),
             Activation::Silu => x / (1.0 + (-x).exp()),
             Activation::Tanh => x.tanh(),
+            Activation::Sigmoid => 1.0 / (1.0 + (-x).exp()),
         }
     }
 }

@@ -55,6 +55,31 @@ pub enum Mlp {
     SwiGlu,
 }
 
+/// What the encoder's blocks are made of: the part of a tower's config every family's
+/// encoder reads (vision towers through [`ModelConfig::encoder`], text towers through
+/// `TextConfig::encoder`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EncoderConfig {
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    pub hidden_act: Activation,
+    pub layer_norm_eps: f32,
+    pub qkv_bias: bool,
+    /// DINOv2's per-channel scale of each block's attention and MLP outputs.
+    pub layer_scale: bool,
+    pub mlp: Mlp,
+    /// Each token attends only to itself and the tokens before it (CLIP's text tower).
+    pub causal: bool,
+}
+
+impl EncoderConfig {
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_attention_heads
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
     pub family: Family,
@@ -187,6 +212,22 @@ impl ModelConfig {
 
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.num_attention_heads
+    }
+
+    /// The encoder's part of the config.
+    pub fn encoder(&self) -> EncoderConfig {
+        EncoderConfig {
+            hidden_size: self.hidden_size,
+            num_hidden_layers: self.num_hidden_layers,
+            num_attention_heads: self.num_attention_heads,
+            intermediate_size: self.intermediate_size,
+            hidden_act: self.hidden_act,
+            layer_norm_eps: self.layer_norm_eps,
+            qkv_bias: self.qkv_bias,
+            layer_scale: self.layer_scale,
+            mlp: self.mlp,
+            causal: false,
+        }
     }
 
     pub fn num_patches(&self) -> usize {
@@ -429,14 +470,13 @@ fn parse_timm(top: &Map<String, Value>) -> Result<ModelConfig, String> {
 }
 
 /// The vision tower's fields of `obj` (the whole config, or a dual tower's `vision_config`).
-fn parse_vision(
-    family: Family,
-    model_type: &str,
-    obj: &Map<String, Value>,
-) -> Result<ModelConfig, String> {
-    let defaults = defaults(family);
-    let int = |key: &str, default: Option<usize>| -> Result<usize, String> {
-        match obj.get(key) {
+/// Typed reads of one config object's fields, each missing or null field taking the default
+/// given, each malformed one an error naming it.
+pub(crate) struct Fields<'a>(pub &'a Map<String, Value>);
+
+impl Fields<'_> {
+    pub fn int(&self, key: &str, default: Option<usize>) -> Result<usize, String> {
+        match self.0.get(key) {
             None | Some(Value::Null) => default.ok_or(format!("missing \"{key}\"")),
             Some(v) => v
                 .as_u64()
@@ -444,27 +484,30 @@ fn parse_vision(
                 .map(|n| n as usize)
                 .ok_or(format!("\"{key}\" must be a positive integer, got {v}")),
         }
-    };
-    let count = |key: &str, default: usize| -> Result<usize, String> {
-        match obj.get(key) {
+    }
+
+    pub fn count(&self, key: &str, default: usize) -> Result<usize, String> {
+        match self.0.get(key) {
             None | Some(Value::Null) => Ok(default),
             Some(v) => v
                 .as_u64()
                 .map(|n| n as usize)
                 .ok_or(format!("\"{key}\" must be a non-negative integer, got {v}")),
         }
-    };
-    let flag = |key: &str, default: bool| -> Result<bool, String> {
-        match obj.get(key) {
+    }
+
+    pub fn flag(&self, key: &str, default: bool) -> Result<bool, String> {
+        match self.0.get(key) {
             None | Some(Value::Null) => Ok(default),
             Some(v) => v
                 .as_bool()
                 .ok_or(format!("\"{key}\" must be true or false, got {v}")),
         }
-    };
-    // image_size and patch_size may be an integer or a [height, width] pair.
-    let pair = |key: &str, default: usize| -> Result<(usize, usize), String> {
-        match obj.get(key) {
+    }
+
+    /// An integer or a [height, width] pair (image_size, patch_size).
+    pub fn pair(&self, key: &str, default: usize) -> Result<(usize, usize), String> {
+        match self.0.get(key) {
             None | Some(Value::Null) => Ok((default, default)),
             Some(Value::Array(a)) if a.len() == 2 => {
                 let h = a[0].as_u64().filter(|&n| n > 0);
@@ -483,9 +526,21 @@ fn parse_vision(
                 .map(|n| (n as usize, n as usize))
                 .ok_or(format!("\"{key}\" must be a positive integer, got {v}")),
         }
-    };
-    let activation = |key: &str, default: &str| -> Result<(Activation, String), String> {
-        let name = match obj.get(key) {
+    }
+
+    pub fn positive_number(&self, key: &str, default: f64) -> Result<f64, String> {
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_f64()
+                .filter(|e| *e > 0.0 && e.is_finite())
+                .ok_or(format!("\"{key}\" must be a positive number, got {v}")),
+        }
+    }
+
+    /// An activation by its name in transformers, and the name.
+    pub fn activation(&self, key: &str, default: &str) -> Result<(Activation, String), String> {
+        let name = match self.0.get(key) {
             None | Some(Value::Null) => default.to_string(),
             Some(Value::String(s)) => s.clone(),
             Some(v) => return Err(format!("\"{key}\" must be a string, got {v}")),
@@ -494,7 +549,21 @@ fn parse_vision(
             format!("unknown {key} \"{name}\" (supported: {SUPPORTED_ACTIVATIONS})")
         })?;
         Ok((act, name))
-    };
+    }
+}
+
+fn parse_vision(
+    family: Family,
+    model_type: &str,
+    obj: &Map<String, Value>,
+) -> Result<ModelConfig, String> {
+    let defaults = defaults(family);
+    let fields = Fields(obj);
+    let int = |key: &str, default: Option<usize>| fields.int(key, default);
+    let count = |key: &str, default: usize| fields.count(key, default);
+    let flag = |key: &str, default: bool| fields.flag(key, default);
+    let pair = |key: &str, default: usize| fields.pair(key, default);
+    let activation = |key: &str, default: &str| fields.activation(key, default);
 
     let hidden_size = int("hidden_size", Some(768))?;
     let num_hidden_layers = int("num_hidden_layers", Some(12))?;
@@ -508,15 +577,7 @@ fn parse_vision(
         ));
     }
     let (hidden_act, hidden_act_name) = activation("hidden_act", defaults.hidden_act)?;
-    let layer_norm_eps = match obj.get("layer_norm_eps") {
-        None | Some(Value::Null) => defaults.layer_norm_eps as f32,
-        Some(v) => v
-            .as_f64()
-            .filter(|e| *e > 0.0 && e.is_finite())
-            .ok_or(format!(
-                "\"layer_norm_eps\" must be a positive number, got {v}"
-            ))? as f32,
-    };
+    let layer_norm_eps = fields.positive_number("layer_norm_eps", defaults.layer_norm_eps)? as f32;
     // CLIP and SigLIP always have Q, K and V biases; their configs have no qkv_bias.
     let qkv_bias = match family {
         Family::Clip | Family::Siglip => true,

@@ -3,6 +3,7 @@
 //! given.
 
 pub mod config;
+mod encoder;
 mod error;
 pub mod labels;
 pub mod model;
@@ -16,6 +17,8 @@ pub mod text;
 
 pub use config::{Family, ModelConfig};
 pub use error::ModelError;
-pub use model::{ClassifierInput, GraphOptions, Head, Output, OutputSet, VisionModel};
+pub use model::{
+    ClassifierInput, GraphOptions, Head, Output, OutputSet, VisionModel, ZeroShotLabels,
+};
 pub use runner::{ForwardTimes, Runner};
 pub use text::{TextFamily, TextTokenizer, TokenBatch};

@@ -9,15 +9,22 @@
 //!   and patch mean; CLIP's and SigLIP's token means), ViT's and DeiT's pooler, SigLIP's
 //!   attention-pooling head, CLIP's projection.
 
-use crate::config::{Family, Mlp, ModelConfig};
+use crate::config::{Family, ModelConfig};
+use crate::encoder::{
+    attention, collect_layers, encoder_block, layer_norm, linear, make_param, stacked_rows,
+    LayerKeys, LinearKeys, NormKeys, ParamMap, ParamTable,
+};
 use crate::error::ModelError;
-use crate::names::{LayerPart, TensorNames};
+use crate::names::TensorNames;
 use crate::params::{PositionTable, Recipe};
 use crate::positions::Resampling;
+use crate::text::ScoreRule;
 use std::collections::BTreeMap;
 use std::path::Path;
 use vitrt_runtime::passes::{self, AttentionFusion, Fusion};
-use vitrt_runtime::{Epilogue, Graph, HeadSlice, Op, ParamStore, RuntimeError, ValueId};
+use vitrt_runtime::{
+    Activation, Epilogue, Graph, HeadSlice, Op, ParamStore, RuntimeError, ValueId,
+};
 use vitrt_weights::Checkpoint;
 
 /// What the classifier reads.
@@ -61,16 +68,23 @@ pub enum Output {
     ClassToken,
     /// The mean of the patch tokens of `last_hidden_state` (after the prefix tokens).
     PatchMean,
+    /// CLIP's and SigLIP's `logits_per_image` against the zero-shot labels set on the model
+    /// ([`VisionModel::set_zero_shot`]): the scaled cosine similarities (plus SigLIP's bias).
+    ZeroShotLogits,
+    /// The labels' probabilities: CLIP's softmax over the labels, SigLIP's sigmoid of each.
+    ZeroShotProbs,
 }
 
 impl Output {
-    pub const ALL: [Output; 6] = [
+    pub const ALL: [Output; 8] = [
         Output::Logits,
         Output::LastHiddenState,
         Output::PoolerOutput,
         Output::ImageEmbeds,
         Output::ClassToken,
         Output::PatchMean,
+        Output::ZeroShotLogits,
+        Output::ZeroShotProbs,
     ];
 
     pub fn name(self) -> &'static str {
@@ -81,6 +95,8 @@ impl Output {
             Output::ImageEmbeds => "image_embeds",
             Output::ClassToken => "cls_token",
             Output::PatchMean => "patch_mean",
+            Output::ZeroShotLogits => "logits_per_image",
+            Output::ZeroShotProbs => "probs",
         }
     }
 
@@ -129,58 +145,6 @@ impl Default for GraphOptions {
             outputs: OutputSet::default(),
         }
     }
-}
-
-/// A linear layer's parameter keys.
-#[derive(Clone, Debug)]
-struct LinearKeys {
-    weight: String,
-    bias: Option<String>,
-    /// Output and input features.
-    n: usize,
-    k: usize,
-}
-
-#[derive(Clone, Debug)]
-struct NormKeys {
-    gamma: String,
-    beta: String,
-}
-
-#[derive(Clone, Debug)]
-enum MlpKeys {
-    Standard {
-        up: LinearKeys,
-        down: LinearKeys,
-    },
-    /// The gate and up projections as one matmul of twice the width.
-    SwiGlu {
-        gate_up: LinearKeys,
-        down: LinearKeys,
-    },
-}
-
-#[derive(Clone, Debug)]
-struct LayerKeys {
-    norm_before: NormKeys,
-    query: LinearKeys,
-    key: LinearKeys,
-    value: LinearKeys,
-    attention_output: LinearKeys,
-    /// The same projections with each head padded with zeros to a multiple of 16, where the
-    /// head dim is not one (see [`VisionModel::padded_head_dim`]).
-    padded: Option<PaddedAttentionKeys>,
-    norm_after: NormKeys,
-    mlp: MlpKeys,
-}
-
-#[derive(Clone, Debug)]
-struct PaddedAttentionKeys {
-    head_dim: usize,
-    query: LinearKeys,
-    key: LinearKeys,
-    value: LinearKeys,
-    attention_output: LinearKeys,
 }
 
 /// SigLIP's attention-pooling head: a learned query attends over the tokens, then a residual
@@ -240,125 +204,22 @@ pub struct VisionModel {
     keys: Keys,
     /// Every parameter the graph may read: how to make it, and its shape.
     params: ParamMap,
+    /// The labels zero-shot scores are computed against, when set.
+    zero_shot: Option<ZeroShotLabels>,
 }
 
-/// Parameter key to how it is made and its shape.
-type ParamMap = BTreeMap<String, (Recipe, Vec<usize>)>;
-
-/// Collects the parameters, checking each checkpoint tensor's shape as it is named.
-struct ParamTable<'a> {
-    checkpoint: &'a Checkpoint,
-    params: ParamMap,
+/// The labels of a zero-shot run, as the text tower encoded them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ZeroShotLabels {
+    /// `[labels, embedding size]`, each row of unit length.
+    pub text_embeds: Vec<f32>,
+    pub labels: usize,
+    pub rule: ScoreRule,
 }
 
-impl ParamTable<'_> {
-    fn check(&self, name: &str, want: &[usize]) -> Result<(), ModelError> {
-        match self.checkpoint.shape(name) {
-            None => Err(ModelError::Checkpoint(format!(
-                "missing tensor {name} (expected shape {want:?})"
-            ))),
-            Some(found) if found != want => Err(ModelError::Checkpoint(format!(
-                "tensor {name} has shape {found:?}, expected {want:?}"
-            ))),
-            Some(_) => Ok(()),
-        }
-    }
-
-    /// A tensor as stored (shape `stored`), read by the graph as `shape`.
-    fn tensor(
-        &mut self,
-        name: &str,
-        stored: &[usize],
-        shape: &[usize],
-    ) -> Result<String, ModelError> {
-        self.check(name, stored)?;
-        self.params
-            .insert(name.into(), (Recipe::Tensor(name.into()), shape.to_vec()));
-        Ok(name.into())
-    }
-
-    fn derived(&mut self, key: String, recipe: Recipe, shape: &[usize]) -> String {
-        self.params.insert(key.clone(), (recipe, shape.to_vec()));
-        key
-    }
-
-    fn norm(&mut self, base: &str, d: usize) -> Result<NormKeys, ModelError> {
-        Ok(NormKeys {
-            gamma: self.tensor(&format!("{base}.weight"), &[d], &[d])?,
-            beta: self.tensor(&format!("{base}.bias"), &[d], &[d])?,
-        })
-    }
-
-    fn linear(
-        &mut self,
-        base: &str,
-        n: usize,
-        k: usize,
-        bias: bool,
-    ) -> Result<LinearKeys, ModelError> {
-        let weight = self.tensor(&format!("{base}.weight"), &[n, k], &[n, k])?;
-        let bias = if bias {
-            Some(self.tensor(&format!("{base}.bias"), &[n], &[n])?)
-        } else {
-            None
-        };
-        Ok(LinearKeys { weight, bias, n, k })
-    }
-
-    /// The first of `candidates` (base names) whose weight the checkpoint holds, else the
-    /// first (so the error names the common spelling).
-    fn pick(&self, candidates: &[String]) -> String {
-        candidates
-            .iter()
-            .find(|c| {
-                self.checkpoint.contains(&format!("{c}.weight"))
-                    || self.checkpoint.contains(c.as_str())
-            })
-            .or(candidates.first())
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    /// A linear layer whose output is scaled per channel by `scale` (DINOv2's layer scale),
-    /// folded into its weight and bias.
-    fn scaled_linear(
-        &mut self,
-        base: &str,
-        scale: &str,
-        n: usize,
-        k: usize,
-    ) -> Result<LinearKeys, ModelError> {
-        let weight_name = format!("{base}.weight");
-        let bias_name = format!("{base}.bias");
-        self.check(&weight_name, &[n, k])?;
-        self.check(&bias_name, &[n])?;
-        self.check(scale, &[n])?;
-        let weight = self.derived(
-            format!("{weight_name}*{scale}"),
-            Recipe::ScaledRows {
-                tensor: weight_name,
-                scale: scale.into(),
-                cols: k,
-            },
-            &[n, k],
-        );
-        let bias = self.derived(
-            format!("{bias_name}*{scale}"),
-            Recipe::ScaledRows {
-                tensor: bias_name,
-                scale: scale.into(),
-                cols: 1,
-            },
-            &[n],
-        );
-        Ok(LinearKeys {
-            weight,
-            bias: Some(bias),
-            n,
-            k,
-        })
-    }
-}
+/// The parameter keys of the zero-shot scores.
+const ZERO_SHOT_TEXT: &str = "zero_shot.text_embeds";
+const ZERO_SHOT_BIAS: &str = "zero_shot.logit_bias";
 
 impl VisionModel {
     /// Reads `config.json` and the safetensors weights of a model folder and checks that every
@@ -398,6 +259,7 @@ impl VisionModel {
             input_size,
             keys,
             params,
+            zero_shot: None,
         })
     }
 
@@ -459,6 +321,7 @@ impl VisionModel {
                 q: HeadSlice { column_offset: 0 },
                 k: HeadSlice { column_offset: 0 },
                 v: HeadSlice { column_offset: 0 },
+                causal: false,
             };
             let shape = [batch, self.tokens(), heads * head_dim];
             supports(&op, &[&shape, &shape, &shape]).is_ok()
@@ -502,6 +365,9 @@ impl VisionModel {
             || matches!(self.keys.pooler, Some(PoolerKeys::AttentionPool(_)))
         {
             outputs.push(Output::ImageEmbeds);
+            if self.zero_shot.is_some() {
+                outputs.extend([Output::ZeroShotLogits, Output::ZeroShotProbs]);
+            }
         }
         OutputSet::of(&outputs)
     }
@@ -566,8 +432,9 @@ impl VisionModel {
         let pad = self
             .padded_head_dim(batch, options.fusion, supports)
             .is_some();
+        let encoder = c.encoder();
         for (l, layer) in k.layers.iter().enumerate() {
-            x = self.encoder_block(&mut g, l, layer, x, pad)?;
+            x = encoder_block(&mut g, &encoder, &format!("layer.{l}"), layer, x, pad)?;
             if options.hidden_states {
                 g.mark_output(&format!("hidden_states.{}", l + 1), x);
             }
@@ -584,12 +451,21 @@ impl VisionModel {
             options.outputs
         };
         let available = self.available_outputs();
-        // The pooled output, built once when both it and the image embeddings are asked for.
+        // The pooled output, the image embeddings and the zero-shot logits, each built once
+        // however many outputs read it.
         let mut pooled = None;
+        let mut embeds = None;
+        let mut zero_shot_logits = None;
         for output in outputs.iter() {
             if !available.contains(output) {
+                let reason = match output {
+                    Output::ZeroShotLogits | Output::ZeroShotProbs if self.zero_shot.is_none() => {
+                        " (no zero-shot labels were set)"
+                    }
+                    _ => "",
+                };
                 return Err(ModelError::Usage(format!(
-                    "this {} checkpoint has no {} (it has: {})",
+                    "this {} checkpoint has no {}{reason} (it has: {})",
                     c.family.name(),
                     output.name(),
                     available
@@ -599,27 +475,47 @@ impl VisionModel {
                         .join(", ")
                 )));
             }
+            let mut image_embeds = |g: &mut Graph| -> Result<ValueId, ModelError> {
+                if let Some(v) = embeds {
+                    return Ok(v);
+                }
+                let p = match pooled {
+                    Some(v) => v,
+                    None => *pooled.insert(self.pooler(g, last)?),
+                };
+                let v = match &k.projection {
+                    Some(projection) => linear(g, "visual_projection", p, projection)?,
+                    None => p,
+                };
+                Ok(*embeds.insert(v))
+            };
             let value = match output {
                 Output::LastHiddenState => last,
                 Output::Logits => self.classifier(&mut g, encoded, last)?,
-                Output::PoolerOutput => *pooled.get_or_insert(self.pooler(&mut g, last)?),
-                Output::ImageEmbeds => {
-                    let pooled = match pooled {
-                        Some(v) => v,
-                        None => *pooled.insert(self.pooler(&mut g, last)?),
-                    };
-                    match &k.projection {
-                        Some(projection) => {
-                            linear(&mut g, "visual_projection", pooled, projection)?
-                        }
-                        None => pooled,
-                    }
-                }
+                Output::PoolerOutput => match pooled {
+                    Some(v) => v,
+                    None => *pooled.insert(self.pooler(&mut g, last)?),
+                },
+                Output::ImageEmbeds => image_embeds(&mut g)?,
                 Output::ClassToken => {
                     g.add_node("cls_token", Op::SelectToken { index: 0 }, &[last])?
                 }
                 Output::PatchMean => {
                     g.add_node("patch_mean", Op::MeanTokens { start: prefix_rows }, &[last])?
+                }
+                Output::ZeroShotLogits | Output::ZeroShotProbs => {
+                    let logits = match zero_shot_logits {
+                        Some(v) => v,
+                        None => {
+                            let embeds = image_embeds(&mut g)?;
+                            *zero_shot_logits.insert(self.zero_shot_logits(&mut g, embeds)?)
+                        }
+                    };
+                    if output == Output::ZeroShotLogits {
+                        logits
+                    } else {
+                        self.zero_shot_probs(&mut g, logits)?
+                    }
                 }
             };
             g.mark_output(output.name(), value);
@@ -627,67 +523,6 @@ impl VisionModel {
         passes::apply_for(&mut g, options.fusion, supports).map_err(ModelError::Usage)?;
         g.validate()?;
         Ok(g)
-    }
-
-    fn encoder_block(
-        &self,
-        g: &mut Graph,
-        l: usize,
-        layer: &LayerKeys,
-        x: ValueId,
-        pad: bool,
-    ) -> Result<ValueId, ModelError> {
-        let c = &self.config;
-        let n = |s: &str| format!("layer.{l}.{s}");
-        let normed = layer_norm(
-            g,
-            &n("layernorm_before"),
-            x,
-            &layer.norm_before,
-            c.layer_norm_eps,
-        )?;
-        // Padded heads compute the same scores (the zero columns add nothing to Q·Kᵀ, scaled by
-        // the true head dim) and the same output (the zero columns of the context meet zero
-        // columns of the output projection).
-        let (query, key, value, output, head_dim) = match (&layer.padded, pad) {
-            (Some(p), true) => (&p.query, &p.key, &p.value, &p.attention_output, p.head_dim),
-            _ => (
-                &layer.query,
-                &layer.key,
-                &layer.value,
-                &layer.attention_output,
-                c.head_dim(),
-            ),
-        };
-        let q = linear(g, &n("attention.query"), normed, query)?;
-        let k = linear(g, &n("attention.key"), normed, key)?;
-        let v = linear(g, &n("attention.value"), normed, value)?;
-        let scale = 1.0 / (c.head_dim() as f32).sqrt();
-        let heads = (c.num_attention_heads, head_dim);
-        let context = attention(g, &n("attention"), (q, k, v), heads, scale)?;
-        let attn_out = linear(g, &n("attention.output"), context, output)?;
-        let h1 = g.add_node(&n("attention.residual"), Op::Add, &[attn_out, x])?;
-        let normed2 = layer_norm(
-            g,
-            &n("layernorm_after"),
-            h1,
-            &layer.norm_after,
-            c.layer_norm_eps,
-        )?;
-        let down = match &layer.mlp {
-            MlpKeys::Standard { up, down } => {
-                let up = linear(g, &n("intermediate"), normed2, up)?;
-                let act =
-                    g.add_node(&n("intermediate.act"), Op::Activation(c.hidden_act), &[up])?;
-                linear(g, &n("output"), act, down)?
-            }
-            MlpKeys::SwiGlu { gate_up, down } => {
-                let both = linear(g, &n("intermediate"), normed2, gate_up)?;
-                let gated = g.add_node(&n("intermediate.swiglu"), Op::SwiGlu, &[both])?;
-                linear(g, &n("output"), gated, down)?
-            }
-        };
-        Ok(g.add_node(&n("output.residual"), Op::Add, &[down, h1])?)
     }
 
     fn classifier(
@@ -756,6 +591,78 @@ impl VisionModel {
         })
     }
 
+    /// Scores images against the labels `labels` from now on: the zero-shot outputs become
+    /// available. The embeddings must be as wide as this tower's image embeddings.
+    pub fn set_zero_shot(&mut self, labels: ZeroShotLabels) -> Result<(), ModelError> {
+        let width = self.image_embeds_width().ok_or_else(|| {
+            ModelError::Usage(format!(
+                "this {} checkpoint has no image embeddings to score labels against",
+                self.config.family.name()
+            ))
+        })?;
+        if labels.labels == 0 || labels.text_embeds.len() != labels.labels * width {
+            return Err(ModelError::Usage(format!(
+                "{} zero-shot labels need {} text embedding values of width {width}, got {}",
+                labels.labels,
+                labels.labels * width,
+                labels.text_embeds.len()
+            )));
+        }
+        self.zero_shot = Some(labels);
+        Ok(())
+    }
+
+    /// The width of `image_embeds`, when the model has them.
+    pub fn image_embeds_width(&self) -> Option<usize> {
+        if !self.available_outputs().contains(Output::ImageEmbeds) {
+            return None;
+        }
+        Some(match &self.keys.projection {
+            Some(projection) => projection.n,
+            None => self.config.hidden_size,
+        })
+    }
+
+    /// `logits_per_image`: the image embeddings normalised, against the labels' normalised
+    /// text embeddings, times `exp(logit_scale)` (the matmul's alpha), plus SigLIP's bias.
+    fn zero_shot_logits(&self, g: &mut Graph, embeds: ValueId) -> Result<ValueId, ModelError> {
+        let labels = self
+            .zero_shot
+            .as_ref()
+            .ok_or_else(|| ModelError::Usage("no zero-shot labels were set".into()))?;
+        let width = labels.text_embeds.len() / labels.labels;
+        let normed = g.add_node(
+            "zero_shot.image_embeds_normalized",
+            Op::L2Normalize,
+            &[embeds],
+        )?;
+        let text = g.add_param(ZERO_SHOT_TEXT, &[labels.labels, width]);
+        let mut inputs = vec![normed, text];
+        let bias = matches!(labels.rule, ScoreRule::Sigmoid { .. });
+        if bias {
+            inputs.push(g.add_param(ZERO_SHOT_BIAS, &[labels.labels]));
+        }
+        let epilogue = Epilogue {
+            alpha: labels.rule.scale(),
+            bias,
+            ..Epilogue::NONE
+        };
+        Ok(g.add_node("zero_shot.logits", Op::Linear { epilogue }, &inputs)?)
+    }
+
+    /// The labels' probabilities from `logits_per_image`.
+    fn zero_shot_probs(&self, g: &mut Graph, logits: ValueId) -> Result<ValueId, ModelError> {
+        let rule = self.zero_shot.as_ref().map(|z| z.rule);
+        Ok(match rule {
+            Some(ScoreRule::Sigmoid { .. }) => g.add_node(
+                "zero_shot.probs",
+                Op::Activation(Activation::Sigmoid),
+                &[logits],
+            )?,
+            _ => g.add_node("zero_shot.probs", Op::Softmax { causal: false }, &[logits])?,
+        })
+    }
+
     fn pooler(&self, g: &mut Graph, last: ValueId) -> Result<ValueId, ModelError> {
         let c = &self.config;
         let pooler = self
@@ -785,7 +692,7 @@ impl VisionModel {
                 let v = linear(g, "head.attention.value", last, &head.value)?;
                 let heads = (c.num_attention_heads, c.head_dim());
                 let scale = 1.0 / (c.head_dim() as f32).sqrt();
-                let context = attention(g, "head.attention", (q, k, v), heads, scale)?;
+                let context = attention(g, "head.attention", (q, k, v), heads, scale, false)?;
                 let attended = linear(g, "head.attention.output", context, &head.output)?;
                 let normed =
                     layer_norm(g, "head.layernorm", attended, &head.norm, c.layer_norm_eps)?;
@@ -888,89 +795,7 @@ fn collect_params(
     };
 
     // Encoder blocks.
-    let swiglu_fused = names.swiglu_fused(checkpoint, c);
-    let mut layers = Vec::new();
-    for l in 0..c.num_hidden_layers {
-        let part = |t: &ParamTable, part| t.pick(&names.layer(l, part));
-        let norm_before = t.norm(&part(&t, LayerPart::NormBefore), d)?;
-        let [query, key, value] = if names.fused_qkv() {
-            let qkv = part(&t, LayerPart::Query);
-            stacked_projections(&mut t, &qkv, d, c.qkv_bias)?
-        } else {
-            [
-                t.linear(&part(&t, LayerPart::Query), d, d, c.qkv_bias)?,
-                t.linear(&part(&t, LayerPart::Key), d, d, c.qkv_bias)?,
-                t.linear(&part(&t, LayerPart::Value), d, d, c.qkv_bias)?,
-            ]
-        };
-        let attention_output_base = part(&t, LayerPart::AttentionOutput);
-        let attention_output = if c.layer_scale {
-            let scale = part(&t, LayerPart::AttentionScale);
-            t.scaled_linear(&attention_output_base, &scale, d, d)?
-        } else {
-            t.linear(&attention_output_base, d, d, true)?
-        };
-        let padded = padded_attention_keys(&mut t, c, [&query, &key, &value], &attention_output);
-        let norm_after = t.norm(&part(&t, LayerPart::NormAfter), d)?;
-        let i = c.intermediate_size;
-        let down_of = |t: &mut ParamTable, base: &str| {
-            if c.layer_scale {
-                let scale = t.pick(&names.layer(l, LayerPart::MlpScale));
-                t.scaled_linear(base, &scale, d, i)
-            } else {
-                t.linear(base, d, i, true)
-            }
-        };
-        let mlp = match c.mlp {
-            Mlp::Standard => {
-                let up = t.linear(&part(&t, LayerPart::Up), i, d, true)?;
-                let down_base = part(&t, LayerPart::Down);
-                MlpKeys::Standard {
-                    up,
-                    down: down_of(&mut t, &down_base)?,
-                }
-            }
-            Mlp::SwiGlu => {
-                let gate_up = if swiglu_fused {
-                    t.linear(&part(&t, LayerPart::SwiGluIn), 2 * i, d, true)?
-                } else {
-                    let gate = part(&t, LayerPart::SwiGluGate);
-                    let up = part(&t, LayerPart::SwiGluUp);
-                    let mut stacked = |suffix: &str, shape: &[usize], full: &[usize]| {
-                        let (g, u) = (format!("{gate}.{suffix}"), format!("{up}.{suffix}"));
-                        t.check(&g, shape)?;
-                        t.check(&u, shape)?;
-                        Ok::<_, ModelError>(t.derived(
-                            format!("stack({g},{u})"),
-                            Recipe::Stack(vec![g, u]),
-                            full,
-                        ))
-                    };
-                    LinearKeys {
-                        weight: stacked("weight", &[i, d], &[2 * i, d])?,
-                        bias: Some(stacked("bias", &[i], &[2 * i])?),
-                        n: 2 * i,
-                        k: d,
-                    }
-                };
-                let down_base = part(&t, LayerPart::SwiGluOut);
-                MlpKeys::SwiGlu {
-                    gate_up,
-                    down: down_of(&mut t, &down_base)?,
-                }
-            }
-        };
-        layers.push(LayerKeys {
-            norm_before,
-            query,
-            key,
-            value,
-            attention_output,
-            padded,
-            norm_after,
-            mlp,
-        });
-    }
+    let layers = collect_layers(&mut t, &c.encoder(), names, checkpoint)?;
     let final_norm = match names.final_norm() {
         Some(base) => Some(t.norm(&base, d)?),
         None => None,
@@ -1114,56 +939,6 @@ fn detect_head(config: &ModelConfig, checkpoint: &Checkpoint) -> Result<Head, Mo
     Ok(Head::Classifier { num_labels, input })
 }
 
-/// Q, K and V as rows of one stacked projection `base` (`[3·d, d]`, bias `[3·d]`), in that
-/// order: timm's `attn.qkv`, torch's `MultiheadAttention.in_proj_*`.
-fn stacked_rows(
-    t: &mut ParamTable,
-    (weight, bias): (&str, Option<&str>),
-    d: usize,
-) -> Result<[LinearKeys; 3], ModelError> {
-    t.check(weight, &[3 * d, d])?;
-    if let Some(bias) = bias {
-        t.check(bias, &[3 * d])?;
-    }
-    let mut projection = |i: usize, what: &str| LinearKeys {
-        weight: t.derived(
-            format!("{weight}[{what}]"),
-            Recipe::Rows {
-                tensor: weight.into(),
-                cols: d,
-                start: i * d,
-                len: d,
-            },
-            &[d, d],
-        ),
-        bias: bias.map(|bias| {
-            t.derived(
-                format!("{bias}[{what}]"),
-                Recipe::Rows {
-                    tensor: bias.into(),
-                    cols: 1,
-                    start: i * d,
-                    len: d,
-                },
-                &[d],
-            )
-        }),
-        n: d,
-        k: d,
-    };
-    Ok([projection(0, "q"), projection(1, "k"), projection(2, "v")])
-}
-
-fn stacked_projections(
-    t: &mut ParamTable,
-    base: &str,
-    d: usize,
-    bias: bool,
-) -> Result<[LinearKeys; 3], ModelError> {
-    let (weight, bias_name) = (format!("{base}.weight"), format!("{base}.bias"));
-    stacked_rows(t, (&weight, bias.then_some(bias_name.as_str())), d)
-}
-
 fn attention_pool_keys(
     t: &mut ParamTable,
     base: &str,
@@ -1189,164 +964,15 @@ fn attention_pool_keys(
     })
 }
 
-/// Q, K, V and output projections with every head padded with zeros to the next multiple of
-/// 16 (the fused attention kernel's head dims), where the head dim is not one and the padded
-/// one is at most 128. Derived lazily: made only if a graph uses them.
-fn padded_attention_keys(
-    t: &mut ParamTable,
-    c: &ModelConfig,
-    projections: [&LinearKeys; 3],
-    output: &LinearKeys,
-) -> Option<PaddedAttentionKeys> {
-    let (heads, head_dim) = (c.num_attention_heads, c.head_dim());
-    let padded = head_dim.next_multiple_of(16);
-    // Only plain tensors are padded (a folded layer scale comes with head dims of 64).
-    let plain = |key: &str| matches!(t.params.get(key), Some((Recipe::Tensor(_), _)));
-    if head_dim.is_multiple_of(16)
-        || padded > 128
-        || !projections.iter().all(|p| plain(&p.weight))
-        || !plain(&output.weight)
-    {
-        return None;
-    }
-    let width = heads * padded;
-    let mut rows = |keys: &LinearKeys| {
-        let pad = |tensor: &str, cols: usize| Recipe::PadHeadRows {
-            tensor: tensor.into(),
-            heads,
-            head_dim,
-            padded,
-            cols,
-        };
-        LinearKeys {
-            weight: t.derived(
-                format!("pad_heads({}, {padded})", keys.weight),
-                pad(&keys.weight, keys.k),
-                &[width, keys.k],
-            ),
-            bias: keys
-                .bias
-                .as_ref()
-                .map(|b| t.derived(format!("pad_heads({b}, {padded})"), pad(b, 1), &[width])),
-            n: width,
-            k: keys.k,
-        }
-    };
-    let [query, key, value] = projections.map(&mut rows);
-    let attention_output = LinearKeys {
-        weight: t.derived(
-            format!("pad_head_columns({}, {padded})", output.weight),
-            Recipe::PadHeadColumns {
-                tensor: output.weight.clone(),
-                heads,
-                head_dim,
-                padded,
-            },
-            &[output.n, width],
-        ),
-        bias: output.bias.clone(),
-        n: output.n,
-        k: width,
-    };
-    Some(PaddedAttentionKeys {
-        head_dim: padded,
-        query,
-        key,
-        value,
-        attention_output,
-    })
-}
-
-fn linear(
-    g: &mut Graph,
-    node: &str,
-    x: ValueId,
-    keys: &LinearKeys,
-) -> Result<ValueId, RuntimeError> {
-    let weight = g.add_param(&keys.weight, &[keys.n, keys.k]);
-    let mut inputs = vec![x, weight];
-    if let Some(b) = &keys.bias {
-        inputs.push(g.add_param(b, &[keys.n]));
-    }
-    let epilogue = Epilogue {
-        bias: keys.bias.is_some(),
-        ..Epilogue::NONE
-    };
-    g.add_node(node, Op::Linear { epilogue }, &inputs)
-}
-
-fn layer_norm(
-    g: &mut Graph,
-    node: &str,
-    x: ValueId,
-    keys: &NormKeys,
-    eps: f32,
-) -> Result<ValueId, RuntimeError> {
-    let d = g.values[x].shape.last().copied().unwrap_or(0);
-    let gamma = g.add_param(&keys.gamma, &[d]);
-    let beta = g.add_param(&keys.beta, &[d]);
-    g.add_node(node, Op::LayerNorm { eps }, &[x, gamma, beta])
-}
-
-/// Scaled dot-product attention as three ops (scores, softmax, context), which the fusion
-/// pass makes one where the backend has the kernel.
-fn attention(
-    g: &mut Graph,
-    node: &str,
-    (q, k, v): (ValueId, ValueId, ValueId),
-    (heads, head_dim): (usize, usize),
-    scale: f32,
-) -> Result<ValueId, RuntimeError> {
-    let scores = g.add_node(
-        &format!("{node}.scores"),
-        Op::AttentionScores {
-            heads,
-            head_dim,
-            scale,
-            q: HeadSlice { column_offset: 0 },
-            k: HeadSlice { column_offset: 0 },
-        },
-        &[q, k],
-    )?;
-    let probs = g.add_node(&format!("{node}.softmax"), Op::Softmax, &[scores])?;
-    g.add_node(
-        &format!("{node}.context"),
-        Op::AttentionContext {
-            heads,
-            head_dim,
-            v: HeadSlice { column_offset: 0 },
-        },
-        &[probs, v],
-    )
-}
-
 impl ParamStore for VisionModel {
     /// Makes a parameter as its recipe says; the graph may view it with another shape of the
     /// same size (a conv weight as a matrix, the probe as a [1, 1, d] sequence).
     fn load(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, RuntimeError> {
-        let (recipe, own) = self.params.get(name).ok_or_else(|| RuntimeError::Param {
-            name: name.into(),
-            message: "not a tensor this model reads".into(),
-        })?;
-        if own.iter().product::<usize>() != shape.iter().product::<usize>() {
-            return Err(RuntimeError::Param {
-                name: name.into(),
-                message: format!("made as {own:?}, cannot be viewed as {shape:?}"),
-            });
+        match (&self.zero_shot, name) {
+            (Some(labels), ZERO_SHOT_TEXT) => Ok(labels.text_embeds.clone()),
+            (Some(labels), ZERO_SHOT_BIAS) => Ok(vec![labels.rule.bias(); labels.labels]),
+            _ => make_param(&self.params, &self.checkpoint, name, shape),
         }
-        let values = recipe
-            .make(&self.checkpoint)
-            .map_err(|e| RuntimeError::Param {
-                name: name.into(),
-                message: e.to_string(),
-            })?;
-        if values.len() != shape.iter().product::<usize>() {
-            return Err(RuntimeError::Param {
-                name: name.into(),
-                message: format!("made {} values for {shape:?}", values.len()),
-            });
-        }
-        Ok(values)
     }
 }
 

@@ -211,8 +211,8 @@ impl TensorNames {
 
     /// Whether blocks use the MLP `mlp`'s weights as this checkpoint stores them: for SwiGLU,
     /// whether the gate and up projections are one `weights_in` tensor.
-    pub fn swiglu_fused(&self, checkpoint: &Checkpoint, config: &ModelConfig) -> bool {
-        config.mlp == Mlp::SwiGlu
+    pub fn swiglu_fused(&self, checkpoint: &Checkpoint, mlp: Mlp) -> bool {
+        mlp == Mlp::SwiGlu
             && self
                 .layer(0, LayerPart::SwiGluIn)
                 .iter()

@@ -105,6 +105,7 @@ mod tests {
                     q: slice(0),
                     k: slice(hidden),
                     v: slice(2 * hidden),
+                    causal: false,
                 },
                 &[qkv, qkv, qkv],
             )

@@ -2,6 +2,7 @@
 //! nodes are kept in an order where every input is produced before it is read.
 
 use crate::error::RuntimeError;
+use vitrt_kernels::gather::EndToken;
 use vitrt_kernels::{Activation, Epilogue};
 
 pub type ValueId = usize;
@@ -84,8 +85,10 @@ pub enum Op {
         q: HeadSlice,
         k: HeadSlice,
     },
-    /// Row-wise softmax over the last dimension.
-    Softmax,
+    /// Row-wise softmax over the last dimension. `causal`: the input is [.., T, T] scores and
+    /// row i keeps keys 0..=i only (the rest get probability 0), as CLIP's text tower masks
+    /// them.
+    Softmax { causal: bool },
     /// Inputs: probabilities [B, heads, Tq, Tk] and the tensor holding V, [B, Tk, width].
     /// Output [B, Tq, heads·head_dim], heads side by side as HF lays them out.
     AttentionContext {
@@ -96,7 +99,7 @@ pub enum Op {
     /// Scores, softmax and context in one node (made by `passes::fuse_attention`): inputs the
     /// tensors holding Q, K and V, [B, T, width]; output [B, T, heads·head_dim] =
     /// softmax(scale · Q·Kᵀ)·V per head, heads side by side as `AttentionContext` writes them.
-    /// The scores and probabilities are never stored.
+    /// The scores and probabilities are never stored. `causal` as in `Softmax`.
     Attention {
         heads: usize,
         head_dim: usize,
@@ -104,6 +107,7 @@ pub enum Op {
         q: HeadSlice,
         k: HeadSlice,
         v: HeadSlice,
+        causal: bool,
     },
     /// Input [B, T, C]; output [B, C], the token at `index` of each sequence.
     SelectToken { index: usize },
@@ -111,6 +115,16 @@ pub enum Op {
     MeanTokens { start: usize },
     /// Input [.., 2H]; output [.., H] = silu(x[.., :H]) · x[.., H:] (SwiGLU's gate).
     SwiGlu,
+    /// Inputs: token ids [B, T] (f32 holding integers), the token table [V, C] and the
+    /// position table [P >= T, C]. Output [B, T, C]: row (b, t) is table[ids[b, t]] +
+    /// positions[t]. An id outside the table gives a row of NaN, never another row.
+    TokenEmbedding,
+    /// Inputs: hidden states [B, T, C] and the token ids [B, T] they came from. Output
+    /// [B, C], each sequence's end-of-text token as `rule` finds it (CLIP's pooled token).
+    SelectEndToken { rule: EndToken },
+    /// Each row over the last dimension divided by its Euclidean norm (CLIP's and SigLIP's
+    /// embeddings before their cosine similarities).
+    L2Normalize,
 }
 
 impl Op {
@@ -122,12 +136,15 @@ impl Op {
             Op::Activation(_) => "activation",
             Op::Add => "add",
             Op::AttentionScores { .. } => "attention_scores",
-            Op::Softmax => "softmax",
+            Op::Softmax { .. } => "softmax",
             Op::AttentionContext { .. } => "attention_context",
             Op::Attention { .. } => "attention",
             Op::SelectToken { .. } => "select_token",
             Op::MeanTokens { .. } => "mean_tokens",
             Op::SwiGlu => "swiglu",
+            Op::TokenEmbedding => "token_embedding",
+            Op::SelectEndToken { .. } => "select_end_token",
+            Op::L2Normalize => "l2_normalize",
         }
     }
 
@@ -218,9 +235,51 @@ impl Op {
                 }
                 Ok(out)
             }
-            Op::Activation(_) | Op::Softmax => {
+            Op::Activation(_) | Op::Softmax { causal: false } | Op::L2Normalize => {
                 arity(1)?;
                 Ok(inputs[0].to_vec())
+            }
+            Op::Softmax { causal: true } => {
+                arity(1)?;
+                let s = inputs[0];
+                if s.len() < 2 || s[s.len() - 1] != s[s.len() - 2] {
+                    return Err(format!(
+                        "a causal softmax needs [.., T, T] scores, got {s:?}"
+                    ));
+                }
+                Ok(s.to_vec())
+            }
+            Op::TokenEmbedding => {
+                arity(3)?;
+                let (ids, table, positions) = (inputs[0], inputs[1], inputs[2]);
+                let [b, t] = ids else {
+                    return Err(format!("token ids must be [B, T], got {ids:?}"));
+                };
+                let [_, c] = table else {
+                    return Err(format!("the token table must be [V, C], got {table:?}"));
+                };
+                if positions.len() != 2 || positions[1] != *c || positions[0] < *t {
+                    return Err(format!(
+                        "the position table must be [P >= {t}, {c}], got {positions:?}"
+                    ));
+                }
+                Ok(vec![*b, *t, *c])
+            }
+            Op::SelectEndToken { .. } => {
+                arity(2)?;
+                let [b, t, c] = inputs[0] else {
+                    return Err(format!(
+                        "select_end_token needs [B,T,C], got {:?}",
+                        inputs[0]
+                    ));
+                };
+                if inputs[1] != [*b, *t] {
+                    return Err(format!(
+                        "select_end_token needs ids [{b}, {t}], got {:?}",
+                        inputs[1]
+                    ));
+                }
+                Ok(vec![*b, *c])
             }
             Op::Add => {
                 arity(2)?;

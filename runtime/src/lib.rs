@@ -16,4 +16,5 @@ pub use error::RuntimeError;
 pub use executor::{Executor, HostTensor, Marks, ParamStore, PendingOutputs, ReplayState};
 pub use graph::{Graph, HeadSlice, Op, ParamSource, ValueId, ValueKind};
 pub use plan::{Plan, Precision};
+pub use vitrt_kernels::gather::EndToken;
 pub use vitrt_kernels::{Activation, DType, Epilogue, PixelBatch};

@@ -174,6 +174,7 @@ pub fn attention_for(op: &Op, input_shapes: &[&[usize]]) -> Option<AttentionProb
         q,
         k,
         v,
+        causal,
     } = op
     else {
         return None;
@@ -189,7 +190,7 @@ pub fn attention_for(op: &Op, input_shapes: &[&[usize]]) -> Option<AttentionProb
         tokens,
         head_dim: *head_dim,
         scale: *scale,
-        causal: false,
+        causal: *causal,
         q: view(qs, q.column_offset),
         k: view(ks, k.column_offset),
         v: view(vs, v.column_offset),

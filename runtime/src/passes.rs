@@ -82,9 +82,9 @@ pub fn fuse_attention(
     let mut dead = vec![false; graph.nodes.len()];
     let mut rewrites = Vec::new();
     for (softmax_id, node) in graph.nodes.iter().enumerate() {
-        if node.op != Op::Softmax {
+        let Op::Softmax { causal } = node.op else {
             continue;
-        }
+        };
         let scores = node.inputs[0];
         let probabilities = node.output;
         let Some(scores_id) = graph.nodes.iter().position(|n| n.output == scores) else {
@@ -127,6 +127,7 @@ pub fn fuse_attention(
             q,
             k,
             v,
+            causal,
         };
         let scores_node = &graph.nodes[scores_id];
         let inputs = vec![
@@ -418,7 +419,11 @@ mod tests {
             )
             .unwrap();
         let probs = g
-            .add_node("layer.0.attention.softmax", Op::Softmax, &[scores])
+            .add_node(
+                "layer.0.attention.softmax",
+                Op::Softmax { causal: false },
+                &[scores],
+            )
             .unwrap();
         let context = g
             .add_node(

@@ -101,13 +101,19 @@ pub fn workspace_elements(graph: &Graph, node: usize) -> usize {
 }
 
 /// The storage type of every value under `precision`, in one pass over the nodes (which come
-/// in execution order). The residual stream starts at the patch embedding and runs through
+/// in execution order). The residual stream starts at the patch or token embedding and runs through
 /// every add into it: an Add, or a Linear with a residual epilogue, whose residual is in the
-/// stream stays in it. SelectToken and an unfused activation keep their input's type. A linear
-/// layer whose output leaves the graph (the classifier's logits), directly or through
-/// activations and token selections (the pooler's tanh), writes it in the residual type too: nothing reads it on the
-/// device, and rounding it only adds error (up to 2^-9 of each logit in bf16). Everything else
-/// is `compute`.
+/// stream stays in it. Token selections, an unfused activation and a softmax keep their
+/// input's type.
+/// A row normalisation read only as the residual type is (an output) writes that type.
+///
+/// A linear layer whose every reader takes the residual type as it is writes in that type too:
+/// the logits and other outputs, directly or through activations and token selections (the
+/// pooler's tanh), and the branches added into a sum (DeiT's two heads, the residual of
+/// SigLIP's pooling head, the unfused graph's attention and MLP outputs). Rounding such a
+/// value to `compute` would only add error (up to 2^-9 of each value in bf16) that PyTorch's
+/// own bf16 also has; a matmul operand or an attention input needs `compute`, so any such
+/// reader keeps the value there. Everything else is `compute`.
 pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
     let is_output = |v: usize| graph.outputs.iter().any(|(_, o)| *o == v);
     let mut dtypes: Vec<DType> = graph
@@ -119,27 +125,40 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
         })
         .collect();
     let users = graph.consumers();
-    // Whether `v` reaches the graph's outputs only through single-reader activations and
-    // token selections (the pooler's tanh; SigLIP's pooled token), and is not one itself.
-    let leaves_through_views = |mut v: usize| loop {
-        let [user] = users[v][..] else {
-            return false;
-        };
-        let node = &graph.nodes[user];
-        if !matches!(node.op, Op::Activation(_) | Op::SelectToken { .. }) {
-            return false;
-        }
-        if is_output(node.output) {
-            return true;
-        }
-        v = node.output;
-    };
+    // Whether every reader of `v` takes it in the residual type as it is: an add, a token
+    // mean, a layernorm's input, a matmul's residual, or an activation or token selection
+    // whose own output qualifies (they keep their input's type). Readers come after their
+    // producer, so walking the nodes backwards settles them first.
+    let mut read_as_residual = vec![false; graph.values.len()];
+    for node in graph.nodes.iter().rev() {
+        let v = node.output;
+        read_as_residual[v] = users[v].iter().all(|&u| {
+            let reader = &graph.nodes[u];
+            let only_as = |slot: usize| {
+                reader
+                    .inputs
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &input)| input != v || i == slot)
+            };
+            match &reader.op {
+                Op::Add | Op::MeanTokens { .. } | Op::L2Normalize => true,
+                Op::LayerNorm { .. } => only_as(0),
+                Op::Linear { epilogue } => epilogue.residual && only_as(reader.inputs.len() - 1),
+                Op::Activation(_) | Op::SelectToken { .. } | Op::Softmax { causal: false } => {
+                    read_as_residual[reader.output]
+                }
+                Op::SelectEndToken { .. } => only_as(0) && read_as_residual[reader.output],
+                _ => false,
+            }
+        });
+    }
     let in_stream = |dtypes: &[DType], v: usize| {
         matches!(graph.values[v].kind, ValueKind::Activation) && dtypes[v] == precision.residual
     };
     for node in &graph.nodes {
         let dtype = match &node.op {
-            Op::PatchEmbed { .. } => precision.residual,
+            Op::PatchEmbed { .. } | Op::TokenEmbedding => precision.residual,
             Op::Add if node.inputs.iter().any(|&v| in_stream(&dtypes, v)) => precision.residual,
             // The residual is the last input (after the bias, if any).
             Op::Linear { epilogue }
@@ -148,11 +167,14 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
             {
                 precision.residual
             }
-            Op::Linear { .. } if is_output(node.output) => precision.residual,
-            // The same for a linear layer whose output leaves the graph through an activation
-            // only (the pooler's tanh): the activation then runs in that type too.
-            Op::Linear { .. } if leaves_through_views(node.output) => precision.residual,
-            Op::Activation(_) | Op::SelectToken { .. } => dtypes[node.inputs[0]],
+            Op::Linear { .. } if is_output(node.output) || read_as_residual[node.output] => {
+                precision.residual
+            }
+            Op::L2Normalize if read_as_residual[node.output] => precision.residual,
+            Op::Activation(_)
+            | Op::SelectToken { .. }
+            | Op::SelectEndToken { .. }
+            | Op::Softmax { causal: false } => dtypes[node.inputs[0]],
             _ => precision.compute,
         };
         dtypes[node.output] = dtype;
@@ -357,6 +379,42 @@ mod tests {
         // Input stays f32 while activations take the run dtype.
         assert_eq!(plan.values[0].unwrap().bytes, 64 * 100 * 4);
         assert_eq!(plan.values[early].unwrap().bytes, 64 * 100 * 2);
+    }
+
+    /// A head like SigLIP's pooling head: a projection `a` read by a layernorm and added after
+    /// an MLP branch `b`; a third projection `c` of the normalised value feeds a matmul.
+    #[test]
+    fn branches_added_into_an_output_are_written_in_the_residual_type() {
+        use vitrt_kernels::Epilogue;
+        let mut g = Graph::default();
+        let x = g.add_input("x", &[4, 16]);
+        let w = g.add_param("w", &[16, 16]);
+        let gamma = g.add_param("gamma", &[16]);
+        let beta = g.add_param("beta", &[16]);
+        let linear = Op::Linear {
+            epilogue: Epilogue::NONE,
+        };
+        let a = g.add_node("a", linear.clone(), &[x, w]).unwrap();
+        let normed = g
+            .add_node("norm", Op::LayerNorm { eps: 1e-6 }, &[a, gamma, beta])
+            .unwrap();
+        let c = g.add_node("c", linear.clone(), &[normed, w]).unwrap();
+        let act = g
+            .add_node("act", Op::Activation(Activation::Relu), &[c])
+            .unwrap();
+        let b = g.add_node("b", linear.clone(), &[act, w]).unwrap();
+        let sum = g.add_node("sum", Op::Add, &[b, a]).unwrap();
+        g.mark_output("out", sum);
+        let dtypes = value_dtypes(&g, Precision::with_f32_residual(DType::BF16));
+        assert_eq!(dtypes[a], DType::F32, "a: read by a layernorm and an add");
+        assert_eq!(dtypes[b], DType::F32, "b: read by an add");
+        assert_eq!(dtypes[sum], DType::F32);
+        assert_eq!(dtypes[normed], DType::BF16, "a matmul operand");
+        assert_eq!(dtypes[c], DType::BF16, "its activation feeds a matmul");
+        assert_eq!(dtypes[act], DType::BF16);
+        // A uniform bf16 run keeps everything in bf16.
+        let uniform = value_dtypes(&g, Precision::uniform(DType::BF16));
+        assert!(uniform[a..].iter().all(|&d| d == DType::BF16));
     }
 
     #[test]

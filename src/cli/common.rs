@@ -5,6 +5,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
+use vitrt_model::text::{TextEncoder, TextModel};
 use vitrt_model::{Runner, VisionModel};
 use vitrt_runtime::backend::Device;
 use vitrt_runtime::passes::{AttentionFusion, Fusion};
@@ -104,6 +105,60 @@ impl ModelArgs {
         self.image_size
     }
 
+    /// The model's files: the local folder, or the hub snapshot (downloaded unless offline).
+    fn resolve(&self) -> Result<vitrt_weights::ModelFiles> {
+        Ok(resolve_model(
+            &self.model,
+            &ResolveOptions {
+                revision: self.revision.clone(),
+                offline: self.offline,
+            },
+        )?)
+    }
+
+    /// The text tower of the model alone (`vitrt embed-text`: a CLIP or SigLIP checkpoint
+    /// with both towers, or a text model's own), on the backend `--device` and `--dtype` ask
+    /// for, with the residual stream as `--residual-dtype` says.
+    pub fn open_text_only(&self) -> Result<(TextEncoder, PathBuf)> {
+        let files = self.resolve()?;
+        let text = TextModel::load(&files.dir)
+            .with_context(|| format!("loading the text tower of {}", self.model))?;
+        let (backend, _) = self.open_backend()?;
+        let dtype = backend.dtype();
+        let precision = match self.residual_dtype {
+            Some(residual) => vitrt_runtime::Precision::new(dtype, residual)?,
+            None => vitrt_runtime::Precision::default_for(dtype),
+        };
+        let encoder = TextEncoder::new(text, backend, self.fusion()).with_precision(precision);
+        Ok((encoder, files.dir))
+    }
+
+    /// The graph fusion `--fusion` and `--attention` ask for.
+    fn fusion(&self) -> Fusion {
+        let mut fusion = match self.fusion {
+            FusionArg::All => Fusion::ALL,
+            FusionArg::None => Fusion::NONE,
+        };
+        match self.attention {
+            Some(AttentionArg::Fused) => fusion.attention = AttentionFusion::Required,
+            Some(AttentionArg::Unfused) => fusion.attention = AttentionFusion::Off,
+            None => {}
+        }
+        fusion
+    }
+
+    /// The text tower `text` on a backend of its own on `device`, in `dtype` (the vision
+    /// runner's), with the same fusion.
+    pub fn open_text_encoder(
+        &self,
+        text: TextModel,
+        device: Device,
+        dtype: DType,
+    ) -> Result<TextEncoder> {
+        let backend = vitrt_runtime::backend::open(device, dtype)?;
+        Ok(TextEncoder::new(text, backend, self.fusion()))
+    }
+
     /// Opens the backend: the device and dtype asked for, or without `--device` the first
     /// CUDA GPU that opens (f16 unless `--dtype` says otherwise), else the CPU (f32), saying
     /// on stderr which was chosen and why.
@@ -146,13 +201,7 @@ impl ModelArgs {
 
     /// As [`ModelArgs::open`], and the device the backend runs on.
     pub fn open_on_device(&self) -> Result<(Runner, PathBuf, Device)> {
-        let files = resolve_model(
-            &self.model,
-            &ResolveOptions {
-                revision: self.revision.clone(),
-                offline: self.offline,
-            },
-        )?;
+        let files = self.resolve()?;
         let mut model = VisionModel::load(&files.dir)
             .with_context(|| format!("loading model {}", self.model))?;
         if let Some(size) = self.image_size {
@@ -168,16 +217,7 @@ impl ModelArgs {
             })?;
         }
         let (backend, device) = self.open_backend()?;
-        let mut fusion = match self.fusion {
-            FusionArg::All => Fusion::ALL,
-            FusionArg::None => Fusion::NONE,
-        };
-        match self.attention {
-            Some(AttentionArg::Fused) => fusion.attention = AttentionFusion::Required,
-            Some(AttentionArg::Unfused) => fusion.attention = AttentionFusion::Off,
-            None => {}
-        }
-        let mut runner = Runner::new(model, backend, fusion);
+        let mut runner = Runner::new(model, backend, self.fusion());
         if let Some(residual) = self.residual_dtype {
             runner = runner.with_residual(residual)?;
         }

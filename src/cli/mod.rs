@@ -16,10 +16,12 @@ mod bench;
 mod classify;
 pub mod common;
 mod embed;
+mod embed_text;
 mod infer;
 mod parity;
 mod profile;
 mod tune;
+mod zero_shot;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -43,6 +45,12 @@ enum Command {
     /// Embed images: one vector per image (pooled, projected, CLS or patch mean) to
     /// safetensors, NPY or JSON Lines.
     Embed(embed::EmbedArgs),
+    /// Embed texts with the text tower of a CLIP or SigLIP checkpoint: one vector per text
+    /// to safetensors, NPY or JSON Lines.
+    EmbedText(embed_text::EmbedTextArgs),
+    /// Label images with words (CLIP, SigLIP): the labels go into a template, are encoded
+    /// by the text tower once, and each image gets its most probable labels.
+    ZeroShot(zero_shot::ZeroShotArgs),
     /// Run a model on `pixel_values` from a safetensors file and write its outputs.
     Infer(infer::InferArgs),
     /// Compare a model's outputs, layer by layer, with a reference written by scripts/reference.py.
@@ -59,6 +67,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Classify(args) => classify::run(args),
         Command::Embed(args) => embed::run(args),
+        Command::ZeroShot(args) => zero_shot::run(args),
+        Command::EmbedText(args) => embed_text::run(args),
         Command::Infer(args) => infer::run(args),
         Command::Parity(args) => parity::run(args),
         Command::Bench(args) => bench::run(args),

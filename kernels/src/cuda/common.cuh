@@ -161,7 +161,7 @@ __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const un
 // the activation passes.
 
 // The activations kernels::Activation names (its `cuda_name` spells these).
-enum class Act { None, Gelu, GeluTanh, QuickGelu, Relu, Silu, Tanh };
+enum class Act { None, Gelu, GeluTanh, QuickGelu, Relu, Silu, Tanh, Sigmoid };
 
 // GELU(x) = x·Φ(x) for outputs stored in 16 bits, with erf to within 3e-7 absolute
 // (Abramowitz and Stegun 7.1.26, 1.5e-7, plus the approximate reciprocal and exponential):
@@ -213,6 +213,8 @@ __device__ __forceinline__ float activate(float x) {
                            : x / (1.0f + expf(e));
     } else if constexpr (ACT == Act::Tanh) {
         return tanhf(x);
+    } else if constexpr (ACT == Act::Sigmoid) {
+        return 1.0f / (1.0f + expf(-x));
     } else {
         static_assert(ACT == Act::Relu, "unhandled activation");
         return fmaxf(x, 0.0f);

@@ -4,7 +4,6 @@
 //! truncated so that it and its special tokens fit in `context` (the end token is kept), then
 //! padded on the right with the checkpoint's pad token to exactly `context` ids.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -13,44 +12,10 @@ use tokenizers::{
     TruncationDirection, TruncationParams, TruncationStrategy,
 };
 
+use std::fmt;
+
+use super::config::TextFamily;
 use crate::ModelError;
-
-/// The text towers vitrt reads, which differ in their special tokens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TextFamily {
-    /// Byte-level BPE; `<|startoftext|>` text `<|endoftext|>`.
-    Clip,
-    /// SentencePiece Unigram; text `</s>`, no start token.
-    Siglip,
-}
-
-impl TextFamily {
-    /// The token that ends every sequence (CLIP pools its text tower at it).
-    pub fn end_token(self) -> &'static str {
-        match self {
-            TextFamily::Clip => "<|endoftext|>",
-            TextFamily::Siglip => "</s>",
-        }
-    }
-
-    /// The pad token of transformers' tokenizer class of the family (`CLIPTokenizer`,
-    /// `SiglipTokenizer`), used when the checkpoint's tokenizer files name none.
-    pub fn default_pad_token(self) -> &'static str {
-        match self {
-            TextFamily::Clip => "<|endoftext|>",
-            TextFamily::Siglip => "</s>",
-        }
-    }
-}
-
-impl fmt::Display for TextFamily {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TextFamily::Clip => "CLIP",
-            TextFamily::Siglip => "SigLIP",
-        })
-    }
-}
 
 /// Token ids of a batch of texts, each padded to the same context length.
 #[derive(Clone, Debug, PartialEq, Eq)]

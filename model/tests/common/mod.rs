@@ -2,6 +2,8 @@
 //! on its own and uses only part of it.
 #![allow(dead_code)]
 
+pub mod text;
+
 use std::path::{Path, PathBuf};
 use vitrt_runtime::HostTensor;
 

@@ -12,7 +12,9 @@ use crate::lowering;
 use std::collections::HashMap;
 use std::ops::Range;
 use vitrt_kernels::DType;
-use vitrt_kernels::{activation, add, attention, layernorm, matmul, patchify, pool, softmax};
+use vitrt_kernels::{
+    activation, add, attention, gather, layernorm, matmul, normalize, patchify, pool, softmax,
+};
 
 pub struct CpuBackend {
     /// The run's storage type: f32, or the half type being emulated.
@@ -347,7 +349,14 @@ fn run_simple(
             );
         }
         Op::Add => add::cpu::add(ins[0], ins[1], out),
-        Op::Softmax => softmax::cpu::softmax(ins[0], last(&bindings[0].shape), 1.0, out),
+        Op::Softmax { causal: false } => {
+            softmax::cpu::softmax(ins[0], last(&bindings[0].shape), 1.0, out)
+        }
+        Op::L2Normalize => normalize::cpu::l2_normalize(ins[0], last(&bindings[0].shape), out),
+        Op::Softmax { causal: true } => {
+            let cols = last(&bindings[0].shape);
+            softmax::cpu::softmax_causal(ins[0], cols, cols, 1.0, out)
+        }
         Op::SelectToken { index } => {
             let s = &bindings[0].shape;
             let (t, c) = (s[1], s[2]);
@@ -361,6 +370,15 @@ fn run_simple(
             pool::cpu::token_mean(ins[0], s[1], *start, s[2], out);
         }
         Op::SwiGlu => activation::cpu::swiglu(ins[0], last(&bindings[0].shape) / 2, out),
+        Op::TokenEmbedding => {
+            let (ids, table) = (&bindings[0].shape, &bindings[1].shape);
+            let (tokens, vocab, dim) = (ids[1], table[0], table[1]);
+            gather::cpu::token_embedding(ins[0], ins[1], ins[2], tokens, dim, vocab, out);
+        }
+        Op::SelectEndToken { rule } => {
+            let s = &bindings[0].shape;
+            gather::cpu::end_token_rows(ins[0], ins[1], s[0], s[1], s[2], *rule, out);
+        }
     }
     Ok(())
 }

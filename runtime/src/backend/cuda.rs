@@ -17,7 +17,8 @@ use vitrt_kernels::cuda::{
 };
 use vitrt_kernels::patchify::gpu::PrefixRows;
 use vitrt_kernels::{
-    activation, add, attention, gather, layernorm, matmul, patchify, pixels, pool, softmax,
+    activation, add, attention, gather, layernorm, matmul, normalize, patchify, pixels, pool,
+    softmax,
 };
 use vitrt_kernels::{DType, PixelBatch};
 
@@ -579,9 +580,17 @@ impl CudaBackend {
                 attention::gpu::attention(gpu, d, &problem, ins[0], ins[1], ins[2], out)
             }
             Op::Add => add::gpu::add(gpu, d, ins[0], ins[1], out.len, out),
-            Op::Softmax => {
+            // In its input's type: the run's dtype, or f32 where its output leaves the graph
+            // (zero-shot probabilities).
+            Op::Softmax { causal: false } => {
                 let cols = last(&inputs[0].shape);
-                softmax::gpu::softmax(gpu, d, ins[0], out.len / cols.max(1), cols, 1.0, out)
+                let rows = out.len / cols.max(1);
+                softmax::gpu::softmax(gpu, ins[0].dtype, ins[0], rows, cols, 1.0, out)
+            }
+            Op::Softmax { causal: true } => {
+                let cols = last(&inputs[0].shape);
+                let rows = out.len / cols.max(1);
+                softmax::gpu::softmax_causal(gpu, d, ins[0], rows, cols, cols, 1.0, out)
             }
             Op::SelectToken { index } => {
                 let s = &inputs[0].shape;
@@ -596,6 +605,25 @@ impl CudaBackend {
             Op::SwiGlu => {
                 let half = last(&inputs[0].shape) / 2;
                 activation::gpu::swiglu(gpu, d, ins[0], out.len / half.max(1), half, out)
+            }
+            // Written in the stream's type (f32 in bf16 runs): the embedding starts it.
+            Op::TokenEmbedding => {
+                let (ids, table) = (&inputs[0].shape, &inputs[1].shape);
+                let (rows, tokens) = (ids[0] * ids[1], ids[1]);
+                let (vocab, dim) = (table[0], table[1]);
+                gather::gpu::token_embedding(
+                    gpu, d, out.dtype, ins[0], ins[1], ins[2], rows, tokens, dim, vocab, out,
+                )
+            }
+            Op::L2Normalize => {
+                let cols = last(&inputs[0].shape);
+                let rows = out.len / cols.max(1);
+                normalize::gpu::l2_normalize(gpu, d, ins[0], rows, cols, out)
+            }
+            Op::SelectEndToken { rule } => {
+                let s = &inputs[0].shape;
+                let (b, t, c) = (s[0], s[1], s[2]);
+                gather::gpu::end_token_rows(gpu, ins[0].dtype, ins[0], ins[1], b, t, c, *rule, out)
             }
         }
     }

@@ -429,6 +429,7 @@ impl Bench<'_> {
                 q: slice(0),
                 k: slice(HIDDEN),
                 v: slice(2 * HIDDEN),
+                causal: false,
             };
             let problem = lowering::attention_for(&op, &[&shape, &shape, &shape])
                 .ok_or_else(|| KernelError::InvalidArgument("attention did not lower".into()))?;

@@ -3,11 +3,11 @@
 //! of decode workers fills page-locked batches in input order, and each batch's upload
 //! overlaps the previous batch's forward pass.
 
-mod output;
+pub(crate) mod output;
 
 use super::batched::{self, BatchResults, BatchSetup, ImageArgs};
 use super::common::ModelArgs;
-use crate::pipeline::{Flow, PipelineStats};
+use crate::pipeline::{Flow, InputList, PipelineStats};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use output::{Format, Record, RunInfo, Sink, WriteError};
@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use vitrt_model::config::ModelConfig;
-use vitrt_model::labels::top_k;
-use vitrt_model::Head;
+use vitrt_model::labels::{top_k, Prediction};
+use vitrt_model::{Head, Runner};
 use vitrt_runtime::{HostTensor, TimelineSpan, TimelineStage};
 
 #[derive(Args, Debug)]
@@ -41,29 +41,63 @@ pub struct ClassifyArgs {
     images: ImageArgs,
 }
 
+/// How a run over images reports: the output and its format.
+pub(crate) struct Report {
+    pub top_k: usize,
+    pub format: Format,
+    /// `--stats`: where to write the run's timings.
+    pub stats: Option<PathBuf>,
+}
+
 pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
     let inputs = args.images.collect()?;
     let (mut runner, dir) = args.model.open()?;
     if runner.model.head == Head::Base {
         bail!(
             "{} is a {} checkpoint without a classification head; it has no labels to predict. \
-             Use `vitrt embed` for its embeddings, or `vitrt infer` for its outputs",
+             Use `vitrt embed` for its embeddings, `vitrt zero-shot` for CLIP and SigLIP, or \
+             `vitrt infer` for its outputs",
             args.model.name(),
             runner.model.config.family.name()
         );
     }
     let config = runner.model.config.clone();
-    let pre = batched::preprocessing(&mut runner, &dir, &args.model)?;
-    let setup = BatchSetup::new(&runner, pre, &args.images, inputs.paths.len());
+    let report = Report {
+        top_k: args.top_k as usize,
+        format: if args.json { Format::Json } else { args.format },
+        stats: args.stats,
+    };
+    classify_images(
+        &mut runner,
+        &dir,
+        &args.model,
+        &args.images,
+        &inputs,
+        Scores::Logits(&config),
+        &report,
+    )
+}
 
-    let format = if args.json { Format::Json } else { args.format };
+/// Runs `runner` over the images and writes each one's top labels by `scores`: `vitrt
+/// classify`, and `vitrt zero-shot` once its labels are encoded.
+pub(crate) fn classify_images(
+    runner: &mut Runner,
+    dir: &Path,
+    model: &ModelArgs,
+    images: &ImageArgs,
+    inputs: &InputList,
+    scores: Scores<'_>,
+    report: &Report,
+) -> Result<ExitCode> {
+    let pre = batched::preprocessing(runner, dir, model)?;
+    let setup = BatchSetup::new(runner, pre, images, inputs.paths.len());
     let info = RunInfo {
-        model: args.model.name().to_string(),
+        model: model.name().to_string(),
         device: runner.backend().describe(),
         dtype: runner.backend().dtype().to_string(),
     };
     let stdout = std::io::stdout();
-    let sink = match Sink::new(format, std::io::BufWriter::new(stdout.lock()), info) {
+    let sink = match Sink::new(report.format, std::io::BufWriter::new(stdout.lock()), info) {
         Ok(sink) => sink,
         Err(WriteError::Closed) => return Ok(ExitCode::SUCCESS),
         Err(WriteError::Failed(e)) => return Err(e).context("writing the results"),
@@ -71,27 +105,27 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
     let mut classifier = Classifier {
         sink,
         paths: &inputs.paths,
-        config: &config,
-        top_k: args.top_k as usize,
+        scores,
+        top_k: report.top_k,
     };
 
     // Entries that could not even be listed are failures too, reported first.
-    let (mut failed, flow) = batched::report_unlisted(&inputs, &mut classifier)?;
+    let (mut failed, flow) = batched::report_unlisted(inputs, &mut classifier)?;
     if flow == Flow::Stop {
         return Ok(ExitCode::SUCCESS);
     }
-    if args.images.fail_fast && failed > 0 {
+    if images.fail_fast && failed > 0 {
         bail!("stopped at the first failure (--fail-fast)");
     }
 
     let outcome = batched::run_batches(
-        &mut runner,
-        &inputs,
+        runner,
+        inputs,
         &setup,
         &mut classifier,
-        args.stats.is_some(),
+        report.stats.is_some(),
     )?;
-    if let Some(path) = &args.stats {
+    if let Some(path) = &report.stats {
         let timeline = runner.take_timeline()?;
         let times = StatsTimes {
             submitting: outcome.times.submitting,
@@ -117,15 +151,54 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
     }
     failed += outcome.stats.failed;
     let total = inputs.paths.len() + inputs.unlisted.len();
-    batched::check_failures(failed, total, args.images.fail_fast, "classified")?;
+    batched::check_failures(failed, total, images.fail_fast, "classified")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the model's output for an image holds.
+pub(crate) enum Scores<'a> {
+    /// A classifier's `logits`, turned into probabilities by a softmax; the labels are the
+    /// config's.
+    Logits(&'a ModelConfig),
+    /// Zero-shot `probs`, one per label (a softmax over them for CLIP, each its own sigmoid
+    /// for SigLIP).
+    Probabilities(&'a [String]),
+}
+
+impl Scores<'_> {
+    fn output(&self) -> &'static str {
+        match self {
+            Scores::Logits(_) => "logits",
+            Scores::Probabilities(_) => "probs",
+        }
+    }
+
+    /// The `k` most probable labels of one image's row, ties broken by the lower index.
+    fn top_k(&self, row: &[f32], k: usize) -> Vec<Prediction> {
+        match self {
+            Scores::Logits(config) => top_k(row, k, config),
+            Scores::Probabilities(labels) => {
+                let mut order: Vec<usize> = (0..row.len()).collect();
+                order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+                order
+                    .into_iter()
+                    .take(k)
+                    .map(|index| Prediction {
+                        index,
+                        label: labels[index].clone(),
+                        probability: row[index],
+                    })
+                    .collect()
+            }
+        }
+    }
 }
 
 /// Writes each image's top-k labels, or why it has none.
 struct Classifier<'a, W: std::io::Write> {
     sink: Sink<W>,
     paths: &'a [PathBuf],
-    config: &'a ModelConfig,
+    scores: Scores<'a>,
     top_k: usize,
 }
 
@@ -146,12 +219,13 @@ impl<W: std::io::Write> BatchResults for Classifier<'_, W> {
         failures: &[(usize, String)],
         outputs: Option<Vec<HostTensor>>,
     ) -> Result<Flow> {
+        let wanted = self.scores.output();
         let logits = match outputs {
             Some(outputs) => Some(
                 outputs
                     .into_iter()
-                    .find(|t| t.name == "logits")
-                    .context("the model produced no logits")?,
+                    .find(|t| t.name == wanted)
+                    .with_context(|| format!("the model produced no {wanted}"))?,
             ),
             None => None,
         };
@@ -184,7 +258,7 @@ impl<W: std::io::Write> Classifier<'_, W> {
                     let row = &logits.data[k * classes..][..classes];
                     if let Some(bad) = row.iter().find(|v| !v.is_finite()) {
                         let why = format!(
-                            "{image}: the model gave a non-finite logit ({bad}); \
+                            "{image}: the model gave a non-finite score ({bad}); \
                              `vitrt parity` finds the first layer that does"
                         );
                         eprintln!("vitrt: {why}");
@@ -193,7 +267,7 @@ impl<W: std::io::Write> Classifier<'_, W> {
                             error: &why,
                         })?
                     } else {
-                        let predictions = top_k(row, self.top_k, self.config);
+                        let predictions = self.scores.top_k(row, self.top_k);
                         self.sink.write(&Record::Classified {
                             image: &image,
                             predictions: &predictions,

@@ -2,7 +2,7 @@
 //! JSON Lines), through the same pipeline and batch consumer as `vitrt classify`
 //! (`super::batched`), with the runner's graphs outputting only the chosen pooled vector.
 
-mod output;
+pub(crate) mod output;
 
 use super::batched::{self, BatchResults, BatchSetup, ImageArgs};
 use super::common::ModelArgs;
@@ -110,7 +110,7 @@ impl Pool {
 
 impl Format {
     /// The format `--format` names, else the one `path`'s extension names.
-    fn of(asked: Option<Format>, path: &Path) -> Result<Format> {
+    pub(crate) fn of(asked: Option<Format>, path: &Path) -> Result<Format> {
         if let Some(format) = asked {
             return Ok(format);
         }
@@ -133,8 +133,13 @@ impl Format {
 
 /// The NPY file's list of paths: `FILE.images.txt`.
 fn paths_file(npy: &Path) -> PathBuf {
+    names_file(npy, "images")
+}
+
+/// The NPY file's list of row names, `FILE.{what}.txt`.
+pub(crate) fn names_file(npy: &Path, what: &str) -> PathBuf {
     let mut name = npy.as_os_str().to_owned();
-    name.push(".images.txt");
+    name.push(format!(".{what}.txt"));
     PathBuf::from(name)
 }
 
@@ -226,6 +231,7 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
                         model: args.model.name(),
                         pool: pool.name(),
                         normalized: args.normalize,
+                        rows: "images",
                     };
                     whole.safetensors_bytes(&metadata)?
                 }

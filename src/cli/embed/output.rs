@@ -97,20 +97,23 @@ impl Lines {
     }
 }
 
-/// The embeddings of the images that succeeded, in input order.
+/// The embeddings of the images that succeeded (or of the texts), in input order.
 #[derive(Default)]
 pub struct Whole {
     /// [images.len(), dim], row-major.
     pub rows: Vec<f32>,
+    /// The rows' names: image paths, or texts.
     pub images: Vec<String>,
     pub dim: usize,
 }
 
-/// What the safetensors metadata says besides the paths.
+/// What the safetensors metadata says besides the rows' names.
 pub struct Metadata<'a> {
     pub model: &'a str,
     pub pool: &'a str,
     pub normalized: bool,
+    /// The metadata key of the rows' names: `images` (their paths) or `texts`.
+    pub rows: &'a str,
 }
 
 impl Whole {
@@ -119,7 +122,8 @@ impl Whole {
     }
 
     /// safetensors: `embeddings` [N, D] f32; metadata `images` (a JSON list of the paths, in
-    /// row order), `model`, `pool` and `normalized` ("true" or "false").
+    /// row order; `texts` for text embeddings: `metadata.rows`), `model`, `pool` and
+    /// `normalized` ("true" or "false").
     pub fn safetensors_bytes(&self, metadata: &Metadata<'_>) -> anyhow::Result<Vec<u8>> {
         let bytes = self.row_bytes();
         let view = safetensors::tensor::TensorView::new(
@@ -128,7 +132,10 @@ impl Whole {
             &bytes,
         )?;
         let info = HashMap::from([
-            ("images".to_string(), serde_json::to_string(&self.images)?),
+            (
+                metadata.rows.to_string(),
+                serde_json::to_string(&self.images)?,
+            ),
             ("model".to_string(), metadata.model.to_string()),
             ("pool".to_string(), metadata.pool.to_string()),
             ("normalized".to_string(), metadata.normalized.to_string()),

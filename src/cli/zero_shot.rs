@@ -1,0 +1,236 @@
+//! `vitrt zero-shot`: label images with words, no training, with a CLIP or SigLIP checkpoint.
+//! The labels are put into each template and encoded once by the text tower (the templates of
+//! a label averaged, as CLIP's prompt ensembling does); then the images go through the same
+//! pipeline and writer as `vitrt classify`, the vision graph ending in the scores against the
+//! labels (`vitrt_model::Output::ZeroShotProbs`).
+
+use super::batched::ImageArgs;
+use super::classify::output::Format;
+use super::classify::{classify_images, Report, Scores};
+use super::common::ModelArgs;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use vitrt_model::text::{TextModel, TextTokenizer};
+use vitrt_model::{Output, OutputSet, ZeroShotLabels};
+
+/// transformers' zero-shot image classification pipeline's template.
+const DEFAULT_TEMPLATE: &str = "This is a photo of {}.";
+
+#[derive(Args, Debug)]
+pub struct ZeroShotArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The labels, separated by commas: "cat,dog,a red car".
+    #[arg(
+        long,
+        conflicts_with = "labels_file",
+        required_unless_present = "labels_file"
+    )]
+    labels: Option<String>,
+    /// A file of labels, one a line (blank lines skipped).
+    #[arg(long, value_name = "FILE")]
+    labels_file: Option<PathBuf>,
+    /// The text each label is put into, at its `{}`. Repeat it to average several templates
+    /// (CLIP's prompt ensembling). Default: "This is a photo of {}." (transformers' pipeline).
+    #[arg(long)]
+    template: Vec<String>,
+    /// How many labels to show per image.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    top_k: u32,
+    /// Output: a table per image, one JSON document, JSON Lines or CSV (the last two are
+    /// written and flushed batch by batch). Each label's probability: CLIP's softmax over the
+    /// labels, or SigLIP's own sigmoid of each.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// The same as --format json.
+    #[arg(long, conflicts_with = "format")]
+    json: bool,
+    #[command(flatten)]
+    images: ImageArgs,
+}
+
+pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
+    let labels = read_labels(args.labels.as_deref(), args.labels_file.as_deref())?;
+    let templates = if args.template.is_empty() {
+        vec![DEFAULT_TEMPLATE.to_string()]
+    } else {
+        args.template.clone()
+    };
+    for template in &templates {
+        check_template(template)?;
+    }
+    let inputs = args.images.collect()?;
+    let (mut runner, dir, device) = args.model.open_on_device()?;
+    let Some(width) = runner.model.image_embeds_width() else {
+        bail!(
+            "{} is a {} checkpoint without image embeddings; zero-shot labels need a CLIP or \
+             SigLIP checkpoint with both towers",
+            args.model.name(),
+            runner.model.config.family.name()
+        );
+    };
+
+    // The labels, encoded once.
+    let text = TextModel::load(&dir).with_context(|| {
+        format!(
+            "loading the text tower of {} (zero-shot labels need it)",
+            args.model.name()
+        )
+    })?;
+    let rule = text.score_rule()?;
+    if text.embedding_size() != width {
+        bail!(
+            "the text tower's embeddings have {} values and the vision tower's {width}: not \
+             one checkpoint's towers",
+            text.embedding_size()
+        );
+    }
+    let tokenizer = TextTokenizer::from_checkpoint(&dir, text.context(), text.config.family)?;
+    let texts: Vec<String> = labels
+        .iter()
+        .flat_map(|label| templates.iter().map(move |t| t.replacen("{}", label, 1)))
+        .collect();
+    let tokens = tokenizer.encode(&texts)?;
+    let mut encoder = args
+        .model
+        .open_text_encoder(text, device, runner.backend().dtype())?
+        .with_precision(runner.precision());
+    let embeds = encoder.embed(&tokens.ids, texts.len(), true)?;
+    drop(encoder);
+    let text_embeds = average_templates(&embeds, labels.len(), templates.len(), width)?;
+    runner.model.set_zero_shot(ZeroShotLabels {
+        text_embeds,
+        labels: labels.len(),
+        rule,
+    })?;
+    runner.set_outputs(OutputSet::of(&[Output::ZeroShotProbs]));
+
+    let report = Report {
+        top_k: args.top_k as usize,
+        format: if args.json { Format::Json } else { args.format },
+        stats: None,
+    };
+    classify_images(
+        &mut runner,
+        &dir,
+        &args.model,
+        &args.images,
+        &inputs,
+        Scores::Probabilities(&labels),
+        &report,
+    )
+}
+
+/// The labels of `--labels` (comma-separated) or `--labels-file` (one a line), trimmed; an
+/// error for none, an empty one, or one named twice.
+fn read_labels(list: Option<&str>, file: Option<&Path>) -> Result<Vec<String>> {
+    let labels: Vec<String> = match (list, file) {
+        (Some(list), _) => {
+            let labels: Vec<String> = list.split(',').map(|l| l.trim().to_string()).collect();
+            if let Some(i) = labels.iter().position(String::is_empty) {
+                bail!("--labels: label {} is empty (in {list:?})", i + 1);
+            }
+            labels
+        }
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading --labels-file {}", path.display()))?
+            .lines()
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect(),
+        (None, None) => bail!("no labels: give --labels or --labels-file"),
+    };
+    if labels.is_empty() {
+        bail!("the label list is empty: zero-shot needs at least one label");
+    }
+    for (i, label) in labels.iter().enumerate() {
+        if labels[..i].contains(label) {
+            bail!("label {label:?} is named twice");
+        }
+    }
+    Ok(labels)
+}
+
+/// A template must hold exactly one `{}`, where the label goes.
+fn check_template(template: &str) -> Result<()> {
+    match template.matches("{}").count() {
+        1 => Ok(()),
+        0 => bail!("--template {template:?} has no {{}} to put the label in"),
+        n => bail!("--template {template:?} has {n} {{}}; it takes one label"),
+    }
+}
+
+/// Each label's text embedding: the mean of its templates' unit embeddings, scaled back to
+/// unit length (CLIP's prompt ensembling), summed in f64 on the host: one pass over
+/// labels x templates x width values, once per run. `embeds` holds the rows label by label,
+/// each label's templates in order.
+fn average_templates(
+    embeds: &[f32],
+    labels: usize,
+    templates: usize,
+    width: usize,
+) -> Result<Vec<f32>> {
+    if embeds.len() != labels * templates * width {
+        bail!(
+            "the text tower gave {} values for {labels} labels x {templates} templates of {width}",
+            embeds.len()
+        );
+    }
+    let mut out = Vec::with_capacity(labels * width);
+    for (label, rows) in embeds.chunks(templates * width).enumerate() {
+        let mut mean = vec![0.0f64; width];
+        for row in rows.chunks(width) {
+            for (m, &v) in mean.iter_mut().zip(row) {
+                *m += f64::from(v);
+            }
+        }
+        let norm = mean.iter().map(|v| v * v).sum::<f64>().sqrt();
+        if !norm.is_finite() || norm == 0.0 {
+            bail!(
+                "the text embedding of label {} is not finite or zero",
+                label + 1
+            );
+        }
+        out.extend(mean.iter().map(|v| (v / norm) as f32));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_checked() {
+        assert_eq!(
+            read_labels(Some(" cat, dog ,a red car"), None).unwrap(),
+            ["cat", "dog", "a red car"]
+        );
+        let err = read_labels(Some("cat,,dog"), None).unwrap_err().to_string();
+        assert!(err.contains("label 2 is empty"), "{err}");
+        let err = read_labels(Some("cat,cat"), None).unwrap_err().to_string();
+        assert!(err.contains("named twice"), "{err}");
+        let err = read_labels(Some(""), None).unwrap_err().to_string();
+        assert!(err.contains("empty"), "{err}");
+    }
+
+    #[test]
+    fn templates_take_one_label() {
+        assert!(check_template("a photo of a {}.").is_ok());
+        let err = check_template("a photo").unwrap_err().to_string();
+        assert!(err.contains("no {}"), "{err}");
+        assert!(check_template("{} and {}").is_err());
+    }
+
+    #[test]
+    fn templates_are_averaged_then_normalised() {
+        // One label, two templates: (1, 0) and (0, 1) average to (0.5, 0.5), unit length
+        // (1/√2, 1/√2).
+        let out = average_templates(&[1.0, 0.0, 0.0, 1.0], 1, 2, 2).unwrap();
+        let h = std::f32::consts::FRAC_1_SQRT_2;
+        assert!((out[0] - h).abs() < 1e-7 && (out[1] - h).abs() < 1e-7);
+        assert!(average_templates(&[0.0, 0.0], 1, 1, 2).is_err());
+    }
+}
