@@ -204,8 +204,8 @@ pub struct VisionModel {
     keys: Keys,
     /// Every parameter the graph may read: how to make it, and its shape.
     params: ParamMap,
-    /// The labels zero-shot scores are computed against, when set.
-    zero_shot: Option<ZeroShotLabels>,
+    /// The labels zero-shot scores are computed against, when set, and their number.
+    zero_shot: Option<(ZeroShotLabels, u64)>,
 }
 
 /// The labels of a zero-shot run, as the text tower encoded them.
@@ -217,9 +217,9 @@ pub struct ZeroShotLabels {
     pub rule: ScoreRule,
 }
 
-/// The parameter keys of the zero-shot scores.
-const ZERO_SHOT_TEXT: &str = "zero_shot.text_embeds";
-const ZERO_SHOT_BIAS: &str = "zero_shot.logit_bias";
+/// Numbers each label set, so that its parameters get keys of their own: a backend uploads a
+/// parameter once per key, and a second label set must not find the first one's there.
+static LABEL_SETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl VisionModel {
     /// Reads `config.json` and the safetensors weights of a model folder and checks that every
@@ -608,8 +608,17 @@ impl VisionModel {
                 labels.text_embeds.len()
             )));
         }
-        self.zero_shot = Some(labels);
+        let set = LABEL_SETS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.zero_shot = Some((labels, set));
         Ok(())
+    }
+
+    /// The parameter keys of the label set's text embeddings and bias.
+    fn zero_shot_keys(set: u64) -> (String, String) {
+        (
+            format!("zero_shot[{set}].text_embeds"),
+            format!("zero_shot[{set}].logit_bias"),
+        )
     }
 
     /// The width of `image_embeds`, when the model has them.
@@ -626,21 +635,22 @@ impl VisionModel {
     /// `logits_per_image`: the image embeddings normalised, against the labels' normalised
     /// text embeddings, times `exp(logit_scale)` (the matmul's alpha), plus SigLIP's bias.
     fn zero_shot_logits(&self, g: &mut Graph, embeds: ValueId) -> Result<ValueId, ModelError> {
-        let labels = self
+        let (labels, set) = self
             .zero_shot
             .as_ref()
             .ok_or_else(|| ModelError::Usage("no zero-shot labels were set".into()))?;
+        let (text_key, bias_key) = Self::zero_shot_keys(*set);
         let width = labels.text_embeds.len() / labels.labels;
         let normed = g.add_node(
             "zero_shot.image_embeds_normalized",
             Op::L2Normalize,
             &[embeds],
         )?;
-        let text = g.add_param(ZERO_SHOT_TEXT, &[labels.labels, width]);
+        let text = g.add_param(&text_key, &[labels.labels, width]);
         let mut inputs = vec![normed, text];
         let bias = matches!(labels.rule, ScoreRule::Sigmoid { .. });
         if bias {
-            inputs.push(g.add_param(ZERO_SHOT_BIAS, &[labels.labels]));
+            inputs.push(g.add_param(&bias_key, &[labels.labels]));
         }
         let epilogue = Epilogue {
             alpha: labels.rule.scale(),
@@ -652,7 +662,7 @@ impl VisionModel {
 
     /// The labels' probabilities from `logits_per_image`.
     fn zero_shot_probs(&self, g: &mut Graph, logits: ValueId) -> Result<ValueId, ModelError> {
-        let rule = self.zero_shot.as_ref().map(|z| z.rule);
+        let rule = self.zero_shot.as_ref().map(|(z, _)| z.rule);
         Ok(match rule {
             Some(ScoreRule::Sigmoid { .. }) => g.add_node(
                 "zero_shot.probs",
@@ -968,11 +978,16 @@ impl ParamStore for VisionModel {
     /// Makes a parameter as its recipe says; the graph may view it with another shape of the
     /// same size (a conv weight as a matrix, the probe as a [1, 1, d] sequence).
     fn load(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, RuntimeError> {
-        match (&self.zero_shot, name) {
-            (Some(labels), ZERO_SHOT_TEXT) => Ok(labels.text_embeds.clone()),
-            (Some(labels), ZERO_SHOT_BIAS) => Ok(vec![labels.rule.bias(); labels.labels]),
-            _ => make_param(&self.params, &self.checkpoint, name, shape),
+        if let Some((labels, set)) = &self.zero_shot {
+            let (text_key, bias_key) = Self::zero_shot_keys(*set);
+            if name == text_key {
+                return Ok(labels.text_embeds.clone());
+            }
+            if name == bias_key {
+                return Ok(vec![labels.rule.bias(); labels.labels]);
+            }
         }
+        make_param(&self.params, &self.checkpoint, name, shape)
     }
 }
 

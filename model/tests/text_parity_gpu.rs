@@ -1,12 +1,12 @@
-//! The CLIP and SigLIP zero-shot fixtures on the CUDA backend in f32, f16 and bf16, fused and
-//! unfused (see common/text.rs), against PyTorch's float64 reference; in bf16 each tensor also
-//! no worse than PyTorch's own bf16 (torch-bf16-text.json). Run on the GPU machine
-//! (scripts/gpu-check.sh).
+//! The CLIP and SigLIP zero-shot fixtures, and the real-size random dual towers
+//! VITRT_TEXT_MODELS names (scripts/gpu-zero-shot.sh), on the CUDA backend in f32, f16 and
+//! bf16, fused and unfused (see common/text.rs), against PyTorch's float64 reference; in bf16
+//! each real-size tensor also no worse than PyTorch's own bf16 (torch-bf16-text.json). Run on
+//! the GPU machine (scripts/gpu-check.sh, scripts/gpu-zero-shot.sh).
 
 mod common;
 
-use common::text::{check, fixtures};
-use std::collections::BTreeMap;
+use common::text::{check, fixtures, torch_bf16};
 use vitrt_runtime::backend::cuda::CudaBackend;
 use vitrt_runtime::passes::{AttentionFusion, Fusion};
 use vitrt_runtime::{Backend, DType};
@@ -22,12 +22,14 @@ fn text_towers_and_scores_match_pytorch_on_the_gpu() {
         attention: AttentionFusion::Off,
         ..Fusion::ALL
     };
-    let mut failures = Vec::new();
+    let mut failures: Vec<(bool, String)> = Vec::new();
     for dir in fixtures() {
-        let torch: BTreeMap<String, f64> = serde_json::from_str(
-            &std::fs::read_to_string(dir.join("torch-bf16-text.json")).unwrap(),
-        )
-        .unwrap();
+        let torch = torch_bf16(&dir);
+        // The committed fixtures are tiny: there both bf16 errors are set by the rounding of
+        // a few weights, which PyTorch's run shares, and which is lower is chance
+        // (benchmarks/NOTES.md, 2026-11-25): reported. At real size (VITRT_TEXT_MODELS) a
+        // tensor worse than PyTorch's bf16 fails the test.
+        let real_size = !dir.starts_with(common::repo_root());
         for dtype in DType::ALL {
             for fusion in [Fusion::ALL, attention_unfused, Fusion::NONE] {
                 for row in check(&dir, dtype, fusion, &cuda) {
@@ -40,21 +42,26 @@ fn text_towers_and_scores_match_pytorch_on_the_gpu() {
                         theirs.map_or("-".to_string(), |t| format!("{t:.3e}"))
                     );
                     if dtype == DType::BF16 && theirs.is_some_and(|t| row.relative_error > t) {
-                        failures.push(format!(
-                            "{} {fusion:?} {}: bf16 {:.3e} worse than PyTorch's {:.3e}",
-                            dir.display(),
-                            row.name,
-                            row.relative_error,
-                            theirs.unwrap_or(0.0)
+                        failures.push((
+                            real_size,
+                            format!(
+                                "{} {fusion:?} {}: bf16 {:.3e} worse than PyTorch's {:.3e}",
+                                dir.display(),
+                                row.name,
+                                row.relative_error,
+                                theirs.unwrap_or(0.0)
+                            ),
                         ));
                     }
                 }
             }
         }
     }
-    // Reported, not failed on: the tiny fixtures' bf16 errors are set by the rounding of a
-    // few weights, which PyTorch's run shares (benchmarks/NOTES.md, 2026-11-25).
-    for f in &failures {
-        println!("note: {f}");
+    for (_, f) in &failures {
+        println!("worse than PyTorch's bf16: {f}");
     }
+    assert!(
+        !failures.iter().any(|(real_size, _)| *real_size),
+        "real-size tensors worse than PyTorch's bf16"
+    );
 }

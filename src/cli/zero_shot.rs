@@ -92,6 +92,7 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
         .iter()
         .flat_map(|label| templates.iter().map(move |t| t.replacen("{}", label, 1)))
         .collect();
+    let started = std::time::Instant::now();
     let tokens = tokenizer.encode(&texts)?;
     let mut encoder = args
         .model
@@ -100,6 +101,12 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
     let embeds = encoder.embed(&tokens.ids, texts.len(), true)?;
     drop(encoder);
     let text_embeds = average_templates(&embeds, labels.len(), templates.len(), width)?;
+    eprintln!(
+        "vitrt: {} labels x {} templates encoded by the text tower in {:.2} s",
+        labels.len(),
+        templates.len(),
+        started.elapsed().as_secs_f64()
+    );
     runner.model.set_zero_shot(ZeroShotLabels {
         text_embeds,
         labels: labels.len(),

@@ -3,6 +3,7 @@
 //! (text-reference.safetensors, written by scripts/make_text_fixtures.py), then the scores of
 //! the reference's images against those texts.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use vitrt_model::parity::{compare, tolerance, Comparison};
 use vitrt_model::text::{TextEncoder, TextModel, TextRun};
@@ -71,9 +72,29 @@ pub fn arg_max(row: &[f32]) -> usize {
         .unwrap()
 }
 
+/// PyTorch's own bf16 relative error per tensor on the same inputs (torch-bf16-text.json).
+pub fn torch_bf16(dir: &Path) -> BTreeMap<String, f64> {
+    let text = std::fs::read_to_string(dir.join("torch-bf16-text.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The largest relative error a tensor may show: `tolerance(dtype)`, except the scores in
+/// bf16. `logits_per_image` multiplies every cosine error by `exp(logit_scale)` (100 in real
+/// checkpoints) and SigLIP's sigmoid puts the result over probabilities well below 1, so no
+/// bf16 tower meets 2e-2 there: PyTorch's own bf16 gives 4.7e-2 on SigLIP base/16's `probs`
+/// (H100, 2026-11-25). A bf16 run's scores are held to PyTorch's bf16 error instead, where it
+/// is the larger.
+pub fn limit(dtype: DType, name: &str, torch: &BTreeMap<String, f64>) -> f64 {
+    let scores = matches!(name, "logits_per_image" | "probs");
+    match (dtype, torch.get(name)) {
+        (DType::BF16, Some(&theirs)) if scores => tolerance(dtype).max(theirs),
+        _ => tolerance(dtype),
+    }
+}
+
 /// The text tower's outputs and the scores, in `dtype` with `fusion`, on the backends
-/// `open` opens, each tensor within `tolerance(dtype)` and each image's top text
-/// PyTorch's; returns the comparisons.
+/// `open` opens, each tensor within [`limit`] and each image's top text PyTorch's; returns
+/// the comparisons.
 pub fn check(
     dir: &Path,
     dtype: DType,
@@ -149,10 +170,12 @@ pub fn check(
         .collect();
     rows.extend(compare(&images, &wanted).unwrap());
 
+    let torch = torch_bf16(dir);
     for row in &rows {
+        let limit = limit(dtype, &row.name, &torch);
         assert!(
-            row.relative_error <= tolerance(dtype),
-            "{case}: {} relative error {:.3e} (max abs {:.3e})",
+            row.relative_error <= limit,
+            "{case}: {} relative error {:.3e} (max abs {:.3e}) over {limit:.3e}",
             row.name,
             row.relative_error,
             row.max_abs_error
