@@ -1008,7 +1008,7 @@ fn text_tower_kernels_refuse_bad_arguments() {
     );
     assert!(invalid(embed(h, h, f16, f16, f16, 8, 4, 16, 64)), "f16 ids");
     assert!(
-        invalid(embed(h, h, short_f32, f16, f16, 8, 4, 16, 64)),
+        invalid(embed(h, h, short_f32, f16, f16, 16, 4, 16, 64)),
         "ids too short"
     );
     assert!(
