@@ -351,17 +351,13 @@ def train_siglip_tokenizer(model_dir: Path) -> None:
     fast.save_pretrained(model_dir)
 
 
-def slow_siglip_mismatches(model_dir: Path, texts: list[str], context: int) -> list[str] | None:
-    """The texts on which transformers' SiglipTokenizer (SentencePiece), given a spiece.model
-    with the same pieces and scores, gives other ids than the saved tokenizer.json; None when
-    the sentencepiece and protobuf packages are not installed."""
-    try:
-        from sentencepiece import sentencepiece_model_pb2 as spm_proto
-    except ImportError:
-        return None
-    import tempfile
-
-    from transformers import AutoTokenizer, SiglipTokenizer
+def siglip_spiece_proto(model_dir: Path, charsmap: bytes = b""):
+    """A SentencePiece ModelProto with the pieces and scores of the saved tokenizer.json, laid
+    out as a released SigLIP spiece.model: <pad> and </s> CONTROL, <unk> UNKNOWN, the rest
+    NORMAL; Unigram; dummy prefix, extra whitespace removal and whitespace escaping on. With a
+    `charsmap` the normalizer is "nmt_nfkc" with those precompiled rules (as released files
+    carry), without one "identity"."""
+    from sentencepiece import sentencepiece_model_pb2 as spm_proto
 
     piece_type = spm_proto.ModelProto.SentencePiece
     kinds = {"<pad>": piece_type.CONTROL, "</s>": piece_type.CONTROL, "<unk>": piece_type.UNKNOWN}
@@ -373,10 +369,101 @@ def slow_siglip_mismatches(model_dir: Path, texts: list[str], context: int) -> l
     proto.trainer_spec.model_type = spm_proto.TrainerSpec.UNIGRAM
     proto.trainer_spec.pad_id, proto.trainer_spec.eos_id = 0, 1
     proto.trainer_spec.unk_id, proto.trainer_spec.bos_id = 2, -1
-    proto.normalizer_spec.name = "identity"
+    proto.normalizer_spec.name = "nmt_nfkc" if charsmap else "identity"
+    if charsmap:
+        proto.normalizer_spec.precompiled_charsmap = charsmap
     proto.normalizer_spec.add_dummy_prefix = True
     proto.normalizer_spec.remove_extra_whitespaces = True
     proto.normalizer_spec.escape_whitespaces = True
+    return proto
+
+
+def nmt_nfkc_charsmap() -> bytes:
+    """SentencePiece's built-in "nmt_nfkc" normalization rules (NFKC plus its whitespace and
+    control-character mappings) in their precompiled form, taken from a throwaway model trained
+    on the corpus: the bytes are the library's table, the same whatever the training text."""
+    import io
+
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2 as spm_proto
+
+    written = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS.splitlines()),
+        model_writer=written,
+        vocab_size=100,
+        normalization_rule_name="nmt_nfkc",
+        minloglevel=2,
+    )
+    return spm_proto.ModelProto.FromString(written.getvalue()).normalizer_spec.precompiled_charsmap
+
+
+# Strings that only SentencePiece's NFKC rules change: full-width letters, digits, punctuation
+# and space, ligatures, circled and super/subscript digits, a decomposed accent, compatibility
+# symbols, and full-width punctuation leading a text (NFKC makes it ASCII after SiglipTokenizer
+# has removed ASCII punctuation, so it stays).
+NFKC_STRINGS = [
+    "ＡＢＣ　ｆｕｌｌｗｉｄｔｈ　ｃａｔ！",
+    "！？ full-width punctuation first",
+    "ﬁne ﬂowers ﬀ",
+    "① ② ③ x² h₂o",
+    "cafe\u0301 nai\u0308ve",
+    "½ ™ ㎏ ℌ Ⅻ",
+    "ｐｈｏｔｏ ｏｆ ａ ｄｏｇ",
+    "ｈｅｌｌｏ\u3000\u3000world",
+]
+
+
+def write_siglip_spiece(model_dir: Path, context: int) -> bool:
+    """Write `spiece.model` beside the saved tokenizer.json, the pieces and scores of the
+    tokenizer.json with SentencePiece's nmt_nfkc rules (as released SigLIP files carry), and
+    `spiece-tokens.json`: the ids transformers' slow SiglipTokenizer gives from that file alone
+    for the strings of tokens.json, the prompts and NFKC_STRINGS, padded and truncated to
+    `context` (the reference of vitrt's spiece.model reader). False, writing nothing, when the
+    sentencepiece and protobuf packages are not installed."""
+    try:
+        import sentencepiece  # noqa: F401
+        from sentencepiece import sentencepiece_model_pb2  # noqa: F401
+    except ImportError:
+        return False
+    from transformers import SiglipTokenizer
+
+    proto = siglip_spiece_proto(model_dir, nmt_nfkc_charsmap())
+    path = model_dir / "spiece.model"
+    path.write_bytes(proto.SerializeToString())
+    slow = SiglipTokenizer(str(path), model_max_length=context)
+    texts = TOKEN_STRINGS + PROMPTS + NFKC_STRINGS
+    encoded = encode(slow, texts, context)
+    cases = [
+        {"text": text, "ids": ids.tolist(), "length": int(mask.sum())}
+        for text, ids, mask in zip(texts, encoded["input_ids"], encoded["attention_mask"])
+    ]
+    document = {
+        "context": context,
+        "pad_id": slow.pad_token_id,
+        "end_id": slow.eos_token_id,
+        "how": f"SiglipTokenizer('spiece.model')(texts, padding='max_length', "
+        f"truncation=True, max_length={context})",
+        "cases": cases,
+    }
+    text = json.dumps(document, ensure_ascii=False, indent=None, separators=(", ", ": "))
+    (model_dir / "spiece-tokens.json").write_text(text + "\n")
+    return True
+
+
+def slow_siglip_mismatches(model_dir: Path, texts: list[str], context: int) -> list[str] | None:
+    """The texts on which transformers' SiglipTokenizer (SentencePiece), given a spiece.model
+    with the same pieces and scores and no normalization rules, gives other ids than the saved
+    tokenizer.json; None when the sentencepiece and protobuf packages are not installed."""
+    try:
+        from sentencepiece import sentencepiece_model_pb2  # noqa: F401
+    except ImportError:
+        return None
+    import tempfile
+
+    from transformers import AutoTokenizer, SiglipTokenizer
+
+    proto = siglip_spiece_proto(model_dir)
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "spiece.model"
         path.write_bytes(proto.SerializeToString())
@@ -550,6 +637,8 @@ def write_fixture(fixture: TextFixture, out_root: Path, seed: int) -> dict:
         slow_check = slow_siglip_mismatches(model_dir, TOKEN_STRINGS + PROMPTS, context)
         if slow_check:
             print(f"{fixture.name}: SiglipTokenizer differs on {slow_check!r}", file=sys.stderr)
+        # The spiece.model a released SigLIP checkpoint ships instead of tokenizer.json.
+        write_siglip_spiece(model_dir, context)
     return {
         "slow_check": slow_check,
         "fixture": fixture,
