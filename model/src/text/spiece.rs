@@ -443,6 +443,12 @@ pub(crate) fn siglip_tokenizer(
     steps.push(replace(ReplacePattern::Regex(r"\s+".into()), " ")?);
     steps.push(Strip::new(true, true).into());
     if !model.precompiled_charsmap.is_empty() {
+        check_charsmap(&model.precompiled_charsmap).map_err(|e| {
+            format!(
+                "the normalizer's precompiled charsmap ({:?}) is malformed: {e}",
+                model.normalizer_name
+            )
+        })?;
         let charsmap = Precompiled::from(&model.precompiled_charsmap).map_err(|e| {
             format!(
                 "the normalizer's precompiled charsmap ({:?}) is not readable: {e}",
@@ -457,6 +463,82 @@ pub(crate) fn siglip_tokenizer(
     }
     tokenizer.with_normalizer(Some(Sequence::new(steps)));
     Ok(tokenizer)
+}
+
+/// Checks that every lookup the `tokenizers` crate's Precompiled normalizer can make in
+/// `charsmap` stays in bounds, so that a corrupt file is refused here rather than panicking
+/// while a text is encoded.
+///
+/// The charsmap is a little-endian u32 byte size of a trie, the trie (a darts-clone double
+/// array of u32 units), then the replacement strings, each ended by a NUL. A lookup starts at
+/// the root unit's offset, and for each input byte `c` moves to `state ^ c`, whose unit must
+/// carry the label `c`; that unit's offset leads to the next state, and when it has a leaf,
+/// the unit at that state holds the byte index of a replacement string. Every state reachable
+/// from the root is visited once.
+fn check_charsmap(charsmap: &[u8]) -> Result<(), String> {
+    let header: [u8; 4] = charsmap
+        .get(..4)
+        .and_then(|b| b.try_into().ok())
+        .ok_or("shorter than its 4-byte header")?;
+    let trie_bytes = u32::from_le_bytes(header) as usize;
+    if trie_bytes % 4 != 0 || trie_bytes == 0 || trie_bytes > charsmap.len() - 4 {
+        return Err(format!(
+            "a trie of {trie_bytes} bytes does not fit the {} bytes after the header",
+            charsmap.len() - 4
+        ));
+    }
+    let units: Vec<usize> = charsmap[4..4 + trie_bytes]
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .collect();
+    let strings = std::str::from_utf8(&charsmap[4 + trie_bytes..])
+        .map_err(|_| "its replacement strings are not UTF-8 text".to_string())?;
+    let offset = |unit: usize| (unit >> 10) << ((unit & (1 << 9)) >> 6);
+    let label = |unit: usize| unit & ((1 << 31) | 0xff);
+    let has_leaf = |unit: usize| (unit >> 8) & 1 == 1;
+    let value = |unit: usize| unit & ((1 << 31) - 1);
+
+    let mut seen = vec![false; units.len()];
+    let mut pending = vec![offset(units[0])];
+    while let Some(state) = pending.pop() {
+        for c in 1..=255usize {
+            let child = state ^ c;
+            let unit = *units.get(child).ok_or_else(|| {
+                format!(
+                    "the trie's state {state} leads past its {} units",
+                    units.len()
+                )
+            })?;
+            if label(unit) != c {
+                continue;
+            }
+            let next = child ^ offset(unit);
+            if has_leaf(unit) {
+                let leaf = *units.get(next).ok_or_else(|| {
+                    format!(
+                        "a leaf at unit {next} is past the trie's {} units",
+                        units.len()
+                    )
+                })?;
+                if !strings.is_char_boundary(value(leaf)) {
+                    return Err(format!(
+                        "a replacement at byte {} is outside its {} bytes of strings",
+                        value(leaf),
+                        strings.len()
+                    ));
+                }
+            }
+            // A state past the end is refused when visited, as any byte read there would be.
+            if next >= units.len() {
+                return Err(format!("the trie's unit {child} leads past its units"));
+            }
+            if !seen[next] {
+                seen[next] = true;
+                pending.push(next);
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -614,5 +696,59 @@ mod tests {
         bytes_field(1, &piece("a", -1.0, 9), &mut bytes);
         let message = SpieceModel::parse(&bytes).unwrap_err();
         assert!(message.contains("type 9"), "{message}");
+    }
+
+    /// The nmt_nfkc charsmap of the siglip-zero-shot fixture's spiece.model.
+    fn fixture_charsmap() -> Vec<u8> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/models/siglip-zero-shot/spiece.model");
+        let model = SpieceModel::parse(&std::fs::read(path).unwrap()).unwrap();
+        assert_eq!(model.normalizer_name, "nmt_nfkc");
+        model.precompiled_charsmap
+    }
+
+    #[test]
+    fn a_corrupt_charsmap_is_refused_before_it_can_panic() {
+        let good = fixture_charsmap();
+        check_charsmap(&good).unwrap();
+        assert!(check_charsmap(&good[..3]).unwrap_err().contains("header"));
+        let mut big = good.clone();
+        big[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(check_charsmap(&big).unwrap_err().contains("does not fit"));
+        assert!(check_charsmap(&good[..good.len() / 2]).is_err());
+
+        // Texts that reach many of the trie's paths: full-width and compatibility forms,
+        // accents, CJK, emoji, control characters.
+        let texts: Vec<String> = (0..40)
+            .map(|block| {
+                (0..200u32)
+                    .filter_map(|i| char::from_u32(block * 0x80 + i * 7 + 1))
+                    .chain("ＡＢＣ ﬁ ① ½ ™ ㎏ e\u{301} 東京 🙂 \u{3000}\u{200b}".chars())
+                    .collect()
+            })
+            .collect();
+        let base = SpieceModel::parse(&model_bytes()).unwrap();
+        let trie_units = u32::from_le_bytes(good[..4].try_into().unwrap()) as usize / 4;
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..60 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            // Corrupt one unit of the trie (or a byte of the strings after it).
+            let mut bytes = good.clone();
+            let at = 4 + (state as usize % (trie_units + 64)) * 4;
+            let at = at.min(bytes.len() - 4);
+            bytes[at..at + 4].copy_from_slice(&((state >> 32) as u32).to_le_bytes());
+            let model = SpieceModel {
+                precompiled_charsmap: bytes,
+                ..base.clone()
+            };
+            // Refused, or safe on every text.
+            if let Ok(tokenizer) = siglip_tokenizer(&model, true, "</s>", "</s>") {
+                for text in &texts {
+                    tokenizer.encode(text.as_str(), true).unwrap();
+                }
+            }
+        }
     }
 }
