@@ -26,7 +26,11 @@ Each fixture folder holds the checkpoint (config.json, model.safetensors,
 preprocessor_config.json, the tokenizer files), `text-reference.safetensors` (float64 PyTorch
 with eager attention, stored as float32 like the other fixtures; ids as int64),
 `torch-bf16-text.json` (PyTorch's own bf16 relative error per tensor) and `tokens.json` (the
-ids of a set of awkward strings). See ZERO-SHOT.md, which this script writes.
+ids of a set of awkward strings). siglip-zero-shot also holds `spiece.model`, its pieces as the
+SentencePiece file released SigLIP checkpoints ship instead of tokenizer.json (with
+SentencePiece's nmt_nfkc rules), and `spiece-tokens.json`, the ids transformers' slow
+SiglipTokenizer gives from that file (written only when sentencepiece and protobuf are
+installed). See ZERO-SHOT.md, which this script writes.
 
 Usage: python scripts/make_text_fixtures.py [--out tests/fixtures/models] [--only NAME ...]
 """
@@ -720,9 +724,10 @@ def zero_shot_readme(results: list[dict]) -> str:
         "",
         "Each folder is a complete checkpoint as `save_pretrained` writes it: `config.json`,",
         "`model.safetensors`, `preprocessor_config.json` and the tokenizer files",
-        "(`tokenizer.json`, `tokenizer_config.json`). The tokenizers are trained by the script",
-        "on a fixed English corpus with the pipeline of the family's released tokenizer (see the",
-        "script's docstring): CLIP's as transformers' `CLIPTokenizer(vocab, merges)` builds it,",
+        "(`tokenizer.json`, `tokenizer_config.json`; SigLIP's also `spiece.model`). The",
+        "tokenizers are trained by the script on a fixed English corpus with the pipeline of the",
+        "family's released tokenizer (see the script's docstring): CLIP's as transformers'",
+        "`CLIPTokenizer(vocab, merges)` builds it,",
         "SigLIP's as described below. The weights are random, redrawn as in",
         "make_family_fixtures.py, with",
         "`logit_scale` set to 2.3 and SigLIP's `logit_bias` to -1.7.",
@@ -760,6 +765,17 @@ def zero_shot_readme(results: list[dict]) -> str:
         "    (+ `logit_bias` for SigLIP), as the model's forward returns them",
         "  - `probs` [2, N]: CLIP the softmax over the labels, SigLIP the sigmoid of each logit",
         "    (transformers' zero-shot pipeline's scores)",
+        "- `spiece.model` (siglip-zero-shot only): the tokenizer as released SigLIP checkpoints",
+        "  ship it instead of `tokenizer.json`, a SentencePiece Unigram model with the pieces and",
+        "  scores of the fixture's `tokenizer.json` and SentencePiece's `nmt_nfkc` normalization",
+        "  rules (its precompiled charsmap, as released files carry; NFKC plus whitespace and",
+        "  control-character mappings). vitrt reads it when a SigLIP checkpoint has no",
+        "  `tokenizer.json`.",
+        "- `spiece-tokens.json` (siglip-zero-shot only): as `tokens.json`, the ids transformers'",
+        "  slow `SiglipTokenizer` gives from `spiece.model` alone, for the strings of",
+        "  `tokens.json`, the prompts, and strings only the NFKC rules change (full-width text and",
+        "  punctuation, ligatures, circled and super/subscript digits, a decomposed accent,",
+        "  compatibility symbols).",
         "- `torch-bf16-text.json`: PyTorch's own bf16 relative error per tensor (max abs error /",
         "  max abs reference) with the same inputs, transformers' default attention.",
         "- `reference.safetensors` and `torch-bf16.json`: the image tower's reference on the same",
@@ -793,12 +809,17 @@ def zero_shot_readme(results: list[dict]) -> str:
         "Unigram, `$A </s>`, `</s>` and `<unk>` special and stripping the spaces around them,",
         "saved through `PreTrainedTokenizerFast`, so `AutoTokenizer` loads it as a fast",
         "tokenizer and its ids are the reference. Released spiece.model files also carry a",
-        "normalization rule (NFKC-based) that this identity-normalized fixture leaves out. A",
-        "normalizer sees each segment between special tokens alone, so a segment after a",
-        "special token written in the text that starts with punctuation gets a \"▁\" that",
-        "SiglipTokenizer does not give it.",
+        "normalization rule (NFKC-based) that this identity-normalized tokenizer.json leaves",
+        "out; the fixture's `spiece.model` carries it. A normalizer sees each segment between",
+        "special tokens alone, so a segment after a special token written in the text that",
+        "starts with punctuation gets a \"▁\" that SiglipTokenizer does not give it.",
         "",
         slow_check_text(results),
+        "",
+        "vitrt builds the same pipeline from a `spiece.model` (model/src/text/spiece.rs), with",
+        "the file's precompiled charsmap applied after SiglipTokenizer's own text handling, as",
+        "SentencePiece applies it; model/tests/tokenizer.rs holds it to `spiece-tokens.json`,",
+        "where it differs on the same string for the same reason.",
         "",
         "| fixture | what it covers | context | vocab | end id | pad id | bos id | size |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
