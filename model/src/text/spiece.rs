@@ -481,7 +481,7 @@ fn check_charsmap(charsmap: &[u8]) -> Result<(), String> {
         .and_then(|b| b.try_into().ok())
         .ok_or("shorter than its 4-byte header")?;
     let trie_bytes = u32::from_le_bytes(header) as usize;
-    if trie_bytes % 4 != 0 || trie_bytes == 0 || trie_bytes > charsmap.len() - 4 {
+    if !trie_bytes.is_multiple_of(4) || trie_bytes == 0 || trie_bytes > charsmap.len() - 4 {
         return Err(format!(
             "a trie of {trie_bytes} bytes does not fit the {} bytes after the header",
             charsmap.len() - 4
