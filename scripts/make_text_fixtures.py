@@ -417,12 +417,28 @@ NFKC_STRINGS = [
     "ｈｅｌｌｏ\u3000\u3000world",
 ]
 
+# Texts around special tokens written in the text and SiglipTokenizer's own "▁": a special
+# token first, punctuation before and after one, one ending the text (SiglipTokenizer then adds
+# no second </s>), a lone "▁", a character the NFKC rules delete before one, and NFKC adding a
+# space.
+SPECIAL_EDGE_STRINGS = [
+    "</s> a photo",
+    "!</s>!",
+    "a </s>",
+    "\u2581",
+    "\u00ad</s>x",
+    "\u00a8a \u00a8",
+    # A </s> written where truncation ends the text (its 63rd token) and just after.
+    "a " * 62 + "</s> and more text",
+    "a " * 63 + "</s> and more text",
+]
+
 
 def write_siglip_spiece(model_dir: Path, context: int) -> bool:
     """Write `spiece.model` beside the saved tokenizer.json, the pieces and scores of the
     tokenizer.json with SentencePiece's nmt_nfkc rules (as released SigLIP files carry), and
     `spiece-tokens.json`: the ids transformers' slow SiglipTokenizer gives from that file alone
-    for the strings of tokens.json, the prompts and NFKC_STRINGS, padded and truncated to
+    for the strings of tokens.json, the prompts, NFKC_STRINGS and SPECIAL_EDGE_STRINGS, padded and truncated to
     `context` (the reference of vitrt's spiece.model reader). False, writing nothing, when the
     sentencepiece and protobuf packages are not installed."""
     try:
@@ -436,7 +452,7 @@ def write_siglip_spiece(model_dir: Path, context: int) -> bool:
     path = model_dir / "spiece.model"
     path.write_bytes(proto.SerializeToString())
     slow = SiglipTokenizer(str(path), model_max_length=context)
-    texts = TOKEN_STRINGS + PROMPTS + NFKC_STRINGS
+    texts = TOKEN_STRINGS + PROMPTS + NFKC_STRINGS + SPECIAL_EDGE_STRINGS
     encoded = encode(slow, texts, context)
     cases = [
         {"text": text, "ids": ids.tolist(), "length": int(mask.sum())}
@@ -775,7 +791,7 @@ def zero_shot_readme(results: list[dict]) -> str:
         "  slow `SiglipTokenizer` gives from `spiece.model` alone, for the strings of",
         "  `tokens.json`, the prompts, and strings only the NFKC rules change (full-width text and",
         "  punctuation, ligatures, circled and super/subscript digits, a decomposed accent,",
-        "  compatibility symbols).",
+        "  compatibility symbols), and strings around special tokens written in the text.",
         "- `torch-bf16-text.json`: PyTorch's own bf16 relative error per tensor (max abs error /",
         "  max abs reference) with the same inputs, transformers' default attention.",
         "- `reference.safetensors` and `torch-bf16.json`: the image tower's reference on the same",
@@ -818,8 +834,9 @@ def zero_shot_readme(results: list[dict]) -> str:
         "",
         "vitrt builds the same pipeline from a `spiece.model` (model/src/text/spiece.rs), with",
         "the file's precompiled charsmap applied after SiglipTokenizer's own text handling, as",
-        "SentencePiece applies it; model/tests/tokenizer.rs holds it to `spiece-tokens.json`,",
-        "where it differs on the same string for the same reason.",
+        "SentencePiece applies it. It puts SiglipTokenizer's \"▁\" before the text itself",
+        "rather than by a normalizer rule, so it agrees on the special-token string as well:",
+        "model/tests/tokenizer.rs holds it to every string of `spiece-tokens.json`.",
         "",
         "| fixture | what it covers | context | vocab | end id | pad id | bos id | size |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",

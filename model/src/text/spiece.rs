@@ -341,22 +341,30 @@ fn replace(pattern: ReplacePattern, content: &str) -> Result<NormalizerWrapper, 
         .map_err(|e| format!("building the normalizer: {e}"))
 }
 
-/// The tokenizer transformers' `SiglipTokenizer` makes of `model`, giving its ids:
+/// SiglipTokenizer's input to its pipeline: "▁" + the text, the text's own "▁" turned into
+/// spaces. The tokenizer [`siglip_tokenizer`] builds reads texts made by this.
+pub(crate) fn siglip_text(text: &str) -> String {
+    format!("\u{2581}{}", text.replace('\u{2581}', " "))
+}
+
+/// The tokenizer transformers' `SiglipTokenizer` makes of `model`, giving its ids for texts
+/// made by [`siglip_text`]:
 ///
-/// - SiglipTokenizer tokenizes "▁" + text with the text's own "▁" turned into spaces, in
-///   Python: lowercased (`lowercase`, its `do_lower_case`), ASCII punctuation removed,
-///   whitespace runs collapsed to one space and stripped; then SentencePiece applies the
-///   model's normalization rules (its precompiled NFKC-based charsmap: full-width letters to
-///   ASCII, ligatures split, ...) and collapses the spaces they may add. The normalizer below
-///   does the same in the same order. A text that starts with whitespace (once its
-///   punctuation is gone) keeps a lone "▁" piece ("▁ " here); leading punctuation becomes the
-///   "▁" itself, because Metaspace prepends "▁" only where the segment starts at the text's
-///   first character.
-/// - Metaspace splits on "▁", prepending one to the first segment only (SiglipTokenizer's
-///   "▁" is on the part before any special token written in the text);
-/// - the Unigram model of the pieces and scores, unknown text the UNKNOWN piece;
-/// - `</s>` after the text; `</s>`, the UNKNOWN piece and the pad token are special tokens
-///   found in the text, eating the spaces around them, as SiglipTokenizer declares them.
+/// - `</s>`, the UNKNOWN piece and the pad token are special tokens found in the text, eating
+///   the spaces around them, as SiglipTokenizer declares them; the text between them is
+///   tokenized segment by segment, the first one starting with siglip_text's "▁".
+/// - Each segment, in Python: lowercased (`lowercase`, its `do_lower_case`), ASCII
+///   punctuation removed, whitespace runs collapsed to one space and stripped; then
+///   SentencePiece applies the model's normalization rules (its precompiled NFKC-based
+///   charsmap: full-width letters to ASCII, ligatures split, ...) and collapses the spaces
+///   they may add. The normalizer below does the same in the same order. A first segment
+///   left with its "▁" alone gives no piece (SentencePiece strips it as trailing whitespace,
+///   or SiglipTokenizer drops it before a special token).
+/// - Metaspace turns spaces into "▁" and splits before each, prepending nothing (the first
+///   segment's "▁" is already there; the others have none, as SentencePiece's dummy prefix
+///   goes to the `<unk>` SiglipTokenizer puts before each segment and strips off).
+/// - The Unigram model of the pieces and scores, unknown text the UNKNOWN piece;
+/// - `</s>` after the text.
 ///
 /// `pad_token` is the checkpoint's pad token (SiglipTokenizer's default is `</s>`).
 pub(crate) fn siglip_tokenizer(
@@ -399,7 +407,7 @@ pub(crate) fn siglip_tokenizer(
         "added_tokens": added_tokens,
         "normalizer": null,
         "pre_tokenizer": {
-            "type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "first",
+            "type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "never",
             "split": true,
         },
         "post_processor": {
@@ -426,19 +434,13 @@ pub(crate) fn siglip_tokenizer(
         .parse()
         .map_err(|e| format!("the tokenizer made of its pieces is refused: {e}"))?;
 
-    let mut steps = vec![replace(ReplacePattern::String("\u{2581}".into()), " ")?];
+    let mut steps = Vec::new();
     if lowercase {
         steps.push(Lowercase.into());
     }
-    let leading = format!(r"\A[{PUNCTUATION}]+(?=\s*[^\s{PUNCTUATION}])");
-    steps.push(replace(ReplacePattern::Regex(leading), "\u{2581}")?);
     steps.push(replace(
         ReplacePattern::Regex(format!("[{PUNCTUATION}]")),
         "",
-    )?);
-    steps.push(replace(
-        ReplacePattern::Regex(r"\A\s+(?=\S)".into()),
-        "\u{2581} ",
     )?);
     steps.push(replace(ReplacePattern::Regex(r"\s+".into()), " ")?);
     steps.push(Strip::new(true, true).into());
@@ -461,6 +463,7 @@ pub(crate) fn siglip_tokenizer(
         steps.push(replace(ReplacePattern::Regex(" {2,}".into()), " ")?);
         steps.push(Strip::new(false, true).into());
     }
+    steps.push(replace(ReplacePattern::Regex("\\A\u{2581}\\z".into()), "")?);
     tokenizer.with_normalizer(Some(Sequence::new(steps)));
     Ok(tokenizer)
 }
@@ -622,7 +625,7 @@ mod tests {
     fn builds_a_tokenizer_that_appends_the_end_token() {
         let model = SpieceModel::parse(&model_bytes()).unwrap();
         let tokenizer = siglip_tokenizer(&model, true, "</s>", "</s>").unwrap();
-        let ids = tokenizer.encode("A, Cat!", true).unwrap();
+        let ids = tokenizer.encode(siglip_text("A, Cat!"), true).unwrap();
         assert_eq!(ids.get_ids(), [4, 5, 1]);
     }
 
@@ -746,7 +749,7 @@ mod tests {
             // Refused, or safe on every text.
             if let Ok(tokenizer) = siglip_tokenizer(&model, true, "</s>", "</s>") {
                 for text in &texts {
-                    tokenizer.encode(text.as_str(), true).unwrap();
+                    tokenizer.encode(siglip_text(text), true).unwrap();
                 }
             }
         }

@@ -16,7 +16,7 @@ use tokenizers::{
 use std::fmt;
 
 use super::config::TextFamily;
-use super::spiece::{siglip_tokenizer, SpieceModel};
+use super::spiece::{siglip_text, siglip_tokenizer, SpieceModel};
 use crate::ModelError;
 
 /// Token ids of a batch of texts, each padded to the same context length.
@@ -53,6 +53,8 @@ pub struct TextTokenizer {
     pad_id: u32,
     end_id: u32,
     path: PathBuf,
+    /// Texts go in as `siglip_text` makes them (the tokenizer built from spiece.model).
+    siglip_prefix: bool,
 }
 
 impl fmt::Debug for TextTokenizer {
@@ -80,6 +82,7 @@ impl TextTokenizer {
     ) -> Result<TextTokenizer, ModelError> {
         let path = dir.join("tokenizer.json");
         let spiece = dir.join("spiece.model");
+        let siglip_prefix = !path.is_file() && family == TextFamily::Siglip;
         let (mut tokenizer, path) = if path.is_file() {
             let tokenizer = Tokenizer::from_file(&path)
                 .map_err(|e| tokenizer_error(&path, format!("not a readable tokenizer: {e}")))?;
@@ -159,6 +162,7 @@ impl TextTokenizer {
             pad_id,
             end_id,
             path,
+            siglip_prefix,
         })
     }
 
@@ -168,7 +172,12 @@ impl TextTokenizer {
         let mut ids = Vec::with_capacity(texts.len() * self.context);
         let mut lengths = Vec::with_capacity(texts.len());
         for (index, text) in texts.iter().enumerate() {
-            let encoding = self.tokenizer.encode(text.as_str(), true).map_err(|e| {
+            let input = if self.siglip_prefix {
+                siglip_text(text)
+            } else {
+                text.clone()
+            };
+            let encoding = self.tokenizer.encode(input, true).map_err(|e| {
                 tokenizer_error(&self.path, format!("text {index} ({text:?}): {e}"))
             })?;
             if encoding.get_ids().len() != self.context {
@@ -181,14 +190,24 @@ impl TextTokenizer {
                     ),
                 ));
             }
-            ids.extend_from_slice(encoding.get_ids());
-            lengths.push(
-                encoding
-                    .get_attention_mask()
-                    .iter()
-                    .filter(|&&m| m != 0)
-                    .count(),
-            );
+            let mut row = encoding.get_ids().to_vec();
+            let mut length = encoding
+                .get_attention_mask()
+                .iter()
+                .filter(|&&m| m != 0)
+                .count();
+            // SiglipTokenizer appends `</s>` only when the (truncated) text's tokens do not
+            // already end with one, a `</s>` written at the end of the text.
+            if self.siglip_prefix
+                && length >= 2
+                && row[length - 2] == self.end_id
+                && row[length - 1] == self.end_id
+            {
+                row[length - 1] = self.pad_id;
+                length -= 1;
+            }
+            ids.extend_from_slice(&row);
+            lengths.push(length);
         }
         Ok(TokenBatch {
             ids,
