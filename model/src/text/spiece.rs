@@ -463,6 +463,7 @@ pub(crate) fn siglip_tokenizer(
         steps.push(replace(ReplacePattern::Regex(" {2,}".into()), " ")?);
         steps.push(Strip::new(false, true).into());
     }
+    // A first segment left with siglip_text's "▁" alone gives no piece.
     steps.push(replace(ReplacePattern::Regex("\\A\u{2581}\\z".into()), "")?);
     tokenizer.with_normalizer(Some(Sequence::new(steps)));
     Ok(tokenizer)

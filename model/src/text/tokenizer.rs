@@ -53,7 +53,8 @@ pub struct TextTokenizer {
     pad_id: u32,
     end_id: u32,
     path: PathBuf,
-    /// Texts go in as `siglip_text` makes them (the tokenizer built from spiece.model).
+    /// The tokenizer built from spiece.model: texts go in as `siglip_text` makes them, and
+    /// one whose tokens already end with `</s>` gets no second one.
     siglip_prefix: bool,
 }
 
