@@ -26,7 +26,11 @@ Each fixture folder holds the checkpoint (config.json, model.safetensors,
 preprocessor_config.json, the tokenizer files), `text-reference.safetensors` (float64 PyTorch
 with eager attention, stored as float32 like the other fixtures; ids as int64),
 `torch-bf16-text.json` (PyTorch's own bf16 relative error per tensor) and `tokens.json` (the
-ids of a set of awkward strings). See ZERO-SHOT.md, which this script writes.
+ids of a set of awkward strings). siglip-zero-shot also holds `spiece.model`, its pieces as the
+SentencePiece file released SigLIP checkpoints ship instead of tokenizer.json (with
+SentencePiece's nmt_nfkc rules), and `spiece-tokens.json`, the ids transformers' slow
+SiglipTokenizer gives from that file (written only when sentencepiece and protobuf are
+installed). See ZERO-SHOT.md, which this script writes.
 
 Usage: python scripts/make_text_fixtures.py [--out tests/fixtures/models] [--only NAME ...]
 """
@@ -351,17 +355,13 @@ def train_siglip_tokenizer(model_dir: Path) -> None:
     fast.save_pretrained(model_dir)
 
 
-def slow_siglip_mismatches(model_dir: Path, texts: list[str], context: int) -> list[str] | None:
-    """The texts on which transformers' SiglipTokenizer (SentencePiece), given a spiece.model
-    with the same pieces and scores, gives other ids than the saved tokenizer.json; None when
-    the sentencepiece and protobuf packages are not installed."""
-    try:
-        from sentencepiece import sentencepiece_model_pb2 as spm_proto
-    except ImportError:
-        return None
-    import tempfile
-
-    from transformers import AutoTokenizer, SiglipTokenizer
+def siglip_spiece_proto(model_dir: Path, charsmap: bytes = b""):
+    """A SentencePiece ModelProto with the pieces and scores of the saved tokenizer.json, laid
+    out as a released SigLIP spiece.model: <pad> and </s> CONTROL, <unk> UNKNOWN, the rest
+    NORMAL; Unigram; dummy prefix, extra whitespace removal and whitespace escaping on. With a
+    `charsmap` the normalizer is "nmt_nfkc" with those precompiled rules (as released files
+    carry), without one "identity"."""
+    from sentencepiece import sentencepiece_model_pb2 as spm_proto
 
     piece_type = spm_proto.ModelProto.SentencePiece
     kinds = {"<pad>": piece_type.CONTROL, "</s>": piece_type.CONTROL, "<unk>": piece_type.UNKNOWN}
@@ -373,10 +373,117 @@ def slow_siglip_mismatches(model_dir: Path, texts: list[str], context: int) -> l
     proto.trainer_spec.model_type = spm_proto.TrainerSpec.UNIGRAM
     proto.trainer_spec.pad_id, proto.trainer_spec.eos_id = 0, 1
     proto.trainer_spec.unk_id, proto.trainer_spec.bos_id = 2, -1
-    proto.normalizer_spec.name = "identity"
+    proto.normalizer_spec.name = "nmt_nfkc" if charsmap else "identity"
+    if charsmap:
+        proto.normalizer_spec.precompiled_charsmap = charsmap
     proto.normalizer_spec.add_dummy_prefix = True
     proto.normalizer_spec.remove_extra_whitespaces = True
     proto.normalizer_spec.escape_whitespaces = True
+    return proto
+
+
+def nmt_nfkc_charsmap() -> bytes:
+    """SentencePiece's built-in "nmt_nfkc" normalization rules (NFKC plus its whitespace and
+    control-character mappings) in their precompiled form, taken from a throwaway model trained
+    on the corpus: the bytes are the library's table, the same whatever the training text."""
+    import io
+
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2 as spm_proto
+
+    written = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS.splitlines()),
+        model_writer=written,
+        vocab_size=100,
+        normalization_rule_name="nmt_nfkc",
+        minloglevel=2,
+    )
+    return spm_proto.ModelProto.FromString(written.getvalue()).normalizer_spec.precompiled_charsmap
+
+
+# Strings that only SentencePiece's NFKC rules change: full-width letters, digits, punctuation
+# and space, ligatures, circled and super/subscript digits, a decomposed accent, compatibility
+# symbols, and full-width punctuation leading a text (NFKC makes it ASCII after SiglipTokenizer
+# has removed ASCII punctuation, so it stays).
+NFKC_STRINGS = [
+    "ＡＢＣ　ｆｕｌｌｗｉｄｔｈ　ｃａｔ！",
+    "！？ full-width punctuation first",
+    "ﬁne ﬂowers ﬀ",
+    "① ② ③ x² h₂o",
+    "cafe\u0301 nai\u0308ve",
+    "½ ™ ㎏ ℌ Ⅻ",
+    "ｐｈｏｔｏ ｏｆ ａ ｄｏｇ",
+    "ｈｅｌｌｏ\u3000\u3000world",
+]
+
+# Texts around special tokens written in the text and SiglipTokenizer's own "▁": a special
+# token first, punctuation before and after one, one ending the text (SiglipTokenizer then adds
+# no second </s>), a lone "▁", a character the NFKC rules delete before one, and NFKC adding a
+# space.
+SPECIAL_EDGE_STRINGS = [
+    "</s> a photo",
+    "!</s>!",
+    "a </s>",
+    "\u2581",
+    "\u00ad</s>x",
+    "\u00a8a \u00a8",
+    # A </s> written where truncation ends the text (its 63rd token) and just after.
+    "a " * 62 + "</s> and more text",
+    "a " * 63 + "</s> and more text",
+]
+
+
+def write_siglip_spiece(model_dir: Path, context: int) -> bool:
+    """Write `spiece.model` beside the saved tokenizer.json, the pieces and scores of the
+    tokenizer.json with SentencePiece's nmt_nfkc rules (as released SigLIP files carry), and
+    `spiece-tokens.json`: the ids transformers' slow SiglipTokenizer gives from that file alone
+    for the strings of tokens.json, the prompts, NFKC_STRINGS and SPECIAL_EDGE_STRINGS, padded and truncated to
+    `context` (the reference of vitrt's spiece.model reader). False, writing nothing, when the
+    sentencepiece and protobuf packages are not installed."""
+    try:
+        import sentencepiece  # noqa: F401
+        from sentencepiece import sentencepiece_model_pb2  # noqa: F401
+    except ImportError:
+        return False
+    from transformers import SiglipTokenizer
+
+    proto = siglip_spiece_proto(model_dir, nmt_nfkc_charsmap())
+    path = model_dir / "spiece.model"
+    path.write_bytes(proto.SerializeToString())
+    slow = SiglipTokenizer(str(path), model_max_length=context)
+    texts = TOKEN_STRINGS + PROMPTS + NFKC_STRINGS + SPECIAL_EDGE_STRINGS
+    encoded = encode(slow, texts, context)
+    cases = [
+        {"text": text, "ids": ids.tolist(), "length": int(mask.sum())}
+        for text, ids, mask in zip(texts, encoded["input_ids"], encoded["attention_mask"])
+    ]
+    document = {
+        "context": context,
+        "pad_id": slow.pad_token_id,
+        "end_id": slow.eos_token_id,
+        "how": f"SiglipTokenizer('spiece.model')(texts, padding='max_length', "
+        f"truncation=True, max_length={context})",
+        "cases": cases,
+    }
+    text = json.dumps(document, ensure_ascii=False, indent=None, separators=(", ", ": "))
+    (model_dir / "spiece-tokens.json").write_text(text + "\n")
+    return True
+
+
+def slow_siglip_mismatches(model_dir: Path, texts: list[str], context: int) -> list[str] | None:
+    """The texts on which transformers' SiglipTokenizer (SentencePiece), given a spiece.model
+    with the same pieces and scores and no normalization rules, gives other ids than the saved
+    tokenizer.json; None when the sentencepiece and protobuf packages are not installed."""
+    try:
+        from sentencepiece import sentencepiece_model_pb2  # noqa: F401
+    except ImportError:
+        return None
+    import tempfile
+
+    from transformers import AutoTokenizer, SiglipTokenizer
+
+    proto = siglip_spiece_proto(model_dir)
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "spiece.model"
         path.write_bytes(proto.SerializeToString())
@@ -550,6 +657,8 @@ def write_fixture(fixture: TextFixture, out_root: Path, seed: int) -> dict:
         slow_check = slow_siglip_mismatches(model_dir, TOKEN_STRINGS + PROMPTS, context)
         if slow_check:
             print(f"{fixture.name}: SiglipTokenizer differs on {slow_check!r}", file=sys.stderr)
+        # The spiece.model a released SigLIP checkpoint ships instead of tokenizer.json.
+        write_siglip_spiece(model_dir, context)
     return {
         "slow_check": slow_check,
         "fixture": fixture,
@@ -631,9 +740,10 @@ def zero_shot_readme(results: list[dict]) -> str:
         "",
         "Each folder is a complete checkpoint as `save_pretrained` writes it: `config.json`,",
         "`model.safetensors`, `preprocessor_config.json` and the tokenizer files",
-        "(`tokenizer.json`, `tokenizer_config.json`). The tokenizers are trained by the script",
-        "on a fixed English corpus with the pipeline of the family's released tokenizer (see the",
-        "script's docstring): CLIP's as transformers' `CLIPTokenizer(vocab, merges)` builds it,",
+        "(`tokenizer.json`, `tokenizer_config.json`; SigLIP's also `spiece.model`). The",
+        "tokenizers are trained by the script on a fixed English corpus with the pipeline of the",
+        "family's released tokenizer (see the script's docstring): CLIP's as transformers'",
+        "`CLIPTokenizer(vocab, merges)` builds it,",
         "SigLIP's as described below. The weights are random, redrawn as in",
         "make_family_fixtures.py, with",
         "`logit_scale` set to 2.3 and SigLIP's `logit_bias` to -1.7.",
@@ -671,6 +781,17 @@ def zero_shot_readme(results: list[dict]) -> str:
         "    (+ `logit_bias` for SigLIP), as the model's forward returns them",
         "  - `probs` [2, N]: CLIP the softmax over the labels, SigLIP the sigmoid of each logit",
         "    (transformers' zero-shot pipeline's scores)",
+        "- `spiece.model` (siglip-zero-shot only): the tokenizer as released SigLIP checkpoints",
+        "  ship it instead of `tokenizer.json`, a SentencePiece Unigram model with the pieces and",
+        "  scores of the fixture's `tokenizer.json` and SentencePiece's `nmt_nfkc` normalization",
+        "  rules (its precompiled charsmap, as released files carry; NFKC plus whitespace and",
+        "  control-character mappings). vitrt reads it when a SigLIP checkpoint has no",
+        "  `tokenizer.json`.",
+        "- `spiece-tokens.json` (siglip-zero-shot only): as `tokens.json`, the ids transformers'",
+        "  slow `SiglipTokenizer` gives from `spiece.model` alone, for the strings of",
+        "  `tokens.json`, the prompts, and strings only the NFKC rules change (full-width text and",
+        "  punctuation, ligatures, circled and super/subscript digits, a decomposed accent,",
+        "  compatibility symbols), and strings around special tokens written in the text.",
         "- `torch-bf16-text.json`: PyTorch's own bf16 relative error per tensor (max abs error /",
         "  max abs reference) with the same inputs, transformers' default attention.",
         "- `reference.safetensors` and `torch-bf16.json`: the image tower's reference on the same",
@@ -704,12 +825,18 @@ def zero_shot_readme(results: list[dict]) -> str:
         "Unigram, `$A </s>`, `</s>` and `<unk>` special and stripping the spaces around them,",
         "saved through `PreTrainedTokenizerFast`, so `AutoTokenizer` loads it as a fast",
         "tokenizer and its ids are the reference. Released spiece.model files also carry a",
-        "normalization rule (NFKC-based) that this identity-normalized fixture leaves out. A",
-        "normalizer sees each segment between special tokens alone, so a segment after a",
-        "special token written in the text that starts with punctuation gets a \"▁\" that",
-        "SiglipTokenizer does not give it.",
+        "normalization rule (NFKC-based) that this identity-normalized tokenizer.json leaves",
+        "out; the fixture's `spiece.model` carries it. A normalizer sees each segment between",
+        "special tokens alone, so a segment after a special token written in the text that",
+        "starts with punctuation gets a \"▁\" that SiglipTokenizer does not give it.",
         "",
         slow_check_text(results),
+        "",
+        "vitrt builds the same pipeline from a `spiece.model` (model/src/text/spiece.rs), with",
+        "the file's precompiled charsmap applied after SiglipTokenizer's own text handling, as",
+        "SentencePiece applies it. It puts SiglipTokenizer's \"▁\" before the text itself",
+        "rather than by a normalizer rule, so it agrees on the special-token string as well:",
+        "model/tests/tokenizer.rs holds it to every string of `spiece-tokens.json`.",
         "",
         "| fixture | what it covers | context | vocab | end id | pad id | bos id | size |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",

@@ -144,3 +144,116 @@ fn a_tokenizer_of_the_other_family_is_refused() {
         .to_string();
     assert!(error.contains("not a SigLIP tokenizer"), "{error}");
 }
+
+/// The siglip-zero-shot checkpoint as released SigLIP checkpoints are: its spiece.model and
+/// tokenizer_config.json, no tokenizer.json.
+fn spiece_only_checkpoint() -> tempfile::TempDir {
+    let source = fixture("siglip-zero-shot");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["spiece.model", "tokenizer_config.json", "config.json"] {
+        std::fs::copy(source.join(name), dir.path().join(name)).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn spiece_model_ids_match_the_slow_siglip_tokenizer_for_every_string() {
+    let dir = spiece_only_checkpoint();
+    assert!(!dir.path().join("tokenizer.json").exists());
+    let tokenizer = TextTokenizer::from_checkpoint(dir.path(), 64, TextFamily::Siglip).unwrap();
+    let expected = read_json(&fixture("siglip-zero-shot").join("spiece-tokens.json"));
+    assert_eq!(expected["context"], 64);
+    assert_eq!(expected["pad_id"], tokenizer.pad_id());
+    assert_eq!(expected["end_id"], tokenizer.end_id());
+    let cases = expected["cases"].as_array().unwrap();
+    assert!(cases.len() >= 30, "{} cases", cases.len());
+    let texts: Vec<String> = cases
+        .iter()
+        .map(|c| c["text"].as_str().unwrap().to_string())
+        .collect();
+    let batch = tokenizer.encode(&texts).unwrap();
+    // Every string agrees, the special-token text too: the tokenizer built from spiece.model
+    // reads SiglipTokenizer's "▁" + text, so unlike the fixture's tokenizer.json (see
+    // ZERO-SHOT.md) it needs no normalizer rule that would also fire on the segments after a
+    // special token.
+    let mut mismatches = Vec::new();
+    for (index, case) in cases.iter().enumerate() {
+        let want: Vec<u32> = case["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|id| id.as_u64().unwrap() as u32)
+            .collect();
+        let length = case["length"].as_u64().unwrap() as usize;
+        if batch.row(index) != want || batch.lengths[index] != length {
+            mismatches.push(format!(
+                "{:?}: ours {:?}, SiglipTokenizer's {:?}",
+                texts[index],
+                &batch.row(index)[..batch.lengths[index]],
+                &want[..length]
+            ));
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
+
+#[test]
+fn spiece_model_prompts_match_the_text_reference_ids() {
+    // The prompts of text-reference.safetensors give the same ids from spiece.model as from
+    // the fixture's tokenizer.json (both are the reference model's input).
+    let dir = spiece_only_checkpoint();
+    let ours = TextTokenizer::from_checkpoint(dir.path(), 64, TextFamily::Siglip).unwrap();
+    let fast = TextTokenizer::from_checkpoint(&fixture("siglip-zero-shot"), 64, TextFamily::Siglip)
+        .unwrap();
+    let prompts: Vec<String> = ["a photo of a cat.", "a photo of a dog.", "", "Two Birds!"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(
+        ours.encode(&prompts).unwrap(),
+        fast.encode(&prompts).unwrap()
+    );
+    assert_eq!(ours.vocab_size(), fast.vocab_size());
+}
+
+#[test]
+fn a_truncated_or_garbage_spiece_model_is_a_clear_error() {
+    let dir = spiece_only_checkpoint();
+    let path = dir.path().join("spiece.model");
+    let good = std::fs::read(&path).unwrap();
+    let garbage: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    for bytes in [
+        &good[..good.len() / 3],
+        &good[..good.len() - 1],
+        &garbage[..],
+        &[][..],
+    ] {
+        std::fs::write(&path, bytes).unwrap();
+        let error = TextTokenizer::from_checkpoint(dir.path(), 64, TextFamily::Siglip).unwrap_err();
+        assert!(matches!(error, ModelError::Tokenizer { .. }), "{error:?}");
+        let text = error.to_string();
+        assert!(text.contains("spiece.model"), "{text}");
+        assert!(
+            text.contains("not a readable SentencePiece model"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn a_clip_checkpoint_with_spiece_model_but_no_tokenizer_json_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        fixture("siglip-zero-shot").join("spiece.model"),
+        dir.path().join("spiece.model"),
+    )
+    .unwrap();
+    let error = TextTokenizer::from_checkpoint(dir.path(), 77, TextFamily::Clip)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("no tokenizer.json"), "{error}");
+    assert!(error.contains("has spiece.model"), "{error}");
+    assert!(error.contains("zero-shot"), "{error}");
+}

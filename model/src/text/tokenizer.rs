@@ -1,7 +1,8 @@
 //! The text tokenizer of a CLIP or SigLIP checkpoint, read from its `tokenizer.json` with the
-//! Hugging Face `tokenizers` crate, and set up to give the ids transformers' fast tokenizer
-//! gives with `padding="max_length", truncation=True, max_length=context`: every text is
-//! truncated so that it and its special tokens fit in `context` (the end token is kept), then
+//! Hugging Face `tokenizers` crate (or, for a SigLIP checkpoint that ships none, rebuilt from
+//! SentencePiece's `spiece.model` as transformers' slow `SiglipTokenizer` tokenizes: see
+//! `spiece.rs`), and set up to give the ids transformers' tokenizer gives with
+//! `padding="max_length", truncation=True, max_length=context`: every text is truncated so that it and its special tokens fit in `context` (the end token is kept), then
 //! padded on the right with the checkpoint's pad token to exactly `context` ids.
 
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use tokenizers::{
 use std::fmt;
 
 use super::config::TextFamily;
+use super::spiece::{siglip_text, siglip_tokenizer, SpieceModel};
 use crate::ModelError;
 
 /// Token ids of a batch of texts, each padded to the same context length.
@@ -51,6 +53,9 @@ pub struct TextTokenizer {
     pad_id: u32,
     end_id: u32,
     path: PathBuf,
+    /// The tokenizer built from spiece.model: texts go in as `siglip_text` makes them, and
+    /// one whose tokens already end with `</s>` gets no second one.
+    siglip_prefix: bool,
 }
 
 impl fmt::Debug for TextTokenizer {
@@ -66,7 +71,8 @@ impl fmt::Debug for TextTokenizer {
 }
 
 impl TextTokenizer {
-    /// Reads `dir/tokenizer.json`, and the pad token from `dir/tokenizer_config.json` or
+    /// Reads `dir/tokenizer.json` (for SigLIP, `dir/spiece.model` when there is no
+    /// tokenizer.json, as released SigLIP checkpoints ship), and the pad token from `dir/tokenizer_config.json` or
     /// `dir/special_tokens_map.json` as transformers resolves it (the family's default when
     /// neither names one). `context` is the text tower's sequence length (its
     /// `max_position_embeddings`).
@@ -76,10 +82,19 @@ impl TextTokenizer {
         family: TextFamily,
     ) -> Result<TextTokenizer, ModelError> {
         let path = dir.join("tokenizer.json");
-        if !path.is_file() {
+        let spiece = dir.join("spiece.model");
+        let siglip_prefix = !path.is_file() && family == TextFamily::Siglip;
+        let (mut tokenizer, path) = if path.is_file() {
+            let tokenizer = Tokenizer::from_file(&path)
+                .map_err(|e| tokenizer_error(&path, format!("not a readable tokenizer: {e}")))?;
+            (tokenizer, path)
+        } else if family == TextFamily::Siglip && spiece.is_file() {
             // Released SigLIP checkpoints ship SentencePiece's model file alone.
-            let sentencepiece = if dir.join("spiece.model").is_file() {
-                " (this one has spiece.model, SentencePiece's file, which vitrt does not read)"
+            (sentencepiece_tokenizer(dir, &spiece, family)?, spiece)
+        } else {
+            let sentencepiece = if spiece.is_file() {
+                " (this one has spiece.model, SentencePiece's file, which vitrt reads for SigLIP \
+                 checkpoints only)"
             } else {
                 ""
             };
@@ -91,9 +106,7 @@ impl TextTokenizer {
                     dir.display()
                 ),
             ));
-        }
-        let mut tokenizer = Tokenizer::from_file(&path)
-            .map_err(|e| tokenizer_error(&path, format!("not a readable tokenizer: {e}")))?;
+        };
 
         let end_id = tokenizer.token_to_id(family.end_token()).ok_or_else(|| {
             tokenizer_error(
@@ -150,6 +163,7 @@ impl TextTokenizer {
             pad_id,
             end_id,
             path,
+            siglip_prefix,
         })
     }
 
@@ -159,7 +173,12 @@ impl TextTokenizer {
         let mut ids = Vec::with_capacity(texts.len() * self.context);
         let mut lengths = Vec::with_capacity(texts.len());
         for (index, text) in texts.iter().enumerate() {
-            let encoding = self.tokenizer.encode(text.as_str(), true).map_err(|e| {
+            let input = if self.siglip_prefix {
+                siglip_text(text)
+            } else {
+                text.clone()
+            };
+            let encoding = self.tokenizer.encode(input, true).map_err(|e| {
                 tokenizer_error(&self.path, format!("text {index} ({text:?}): {e}"))
             })?;
             if encoding.get_ids().len() != self.context {
@@ -172,14 +191,24 @@ impl TextTokenizer {
                     ),
                 ));
             }
-            ids.extend_from_slice(encoding.get_ids());
-            lengths.push(
-                encoding
-                    .get_attention_mask()
-                    .iter()
-                    .filter(|&&m| m != 0)
-                    .count(),
-            );
+            let mut row = encoding.get_ids().to_vec();
+            let mut length = encoding
+                .get_attention_mask()
+                .iter()
+                .filter(|&&m| m != 0)
+                .count();
+            // SiglipTokenizer appends `</s>` only when the (truncated) text's tokens do not
+            // already end with one, a `</s>` written at the end of the text.
+            if self.siglip_prefix
+                && length >= 2
+                && row[length - 2] == self.end_id
+                && row[length - 1] == self.end_id
+            {
+                row[length - 1] = self.pad_id;
+                length -= 1;
+            }
+            ids.extend_from_slice(&row);
+            lengths.push(length);
         }
         Ok(TokenBatch {
             ids,
@@ -209,6 +238,40 @@ impl TextTokenizer {
     pub fn vocab_size(&self) -> usize {
         self.tokenizer.get_vocab_size(true)
     }
+}
+
+/// The tokenizer transformers' slow `SiglipTokenizer` makes of `spiece`, with the
+/// checkpoint's pad token and `do_lower_case` (both SiglipTokenizer's defaults when its
+/// tokenizer files name none).
+fn sentencepiece_tokenizer(
+    dir: &Path,
+    spiece: &Path,
+    family: TextFamily,
+) -> Result<Tokenizer, ModelError> {
+    let bytes =
+        std::fs::read(spiece).map_err(|e| tokenizer_error(spiece, format!("cannot read: {e}")))?;
+    let model = SpieceModel::parse(&bytes)
+        .map_err(|e| tokenizer_error(spiece, format!("not a readable SentencePiece model: {e}")))?;
+    let pad_token = match pad_token_of(dir)? {
+        Some(token) => token,
+        None => family.default_pad_token().to_string(),
+    };
+    let config_path = dir.join("tokenizer_config.json");
+    let lowercase = match read_json_if_present(&config_path)? {
+        Some((_, json)) => match json.get("do_lower_case") {
+            None | Some(Value::Null) => true,
+            Some(Value::Bool(lower)) => *lower,
+            Some(other) => {
+                return Err(tokenizer_error(
+                    &config_path,
+                    format!("do_lower_case is not a boolean: {other}"),
+                ))
+            }
+        },
+        None => true,
+    };
+    siglip_tokenizer(&model, lowercase, family.end_token(), &pad_token)
+        .map_err(|e| tokenizer_error(spiece, e))
 }
 
 fn tokenizer_error(path: &Path, message: String) -> ModelError {
@@ -328,13 +391,25 @@ mod tests {
         assert!(text.contains("zero-shot"), "{text}");
         assert!(!text.contains("spiece.model"), "{text}");
 
+        // A CLIP checkpoint's spiece.model is not read; a SigLIP one's is, and an empty one
+        // says so.
         write(dir.path(), "spiece.model", "");
+        let text = message(TextTokenizer::from_checkpoint(
+            dir.path(),
+            8,
+            TextFamily::Clip,
+        ));
+        assert!(text.contains("has spiece.model"), "{text}");
         let text = message(TextTokenizer::from_checkpoint(
             dir.path(),
             8,
             TextFamily::Siglip,
         ));
-        assert!(text.contains("has spiece.model"), "{text}");
+        assert!(text.contains("spiece.model"), "{text}");
+        assert!(
+            text.contains("not a readable SentencePiece model"),
+            "{text}"
+        );
     }
 
     #[test]
