@@ -19,6 +19,16 @@ use crate::error::WeightsError;
 
 pub const CONFIG_FILE_NAME: &str = "config.json";
 pub const PREPROCESSOR_CONFIG_FILE_NAME: &str = "preprocessor_config.json";
+/// The text tokenizer's files of CLIP and SigLIP checkpoints (zero-shot labels, text
+/// embeddings), fetched with the model when the repository has them: the fast tokenizer's
+/// `tokenizer.json`, SentencePiece's `spiece.model` (SigLIP's only tokenizer file), and the
+/// configs that name the special tokens. A few MB, next to hundreds of weights.
+pub const TOKENIZER_FILE_NAMES: [&str; 4] = [
+    "tokenizer.json",
+    "spiece.model",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+];
 const DEFAULT_REVISION: &str = "main";
 const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 // Hub ids are at most 96 characters (the limit the hub itself enforces).
@@ -307,6 +317,11 @@ fn resolve_from_hub(
     fetch(CONFIG_FILE_NAME)?;
     if available.contains(PREPROCESSOR_CONFIG_FILE_NAME) {
         fetch(PREPROCESSOR_CONFIG_FILE_NAME)?;
+    }
+    for file in TOKENIZER_FILE_NAMES {
+        if available.contains(file) {
+            fetch(file)?;
+        }
     }
     if sharded {
         fetch(INDEX_FILE_NAME)?;

@@ -18,6 +18,6 @@ pub use dtype::StoredDType;
 pub use error::WeightsError;
 pub use hub::{
     resolve_model, resolve_model_with, HubSettings, ModelFiles, ModelOrigin, ResolveOptions,
-    CONFIG_FILE_NAME, PREPROCESSOR_CONFIG_FILE_NAME,
+    CONFIG_FILE_NAME, PREPROCESSOR_CONFIG_FILE_NAME, TOKENIZER_FILE_NAMES,
 };
 pub use tensor_file::{f32_tensors_bytes, read_f32_tensors, write_f32_tensors, NamedTensor};

@@ -189,6 +189,9 @@ fn downloads_a_single_file_model_into_one_snapshot() {
         ),
         ("pytorch_model.bin".to_string(), b"pickle".to_vec()),
         ("README.md".to_string(), b"# card".to_vec()),
+        ("tokenizer.json".to_string(), b"{}".to_vec()),
+        ("spiece.model".to_string(), b"pieces".to_vec()),
+        ("vocab.txt".to_string(), b"a".to_vec()),
     ]);
     let hub = FakeHub::start("org/vit", files);
     let cache = tempfile::tempdir().unwrap();
@@ -227,15 +230,19 @@ fn downloads_a_single_file_model_into_one_snapshot() {
             .trim(),
         COMMIT
     );
-    // Neither the PyTorch weights nor unrelated files are fetched.
+    // The tokenizer's files come too (zero-shot needs them); neither the PyTorch weights nor
+    // unrelated files are fetched.
     assert_eq!(
         downloads(&hub),
         [
             "config.json",
             "preprocessor_config.json",
+            "tokenizer.json",
+            "spiece.model",
             "model.safetensors"
         ]
     );
+    assert!(snapshot.join("tokenizer.json").is_file() && snapshot.join("spiece.model").is_file());
     assert!(hub.requests()[0].starts_with("GET /api/models/org/vit/revision/main"));
 
     // A second online run finds everything cached and downloads nothing more.
