@@ -65,7 +65,16 @@ impl ImageSource {
     /// tag and converted to RGB as transformers' `load_image` does; grey "L" images stay
     /// grey, which the model's conversion replicates to the same RGB), or a uint8 numpy array
     /// [H, W, 3], [H, W, 1] or [H, W].
-    pub fn of(py: Python<'_>, image: &Bound<'_, PyAny>, index: usize) -> PyResult<ImageSource> {
+    ///
+    /// `convert_rgb` is the processor's `do_convert_rgb` for an RGB model: a PIL image that
+    /// carries a transparent colour (`info["transparency"]`) is then composited onto white,
+    /// as transformers' `convert_to_rgb` does and as the decoder does for files.
+    pub fn of(
+        py: Python<'_>,
+        image: &Bound<'_, PyAny>,
+        index: usize,
+        convert_rgb: bool,
+    ) -> PyResult<ImageSource> {
         if image.is_instance_of::<PyString>() || image.hasattr("__fspath__")? {
             return Ok(ImageSource::File(image.extract()?));
         }
@@ -73,16 +82,7 @@ impl ImageSource {
             return Self::from_array(image, index, "from a numpy array");
         }
         if is_pil_image(image)? {
-            let upright = py
-                .import("PIL.ImageOps")?
-                .call_method1("exif_transpose", (image,))?;
-            let mode: String = upright.getattr("mode")?.extract()?;
-            let converted = if mode == "L" {
-                upright
-            } else {
-                upright.call_method1("convert", ("RGB",))?
-            };
-            let array = py.import("numpy")?.call_method1("asarray", (converted,))?;
+            let array = pil_pixels(py, image, convert_rgb)?;
             return Self::from_array(&array, index, "from a PIL image");
         }
         let type_name = image.get_type().name()?;
@@ -91,7 +91,43 @@ impl ImageSource {
              [H, W, 3] or [H, W]"
         )))
     }
+}
 
+/// A PIL image's pixels as a uint8 array: transposed by its EXIF orientation and converted
+/// to RGB (transformers' `load_image`), then with `convert_rgb` a transparent colour made
+/// white (`convert_to_rgb`). A grey "L" image without one stays [H, W]: the model's
+/// conversion replicates it to the same RGB.
+fn pil_pixels<'py>(
+    py: Python<'py>,
+    image: &Bound<'py, PyAny>,
+    convert_rgb: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let upright = py
+        .import("PIL.ImageOps")?
+        .call_method1("exif_transpose", (image,))?;
+    let mode: String = upright.getattr("mode")?.extract()?;
+    let transparent = convert_rgb && upright.getattr("info")?.contains("transparency")?;
+    let converted = if mode == "L" && !transparent {
+        upright
+    } else {
+        let rgb = upright.call_method1("convert", ("RGB",))?;
+        if convert_rgb && rgb.getattr("info")?.contains("transparency")? {
+            let pil = py.import("PIL.Image")?;
+            let rgba = rgb.call_method1("convert", ("RGBA",))?;
+            let white = pil.call_method1(
+                "new",
+                ("RGBA", rgba.getattr("size")?, (255u8, 255u8, 255u8)),
+            )?;
+            pil.call_method1("alpha_composite", (white, rgba))?
+                .call_method1("convert", ("RGB",))?
+        } else {
+            rgb
+        }
+    };
+    py.import("numpy")?.call_method1("asarray", (converted,))
+}
+
+impl ImageSource {
     fn from_array(
         array: &Bound<'_, PyAny>,
         index: usize,

@@ -400,12 +400,14 @@ impl Model {
     ) -> PyResult<()> {
         let images = images::collect(images)?;
         self.engine.prepare_for_images(outputs)?;
+        let preprocess = &self.engine.preprocess;
+        let convert_rgb = preprocess.do_convert_rgb() && preprocess.num_channels() == 3;
         for (chunk_index, chunk) in images.chunks(self.batch_size).enumerate() {
             let first = chunk_index * self.batch_size;
             let sources = chunk
                 .iter()
                 .enumerate()
-                .map(|(k, image)| ImageSource::of(py, image, first + k))
+                .map(|(k, image)| ImageSource::of(py, image, first + k, convert_rgb))
                 .collect::<PyResult<Vec<_>>>()?;
             let engine = SameThread(&mut self.engine);
             let outputs = without_gil(py, move || engine.into_inner().run_images(&sources, first))?;

@@ -162,6 +162,20 @@ def test_pil_images_of_other_modes_are_converted_as_transformers_does():
         np.testing.assert_array_equal(from_file, from_pil, err_msg=name)
 
 
+@pytest.mark.parametrize("fixture", ["clip-zero-shot", "vitmodel-relu"])
+# Pillow's own warning for palette8_alpha_bytes.png, as transformers' conversion raises it.
+@pytest.mark.filterwarnings("ignore:Palette images with Transparency")
+def test_pil_images_with_a_transparent_colour_are_read_as_their_files(fixture):
+    # CLIP's processor converts to RGB (the transparent colour turned white); ViT's does not.
+    model = vitrt.Model(MODELS / fixture, device="cpu")
+    paths = [IMAGES / "cat_palette_transparent_index.png"]
+    paths += sorted((IMAGES / "transparency").glob("*.png"))
+    for path in paths:
+        from_file = model.embed([str(path)])
+        from_pil = model.embed([Image.open(path)])
+        np.testing.assert_array_equal(from_file, from_pil, err_msg=path.name)
+
+
 def test_batch_size_does_not_change_results():
     paths = [str(p) for p in digit_paths()[:7]]
     one_batch = vitrt.Model(DIGITS_MODEL, device="cpu", batch_size=8)
