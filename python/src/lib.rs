@@ -76,9 +76,9 @@ fn model_failure(error: ModelError) -> Failure {
 /// `Python::allow_threads`, which runs its closure at once on the calling thread with the
 /// GIL released: the value never changes threads.
 ///
-/// It is only built around a `Model`'s own state, and `Model` is `unsendable`: PyO3 refuses to
-/// use it from any thread but the one that created it, so the backend (a CUDA context
-/// included) always runs on one thread.
+/// It only carries a `Model`'s own state (or a closure or result holding it), reached
+/// through [`Pinned`], which refuses every thread but the one that created it: the backend
+/// (a CUDA context included) always runs on one thread.
 struct SameThread<T>(T);
 
 // SAFETY: see the type's comment: the value is used on the thread it came from, only while
@@ -89,6 +89,50 @@ impl<T> SameThread<T> {
     /// The value; a method, so that a closure captures the whole wrapper and not its field.
     fn into_inner(self) -> T {
         self.0
+    }
+}
+
+/// A model's engine with the thread that created it, the only one allowed to use it (or drop
+/// it: dropped on another, it is leaked, as PyO3 does with objects it cannot drop).
+///
+/// The runner and its backend are not `Send`; PyO3 would have the class `unsendable` then,
+/// and answer a use from another thread with a panic (`PanicException`). This check raises
+/// a `RuntimeError` instead, which says what to do.
+struct Pinned {
+    owner: std::thread::ThreadId,
+    engine: std::mem::ManuallyDrop<Engine>,
+}
+
+// SAFETY: the engine is only reached on its owner's thread (`get` checks, `Drop` leaks it
+// elsewhere), so it never changes threads, and PyO3's borrow flag keeps `&mut` exclusive.
+unsafe impl Send for Pinned {}
+unsafe impl Sync for Pinned {}
+
+impl Pinned {
+    fn new(engine: Engine) -> Pinned {
+        Pinned {
+            owner: std::thread::current().id(),
+            engine: std::mem::ManuallyDrop::new(engine),
+        }
+    }
+
+    fn get(&mut self) -> Result<&mut Engine> {
+        if std::thread::current().id() != self.owner {
+            return Err(Failure::Runtime(anyhow!(
+                "this vitrt.Model was created on another thread: a Model holds its device's \
+                 state and runs on the thread that created it; create one Model per thread"
+            )));
+        }
+        Ok(&mut self.engine)
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if std::thread::current().id() == self.owner {
+            // SAFETY: dropped once, here, and never used after.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.engine) }
+        }
     }
 }
 
@@ -380,10 +424,13 @@ fn check_top_k(top_k: usize) -> Result<()> {
 /// or "bf16", by default f16 on a GPU and f32 on the CPU; images go through the model
 /// `batch_size` at a time (default 64 on a GPU, 8 on the CPU).
 ///
-/// A Model is used from the thread that created it only.
-#[pyclass(module = "vitrt", name = "Model", unsendable)]
+/// A Model is used from the thread that created it only (another raises RuntimeError).
+#[pyclass(module = "vitrt", name = "Model")]
 struct Model {
-    engine: Engine,
+    engine: Pinned,
+    device: Device,
+    dtype: DType,
+    image_size: (usize, usize),
     name: String,
     batch_size: usize,
 }
@@ -399,18 +446,20 @@ impl Model {
         mut each_batch: impl FnMut(usize, usize, Vec<HostTensor>) -> Result<()>,
     ) -> PyResult<()> {
         let images = images::collect(images)?;
-        self.engine.prepare_for_images(outputs)?;
-        let preprocess = &self.engine.preprocess;
+        let batch_size = self.batch_size;
+        let engine = self.engine.get()?;
+        engine.prepare_for_images(outputs)?;
+        let preprocess = &engine.preprocess;
         let convert_rgb = preprocess.do_convert_rgb() && preprocess.num_channels() == 3;
-        for (chunk_index, chunk) in images.chunks(self.batch_size).enumerate() {
-            let first = chunk_index * self.batch_size;
+        for (chunk_index, chunk) in images.chunks(batch_size).enumerate() {
+            let first = chunk_index * batch_size;
             let sources = chunk
                 .iter()
                 .enumerate()
                 .map(|(k, image)| ImageSource::of(py, image, first + k, convert_rgb))
                 .collect::<PyResult<Vec<_>>>()?;
-            let engine = SameThread(&mut self.engine);
-            let outputs = without_gil(py, move || engine.into_inner().run_images(&sources, first))?;
+            let pinned = SameThread(&mut *engine);
+            let outputs = without_gil(py, move || pinned.into_inner().run_images(&sources, first))?;
             each_batch(first, chunk.len(), outputs)?;
         }
         Ok(())
@@ -450,7 +499,10 @@ impl Model {
             Device::Cuda(_) => 64,
         });
         Ok(Model {
-            engine,
+            device: engine.device,
+            dtype: engine.runner.backend().dtype(),
+            image_size: engine.preprocess.output_size(),
+            engine: Pinned::new(engine),
             name,
             batch_size,
         })
@@ -459,13 +511,13 @@ impl Model {
     /// The device the model runs on: "cpu" or "cuda:N".
     #[getter]
     fn device(&self) -> String {
-        device_name(self.engine.device)
+        device_name(self.device)
     }
 
     /// The storage type of weights and activations: "f32", "f16" or "bf16".
     #[getter]
     fn dtype(&self) -> String {
-        self.engine.runner.backend().dtype().to_string()
+        self.dtype.to_string()
     }
 
     /// How many images go through the model at a time.
@@ -477,7 +529,7 @@ impl Model {
     /// (height, width) of the images the model's preprocessing makes.
     #[getter]
     fn image_size(&self) -> (usize, usize) {
-        self.engine.preprocess.output_size()
+        self.image_size
     }
 
     fn __repr__(&self) -> String {
@@ -501,15 +553,16 @@ impl Model {
         top_k: usize,
     ) -> PyResult<Bound<'py, PyList>> {
         check_top_k(top_k)?;
-        if self.engine.runner.model.num_labels().is_none() {
+        let model = &self.engine.get()?.runner.model;
+        if model.num_labels().is_none() {
             return Err(PyValueError::new_err(format!(
                 "{} is a {} checkpoint without a classification head: use embed(), or \
                  zero_shot() for a CLIP or SigLIP checkpoint with both towers",
                 self.name,
-                self.engine.runner.model.config.family.name()
+                model.config.family.name()
             )));
         }
-        let config = self.engine.runner.model.config.clone();
+        let config = model.config.clone();
         let mut per_image = Vec::new();
         self.run_batches(
             py,
@@ -539,7 +592,7 @@ impl Model {
         pool: Option<&str>,
         normalize: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let model = &self.engine.runner.model;
+        let model = &self.engine.get()?.runner.model;
         let pool = Pool::choose(pool, model, &self.name)?;
         let mut dim = match pool {
             Pool::Projected => model
@@ -596,14 +649,15 @@ impl Model {
         let labels = zero_shot::check_labels(labels)?;
         let templates = zero_shot::check_templates(templates)?;
         let asked = (labels.clone(), templates);
-        if self.engine.zero_shot.as_ref() != Some(&asked) {
-            let engine = SameThread(&mut self.engine);
+        let engine = self.engine.get()?;
+        if engine.zero_shot.as_ref() != Some(&asked) {
+            let pinned = SameThread(&mut *engine);
             let name = &self.name;
             let (labels, templates) = (&asked.0, &asked.1);
             without_gil(py, move || {
-                zero_shot::set_labels(engine.into_inner(), name, labels, templates)
+                zero_shot::set_labels(pinned.into_inner(), name, labels, templates)
             })?;
-            self.engine.zero_shot = Some(asked);
+            engine.zero_shot = Some(asked);
         }
         let mut per_image = Vec::new();
         self.run_batches(
@@ -650,7 +704,7 @@ impl Model {
         let shape = array.shape().to_vec();
         let pixels = images::standard_order(&array.as_array());
         drop(array);
-        let engine = SameThread(&mut self.engine);
+        let engine = SameThread(self.engine.get()?);
         let outputs = without_gil(py, move || {
             forward_pixels(&mut engine.into_inner().runner, &shape, &pixels)
         })?;

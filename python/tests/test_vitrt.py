@@ -345,3 +345,24 @@ def test_forward_reads_arrays_of_any_memory_order():
     want = model.forward(pixels)["logits"]
     np.testing.assert_array_equal(model.forward(np.asfortranarray(pixels))["logits"], want)
     np.testing.assert_array_equal(model.forward(pixels[::-1][::-1])["logits"], want)
+
+
+def test_a_model_refuses_other_threads_with_a_runtime_error(digits_model):
+    import threading
+
+    caught = []
+
+    def classify_elsewhere():
+        try:
+            digits_model.classify([str(digit_paths()[0])])
+        except BaseException as error:  # anything but a RuntimeError fails the test below
+            caught.append(error)
+
+    thread = threading.Thread(target=classify_elsewhere)
+    thread.start()
+    thread.join()
+    assert len(caught) == 1 and type(caught[0]) is RuntimeError, caught
+    assert "create one Model per thread" in str(caught[0])
+    # Its properties are plain values, readable anywhere; the creating thread goes on.
+    assert digits_model.device == "cpu"
+    assert len(digits_model.classify([str(digit_paths()[0])])) == 1
