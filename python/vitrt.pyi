@@ -25,6 +25,7 @@ class Model:
         offline: bool = False,
         revision: Optional[str] = None,
         batch_size: Optional[int] = None,
+        workers: Optional[int] = None,
     ) -> None: ...
     @property
     def device(self) -> str: ...

@@ -12,7 +12,7 @@ mod images;
 mod zero_shot;
 
 use anyhow::{anyhow, Context};
-use images::ImageSource;
+use images::{ImageError, ImageSource};
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -269,7 +269,8 @@ struct Engine {
     device: Device,
     /// The preprocessing of the checkpoint (or HF's default for its size).
     preprocess: PreprocessConfig,
-    loader: ImageLoader,
+    /// One per decoding thread: its buffers and filter taps, reused batch after batch.
+    loaders: Vec<ImageLoader>,
     /// Byte value to model input, per channel (`normalization_table`).
     table: Vec<f32>,
     /// The label set (labels, templates) the runner scores zero-shot against now.
@@ -283,6 +284,7 @@ impl Engine {
         options: &ResolveOptions,
         device: Option<&str>,
         dtype: Option<DType>,
+        workers: Option<usize>,
     ) -> Result<Engine> {
         let files = resolve_model(name, options).or_value()?;
         let mut model = VisionModel::load(&files.dir)
@@ -312,14 +314,23 @@ impl Engine {
         }
         let (backend, device) = open_backend(device, dtype)?;
         let runner = Runner::new(model, backend, Fusion::ALL).with_graph_replay(true);
-        let loader = ImageLoader::new(&preprocess, ImageLimits::default());
+        // The CLI's choice: on a GPU every core decodes; on the CPU the forward pass needs
+        // cores too, and decoding on half of them costs it nothing.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = workers.unwrap_or(match device {
+            Device::Cpu => (cores / 2).max(1),
+            Device::Cuda(_) => cores,
+        });
+        let loaders = (0..workers)
+            .map(|_| ImageLoader::new(&preprocess, ImageLimits::default()))
+            .collect();
         let table = normalization_table(&preprocess);
         Ok(Engine {
             runner,
             dir: files.dir,
             device,
             preprocess,
-            loader,
+            loaders,
             table,
             zero_shot: None,
         })
@@ -334,24 +345,48 @@ impl Engine {
         Ok(())
     }
 
-    /// Decodes and preprocesses `images` (the first being `images[first]` of the call) and
-    /// runs them as one batch.
+    /// Decodes and preprocesses `images` (the first being `images[first]` of the call), a
+    /// run of consecutive images on each loader's thread, and runs them as one batch. The
+    /// error of the first image that fails is the one raised.
     fn run_images(&mut self, images: &[ImageSource], first: usize) -> Result<Vec<HostTensor>> {
-        let image_bytes = self.loader.output_bytes();
+        let image_bytes = self.loaders[0].output_bytes();
         let channels = self.preprocess.num_channels();
-        let mut hwc = vec![0u8; image_bytes];
+        let table = &self.table;
         let mut pixels = vec![0f32; images.len() * image_bytes];
-        for (k, image) in images.iter().enumerate() {
-            image
-                .load_into(&mut self.loader, first + k, &mut hwc)
-                .or_value()?;
-            normalize_into(
-                &hwc,
-                channels,
-                &self.table,
-                &mut pixels[k * image_bytes..][..image_bytes],
-            );
-        }
+        let per_thread = images.len().div_ceil(self.loaders.len()).max(1);
+        let decoded: Vec<std::result::Result<(), ImageError>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = self
+                .loaders
+                .iter_mut()
+                .zip(images.chunks(per_thread))
+                .zip(pixels.chunks_mut(per_thread * image_bytes))
+                .enumerate()
+                .map(|(t, ((loader, images), pixels))| {
+                    scope.spawn(move || {
+                        let mut hwc = vec![0u8; image_bytes];
+                        let outputs = pixels.chunks_mut(image_bytes);
+                        for (k, (image, out)) in images.iter().zip(outputs).enumerate() {
+                            image.load_into(loader, first + t * per_thread + k, &mut hwc)?;
+                            normalize_into(&hwc, channels, table, out);
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                // A decoding thread's panic goes on to `without_gil`, which reports it.
+                .map(|thread| {
+                    thread
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                })
+                .collect()
+        });
+        decoded
+            .into_iter()
+            .collect::<std::result::Result<(), _>>()
+            .or_value()?;
         self.runner
             .run(&pixels, images.len(), false)
             .map_err(model_failure)
@@ -417,12 +452,14 @@ fn check_top_k(top_k: usize) -> Result<()> {
 
 /// A Vision Transformer checkpoint loaded on a device.
 ///
-/// `Model(model, device=None, dtype=None, offline=False, revision=None, batch_size=None)`:
+/// `Model(model, device=None, dtype=None, offline=False, revision=None, batch_size=None,
+/// workers=None)`:
 /// `model` is a local folder (config.json and safetensors) or a Hugging Face hub id (from the
 /// local cache only with `offline=True` or `HF_HUB_OFFLINE=1`); `device` is "cpu", "cuda" or
 /// "cuda:N", by default the first CUDA GPU that opens, else the CPU; `dtype` is "f32", "f16"
 /// or "bf16", by default f16 on a GPU and f32 on the CPU; images go through the model
-/// `batch_size` at a time (default 64 on a GPU, 8 on the CPU).
+/// `batch_size` at a time (default 64 on a GPU, 8 on the CPU), decoded by `workers` threads
+/// (default: every core on a GPU, half of them on the CPU, as the CLI's `--workers`).
 ///
 /// A Model is used from the thread that created it only (another raises RuntimeError).
 #[pyclass(module = "vitrt", name = "Model")]
@@ -469,7 +506,9 @@ impl Model {
 #[pymethods]
 impl Model {
     #[new]
-    #[pyo3(signature = (model, device=None, dtype=None, offline=false, revision=None, batch_size=None))]
+    // One argument per keyword of the Python constructor.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (model, device=None, dtype=None, offline=false, revision=None, batch_size=None, workers=None))]
     fn new(
         py: Python<'_>,
         model: PathBuf,
@@ -478,6 +517,7 @@ impl Model {
         offline: bool,
         revision: Option<String>,
         batch_size: Option<usize>,
+        workers: Option<usize>,
     ) -> PyResult<Model> {
         let name = model.to_string_lossy().into_owned();
         let dtype = match dtype {
@@ -489,9 +529,12 @@ impl Model {
         if batch_size == Some(0) {
             return Err(PyValueError::new_err("batch_size must be at least 1"));
         }
+        if workers == Some(0) {
+            return Err(PyValueError::new_err("workers must be at least 1"));
+        }
         let options = ResolveOptions { revision, offline };
         let engine = without_gil(py, || {
-            Engine::open(&name, &options, device.as_deref(), dtype).map(SameThread)
+            Engine::open(&name, &options, device.as_deref(), dtype, workers).map(SameThread)
         })?
         .into_inner();
         let batch_size = batch_size.unwrap_or(match engine.device {

@@ -189,6 +189,20 @@ def test_batch_size_does_not_change_results():
             assert abs(p["probability"] - q["probability"]) < 1e-6
 
 
+def test_decoding_threads_give_the_same_results_and_the_first_error(tmp_path):
+    paths = [str(p) for p in digit_paths()[:7]]
+    one = vitrt.Model(DIGITS_MODEL, device="cpu", workers=1)
+    three = vitrt.Model(DIGITS_MODEL, device="cpu", workers=3)
+    assert one.classify(paths, top_k=10) == three.classify(paths, top_k=10)
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    with_broken = paths[:4] + [str(broken)] + paths[4:] + [str(broken)]
+    with pytest.raises(ValueError, match=r"images\[4\]: .*broken\.png"):
+        three.classify(with_broken)
+    with pytest.raises(ValueError, match="workers"):
+        vitrt.Model(DIGITS_MODEL, device="cpu", workers=0)
+
+
 def test_model_properties():
     model = vitrt.Model(str(DIGITS_MODEL), device="cpu")
     assert model.device == "cpu"
