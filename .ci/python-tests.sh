@@ -20,7 +20,8 @@ fi
     maturin pytest numpy pillow
 
 echo "== python: maturin develop (the vitrt module into $venv)"
-VIRTUAL_ENV="$(cd "$venv" && pwd)" "$venv/bin/maturin" develop \
+# --strip: the debug build's symbols would put 225 MB more into the environment.
+VIRTUAL_ENV="$(cd "$venv" && pwd)" "$venv/bin/maturin" develop --strip \
     --manifest-path python/Cargo.toml
 built=$SECONDS
 
