@@ -12,9 +12,10 @@ class Prediction(TypedDict):
     label: str
     probability: float
 
-# A path, a PIL image, or uint8 pixels [H, W, 3] or [H, W].
-Image = Union[str, os.PathLike, npt.NDArray[np.uint8], Any]
-Images = Union[Sequence[Image], npt.NDArray[np.uint8]]
+# A path, a file's contents, a PIL image, or uint8 pixels [H, W, 3] or [H, W].
+Image = Union[str, os.PathLike, bytes, npt.NDArray[np.uint8], Any]
+# A sequence of images, a uint8 array [N, H, W, C], or a 1-D numpy array of objects.
+Images = Union[Sequence[Image], npt.NDArray[Any]]
 
 class Model:
     def __init__(

@@ -4,18 +4,25 @@
 use numpy::{PyReadonlyArrayDyn, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyString;
+use pyo3::types::{PyBytes, PyString};
 use std::path::PathBuf;
 use vitrt_model::preprocess::{ImageLoader, PreprocessError};
 
-/// The images argument as a list of image objects: a sequence of images, or a uint8 array
-/// [N, H, W, C] (each of its N rows an image). A single image is refused rather than taken
-/// apart (a string would be iterated by character, an [H, W, 3] array by row).
+/// The images argument as a list of image objects: a sequence of images, a uint8 array
+/// [N, H, W, C] (each of its N rows an image), or a one-dimensional numpy array of objects
+/// (as Ray Data hands over a column of images of different sizes, or of file contents). A
+/// single image is refused rather than taken apart (a string would be iterated by
+/// character, an [H, W, 3] array by row).
 pub fn collect<'py>(images: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
     let single = if images.is_instance_of::<PyString>() || images.hasattr("__fspath__")? {
         Some("a path")
+    } else if images.is_instance_of::<PyBytes>() {
+        Some("bytes")
     } else if let Ok(array) = images.downcast::<PyUntypedArray>() {
-        (array.ndim() != 4).then_some("a numpy array that is not [N, H, W, C]")
+        let objects =
+            array.ndim() == 1 && array.dtype().getattr("kind")?.extract::<String>()? == "O";
+        (array.ndim() != 4 && !objects)
+            .then_some("a numpy array that is neither [N, H, W, C] nor one of objects")
     } else if is_pil_image(images)? {
         Some("a PIL image")
     } else {
@@ -23,15 +30,16 @@ pub fn collect<'py>(images: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny
     };
     if let Some(what) = single {
         return Err(PyTypeError::new_err(format!(
-            "images is {what}; give a list of images (paths, PIL images or uint8 numpy arrays), \
-             e.g. [image], or a uint8 array [N, H, W, C]"
+            "images is {what}; give a list of images (paths, file contents as bytes, PIL \
+             images or uint8 numpy arrays), e.g. [image], or a uint8 array [N, H, W, C]"
         )));
     }
     images
         .try_iter()
         .map_err(|_| {
             PyTypeError::new_err(
-                "images must be a list of images (paths, PIL images or uint8 numpy arrays)",
+                "images must be a list of images (paths, file contents as bytes, PIL images or \
+                 uint8 numpy arrays)",
             )
         })?
         .collect()
@@ -48,6 +56,8 @@ fn is_pil_image(object: &Bound<'_, PyAny>) -> PyResult<bool> {
 pub enum ImageSource {
     /// An image file: PNG, JPEG or WebP, decoded here.
     File(PathBuf),
+    /// The contents of an image file, decoded here as a file's.
+    Encoded(Vec<u8>),
     /// Pixels already decoded: HWC 8-bit, `channels` 1 (grey) or 3 (RGB).
     Pixels {
         pixels: Vec<u8>,
@@ -61,7 +71,8 @@ pub enum ImageSource {
 }
 
 impl ImageSource {
-    /// Reads `images[index]`: a path (str or os.PathLike), a PIL image (oriented by its EXIF
+    /// Reads `images[index]`: a path (str or os.PathLike), the contents of an image file
+    /// (bytes), a PIL image (oriented by its EXIF
     /// tag and converted to RGB as transformers' `load_image` does; grey "L" images stay
     /// grey, which the model's conversion replicates to the same RGB), or a uint8 numpy array
     /// [H, W, 3], [H, W, 1] or [H, W].
@@ -78,6 +89,9 @@ impl ImageSource {
         if image.is_instance_of::<PyString>() || image.hasattr("__fspath__")? {
             return Ok(ImageSource::File(image.extract()?));
         }
+        if let Ok(bytes) = image.downcast::<PyBytes>() {
+            return Ok(ImageSource::Encoded(bytes.as_bytes().to_vec()));
+        }
         if image.downcast::<PyUntypedArray>().is_ok() {
             return Self::from_array(image, index, "from a numpy array");
         }
@@ -87,8 +101,8 @@ impl ImageSource {
         }
         let type_name = image.get_type().name()?;
         Err(PyTypeError::new_err(format!(
-            "images[{index}] is a {type_name}; give a path, a PIL image or a uint8 numpy array \
-             [H, W, 3] or [H, W]"
+            "images[{index}] is a {type_name}; give a path, the file's contents as bytes, a PIL \
+             image or a uint8 numpy array [H, W, 3] or [H, W]"
         )))
     }
 }
@@ -171,6 +185,10 @@ impl ImageSource {
         match self {
             ImageSource::File(path) => loader
                 .load_file_into(path, out)
+                .map(|_| ())
+                .map_err(|error| ImageError { index, error }),
+            ImageSource::Encoded(bytes) => loader
+                .load_bytes_into(bytes, "(bytes)", out)
                 .map(|_| ())
                 .map_err(|error| ImageError { index, error }),
             ImageSource::Pixels {

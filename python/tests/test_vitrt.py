@@ -140,6 +140,7 @@ def test_every_kind_of_image_gives_the_same_result(digits_model):
     inputs = [
         str(path),
         path,  # os.PathLike
+        path.read_bytes(),  # the file's contents
         pil,
         grey,  # [H, W]
         grey[:, :, None],  # [H, W, 1]
@@ -152,6 +153,10 @@ def test_every_kind_of_image_gives_the_same_result(digits_model):
     # A uint8 batch [N, H, W, C] is N images.
     batch = digits_model.classify(np.stack([rgb, rgb]), top_k=10)
     assert batch == [results[0], results[0]]
+    # A column of objects, as Ray Data hands over images of different sizes or file contents.
+    column = np.empty(3, dtype=object)
+    column[0], column[1], column[2] = rgb, path.read_bytes(), grey
+    assert digits_model.classify(column, top_k=10) == [results[0]] * 3
 
 
 def test_pil_images_of_other_modes_are_converted_as_transformers_does():
@@ -336,6 +341,10 @@ def test_bad_image_arguments(digits_model):
         digits_model.classify(str(digit_paths()[0]))
     with pytest.raises(TypeError, match="list of images"):
         digits_model.classify(np.zeros((32, 32, 3), dtype=np.uint8))
+    with pytest.raises(TypeError, match="list of images"):
+        digits_model.classify(digit_paths()[0].read_bytes())
+    with pytest.raises(ValueError, match=r"images\[0\]: .*not an image"):
+        digits_model.classify([b"hello"])
     with pytest.raises(TypeError, match=r"images\[0\] is a int"):
         digits_model.classify([3])
     with pytest.raises(ValueError, match="dtype float32"):
