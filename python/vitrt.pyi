@@ -27,6 +27,7 @@ class Model:
         revision: Optional[str] = None,
         batch_size: Optional[int] = None,
         workers: Optional[int] = None,
+        cuda_graphs: bool = True,
     ) -> None: ...
     @property
     def device(self) -> str: ...

@@ -77,8 +77,7 @@ fn model_failure(error: ModelError) -> Failure {
 /// GIL released: the value never changes threads.
 ///
 /// It only carries a `Model`'s own state (or a closure or result holding it), reached
-/// through [`Pinned`], which refuses every thread but the one that created it: the backend
-/// (a CUDA context included) always runs on one thread.
+/// through [`Pinned`], which says when that state may change threads; here it does not.
 struct SameThread<T>(T);
 
 // SAFETY: see the type's comment: the value is used on the thread it came from, only while
@@ -92,35 +91,48 @@ impl<T> SameThread<T> {
     }
 }
 
-/// A model's engine with the thread that created it, the only one allowed to use it (or drop
-/// it: dropped on another, it is leaked, as PyO3 does with objects it cannot drop).
+/// A model's engine, with the thread that created it when it must stay there.
 ///
-/// The runner and its backend are not `Send`; PyO3 would have the class `unsendable` then,
-/// and answer a use from another thread with a panic (`PanicException`). This check raises
-/// a `RuntimeError` instead, which says what to do.
+/// The runner's backend is a `Box<dyn Backend>`, not `Send` as a type. Of what a backend
+/// holds, only CUDA graphs are not `Send` (cudarc's graph handles are raw pointers): the CPU
+/// backend, the models and the executors are, and cudarc binds its CUDA context to the
+/// calling thread on every call. So an engine that never captures CUDA graphs (on the CPU,
+/// or on CUDA with `cuda_graphs=False`) may move between threads, one call at a time (PyO3's
+/// borrow flag keeps `&mut` exclusive: a second thread calling meanwhile gets a
+/// `RuntimeError` from PyO3). One that replays graphs is pinned to its creator's thread:
+/// another thread gets a `RuntimeError` saying what to do, and one dropping it leaks it, as
+/// PyO3 does with objects it cannot drop.
 struct Pinned {
     owner: std::thread::ThreadId,
+    /// Whether the engine may be used from any thread (it never captures CUDA graphs).
+    movable: bool,
     engine: std::mem::ManuallyDrop<Engine>,
 }
 
-// SAFETY: the engine is only reached on its owner's thread (`get` checks, `Drop` leaks it
-// elsewhere), so it never changes threads, and PyO3's borrow flag keeps `&mut` exclusive.
+// SAFETY: see the type's comment: a movable engine holds only what may change threads; a
+// pinned one is only reached on its owner's thread (`get` checks, `Drop` leaks it elsewhere).
 unsafe impl Send for Pinned {}
 unsafe impl Sync for Pinned {}
 
 impl Pinned {
-    fn new(engine: Engine) -> Pinned {
+    fn new(engine: Engine, movable: bool) -> Pinned {
         Pinned {
             owner: std::thread::current().id(),
+            movable,
             engine: std::mem::ManuallyDrop::new(engine),
         }
     }
 
+    fn on_owner_thread(&self) -> bool {
+        std::thread::current().id() == self.owner
+    }
+
     fn get(&mut self) -> Result<&mut Engine> {
-        if std::thread::current().id() != self.owner {
+        if !self.movable && !self.on_owner_thread() {
             return Err(Failure::Runtime(anyhow!(
-                "this vitrt.Model was created on another thread: a Model holds its device's \
-                 state and runs on the thread that created it; create one Model per thread"
+                "this vitrt.Model replays CUDA graphs, which stay on the thread that created \
+                 it: create the Model on the thread that uses it, or pass cuda_graphs=False \
+                 to use it from any thread (one call at a time)"
             )));
         }
         Ok(&mut self.engine)
@@ -129,7 +141,7 @@ impl Pinned {
 
 impl Drop for Pinned {
     fn drop(&mut self) {
-        if std::thread::current().id() == self.owner {
+        if self.movable || self.on_owner_thread() {
             // SAFETY: dropped once, here, and never used after.
             unsafe { std::mem::ManuallyDrop::drop(&mut self.engine) }
         }
@@ -285,6 +297,7 @@ impl Engine {
         device: Option<&str>,
         dtype: Option<DType>,
         workers: Option<usize>,
+        cuda_graphs: bool,
     ) -> Result<Engine> {
         let files = resolve_model(name, options).or_value()?;
         let mut model = VisionModel::load(&files.dir)
@@ -313,7 +326,7 @@ impl Engine {
                 .or_value()?;
         }
         let (backend, device) = open_backend(device, dtype)?;
-        let runner = Runner::new(model, backend, Fusion::ALL).with_graph_replay(true);
+        let runner = Runner::new(model, backend, Fusion::ALL).with_graph_replay(cuda_graphs);
         // The CLI's choice: on a GPU every core decodes; on the CPU the forward pass needs
         // cores too, and decoding on half of them costs it nothing.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -453,15 +466,19 @@ fn check_top_k(top_k: usize) -> Result<()> {
 /// A Vision Transformer checkpoint loaded on a device.
 ///
 /// `Model(model, device=None, dtype=None, offline=False, revision=None, batch_size=None,
-/// workers=None)`:
+/// workers=None, cuda_graphs=True)`:
 /// `model` is a local folder (config.json and safetensors) or a Hugging Face hub id (from the
 /// local cache only with `offline=True` or `HF_HUB_OFFLINE=1`); `device` is "cpu", "cuda" or
 /// "cuda:N", by default the first CUDA GPU that opens, else the CPU; `dtype` is "f32", "f16"
 /// or "bf16", by default f16 on a GPU and f32 on the CPU; images go through the model
 /// `batch_size` at a time (default 64 on a GPU, 8 on the CPU), decoded by `workers` threads
 /// (default: every core on a GPU, half of them on the CPU, as the CLI's `--workers`).
+/// `cuda_graphs` replays each forward pass on CUDA as one captured graph, as the CLI does.
 ///
-/// A Model is used from the thread that created it only (another raises RuntimeError).
+/// A Model may be used from any thread, one call at a time, except on CUDA with
+/// `cuda_graphs=True`: its graphs stay on the thread that created it (another thread gets a
+/// RuntimeError); pass `cuda_graphs=False` to use it from other threads (Ray Data's actors
+/// call from another thread than the one that created them).
 #[pyclass(module = "vitrt", name = "Model")]
 struct Model {
     engine: Pinned,
@@ -508,7 +525,7 @@ impl Model {
     #[new]
     // One argument per keyword of the Python constructor.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (model, device=None, dtype=None, offline=false, revision=None, batch_size=None, workers=None))]
+    #[pyo3(signature = (model, device=None, dtype=None, offline=false, revision=None, batch_size=None, workers=None, cuda_graphs=true))]
     fn new(
         py: Python<'_>,
         model: PathBuf,
@@ -518,6 +535,7 @@ impl Model {
         revision: Option<String>,
         batch_size: Option<usize>,
         workers: Option<usize>,
+        cuda_graphs: bool,
     ) -> PyResult<Model> {
         let name = model.to_string_lossy().into_owned();
         let dtype = match dtype {
@@ -534,18 +552,28 @@ impl Model {
         }
         let options = ResolveOptions { revision, offline };
         let engine = without_gil(py, || {
-            Engine::open(&name, &options, device.as_deref(), dtype, workers).map(SameThread)
+            Engine::open(
+                &name,
+                &options,
+                device.as_deref(),
+                dtype,
+                workers,
+                cuda_graphs,
+            )
+            .map(SameThread)
         })?
         .into_inner();
         let batch_size = batch_size.unwrap_or(match engine.device {
             Device::Cpu => 8,
             Device::Cuda(_) => 64,
         });
+        // Graphs are only captured on CUDA (the CPU backend runs op by op).
+        let movable = engine.device == Device::Cpu || !cuda_graphs;
         Ok(Model {
             device: engine.device,
             dtype: engine.runner.backend().dtype(),
             image_size: engine.preprocess.output_size(),
-            engine: Pinned::new(engine),
+            engine: Pinned::new(engine, movable),
             name,
             batch_size,
         })

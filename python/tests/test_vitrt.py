@@ -217,7 +217,7 @@ def test_model_properties():
     assert "digits-vit" in repr(model)
     bf16 = vitrt.Model(DIGITS_MODEL, device="cpu", dtype="bf16")
     assert bf16.dtype == "bf16"
-    default = vitrt.Model(DIGITS_MODEL)
+    default = vitrt.Model(DIGITS_MODEL, cuda_graphs=False)
     assert default.device == "cpu" or default.device.startswith("cuda:")
     assert isinstance(vitrt.__version__, str)
 
@@ -370,22 +370,23 @@ def test_forward_reads_arrays_of_any_memory_order():
     np.testing.assert_array_equal(model.forward(pixels[::-1][::-1])["logits"], want)
 
 
-def test_a_model_refuses_other_threads_with_a_runtime_error(digits_model):
+def test_a_cpu_model_runs_on_any_thread(digits_model):
+    # On the CPU (as on CUDA with cuda_graphs=False) nothing is tied to the creating thread:
+    # Ray Data's actors call from another thread than the one that created them.
     import threading
 
-    caught = []
+    path = str(digit_paths()[0])
+    want = digits_model.classify([path])
+    got, caught = [], []
 
     def classify_elsewhere():
         try:
-            digits_model.classify([str(digit_paths()[0])])
-        except BaseException as error:  # anything but a RuntimeError fails the test below
+            got.append(digits_model.classify([path]))
+        except BaseException as error:
             caught.append(error)
 
     thread = threading.Thread(target=classify_elsewhere)
     thread.start()
     thread.join()
-    assert len(caught) == 1 and type(caught[0]) is RuntimeError, caught
-    assert "create one Model per thread" in str(caught[0])
-    # Its properties are plain values, readable anywhere; the creating thread goes on.
-    assert digits_model.device == "cpu"
-    assert len(digits_model.classify([str(digit_paths()[0])])) == 1
+    assert caught == [] and got == [want]
+    assert digits_model.classify([path]) == want
