@@ -2,7 +2,7 @@
 //! built and planned once and parameters are uploaded once for all of them.
 
 use crate::error::ModelError;
-use crate::model::{GraphOptions, OutputSet, VisionModel};
+use crate::model::{GraphOptions, OutputSet, VisionModel, ZeroShotLabels};
 use std::collections::HashMap;
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::RuntimeError;
@@ -61,6 +61,14 @@ impl Runner {
             self.outputs = outputs;
             self.executors.clear();
         }
+    }
+
+    /// Scores images against `labels` from now on ([`VisionModel::set_zero_shot`]); the
+    /// graphs built for earlier labels are dropped, as they score against those.
+    pub fn set_zero_shot(&mut self, labels: ZeroShotLabels) -> Result<(), ModelError> {
+        self.model.set_zero_shot(labels)?;
+        self.executors.clear();
+        Ok(())
     }
 
     /// Turns graph replay (CUDA graphs; see `vitrt_runtime::Executor`) on, the default, or

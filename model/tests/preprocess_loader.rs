@@ -367,3 +367,57 @@ fn the_default_limits_are_pils() {
     fn send<T: Send>() {}
     send::<ImageLoader>();
 }
+
+#[test]
+fn decoded_pixels_give_what_their_file_gives() {
+    // PNGs without orientation or a transparent colour: the `image` crate's RGB or grey
+    // pixels are what the loader decodes from the file.
+    for (file, grey) in [
+        ("coffee.png", false),
+        ("astronaut_portrait.png", false),
+        ("camera_gray.png", true),
+    ] {
+        let path = fixtures().join(file);
+        let decoded = image::open(&path).unwrap();
+        let (pixels, channels) = if grey {
+            (decoded.to_luma8().into_raw(), 1)
+        } else {
+            (decoded.to_rgb8().into_raw(), 3)
+        };
+        let (width, height) = (decoded.width() as usize, decoded.height() as usize);
+        let image_name = path.display().to_string();
+        for (name, cfg) in configs() {
+            let mut loader = ImageLoader::new(&cfg, ImageLimits::default());
+            let from_file = load(&mut loader, &path);
+            let mut from_pixels = vec![0; loader.output_bytes()];
+            let result = loader.load_pixels_into(
+                &pixels,
+                (height, width),
+                channels,
+                &image_name,
+                &mut from_pixels,
+            );
+            match (from_file, result) {
+                (Ok(a), Ok(())) => assert!(a == from_pixels, "{name}: {file}"),
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{name}: {file}"),
+                (a, b) => panic!("{name} {file}: {a:?} against {b:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn decoded_pixels_of_a_wrong_layout_are_refused() {
+    let cfg = PreprocessConfig::hf_default(8, 3);
+    let mut loader = ImageLoader::new(&cfg, ImageLimits::default());
+    let mut out = vec![0; loader.output_bytes()];
+    let mut refuse = |pixels: &[u8], size, channels| {
+        loader
+            .load_pixels_into(pixels, size, channels, "test", &mut out)
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(refuse(&[0; 16], (2, 2), 4).contains("4 channels"));
+    assert!(refuse(&[0; 11], (2, 2), 3).contains("11 bytes"));
+    assert!(refuse(&[], (0, 2), 3).contains("no pixels"));
+}

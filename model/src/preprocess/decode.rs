@@ -506,6 +506,26 @@ fn jpeg_orientation<R>(decompress: &mozjpeg::Decompress<R>) -> Orientation {
         .unwrap_or(Orientation::NoTransforms)
 }
 
+/// Converts pixels already decoded (HWC, `from_channels` 1 for grey or 3 for RGB) to PIL's
+/// mode for `channels` (3: RGB, grey replicated; 1: L, PIL's luma), into `out`, which is
+/// resized to height * width * `channels` bytes.
+pub(super) fn convert_decoded(
+    samples: &[u8],
+    from_channels: usize,
+    out: &mut Vec<u8>,
+    channels: usize,
+) {
+    let layout = if from_channels == 1 {
+        Layout::Grey { stride: 1 }
+    } else {
+        Layout::Rgb {
+            stride: from_channels,
+        }
+    };
+    let len = samples.len() / from_channels * channels;
+    to_pil_mode(samples, layout, scratch(out, len), channels);
+}
+
 /// PIL's `convert("RGB")` (3 channels) or `convert("L")` (1 channel) of 8-bit samples: RGBA
 /// loses its alpha (no compositing), grey is replicated, and L is PIL's fixed-point luma.
 fn to_pil_mode(samples: &[u8], layout: Layout, out: &mut [u8], channels: usize) {

@@ -139,6 +139,64 @@ impl ImageLoader {
         self.load_named(bytes, name, out)
     }
 
+    /// As [`load_bytes_into`](Self::load_bytes_into), for an image already decoded and
+    /// upright: `pixels` is HWC 8-bit, `height` x `width` of `pixel_channels` 1 (grey) or 3
+    /// (RGB). It is converted to the config's mode as PIL's `convert` does (grey replicated to
+    /// RGB; RGB to L by PIL's luma), then resized and center-cropped as a file's pixels are;
+    /// `name` names it in errors.
+    pub fn load_pixels_into(
+        &mut self,
+        pixels: &[u8],
+        (height, width): (usize, usize),
+        pixel_channels: usize,
+        name: &str,
+        out: &mut [u8],
+    ) -> Result<(), PreprocessError> {
+        self.check_output(out, name)?;
+        let unsupported = |reason: String| PreprocessError::UnsupportedImage {
+            image: name.to_string(),
+            reason,
+        };
+        if pixel_channels != 1 && pixel_channels != 3 {
+            return Err(unsupported(format!(
+                "it has {pixel_channels} channels; give 1 (grey) or 3 (RGB)"
+            )));
+        }
+        if height == 0 || width == 0 {
+            return Err(unsupported(format!("it has no pixels ({height}x{width})")));
+        }
+        if (height * width) as u64 > self.limits.max_pixels {
+            return Err(PreprocessError::ImageTooLarge {
+                image: name.to_string(),
+                width: width as u64,
+                height: height as u64,
+                max_pixels: self.limits.max_pixels,
+            });
+        }
+        if pixels.len() != height * width * pixel_channels {
+            return Err(unsupported(format!(
+                "{} bytes for {height}x{width} pixels of {pixel_channels} channels",
+                pixels.len()
+            )));
+        }
+        let channels = self.cfg.num_channels;
+        let pixels = if pixel_channels == channels {
+            pixels
+        } else {
+            decode::convert_decoded(pixels, pixel_channels, &mut self.decode.pixels, channels);
+            &self.decode.pixels[..height * width * channels]
+        };
+        resize_and_crop(
+            &self.cfg,
+            &self.limits,
+            (&mut self.resizer, &mut self.resized),
+            pixels,
+            (height, width),
+            name,
+            out,
+        )
+    }
+
     fn check_output(&self, out: &[u8], name: &str) -> Result<(), PreprocessError> {
         self.validate_config()?;
         if out.len() != self.output_bytes() {
@@ -179,80 +237,105 @@ impl ImageLoader {
         )?;
         let decoded = Instant::now();
         let pixels = &self.decode.pixels[..height * width * channels];
-        // HF's order: resize, then center crop (rescale and normalise come after, in floats).
-        let crop = cfg.crop_size;
-        if cfg.do_resize {
-            let (resized_height, resized_width) = cfg.size.resized_size(height, width);
-            if let ResizeTarget::ShortestEdge(shortest_edge) = cfg.size {
-                if (resized_height * resized_width) as u64 > self.limits.max_pixels {
-                    return Err(PreprocessError::ResizedTooLarge {
-                        image: name.to_string(),
-                        width,
-                        height,
-                        shortest_edge,
-                        resized_width,
-                        resized_height,
-                        max_pixels: self.limits.max_pixels,
-                    });
-                }
-            }
-            match crop {
-                // A crop the size of the resized image is the whole of it.
-                Some(crop) if crop != (resized_height, resized_width) => {
-                    // Every byte is overwritten by the resize: only the length matters.
-                    self.resized
-                        .resize(resized_height * resized_width * channels, 0);
-                    self.resizer.resize(
-                        pixels,
-                        (height, width, channels),
-                        &mut self.resized,
-                        resized_height,
-                        resized_width,
-                        cfg.resample,
-                    );
-                    center_crop_into(
-                        &self.resized,
-                        (resized_height, resized_width, channels),
-                        out,
-                        crop,
-                        cfg.crop_rounding,
-                    );
-                }
-                _ => self.resizer.resize(
-                    pixels,
-                    (height, width, channels),
-                    out,
-                    resized_height,
-                    resized_width,
-                    cfg.resample,
-                ),
-            }
-        } else if let Some(crop) = crop {
-            center_crop_into(
-                pixels,
-                (height, width, channels),
-                out,
-                crop,
-                cfg.crop_rounding,
-            );
-        } else if (height, width) == cfg.output_size() {
-            out.copy_from_slice(pixels);
-        } else {
-            let (expected_height, expected_width) = cfg.output_size();
-            return Err(PreprocessError::SizeMismatch {
-                image: name.to_string(),
-                height,
-                width,
-                expected_height,
-                expected_width,
-            });
-        }
+        resize_and_crop(
+            &self.cfg,
+            &self.limits,
+            (&mut self.resizer, &mut self.resized),
+            pixels,
+            (height, width),
+            name,
+            out,
+        )?;
         Ok(StageTimes {
             read: Duration::ZERO,
             decode: decoded - start,
             resize: decoded.elapsed(),
         })
     }
+}
+
+/// Resizes and center-crops upright HWC pixels in the config's mode, each when `cfg` asks,
+/// into `out`; with neither, checks that the image already has the output's size. `buffers`
+/// are the resizer's taps and the resized image a crop is taken from.
+fn resize_and_crop(
+    cfg: &PreprocessConfig,
+    limits: &ImageLimits,
+    buffers: (&mut resize::Resizer, &mut Vec<u8>),
+    pixels: &[u8],
+    (height, width): (usize, usize),
+    name: &str,
+    out: &mut [u8],
+) -> Result<(), PreprocessError> {
+    let (resizer, resized) = buffers;
+    let channels = cfg.num_channels;
+    // HF's order: resize, then center crop (rescale and normalise come after, in floats).
+    let crop = cfg.crop_size;
+    if cfg.do_resize {
+        let (resized_height, resized_width) = cfg.size.resized_size(height, width);
+        if let ResizeTarget::ShortestEdge(shortest_edge) = cfg.size {
+            if (resized_height * resized_width) as u64 > limits.max_pixels {
+                return Err(PreprocessError::ResizedTooLarge {
+                    image: name.to_string(),
+                    width,
+                    height,
+                    shortest_edge,
+                    resized_width,
+                    resized_height,
+                    max_pixels: limits.max_pixels,
+                });
+            }
+        }
+        match crop {
+            // A crop the size of the resized image is the whole of it.
+            Some(crop) if crop != (resized_height, resized_width) => {
+                // Every byte is overwritten by the resize: only the length matters.
+                resized.resize(resized_height * resized_width * channels, 0);
+                resizer.resize(
+                    pixels,
+                    (height, width, channels),
+                    resized,
+                    resized_height,
+                    resized_width,
+                    cfg.resample,
+                );
+                center_crop_into(
+                    resized,
+                    (resized_height, resized_width, channels),
+                    out,
+                    crop,
+                    cfg.crop_rounding,
+                );
+            }
+            _ => resizer.resize(
+                pixels,
+                (height, width, channels),
+                out,
+                resized_height,
+                resized_width,
+                cfg.resample,
+            ),
+        }
+    } else if let Some(crop) = crop {
+        center_crop_into(
+            pixels,
+            (height, width, channels),
+            out,
+            crop,
+            cfg.crop_rounding,
+        );
+    } else if (height, width) == cfg.output_size() {
+        out.copy_from_slice(pixels);
+    } else {
+        let (expected_height, expected_width) = cfg.output_size();
+        return Err(PreprocessError::SizeMismatch {
+            image: name.to_string(),
+            height,
+            width,
+            expected_height,
+            expected_width,
+        });
+    }
+    Ok(())
 }
 
 /// A center crop of an HWC image (`shape`) to `crop` = (height, width) into `out`: the window

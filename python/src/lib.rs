@@ -1,0 +1,846 @@
+//! The `vitrt` Python module: [`Model`] loads a checkpoint as the CLI does and classifies,
+//! embeds, zero-shot labels or runs raw `pixel_values` through it. Images are decoded and
+//! preprocessed here, in Rust, with the GIL released (as is the forward pass), so other Python
+//! threads run meanwhile.
+//!
+//! Errors become Python exceptions carrying the same messages as the CLI's: `ValueError` for
+//! bad input or usage (a missing model, a broken image, a wrong shape), `RuntimeError` for
+//! failures of the device or the runtime. A panic inside is caught and raised as a
+//! `RuntimeError` too, never unwound into Python.
+
+mod images;
+mod zero_shot;
+
+use anyhow::{anyhow, Context};
+use images::{ImageError, ImageSource};
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use std::path::PathBuf;
+use vitrt_model::labels::Prediction;
+use vitrt_model::preprocess::{
+    normalization_table, normalize_into, ImageLimits, ImageLoader, PreprocessConfig,
+};
+use vitrt_model::{ModelError, Output, OutputSet, Runner, VisionModel};
+use vitrt_runtime::backend::{self, Device};
+use vitrt_runtime::passes::Fusion;
+use vitrt_runtime::{Backend, DType, HostTensor};
+use vitrt_weights::{resolve_model, ResolveOptions};
+
+/// Why a call failed, and which Python exception says so.
+#[derive(Debug)]
+enum Failure {
+    /// Bad input or usage: `ValueError`.
+    Value(anyhow::Error),
+    /// The device or the runtime failed: `RuntimeError`.
+    Runtime(anyhow::Error),
+}
+
+type Result<T> = std::result::Result<T, Failure>;
+
+impl From<Failure> for PyErr {
+    fn from(failure: Failure) -> PyErr {
+        // `{:#}`: the whole chain of causes on one line, as the CLI prints it.
+        match failure {
+            Failure::Value(e) => PyValueError::new_err(format!("{e:#}")),
+            Failure::Runtime(e) => PyRuntimeError::new_err(format!("{e:#}")),
+        }
+    }
+}
+
+/// Files an error under the exception it becomes.
+trait FailAs<T> {
+    fn or_value(self) -> Result<T>;
+    fn or_runtime(self) -> Result<T>;
+}
+
+impl<T, E: Into<anyhow::Error>> FailAs<T> for std::result::Result<T, E> {
+    fn or_value(self) -> Result<T> {
+        self.map_err(|e| Failure::Value(e.into()))
+    }
+    fn or_runtime(self) -> Result<T> {
+        self.map_err(|e| Failure::Runtime(e.into()))
+    }
+}
+
+/// A model error: its usage errors are the caller's (`ValueError`), the rest the runtime's.
+fn model_failure(error: ModelError) -> Failure {
+    match error {
+        ModelError::Usage(_) => Failure::Value(error.into()),
+        _ => Failure::Runtime(error.into()),
+    }
+}
+
+/// Moves a value that is not `Send` (the runner holds the backend, which is not) into
+/// `Python::allow_threads`, which runs its closure at once on the calling thread with the
+/// GIL released: the value never changes threads.
+///
+/// It only carries a `Model`'s own state (or a closure or result holding it), reached
+/// through [`Pinned`], which says when that state may change threads; here it does not.
+struct SameThread<T>(T);
+
+// SAFETY: see the type's comment: the value is used on the thread it came from, only while
+// `allow_threads` runs the closure synchronously there.
+unsafe impl<T> Send for SameThread<T> {}
+
+impl<T> SameThread<T> {
+    /// The value; a method, so that a closure captures the whole wrapper and not its field.
+    fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+/// A model's engine, with the thread that created it when it must stay there.
+///
+/// The runner's backend is a `Box<dyn Backend>`, not `Send` as a type. Of what a backend
+/// holds, only CUDA graphs are not `Send` (cudarc's graph handles are raw pointers): the CPU
+/// backend, the models and the executors are, and cudarc binds its CUDA context to the
+/// calling thread on every call. So an engine that never captures CUDA graphs (on the CPU,
+/// or on CUDA with `cuda_graphs=False`) may move between threads, one call at a time (PyO3's
+/// borrow flag keeps `&mut` exclusive: a second thread calling meanwhile gets a
+/// `RuntimeError` from PyO3). One that replays graphs is pinned to its creator's thread:
+/// another thread gets a `RuntimeError` saying what to do, and one dropping it leaks it, as
+/// PyO3 does with objects it cannot drop.
+struct Pinned {
+    owner: std::thread::ThreadId,
+    /// Whether the engine may be used from any thread (it never captures CUDA graphs).
+    movable: bool,
+    engine: std::mem::ManuallyDrop<Engine>,
+}
+
+// SAFETY: see the type's comment: a movable engine holds only what may change threads; a
+// pinned one is only reached on its owner's thread (`get` checks, `Drop` leaks it elsewhere).
+unsafe impl Send for Pinned {}
+unsafe impl Sync for Pinned {}
+
+impl Pinned {
+    fn new(engine: Engine, movable: bool) -> Pinned {
+        Pinned {
+            owner: std::thread::current().id(),
+            movable,
+            engine: std::mem::ManuallyDrop::new(engine),
+        }
+    }
+
+    fn on_owner_thread(&self) -> bool {
+        std::thread::current().id() == self.owner
+    }
+
+    fn get(&mut self) -> Result<&mut Engine> {
+        if !self.movable && !self.on_owner_thread() {
+            return Err(Failure::Runtime(anyhow!(
+                "this vitrt.Model replays CUDA graphs, which stay on the thread that created \
+                 it: create the Model on the thread that uses it, or pass cuda_graphs=False \
+                 to use it from any thread (one call at a time)"
+            )));
+        }
+        Ok(&mut self.engine)
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if self.movable || self.on_owner_thread() {
+            // SAFETY: dropped once, here, and never used after.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.engine) }
+        }
+    }
+}
+
+/// Runs `work` with the GIL released, turning a panic into a `RuntimeError`.
+fn without_gil<T, F>(py: Python<'_>, work: F) -> Result<T>
+where
+    F: FnOnce() -> Result<T>,
+{
+    let work = SameThread(work);
+    let outcome = py.allow_threads(move || {
+        let work = work.into_inner();
+        SameThread(std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)))
+    });
+    match outcome.into_inner() {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".to_string());
+            Err(Failure::Runtime(anyhow!(
+                "vitrt failed inside (a bug, please report it): {message}"
+            )))
+        }
+    }
+}
+
+/// The device and dtype asked for, or without a device the first CUDA GPU that opens (f16
+/// unless `dtype` says otherwise), else the CPU (f32): the CLI's choice.
+fn open_backend(device: Option<&str>, dtype: Option<DType>) -> Result<(Box<dyn Backend>, Device)> {
+    if let Some(device) = device {
+        let device = Device::parse(device).or_value()?;
+        let dtype = dtype.unwrap_or(match device {
+            Device::Cpu => DType::F32,
+            Device::Cuda(_) => DType::F16,
+        });
+        let backend = backend::open(device, dtype).or_runtime()?;
+        return Ok((backend, device));
+    }
+    match backend::open(Device::Cuda(0), dtype.unwrap_or(DType::F16)) {
+        Ok(backend) => Ok((backend, Device::Cuda(0))),
+        Err(_) => {
+            let backend = backend::open(Device::Cpu, dtype.unwrap_or(DType::F32)).or_runtime()?;
+            Ok((backend, Device::Cpu))
+        }
+    }
+}
+
+fn device_name(device: Device) -> String {
+    match device {
+        Device::Cpu => "cpu".to_string(),
+        Device::Cuda(ordinal) => format!("cuda:{ordinal}"),
+    }
+}
+
+/// What `embed` pools each image into, as `vitrt embed --pool` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pool {
+    /// CLIP's projected `pooler_output`, SigLIP's attention-pooling head (`image_embeds`).
+    Projected,
+    /// transformers' `pooler_output`.
+    Pooler,
+    /// Token 0 of `last_hidden_state`.
+    Cls,
+    /// The mean of the patch tokens of `last_hidden_state`.
+    Mean,
+}
+
+impl Pool {
+    /// In the default's order of preference (the CLI's).
+    const ALL: [Pool; 4] = [Pool::Projected, Pool::Pooler, Pool::Cls, Pool::Mean];
+
+    fn name(self) -> &'static str {
+        match self {
+            Pool::Projected => "projected",
+            Pool::Pooler => "pooler",
+            Pool::Cls => "cls",
+            Pool::Mean => "mean",
+        }
+    }
+
+    fn output(self) -> Output {
+        match self {
+            Pool::Projected => Output::ImageEmbeds,
+            Pool::Pooler => Output::PoolerOutput,
+            Pool::Cls => Output::ClassToken,
+            Pool::Mean => Output::PatchMean,
+        }
+    }
+
+    /// The pool named `asked`, if the checkpoint has it, else the first of [`Pool::ALL`] it
+    /// has.
+    fn choose(asked: Option<&str>, model: &VisionModel, name: &str) -> Result<Pool> {
+        let available = model.available_outputs();
+        let has: Vec<Pool> = Pool::ALL
+            .into_iter()
+            .filter(|p| available.contains(p.output()))
+            .collect();
+        let names = || {
+            has.iter()
+                .map(|p| format!("{:?}", p.name()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let Some(asked) = asked else {
+            return has.first().copied().ok_or_else(|| {
+                Failure::Value(anyhow!("the checkpoint has no vector to embed images as"))
+            });
+        };
+        let Some(pool) = Pool::ALL.into_iter().find(|p| p.name() == asked) else {
+            return Err(Failure::Value(anyhow!(
+                "pool={asked:?} is not a pool: use \"projected\", \"pooler\", \"cls\" or \"mean\""
+            )));
+        };
+        if has.contains(&pool) {
+            return Ok(pool);
+        }
+        Err(Failure::Value(anyhow!(
+            "pool={:?}: {name} (a {} checkpoint) has no {}; it has pool={}",
+            pool.name(),
+            model.config.family.name(),
+            pool.output().name(),
+            names()
+        )))
+    }
+}
+
+/// Everything a `Model` runs with; moved into `without_gil` as a whole.
+struct Engine {
+    runner: Runner,
+    /// The checkpoint's folder (its preprocessor and text tower files).
+    dir: PathBuf,
+    device: Device,
+    /// The preprocessing of the checkpoint (or HF's default for its size).
+    preprocess: PreprocessConfig,
+    /// One per decoding thread: its buffers and filter taps, reused batch after batch.
+    loaders: Vec<ImageLoader>,
+    /// Byte value to model input, per channel (`normalization_table`).
+    table: Vec<f32>,
+    /// The label set (labels, templates) the runner scores zero-shot against now.
+    zero_shot: Option<(Vec<String>, Vec<String>)>,
+}
+
+impl Engine {
+    /// Resolves and loads the checkpoint, and opens the backend (the CLI's rules).
+    fn open(
+        name: &str,
+        options: &ResolveOptions,
+        device: Option<&str>,
+        dtype: Option<DType>,
+        workers: Option<usize>,
+        cuda_graphs: bool,
+    ) -> Result<Engine> {
+        let files = resolve_model(name, options).or_value()?;
+        let mut model = VisionModel::load(&files.dir)
+            .with_context(|| format!("loading model {name}"))
+            .or_value()?;
+        let channels = model.config.num_channels;
+        let preprocess = match PreprocessConfig::of_checkpoint(&files.dir, channels).or_value()? {
+            Some(config) => config,
+            None => {
+                let (height, width) = model.input_size();
+                PreprocessConfig::hf_default_sized(height, width, channels)
+            }
+        };
+        // The model runs on what its preprocessing makes (DINOv2's position tables are for
+        // 518 pixels and its processor crops 224).
+        let size = preprocess.output_size();
+        if size != model.input_size() {
+            model = model
+                .with_input_size(size)
+                .with_context(|| {
+                    format!(
+                        "the {}x{} images preprocessor_config.json makes",
+                        size.0, size.1
+                    )
+                })
+                .or_value()?;
+        }
+        let (backend, device) = open_backend(device, dtype)?;
+        let runner = Runner::new(model, backend, Fusion::ALL).with_graph_replay(cuda_graphs);
+        // The CLI's choice: on a GPU every core decodes; on the CPU the forward pass needs
+        // cores too, and decoding on half of them costs it nothing.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = workers.unwrap_or(match device {
+            Device::Cpu => (cores / 2).max(1),
+            Device::Cuda(_) => cores,
+        });
+        let loaders = (0..workers)
+            .map(|_| ImageLoader::new(&preprocess, ImageLimits::default()))
+            .collect();
+        let table = normalization_table(&preprocess);
+        Ok(Engine {
+            runner,
+            dir: files.dir,
+            device,
+            preprocess,
+            loaders,
+            table,
+            zero_shot: None,
+        })
+    }
+
+    /// Sets the runner up for images as the preprocessing makes them, producing `outputs`.
+    fn prepare_for_images(&mut self, outputs: OutputSet) -> Result<()> {
+        self.runner
+            .set_input_size(self.preprocess.output_size())
+            .map_err(model_failure)?;
+        self.runner.set_outputs(outputs);
+        Ok(())
+    }
+
+    /// Decodes and preprocesses `images` (the first being `images[first]` of the call), a
+    /// run of consecutive images on each loader's thread, and runs them as one batch. The
+    /// error of the first image that fails is the one raised.
+    fn run_images(&mut self, images: &[ImageSource], first: usize) -> Result<Vec<HostTensor>> {
+        let image_bytes = self.loaders[0].output_bytes();
+        let channels = self.preprocess.num_channels();
+        let table = &self.table;
+        let mut pixels = vec![0f32; images.len() * image_bytes];
+        let per_thread = images.len().div_ceil(self.loaders.len()).max(1);
+        let decoded: Vec<std::result::Result<(), ImageError>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = self
+                .loaders
+                .iter_mut()
+                .zip(images.chunks(per_thread))
+                .zip(pixels.chunks_mut(per_thread * image_bytes))
+                .enumerate()
+                .map(|(t, ((loader, images), pixels))| {
+                    scope.spawn(move || {
+                        let mut hwc = vec![0u8; image_bytes];
+                        let outputs = pixels.chunks_mut(image_bytes);
+                        for (k, (image, out)) in images.iter().zip(outputs).enumerate() {
+                            image.load_into(loader, first + t * per_thread + k, &mut hwc)?;
+                            normalize_into(&hwc, channels, table, out);
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                // A decoding thread's panic goes on to `without_gil`, which reports it.
+                .map(|thread| {
+                    thread
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                })
+                .collect()
+        });
+        decoded
+            .into_iter()
+            .collect::<std::result::Result<(), _>>()
+            .or_value()?;
+        self.runner
+            .run(&pixels, images.len(), false)
+            .map_err(model_failure)
+    }
+}
+
+/// The tensor named `name` of a batch's outputs, checked to be [count, width].
+fn output_rows(outputs: Vec<HostTensor>, name: &str, count: usize) -> Result<(usize, Vec<f32>)> {
+    let tensor = outputs
+        .into_iter()
+        .find(|t| t.name == name)
+        .ok_or_else(|| Failure::Runtime(anyhow!("the model produced no {name}")))?;
+    match tensor.shape[..] {
+        [rows, width] if rows == count => Ok((width, tensor.data)),
+        _ => Err(Failure::Runtime(anyhow!(
+            "the model's {name} has shape {:?}, not [{count}, width]",
+            tensor.shape
+        ))),
+    }
+}
+
+/// The `k` highest scores of a row of probabilities, ties broken by the lower index.
+fn top_probabilities(row: &[f32], k: usize, labels: &[String]) -> Vec<Prediction> {
+    let mut order: Vec<usize> = (0..row.len()).collect();
+    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+    order
+        .into_iter()
+        .take(k)
+        .map(|index| Prediction {
+            index,
+            label: labels[index].clone(),
+            probability: row[index],
+        })
+        .collect()
+}
+
+/// Each image's predictions as a list of `{"index", "label", "probability"}` dicts.
+fn predictions_to_python<'py>(
+    py: Python<'py>,
+    per_image: &[Vec<Prediction>],
+) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    for predictions in per_image {
+        let row = PyList::empty(py);
+        for p in predictions {
+            let dict = PyDict::new(py);
+            dict.set_item("index", p.index)?;
+            dict.set_item("label", &p.label)?;
+            dict.set_item("probability", p.probability)?;
+            row.append(dict)?;
+        }
+        out.append(row)?;
+    }
+    Ok(out)
+}
+
+fn check_top_k(top_k: usize) -> Result<()> {
+    if top_k == 0 {
+        return Err(Failure::Value(anyhow!("top_k must be at least 1")));
+    }
+    Ok(())
+}
+
+/// A Vision Transformer checkpoint loaded on a device.
+///
+/// `Model(model, device=None, dtype=None, offline=False, revision=None, batch_size=None,
+/// workers=None, cuda_graphs=True)`:
+/// `model` is a local folder (config.json and safetensors) or a Hugging Face hub id (from the
+/// local cache only with `offline=True` or `HF_HUB_OFFLINE=1`); `device` is "cpu", "cuda" or
+/// "cuda:N", by default the first CUDA GPU that opens, else the CPU; `dtype` is "f32", "f16"
+/// or "bf16", by default f16 on a GPU and f32 on the CPU; images go through the model
+/// `batch_size` at a time (default 64 on a GPU, 8 on the CPU), decoded by `workers` threads
+/// (default: every core on a GPU, half of them on the CPU, as the CLI's `--workers`).
+/// `cuda_graphs` replays each forward pass on CUDA as one captured graph, as the CLI does.
+///
+/// A Model may be used from any thread, one call at a time, except on CUDA with
+/// `cuda_graphs=True`: its graphs stay on the thread that created it (another thread gets a
+/// RuntimeError); pass `cuda_graphs=False` to use it from other threads (Ray Data's actors
+/// call from another thread than the one that created them).
+#[pyclass(module = "vitrt", name = "Model")]
+struct Model {
+    engine: Pinned,
+    device: Device,
+    dtype: DType,
+    image_size: (usize, usize),
+    name: String,
+    batch_size: usize,
+}
+
+impl Model {
+    /// Runs `images` through the model in batches producing `outputs`, handing each batch's
+    /// outputs to `each_batch` with the index of its first image and its image count.
+    fn run_batches(
+        &mut self,
+        py: Python<'_>,
+        images: &Bound<'_, PyAny>,
+        outputs: OutputSet,
+        mut each_batch: impl FnMut(usize, usize, Vec<HostTensor>) -> Result<()>,
+    ) -> PyResult<()> {
+        let images = images::collect(images)?;
+        let batch_size = self.batch_size;
+        let engine = self.engine.get()?;
+        engine.prepare_for_images(outputs)?;
+        let preprocess = &engine.preprocess;
+        let convert_rgb = preprocess.do_convert_rgb() && preprocess.num_channels() == 3;
+        for (chunk_index, chunk) in images.chunks(batch_size).enumerate() {
+            let first = chunk_index * batch_size;
+            let sources = chunk
+                .iter()
+                .enumerate()
+                .map(|(k, image)| ImageSource::of(py, image, first + k, convert_rgb))
+                .collect::<PyResult<Vec<_>>>()?;
+            let pinned = SameThread(&mut *engine);
+            let outputs = without_gil(py, move || pinned.into_inner().run_images(&sources, first))?;
+            each_batch(first, chunk.len(), outputs)?;
+        }
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl Model {
+    #[new]
+    // One argument per keyword of the Python constructor.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (model, device=None, dtype=None, offline=false, revision=None, batch_size=None, workers=None, cuda_graphs=true))]
+    fn new(
+        py: Python<'_>,
+        model: PathBuf,
+        device: Option<String>,
+        dtype: Option<String>,
+        offline: bool,
+        revision: Option<String>,
+        batch_size: Option<usize>,
+        workers: Option<usize>,
+        cuda_graphs: bool,
+    ) -> PyResult<Model> {
+        let name = model.to_string_lossy().into_owned();
+        let dtype = match dtype {
+            Some(s) => Some(DType::parse(&s).ok_or_else(|| {
+                PyValueError::new_err(format!("unknown dtype \"{s}\" (use f32, f16 or bf16)"))
+            })?),
+            None => None,
+        };
+        if batch_size == Some(0) {
+            return Err(PyValueError::new_err("batch_size must be at least 1"));
+        }
+        if workers == Some(0) {
+            return Err(PyValueError::new_err("workers must be at least 1"));
+        }
+        let options = ResolveOptions { revision, offline };
+        let engine = without_gil(py, || {
+            Engine::open(
+                &name,
+                &options,
+                device.as_deref(),
+                dtype,
+                workers,
+                cuda_graphs,
+            )
+            .map(SameThread)
+        })?
+        .into_inner();
+        let batch_size = batch_size.unwrap_or(match engine.device {
+            Device::Cpu => 8,
+            Device::Cuda(_) => 64,
+        });
+        // Graphs are only captured on CUDA (the CPU backend runs op by op).
+        let movable = engine.device == Device::Cpu || !cuda_graphs;
+        Ok(Model {
+            device: engine.device,
+            dtype: engine.runner.backend().dtype(),
+            image_size: engine.preprocess.output_size(),
+            engine: Pinned::new(engine, movable),
+            name,
+            batch_size,
+        })
+    }
+
+    /// The device the model runs on: "cpu" or "cuda:N".
+    #[getter]
+    fn device(&self) -> String {
+        device_name(self.device)
+    }
+
+    /// The storage type of weights and activations: "f32", "f16" or "bf16".
+    #[getter]
+    fn dtype(&self) -> String {
+        self.dtype.to_string()
+    }
+
+    /// How many images go through the model at a time.
+    #[getter]
+    fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+
+    /// (height, width) of the images the model's preprocessing makes.
+    #[getter]
+    fn image_size(&self) -> (usize, usize) {
+        self.image_size
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "vitrt.Model({:?}, device={:?}, dtype={:?}, batch_size={})",
+            self.name,
+            self.device(),
+            self.dtype(),
+            self.batch_size
+        )
+    }
+
+    /// The `top_k` most probable classes of each image (softmax over the logits), as a list
+    /// per image of `{"index", "label", "probability"}` dicts. Images are paths, PIL images
+    /// or uint8 numpy arrays [H, W, 3] or [H, W] (a uint8 array [N, H, W, C] is N images).
+    #[pyo3(signature = (images, top_k=5))]
+    fn classify<'py>(
+        &mut self,
+        py: Python<'py>,
+        images: &Bound<'py, PyAny>,
+        top_k: usize,
+    ) -> PyResult<Bound<'py, PyList>> {
+        check_top_k(top_k)?;
+        let model = &self.engine.get()?.runner.model;
+        if model.num_labels().is_none() {
+            return Err(PyValueError::new_err(format!(
+                "{} is a {} checkpoint without a classification head: use embed(), or \
+                 zero_shot() for a CLIP or SigLIP checkpoint with both towers",
+                self.name,
+                model.config.family.name()
+            )));
+        }
+        let config = model.config.clone();
+        let mut per_image = Vec::new();
+        self.run_batches(
+            py,
+            images,
+            OutputSet::of(&[Output::Logits]),
+            |_, count, outputs| {
+                let (width, logits) = output_rows(outputs, Output::Logits.name(), count)?;
+                per_image.extend(
+                    logits
+                        .chunks(width)
+                        .map(|row| vitrt_model::labels::top_k(row, top_k, &config)),
+                );
+                Ok(())
+            },
+        )?;
+        predictions_to_python(py, &per_image)
+    }
+
+    /// One embedding per image: a float32 array [N, D]. `pool` is "projected" (CLIP's and
+    /// SigLIP's image embeddings), "pooler", "cls" or "mean"; by default the first of these
+    /// the checkpoint has. `normalize=True` scales each row to unit length.
+    #[pyo3(signature = (images, pool=None, normalize=false))]
+    fn embed<'py>(
+        &mut self,
+        py: Python<'py>,
+        images: &Bound<'py, PyAny>,
+        pool: Option<&str>,
+        normalize: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let model = &self.engine.get()?.runner.model;
+        let pool = Pool::choose(pool, model, &self.name)?;
+        let mut dim = match pool {
+            Pool::Projected => model
+                .image_embeds_width()
+                .unwrap_or(model.config.hidden_size),
+            _ => model.config.hidden_size,
+        };
+        let name = pool.output().name();
+        let mut rows: Vec<f32> = Vec::new();
+        let mut count = 0;
+        self.run_batches(
+            py,
+            images,
+            OutputSet::of(&[pool.output()]),
+            |first, batch, outputs| {
+                let (width, mut values) = output_rows(outputs, name, batch)?;
+                dim = width;
+                for (k, row) in values.chunks_mut(width).enumerate() {
+                    if let Some(bad) = row.iter().find(|v| !v.is_finite()) {
+                        return Err(Failure::Runtime(anyhow!(
+                            "images[{}]: the model gave a non-finite value ({bad}) in its {name}",
+                            first + k
+                        )));
+                    }
+                    if normalize {
+                        normalize_row(row);
+                    }
+                }
+                rows.extend_from_slice(&values);
+                count += batch;
+                Ok(())
+            },
+        )?;
+        Ok(PyArray1::from_vec(py, rows)
+            .reshape([count, dim])?
+            .into_any())
+    }
+
+    /// Scores images against text labels with a CLIP or SigLIP checkpoint holding both
+    /// towers: each label is put into each template at its `{}` (default "This is a photo of
+    /// {}.") and encoded by the text tower, the templates of a label averaged. Returns the
+    /// `top_k` labels of each image as `classify` does; the probabilities are CLIP's softmax
+    /// over the labels, or SigLIP's sigmoid of each.
+    #[pyo3(signature = (images, labels, templates=None, top_k=5))]
+    fn zero_shot<'py>(
+        &mut self,
+        py: Python<'py>,
+        images: &Bound<'py, PyAny>,
+        labels: Vec<String>,
+        templates: Option<Vec<String>>,
+        top_k: usize,
+    ) -> PyResult<Bound<'py, PyList>> {
+        check_top_k(top_k)?;
+        let labels = zero_shot::check_labels(labels)?;
+        let templates = zero_shot::check_templates(templates)?;
+        let asked = (labels.clone(), templates);
+        let engine = self.engine.get()?;
+        if engine.zero_shot.as_ref() != Some(&asked) {
+            let pinned = SameThread(&mut *engine);
+            let name = &self.name;
+            let (labels, templates) = (&asked.0, &asked.1);
+            without_gil(py, move || {
+                zero_shot::set_labels(pinned.into_inner(), name, labels, templates)
+            })?;
+            engine.zero_shot = Some(asked);
+        }
+        let mut per_image = Vec::new();
+        self.run_batches(
+            py,
+            images,
+            OutputSet::of(&[Output::ZeroShotProbs]),
+            |_, count, outputs| {
+                let (width, probs) = output_rows(outputs, Output::ZeroShotProbs.name(), count)?;
+                per_image.extend(
+                    probs
+                        .chunks(width)
+                        .map(|row| top_probabilities(row, top_k, &labels)),
+                );
+                Ok(())
+            },
+        )?;
+        predictions_to_python(py, &per_image)
+    }
+
+    /// Runs `pixel_values`, a float32 numpy array [B, C, H, W] already preprocessed, through
+    /// the model; returns its outputs as `vitrt infer` writes them: a dict of name to float32
+    /// array (`logits`, or `last_hidden_state` and what the family pools from it). Images of
+    /// another height and width than the preprocessing's run with the position embeddings
+    /// resampled.
+    fn forward<'py>(
+        &mut self,
+        py: Python<'py>,
+        pixel_values: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let array: PyReadonlyArrayDyn<'py, f32> = pixel_values.extract().map_err(|_| {
+            let what = pixel_values
+                .getattr("dtype")
+                .map(|d| format!("an array of dtype {d}"))
+                .unwrap_or_else(|_| {
+                    pixel_values
+                        .get_type()
+                        .name()
+                        .map_or("something else".to_string(), |n| format!("a {n}"))
+                });
+            PyValueError::new_err(format!(
+                "pixel_values must be a float32 numpy array [B, C, H, W]; got {what}"
+            ))
+        })?;
+        let shape = array.shape().to_vec();
+        let pixels = images::standard_order(&array.as_array());
+        drop(array);
+        let engine = SameThread(self.engine.get()?);
+        let outputs = without_gil(py, move || {
+            forward_pixels(&mut engine.into_inner().runner, &shape, &pixels)
+        })?;
+        let dict = PyDict::new(py);
+        for tensor in outputs {
+            let array = PyArray1::from_vec(py, tensor.data).reshape(tensor.shape)?;
+            dict.set_item(tensor.name, array)?;
+        }
+        Ok(dict)
+    }
+}
+
+/// `forward`'s work: checks `pixels` of `shape` against the model (taking their height and
+/// width, as `vitrt infer` does) and runs them, producing the model's outputs.
+fn forward_pixels(runner: &mut Runner, shape: &[usize], pixels: &[f32]) -> Result<Vec<HostTensor>> {
+    if let [_, _, height, width] = shape[..] {
+        if height > 0 && width > 0 && (height, width) != runner.model.input_size() {
+            runner
+                .set_input_size((height, width))
+                .with_context(|| format!("pixel_values of {height}x{width}"))
+                .or_value()?;
+        }
+    }
+    let want = runner.input_shape(shape.first().copied().unwrap_or(0));
+    if shape.len() != 4 || shape[0] == 0 || shape[1..] != want[1..] {
+        return Err(Failure::Value(anyhow!(
+            "pixel_values has shape {shape:?}; this model takes [B, {}, {}, {}]",
+            want[1],
+            want[2],
+            want[3]
+        )));
+    }
+    if let Some(at) = pixels.iter().position(|v| !v.is_finite()) {
+        let (c, h, w) = (shape[1], shape[2], shape[3]);
+        let index = [at / (c * h * w), at / (h * w) % c, at / w % h, at % w];
+        return Err(Failure::Value(anyhow!(
+            "pixel_values{index:?} (as [b, c, y, x]) is {}; the model takes finite values only",
+            pixels[at]
+        )));
+    }
+    let outputs = runner.model.model_outputs();
+    runner.set_outputs(outputs);
+    runner.run(pixels, shape[0], false).map_err(model_failure)
+}
+
+/// Scales `row` to unit L2 norm (summed in f64, as `vitrt embed --normalize`); a zero vector
+/// stays zero.
+fn normalize_row(row: &mut [f32]) {
+    let norm = row
+        .iter()
+        .map(|&v| f64::from(v) * f64::from(v))
+        .sum::<f64>()
+        .sqrt();
+    if norm > 0.0 {
+        for v in row {
+            *v = (f64::from(*v) / norm) as f32;
+        }
+    }
+}
+
+/// Vision Transformer inference: classify, embed, zero-shot label images, or run raw
+/// pixel_values, on a CUDA GPU or the CPU.
+#[pymodule]
+fn vitrt(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<Model>()?;
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,148 @@
+//! `Model.zero_shot`'s labels: checked as `vitrt zero-shot` checks them, put into the
+//! templates, encoded once by the text tower (the templates of a label averaged, CLIP's
+//! prompt ensembling) and set on the vision graph as the scores' other side.
+
+use crate::{model_failure, Engine, FailAs, Failure, Result};
+use anyhow::{anyhow, Context};
+use vitrt_model::text::{TextEncoder, TextModel, TextTokenizer};
+use vitrt_model::ZeroShotLabels;
+use vitrt_runtime::backend;
+use vitrt_runtime::passes::Fusion;
+
+/// transformers' zero-shot image classification pipeline's template.
+const DEFAULT_TEMPLATE: &str = "This is a photo of {}.";
+
+/// The labels, trimmed; an error for none, an empty one, or one named twice.
+pub fn check_labels(labels: Vec<String>) -> Result<Vec<String>> {
+    if labels.is_empty() {
+        return Err(Failure::Value(anyhow!(
+            "the label list is empty: zero-shot needs at least one label"
+        )));
+    }
+    let labels: Vec<String> = labels.iter().map(|l| l.trim().to_string()).collect();
+    for (i, label) in labels.iter().enumerate() {
+        if label.is_empty() {
+            return Err(Failure::Value(anyhow!("label {i} is empty")));
+        }
+        if labels[..i].contains(label) {
+            return Err(Failure::Value(anyhow!("label {label:?} is named twice")));
+        }
+    }
+    Ok(labels)
+}
+
+/// The templates asked for (default: transformers' pipeline's), each holding exactly one
+/// `{}`, where the label goes.
+pub fn check_templates(templates: Option<Vec<String>>) -> Result<Vec<String>> {
+    let templates = match templates {
+        Some(templates) if templates.is_empty() => {
+            return Err(Failure::Value(anyhow!(
+                "templates is an empty list: give at least one, or None for the default"
+            )))
+        }
+        Some(templates) => templates,
+        None => vec![DEFAULT_TEMPLATE.to_string()],
+    };
+    for template in &templates {
+        match template.matches("{}").count() {
+            1 => {}
+            0 => {
+                return Err(Failure::Value(anyhow!(
+                    "template {template:?} has no {{}} to put the label in"
+                )))
+            }
+            n => {
+                return Err(Failure::Value(anyhow!(
+                    "template {template:?} has {n} {{}}; it takes one label"
+                )))
+            }
+        }
+    }
+    Ok(templates)
+}
+
+/// Encodes `labels` x `templates` with the checkpoint's text tower, on a backend of its own
+/// on the vision runner's device and dtype, and sets the averaged embeddings on the runner.
+pub fn set_labels(
+    engine: &mut Engine,
+    name: &str,
+    labels: &[String],
+    templates: &[String],
+) -> Result<()> {
+    let runner = &mut engine.runner;
+    let Some(width) = runner.model.image_embeds_width() else {
+        return Err(Failure::Value(anyhow!(
+            "{name} is a {} checkpoint without image embeddings; zero-shot labels need a CLIP \
+             or SigLIP checkpoint with both towers",
+            runner.model.config.family.name()
+        )));
+    };
+    let text = TextModel::load(&engine.dir)
+        .with_context(|| format!("loading the text tower of {name} (zero-shot labels need it)"))
+        .or_value()?;
+    let rule = text.score_rule().map_err(model_failure)?;
+    if text.embedding_size() != width {
+        return Err(Failure::Value(anyhow!(
+            "the text tower's embeddings have {} values and the vision tower's {width}: not \
+             one checkpoint's towers",
+            text.embedding_size()
+        )));
+    }
+    let tokenizer = TextTokenizer::from_checkpoint(&engine.dir, text.context(), text.config.family)
+        .or_value()?;
+    let texts: Vec<String> = labels
+        .iter()
+        .flat_map(|label| templates.iter().map(move |t| t.replacen("{}", label, 1)))
+        .collect();
+    let tokens = tokenizer.encode(&texts).map_err(model_failure)?;
+    let dtype = runner.backend().dtype();
+    let text_backend = backend::open(engine.device, dtype).or_runtime()?;
+    let mut encoder =
+        TextEncoder::new(text, text_backend, Fusion::ALL).with_precision(runner.precision());
+    let embeds = encoder
+        .embed(&tokens.ids, texts.len(), true)
+        .map_err(model_failure)?;
+    drop(encoder);
+    let text_embeds = average_templates(&embeds, labels.len(), templates.len(), width)?;
+    runner
+        .set_zero_shot(ZeroShotLabels {
+            text_embeds,
+            labels: labels.len(),
+            rule,
+        })
+        .map_err(model_failure)
+}
+
+/// Each label's text embedding: the mean of its templates' unit embeddings, scaled back to
+/// unit length, summed in f64 (as `vitrt zero-shot`). `embeds` holds the rows label by
+/// label, each label's templates in order.
+fn average_templates(
+    embeds: &[f32],
+    labels: usize,
+    templates: usize,
+    width: usize,
+) -> Result<Vec<f32>> {
+    if embeds.len() != labels * templates * width {
+        return Err(Failure::Runtime(anyhow!(
+            "the text tower gave {} values for {labels} labels x {templates} templates of {width}",
+            embeds.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(labels * width);
+    for (label, rows) in embeds.chunks(templates * width).enumerate() {
+        let mut mean = vec![0.0f64; width];
+        for row in rows.chunks(width) {
+            for (m, &v) in mean.iter_mut().zip(row) {
+                *m += f64::from(v);
+            }
+        }
+        let norm = mean.iter().map(|v| v * v).sum::<f64>().sqrt();
+        if !norm.is_finite() || norm == 0.0 {
+            return Err(Failure::Runtime(anyhow!(
+                "the text embedding of label {label} is not finite or zero"
+            )));
+        }
+        out.extend(mean.iter().map(|v| (v / norm) as f32));
+    }
+    Ok(out)
+}

@@ -1,0 +1,51 @@
+# Type stubs for the vitrt extension module (maturin puts them into the wheel).
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple, TypedDict, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+class Prediction(TypedDict):
+    index: int
+    label: str
+    probability: float
+
+# A path, a file's contents, a PIL image, or uint8 pixels [H, W, 3] or [H, W].
+Image = Union[str, os.PathLike, bytes, npt.NDArray[np.uint8], Any]
+# A sequence of images, a uint8 array [N, H, W, C], or a 1-D numpy array of objects.
+Images = Union[Sequence[Image], npt.NDArray[Any]]
+
+class Model:
+    def __init__(
+        self,
+        model: Union[str, os.PathLike],
+        device: Optional[str] = None,
+        dtype: Optional[str] = None,
+        offline: bool = False,
+        revision: Optional[str] = None,
+        batch_size: Optional[int] = None,
+        workers: Optional[int] = None,
+        cuda_graphs: bool = True,
+    ) -> None: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def image_size(self) -> Tuple[int, int]: ...
+    def classify(self, images: Images, top_k: int = 5) -> List[List[Prediction]]: ...
+    def embed(
+        self, images: Images, pool: Optional[str] = None, normalize: bool = False
+    ) -> npt.NDArray[np.float32]: ...
+    def zero_shot(
+        self,
+        images: Images,
+        labels: Sequence[str],
+        templates: Optional[Sequence[str]] = None,
+        top_k: int = 5,
+    ) -> List[List[Prediction]]: ...
+    def forward(self, pixel_values: npt.NDArray[np.float32]) -> Dict[str, npt.NDArray[np.float32]]: ...
