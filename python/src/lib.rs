@@ -8,13 +8,16 @@
 //! failures of the device or the runtime. A panic inside is caught and raised as a
 //! `RuntimeError` too, never unwound into Python.
 
+mod failure;
 mod images;
 mod zero_shot;
+
+use failure::{model_failure, FailAs, Failure, Result};
 
 use anyhow::{anyhow, Context};
 use images::{ImageError, ImageSource};
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::path::PathBuf;
@@ -22,55 +25,11 @@ use vitrt_model::labels::Prediction;
 use vitrt_model::preprocess::{
     normalization_table, normalize_into, ImageLimits, ImageLoader, PreprocessConfig,
 };
-use vitrt_model::{ModelError, Output, OutputSet, Runner, VisionModel};
+use vitrt_model::{Output, OutputSet, Runner, VisionModel};
 use vitrt_runtime::backend::{self, Device};
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::{Backend, DType, HostTensor};
 use vitrt_weights::{resolve_model, ResolveOptions};
-
-/// Why a call failed, and which Python exception says so.
-#[derive(Debug)]
-enum Failure {
-    /// Bad input or usage: `ValueError`.
-    Value(anyhow::Error),
-    /// The device or the runtime failed: `RuntimeError`.
-    Runtime(anyhow::Error),
-}
-
-type Result<T> = std::result::Result<T, Failure>;
-
-impl From<Failure> for PyErr {
-    fn from(failure: Failure) -> PyErr {
-        // `{:#}`: the whole chain of causes on one line, as the CLI prints it.
-        match failure {
-            Failure::Value(e) => PyValueError::new_err(format!("{e:#}")),
-            Failure::Runtime(e) => PyRuntimeError::new_err(format!("{e:#}")),
-        }
-    }
-}
-
-/// Files an error under the exception it becomes.
-trait FailAs<T> {
-    fn or_value(self) -> Result<T>;
-    fn or_runtime(self) -> Result<T>;
-}
-
-impl<T, E: Into<anyhow::Error>> FailAs<T> for std::result::Result<T, E> {
-    fn or_value(self) -> Result<T> {
-        self.map_err(|e| Failure::Value(e.into()))
-    }
-    fn or_runtime(self) -> Result<T> {
-        self.map_err(|e| Failure::Runtime(e.into()))
-    }
-}
-
-/// A model error: its usage errors are the caller's (`ValueError`), the rest the runtime's.
-fn model_failure(error: ModelError) -> Failure {
-    match error {
-        ModelError::Usage(_) => Failure::Value(error.into()),
-        _ => Failure::Runtime(error.into()),
-    }
-}
 
 /// Moves a value that is not `Send` (the runner holds the backend, which is not) into
 /// `Python::allow_threads`, which runs its closure at once on the calling thread with the
@@ -726,7 +685,9 @@ impl Model {
             let name = &self.name;
             let (labels, templates) = (&asked.0, &asked.1);
             without_gil(py, move || {
-                zero_shot::set_labels(pinned.into_inner(), name, labels, templates)
+                let engine = pinned.into_inner();
+                let (dir, device) = (engine.dir.as_path(), engine.device);
+                zero_shot::set_labels(&mut engine.runner, dir, device, name, labels, templates)
             })?;
             engine.zero_shot = Some(asked);
         }

@@ -2,11 +2,13 @@
 //! templates, encoded once by the text tower (the templates of a label averaged, CLIP's
 //! prompt ensembling) and set on the vision graph as the scores' other side.
 
-use crate::{model_failure, Engine, FailAs, Failure, Result};
+use crate::failure::{model_failure, FailAs, Failure, Result};
 use anyhow::{anyhow, Context};
+use std::path::Path;
 use vitrt_model::text::{TextEncoder, TextModel, TextTokenizer};
+use vitrt_model::Runner;
 use vitrt_model::ZeroShotLabels;
-use vitrt_runtime::backend;
+use vitrt_runtime::backend::{self, Device};
 use vitrt_runtime::passes::Fusion;
 
 /// transformers' zero-shot image classification pipeline's template.
@@ -64,12 +66,13 @@ pub fn check_templates(templates: Option<Vec<String>>) -> Result<Vec<String>> {
 /// Encodes `labels` x `templates` with the checkpoint's text tower, on a backend of its own
 /// on the vision runner's device and dtype, and sets the averaged embeddings on the runner.
 pub fn set_labels(
-    engine: &mut Engine,
+    runner: &mut Runner,
+    dir: &Path,
+    device: Device,
     name: &str,
     labels: &[String],
     templates: &[String],
 ) -> Result<()> {
-    let runner = &mut engine.runner;
     let Some(width) = runner.model.image_embeds_width() else {
         return Err(Failure::Value(anyhow!(
             "{name} is a {} checkpoint without image embeddings; zero-shot labels need a CLIP \
@@ -77,7 +80,7 @@ pub fn set_labels(
             runner.model.config.family.name()
         )));
     };
-    let text = TextModel::load(&engine.dir)
+    let text = TextModel::load(dir)
         .with_context(|| format!("loading the text tower of {name} (zero-shot labels need it)"))
         .or_value()?;
     let rule = text.score_rule().map_err(model_failure)?;
@@ -88,15 +91,15 @@ pub fn set_labels(
             text.embedding_size()
         )));
     }
-    let tokenizer = TextTokenizer::from_checkpoint(&engine.dir, text.context(), text.config.family)
-        .or_value()?;
+    let tokenizer =
+        TextTokenizer::from_checkpoint(dir, text.context(), text.config.family).or_value()?;
     let texts: Vec<String> = labels
         .iter()
         .flat_map(|label| templates.iter().map(move |t| t.replacen("{}", label, 1)))
         .collect();
     let tokens = tokenizer.encode(&texts).map_err(model_failure)?;
     let dtype = runner.backend().dtype();
-    let text_backend = backend::open(engine.device, dtype).or_runtime()?;
+    let text_backend = backend::open(device, dtype).or_runtime()?;
     let mut encoder =
         TextEncoder::new(text, text_backend, Fusion::ALL).with_precision(runner.precision());
     let embeds = encoder

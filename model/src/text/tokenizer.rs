@@ -17,7 +17,7 @@ use std::fmt;
 
 use super::config::TextFamily;
 use super::spiece::{siglip_text, siglip_tokenizer, SpieceModel};
-use crate::ModelError;
+use crate::error::ModelError;
 
 /// Token ids of a batch of texts, each padded to the same context length.
 #[derive(Clone, Debug, PartialEq, Eq)]
