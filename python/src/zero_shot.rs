@@ -5,14 +5,12 @@
 use crate::failure::{model_failure, FailAs, Failure, Result};
 use anyhow::{anyhow, Context};
 use std::path::Path;
+use vitrt_model::text::labels::{average_templates, check_template, DEFAULT_TEMPLATE};
 use vitrt_model::text::{TextEncoder, TextModel, TextTokenizer};
 use vitrt_model::Runner;
 use vitrt_model::ZeroShotLabels;
 use vitrt_runtime::backend::{self, Device};
 use vitrt_runtime::passes::Fusion;
-
-/// transformers' zero-shot image classification pipeline's template.
-const DEFAULT_TEMPLATE: &str = "This is a photo of {}.";
 
 /// The labels, trimmed; an error for none, an empty one, or one named twice.
 pub fn check_labels(labels: Vec<String>) -> Result<Vec<String>> {
@@ -46,19 +44,7 @@ pub fn check_templates(templates: Option<Vec<String>>) -> Result<Vec<String>> {
         None => vec![DEFAULT_TEMPLATE.to_string()],
     };
     for template in &templates {
-        match template.matches("{}").count() {
-            1 => {}
-            0 => {
-                return Err(Failure::Value(anyhow!(
-                    "template {template:?} has no {{}} to put the label in"
-                )))
-            }
-            n => {
-                return Err(Failure::Value(anyhow!(
-                    "template {template:?} has {n} {{}}; it takes one label"
-                )))
-            }
-        }
+        check_template(template).map_err(model_failure)?;
     }
     Ok(templates)
 }
@@ -106,7 +92,8 @@ pub fn set_labels(
         .embed(&tokens.ids, texts.len(), true)
         .map_err(model_failure)?;
     drop(encoder);
-    let text_embeds = average_templates(&embeds, labels.len(), templates.len(), width)?;
+    let text_embeds =
+        average_templates(&embeds, labels.len(), templates.len(), width).or_runtime()?;
     runner
         .set_zero_shot(ZeroShotLabels {
             text_embeds,
@@ -114,38 +101,4 @@ pub fn set_labels(
             rule,
         })
         .map_err(model_failure)
-}
-
-/// Each label's text embedding: the mean of its templates' unit embeddings, scaled back to
-/// unit length, summed in f64 (as `vitrt zero-shot`). `embeds` holds the rows label by
-/// label, each label's templates in order.
-fn average_templates(
-    embeds: &[f32],
-    labels: usize,
-    templates: usize,
-    width: usize,
-) -> Result<Vec<f32>> {
-    if embeds.len() != labels * templates * width {
-        return Err(Failure::Runtime(anyhow!(
-            "the text tower gave {} values for {labels} labels x {templates} templates of {width}",
-            embeds.len()
-        )));
-    }
-    let mut out = Vec::with_capacity(labels * width);
-    for (label, rows) in embeds.chunks(templates * width).enumerate() {
-        let mut mean = vec![0.0f64; width];
-        for row in rows.chunks(width) {
-            for (m, &v) in mean.iter_mut().zip(row) {
-                *m += f64::from(v);
-            }
-        }
-        let norm = mean.iter().map(|v| v * v).sum::<f64>().sqrt();
-        if !norm.is_finite() || norm == 0.0 {
-            return Err(Failure::Runtime(anyhow!(
-                "the text embedding of label {label} is not finite or zero"
-            )));
-        }
-        out.extend(mean.iter().map(|v| (v / norm) as f32));
-    }
-    Ok(out)
 }

@@ -3,6 +3,7 @@
 //! token ids into text embeddings, for zero-shot labels and `vitrt embed-text`.
 
 pub mod config;
+pub mod labels;
 mod spiece;
 mod tokenizer;
 pub mod tower;

@@ -1,0 +1,80 @@
+//! Zero-shot labels as text: the templates a label is put into, and each label's text
+//! embedding from its templates' (CLIP's prompt ensembling). Shared by `vitrt zero-shot` and
+//! the Python module's `Model.zero_shot`.
+
+use crate::error::ModelError;
+
+/// transformers' zero-shot image classification pipeline's template.
+pub const DEFAULT_TEMPLATE: &str = "This is a photo of {}.";
+
+/// A template must hold exactly one `{}`, where the label goes.
+pub fn check_template(template: &str) -> Result<(), ModelError> {
+    match template.matches("{}").count() {
+        1 => Ok(()),
+        0 => Err(ModelError::Usage(format!(
+            "template {template:?} has no {{}} to put the label in"
+        ))),
+        n => Err(ModelError::Usage(format!(
+            "template {template:?} has {n} {{}}; it takes one label"
+        ))),
+    }
+}
+
+/// Each label's text embedding: the mean of its templates' unit embeddings, scaled back to
+/// unit length, summed in f64 on the host (one pass over labels x templates x width values,
+/// once per label set). `embeds` holds the rows label by label, each label's templates in
+/// order.
+pub fn average_templates(
+    embeds: &[f32],
+    labels: usize,
+    templates: usize,
+    width: usize,
+) -> Result<Vec<f32>, ModelError> {
+    if embeds.len() != labels * templates * width {
+        return Err(ModelError::Usage(format!(
+            "the text tower gave {} values for {labels} labels x {templates} templates of {width}",
+            embeds.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(labels * width);
+    for (label, rows) in embeds.chunks(templates * width).enumerate() {
+        let mut mean = vec![0.0f64; width];
+        for row in rows.chunks(width) {
+            for (m, &v) in mean.iter_mut().zip(row) {
+                *m += f64::from(v);
+            }
+        }
+        let norm = mean.iter().map(|v| v * v).sum::<f64>().sqrt();
+        if !norm.is_finite() || norm == 0.0 {
+            return Err(ModelError::Usage(format!(
+                "the text embedding of label {} is not finite or zero",
+                label + 1
+            )));
+        }
+        out.extend(mean.iter().map(|v| (v / norm) as f32));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_take_one_label() {
+        assert!(check_template("a photo of a {}.").is_ok());
+        let err = check_template("a photo").unwrap_err().to_string();
+        assert!(err.contains("no {}"), "{err}");
+        assert!(check_template("{} and {}").is_err());
+    }
+
+    #[test]
+    fn templates_are_averaged_then_normalised() {
+        // One label, two templates: (1, 0) and (0, 1) average to (0.5, 0.5), unit length
+        // (1/√2, 1/√2).
+        let out = average_templates(&[1.0, 0.0, 0.0, 1.0], 1, 2, 2).unwrap();
+        let h = std::f32::consts::FRAC_1_SQRT_2;
+        assert!((out[0] - h).abs() < 1e-7 && (out[1] - h).abs() < 1e-7);
+        assert!(average_templates(&[0.0, 0.0], 1, 1, 2).is_err());
+    }
+}
