@@ -50,6 +50,7 @@ fn the_residual_stream_is_f32_and_every_operand_is_in_the_compute_type() {
                     Op::LayerNorm { .. } => {
                         layernorms += 1;
                         assert_eq!((ins[0], out), (DType::F32, compute), "{what}");
+                        assert_eq!((ins[1], ins[2]), (DType::F32, DType::F32), "{what}");
                     }
                     Op::Linear { epilogue } if epilogue.residual => {
                         stream_adds += 1;
@@ -102,12 +103,20 @@ fn the_residual_stream_is_f32_and_every_operand_is_in_the_compute_type() {
 }
 
 #[test]
-fn a_uniform_precision_stores_everything_but_the_pixels_in_the_compute_type() {
+fn a_uniform_precision_stores_everything_but_the_pixels_and_layernorm_parameters_in_the_compute_type(
+) {
     let g = graph("tiny-gelu", Fusion::ALL);
     let dtypes = value_dtypes(&g, Precision::uniform(DType::F16));
+    let readers = g.consumers();
     for (v, value) in g.values.iter().enumerate() {
+        let layernorm_parameter = matches!(value.kind, ValueKind::Param(_))
+            && !readers[v].is_empty()
+            && readers[v]
+                .iter()
+                .all(|&r| matches!(g.nodes[r].op, Op::LayerNorm { .. }));
         let want = match value.kind {
             ValueKind::Input => DType::F32,
+            _ if layernorm_parameter => DType::F32,
             _ => DType::F16,
         };
         assert_eq!(dtypes[v], want, "{}", value.name);

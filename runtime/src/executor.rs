@@ -15,6 +15,7 @@ use crate::graph::{Graph, ParamSource, ValueKind};
 use crate::plan::{Plan, Precision};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use vitrt_kernels::DType;
 
 /// Supplies checkpoint tensors by name, converted to f32 and checked against `shape`. Shared
 /// between threads: an executor reads several tensors at once.
@@ -75,16 +76,18 @@ impl Executor {
             )));
         }
         let plan = Plan::new(&graph, precision);
-        preload_params(&graph, backend, params)?;
+        preload_params(&graph, &plan, backend, params)?;
         let mut bindings = Vec::with_capacity(graph.values.len());
         for (v, value) in graph.values.iter().enumerate() {
             let binding = match &value.kind {
                 ValueKind::Param(source) => {
+                    let dtype = plan.dtypes[v];
                     let mut load = || load_param(source, &value.shape, params);
-                    let id = backend.load_param(&source.key(), &value.shape, &mut load)?;
+                    let id = backend.load_param(&source.key(), &value.shape, dtype, &mut load)?;
                     BufferRef::Param {
                         id,
                         len: value.numel(),
+                        dtype,
                     }
                 }
                 _ => {
@@ -379,21 +382,23 @@ const PRELOAD_GROUP_BYTES: usize = 256 << 20;
 /// ViT-B/16 took 0.3 s before its first batch on the GPU machine, 2026-11-24 NOTES entry).
 fn preload_params(
     graph: &Graph,
+    plan: &Plan,
     backend: &mut dyn Backend,
     params: &dyn ParamStore,
 ) -> Result<(), RuntimeError> {
     use rayon::prelude::*;
     let mut seen = std::collections::HashSet::new();
-    let missing: Vec<(&ParamSource, &[usize])> = graph
+    let missing: Vec<(&ParamSource, &[usize], DType)> = graph
         .values
         .iter()
-        .filter_map(|value| match &value.kind {
-            ValueKind::Param(source) => Some((source, value.shape.as_slice())),
+        .enumerate()
+        .filter_map(|(v, value)| match &value.kind {
+            ValueKind::Param(source) => Some((source, value.shape.as_slice(), plan.dtypes[v])),
             _ => None,
         })
-        .filter(|(source, _)| {
+        .filter(|(source, _, dtype)| {
             let key = source.key();
-            !backend.has_param(&key) && seen.insert(key)
+            !backend.has_param(&key, *dtype) && seen.insert((key, *dtype))
         })
         .collect();
     let mut start = 0;
@@ -406,9 +411,9 @@ fn preload_params(
         }
         let loaded: Vec<Result<Vec<f32>, RuntimeError>> = missing[start..end]
             .par_iter()
-            .map(|(source, shape)| load_param(source, shape, params))
+            .map(|(source, shape, _)| load_param(source, shape, params))
             .collect();
-        for ((source, shape), data) in missing[start..end].iter().zip(loaded) {
+        for ((source, shape, dtype), data) in missing[start..end].iter().zip(loaded) {
             let mut data = Some(data?);
             let mut take = || {
                 data.take().ok_or_else(|| RuntimeError::Param {
@@ -416,7 +421,7 @@ fn preload_params(
                     message: "loaded twice".into(),
                 })
             };
-            backend.load_param(&source.key(), shape, &mut take)?;
+            backend.load_param(&source.key(), shape, *dtype, &mut take)?;
         }
         start = end;
     }

@@ -6,7 +6,8 @@
 //! offset that does not collide with an already placed buffer alive at the same time.
 //!
 //! The plan also fixes each value's storage type ([`Precision`]): inputs f32, the residual
-//! stream in the residual type, everything else in the compute type.
+//! stream in the residual type, a layernorm's gamma and beta f32, everything else in the
+//! compute type.
 
 use crate::error::RuntimeError;
 use crate::graph::{Graph, Op, ValueKind};
@@ -78,7 +79,8 @@ pub struct Region {
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub precision: Precision,
-    /// Per value: its storage type (parameters: the compute type).
+    /// Per value: its storage type (parameters too: the compute type, or f32 for a layernorm's
+    /// gamma and beta).
     pub dtypes: Vec<DType>,
     /// Per value: its region in the arena (None for parameters).
     pub values: Vec<Option<Region>>,
@@ -114,17 +116,31 @@ pub fn workspace_elements(graph: &Graph, node: usize) -> usize {
 /// value to `compute` would only add error (up to 2^-9 of each value in bf16) that PyTorch's
 /// own bf16 also has; a matmul operand or an attention input needs `compute`, so any such
 /// reader keeps the value there. Everything else is `compute`.
+///
+/// Parameters are stored in `compute`, but those read only as a layernorm's gamma and beta
+/// are f32 in every run: its kernel takes them so (kernels/src/layernorm/layernorm.cu), and
+/// rounded to 8 mantissa bits they cost about as much as a weight matrix's rounding
+/// (benchmarks/NOTES.md, 2026-11-25 "layernorm parameters in f32").
 pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
     let is_output = |v: usize| graph.outputs.iter().any(|(_, o)| *o == v);
+    let users = graph.consumers();
+    let layernorm_parameter = |v: usize| {
+        !users[v].is_empty()
+            && users[v].iter().all(|&u| {
+                let reader = &graph.nodes[u];
+                matches!(reader.op, Op::LayerNorm { .. }) && reader.inputs[0] != v
+            })
+    };
     let mut dtypes: Vec<DType> = graph
         .values
         .iter()
-        .map(|v| match v.kind {
+        .enumerate()
+        .map(|(v, value)| match value.kind {
             ValueKind::Input => DType::F32,
+            ValueKind::Param(_) if layernorm_parameter(v) => DType::F32,
             _ => precision.compute,
         })
         .collect();
-    let users = graph.consumers();
     // Whether every reader of `v` takes it in the residual type as it is: an add, a token
     // mean, a layernorm's input, a matmul's residual, or an activation or token selection
     // whose own output qualifies (they keep their input's type). Readers come after their
@@ -412,9 +428,51 @@ mod tests {
         assert_eq!(dtypes[normed], DType::BF16, "a matmul operand");
         assert_eq!(dtypes[c], DType::BF16, "its activation feeds a matmul");
         assert_eq!(dtypes[act], DType::BF16);
-        // A uniform bf16 run keeps everything in bf16.
+        // A uniform bf16 run keeps every activation in bf16.
         let uniform = value_dtypes(&g, Precision::uniform(DType::BF16));
         assert!(uniform[a..].iter().all(|&d| d == DType::BF16));
+    }
+
+    /// A layernorm's gamma and beta are f32 in every run; a weight stays in the compute type,
+    /// and so does a parameter that some other node reads too.
+    #[test]
+    fn layernorm_parameters_are_f32() {
+        use vitrt_kernels::Epilogue;
+        let mut g = Graph::default();
+        let x = g.add_input("x", &[4, 16]);
+        let w = g.add_param("w", &[16, 16]);
+        let gamma = g.add_param("gamma", &[16]);
+        let beta = g.add_param("beta", &[16]);
+        let shared = g.add_param("shared", &[16]);
+        let unread = g.add_param("unread", &[16]);
+        let normed = g
+            .add_node("norm", Op::LayerNorm { eps: 1e-6 }, &[x, gamma, beta])
+            .unwrap();
+        let again = g
+            .add_node(
+                "norm2",
+                Op::LayerNorm { eps: 1e-6 },
+                &[normed, gamma, shared],
+            )
+            .unwrap();
+        let linear = Op::Linear {
+            epilogue: Epilogue {
+                bias: true,
+                ..Epilogue::NONE
+            },
+        };
+        let out = g.add_node("out", linear, &[again, w, shared]).unwrap();
+        g.mark_output("out", out);
+        for dtype in DType::ALL {
+            for precision in [Precision::uniform(dtype), Precision::default_for(dtype)] {
+                let dtypes = value_dtypes(&g, precision);
+                assert_eq!(dtypes[gamma], DType::F32, "{precision:?}");
+                assert_eq!(dtypes[beta], DType::F32, "{precision:?}");
+                assert_eq!(dtypes[w], dtype, "{precision:?}");
+                assert_eq!(dtypes[shared], dtype, "{precision:?}: a bias too");
+                assert_eq!(dtypes[unread], dtype, "{precision:?}");
+            }
+        }
     }
 
     #[test]

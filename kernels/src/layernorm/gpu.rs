@@ -1,7 +1,8 @@
 //! LayerNorm launcher: checks the operands, picks a row layout by shape and alignment.
 //!
-//! gamma, beta and the output are stored in the run's dtype; the input may also be f32 (a
-//! half-precision run's residual stream, see `runtime::plan`).
+//! The output is stored in the run's dtype; the input may also be f32 (a half-precision run's
+//! residual stream, see `runtime::plan`). gamma and beta are f32 in every run (layernorm.cu
+//! says why).
 
 use crate::cuda::{
     invalid, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
@@ -47,8 +48,8 @@ fn instantiation(input: DType, dtype: DType, config: RowConfig) -> Instantiation
         template_args,
         params: vec![
             KernelParam::new("x", ParamKind::ConstPtr(input)),
-            KernelParam::new("gamma", ParamKind::ConstPtr(dtype)),
-            KernelParam::new("beta", ParamKind::ConstPtr(dtype)),
+            KernelParam::new("gamma", ParamKind::ConstPtr(DType::F32)),
+            KernelParam::new("beta", ParamKind::ConstPtr(DType::F32)),
             KernelParam::new("out", ParamKind::MutPtr(dtype)),
             KernelParam::new("rows", ParamKind::I32),
             KernelParam::new("cols", ParamKind::I32),
@@ -72,8 +73,8 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
 }
 
 /// `out[r, :] = (x[r, :] - mean) / sqrt(var + eps) * gamma + beta` for `rows` rows of
-/// `cols`; statistics in fp32 (as `cpu::layernorm`). gamma, beta and out hold `dtype`; x
-/// holds `dtype` or f32.
+/// `cols`; statistics in fp32 (as `cpu::layernorm`). out holds `dtype`; x holds `dtype` or
+/// f32; gamma and beta hold f32.
 #[allow(clippy::too_many_arguments)]
 pub fn layernorm(
     gpu: &Gpu,
@@ -108,8 +109,8 @@ pub fn layernorm(
     };
     x.expect("layernorm input", input, elements)?;
     out.expect("layernorm output", dtype, elements)?;
-    gamma.expect("layernorm gamma", dtype, cols)?;
-    beta.expect("layernorm beta", dtype, cols)?;
+    gamma.expect("layernorm gamma", DType::F32, cols)?;
+    beta.expect("layernorm beta", DType::F32, cols)?;
     let (rows_i32, cols_i32) = (
         to_i32(rows, "layernorm rows")?,
         to_i32(cols, "layernorm cols")?,

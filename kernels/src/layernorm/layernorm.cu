@@ -11,13 +11,34 @@
 // VEC elements per access: 16 bytes of the wider of x's and out's types when cols is a multiple
 // of VEC and every pointer is 16-byte aligned (then every row start is too), else 1.
 //
-// x is stored as TI, gamma, beta and out as T: a half-precision run keeps its residual stream
-// (the layernorm's input) in f32 and normalises it into the f16/bf16 operand of the next matmul.
+// x is stored as TI and out as T: a half-precision run keeps its residual stream (the
+// layernorm's input) in f32 and normalises it into the f16/bf16 operand of the next matmul.
+// gamma and beta are f32 in every run: rounded to bf16 they would add an error of the size of a
+// weight matrix's rounding to every block (benchmarks/NOTES.md, 2026-11-25 "layernorm
+// parameters in f32").
 #include "common.cuh"
 
+// VEC f32 values from p, as 16-byte loads when VEC is a multiple of 4 (the launcher checks
+// that p is 16-byte aligned then).
+template <int VEC> __device__ __forceinline__ Vec<float, VEC> load_params(const float* p) {
+    Vec<float, VEC> r;
+    if constexpr (VEC % 4 == 0) {
+#pragma unroll
+        for (int q = 0; q < VEC / 4; ++q) {
+            const Vec<float, 4> part = load_vec<float, 4>(p + 4 * q);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) r.v[4 * q + j] = part.v[j];
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) r.v[j] = p[j];
+    }
+    return r;
+}
+
 template <typename TI, typename T, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
-__device__ __forceinline__ void layernorm_rows(const TI* x, const T* gamma, const T* beta, T* out, int rows,
-                                               int cols, float eps) {
+__device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, const float* beta, T* out,
+                                               int rows, int cols, float eps) {
     static_assert(GROUP_WARPS == 1 || ROWS == 1, "a block holds several rows only with one warp per row");
     constexpr int GROUP = 32 * GROUP_WARPS;
     __shared__ float scratch[GROUP_WARPS * ROWS];
@@ -37,16 +58,22 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const T* gamma, cons
             float v[CACHED > 0 ? CACHED : 1][VEC];
             // gamma and beta are loaded with x, not after the two reductions: at batch 1 the
             // kernel is a chain of memory latencies, and this takes one out of it (measured:
-            // benchmarks/NOTES.md, 2026-11-22 "Layernorm").
-            Vec<T, VEC> g[CACHED > 0 ? CACHED : 1], b[CACHED > 0 ? CACHED : 1];
+            // benchmarks/NOTES.md, 2026-11-22 "Layernorm"). Held as f32, they take two registers
+            // a column each; past 32 columns a thread they are loaded after the reductions
+            // instead, so the row itself stays in registers.
+            constexpr bool kEarlyParams = CACHED * VEC <= 32;
+            constexpr int kHeld = kEarlyParams && CACHED > 0 ? CACHED : 1;
+            Vec<float, VEC> g[kHeld], b[kHeld];
             float sum = 0.0f;
 #pragma unroll
             for (int c = 0; c < CACHED; ++c) {
                 const int i = rank + c * GROUP;
                 if (i < vectors) {
                     const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
-                    g[c] = load_vec<T, VEC>(gamma + i * VEC);
-                    b[c] = load_vec<T, VEC>(beta + i * VEC);
+                    if constexpr (kEarlyParams) {
+                        g[c] = load_params<VEC>(gamma + i * VEC);
+                        b[c] = load_params<VEC>(beta + i * VEC);
+                    }
 #pragma unroll
                     for (int j = 0; j < VEC; ++j) {
                         v[c][j] = to_float(loaded.v[j]);
@@ -72,10 +99,18 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const T* gamma, cons
             for (int c = 0; c < CACHED; ++c) {
                 const int i = rank + c * GROUP;
                 if (i < vectors) {
+                    Vec<float, VEC> gc, bc;
+                    if constexpr (kEarlyParams) {
+                        gc = g[c];
+                        bc = b[c];
+                    } else {
+                        gc = load_params<VEC>(gamma + i * VEC);
+                        bc = load_params<VEC>(beta + i * VEC);
+                    }
                     Vec<T, VEC> r;
 #pragma unroll
                     for (int j = 0; j < VEC; ++j)
-                        r.v[j] = from_float<T>((v[c][j] - mean) * inv_std * to_float(g[c].v[j]) + to_float(b[c].v[j]));
+                        r.v[j] = from_float<T>((v[c][j] - mean) * inv_std * gc.v[j] + bc.v[j]);
                     store_vec<T, VEC>(out_row + i * VEC, r);
                 }
             }
@@ -100,13 +135,12 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const T* gamma, cons
             const float inv_std = 1.0f / sqrtf(var + eps);
             for (int i = rank; i < vectors; i += GROUP) {
                 const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
-                const Vec<T, VEC> g = load_vec<T, VEC>(gamma + i * VEC);
-                const Vec<T, VEC> b = load_vec<T, VEC>(beta + i * VEC);
+                const Vec<float, VEC> g = load_params<VEC>(gamma + i * VEC);
+                const Vec<float, VEC> b = load_params<VEC>(beta + i * VEC);
                 Vec<T, VEC> r;
 #pragma unroll
                 for (int j = 0; j < VEC; ++j)
-                    r.v[j] = from_float<T>((to_float(loaded.v[j]) - mean) * inv_std * to_float(g.v[j]) +
-                                           to_float(b.v[j]));
+                    r.v[j] = from_float<T>((to_float(loaded.v[j]) - mean) * inv_std * g.v[j] + b.v[j]);
                 store_vec<T, VEC>(out_row + i * VEC, r);
             }
         }

@@ -20,7 +20,7 @@ pub struct CpuBackend {
     /// The run's storage type: f32, or the half type being emulated.
     dtype: DType,
     params: Vec<Vec<f32>>,
-    param_ids: HashMap<String, usize>,
+    param_ids: HashMap<(String, DType), usize>,
     arena: Vec<f32>,
     marks: Vec<std::time::Instant>,
 }
@@ -97,7 +97,7 @@ fn split<'a>(
     let input_ranges: Vec<Result<Range<usize>, (usize, usize)>> = inputs
         .iter()
         .map(|&input| match input {
-            BufferRef::Param { id, len } => Ok(Err((id, len))),
+            BufferRef::Param { id, len, .. } => Ok(Err((id, len))),
             BufferRef::Arena { .. } => backend.arena_range(input).map(Ok),
         })
         .collect::<Result<_, String>>()?;
@@ -161,21 +161,22 @@ impl Backend for CpuBackend {
         self.dtype
     }
 
-    fn has_param(&self, key: &str) -> bool {
-        self.param_ids.contains_key(key)
+    fn has_param(&self, key: &str, dtype: DType) -> bool {
+        self.param_ids.contains_key(&(key.to_string(), dtype))
     }
 
     fn load_param(
         &mut self,
         key: &str,
         shape: &[usize],
+        dtype: DType,
         load: &mut dyn FnMut() -> Result<Vec<f32>, RuntimeError>,
     ) -> Result<usize, RuntimeError> {
-        if let Some(&id) = self.param_ids.get(key) {
+        if let Some(&id) = self.param_ids.get(&(key.to_string(), dtype)) {
             return Ok(id);
         }
         let mut data = load()?;
-        Self::store_as(self.dtype, &mut data);
+        Self::store_as(dtype, &mut data);
         if data.len() != shape.iter().product::<usize>() {
             return Err(RuntimeError::Param {
                 name: key.into(),
@@ -183,7 +184,8 @@ impl Backend for CpuBackend {
             });
         }
         self.params.push(data);
-        self.param_ids.insert(key.into(), self.params.len() - 1);
+        self.param_ids
+            .insert((key.to_string(), dtype), self.params.len() - 1);
         Ok(self.params.len() - 1)
     }
 
@@ -219,7 +221,7 @@ impl Backend for CpuBackend {
 
     fn read(&mut self, src: BufferRef) -> Result<Vec<f32>, RuntimeError> {
         match src {
-            BufferRef::Param { id, len } => Ok(self.params[id][..len].to_vec()),
+            BufferRef::Param { id, len, .. } => Ok(self.params[id][..len].to_vec()),
             _ => {
                 let r = self.arena_range(src).map_err(RuntimeError::Backend)?;
                 self.arena

@@ -27,7 +27,7 @@ pub struct CudaBackend {
     ordinal: usize,
     dtype: DType,
     params: Vec<DeviceBuffer>,
-    param_ids: HashMap<String, usize>,
+    param_ids: HashMap<(String, DType), usize>,
     arena: Option<DeviceBuffer>,
     marks: Vec<GpuEvent>,
     /// Captured forward passes by executor key; they hold arena addresses, so they are
@@ -108,11 +108,11 @@ impl CudaBackend {
                     .ok_or_else(|| KernelError::InvalidArgument("no arena reserved".into()))?;
                 arena.view(offset_bytes, len, dtype)
             }
-            BufferRef::Param { id, len } => self
+            BufferRef::Param { id, len, dtype } => self
                 .params
                 .get(id)
                 .ok_or_else(|| KernelError::InvalidArgument(format!("unknown parameter {id}")))?
-                .view(0, len, self.dtype),
+                .view(0, len, dtype),
         }
     }
 }
@@ -138,17 +138,18 @@ impl Backend for CudaBackend {
         self.dtype
     }
 
-    fn has_param(&self, key: &str) -> bool {
-        self.param_ids.contains_key(key)
+    fn has_param(&self, key: &str, dtype: DType) -> bool {
+        self.param_ids.contains_key(&(key.to_string(), dtype))
     }
 
     fn load_param(
         &mut self,
         key: &str,
         shape: &[usize],
+        dtype: DType,
         load: &mut dyn FnMut() -> Result<Vec<f32>, RuntimeError>,
     ) -> Result<usize, RuntimeError> {
-        if let Some(&id) = self.param_ids.get(key) {
+        if let Some(&id) = self.param_ids.get(&(key.to_string(), dtype)) {
             return Ok(id);
         }
         let data = load()?;
@@ -158,7 +159,7 @@ impl Backend for CudaBackend {
                 message: format!("{} values for shape {shape:?}", data.len()),
             });
         }
-        let bytes = self.dtype.encode(&data);
+        let bytes = dtype.encode(&data);
         // Weights do not shrink with the batch: their errors say so, out of memory included.
         let uploading = |e: KernelError| RuntimeError::Param {
             name: key.into(),
@@ -167,7 +168,8 @@ impl Backend for CudaBackend {
         let buffer = self.gpu.alloc(bytes.len().max(1)).map_err(uploading)?;
         self.gpu.upload(&buffer, 0, &bytes).map_err(uploading)?;
         self.params.push(buffer);
-        self.param_ids.insert(key.into(), self.params.len() - 1);
+        self.param_ids
+            .insert((key.to_string(), dtype), self.params.len() - 1);
         Ok(self.params.len() - 1)
     }
 
@@ -223,7 +225,7 @@ impl Backend for CudaBackend {
                 len,
                 dtype,
             ),
-            BufferRef::Param { id, len } => (&self.params[id], 0, len, self.dtype),
+            BufferRef::Param { id, len, dtype } => (&self.params[id], 0, len, dtype),
         };
         let mut bytes = vec![0u8; len * dtype.size_bytes()];
         self.gpu

@@ -56,6 +56,7 @@ pub enum BufferRef {
     Param {
         id: usize,
         len: usize,
+        dtype: DType,
     },
 }
 
@@ -193,20 +194,24 @@ pub trait Backend {
     /// "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)".
     fn describe(&self) -> String;
 
-    /// Storage type of parameters and activations.
+    /// The compute type: what the weights and most activations are stored as.
     fn dtype(&self) -> DType;
 
-    /// Uploads a parameter once per key and returns its id; `load` runs only on a miss.
+    /// Uploads a parameter stored as `dtype` (the plan's choice: the compute type, or f32 for
+    /// a layernorm's gamma and beta) once per key and dtype and returns its id; `load` runs
+    /// only on a miss.
     fn load_param(
         &mut self,
         key: &str,
         shape: &[usize],
+        dtype: DType,
         load: &mut dyn FnMut() -> Result<Vec<f32>, RuntimeError>,
     ) -> Result<usize, RuntimeError>;
 
-    /// Whether a parameter is held under `key` already (so `load_param` would not load it).
-    fn has_param(&self, key: &str) -> bool {
-        let _ = key;
+    /// Whether a parameter is held under `key` as `dtype` already (so `load_param` would not
+    /// load it).
+    fn has_param(&self, key: &str, dtype: DType) -> bool {
+        let _ = (key, dtype);
         false
     }
 

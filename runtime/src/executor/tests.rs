@@ -97,9 +97,10 @@ impl Backend for CapturingCpu {
         &mut self,
         key: &str,
         shape: &[usize],
+        dtype: DType,
         load: &mut dyn FnMut() -> Result<Vec<f32>, RuntimeError>,
     ) -> Result<usize, RuntimeError> {
-        self.inner.load_param(key, shape, load)
+        self.inner.load_param(key, shape, dtype, load)
     }
     fn reserve_arena(&mut self, bytes: usize) -> Result<(), RuntimeError> {
         if bytes > self.arena_bytes {
