@@ -83,6 +83,27 @@ fn layernorm_matches_its_twin() {
                 }
             }
         }
+        // More rows than the GPU holds groups at once: each group walks several rows with the
+        // gamma and beta it loaded once.
+        for (rows, cols) in [(20011, 768), (40000, 64), (9000, 1000)] {
+            let case = format!("layernorm {input} to {dtype} {rows}x{cols}");
+            let x = random(&mut rng, rows * cols, -4.0, 4.0, input);
+            let gamma = random(&mut rng, cols, 0.5, 1.5, DType::F32);
+            let beta = random(&mut rng, cols, -0.5, 0.5, DType::F32);
+            let (_xb, xv) = upload(gpu(), input, &x, 0);
+            let (_gb, gv) = upload(gpu(), DType::F32, &gamma, 0);
+            let (_bb, bv) = upload(gpu(), DType::F32, &beta, 0);
+            let out = Poisoned::new(gpu(), dtype, rows * cols, 0);
+            layernorm::gpu::layernorm(gpu(), dtype, xv, gv, bv, rows, cols, 1e-5, out.view())
+                .unwrap();
+            let got = out.read(gpu(), &case);
+            let mut want = vec![0.0; rows * cols];
+            layernorm::cpu::layernorm(&x, &gamma, &beta, cols, 1e-5, &mut want);
+            want.iter_mut().for_each(|v| *v = dtype.round(*v));
+            let atol = tolerance(dtype) * largest(&want);
+            worst = merge(worst, compare(&case, &got, &want, tolerance(dtype), atol));
+            cases += 1;
+        }
         let op = if input == dtype {
             "layernorm".to_string()
         } else {
@@ -184,6 +205,63 @@ fn softmax_matches_its_twin() {
                 "{span} never ran"
             );
         }
+    }
+}
+
+/// f32 scores into f16 or bf16 probabilities (a bf16 run's unfused attention), plain and
+/// causal: the row program at every layout (one warp or a block a row, streamed rows),
+/// aligned and not.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn softmax_from_f32_matches_its_twin() {
+    let mut rng = SmallRng::seed_from_u64(33);
+    for dtype in [DType::F16, DType::BF16] {
+        let (mut worst, mut cases) = (Worst::default(), 0);
+        for &cols in &[1usize, 5, 64, 77, 197, 257, 1000, 4099] {
+            for &matrices in &[1usize, 24] {
+                let rows = matrices * cols;
+                for causal in [false, true] {
+                    for (x_misalign, out_misalign) in [(0, 0), (1, 1), (0, 1)] {
+                        let case = format!(
+                            "softmax f32 to {dtype} causal {causal} {rows}x{cols} misalign x \
+                             {x_misalign} out {out_misalign}"
+                        );
+                        let mut x = random(&mut rng, rows * cols, -30.0, 30.0, DType::F32);
+                        if causal {
+                            for (r, row) in x.chunks_mut(cols).enumerate() {
+                                row[r % cols + 1..].fill(f32::NAN);
+                            }
+                        }
+                        let (_xb, xv) = upload(gpu(), DType::F32, &x, x_misalign);
+                        let out = Poisoned::new(gpu(), dtype, rows * cols, out_misalign);
+                        let mut want = vec![0.0; rows * cols];
+                        if causal {
+                            softmax::gpu::softmax_causal(
+                                gpu(),
+                                dtype,
+                                xv,
+                                rows,
+                                cols,
+                                cols,
+                                0.125,
+                                out.view(),
+                            )
+                            .unwrap_or_else(|e| panic!("{case}: {e}"));
+                            softmax::cpu::softmax_causal(&x, cols, cols, 0.125, &mut want);
+                        } else {
+                            softmax::gpu::softmax(gpu(), dtype, xv, rows, cols, 0.125, out.view())
+                                .unwrap_or_else(|e| panic!("{case}: {e}"));
+                            softmax::cpu::softmax(&x, cols, 0.125, &mut want);
+                        }
+                        want.iter_mut().for_each(|v| *v = dtype.round(*v));
+                        let got = out.read(gpu(), &case);
+                        worst = merge(worst, compare(&case, &got, &want, tolerance(dtype), 1e-6));
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        report("softmax from f32", dtype, cases, worst);
     }
 }
 

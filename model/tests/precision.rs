@@ -68,6 +68,17 @@ fn the_residual_stream_is_f32_and_every_operand_is_in_the_compute_type() {
                         assert!(ins.contains(&DType::F32), "{what}");
                     }
                     Op::SelectToken { .. } => assert_eq!(out, ins[0], "{what}"),
+                    // The unfused attention's scores stay f32 up to the softmax.
+                    Op::AttentionScores { .. } => {
+                        assert_eq!(
+                            (ins[0], ins[1], out),
+                            (compute, compute, DType::F32),
+                            "{what}"
+                        )
+                    }
+                    Op::Softmax { .. } => {
+                        assert_eq!((ins[0], out), (DType::F32, compute), "{what}")
+                    }
                     // The logits leave the graph unrounded, and a branch that is only added
                     // into the stream (the unfused attention and MLP outputs) is not rounded
                     // before the add.

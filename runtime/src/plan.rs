@@ -105,8 +105,9 @@ pub fn workspace_elements(graph: &Graph, node: usize) -> usize {
 /// The storage type of every value under `precision`, in one pass over the nodes (which come
 /// in execution order). The residual stream starts at the patch or token embedding and runs through
 /// every add into it: an Add, or a Linear with a residual epilogue, whose residual is in the
-/// stream stays in it. Token selections, an unfused activation and a softmax keep their
-/// input's type.
+/// stream stays in it. Token selections and an unfused activation keep their input's type.
+/// The unfused attention's scores are stored in the residual type, and the softmax over them
+/// writes the compute type (or keeps its input's type where its output leaves the graph).
 /// A row normalisation read only as the residual type is (an output) writes that type.
 ///
 /// A linear layer whose every reader takes the residual type as it is writes in that type too:
@@ -187,10 +188,14 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
                 precision.residual
             }
             Op::L2Normalize if read_as_residual[node.output] => precision.residual,
-            Op::Activation(_)
-            | Op::SelectToken { .. }
-            | Op::SelectEndToken { .. }
-            | Op::Softmax { causal: false } => dtypes[node.inputs[0]],
+            // The unfused attention's scores: rounded to bf16 before the softmax, a score of
+            // 20 would move by up to 0.04, its probability by 4% (the fused kernel keeps them
+            // in registers in f32). The softmax reads them so and writes the compute type.
+            Op::AttentionScores { .. } => precision.residual,
+            Op::Softmax { .. } if read_as_residual[node.output] => dtypes[node.inputs[0]],
+            Op::Activation(_) | Op::SelectToken { .. } | Op::SelectEndToken { .. } => {
+                dtypes[node.inputs[0]]
+            }
             _ => precision.compute,
         };
         dtypes[node.output] = dtype;

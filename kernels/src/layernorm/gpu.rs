@@ -116,12 +116,14 @@ pub fn layernorm(
         to_i32(cols, "layernorm cols")?,
     );
     let config = RowConfig::select(widest(input, dtype), cols, &[x, gamma, beta, out]);
+    // One block per ROWS rows, up to as many blocks as the GPU runs at once (a full SM's 2048
+    // threads each): past that, each group walks several rows with the gamma and beta it
+    // loaded once (layernorm.cu).
+    let resident = gpu.multiprocessors() as usize * (2048 / config.block_threads() as usize).max(1);
     gpu.launch(
         &instantiation(input, dtype, config),
         LaunchDims {
-            // One block per ROWS rows. A persistent grid (as many blocks as fit at once, each
-            // walking rows) has no measurement taken alone on a GPU: open.
-            grid: (config.blocks(rows) as u32, 1, 1),
+            grid: (config.blocks(rows).min(resident) as u32, 1, 1),
             block: config.block_threads(),
             shared_bytes: 0,
         },

@@ -46,9 +46,33 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, 
     const int rank = threadIdx.x % GROUP;
     const int vectors = cols / VEC;
     const float inv_cols = 1.0f / (float)cols;
-    // Each group walks rows gridDim.x * ROWS apart (the launcher gives one block per ROWS rows,
-    // so once; a capped grid would still cover every row). With several warps per row (then
-    // ROWS == 1) the whole block walks the same rows, so its barriers stay uniform.
+
+    // A thread's columns are the same in every row it normalises, so with the row held in
+    // registers (CACHED > 0) it loads its gamma and beta once, before its first row, and keeps
+    // them: f32, they are twice a 16-bit row's bytes, and loaded again for every row they cost
+    // a fifth of the kernel's speed in L2 traffic (benchmarks/NOTES.md, 2026-11-25 "layernorm
+    // parameters in f32"). Loaded with x, not after the two reductions: at batch 1 the kernel
+    // is a chain of memory latencies, and this takes one out of it (2026-11-22 "Layernorm").
+    // Past 32 columns a thread they would crowd the row out of registers: then they are loaded
+    // after the reductions, in every row.
+    constexpr bool kHeldParams = CACHED > 0 && CACHED * VEC <= 32;
+    constexpr int kHeld = kHeldParams ? CACHED : 1;
+    Vec<float, VEC> g[kHeld], b[kHeld];
+    if constexpr (kHeldParams) {
+#pragma unroll
+        for (int c = 0; c < CACHED; ++c) {
+            const int i = rank + c * GROUP;
+            if (i < vectors) {
+                g[c] = load_params<VEC>(gamma + i * VEC);
+                b[c] = load_params<VEC>(beta + i * VEC);
+            }
+        }
+    }
+
+    // Each group walks rows gridDim.x * ROWS apart: the launcher caps the grid at what the GPU
+    // holds at once, so a group normalises several rows of a large batch with the parameters
+    // it loaded. With several warps per row (then ROWS == 1) the whole block walks the same
+    // rows, so its barriers stay uniform.
     const long long row_stride = (long long)gridDim.x * ROWS;
     for (long long row = blockIdx.x * ROWS + threadIdx.x / GROUP; row < rows; row += row_stride) {
         const TI* x_row = x + row * cols;
@@ -56,24 +80,12 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, 
 
         if (CACHED > 0) {
             float v[CACHED > 0 ? CACHED : 1][VEC];
-            // gamma and beta are loaded with x, not after the two reductions: at batch 1 the
-            // kernel is a chain of memory latencies, and this takes one out of it (measured:
-            // benchmarks/NOTES.md, 2026-11-22 "Layernorm"). Held as f32, they take two registers
-            // a column each; past 32 columns a thread they are loaded after the reductions
-            // instead, so the row itself stays in registers.
-            constexpr bool kEarlyParams = CACHED * VEC <= 32;
-            constexpr int kHeld = kEarlyParams && CACHED > 0 ? CACHED : 1;
-            Vec<float, VEC> g[kHeld], b[kHeld];
             float sum = 0.0f;
 #pragma unroll
             for (int c = 0; c < CACHED; ++c) {
                 const int i = rank + c * GROUP;
                 if (i < vectors) {
                     const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
-                    if constexpr (kEarlyParams) {
-                        g[c] = load_params<VEC>(gamma + i * VEC);
-                        b[c] = load_params<VEC>(beta + i * VEC);
-                    }
 #pragma unroll
                     for (int j = 0; j < VEC; ++j) {
                         v[c][j] = to_float(loaded.v[j]);
@@ -100,7 +112,7 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, 
                 const int i = rank + c * GROUP;
                 if (i < vectors) {
                     Vec<float, VEC> gc, bc;
-                    if constexpr (kEarlyParams) {
+                    if constexpr (kHeldParams) {
                         gc = g[c];
                         bc = b[c];
                     } else {

@@ -2,7 +2,8 @@
 //! program (a warp per span of 16 bytes' worth of rows: short rows whose length is no whole
 //! number of 16-byte vectors, on sm_80+) or a row layout shared with layernorm (`crate::rows`).
 //! The causal softmax ([`softmax_causal`]) picks the same way among the same programs built
-//! with the mask (`_causal` instantiations, one more argument: the query count).
+//! with the mask (`_causal` instantiations, one more argument: the query count). An f32 input
+//! with an f16 or bf16 output (a bf16 run's unfused attention scores) takes the row program.
 
 use crate::cuda::{
     invalid, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
@@ -74,10 +75,11 @@ impl SpanConfig {
     }
 }
 
-/// The wrapper's parameters; the causal programs take the query count last.
-fn params(dtype: DType, causal: bool) -> Vec<KernelParam> {
+/// The wrapper's parameters (x in `input`, out in `dtype`); the causal programs take the query
+/// count last.
+fn params(input: DType, dtype: DType, causal: bool) -> Vec<KernelParam> {
     let mut params = vec![
-        KernelParam::new("x", ParamKind::ConstPtr(dtype)),
+        KernelParam::new("x", ParamKind::ConstPtr(input)),
         KernelParam::new("out", ParamKind::MutPtr(dtype)),
         KernelParam::new("rows", ParamKind::I32),
         KernelParam::new("cols", ParamKind::I32),
@@ -98,23 +100,24 @@ fn causal_suffix(causal: bool) -> &'static str {
     }
 }
 
-fn instantiation(dtype: DType, config: RowConfig, causal: bool) -> Instantiation {
-    let mut template_args = vec![dtype.cuda_type().to_string()];
+/// The row program reading `input` and writing `dtype`.
+fn instantiation(input: DType, dtype: DType, config: RowConfig, causal: bool) -> Instantiation {
+    let mut template_args = vec![input.cuda_type().to_string(), dtype.cuda_type().to_string()];
     template_args.extend(config.template_args());
     template_args.push(causal.to_string());
+    let types = if input == dtype {
+        dtype.name().to_string()
+    } else {
+        format!("{}to{}", input.name(), dtype.name())
+    };
     Instantiation {
-        name: format!(
-            "softmax_{}_{}{}",
-            dtype.name(),
-            config.tag(),
-            causal_suffix(causal)
-        ),
+        name: format!("softmax_{types}_{}{}", config.tag(), causal_suffix(causal)),
         family: "softmax",
         source: SOURCE,
         headers: &[],
         function: "softmax_rows",
         template_args,
-        params: params(dtype, causal),
+        params: params(input, dtype, causal),
         block_threads: config.block_threads(),
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
@@ -139,24 +142,35 @@ fn span_instantiation(dtype: DType, config: SpanConfig, causal: bool) -> Instant
             SPAN_WARPS.to_string(),
             causal.to_string(),
         ],
-        params: params(dtype, causal),
+        params: params(dtype, dtype, causal),
         block_threads: config.block_threads(),
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(SPAN_MIN_CC.0, SPAN_MIN_CC.1),
     }
 }
 
-/// Every program either launcher can pick, for every dtype: non-causal, then causal (the
-/// unfused attention of a text tower runs in any dtype, f32 included, and at any length).
+/// (input, output) storage types: every dtype to itself, and f32 into each half type.
+const STORAGE: [(DType, DType); 5] = [
+    (DType::F32, DType::F32),
+    (DType::F16, DType::F16),
+    (DType::BF16, DType::BF16),
+    (DType::F32, DType::F16),
+    (DType::F32, DType::BF16),
+];
+
+/// Every program either launcher can pick, for every storage pair: non-causal, then causal
+/// (the unfused attention of a text tower runs in any dtype, f32 included, and at any length).
+/// The span program reads and writes one type.
 pub(crate) fn instantiations() -> Vec<Instantiation> {
     [false, true]
         .into_iter()
         .flat_map(|causal| {
-            DType::ALL.into_iter().flat_map(move |dtype| {
-                RowConfig::all(dtype)
+            STORAGE.into_iter().flat_map(move |(input, dtype)| {
+                let spans = if input == dtype { SPAN_MAX_PER_LANE } else { 0 };
+                RowConfig::all(input)
                     .into_iter()
-                    .map(move |config| instantiation(dtype, config, causal))
-                    .chain((1..=SPAN_MAX_PER_LANE).map(move |per_lane| {
+                    .map(move |config| instantiation(input, dtype, config, causal))
+                    .chain((1..=spans).map(move |per_lane| {
                         span_instantiation(dtype, SpanConfig { per_lane }, causal)
                     }))
             })
@@ -164,7 +178,8 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
         .collect()
 }
 
-/// `out[r, :] = softmax(scale * x[r, :])` for `rows` rows of `cols` (as `cpu::softmax`).
+/// `out[r, :] = softmax(scale * x[r, :])` for `rows` rows of `cols` (as `cpu::softmax`). out
+/// holds `dtype`; x holds `dtype`, or f32 where `dtype` is f16 or bf16.
 pub fn softmax(
     gpu: &Gpu,
     dtype: DType,
@@ -239,7 +254,13 @@ fn launch(
     let elements = rows
         .checked_mul(cols)
         .ok_or_else(|| invalid!("softmax {rows} x {cols} overflows"))?;
-    x.expect("softmax input", dtype, elements)?;
+    // Every (dtype, dtype) and (f32, half) pair is in STORAGE.
+    let input = if x.dtype == DType::F32 {
+        DType::F32
+    } else {
+        dtype
+    };
+    x.expect("softmax input", input, elements)?;
     out.expect("softmax output", dtype, elements)?;
     let (rows_i32, cols_i32) = (to_i32(rows, "softmax rows")?, to_i32(cols, "softmax cols")?);
     let mut args = vec![
@@ -253,7 +274,11 @@ fn launch(
         args.push(KernelArg::I32(to_i32(queries, "softmax queries")?));
     }
     let causal = queries.is_some();
-    if let Some(config) = SpanConfig::select(dtype, cols, &[x, out], gpu.compute_capability()) {
+    let span = match input == dtype {
+        true => SpanConfig::select(dtype, cols, &[x, out], gpu.compute_capability()),
+        false => None,
+    };
+    if let Some(config) = span {
         return gpu.launch(
             &span_instantiation(dtype, config, causal),
             LaunchDims {
@@ -264,9 +289,10 @@ fn launch(
             &args,
         );
     }
-    let config = RowConfig::select(dtype, cols, &[x, out]);
+    // The wider type's 16 bytes set the vector width.
+    let config = RowConfig::select(input, cols, &[x, out]);
     gpu.launch(
-        &instantiation(dtype, config, causal),
+        &instantiation(input, dtype, config, causal),
         LaunchDims {
             // One block per ROWS rows. A persistent grid (as many blocks as fit at once, each
             // walking rows) has no measurement taken alone on a GPU: open.
@@ -366,10 +392,10 @@ mod tests {
     fn causal_programs_are_registered_beside_the_others() {
         let registered = instantiations();
         let names: Vec<&str> = registered.iter().map(|i| i.name.as_str()).collect();
-        for dtype in DType::ALL {
-            for config in RowConfig::all(dtype) {
+        for (input, dtype) in STORAGE {
+            for config in RowConfig::all(input) {
                 for causal in [false, true] {
-                    let inst = instantiation(dtype, config, causal);
+                    let inst = instantiation(input, dtype, config, causal);
                     assert!(names.contains(&inst.name.as_str()), "{}", inst.name);
                     // The causal wrapper takes the query count last.
                     assert_eq!(inst.params.len(), if causal { 6 } else { 5 });

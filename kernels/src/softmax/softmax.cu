@@ -10,7 +10,8 @@
 // the max, the sum and the store; masked slots hold -inf, whose exp is 0. With CACHED == 0
 // (long rows) one online pass keeps a running maximum and a running sum rescaled whenever the
 // maximum grows, and a second pass writes. VEC elements per access: 16 bytes when cols is a
-// multiple of VEC and x and out are 16-byte aligned, else 1.
+// multiple of VEC and x and out are 16-byte aligned, else 1. x may be stored as f32 where out is
+// f16 or bf16 (TI): a bf16 run keeps the unfused attention's scores in f32 (runtime/src/plan.rs).
 //
 // softmax_spans (rows of up to 512 whose length is no multiple of 16 bytes, sm_80+). Such rows
 // (the ViT attention softmax's 197 columns) start at odd addresses, so softmax_rows takes them
@@ -46,8 +47,8 @@ __device__ __forceinline__ int live_columns(long long row, int cols, int queries
     return q + 1 < cols ? q + 1 : cols;
 }
 
-template <typename T, int VEC, int GROUP_WARPS, int ROWS, int CACHED, bool CAUSAL>
-__device__ __forceinline__ void softmax_rows(const T* x, T* out, int rows, int cols, float scale,
+template <typename TI, typename T, int VEC, int GROUP_WARPS, int ROWS, int CACHED, bool CAUSAL>
+__device__ __forceinline__ void softmax_rows(const TI* x, T* out, int rows, int cols, float scale,
                                              int queries = 1) {
     static_assert(GROUP_WARPS == 1 || ROWS == 1, "a block holds several rows only with one warp per row");
     constexpr int GROUP = 32 * GROUP_WARPS;
@@ -58,7 +59,7 @@ __device__ __forceinline__ void softmax_rows(const T* x, T* out, int rows, int c
     // Each group walks rows gridDim.x * ROWS apart, as in layernorm.
     const long long row_stride = (long long)gridDim.x * ROWS;
     for (long long row = blockIdx.x * ROWS + threadIdx.x / GROUP; row < rows; row += row_stride) {
-        const T* x_row = x + row * cols;
+        const TI* x_row = x + row * cols;
         T* out_row = out + row * cols;
         // Causal: the live columns, and the vectors that hold any of them (the rest of the row
         // is written as 0 without being read).
@@ -72,7 +73,7 @@ __device__ __forceinline__ void softmax_rows(const T* x, T* out, int rows, int c
             for (int c = 0; c < CACHED; ++c) {
                 const int i = rank + c * GROUP;
                 if (i < live_vectors) {
-                    const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
+                    const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
 #pragma unroll
                     for (int j = 0; j < VEC; ++j) {
                         v[c][j] = CAUSAL && i * VEC + j >= live ? -infinity() : scale * to_float(loaded.v[j]);
@@ -111,7 +112,7 @@ __device__ __forceinline__ void softmax_rows(const T* x, T* out, int rows, int c
             float max = -infinity();
             float sum = 0.0f;
             for (int i = rank; i < live_vectors; i += GROUP) {
-                const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
+                const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
 #pragma unroll
                 for (int j = 0; j < VEC; ++j) {
                     const float v = CAUSAL && i * VEC + j >= live ? -infinity() : scale * to_float(loaded.v[j]);
@@ -127,7 +128,7 @@ __device__ __forceinline__ void softmax_rows(const T* x, T* out, int rows, int c
             const float mine = max == -infinity() ? 0.0f : sum * expf(max - row_max);
             const float inv_sum = 1.0f / group_reduce<SumOp, GROUP_WARPS>(mine, scratch);
             for (int i = rank; i < live_vectors; i += GROUP) {
-                const Vec<T, VEC> loaded = load_vec<T, VEC>(x_row + i * VEC);
+                const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
                 Vec<T, VEC> r;
 #pragma unroll
                 for (int j = 0; j < VEC; ++j)

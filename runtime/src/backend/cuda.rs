@@ -582,17 +582,17 @@ impl CudaBackend {
                 attention::gpu::attention(gpu, d, &problem, ins[0], ins[1], ins[2], out)
             }
             Op::Add => add::gpu::add(gpu, d, ins[0], ins[1], out.len, out),
-            // In its input's type: the run's dtype, or f32 where its output leaves the graph
-            // (zero-shot probabilities).
+            // Written in the run's dtype from the scores' (f32 in bf16 runs), or f32 where its
+            // output leaves the graph (zero-shot probabilities).
             Op::Softmax { causal: false } => {
                 let cols = last(&inputs[0].shape);
                 let rows = out.len / cols.max(1);
-                softmax::gpu::softmax(gpu, ins[0].dtype, ins[0], rows, cols, 1.0, out)
+                softmax::gpu::softmax(gpu, out.dtype, ins[0], rows, cols, 1.0, out)
             }
             Op::Softmax { causal: true } => {
                 let cols = last(&inputs[0].shape);
                 let rows = out.len / cols.max(1);
-                softmax::gpu::softmax_causal(gpu, d, ins[0], rows, cols, cols, 1.0, out)
+                softmax::gpu::softmax_causal(gpu, out.dtype, ins[0], rows, cols, cols, 1.0, out)
             }
             Op::SelectToken { index } => {
                 let s = &inputs[0].shape;
