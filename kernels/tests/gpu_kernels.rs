@@ -1189,7 +1189,8 @@ fn bench_bandwidth_of_vit_shapes() {
     let (rows, cols) = (12_608usize, 768usize);
     let x = random(&mut rng, rows * cols, -3.0, 3.0, dtype);
     let (_xb, xv) = upload(gpu(), dtype, &x, 0);
-    let (_gb, gv) = upload(gpu(), dtype, &x[..cols], 0);
+    // gamma and beta are f32 in every run.
+    let (_gb, gv) = upload(gpu(), DType::F32, &x[..cols], 0);
     let out = g.alloc(rows * cols * size).unwrap();
     let ov = out.view(0, rows * cols, dtype).unwrap();
     let t =
