@@ -223,20 +223,14 @@ pub struct RunOutcome {
     pub stopped: bool,
 }
 
-/// Work on the runner that must come before its first batch but need not hold up the decoding
-/// of that batch (zero-shot: waiting for the labels' embeddings and adding them to the model).
-pub type BeforeFirstBatch<'a> = Box<dyn FnOnce(&mut Runner) -> Result<()> + 'a>;
-
 /// Runs every image of `inputs.paths` through the pipeline and the model, handing each batch's
-/// outputs to `results` in input order. `before_first_batch` runs once, when the first batch
-/// has been decoded, before the runner is prepared for it. `record_timeline`: record the
-/// device's timeline (read it afterwards with `Runner::take_timeline`).
+/// outputs to `results` in input order. `record_timeline`: record the device's timeline (read
+/// it afterwards with `Runner::take_timeline`).
 pub fn run_batches(
     runner: &mut Runner,
     inputs: &InputList,
     setup: &BatchSetup,
     results: &mut impl BatchResults,
-    before_first_batch: Option<BeforeFirstBatch<'_>>,
     record_timeline: bool,
 ) -> Result<RunOutcome> {
     let slot_bytes = setup.batch_size * setup.pipeline.image_bytes;
@@ -247,7 +241,6 @@ pub fn run_batches(
     runner.record_timeline(record_timeline);
     let mut submitter = Submitter {
         runner,
-        before_first_batch,
         table: &setup.table,
         results,
         in_flight: None,
@@ -314,7 +307,6 @@ struct InFlight {
 /// outputs and hands them to the results.
 struct Submitter<'a, R: BatchResults> {
     runner: &'a mut Runner,
-    before_first_batch: Option<BeforeFirstBatch<'a>>,
     table: &'a [f32],
     results: &'a mut R,
     in_flight: Option<InFlight>,
@@ -330,9 +322,6 @@ impl<R: BatchResults> pipeline::Consumer for Submitter<'_, R> {
     fn batch(&mut self, batch: Batch<'_>) -> Result<Flow> {
         for (_, why) in &batch.failures {
             eprintln!("vitrt: {why}");
-        }
-        if let Some(before) = self.before_first_batch.take() {
-            before(self.runner)?;
         }
         if self.times.first_submits.is_empty() {
             // Plan and weights (timed apart from the first pass, for --stats).

@@ -8,13 +8,13 @@ use super::batched::ImageArgs;
 use super::classify::output::Format;
 use super::classify::{classify_images, Report, Scores};
 use super::common::ModelArgs;
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use vitrt_model::text::labels::{average_templates, check_template, DEFAULT_TEMPLATE};
-use vitrt_model::text::{TextEncoder, TextModel, TextTokenizer};
-use vitrt_model::{Output, OutputSet, Runner, ZeroShotLabels};
+use vitrt_model::text::{TextModel, TextTokenizer};
+use vitrt_model::{Output, OutputSet, ZeroShotLabels};
 
 #[derive(Args, Debug)]
 pub struct ZeroShotArgs {
@@ -92,45 +92,25 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
         .collect();
     let started = std::time::Instant::now();
     let tokens = tokenizer.encode(&texts)?;
-
-    // The text tower runs on its own thread, on a backend of its own, while the folder
-    // pipeline decodes the first batch of images; the labels join the model just before
-    // that batch (the whole job otherwise waited for them: benchmarks/NOTES.md, 2026-11-25
-    // "labels encoded beside the first batch").
-    let (label_count, template_count) = (labels.len(), templates.len());
-    let (fusion, dtype, precision) = (
-        args.model.fusion(),
-        runner.backend().dtype(),
-        runner.precision(),
+    let mut encoder = args
+        .model
+        .open_text_encoder(text, device, runner.backend().dtype())?
+        .with_precision(runner.precision());
+    let embeds = encoder.embed(&tokens.ids, texts.len(), true)?;
+    drop(encoder);
+    let text_embeds = average_templates(&embeds, labels.len(), templates.len(), width)?;
+    eprintln!(
+        "vitrt: {} labels x {} templates encoded by the text tower in {:.2} s",
+        labels.len(),
+        templates.len(),
+        started.elapsed().as_secs_f64()
     );
-    let encoding = std::thread::Builder::new()
-        .name("vitrt-labels".into())
-        .spawn(move || -> Result<Vec<f32>> {
-            let backend = vitrt_runtime::backend::open(device, dtype)?;
-            let mut encoder = TextEncoder::new(text, backend, fusion).with_precision(precision);
-            let embeds = encoder.embed(&tokens.ids, texts.len(), true)?;
-            let averaged = average_templates(&embeds, label_count, template_count, width)?;
-            eprintln!(
-                "vitrt: {label_count} labels x {template_count} templates encoded by the text \
-                 tower in {:.2} s",
-                started.elapsed().as_secs_f64()
-            );
-            Ok(averaged)
-        })
-        .context("starting the thread that encodes the labels")?;
-    let add_labels = Box::new(move |runner: &mut Runner| -> Result<()> {
-        let text_embeds = encoding
-            .join()
-            .map_err(|_| anyhow!("encoding the labels failed unexpectedly (a panic)"))?
-            .context("encoding the labels")?;
-        runner.model.set_zero_shot(ZeroShotLabels {
-            text_embeds,
-            labels: label_count,
-            rule,
-        })?;
-        runner.set_outputs(OutputSet::of(&[Output::ZeroShotProbs]));
-        Ok(())
-    });
+    runner.model.set_zero_shot(ZeroShotLabels {
+        text_embeds,
+        labels: labels.len(),
+        rule,
+    })?;
+    runner.set_outputs(OutputSet::of(&[Output::ZeroShotProbs]));
 
     let report = Report {
         top_k: args.top_k as usize,
@@ -145,7 +125,6 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
         &inputs,
         Scores::Probabilities(&labels),
         &report,
-        Some(add_labels),
     )
 }
 

@@ -5,7 +5,7 @@
 
 pub(crate) mod output;
 
-use super::batched::{self, BatchResults, BatchSetup, BeforeFirstBatch, ImageArgs};
+use super::batched::{self, BatchResults, BatchSetup, ImageArgs};
 use super::common::ModelArgs;
 use crate::pipeline::{Flow, InputList, PipelineStats};
 use anyhow::{bail, Context, Result};
@@ -75,14 +75,11 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
         &inputs,
         Scores::Logits(&config),
         &report,
-        None,
     )
 }
 
 /// Runs `runner` over the images and writes each one's top labels by `scores`: `vitrt
-/// classify`, and `vitrt zero-shot`, whose `before_first_batch` adds the labels to the model
-/// once they are encoded.
-#[allow(clippy::too_many_arguments)]
+/// classify`, and `vitrt zero-shot` once its labels are encoded.
 pub(crate) fn classify_images(
     runner: &mut Runner,
     dir: &Path,
@@ -91,7 +88,6 @@ pub(crate) fn classify_images(
     inputs: &InputList,
     scores: Scores<'_>,
     report: &Report,
-    before_first_batch: Option<BeforeFirstBatch<'_>>,
 ) -> Result<ExitCode> {
     let pre = batched::preprocessing(runner, dir, model)?;
     let setup = BatchSetup::new(runner, pre, images, inputs.paths.len());
@@ -127,7 +123,6 @@ pub(crate) fn classify_images(
         inputs,
         &setup,
         &mut classifier,
-        before_first_batch,
         report.stats.is_some(),
     )?;
     if let Some(path) = &report.stats {

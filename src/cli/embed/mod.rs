@@ -206,7 +206,7 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
     if args.images.fail_fast && unlisted > 0 {
         bail!("stopped at the first failure (--fail-fast)");
     }
-    let outcome = batched::run_batches(&mut runner, &inputs, &setup, &mut embedder, None, false)?;
+    let outcome = batched::run_batches(&mut runner, &inputs, &setup, &mut embedder, false)?;
     if outcome.stopped {
         return Ok(ExitCode::SUCCESS);
     }
