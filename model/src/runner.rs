@@ -90,6 +90,13 @@ impl Runner {
         self.backend.as_ref()
     }
 
+    /// The backend, to run other graphs on it (a zero-shot run's text tower). Parameters they
+    /// load stay until [`Backend::truncate_params`] frees them; an arena they grow drops the
+    /// runner's captured graphs, which capture again.
+    pub fn backend_mut(&mut self) -> &mut dyn Backend {
+        self.backend.as_mut()
+    }
+
     pub fn precision(&self) -> Precision {
         self.precision
     }

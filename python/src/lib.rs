@@ -686,8 +686,8 @@ impl Model {
             let (labels, templates) = (&asked.0, &asked.1);
             without_gil(py, move || {
                 let engine = pinned.into_inner();
-                let (dir, device) = (engine.dir.as_path(), engine.device);
-                zero_shot::set_labels(&mut engine.runner, dir, device, name, labels, templates)
+                let dir = engine.dir.as_path();
+                zero_shot::set_labels(&mut engine.runner, dir, name, labels, templates)
             })?;
             engine.zero_shot = Some(asked);
         }

@@ -6,10 +6,9 @@ use crate::failure::{model_failure, FailAs, Failure, Result};
 use anyhow::{anyhow, Context};
 use std::path::Path;
 use vitrt_model::text::labels::{average_templates, check_template, DEFAULT_TEMPLATE};
-use vitrt_model::text::{TextEncoder, TextModel, TextTokenizer};
+use vitrt_model::text::{embed_texts, TextBackend, TextModel, TextTokenizer};
 use vitrt_model::Runner;
 use vitrt_model::ZeroShotLabels;
-use vitrt_runtime::backend::{self, Device};
 use vitrt_runtime::passes::Fusion;
 
 /// The labels, trimmed; an error for none, an empty one, or one named twice.
@@ -49,12 +48,11 @@ pub fn check_templates(templates: Option<Vec<String>>) -> Result<Vec<String>> {
     Ok(templates)
 }
 
-/// Encodes `labels` x `templates` with the checkpoint's text tower, on a backend of its own
-/// on the vision runner's device and dtype, and sets the averaged embeddings on the runner.
+/// Encodes `labels` x `templates` with the checkpoint's text tower, on the vision runner's
+/// backend, and sets the averaged embeddings on the runner.
 pub fn set_labels(
     runner: &mut Runner,
     dir: &Path,
-    device: Device,
     name: &str,
     labels: &[String],
     templates: &[String],
@@ -84,14 +82,17 @@ pub fn set_labels(
         .flat_map(|label| templates.iter().map(move |t| t.replacen("{}", label, 1)))
         .collect();
     let tokens = tokenizer.encode(&texts).map_err(model_failure)?;
-    let dtype = runner.backend().dtype();
-    let text_backend = backend::open(device, dtype).or_runtime()?;
-    let mut encoder =
-        TextEncoder::new(text, text_backend, Fusion::ALL).with_precision(runner.precision());
-    let embeds = encoder
-        .embed(&tokens.ids, texts.len(), true)
-        .map_err(model_failure)?;
-    drop(encoder);
+    // On the runner's backend, as `vitrt zero-shot` does; the text tower's weights are freed
+    // once the labels are encoded.
+    let held = runner.backend().param_count();
+    let on = TextBackend {
+        fusion: Fusion::ALL,
+        precision: runner.precision(),
+        backend: runner.backend_mut(),
+    };
+    let embeds = embed_texts(&text, on, &tokens.ids, texts.len(), true);
+    runner.backend_mut().truncate_params(held);
+    let embeds = embeds.map_err(model_failure)?;
     let text_embeds =
         average_templates(&embeds, labels.len(), templates.len(), width).or_runtime()?;
     runner

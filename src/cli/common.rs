@@ -134,7 +134,7 @@ impl ModelArgs {
     }
 
     /// The graph fusion `--fusion` and `--attention` ask for.
-    fn fusion(&self) -> Fusion {
+    pub(crate) fn fusion(&self) -> Fusion {
         let mut fusion = match self.fusion {
             FusionArg::All => Fusion::ALL,
             FusionArg::None => Fusion::NONE,
@@ -145,18 +145,6 @@ impl ModelArgs {
             None => {}
         }
         fusion
-    }
-
-    /// The text tower `text` on a backend of its own on `device`, in `dtype` (the vision
-    /// runner's), with the same fusion.
-    pub fn open_text_encoder(
-        &self,
-        text: TextModel,
-        device: Device,
-        dtype: DType,
-    ) -> Result<TextEncoder> {
-        let backend = vitrt_runtime::backend::open(device, dtype)?;
-        Ok(TextEncoder::new(text, backend, self.fusion()))
     }
 
     /// Opens the backend: the device and dtype asked for, or without `--device` the first

@@ -68,35 +68,12 @@ impl TextEncoder {
         batch: usize,
         options: TextRun,
     ) -> Result<Vec<HostTensor>, ModelError> {
-        let context = self.model.context();
-        if ids.len() != batch * context {
-            return Err(ModelError::Usage(format!(
-                "{batch} sequences of {context} token ids are {} ids, got {}",
-                batch * context,
-                ids.len()
-            )));
-        }
-        let vocab = self.model.config.vocab_size;
-        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab) {
-            return Err(ModelError::Usage(format!(
-                "token id {bad} is outside the text tower's vocabulary of {vocab} (is the \
-                 tokenizer the checkpoint's own?)"
-            )));
-        }
-        let options = TextGraphOptions {
-            all_outputs: options.all_outputs,
-            normalize: options.normalize,
+        let on = TextBackend {
+            backend: self.backend.as_mut(),
             fusion: self.fusion,
+            precision: self.precision,
         };
-        let backend = self.backend.as_ref();
-        let graph = self
-            .model
-            .build_graph(batch, options, &|op, shapes| backend.supports(op, shapes))?;
-        let executor = Executor::new(graph, self.backend.as_mut(), &self.model, self.precision)?
-            .with_graph_replay(false);
-        // Ids below 2^24 are exact in f32, the type of every graph input.
-        let values: Vec<f32> = ids.iter().map(|&id| id as f32).collect();
-        Ok(executor.run(self.backend.as_mut(), &[(INPUT_IDS, &values)])?)
+        run_text(&self.model, on, ids, batch, options)
     }
 
     /// The text embeddings of every sequence, [n, embedding size] row-major (each of unit
@@ -107,22 +84,91 @@ impl TextEncoder {
         n: usize,
         normalize: bool,
     ) -> Result<Vec<f32>, ModelError> {
-        let context = self.model.context();
-        let mut embeds = Vec::with_capacity(n * self.model.embedding_size());
-        for start in (0..n).step_by(TEXT_BATCH) {
-            let count = TEXT_BATCH.min(n - start);
-            let chunk = &ids[start * context..(start + count) * context];
-            let options = TextRun {
-                all_outputs: false,
-                normalize,
-            };
-            let outputs = self.run(chunk, count, options)?;
-            let text = outputs
-                .into_iter()
-                .find(|t| t.name == "text_embeds")
-                .ok_or_else(|| ModelError::Usage("the text graph wrote no text_embeds".into()))?;
-            embeds.extend_from_slice(&text.data);
-        }
-        Ok(embeds)
+        let on = TextBackend {
+            backend: self.backend.as_mut(),
+            fusion: self.fusion,
+            precision: self.precision,
+        };
+        embed_texts(&self.model, on, ids, n, normalize)
     }
+}
+
+/// A backend a text tower runs on, borrowed (from a vision runner, whose backend zero-shot
+/// shares: benchmarks/NOTES.md, 2026-11-25 "one backend for both towers"), with the fusion and
+/// precision to run it with.
+pub struct TextBackend<'a> {
+    pub backend: &'a mut dyn Backend,
+    pub fusion: Fusion,
+    pub precision: Precision,
+}
+
+/// [`TextEncoder::run`] on a borrowed backend.
+pub fn run_text(
+    model: &TextModel,
+    on: TextBackend<'_>,
+    ids: &[u32],
+    batch: usize,
+    options: TextRun,
+) -> Result<Vec<HostTensor>, ModelError> {
+    let context = model.context();
+    if ids.len() != batch * context {
+        return Err(ModelError::Usage(format!(
+            "{batch} sequences of {context} token ids are {} ids, got {}",
+            batch * context,
+            ids.len()
+        )));
+    }
+    let vocab = model.config.vocab_size;
+    if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+        return Err(ModelError::Usage(format!(
+            "token id {bad} is outside the text tower's vocabulary of {vocab} (is the \
+             tokenizer the checkpoint's own?)"
+        )));
+    }
+    let options = TextGraphOptions {
+        all_outputs: options.all_outputs,
+        normalize: options.normalize,
+        fusion: on.fusion,
+    };
+    let backend = on.backend;
+    let graph = {
+        let probe: &dyn Backend = backend;
+        model.build_graph(batch, options, &|op, shapes| probe.supports(op, shapes))?
+    };
+    let executor = Executor::new(graph, backend, model, on.precision)?.with_graph_replay(false);
+    // Ids below 2^24 are exact in f32, the type of every graph input.
+    let values: Vec<f32> = ids.iter().map(|&id| id as f32).collect();
+    Ok(executor.run(backend, &[(INPUT_IDS, &values)])?)
+}
+
+/// [`TextEncoder::embed`] on a borrowed backend.
+pub fn embed_texts(
+    model: &TextModel,
+    on: TextBackend<'_>,
+    ids: &[u32],
+    n: usize,
+    normalize: bool,
+) -> Result<Vec<f32>, ModelError> {
+    let context = model.context();
+    let mut embeds = Vec::with_capacity(n * model.embedding_size());
+    for start in (0..n).step_by(TEXT_BATCH) {
+        let count = TEXT_BATCH.min(n - start);
+        let chunk = &ids[start * context..(start + count) * context];
+        let options = TextRun {
+            all_outputs: false,
+            normalize,
+        };
+        let again = TextBackend {
+            backend: &mut *on.backend,
+            fusion: on.fusion,
+            precision: on.precision,
+        };
+        let outputs = run_text(model, again, chunk, count, options)?;
+        let text = outputs
+            .into_iter()
+            .find(|t| t.name == "text_embeds")
+            .ok_or_else(|| ModelError::Usage("the text graph wrote no text_embeds".into()))?;
+        embeds.extend_from_slice(&text.data);
+    }
+    Ok(embeds)
 }

@@ -189,6 +189,15 @@ impl Backend for CpuBackend {
         Ok(self.params.len() - 1)
     }
 
+    fn param_count(&self) -> usize {
+        self.params.len()
+    }
+
+    fn truncate_params(&mut self, count: usize) {
+        self.params.truncate(count);
+        self.param_ids.retain(|_, id| *id < count);
+    }
+
     fn reserve_arena(&mut self, bytes: usize) -> Result<(), RuntimeError> {
         let elems = bytes.div_ceil(self.slot_bytes());
         if self.arena.len() < elems {

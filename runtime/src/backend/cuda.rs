@@ -173,6 +173,16 @@ impl Backend for CudaBackend {
         Ok(self.params.len() - 1)
     }
 
+    fn param_count(&self) -> usize {
+        self.params.len()
+    }
+
+    fn truncate_params(&mut self, count: usize) {
+        // The work that read them is done: the executor that ran them read its outputs back.
+        self.params.truncate(count);
+        self.param_ids.retain(|_, id| *id < count);
+    }
+
     fn reserve_arena(&mut self, bytes: usize) -> Result<(), RuntimeError> {
         let have = self.arena.as_ref().map_or(0, DeviceBuffer::len_bytes);
         if have < bytes {

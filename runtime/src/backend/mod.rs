@@ -215,6 +215,15 @@ pub trait Backend {
         false
     }
 
+    /// How many parameters the backend holds: their ids are `0..param_count()`.
+    fn param_count(&self) -> usize;
+
+    /// Frees every parameter loaded after the first `count` (ids `count..`), for a graph run
+    /// once on a shared backend (a zero-shot run's text tower) whose executor is gone. An
+    /// executor still bound to one of them would read freed memory: only its owner may call
+    /// this.
+    fn truncate_params(&mut self, count: usize);
+
     /// Makes the arena at least `bytes` long. Called once per plan, never per run.
     fn reserve_arena(&mut self, bytes: usize) -> Result<(), RuntimeError>;
 
@@ -400,6 +409,39 @@ mod tests {
         for bad in ["tpu", "cuda:", "cuda:x", "CUDA"] {
             assert!(Device::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Parameters are kept per key and storage type; truncating frees those loaded last and
+    /// keeps the rest where they were.
+    #[test]
+    fn parameters_are_kept_per_key_and_dtype_and_truncated_from_the_end() {
+        let mut b = open(Device::Cpu, DType::BF16).unwrap();
+        let values = [1.0f32 + 1.0 / 512.0, 2.0];
+        let mut load = || Ok(values.to_vec());
+        let kept = b.load_param("w", &[2], DType::BF16, &mut load).unwrap();
+        let exact = b.load_param("w", &[2], DType::F32, &mut load).unwrap();
+        assert_ne!(kept, exact);
+        assert_eq!(
+            b.load_param("w", &[2], DType::BF16, &mut load).unwrap(),
+            kept
+        );
+        let read = |b: &mut Box<dyn Backend>, id, dtype| {
+            b.read(BufferRef::Param { id, len: 2, dtype }).unwrap()
+        };
+        assert_eq!(
+            read(&mut b, kept, DType::BF16),
+            [1.0, 2.0],
+            "rounded to bf16"
+        );
+        assert_eq!(read(&mut b, exact, DType::F32), values, "kept exact");
+        let held = b.param_count();
+        b.load_param("text", &[2], DType::BF16, &mut load).unwrap();
+        assert_eq!(b.param_count(), held + 1);
+        b.truncate_params(held);
+        assert_eq!(b.param_count(), held);
+        assert!(!b.has_param("text", DType::BF16));
+        assert!(b.has_param("w", DType::BF16) && b.has_param("w", DType::F32));
+        assert_eq!(read(&mut b, kept, DType::BF16), [1.0, 2.0]);
     }
 
     #[test]

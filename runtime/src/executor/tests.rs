@@ -102,6 +102,12 @@ impl Backend for CapturingCpu {
     ) -> Result<usize, RuntimeError> {
         self.inner.load_param(key, shape, dtype, load)
     }
+    fn param_count(&self) -> usize {
+        self.inner.param_count()
+    }
+    fn truncate_params(&mut self, count: usize) {
+        self.inner.truncate_params(count)
+    }
     fn reserve_arena(&mut self, bytes: usize) -> Result<(), RuntimeError> {
         if bytes > self.arena_bytes {
             self.graphs.clear();
