@@ -89,6 +89,21 @@ PRESETS = {
         logit_scale=4.6052,
         logit_bias=-1.7,
     ),
+    # google/siglip-so400m-patch14-384's widths (1152, 16 heads of 72, MLP 4304) in both towers,
+    # 4 layers each and 224 pixels instead of 27 layers and 384, so that the float64 reference
+    # stays quick: the head dim of 72, which the fused attention takes padded to 80, is what it
+    # checks.
+    "siglip-so400m-widths-4-layers": TextFixture(
+        name="siglip-so400m-widths-4-layers",
+        summary="SigLIP so400m/14 widths, 4 layers a tower, 224 pixels, random weights",
+        model_class="SiglipModel",
+        config_class="SiglipConfig",
+        text_config={**text(1152, 16, 64), "intermediate_size": 4304, "num_hidden_layers": 4},
+        vision_config={**vision(1152, 16, 4, 14), "intermediate_size": 4304},
+        dual_config={},
+        logit_scale=4.6052,
+        logit_bias=-1.7,
+    ),
 }
 
 
