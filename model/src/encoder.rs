@@ -8,6 +8,7 @@ use crate::error::ModelError;
 use crate::names::{LayerPart, TensorNames};
 use crate::params::Recipe;
 use std::collections::BTreeMap;
+use vitrt_runtime::passes::{self, AttentionFusion, Fusion};
 use vitrt_runtime::{Epilogue, Graph, HeadSlice, Op, RuntimeError, ValueId};
 use vitrt_weights::Checkpoint;
 
@@ -297,6 +298,40 @@ pub(crate) fn padded_attention_keys(
         value,
         attention_output,
     })
+}
+
+/// The head dim an encoder's attention runs at when the backend's fused kernel does not take
+/// the model's but takes it padded with zeros to the next multiple of 16 (SigLIP so400m: 72 as
+/// 80): the projections then write padded heads, for 11% more attention work instead of the
+/// unfused path's score matrices (benchmarks/NOTES.md, 2026-11-24, "head dims padded"). None:
+/// no padding. `shape`: batch and tokens of the attention's input.
+pub(crate) fn padded_head_dim(
+    layers: &[LayerKeys],
+    c: &EncoderConfig,
+    (batch, tokens): (usize, usize),
+    causal: bool,
+    fusion: Fusion,
+    supports: passes::Supports,
+) -> Option<usize> {
+    let padded = layers.first()?.padded.as_ref()?.head_dim;
+    if fusion.attention == AttentionFusion::Off {
+        return None;
+    }
+    let heads = c.num_attention_heads;
+    let probe = |head_dim: usize| {
+        let op = Op::Attention {
+            heads,
+            head_dim,
+            scale: 1.0,
+            q: HeadSlice { column_offset: 0 },
+            k: HeadSlice { column_offset: 0 },
+            v: HeadSlice { column_offset: 0 },
+            causal,
+        };
+        let shape = [batch, tokens, heads * head_dim];
+        supports(&op, &[&shape, &shape, &shape]).is_ok()
+    };
+    (!probe(c.hidden_size / heads) && probe(padded)).then_some(padded)
 }
 
 /// The keys of every encoder block of the checkpoint, their shapes checked.

@@ -11,7 +11,7 @@
 
 use crate::config::{Family, ModelConfig};
 use crate::encoder::{
-    attention, collect_layers, encoder_block, layer_norm, linear, make_param, stacked_rows,
+    self, attention, collect_layers, encoder_block, layer_norm, linear, make_param, stacked_rows,
     LayerKeys, LinearKeys, NormKeys, ParamMap, ParamTable,
 };
 use crate::error::ModelError;
@@ -21,10 +21,8 @@ use crate::positions::Resampling;
 use crate::text::ScoreRule;
 use std::collections::BTreeMap;
 use std::path::Path;
-use vitrt_runtime::passes::{self, AttentionFusion, Fusion};
-use vitrt_runtime::{
-    Activation, Epilogue, Graph, HeadSlice, Op, ParamStore, RuntimeError, ValueId,
-};
+use vitrt_runtime::passes::{self, Fusion};
+use vitrt_runtime::{Activation, Epilogue, Graph, Op, ParamStore, RuntimeError, ValueId};
 use vitrt_weights::Checkpoint;
 
 /// What the classifier reads.
@@ -307,26 +305,9 @@ impl VisionModel {
         fusion: Fusion,
         supports: passes::Supports,
     ) -> Option<usize> {
-        let c = &self.config;
-        let padded = self.keys.layers.first()?.padded.as_ref()?.head_dim;
-        if fusion.attention == AttentionFusion::Off {
-            return None;
-        }
-        let heads = c.num_attention_heads;
-        let probe = |head_dim: usize| {
-            let op = Op::Attention {
-                heads,
-                head_dim,
-                scale: 1.0,
-                q: HeadSlice { column_offset: 0 },
-                k: HeadSlice { column_offset: 0 },
-                v: HeadSlice { column_offset: 0 },
-                causal: false,
-            };
-            let shape = [batch, self.tokens(), heads * head_dim];
-            supports(&op, &[&shape, &shape, &shape]).is_ok()
-        };
-        (!probe(c.head_dim()) && probe(padded)).then_some(padded)
+        let shape = (batch, self.tokens());
+        let encoder = self.config.encoder();
+        encoder::padded_head_dim(&self.keys.layers, &encoder, shape, false, fusion, supports)
     }
 
     pub fn num_labels(&self) -> Option<usize> {

@@ -7,8 +7,8 @@
 use super::config::{TextConfig, TextFamily};
 use crate::config::Family;
 use crate::encoder::{
-    collect_layers, encoder_block, layer_norm, linear, make_param, LayerKeys, LinearKeys, NormKeys,
-    ParamMap, ParamTable,
+    self, collect_layers, encoder_block, layer_norm, linear, make_param, LayerKeys, LinearKeys,
+    NormKeys, ParamMap, ParamTable,
 };
 use crate::error::ModelError;
 use crate::names::TensorNames;
@@ -196,12 +196,30 @@ impl TextModel {
     /// The graph of `batch` token sequences of [`TextModel::context`] ids: `text_embeds`
     /// (the projected pooled token, normalised with `options.normalize`), and with `options.all_outputs` every hidden state,
     /// `last_hidden_state` and `pooler_output` too.
+    /// The head dim the tower's attention runs at when the backend's fused kernel takes it
+    /// only padded to a multiple of 16 (SigLIP so400m's 72 as 80), as the vision tower's
+    /// (`VisionModel::padded_head_dim`); None: no padding.
+    pub fn padded_head_dim(
+        &self,
+        batch: usize,
+        fusion: Fusion,
+        supports: passes::Supports,
+    ) -> Option<usize> {
+        let causal = self.config.family == TextFamily::Clip;
+        let shape = (batch, self.context());
+        let encoder = self.config.encoder();
+        encoder::padded_head_dim(&self.keys.layers, &encoder, shape, causal, fusion, supports)
+    }
+
     pub fn build_graph(
         &self,
         batch: usize,
         options: TextGraphOptions,
         supports: passes::Supports,
     ) -> Result<Graph, ModelError> {
+        let pad = self
+            .padded_head_dim(batch, options.fusion, supports)
+            .is_some();
         let c = &self.config;
         let k = &self.keys;
         let (d, context) = (c.hidden_size, self.context());
@@ -219,14 +237,7 @@ impl TextModel {
         }
         let encoder = c.encoder();
         for (l, layer) in k.layers.iter().enumerate() {
-            x = encoder_block(
-                &mut g,
-                &encoder,
-                &format!("text.layer.{l}"),
-                layer,
-                x,
-                false,
-            )?;
+            x = encoder_block(&mut g, &encoder, &format!("text.layer.{l}"), layer, x, pad)?;
             if options.all_outputs {
                 g.mark_output(&format!("hidden_states.{}", l + 1), x);
             }
