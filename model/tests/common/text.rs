@@ -184,8 +184,19 @@ pub fn check(
     // Each image's most probable text is PyTorch's.
     let probs = images.iter().find(|t| t.name == "probs").unwrap();
     let want = tensor(&refs, "probs");
-    for (ours, theirs) in probs.data.chunks(texts).zip(want.data.chunks(texts)) {
-        assert_eq!(arg_max(ours), arg_max(theirs), "{case}: top label differs");
+    for (image, (ours, theirs)) in probs
+        .data
+        .chunks(texts)
+        .zip(want.data.chunks(texts))
+        .enumerate()
+    {
+        let (mine, best) = (arg_max(ours), arg_max(theirs));
+        assert_eq!(
+            mine, best,
+            "{case}: image {image}'s top label differs: ours {mine} (PyTorch {:.6e}, ours \
+             {:.6e}), PyTorch's {best} (PyTorch {:.6e}, ours {:.6e})",
+            theirs[mine], ours[mine], theirs[best], ours[best]
+        );
     }
     let worst = rows.iter().map(|r| r.relative_error).fold(0.0, f64::max);
     println!(
