@@ -10,6 +10,7 @@ pub mod model;
 mod names;
 mod params;
 pub mod parity;
+pub mod pool;
 pub mod positions;
 pub mod preprocess;
 pub mod runner;
@@ -20,5 +21,6 @@ pub use error::ModelError;
 pub use model::{
     ClassifierInput, GraphOptions, Head, Output, OutputSet, VisionModel, ZeroShotLabels,
 };
+pub use pool::{Pool, PoolUnavailable};
 pub use runner::{ForwardTimes, Runner};
 pub use text::{TextFamily, TextTokenizer, TokenBatch};

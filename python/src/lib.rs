@@ -25,7 +25,7 @@ use vitrt_model::labels::Prediction;
 use vitrt_model::preprocess::{
     normalization_table, normalize_into, ImageLimits, ImageLoader, PreprocessConfig,
 };
-use vitrt_model::{Output, OutputSet, Runner, VisionModel};
+use vitrt_model::{Output, OutputSet, Pool, Runner, VisionModel};
 use vitrt_runtime::backend::{self, Device};
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::{Backend, DType, HostTensor};
@@ -135,22 +135,9 @@ where
 /// The device and dtype asked for, or without a device the first CUDA GPU that opens (f16
 /// unless `dtype` says otherwise), else the CPU (f32): the CLI's choice.
 fn open_backend(device: Option<&str>, dtype: Option<DType>) -> Result<(Box<dyn Backend>, Device)> {
-    if let Some(device) = device {
-        let device = Device::parse(device).or_value()?;
-        let dtype = dtype.unwrap_or(match device {
-            Device::Cpu => DType::F32,
-            Device::Cuda(_) => DType::F16,
-        });
-        let backend = backend::open(device, dtype).or_runtime()?;
-        return Ok((backend, device));
-    }
-    match backend::open(Device::Cuda(0), dtype.unwrap_or(DType::F16)) {
-        Ok(backend) => Ok((backend, Device::Cuda(0))),
-        Err(_) => {
-            let backend = backend::open(Device::Cpu, dtype.unwrap_or(DType::F32)).or_runtime()?;
-            Ok((backend, Device::Cpu))
-        }
-    }
+    let device = device.map(Device::parse).transpose().or_value()?;
+    let opened = backend::open_with_defaults(device, dtype).or_runtime()?;
+    Ok((opened.backend, opened.device))
 }
 
 fn device_name(device: Device) -> String {
@@ -160,76 +147,34 @@ fn device_name(device: Device) -> String {
     }
 }
 
-/// What `embed` pools each image into, as `vitrt embed --pool` names them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Pool {
-    /// CLIP's projected `pooler_output`, SigLIP's attention-pooling head (`image_embeds`).
-    Projected,
-    /// transformers' `pooler_output`.
-    Pooler,
-    /// Token 0 of `last_hidden_state`.
-    Cls,
-    /// The mean of the patch tokens of `last_hidden_state`.
-    Mean,
-}
-
-impl Pool {
-    /// In the default's order of preference (the CLI's).
-    const ALL: [Pool; 4] = [Pool::Projected, Pool::Pooler, Pool::Cls, Pool::Mean];
-
-    fn name(self) -> &'static str {
-        match self {
-            Pool::Projected => "projected",
-            Pool::Pooler => "pooler",
-            Pool::Cls => "cls",
-            Pool::Mean => "mean",
-        }
-    }
-
-    fn output(self) -> Output {
-        match self {
-            Pool::Projected => Output::ImageEmbeds,
-            Pool::Pooler => Output::PoolerOutput,
-            Pool::Cls => Output::ClassToken,
-            Pool::Mean => Output::PatchMean,
-        }
-    }
-
-    /// The pool named `asked`, if the checkpoint has it, else the first of [`Pool::ALL`] it
-    /// has.
-    fn choose(asked: Option<&str>, model: &VisionModel, name: &str) -> Result<Pool> {
-        let available = model.available_outputs();
-        let has: Vec<Pool> = Pool::ALL
-            .into_iter()
-            .filter(|p| available.contains(p.output()))
-            .collect();
-        let names = || {
-            has.iter()
-                .map(|p| format!("{:?}", p.name()))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let Some(asked) = asked else {
-            return has.first().copied().ok_or_else(|| {
-                Failure::Value(anyhow!("the checkpoint has no vector to embed images as"))
-            });
-        };
-        let Some(pool) = Pool::ALL.into_iter().find(|p| p.name() == asked) else {
-            return Err(Failure::Value(anyhow!(
+/// The pool named `asked` (`Model.embed`'s `pool=`), if the checkpoint has it, else the
+/// checkpoint's default (`vitrt_model::Pool::choose`, as `vitrt embed`).
+fn choose_pool(asked: Option<&str>, model: &VisionModel, name: &str) -> Result<Pool> {
+    let asked = match asked {
+        None => None,
+        Some(asked) => Some(Pool::parse(asked).ok_or_else(|| {
+            Failure::Value(anyhow!(
                 "pool={asked:?} is not a pool: use \"projected\", \"pooler\", \"cls\" or \"mean\""
-            )));
+            ))
+        })?),
+    };
+    Pool::choose(asked, model).map_err(|e| {
+        let Some(pool) = asked else {
+            return Failure::Value(anyhow!("the checkpoint has no vector to embed images as"));
         };
-        if has.contains(&pool) {
-            return Ok(pool);
-        }
-        Err(Failure::Value(anyhow!(
+        let names: Vec<String> = e
+            .available
+            .iter()
+            .map(|p| format!("{:?}", p.name()))
+            .collect();
+        Failure::Value(anyhow!(
             "pool={:?}: {name} (a {} checkpoint) has no {}; it has pool={}",
             pool.name(),
-            model.config.family.name(),
+            e.family,
             pool.output().name(),
-            names()
-        )))
-    }
+            names.join(", ")
+        ))
+    })
 }
 
 /// Everything a `Model` runs with; moved into `without_gil` as a whole.
@@ -623,7 +568,7 @@ impl Model {
         normalize: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let model = &self.engine.get()?.runner.model;
-        let pool = Pool::choose(pool, model, &self.name)?;
+        let pool = choose_pool(pool, model, &self.name)?;
         let mut dim = match pool {
             Pool::Projected => model
                 .image_embeds_width()

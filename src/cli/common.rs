@@ -151,33 +151,21 @@ impl ModelArgs {
     /// CUDA GPU that opens (f16 unless `--dtype` says otherwise), else the CPU (f32), saying
     /// on stderr which was chosen and why.
     fn open_backend(&self) -> Result<(Box<dyn vitrt_runtime::Backend>, Device)> {
-        if let Some(device) = &self.device {
-            let device = Device::parse(device)?;
-            let dtype = self.dtype.unwrap_or(match device {
-                Device::Cpu => DType::F32,
-                Device::Cuda(_) => DType::F16,
-            });
-            return Ok((vitrt_runtime::backend::open(device, dtype)?, device));
-        }
-        let gpu_dtype = self.dtype.unwrap_or(DType::F16);
-        match vitrt_runtime::backend::open(Device::Cuda(0), gpu_dtype) {
-            Ok(backend) => {
-                eprintln!(
-                    "vitrt: running on {} in {gpu_dtype} (the first CUDA GPU; --device cpu \
-                     forces the CPU)",
-                    backend.describe()
-                );
-                Ok((backend, Device::Cuda(0)))
+        let asked = self.device.as_deref().map(Device::parse).transpose()?;
+        let opened = vitrt_runtime::backend::open_with_defaults(asked, self.dtype)?;
+        let dtype = opened.backend.dtype();
+        match (&opened.fallback, asked) {
+            (Some(why), _) => {
+                eprintln!("vitrt: running on the CPU in {dtype}: no usable CUDA GPU ({why})")
             }
-            Err(why) => {
-                let dtype = self.dtype.unwrap_or(DType::F32);
-                eprintln!("vitrt: running on the CPU in {dtype}: no usable CUDA GPU ({why})");
-                Ok((
-                    vitrt_runtime::backend::open(Device::Cpu, dtype)?,
-                    Device::Cpu,
-                ))
-            }
+            (None, None) => eprintln!(
+                "vitrt: running on {} in {dtype} (the first CUDA GPU; --device cpu forces the \
+                 CPU)",
+                opened.backend.describe()
+            ),
+            (None, Some(_)) => {}
         }
+        Ok((opened.backend, opened.device))
     }
 
     /// Resolves, loads and checks the model, and opens the backend. Also returns the

@@ -45,6 +45,48 @@ pub fn open(device: Device, dtype: DType) -> Result<Box<dyn Backend>, RuntimeErr
     }
 }
 
+/// A backend opened by [`open_with_defaults`].
+pub struct Opened {
+    pub backend: Box<dyn Backend>,
+    pub device: Device,
+    /// Why the first CUDA GPU was not taken, when no device was asked for and the CPU was.
+    pub fallback: Option<RuntimeError>,
+}
+
+/// The device and dtype asked for, each defaulted: without a device, the first CUDA GPU that
+/// opens, else the CPU (saying why in [`Opened::fallback`]); without a dtype, f16 on a GPU and
+/// f32 on the CPU. The rule of `vitrt` and of the Python module.
+pub fn open_with_defaults(
+    device: Option<Device>,
+    dtype: Option<DType>,
+) -> Result<Opened, RuntimeError> {
+    let default_dtype = |device: Device| match device {
+        Device::Cpu => DType::F32,
+        Device::Cuda(_) => DType::F16,
+    };
+    if let Some(device) = device {
+        let backend = open(device, dtype.unwrap_or(default_dtype(device)))?;
+        return Ok(Opened {
+            backend,
+            device,
+            fallback: None,
+        });
+    }
+    let gpu = Device::Cuda(0);
+    match open(gpu, dtype.unwrap_or(default_dtype(gpu))) {
+        Ok(backend) => Ok(Opened {
+            backend,
+            device: gpu,
+            fallback: None,
+        }),
+        Err(why) => Ok(Opened {
+            backend: open(Device::Cpu, dtype.unwrap_or(default_dtype(Device::Cpu)))?,
+            device: Device::Cpu,
+            fallback: Some(why),
+        }),
+    }
+}
+
 /// Where a tensor lives on a backend, in elements of `dtype`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BufferRef {
@@ -442,6 +484,26 @@ mod tests {
         assert!(!b.has_param("text", DType::BF16));
         assert!(b.has_param("w", DType::BF16) && b.has_param("w", DType::F32));
         assert_eq!(read(&mut b, kept, DType::BF16), [1.0, 2.0]);
+    }
+
+    /// Without a device, the first GPU, else the CPU saying why; the dtype defaults by device.
+    /// (The GPU side of the rule runs in the GPU check's CLI rows.)
+    #[test]
+    fn devices_and_dtypes_default_by_rule() {
+        let cpu = open_with_defaults(Some(Device::Cpu), None).unwrap();
+        assert_eq!((cpu.device, cpu.backend.dtype()), (Device::Cpu, DType::F32));
+        assert!(cpu.fallback.is_none());
+        let bf16 = open_with_defaults(Some(Device::Cpu), Some(DType::BF16)).unwrap();
+        assert_eq!(bf16.backend.dtype(), DType::BF16);
+        let any = open_with_defaults(None, None).unwrap();
+        match any.device {
+            Device::Cpu => {
+                assert_eq!(any.backend.dtype(), DType::F32);
+                assert!(any.fallback.is_some(), "the CPU without saying why");
+            }
+            Device::Cuda(0) => assert_eq!(any.backend.dtype(), DType::F16),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -8,12 +8,12 @@ use super::batched::{self, BatchResults, BatchSetup, ImageArgs};
 use super::common::ModelArgs;
 use crate::output_file::{Contents, OutputFile};
 use crate::pipeline::Flow;
-use anyhow::{bail, Context, Result};
-use clap::{Args, ValueEnum};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
 use output::{Format, Sink, WriteError};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use vitrt_model::{Output, OutputSet, VisionModel};
+use vitrt_model::{Output, OutputSet, Pool, VisionModel};
 use vitrt_runtime::HostTensor;
 
 #[derive(Args, Debug)]
@@ -23,7 +23,7 @@ pub struct EmbedArgs {
     /// Which vector: `projected` (CLIP's projected embedding, SigLIP's attention-pooling head), `pooler`
     /// (transformers' pooler_output), `cls` (the CLS token after the final layernorm) or
     /// `mean` (the mean of the patch tokens). Default: the first of these the checkpoint has.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = parse_pool)]
     pool: Option<Pool>,
     /// Scale each embedding to unit length (L2).
     #[arg(long)]
@@ -45,67 +45,29 @@ pub struct EmbedArgs {
     images: ImageArgs,
 }
 
-/// The vector each image is embedded as.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Pool {
-    /// transformers' `pooler_output`.
-    Pooler,
-    /// Token 0 of `last_hidden_state`.
-    Cls,
-    /// The mean of the patch tokens of `last_hidden_state`.
-    Mean,
-    /// CLIP's projected `pooler_output`, SigLIP's attention-pooling head (`image_embeds`).
-    Projected,
+/// `--pool`'s value: a name of [`Pool::ALL`].
+fn parse_pool(name: &str) -> std::result::Result<Pool, String> {
+    Pool::parse(name).ok_or_else(|| {
+        let names: Vec<&str> = Pool::ALL.iter().map(|p| p.name()).collect();
+        format!("not a pool; use one of {}", names.join(", "))
+    })
 }
 
-impl Pool {
-    /// In the default's order of preference.
-    const ALL: [Pool; 4] = [Pool::Projected, Pool::Pooler, Pool::Cls, Pool::Mean];
-
-    fn output(self) -> Output {
-        match self {
-            Pool::Pooler => Output::PoolerOutput,
-            Pool::Cls => Output::ClassToken,
-            Pool::Mean => Output::PatchMean,
-            Pool::Projected => Output::ImageEmbeds,
+/// The pool `--pool` asks for, or the checkpoint's default; an error names the ones it has.
+fn choose_pool(asked: Option<Pool>, model: &VisionModel, name: &str) -> Result<Pool> {
+    Pool::choose(asked, model).map_err(|e| match asked {
+        Some(pool) => {
+            let names: Vec<&str> = e.available.iter().map(|p| p.name()).collect();
+            anyhow!(
+                "--pool {}: {name} (a {} checkpoint) has no {}; it has --pool {}",
+                pool.name(),
+                e.family,
+                pool.output().name(),
+                names.join(", ")
+            )
         }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Pool::Pooler => "pooler",
-            Pool::Cls => "cls",
-            Pool::Mean => "mean",
-            Pool::Projected => "projected",
-        }
-    }
-
-    /// The pool asked for, if the checkpoint has it, else the first it has of
-    /// [`Pool::ALL`].
-    fn choose(asked: Option<Pool>, model: &VisionModel, name: &str) -> Result<Pool> {
-        let available = model.available_outputs();
-        let has: Vec<Pool> = Pool::ALL
-            .into_iter()
-            .filter(|p| available.contains(p.output()))
-            .collect();
-        match asked {
-            Some(pool) if has.contains(&pool) => Ok(pool),
-            Some(pool) => {
-                let names: Vec<&str> = has.iter().map(|p| p.name()).collect();
-                bail!(
-                    "--pool {}: {name} (a {} checkpoint) has no {}; it has --pool {}",
-                    pool.name(),
-                    model.config.family.name(),
-                    pool.output().name(),
-                    names.join(", ")
-                )
-            }
-            None => has
-                .first()
-                .copied()
-                .context("the checkpoint has no vector to embed images as"),
-        }
-    }
+        None => anyhow!("the checkpoint has no vector to embed images as"),
+    })
 }
 
 impl Format {
@@ -183,7 +145,7 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
         }
     }
     let (mut runner, dir) = args.model.open()?;
-    let pool = Pool::choose(args.pool, &runner.model, args.model.name())?;
+    let pool = choose_pool(args.pool, &runner.model, args.model.name())?;
     runner.set_outputs(OutputSet::of(&[pool.output()]));
     let pre = batched::preprocessing(&mut runner, &dir, &args.model)?;
     let setup = BatchSetup::new(&runner, pre, &args.images, inputs.paths.len());
