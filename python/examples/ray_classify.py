@@ -12,6 +12,9 @@ batch is still classified.
 
 On a cluster, give the folder as a URI Ray Data reads (s3://..., gs://...), the model as a
 hub id or a folder every node has, --actors as the number of GPUs and --gpus-per-actor 1.
+--output writes the results as Parquet. On a machine with few cores, give the actors less than
+a CPU each (--cpus-per-actor 0.5): Ray Data's read tasks need one too, and with every CPU held
+by an actor the pipeline waits forever.
 """
 
 import argparse
@@ -56,6 +59,21 @@ class Classifier:
         }
 
 
+def classify_files(images, model, *, device=None, dtype=None, top_k=3, actors=1,
+                   gpus_per_actor=0, cpus_per_actor=1, batch_size=64):
+    """The Ray Dataset of every file under `images` with its top labels (or its error)."""
+    files = ray.data.read_binary_files(images, include_paths=True)
+    return files.map_batches(
+        Classifier,
+        fn_constructor_kwargs={"model": model, "device": device, "dtype": dtype, "top_k": top_k},
+        batch_size=batch_size,
+        batch_format="numpy",
+        concurrency=actors,
+        num_gpus=gpus_per_actor,
+        num_cpus=cpus_per_actor,
+    )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("images", help="a folder or file pattern Ray Data reads (local or a URI)")
@@ -65,27 +83,25 @@ def main():
     parser.add_argument("--top-k", type=int, default=3)
     parser.add_argument("--actors", type=int, default=1, help="models running at once")
     parser.add_argument("--gpus-per-actor", type=float, default=0)
+    parser.add_argument("--cpus-per-actor", type=float, default=1)
     parser.add_argument("--batch-size", type=int, default=64, help="images per call")
-    parser.add_argument("--output", default=None, help="a folder to write JSON lines into")
+    parser.add_argument("--output", default=None, help="a folder to write Parquet files into")
     args = parser.parse_args()
 
     ray.init()
-    files = ray.data.read_binary_files(args.images, include_paths=True)
-    results = files.map_batches(
-        Classifier,
-        fn_constructor_kwargs={
-            "model": args.model,
-            "device": args.device,
-            "dtype": args.dtype,
-            "top_k": args.top_k,
-        },
+    results = classify_files(
+        args.images,
+        args.model,
+        device=args.device,
+        dtype=args.dtype,
+        top_k=args.top_k,
+        actors=args.actors,
+        gpus_per_actor=args.gpus_per_actor,
+        cpus_per_actor=args.cpus_per_actor,
         batch_size=args.batch_size,
-        batch_format="numpy",
-        concurrency=args.actors,
-        num_gpus=args.gpus_per_actor,
     )
     if args.output:
-        results.write_json(args.output)
+        results.write_parquet(args.output)
         print(f"wrote {args.output}")
         return
     for row in results.sort("path").iter_rows():
