@@ -5,7 +5,7 @@
 #                                      (kernels, model) and the vitrt binary in release and copy
 #                                      them into DIR (a git-ignored folder, e.g. .carry/),
 #                                      without their hash suffixes.
-#   scripts/gpu-check.sh run DIR [LOGS]  (on the GPU machine) run every executable in DIR with
+#   scripts/gpu-check.sh run DIR [LOGS]  (on the GPU machine) run every test executable in DIR with
 #                                      its ignored tests included, one log per executable in
 #                                      LOGS (default: $OUT, else benchmarks/raw/gpu-check), then its
 #                                      timing tests (named bench_*) again alone, one thread,
@@ -203,7 +203,9 @@ run() {
     local failed=0
     for exe in "$dir"/*; do
         [ -f "$exe" ] && [ -x "$exe" ] || continue
-        case "$exe" in *.bin) continue ;; esac
+        # Only the test executables `stage` copies (named after their crate), not the vitrt
+        # binary or anything else staged beside them.
+        case "$(basename "$exe")" in kernels-* | model-*) ;; *) continue ;; esac
         local name
         name=$(basename "$exe")
         local start=$SECONDS
