@@ -4,6 +4,27 @@
 use crate::cuda::DevPtr;
 use crate::types::DType;
 
+/// (input, output) storage types a row kernel reads and writes: every dtype to itself, and f32
+/// into each half type (a half-precision run's f32 residual stream into a layernorm, a bf16
+/// run's f32 attention scores into a softmax).
+pub(crate) const ROW_STORAGE: [(DType, DType); 5] = [
+    (DType::F32, DType::F32),
+    (DType::F16, DType::F16),
+    (DType::BF16, DType::BF16),
+    (DType::F32, DType::F16),
+    (DType::F32, DType::BF16),
+];
+
+/// The input storage type of a row kernel writing `dtype` from `x`: f32 where `x` holds f32,
+/// else `dtype` (the operand checks then refuse any other pair, none of [`ROW_STORAGE`]).
+pub(crate) fn row_input_dtype(x: DevPtr, dtype: DType) -> DType {
+    if x.dtype == DType::F32 {
+        DType::F32
+    } else {
+        dtype
+    }
+}
+
 /// Meta-parameters of a row kernel: the template arguments after the dtype.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct RowConfig {

@@ -3,6 +3,7 @@
 
 use crate::error::ModelError;
 use crate::model::{GraphOptions, OutputSet, VisionModel, ZeroShotLabels};
+use crate::text::{self, TextModel};
 use std::collections::HashMap;
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::RuntimeError;
@@ -90,11 +91,24 @@ impl Runner {
         self.backend.as_ref()
     }
 
-    /// The backend, to run other graphs on it (a zero-shot run's text tower). Parameters they
-    /// load stay until [`Backend::truncate_params`] frees them; an arena they grow drops the
-    /// runner's captured graphs, which capture again.
-    pub fn backend_mut(&mut self) -> &mut dyn Backend {
-        self.backend.as_mut()
+    /// The text embeddings of `n` token sequences (see `TextEncoder::embed`), encoded by
+    /// `tower` on this runner's backend with its fusion and precision (zero-shot's labels: a
+    /// second backend took longer to open than the text tower took to run, benchmarks/NOTES.md,
+    /// 2026-11-25 "one backend for both towers"). The text tower's weights are freed again; an
+    /// arena it grows drops the runner's captured graphs, which capture again.
+    pub fn embed_texts(
+        &mut self,
+        tower: &TextModel,
+        ids: &[u32],
+        n: usize,
+        normalize: bool,
+    ) -> Result<Vec<f32>, ModelError> {
+        let held = self.backend.param_count();
+        let backend = self.backend.as_mut();
+        let (fusion, precision) = (self.fusion, self.precision);
+        let embeds = text::embed_texts(tower, backend, fusion, precision, ids, n, normalize);
+        self.backend.truncate_params(held);
+        embeds
     }
 
     pub fn precision(&self) -> Precision {

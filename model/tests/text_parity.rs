@@ -47,10 +47,9 @@ fn text_towers_and_scores_match_pytorch_in_half_precision() {
 /// answer imposed, the padded graph must match PyTorch as closely as the plain one.
 #[test]
 fn text_heads_padded_for_the_fused_kernel_compute_what_the_tower_computes() {
-    use common::text::{reference, tensor};
-    use vitrt_model::parity::compare;
+    use common::text::{compare_text_outputs, reference, tensor};
     use vitrt_model::text::{TextGraphOptions, TextModel, INPUT_IDS};
-    use vitrt_runtime::{Executor, HostTensor, Op, Precision};
+    use vitrt_runtime::{Executor, Op, Precision};
     let multiples_of_16 = |op: &Op, _: &[&[usize]]| match op {
         Op::Attention { head_dim, .. } if head_dim % 16 != 0 => Err("head dim".to_string()),
         _ => Ok(()),
@@ -89,24 +88,11 @@ fn text_heads_padded_for_the_fused_kernel_compute_what_the_tower_computes() {
         let mut backend = CpuBackend::new();
         let precision = Precision::default_for(DType::F32);
         let executor = Executor::new(graph, &mut backend, &text, precision).unwrap();
-        let ours: Vec<HostTensor> = executor
+        let outputs = executor
             .run(&mut backend, &[(INPUT_IDS, &ids.data)])
-            .unwrap()
-            .into_iter()
-            .map(|t| HostTensor {
-                name: match t.name.as_str() {
-                    "text_embeds" => t.name.clone(),
-                    other => format!("text_{other}"),
-                },
-                ..t
-            })
-            .collect();
-        let wanted: Vec<HostTensor> = refs
-            .iter()
-            .filter(|t| t.name.starts_with("text_"))
-            .cloned()
-            .collect();
-        for row in compare(&ours, &wanted).unwrap() {
+            .unwrap();
+        let case = format!("{} padded", dir.display());
+        for row in compare_text_outputs(outputs, &refs, &case) {
             assert!(
                 row.relative_error < 1e-5,
                 "{} padded: {} {:.2e}",

@@ -6,10 +6,9 @@ use crate::failure::{model_failure, FailAs, Failure, Result};
 use anyhow::{anyhow, Context};
 use std::path::Path;
 use vitrt_model::text::labels::{average_templates, check_template, DEFAULT_TEMPLATE};
-use vitrt_model::text::{embed_texts, TextBackend, TextModel, TextTokenizer};
+use vitrt_model::text::{TextModel, TextTokenizer};
 use vitrt_model::Runner;
 use vitrt_model::ZeroShotLabels;
-use vitrt_runtime::passes::Fusion;
 
 /// The labels, trimmed; an error for none, an empty one, or one named twice.
 pub fn check_labels(labels: Vec<String>) -> Result<Vec<String>> {
@@ -82,17 +81,9 @@ pub fn set_labels(
         .flat_map(|label| templates.iter().map(move |t| t.replacen("{}", label, 1)))
         .collect();
     let tokens = tokenizer.encode(&texts).map_err(model_failure)?;
-    // On the runner's backend, as `vitrt zero-shot` does; the text tower's weights are freed
-    // once the labels are encoded.
-    let held = runner.backend().param_count();
-    let on = TextBackend {
-        fusion: Fusion::ALL,
-        precision: runner.precision(),
-        backend: runner.backend_mut(),
-    };
-    let embeds = embed_texts(&text, on, &tokens.ids, texts.len(), true);
-    runner.backend_mut().truncate_params(held);
-    let embeds = embeds.map_err(model_failure)?;
+    let embeds = runner
+        .embed_texts(&text, &tokens.ids, texts.len(), true)
+        .map_err(model_failure)?;
     let text_embeds =
         average_templates(&embeds, labels.len(), templates.len(), width).or_runtime()?;
     runner

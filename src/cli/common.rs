@@ -134,7 +134,7 @@ impl ModelArgs {
     }
 
     /// The graph fusion `--fusion` and `--attention` ask for.
-    pub(crate) fn fusion(&self) -> Fusion {
+    fn fusion(&self) -> Fusion {
         let mut fusion = match self.fusion {
             FusionArg::All => Fusion::ALL,
             FusionArg::None => Fusion::NONE,

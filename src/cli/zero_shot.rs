@@ -13,7 +13,7 @@ use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use vitrt_model::text::labels::{average_templates, check_template, DEFAULT_TEMPLATE};
-use vitrt_model::text::{embed_texts, TextBackend, TextModel, TextTokenizer};
+use vitrt_model::text::{TextModel, TextTokenizer};
 use vitrt_model::{Output, OutputSet, ZeroShotLabels};
 
 #[derive(Args, Debug)]
@@ -92,18 +92,8 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
         .collect();
     let started = std::time::Instant::now();
     let tokens = tokenizer.encode(&texts)?;
-    // On the vision runner's backend (a second one took longer to open than the text tower
-    // took to run: benchmarks/NOTES.md, 2026-11-25 "one backend for both towers"); the text
-    // tower's weights are freed once the labels are encoded.
-    let held = runner.backend().param_count();
-    let on = TextBackend {
-        fusion: args.model.fusion(),
-        precision: runner.precision(),
-        backend: runner.backend_mut(),
-    };
-    let embeds = embed_texts(&text, on, &tokens.ids, texts.len(), true);
-    runner.backend_mut().truncate_params(held);
-    let text_embeds = average_templates(&embeds?, labels.len(), templates.len(), width)?;
+    let embeds = runner.embed_texts(&text, &tokens.ids, texts.len(), true)?;
+    let text_embeds = average_templates(&embeds, labels.len(), templates.len(), width)?;
     eprintln!(
         "vitrt: {} labels x {} templates encoded by the text tower in {:.2} s",
         labels.len(),

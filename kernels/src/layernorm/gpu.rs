@@ -8,19 +8,10 @@ use crate::cuda::{
     invalid, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
     KernelParam, LaunchDims, ParamKind,
 };
-use crate::rows::RowConfig;
+use crate::rows::{row_input_dtype, RowConfig, ROW_STORAGE};
 use crate::types::DType;
 
 const SOURCE: &str = include_str!("layernorm.cu");
-
-/// (input, output) storage types: every dtype to itself, and f32 into each half type.
-const STORAGE: [(DType, DType); 5] = [
-    (DType::F32, DType::F32),
-    (DType::F16, DType::F16),
-    (DType::BF16, DType::BF16),
-    (DType::F32, DType::F16),
-    (DType::F32, DType::BF16),
-];
 
 /// The type whose 16 bytes set the vector width: the wider of input and output.
 fn widest(input: DType, dtype: DType) -> DType {
@@ -62,7 +53,7 @@ fn instantiation(input: DType, dtype: DType, config: RowConfig) -> Instantiation
 }
 
 pub(crate) fn instantiations() -> Vec<Instantiation> {
-    STORAGE
+    ROW_STORAGE
         .into_iter()
         .flat_map(|(input, dtype)| {
             RowConfig::all(widest(input, dtype))
@@ -101,12 +92,7 @@ pub fn layernorm(
     let elements = rows
         .checked_mul(cols)
         .ok_or_else(|| invalid!("layernorm {rows} x {cols} overflows"))?;
-    // Every (f32 or dtype, dtype) pair is in STORAGE.
-    let input = if x.dtype == DType::F32 {
-        DType::F32
-    } else {
-        dtype
-    };
+    let input = row_input_dtype(x, dtype);
     x.expect("layernorm input", input, elements)?;
     out.expect("layernorm output", dtype, elements)?;
     gamma.expect("layernorm gamma", DType::F32, cols)?;

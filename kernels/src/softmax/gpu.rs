@@ -9,7 +9,7 @@ use crate::cuda::{
     invalid, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
     KernelParam, LaunchDims, ParamKind,
 };
-use crate::rows::RowConfig;
+use crate::rows::{row_input_dtype, RowConfig, ROW_STORAGE};
 use crate::types::DType;
 
 const SOURCE: &str = include_str!("softmax.cu");
@@ -149,15 +149,6 @@ fn span_instantiation(dtype: DType, config: SpanConfig, causal: bool) -> Instant
     }
 }
 
-/// (input, output) storage types: every dtype to itself, and f32 into each half type.
-const STORAGE: [(DType, DType); 5] = [
-    (DType::F32, DType::F32),
-    (DType::F16, DType::F16),
-    (DType::BF16, DType::BF16),
-    (DType::F32, DType::F16),
-    (DType::F32, DType::BF16),
-];
-
 /// Every program either launcher can pick, for every storage pair: non-causal, then causal
 /// (the unfused attention of a text tower runs in any dtype, f32 included, and at any length).
 /// The span program reads and writes one type.
@@ -165,7 +156,7 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
     [false, true]
         .into_iter()
         .flat_map(|causal| {
-            STORAGE.into_iter().flat_map(move |(input, dtype)| {
+            ROW_STORAGE.into_iter().flat_map(move |(input, dtype)| {
                 let spans = if input == dtype { SPAN_MAX_PER_LANE } else { 0 };
                 RowConfig::all(input)
                     .into_iter()
@@ -254,12 +245,7 @@ fn launch(
     let elements = rows
         .checked_mul(cols)
         .ok_or_else(|| invalid!("softmax {rows} x {cols} overflows"))?;
-    // Every (dtype, dtype) and (f32, half) pair is in STORAGE.
-    let input = if x.dtype == DType::F32 {
-        DType::F32
-    } else {
-        dtype
-    };
+    let input = row_input_dtype(x, dtype);
     x.expect("softmax input", input, elements)?;
     out.expect("softmax output", dtype, elements)?;
     let (rows_i32, cols_i32) = (to_i32(rows, "softmax rows")?, to_i32(cols, "softmax cols")?);
@@ -392,7 +378,7 @@ mod tests {
     fn causal_programs_are_registered_beside_the_others() {
         let registered = instantiations();
         let names: Vec<&str> = registered.iter().map(|i| i.name.as_str()).collect();
-        for (input, dtype) in STORAGE {
+        for (input, dtype) in ROW_STORAGE {
             for config in RowConfig::all(input) {
                 for causal in [false, true] {
                     let inst = instantiation(input, dtype, config, causal);

@@ -68,12 +68,16 @@ impl TextEncoder {
         batch: usize,
         options: TextRun,
     ) -> Result<Vec<HostTensor>, ModelError> {
-        let on = TextBackend {
-            backend: self.backend.as_mut(),
-            fusion: self.fusion,
-            precision: self.precision,
-        };
-        run_text(&self.model, on, ids, batch, options)
+        let backend = self.backend.as_mut();
+        run_text(
+            &self.model,
+            backend,
+            self.fusion,
+            self.precision,
+            ids,
+            batch,
+            options,
+        )
     }
 
     /// The text embeddings of every sequence, [n, embedding size] row-major (each of unit
@@ -84,28 +88,26 @@ impl TextEncoder {
         n: usize,
         normalize: bool,
     ) -> Result<Vec<f32>, ModelError> {
-        let on = TextBackend {
-            backend: self.backend.as_mut(),
-            fusion: self.fusion,
-            precision: self.precision,
-        };
-        embed_texts(&self.model, on, ids, n, normalize)
+        let backend = self.backend.as_mut();
+        embed_texts(
+            &self.model,
+            backend,
+            self.fusion,
+            self.precision,
+            ids,
+            n,
+            normalize,
+        )
     }
 }
 
-/// A backend a text tower runs on, borrowed (from a vision runner, whose backend zero-shot
-/// shares: benchmarks/NOTES.md, 2026-11-25 "one backend for both towers"), with the fusion and
-/// precision to run it with.
-pub struct TextBackend<'a> {
-    pub backend: &'a mut dyn Backend,
-    pub fusion: Fusion,
-    pub precision: Precision,
-}
-
-/// [`TextEncoder::run`] on a borrowed backend.
-pub fn run_text(
+/// [`TextEncoder::run`] on a borrowed backend (also `Runner::embed_texts`, zero-shot's text
+/// tower on the vision runner's backend).
+pub(crate) fn run_text(
     model: &TextModel,
-    on: TextBackend<'_>,
+    backend: &mut dyn Backend,
+    fusion: Fusion,
+    precision: Precision,
     ids: &[u32],
     batch: usize,
     options: TextRun,
@@ -128,23 +130,24 @@ pub fn run_text(
     let options = TextGraphOptions {
         all_outputs: options.all_outputs,
         normalize: options.normalize,
-        fusion: on.fusion,
+        fusion,
     };
-    let backend = on.backend;
     let graph = {
         let probe: &dyn Backend = backend;
         model.build_graph(batch, options, &|op, shapes| probe.supports(op, shapes))?
     };
-    let executor = Executor::new(graph, backend, model, on.precision)?.with_graph_replay(false);
+    let executor = Executor::new(graph, backend, model, precision)?.with_graph_replay(false);
     // Ids below 2^24 are exact in f32, the type of every graph input.
     let values: Vec<f32> = ids.iter().map(|&id| id as f32).collect();
     Ok(executor.run(backend, &[(INPUT_IDS, &values)])?)
 }
 
 /// [`TextEncoder::embed`] on a borrowed backend.
-pub fn embed_texts(
+pub(crate) fn embed_texts(
     model: &TextModel,
-    on: TextBackend<'_>,
+    backend: &mut dyn Backend,
+    fusion: Fusion,
+    precision: Precision,
     ids: &[u32],
     n: usize,
     normalize: bool,
@@ -158,12 +161,7 @@ pub fn embed_texts(
             all_outputs: false,
             normalize,
         };
-        let again = TextBackend {
-            backend: &mut *on.backend,
-            fusion: on.fusion,
-            precision: on.precision,
-        };
-        let outputs = run_text(model, again, chunk, count, options)?;
+        let outputs = run_text(model, backend, fusion, precision, chunk, count, options)?;
         let text = outputs
             .into_iter()
             .find(|t| t.name == "text_embeds")

@@ -66,6 +66,32 @@ pub fn tensor<'a>(refs: &'a [HostTensor], name: &str) -> &'a HostTensor {
         .unwrap_or_else(|| panic!("the reference has no {name}"))
 }
 
+/// A text graph's every output (`all_outputs`) against the reference's text tensors, named
+/// as the reference names them (`text_` before all but `text_embeds`).
+pub fn compare_text_outputs(
+    outputs: Vec<HostTensor>,
+    refs: &[HostTensor],
+    case: &str,
+) -> Vec<Comparison> {
+    let ours: Vec<HostTensor> = outputs
+        .into_iter()
+        .map(|t| HostTensor {
+            name: match t.name.as_str() {
+                "text_embeds" => t.name.clone(),
+                other => format!("text_{other}"),
+            },
+            ..t
+        })
+        .collect();
+    let wanted: Vec<HostTensor> = refs
+        .iter()
+        .filter(|t| t.name.starts_with("text_"))
+        .cloned()
+        .collect();
+    assert!(wanted.len() >= 5, "{case}: {} text tensors", wanted.len());
+    compare(&ours, &wanted).unwrap()
+}
+
 pub fn arg_max(row: &[f32]) -> usize {
     (0..row.len())
         .max_by(|&a, &b| row[a].total_cmp(&row[b]).then(b.cmp(&a)))
@@ -119,25 +145,8 @@ pub fn check(
         all_outputs: true,
         normalize: false,
     };
-    let ours: Vec<HostTensor> = encoder
-        .run(&ids, texts, all)
-        .unwrap()
-        .into_iter()
-        .map(|t| HostTensor {
-            name: match t.name.as_str() {
-                "text_embeds" => t.name.clone(),
-                other => format!("text_{other}"),
-            },
-            ..t
-        })
-        .collect();
-    let wanted: Vec<HostTensor> = refs
-        .iter()
-        .filter(|t| t.name.starts_with("text_"))
-        .cloned()
-        .collect();
-    assert!(wanted.len() >= 5, "{case}: {} text tensors", wanted.len());
-    let mut rows = compare(&ours, &wanted).unwrap();
+    let outputs = encoder.run(&ids, texts, all).unwrap();
+    let mut rows = compare_text_outputs(outputs, &refs, &case);
 
     // The scores of the images against the texts (one template: the texts themselves).
     let unit = TextRun {
