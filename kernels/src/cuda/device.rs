@@ -5,7 +5,7 @@
 use super::cache::DiskCache;
 use super::compile::Compiler;
 use super::error::{invalid, KernelError};
-use super::memory::DeviceBuffer;
+use super::memory::{AllocatedBytes, AllocationCounter, DeviceBuffer};
 use super::registry::{Instantiation, KernelArg, ParamSlot};
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute, CUresult};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtr as _};
@@ -13,6 +13,7 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Grid and block of one launch. Blocks are one-dimensional: kernels index threads by
 /// `threadIdx.x` and derive any 2-D layout themselves.
@@ -64,6 +65,24 @@ pub struct Gpu {
     pub(super) dependent_launch: AtomicBool,
     /// The name of the last kernel queued, for errors that surface at a later wait.
     pub(super) last_kernel: Mutex<String>,
+    /// The device memory this Gpu's buffers hold (see [`Gpu::allocated_bytes`]).
+    pub(super) allocations: Arc<AllocationCounter>,
+    /// How the kernels loaded so far got here (see [`Gpu::kernel_loads`]).
+    pub(super) kernel_loads: Mutex<KernelLoads>,
+}
+
+/// How the kernels a Gpu loaded got there, and the host time it took: what a cold start
+/// (empty kernel cache) spends compiling, against a warm one's cache loads.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct KernelLoads {
+    /// Compiled by NVRTC (not in the disk cache, or refused from it by the driver).
+    pub compiled: usize,
+    /// Compiling and loading them (a failed cache load before included).
+    pub compile_time: Duration,
+    /// Loaded from the disk cache.
+    pub cached: usize,
+    /// Reading and loading them.
+    pub cache_time: Duration,
 }
 
 static NEXT_GPU_ID: AtomicUsize = AtomicUsize::new(1);
@@ -144,6 +163,8 @@ impl Gpu {
             captured_launches: AtomicUsize::new(0),
             family_states: Mutex::new(HashMap::new()),
             last_kernel: Mutex::new(String::new()),
+            allocations: Arc::new(AllocationCounter::default()),
+            kernel_loads: Mutex::new(KernelLoads::default()),
             dependent_launch: AtomicBool::new(
                 major >= 9 && std::env::var_os("VITRT_DEPENDENT_LAUNCH").is_none_or(|v| v != "0"),
             ),
@@ -200,6 +221,7 @@ impl Gpu {
                 ptr: 0,
                 len_bytes: 0,
                 owner: self.id,
+                counter: None,
             });
         }
         self.refuse_while_capturing("allocating device memory")?;
@@ -220,12 +242,45 @@ impl Gpu {
             }
         })?;
         let (ptr, _) = slice.device_ptr(&self.stream);
+        self.allocations.add(bytes);
         Ok(DeviceBuffer {
             ptr,
             _allocation: Some(slice),
             len_bytes: bytes,
             owner: self.id,
+            counter: Some(Arc::clone(&self.allocations)),
         })
+    }
+
+    /// The device memory held by the buffers this Gpu allocated (weights, arena, kernels'
+    /// scratch: everything `alloc` handed out and not yet dropped), and the most held at once
+    /// since it was opened or [`Gpu::reset_allocated_peak`]. Our account; the driver's view
+    /// of the device is [`Gpu::memory_info`].
+    pub fn allocated_bytes(&self) -> AllocatedBytes {
+        self.allocations.get()
+    }
+
+    /// Starts a new peak for [`Gpu::allocated_bytes`] from what is held now.
+    pub fn reset_allocated_peak(&self) {
+        self.allocations.reset_peak();
+    }
+
+    /// `(free, total)` bytes of the device as the driver reports them (`cuMemGetInfo`): used
+    /// memory counts every process on the device, this one's context, loaded modules and CUDA
+    /// graphs included.
+    pub fn memory_info(&self) -> Result<(usize, usize), KernelError> {
+        self.context
+            .mem_get_info()
+            .map_err(|e| KernelError::driver("cuMemGetInfo", e))
+    }
+
+    /// How many kernels were compiled and how many loaded from the disk cache so far, and the
+    /// host time each took.
+    pub fn kernel_loads(&self) -> KernelLoads {
+        *self
+            .kernel_loads
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub(crate) fn check_owner(&self, buffer: &DeviceBuffer) -> Result<(), KernelError> {
@@ -470,12 +525,13 @@ impl Gpu {
             )
         })?;
         let key = self.compiler.cache_key(inst, arch);
+        let started = Instant::now();
         let cached = self
             .disk_cache
             .as_ref()
             .and_then(|cache| cache.load(&inst.name, &key));
-        let function = match cached.map(|cubin| self.load(inst, cubin)) {
-            Some(Ok(function)) => function,
+        let (function, from_cache) = match cached.map(|cubin| self.load(inst, cubin)) {
+            Some(Ok(function)) => (function, true),
             // Not cached, or cached but the driver refused it: compile afresh.
             _ => {
                 let compiled = self.compiler.compile(inst, arch)?;
@@ -483,9 +539,22 @@ impl Gpu {
                 if let Some(cache) = &self.disk_cache {
                     cache.store(&inst.name, &key, &compiled.cubin);
                 }
-                function
+                (function, false)
             }
         };
+        {
+            let mut loads = self
+                .kernel_loads
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if from_cache {
+                loads.cached += 1;
+                loads.cache_time += started.elapsed();
+            } else {
+                loads.compiled += 1;
+                loads.compile_time += started.elapsed();
+            }
+        }
         kernels.insert(inst.name.clone(), function.clone());
         Ok(function)
     }

@@ -3,6 +3,53 @@
 use super::error::{invalid, KernelError};
 use crate::types::DType;
 use cudarc::driver::CudaSlice;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// The device memory a `Gpu` has allocated and not yet had back (every [`DeviceBuffer`] it
+/// made and that is still alive), and the highest that total has reached since the last
+/// reset: an account of our own allocations, next to the driver's view of the whole device
+/// (`Gpu::memory_info`), which also holds the context, the loaded modules and CUDA graphs.
+#[derive(Debug, Default)]
+pub(crate) struct AllocationCounter {
+    live: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl AllocationCounter {
+    pub(crate) fn add(&self, bytes: usize) {
+        let now = self.live.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn remove(&self, bytes: usize) {
+        self.live.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> AllocatedBytes {
+        AllocatedBytes {
+            live: self.live.load(Ordering::Relaxed),
+            peak: self.peak.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Starts a new peak from what is allocated now.
+    pub(crate) fn reset_peak(&self) {
+        self.peak
+            .store(self.live.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
+/// Bytes of device memory allocated through one `Gpu` ([`Gpu::allocated_bytes`]).
+///
+/// [`Gpu::allocated_bytes`]: super::Gpu::allocated_bytes
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllocatedBytes {
+    /// Held now.
+    pub live: usize,
+    /// The most held at once since the Gpu was opened or its peak last reset.
+    pub peak: usize,
+}
 
 /// Device memory owned by one `Gpu`; freed (stream-ordered) when dropped.
 pub struct DeviceBuffer {
@@ -13,6 +60,17 @@ pub struct DeviceBuffer {
     pub(crate) len_bytes: usize,
     /// Which `Gpu` allocated it, so a buffer is never used with another device's stream.
     pub(crate) owner: usize,
+    /// The account of the Gpu that allocated it, which it leaves when dropped (`None` for a
+    /// zero-byte buffer).
+    pub(crate) counter: Option<Arc<AllocationCounter>>,
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if let Some(counter) = &self.counter {
+            counter.remove(self.len_bytes);
+        }
+    }
 }
 
 impl std::fmt::Debug for DeviceBuffer {
@@ -125,6 +183,7 @@ mod tests {
             ptr: 0x1000,
             len_bytes,
             owner: 0,
+            counter: None,
         }
     }
 
@@ -146,6 +205,44 @@ mod tests {
             buffer.view(0, usize::MAX, DType::F32).is_err(),
             "overflow is an error, not a wrap"
         );
+    }
+
+    #[test]
+    fn buffers_leave_the_account_when_dropped_and_the_peak_stays() {
+        let counter = Arc::new(AllocationCounter::default());
+        let buffer = |bytes| {
+            counter.add(bytes);
+            DeviceBuffer {
+                _allocation: None,
+                ptr: 0x1000,
+                len_bytes: bytes,
+                owner: 0,
+                counter: Some(Arc::clone(&counter)),
+            }
+        };
+        let a = buffer(100);
+        let b = buffer(50);
+        assert_eq!(
+            counter.get(),
+            AllocatedBytes {
+                live: 150,
+                peak: 150
+            }
+        );
+        drop(a);
+        assert_eq!(
+            counter.get(),
+            AllocatedBytes {
+                live: 50,
+                peak: 150
+            }
+        );
+        counter.reset_peak();
+        let c = buffer(20);
+        drop(c);
+        assert_eq!(counter.get(), AllocatedBytes { live: 50, peak: 70 });
+        drop(b);
+        assert_eq!(counter.get().live, 0);
     }
 
     #[test]
