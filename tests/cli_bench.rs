@@ -116,7 +116,44 @@ fn bench_model_reports_each_batch_size() {
         let median = row["median_ms"].as_f64().unwrap();
         let ips = row["images_per_s"].as_f64().unwrap();
         assert!((ips - batch as f64 / (median * 1e-3)).abs() < 1e-6 * ips);
+        // The memory account: weights, the plan's arena inside the one the backend holds, and
+        // the total of its parts; the driver's figures only where the run had a device.
+        let memory = &row["memory"];
+        let bytes = |key: &str| {
+            memory[key]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{key}: {row}"))
+        };
+        assert!(bytes("weights_bytes") > 0, "{row}");
+        assert!(bytes("arena_plan_bytes") > 0, "{row}");
+        assert!(
+            bytes("arena_plan_bytes") <= bytes("arena_unshared_bytes"),
+            "{row}"
+        );
+        assert!(
+            bytes("arena_plan_bytes") <= bytes("arena_reserved_bytes"),
+            "{row}"
+        );
+        assert_eq!(
+            bytes("allocated_bytes"),
+            bytes("weights_bytes")
+                + bytes("arena_reserved_bytes")
+                + bytes("workspace_bytes")
+                + bytes("staging_bytes"),
+            "{row}"
+        );
+        if !memory["device"].is_null() {
+            assert!(memory["device"]["peak_bytes"].is_i64(), "{row}");
+            assert!(
+                bytes("allocated_peak_bytes") >= bytes("allocated_bytes"),
+                "{row}"
+            );
+        }
     }
+    let arena = |i: usize| rows[i]["memory"]["arena_plan_bytes"].as_u64().unwrap();
+    assert!(arena(1) > arena(0), "3 images need more than 1");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("arena plan"), "{stdout}");
     let o = vitrt(
         &[
             "bench",

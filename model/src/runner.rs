@@ -111,6 +111,17 @@ impl Runner {
         embeds
     }
 
+    /// Waits for the work queued on the backend.
+    pub fn synchronize(&mut self) -> Result<(), ModelError> {
+        Ok(self.backend.synchronize()?)
+    }
+
+    /// Starts a new peak of the backend's memory account (see
+    /// `vitrt_runtime::MemoryAccount::peak_bytes`) from what it holds now.
+    pub fn reset_memory_peak(&mut self) {
+        self.backend.reset_memory_peak();
+    }
+
     pub fn precision(&self) -> Precision {
         self.precision
     }

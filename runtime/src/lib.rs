@@ -11,7 +11,9 @@ pub mod passes;
 pub mod plan;
 
 pub use backend::cpu::CpuBackend;
-pub use backend::{Backend, Device, HostStaging, PendingRead, TimelineSpan, TimelineStage};
+pub use backend::{
+    Backend, Device, HostStaging, MemoryAccount, PendingRead, TimelineSpan, TimelineStage,
+};
 pub use error::RuntimeError;
 pub use executor::{Executor, HostTensor, Marks, ParamStore, PendingOutputs, ReplayState};
 pub use graph::{Graph, HeadSlice, Op, ParamSource, ValueId, ValueKind};

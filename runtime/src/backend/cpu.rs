@@ -5,7 +5,7 @@
 //! the plan gives it, weights included. That is how the GPU path rounds, short of summation
 //! order, so precision policies can be studied and tested without a GPU.
 
-use super::{Backend, Binding, BufferRef};
+use super::{Backend, Binding, BufferRef, MemoryAccount};
 use crate::error::RuntimeError;
 use crate::graph::Op;
 use crate::lowering;
@@ -196,6 +196,16 @@ impl Backend for CpuBackend {
     fn truncate_params(&mut self, count: usize) {
         self.params.truncate(count);
         self.param_ids.retain(|_, id| *id < count);
+    }
+
+    fn memory_account(&self) -> MemoryAccount {
+        // Host memory, as held: every value is an f32 slot here, emulated types included.
+        let f32_bytes = std::mem::size_of::<f32>();
+        MemoryAccount {
+            params_bytes: self.params.iter().map(|p| p.len() * f32_bytes).sum(),
+            arena_bytes: self.arena.len() * f32_bytes,
+            ..MemoryAccount::default()
+        }
     }
 
     fn reserve_arena(&mut self, bytes: usize) -> Result<(), RuntimeError> {

@@ -4,8 +4,8 @@
 //! the graph's inputs and outputs.
 
 use super::{
-    check_pixel_write, Backend, Binding, BufferRef, HostStaging, PendingRead, TimelineSpan,
-    TimelineStage,
+    check_pixel_write, Backend, Binding, BufferRef, HostStaging, MemoryAccount, PendingRead,
+    TimelineSpan, TimelineStage,
 };
 use crate::error::RuntimeError;
 use crate::graph::Op;
@@ -193,6 +193,50 @@ impl Backend for CudaBackend {
             self.arena = Some(self.gpu.alloc(bytes).map_err(backend_error)?);
         }
         Ok(())
+    }
+
+    fn memory_account(&self) -> MemoryAccount {
+        let params_bytes = self.params.iter().map(DeviceBuffer::len_bytes).sum();
+        let arena_bytes = self.arena.as_ref().map_or(0, DeviceBuffer::len_bytes);
+        let staging_bytes = self
+            .pixel_uploads
+            .iter()
+            .flatten()
+            .map(|u| u.bytes.len_bytes())
+            .chain(self.pixel_table.iter().map(|(_, b)| b.len_bytes()))
+            .sum();
+        let allocated = self.gpu.allocated_bytes();
+        let pinned_host_bytes = self
+            .spare_read_buffers
+            .iter()
+            .map(PinnedBuffer::len)
+            .chain(self.pending_reads.values().map(|r| r.buffer.len()))
+            .sum();
+        MemoryAccount {
+            params_bytes,
+            arena_bytes,
+            staging_bytes,
+            // Whatever else this Gpu allocated: buffers the kernel families keep themselves.
+            workspace_bytes: allocated
+                .live
+                .saturating_sub(params_bytes + arena_bytes + staging_bytes),
+            pinned_host_bytes,
+            peak_bytes: Some(allocated.peak),
+            graphs: self.graphs.len(),
+        }
+    }
+
+    fn reset_memory_peak(&mut self) {
+        self.gpu.reset_allocated_peak();
+    }
+
+    fn device_memory_used(&self) -> Result<Option<usize>, RuntimeError> {
+        let (free, total) = self.gpu.memory_info().map_err(backend_error)?;
+        Ok(Some(total.saturating_sub(free)))
+    }
+
+    fn kernel_loads(&self) -> Option<vitrt_kernels::cuda::KernelLoads> {
+        Some(self.gpu.kernel_loads())
     }
 
     fn write(&mut self, dst: BufferRef, data: &[f32]) -> Result<(), RuntimeError> {

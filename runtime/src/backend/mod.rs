@@ -225,6 +225,40 @@ pub struct TimelineSpan {
     pub end_ms: f32,
 }
 
+/// The memory a backend holds, by use: an account of its own allocations (device memory on
+/// CUDA, host memory on the CPU), as [`Backend::memory_account`] gives it. It leaves out what
+/// the backend did not allocate itself: on CUDA the context, the loaded kernels' code and the
+/// captured graphs, which only the driver's figure ([`Backend::device_memory_used`]) sees.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryAccount {
+    /// The parameters as stored (in their storage types, once per key and type).
+    pub params_bytes: usize,
+    /// The arena as reserved: the largest plan this backend has run so far (one arena,
+    /// shared by every executor on the backend).
+    pub arena_bytes: usize,
+    /// Buffers the inputs and outputs pass through: on CUDA the device buffers 8-bit pixels
+    /// are copied into and the expansion table.
+    pub staging_bytes: usize,
+    /// Everything else the backend's allocator holds: the kernels' own scratch (the matmul's
+    /// split-K partial tiles and counters).
+    pub workspace_bytes: usize,
+    /// Page-locked host memory the backend keeps for copies of outputs to the host (host
+    /// memory, not counted in [`MemoryAccount::total_bytes`]).
+    pub pinned_host_bytes: usize,
+    /// The most the backend's allocations held at once since it opened or
+    /// [`Backend::reset_memory_peak`]; `None` where it is not tracked (the CPU).
+    pub peak_bytes: Option<usize>,
+    /// Captured forward passes (CUDA graphs) the backend keeps.
+    pub graphs: usize,
+}
+
+impl MemoryAccount {
+    /// Parameters, arena, staging and workspace: what the backend holds now.
+    pub fn total_bytes(&self) -> usize {
+        self.params_bytes + self.arena_bytes + self.staging_bytes + self.workspace_bytes
+    }
+}
+
 /// A node operand: where it is and its shape.
 #[derive(Clone, Debug)]
 pub struct Binding {
@@ -268,6 +302,24 @@ pub trait Backend {
 
     /// Makes the arena at least `bytes` long. Called once per plan, never per run.
     fn reserve_arena(&mut self, bytes: usize) -> Result<(), RuntimeError>;
+
+    /// What this backend holds, by use (see [`MemoryAccount`]).
+    fn memory_account(&self) -> MemoryAccount;
+
+    /// Starts a new [`MemoryAccount::peak_bytes`] from what is held now.
+    fn reset_memory_peak(&mut self) {}
+
+    /// The device's used memory as its driver reports it (total less free, every process on
+    /// the device included), where the backend runs on one; `None` on the CPU.
+    fn device_memory_used(&self) -> Result<Option<usize>, RuntimeError> {
+        Ok(None)
+    }
+
+    /// How the kernels loaded so far got there (compiled, or read from the disk cache) and the
+    /// host time each took, where the backend compiles kernels; `None` on the CPU.
+    fn kernel_loads(&self) -> Option<vitrt_kernels::cuda::KernelLoads> {
+        None
+    }
 
     /// Copies f32 host data into an arena buffer (converting to its dtype).
     fn write(&mut self, dst: BufferRef, data: &[f32]) -> Result<(), RuntimeError>;

@@ -108,6 +108,12 @@ impl Backend for CapturingCpu {
     fn truncate_params(&mut self, count: usize) {
         self.inner.truncate_params(count)
     }
+    fn memory_account(&self) -> crate::backend::MemoryAccount {
+        crate::backend::MemoryAccount {
+            graphs: self.graphs.len(),
+            ..self.inner.memory_account()
+        }
+    }
     fn reserve_arena(&mut self, bytes: usize) -> Result<(), RuntimeError> {
         if bytes > self.arena_bytes {
             self.graphs.clear();
@@ -289,6 +295,47 @@ fn a_grown_arena_drops_the_graph_and_the_next_pass_captures_again() {
         "the large plan captured once, after its warm-up"
     );
     assert_ne!(small.graph_key, large.graph_key);
+}
+
+/// Plans of several batch sizes on one backend share its one arena, sized for the largest
+/// plan whatever the order they come in: no executor holds an arena of its own, so a run over
+/// batch sizes 1, 8, 64, 256 holds the batch-256 plan's bytes, not their sum.
+#[test]
+fn executors_of_several_batch_sizes_share_one_arena_the_size_of_the_largest_plan() {
+    let mut backend = CapturingCpu::new();
+    let mut largest = 0;
+    let mut executors = Vec::new();
+    for batch in [4, 1, 16, 2] {
+        let exec = executor(batch, &mut backend);
+        largest = largest.max(exec.plan().arena_bytes);
+        // f32 on the CPU: a plan's byte is an arena byte.
+        assert_eq!(backend.memory_account().arena_bytes, largest, "b{batch}");
+        executors.push((batch, exec));
+    }
+    assert!(
+        largest > executors[0].1.plan().arena_bytes,
+        "16 rows need more than 4"
+    );
+    for (batch, exec) in &executors {
+        for _ in 0..3 {
+            let input = pixels(*batch, 3);
+            let out = exec.run(&mut backend, &[("x", &input)]).unwrap();
+            assert_eq!(
+                bits(&out),
+                bits(&eager_reference(*batch, &input)),
+                "b{batch}"
+            );
+        }
+    }
+    let account = backend.memory_account();
+    assert_eq!(account.arena_bytes, largest, "running them grew nothing");
+    assert_eq!(
+        account.graphs,
+        executors.len(),
+        "a graph per plan, on the one arena"
+    );
+    // The parameters were uploaded once for all of them: w [8, 8] and b [8], f32.
+    assert_eq!(account.params_bytes, (64 + 8) * 4);
 }
 
 #[test]

@@ -2,6 +2,16 @@
 //! Each pass is timed on the device between two events around its kernels (host time on the
 //! CPU backend), on pixels written once beforehand: the figure PyTorch's benchmark
 //! (scripts/bench_torch.py) takes around `model(pixels)`, host launch overhead included.
+//!
+//! Memory, per batch size, two ways. The account: what the backend allocated itself (weights
+//! as uploaded, the arena, staging buffers, kernels' scratch) and the most of it held at once,
+//! the figure to put beside PyTorch's `torch.cuda.max_memory_allocated`. The device: the
+//! driver's used memory (`cuMemGetInfo`, every process on the GPU) less what was used before
+//! the weights were uploaded (the context is left out, as PyTorch's figure leaves it out),
+//! sampled after the plan is made and the weights uploaded, after the first (eager) pass and
+//! after the timed passes; the CUDA graph's share is the difference the pass that captures it
+//! makes. The device figure also holds the loaded kernels' code and the graphs, which the
+//! account cannot see, and misses anything freed between two samples.
 
 use crate::cli::common::ModelArgs;
 use crate::output_file::OutputFile;
@@ -13,6 +23,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use vitrt_model::Runner;
+use vitrt_runtime::MemoryAccount;
 
 #[derive(Args, Debug)]
 pub struct ModelBenchArgs {
@@ -64,7 +76,12 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
     let progress = super::measure::progress_bar(passes as u64);
     let mut rng = SmallRng::seed_from_u64(7);
     let mut rows = Vec::new();
+    let mut memory_rows = Vec::new();
     let mut skipped = Vec::new();
+    // The device's used memory before anything of the model is on it (the backend uploads
+    // weights when the first plan is made).
+    runner.synchronize()?;
+    let baseline = runner.backend().device_memory_used()?;
     outln!(
         "{:>6} {:>11} {:>11} {:>11} {:>12}",
         "batch",
@@ -78,15 +95,16 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
         let len: usize = runner.input_shape(batch).iter().product();
         // Normalised pixels: roughly what a ViT image processor hands over.
         let pixels: Vec<f32> = (0..len).map(|_| rng.random_range(-1.0..1.0f32)).collect();
-        let timed = runner.time_forward(
+        let timed = measure_batch(
+            &mut runner,
             &pixels,
             batch,
             (args.warmup.max(1), args.reps),
-            false,
+            baseline,
             &mut || progress.inc(1),
         );
-        let times = match timed {
-            Ok(times) => times,
+        let (times, memory) = match timed {
+            Ok(measured) => measured,
             Err(e) => {
                 // Out of memory at a large batch is a result, not a reason to lose the others.
                 progress.suspend(|| eprintln!("skipped batch {batch}: {e}"));
@@ -100,7 +118,7 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
                 continue;
             }
         };
-        let samples: Vec<f64> = times.forward_ms.iter().map(|&t| t as f64).collect();
+        let samples: Vec<f64> = times.iter().map(|&t| t as f64).collect();
         let stats = Stats::from_samples(&samples).context("the timer gave no usable time")?;
         let images_per_s = batch as f64 / (stats.median_ms * 1e-3);
         progress.suspend(|| -> Result<()> {
@@ -121,9 +139,12 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
             "min_ms": stats.min_ms,
             "max_ms": stats.max_ms,
             "images_per_s": images_per_s,
+            "memory": memory.to_json(baseline),
         }));
+        memory_rows.push(memory);
     }
     progress.finish_and_clear();
+    print_memory(&memory_rows, baseline.is_some())?;
 
     if let Some(json) = &json {
         let report = BenchReport {
@@ -144,4 +165,176 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
         json.write_and_tell((serde_json::to_string_pretty(&report)? + "\n").as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What one batch size's run held, by the backend's account and by the driver.
+struct BatchMemory {
+    batch: usize,
+    /// The plan's arena for this batch size, and what it would take without sharing bytes
+    /// between values whose lifetimes do not overlap.
+    plan_arena_bytes: usize,
+    plan_unshared_bytes: usize,
+    /// The backend's account after the timed passes.
+    account: MemoryAccount,
+    /// The driver's used memory less the baseline, after each step (None without a device).
+    device: Option<DeviceSamples>,
+}
+
+/// Used device memory, in bytes beyond the baseline, after each step of one batch size's run.
+struct DeviceSamples {
+    /// The plan made and the weights uploaded (they are uploaded with the first plan).
+    loaded: i64,
+    /// After the first forward pass, eager: kernels loaded, the kernels' scratch allocated.
+    first_pass: i64,
+    /// After the timed passes (the second pass captures the CUDA graph).
+    timed: i64,
+    /// `timed - first_pass`, where a CUDA graph was captured: the graph's own memory.
+    capture: Option<i64>,
+}
+
+impl DeviceSamples {
+    fn peak(&self) -> i64 {
+        self.loaded.max(self.first_pass).max(self.timed)
+    }
+}
+
+impl BatchMemory {
+    fn to_json(&self, baseline: Option<usize>) -> serde_json::Value {
+        let a = &self.account;
+        let device = match (&self.device, baseline) {
+            (Some(d), Some(baseline)) => serde_json::json!({
+                "baseline_used_bytes": baseline,
+                "after_load_bytes": d.loaded,
+                "after_first_pass_bytes": d.first_pass,
+                "after_timed_bytes": d.timed,
+                "capture_bytes": d.capture,
+                "peak_bytes": d.peak(),
+            }),
+            _ => serde_json::Value::Null,
+        };
+        serde_json::json!({
+            "weights_bytes": a.params_bytes,
+            "arena_plan_bytes": self.plan_arena_bytes,
+            "arena_unshared_bytes": self.plan_unshared_bytes,
+            "arena_reserved_bytes": a.arena_bytes,
+            "workspace_bytes": a.workspace_bytes,
+            "staging_bytes": a.staging_bytes,
+            "allocated_bytes": a.total_bytes(),
+            "allocated_peak_bytes": a.peak_bytes,
+            "graphs": a.graphs,
+            "device": device,
+        })
+    }
+}
+
+/// Times `reps` forward passes of `batch` images after `warmup` untimed ones (at least one),
+/// sampling the memory account and the device's used memory (less `baseline`) after each
+/// step: plan and weights, the first (eager) pass, the rest.
+fn measure_batch(
+    runner: &mut Runner,
+    pixels: &[f32],
+    batch: usize,
+    (warmup, reps): (usize, usize),
+    baseline: Option<usize>,
+    progress: &mut dyn FnMut(),
+) -> Result<(Vec<f32>, BatchMemory)> {
+    runner.reset_memory_peak();
+    let sample = |runner: &mut Runner| -> Result<Option<i64>> {
+        runner.synchronize()?;
+        let used = runner.backend().device_memory_used()?;
+        Ok(used.zip(baseline).map(|(u, b)| u as i64 - b as i64))
+    };
+    let (plan_arena_bytes, plan_unshared_bytes) = {
+        let plan = runner.prepare(batch, false)?.plan();
+        (plan.arena_bytes, plan.unshared_bytes())
+    };
+    let loaded = sample(runner)?;
+    runner.time_forward(pixels, batch, (1, 0), false, progress)?;
+    let first_pass = sample(runner)?;
+    let times = runner.time_forward(pixels, batch, (warmup - 1, reps), false, progress)?;
+    let timed = sample(runner)?;
+    let captured = runner
+        .executor(batch, false)
+        .is_some_and(|e| e.has_captured_graph(runner.backend()));
+    let device = match (loaded, first_pass, timed) {
+        (Some(loaded), Some(first_pass), Some(timed)) => Some(DeviceSamples {
+            loaded,
+            first_pass,
+            timed,
+            capture: captured.then_some(timed - first_pass),
+        }),
+        _ => None,
+    };
+    let memory = BatchMemory {
+        batch,
+        plan_arena_bytes,
+        plan_unshared_bytes,
+        account: runner.backend().memory_account(),
+        device,
+    };
+    Ok((times.forward_ms, memory))
+}
+
+/// The memory table, after the timings.
+fn print_memory(rows: &[BatchMemory], on_device: bool) -> Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mib = |bytes: usize| bytes as f64 / (1u64 << 20) as f64;
+    let signed_mib = |bytes: i64| bytes as f64 / (1u64 << 20) as f64;
+    outln!("");
+    outln!(
+        "memory, MiB (account: what the backend allocated, now and its most at once during \
+         the batch size's run)"
+    );
+    if on_device {
+        outln!(
+            "device: the driver's used memory (cuMemGetInfo) less before the weights, its most \
+             after a step (upload, first pass, timed passes); graph: the capturing pass's \
+             difference"
+        );
+    } else {
+        outln!("(host memory on the CPU, every value held as an f32; no device figures)");
+    }
+    outln!(
+        "{:>6} {:>9} {:>11} {:>11} {:>10} {:>8} {:>9} {:>9} {:>12} {:>9}",
+        "batch",
+        "weights",
+        "arena plan",
+        "arena held",
+        "workspace",
+        "staging",
+        "account",
+        "peak",
+        "device peak",
+        "graph"
+    );
+    for row in rows {
+        let a = &row.account;
+        let peak = a
+            .peak_bytes
+            .map_or("-".into(), |p| format!("{:.1}", mib(p)));
+        let (device_peak, graph) = match &row.device {
+            Some(d) => (
+                format!("{:.1}", signed_mib(d.peak())),
+                d.capture
+                    .map_or("-".into(), |c| format!("{:.1}", signed_mib(c))),
+            ),
+            None => ("-".into(), "-".into()),
+        };
+        outln!(
+            "{:>6} {:>9.1} {:>11.1} {:>11.1} {:>10.1} {:>8.1} {:>9.1} {:>9} {:>12} {:>9}",
+            row.batch,
+            mib(a.params_bytes),
+            mib(row.plan_arena_bytes),
+            mib(a.arena_bytes),
+            mib(a.workspace_bytes),
+            mib(a.staging_bytes),
+            mib(a.total_bytes()),
+            peak,
+            device_peak,
+            graph
+        );
+    }
+    Ok(())
 }
