@@ -5,6 +5,7 @@ same JSON document (schema "vitrt-bench/1", described in benchmarks/SCHEMA.md).
   python3 scripts/bench_torch.py --json torch-f16.json
   python3 scripts/bench_torch.py --json torch-f32.json --dtype f32 --what kernels
   python3 scripts/bench_torch.py --json torch-compile.json --what models --compile --batch-sizes 64
+  python3 scripts/bench_torch.py --json torch-compile.json --what models --compile hf-sdpa,timm
   python3 scripts/bench_torch.py --self-test --json /tmp/bench-self-test.json   # no GPU needed
 
 Kernel cases are ViT-B/16 at 224 (197 tokens, hidden 768, 12 heads of 64, MLP 3072) at each
@@ -27,8 +28,19 @@ batch size b, plus square matmuls and a 256 MiB device-to-device copy (the bandw
 Model cases are a ViT-B/16 224 classifier (1000 labels) with random weights in the bench dtype,
 under torch.inference_mode: "hf-eager" and "hf-sdpa" (transformers' ViTForImageClassification
 with that attention implementation), "timm" (timm's vit_base_patch16_224), and with --compile
-"timm-compile" (torch.compile with mode="max-autotune", compiled afresh for each batch size;
-expect minutes per batch size).
+"hf-sdpa-compile" (the hf-sdpa model through torch.compile with mode="max-autotune"), or with
+--compile hf-sdpa,timm that and "timm-compile": compiled afresh for each batch size, static
+shapes; the compile time is printed and kept in the row's "compile_s"; expect minutes per batch
+size. A compile that fails is recorded under "skipped" with its reason.
+
+Memory of model cases: each row's "memory" holds "weights_bytes" (the model's parameters and
+buffers as they sit on the device) and, on a GPU, "allocated_peak_bytes"
+(torch.cuda.max_memory_allocated: the most the caching allocator had handed out at once, from
+torch.cuda.reset_peak_memory_stats just before the batch size's input is made, so weights,
+input and activations, to the end of its timed repetitions; for compiled models reset after
+the compile, which autotunes in memory of its own) and "reserved_peak_bytes"
+(max_memory_reserved: what the allocator held from the driver). `vitrt bench model` writes the
+same two keys from its own account, which scripts/compare_bench.py divides.
 
 Method. Inputs are random (torch.randn). Every repetition is timed on its own by two CUDA
 events, after --warmup untimed repetitions; the JSON keeps the median, min and max in ms.
@@ -75,7 +87,9 @@ SCHEMA = "vitrt-bench/1"
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 WHATS = ("kernels", "models")
 MODEL_PROVIDERS = ("hf-eager", "hf-sdpa", "timm")
-COMPILED_PROVIDER = "timm-compile"
+# --compile's choices: the provider each compiles, and the row's provider name.
+COMPILED_PROVIDERS = {"hf-sdpa": "hf-sdpa-compile", "timm": "timm-compile"}
+COMPILE_SUFFIX = "-compile"
 TIMM_MISSING = "timm not installed"
 
 # Which figures each op reports: (tflops, gbps). The other one is null.
@@ -446,7 +460,8 @@ class Runner:
             # Built outside inference mode, so that the parameters are ordinary tensors, which
             # torch.compile and its CUDA graphs expect; only the forward passes run in it.
             with torch.no_grad():
-                model = build_model(provider, self.g, self.dtype, self.device, timm_module)
+                base = provider.removesuffix(COMPILE_SUFFIX)
+                model = build_model(base, self.g, self.dtype, self.device, timm_module)
         except torch.OutOfMemoryError as e:
             reason = f"out of memory: {first_line(e)}"
         except Exception as e:  # noqa: BLE001 - reported once per batch size below
@@ -470,32 +485,56 @@ class Runner:
 
     def model_batch(self, provider: str, model, b: int) -> None:
         g = self.g
+        cuda = self.device.type == "cuda"
+        if cuda:
+            # The peak from here on: the weights (and anything else still held) as they are now,
+            # then this batch size's input and activations.
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats(self.device)
         pixels = torch.randn(b, g.channels, g.image, g.image, dtype=self.dtype, device=self.device)
         warmup = self.args.warmup
-        if provider == COMPILED_PROVIDER:
+        compile_s = None
+        call = (lambda m: m(pixel_values=pixels)) if provider.startswith("hf") else (lambda m: m(pixels))
+        if provider.endswith(COMPILE_SUFFIX):
             # Compiled afresh per batch size, static shapes: each size gets its own tuned graph,
             # and dynamo's recompilation limit can never send a size back to eager.
             torch._dynamo.reset()
             compiled = torch.compile(model, mode="max-autotune", dynamic=False)
             t = time.perf_counter()
-            compiled(pixels)
-            if self.device.type == "cuda":
+            call(compiled)
+            if cuda:
                 torch.cuda.synchronize()
-            print(f"  compiled {provider} b{b} in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
-            forward = lambda i: compiled(pixels)  # noqa: E731
+            compile_s = time.perf_counter() - t
+            print(f"  compiled {provider} b{b} in {compile_s:.0f} s", file=sys.stderr, flush=True)
+            if cuda:
+                # Autotuning benchmarks candidate kernels on buffers of its own: the peak that
+                # compares with a plain run starts after it (the CUDA graphs recorded during
+                # the warm-up below still count).
+                self.free_memory()
+                torch.cuda.reset_peak_memory_stats(self.device)
+            forward = lambda i: call(compiled)  # noqa: E731
             warmup = max(warmup, 3)  # CUDA graphs are recorded on the first calls after compiling
-        elif provider.startswith("hf"):
-            forward = lambda i: model(pixel_values=pixels)  # noqa: E731
         else:
-            forward = lambda i: model(pixels)  # noqa: E731
+            forward = lambda i: call(model)  # noqa: E731
         times = self.clock.measure(forward, self.args.reps, warmup, spin=False)
         median, lo, hi = summary(times)
-        self.models.append({
+        memory = {
+            "weights_bytes": set_bytes((model,)),
+            "allocated_peak_bytes": int(torch.cuda.max_memory_allocated(self.device)) if cuda else None,
+            "reserved_peak_bytes": int(torch.cuda.max_memory_reserved(self.device)) if cuda else None,
+        }
+        row = {
             "model": g.model_name, "provider": provider, "batch": b, "reps": len(times),
             "median_ms": sig(median), "min_ms": sig(lo), "max_ms": sig(hi),
             "images_per_s": sig(b / (median * 1e-3)),
-        })
-        self.progress(f"model {provider} b{b} {median:.3f} ms {b / (median * 1e-3):.0f} images/s")
+            "memory": memory,
+        }
+        if compile_s is not None:
+            row["compile_s"] = sig(compile_s, 4)
+        self.models.append(row)
+        peak = memory["allocated_peak_bytes"]
+        peak_text = f", peak {peak / 2**20:.0f} MiB allocated" if peak is not None else ""
+        self.progress(f"model {provider} b{b} {median:.3f} ms {b / (median * 1e-3):.0f} images/s{peak_text}")
 
 
 def first_line(e: BaseException) -> str:
@@ -577,7 +616,10 @@ def import_timm():
 TOP_KEYS = ["schema", "tool", "date", "device", "dtype", "kernels", "models", "skipped"]
 DEVICE_KEYS = ["name", "driver", "compute_capability", "l2_bytes"]
 KERNEL_KEYS = ["op", "case", "provider", "epilogue", "shape", "reps", "median_ms", "min_ms", "max_ms", "tflops", "gbps"]
-MODEL_KEYS = ["model", "provider", "batch", "reps", "median_ms", "min_ms", "max_ms", "images_per_s"]
+MODEL_KEYS = ["model", "provider", "batch", "reps", "median_ms", "min_ms", "max_ms", "images_per_s", "memory"]
+# A compiled model's row ends with its compile time.
+COMPILED_MODEL_KEYS = MODEL_KEYS + ["compile_s"]
+MEMORY_KEYS = ["weights_bytes", "allocated_peak_bytes", "reserved_peak_bytes"]
 SKIPPED_KEYS = ["what", "reason"]
 
 
@@ -674,8 +716,21 @@ def check_report(doc) -> None:
     seen = set()
     for i, row in enumerate(doc["models"]):
         where = f"models[{i}]"
-        if not keys(row, MODEL_KEYS, where):
+        compiled = isinstance(row, dict) and str(row.get("provider", "")).endswith(COMPILE_SUFFIX)
+        if not keys(row, COMPILED_MODEL_KEYS if compiled else MODEL_KEYS, where):
             continue
+        if compiled and not (is_num(row["compile_s"]) and row["compile_s"] > 0):
+            errors.append(f"{where}: compile_s must be a positive number")
+        if keys(row["memory"], MEMORY_KEYS, f"{where}.memory"):
+            mem = row["memory"]
+            if not (is_int(mem["weights_bytes"]) and mem["weights_bytes"] > 0):
+                errors.append(f"{where}.memory: weights_bytes must be a positive integer")
+            for name in ("allocated_peak_bytes", "reserved_peak_bytes"):
+                if mem[name] is not None and not (is_int(mem[name]) and mem[name] > 0):
+                    errors.append(f"{where}.memory: {name} must be a positive integer or null")
+            if is_int(mem["allocated_peak_bytes"]) and is_int(mem["weights_bytes"]) \
+                    and mem["allocated_peak_bytes"] < mem["weights_bytes"]:
+                errors.append(f"{where}.memory: the peak is less than the weights it held")
         if not (text(row["model"]) and text(row["provider"])):
             errors.append(f"{where}: model and provider must be non-empty strings")
         if not (is_int(row["batch"]) and row["batch"] >= 1):
@@ -746,8 +801,9 @@ def parse_args(argv=None):
     parser.add_argument("--batch-sizes", default="1,8,64,256", help="comma-separated (default 1,8,64,256)")
     parser.add_argument("--reps", type=int, default=50, help="timed repetitions per case")
     parser.add_argument("--warmup", type=int, default=10, help="untimed repetitions before them")
-    parser.add_argument("--compile", action="store_true",
-                        help="also time timm-compile (torch.compile max-autotune; minutes per batch size)")
+    parser.add_argument("--compile", nargs="?", const="hf-sdpa", default=None, metavar="MODELS",
+                        help="also time torch.compile(mode='max-autotune') of these models, comma-separated "
+                             f"from {sorted(COMPILED_PROVIDERS)} (default hf-sdpa); minutes per batch size")
     parser.add_argument("--device", default=None, help="cuda or cuda:N (default cuda)")
     parser.add_argument("--no-queue-ahead", action="store_true",
                         help="no spin kernel before kernel repetitions (host launch latency then counts)")
@@ -803,7 +859,11 @@ def main(argv=None) -> int:
 
     timm_module, timm_problem = import_timm()
     cases = kernel_cases(geometry, batches, dtype, device) if "kernels" in whats else []
-    providers = list(MODEL_PROVIDERS) + ([COMPILED_PROVIDER] if args.compile else [])
+    compiled = parse_list(args.compile, "compile", str) if args.compile is not None else []
+    unknown = sorted(set(compiled) - set(COMPILED_PROVIDERS))
+    if unknown:
+        raise BenchError(f"--compile: unknown {unknown}, want some of {sorted(COMPILED_PROVIDERS)}")
+    providers = list(MODEL_PROVIDERS) + [COMPILED_PROVIDERS[c] for c in dict.fromkeys(compiled)]
     if "models" not in whats:
         providers = []
     total = len(cases) + len(providers) * len(batches)

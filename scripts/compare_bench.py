@@ -7,6 +7,12 @@ Kernel rows are paired on (op, case, epilogue): vitrt's matmul against torch-cub
 attention against torch-sdpa, the rest against torch. Model rows are paired on batch size:
 vitrt against every PyTorch provider. A ratio above 1 means vitrt is faster (rates divide,
 so it is throughput over throughput). Prints aligned tables; exits 1 if a file is unreadable.
+
+Model rows that carry "memory" (benchmarks/SCHEMA.md) also get peak memory in MiB: vitrt's
+account of its allocations ("allocated_peak_bytes": weights, arena, scratch, staging) beside
+torch.cuda.max_memory_allocated of the same batch size, and "mem" = vitrt / PyTorch (below 1:
+vitrt holds less); "vitrt dev" is the driver's figure for vitrt (used memory less before the
+weights: also the kernels' code and the CUDA graph). A dash where a file has no such figure.
 """
 import argparse
 import json
@@ -65,11 +71,32 @@ def main():
         for r in doc.get("models", []):
             for t in torch_models:
                 if t["batch"] == r["batch"]:
-                    model_lines.append((r["batch"], t["provider"], r["images_per_s"], t["images_per_s"], r["median_ms"], t["median_ms"]))
+                    model_lines.append((r["batch"], t["provider"], r["images_per_s"], t["images_per_s"],
+                                        r["median_ms"], t["median_ms"], peak(r), peak(t), device_peak(r)))
     if model_lines:
-        print(f"\n{'batch':>5} {'vs':<13} {'vitrt img/s':>12} {'torch img/s':>12} {'vitrt ms':>9} {'torch ms':>9} {'ratio':>6}")
-        for batch, prov, a, b, ams, bms in sorted(model_lines):
-            print(f"{batch:>5} {prov:<13} {a:>12.1f} {b:>12.1f} {ams:>9.3f} {bms:>9.3f} {a / b:>6.2f}")
+        print(f"\n{'batch':>5} {'vs':<16} {'vitrt img/s':>12} {'torch img/s':>12} {'vitrt ms':>9} {'torch ms':>9} {'ratio':>6}"
+              f" {'vitrt MiB':>10} {'torch MiB':>10} {'mem':>5} {'vitrt dev':>10}")
+        for batch, prov, a, b, ams, bms, am, bm, dev in sorted(model_lines):
+            mem = f"{am / bm:>5.2f}" if am is not None and bm else f"{'-':>5}"
+            print(f"{batch:>5} {prov:<16} {a:>12.1f} {b:>12.1f} {ams:>9.3f} {bms:>9.3f} {a / b:>6.2f}"
+                  f" {mib(am):>10} {mib(bm):>10} {mem} {mib(dev):>10}")
+
+
+def peak(row):
+    """A model row's peak of allocated memory in bytes: vitrt's account, or PyTorch's
+    max_memory_allocated; None where the row has none (older files, CPU runs)."""
+    memory = row.get("memory") or {}
+    return memory.get("allocated_peak_bytes")
+
+
+def device_peak(row):
+    """vitrt's driver-measured peak in bytes (used memory less before the weights), if any."""
+    device = (row.get("memory") or {}).get("device") or {}
+    return device.get("peak_bytes")
+
+
+def mib(value):
+    return "-" if value is None else f"{value / 2**20:.1f}"
 
 
 if __name__ == "__main__":
