@@ -60,7 +60,7 @@ static CAPTURE_FAILURE_REPORTED: AtomicBool = AtomicBool::new(false);
 
 impl Executor {
     /// Plans `graph` under `precision` (whose compute type must be the backend's) and binds
-    /// every parameter (uploading those the backend does not hold yet).
+    /// every parameter a node reads (uploading those the backend does not hold yet).
     pub fn new(
         graph: Graph,
         backend: &mut dyn Backend,
@@ -76,10 +76,18 @@ impl Executor {
             )));
         }
         let plan = Plan::new(&graph, precision);
-        preload_params(&graph, &plan, backend, params)?;
+        let read = read_params(&graph);
+        preload_params(&graph, &plan, &read, backend, params)?;
         let mut bindings = Vec::with_capacity(graph.values.len());
         for (v, value) in graph.values.iter().enumerate() {
             let binding = match &value.kind {
+                // A parameter no node reads (the separate Q, K and V projections once the
+                // fusion pass has concatenated them) is bound empty and never uploaded.
+                ValueKind::Param(_) if !read[v] => BufferRef::Arena {
+                    offset_bytes: 0,
+                    len: 0,
+                    dtype: plan.dtypes[v],
+                },
                 ValueKind::Param(source) => {
                     let dtype = plan.dtypes[v];
                     let mut load = || load_param(source, &value.shape, params);
@@ -373,16 +381,38 @@ pub enum Marks {
     EachNode,
 }
 
+/// Per value: whether it is a parameter some node reads or the graph outputs. The others are
+/// left behind by the fusion passes, which add new parameters (concatenated QKV weights) in
+/// place of the ones they fuse; uploaded, ViT-B/16's separate Q, K and V weights would add 41
+/// MiB in f16 to the 165 MiB the model needs.
+fn read_params(graph: &Graph) -> Vec<bool> {
+    let mut read = vec![false; graph.values.len()];
+    for &v in graph.nodes.iter().flat_map(|n| &n.inputs) {
+        read[v] = true;
+    }
+    for (_, v) in &graph.outputs {
+        read[*v] = true;
+    }
+    graph
+        .values
+        .iter()
+        .zip(read)
+        .map(|(value, read)| read && matches!(value.kind, ValueKind::Param(_)))
+        .collect()
+}
+
 /// f32 bytes read from the store at once, at most, while parameters load in parallel.
 const PRELOAD_GROUP_BYTES: usize = 256 << 20;
 
-/// Hands the backend every parameter of `graph` it does not hold yet, reading them from the
-/// store on all cores, a group of at most [`PRELOAD_GROUP_BYTES`] at a time (reading and
-/// converting a checkpoint is most of a model's preparation; one tensor after another, a
-/// ViT-B/16 took 0.3 s before its first batch on the GPU machine, 2026-11-24 NOTES entry).
+/// Hands the backend every parameter of `graph` that `read` marks and it does not hold yet,
+/// reading them from the store on all cores, a group of at most [`PRELOAD_GROUP_BYTES`] at a
+/// time (reading and converting a checkpoint is most of a model's preparation; one tensor
+/// after another, a ViT-B/16 took 0.3 s before its first batch on the GPU machine,
+/// 2026-11-24 NOTES entry).
 fn preload_params(
     graph: &Graph,
     plan: &Plan,
+    read: &[bool],
     backend: &mut dyn Backend,
     params: &dyn ParamStore,
 ) -> Result<(), RuntimeError> {
@@ -393,7 +423,9 @@ fn preload_params(
         .iter()
         .enumerate()
         .filter_map(|(v, value)| match &value.kind {
-            ValueKind::Param(source) => Some((source, value.shape.as_slice(), plan.dtypes[v])),
+            ValueKind::Param(source) if read[v] => {
+                Some((source, value.shape.as_slice(), plan.dtypes[v]))
+            }
             _ => None,
         })
         .filter(|(source, _, dtype)| {

@@ -338,6 +338,38 @@ fn executors_of_several_batch_sizes_share_one_arena_the_size_of_the_largest_plan
     assert_eq!(account.params_bytes, (64 + 8) * 4);
 }
 
+/// A parameter no node reads (what fusion leaves of the separate Q, K and V projections) is
+/// never loaded from the store nor uploaded; the rest run as before.
+#[test]
+fn parameters_no_node_reads_are_not_uploaded() {
+    struct Counting<'a>(&'a std::sync::Mutex<Vec<String>>);
+    impl ParamStore for Counting<'_> {
+        fn load(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, RuntimeError> {
+            self.0.lock().unwrap().push(name.to_string());
+            RampParams.load(name, shape)
+        }
+    }
+    let mut graph = small_graph(2);
+    graph.add_param("left_behind", &[1024, 8]);
+    let loaded = std::sync::Mutex::new(Vec::new());
+    let mut backend = CpuBackend::new();
+    let exec = Executor::new(
+        graph,
+        &mut backend,
+        &Counting(&loaded),
+        Precision::uniform(DType::F32),
+    )
+    .unwrap();
+    let mut names = loaded.into_inner().unwrap();
+    names.sort();
+    assert_eq!(names, ["b", "w"]);
+    assert_eq!(backend.param_count(), 2);
+    assert_eq!(backend.memory_account().params_bytes, (64 + 8) * 4);
+    let input = pixels(2, 5);
+    let out = exec.run(&mut backend, &[("x", &input)]).unwrap();
+    assert_eq!(bits(&out), bits(&eager_reference(2, &input)));
+}
+
 #[test]
 fn a_failed_capture_runs_eagerly_and_is_not_tried_again() {
     let mut backend = CapturingCpu::new();
