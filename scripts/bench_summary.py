@@ -9,7 +9,9 @@ RUN_DIR is the run's folder in benchmarks/ (e.g. benchmarks/2026-11-24-h200-gelu
 LOGS is what scripts/gpu-bench.sh, gpu-check.sh or gpu-pipeline.sh wrote (benchmarks/raw/...,
 git-ignored). One call adds one set of figures (one commit's benchmark set) to the run, read
 from LOGS: vitrt-kernels-*.json, vitrt-model-*.json, torch-*.json, profile-b*-*.json,
-pipeline*.json, and the GPU check's summary.txt (LOGS/summary.txt or LOGS/check/summary.txt).
+pipeline*.json, and the GPU check's summary.txt (LOGS/summary.txt or LOGS/check/summary.txt);
+cold-start-*.json (scripts/cold_start.py) and torch_compile-*.json (gpu-bench.sh compile) go
+into the set's "extra" under their file names without ".json".
 A set with the same label is replaced. --add FIELD=PATH puts a file into the set by hand
 (FIELD: vitrt_kernels, vitrt_model, torch, pipeline, gpu_check, profile.NAME or extra.NAME);
 --run-extra NAME=PATH puts one into the run's own "extra". A JSON file goes in as its
@@ -89,6 +91,13 @@ def set_from_logs(logs):
             profiles[name] = read(path)
     if profiles:
         found["profiles"] = profiles
+    extra = {}
+    for sub in ("", "bench"):
+        for pattern in ("cold-start-*.json", "torch_compile-*.json"):
+            for path in sorted(glob.glob(os.path.join(logs, sub, pattern))):
+                extra[os.path.basename(path)[:-len(".json")]] = read(path)
+    if extra:
+        found["extra"] = extra
     return found
 
 

@@ -6,6 +6,7 @@ same JSON document (schema "vitrt-bench/1", described in benchmarks/SCHEMA.md).
   python3 scripts/bench_torch.py --json torch-f32.json --dtype f32 --what kernels
   python3 scripts/bench_torch.py --json torch-compile.json --what models --compile --batch-sizes 64
   python3 scripts/bench_torch.py --json torch-compile.json --what models --compile hf-sdpa,timm
+  python3 scripts/bench_torch.py --json torch_compile.json --what models --compile --compile-only
   python3 scripts/bench_torch.py --self-test --json /tmp/bench-self-test.json   # no GPU needed
 
 Kernel cases are ViT-B/16 at 224 (197 tokens, hidden 768, 12 heads of 64, MLP 3072) at each
@@ -804,6 +805,8 @@ def parse_args(argv=None):
     parser.add_argument("--compile", nargs="?", const="hf-sdpa", default=None, metavar="MODELS",
                         help="also time torch.compile(mode='max-autotune') of these models, comma-separated "
                              f"from {sorted(COMPILED_PROVIDERS)} (default hf-sdpa); minutes per batch size")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="time only the --compile models, not the eager ones beside them")
     parser.add_argument("--device", default=None, help="cuda or cuda:N (default cuda)")
     parser.add_argument("--no-queue-ahead", action="store_true",
                         help="no spin kernel before kernel repetitions (host launch latency then counts)")
@@ -863,7 +866,10 @@ def main(argv=None) -> int:
     unknown = sorted(set(compiled) - set(COMPILED_PROVIDERS))
     if unknown:
         raise BenchError(f"--compile: unknown {unknown}, want some of {sorted(COMPILED_PROVIDERS)}")
-    providers = list(MODEL_PROVIDERS) + [COMPILED_PROVIDERS[c] for c in dict.fromkeys(compiled)]
+    if args.compile_only and not compiled:
+        raise BenchError("--compile-only needs --compile")
+    eager = [] if args.compile_only else list(MODEL_PROVIDERS)
+    providers = eager + [COMPILED_PROVIDERS[c] for c in dict.fromkeys(compiled)]
     if "models" not in whats:
         providers = []
     total = len(cases) + len(providers) * len(batches)

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Ratios of vitrt to PyTorch from two vitrt-bench/1 documents taken in the same GPU session.
 
-    python3 scripts/compare_bench.py VITRT.json [VITRT_MODEL.json ...] --torch TORCH.json
+    python3 scripts/compare_bench.py VITRT.json [VITRT_MODEL.json ...] --torch TORCH.json [--torch MORE.json ...]
 
 Kernel rows are paired on (op, case, epilogue): vitrt's matmul against torch-cublas, its
 attention against torch-sdpa, the rest against torch. Model rows are paired on batch size:
 vitrt against every PyTorch provider. A ratio above 1 means vitrt is faster (rates divide,
 so it is throughput over throughput). Prints aligned tables; exits 1 if a file is unreadable.
+
+--torch may be given several times (bench_torch.py runs split over calls, such as the
+torch.compile ones, scripts/gpu-bench.sh compile): their rows are put together.
 
 Model rows that carry "memory" (benchmarks/SCHEMA.md) also get peak memory in MiB: vitrt's
 account of its allocations ("allocated_peak_bytes": weights, arena, scratch, staging) beside
@@ -39,9 +42,12 @@ def rate(row):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("vitrt", nargs="+", help="vitrt bench kernels / bench model JSON")
-    parser.add_argument("--torch", required=True, help="scripts/bench_torch.py JSON")
+    parser.add_argument("--torch", required=True, action="append",
+                        help="scripts/bench_torch.py JSON (repeat to put several runs together)")
     args = parser.parse_args()
-    torch_doc = load(args.torch)
+    torch_docs = [load(p) for p in args.torch]
+    torch_doc = {"kernels": [r for d in torch_docs for r in d.get("kernels", [])],
+                 "models": [r for d in torch_docs for r in d.get("models", [])]}
     ours = [load(p) for p in args.vitrt]
 
     torch_kernels = {(r["op"], r["case"], r.get("epilogue"), r["provider"]): r for r in torch_doc["kernels"]}

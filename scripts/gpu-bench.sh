@@ -2,18 +2,25 @@
 # The benchmarks on the GPU machine, after scripts/gpu-check.sh stage DIR (run from the
 # repository root):
 #
-#   scripts/gpu-bench.sh DIR LOGS [vitrt|torch|all] [DTYPE]
+#   scripts/gpu-bench.sh DIR LOGS [vitrt|torch|all|compile] [DTYPE]
 #
 # vitrt: `vitrt bench kernels` (against cuBLAS and the copy; JSON and SVG plot), `vitrt bench
-# model` and `vitrt profile` on a ViT-B/16 with random weights (made by transformers on the
-# spot unless /tmp/vitrt-vit-base exists). torch: scripts/bench_torch.py on the same cases,
-# then scripts/compare_bench.py prints vitrt/PyTorch ratios last. Everything lands in LOGS ($OUT
+# model` (times and memory per batch size) and `vitrt profile` on a ViT-B/16 with random
+# weights (made by transformers on the spot unless /tmp/vitrt-vit-base exists), then
+# scripts/cold_start.py: `vitrt classify` of one image with an empty kernel cache and a filled
+# one, whole-process wall time (cold-start-DTYPE.json). torch: scripts/bench_torch.py on the
+# same cases (with each model's peak memory), then scripts/compare_bench.py prints vitrt/PyTorch
+# ratios last (speed and memory). compile: bench_torch.py's torch.compile(mode="max-autotune")
+# of the HF SDPA model alone, at the batch sizes in TORCH_COMPILE_BATCHES (default 1,8,64,256;
+# each takes minutes to compile, so split them over calls under a time limit, e.g. 1,8 then
+# 64,256), into torch_compile-DTYPE-bBATCHES.json, which compare_bench.py reads beside
+# torch-DTYPE.json. Everything lands in LOGS ($OUT
 # on the GPU machine, or a folder under benchmarks/raw/, git-ignored); nothing is written into
 # benchmarks/ itself: scripts/bench_summary.py RUN_DIR --logs LOGS --compare then writes the
 # dated run folder's summary.json and compare table (benchmarks/SCHEMA.md).
 set -uo pipefail
-dir=${1:?usage: gpu-bench.sh DIR LOGS [vitrt|torch|all] [DTYPE]}
-logs=${2:?usage: gpu-bench.sh DIR LOGS [vitrt|torch|all] [DTYPE]}
+dir=${1:?usage: gpu-bench.sh DIR LOGS [vitrt|torch|all|compile] [DTYPE]}
+logs=${2:?usage: gpu-bench.sh DIR LOGS [vitrt|torch|all|compile] [DTYPE]}
 what=${3:-all}
 dtype=${4:-f16}
 mkdir -p "$logs"
@@ -34,15 +41,35 @@ if [ "$what" = vitrt ] || [ "$what" = all ]; then
             >"$logs/profile-b$batch-$dtype.txt" 2>"$logs/profile-b$batch-$dtype.err"
         echo "profile b$batch: exit $?"
     done
+    # The kernel cache of the runs above stays as it is: cold_start.py gives every run a
+    # cache folder of its own.
+    python3 scripts/cold_start.py --vitrt "$dir/vitrt.bin" --model "$vitb" --dtype "$dtype" \
+        --json "$logs/cold-start-$dtype.json" >"$logs/cold-start-$dtype.txt" 2>"$logs/cold-start-$dtype.err"
+    echo "cold start: exit $?"
     cat "$logs/vitrt-model-$dtype.txt"
     head -14 "$logs/profile-b64-$dtype.txt"
+    head -2 "$logs/cold-start-$dtype.txt"
+    grep -A12 '^warm' "$logs/cold-start-$dtype.txt" | head -1
 fi
 if [ "$what" = torch ] || [ "$what" = all ]; then
     python3 scripts/bench_torch.py --dtype "$dtype" --json "$logs/torch-$dtype.json" >"$logs/torch-$dtype.log" 2>&1
     echo "bench_torch: exit $?"
     tail -3 "$logs/torch-$dtype.log"
 fi
+if [ "$what" = compile ]; then
+    batches=${TORCH_COMPILE_BATCHES:-1,8,64,256}
+    out="$logs/torch_compile-$dtype-b${batches//,/_}"
+    python3 scripts/bench_torch.py --dtype "$dtype" --what models --compile hf-sdpa --compile-only --batch-sizes "$batches" \
+        --json "$out.json" >"$out.log" 2>&1
+    echo "bench_torch --compile hf-sdpa b$batches: exit $?"
+    grep -E "compiled|compile b|skipped" "$out.log" | tail -12
+fi
 if [ -f "$logs/torch-$dtype.json" ] && [ -f "$logs/vitrt-kernels-$dtype.json" ]; then
+    # Every PyTorch document of this dtype: the main run and any compile runs beside it.
+    torch_docs=()
+    for doc in "$logs/torch-$dtype.json" "$logs"/torch_compile-"$dtype"-b*.json; do
+        [ -f "$doc" ] && torch_docs+=(--torch "$doc")
+    done
     python3 scripts/compare_bench.py "$logs/vitrt-kernels-$dtype.json" "$logs/vitrt-model-$dtype.json" \
-        --torch "$logs/torch-$dtype.json" | tee "$logs/compare-$dtype.txt"
+        "${torch_docs[@]}" | tee "$logs/compare-$dtype.txt"
 fi

@@ -5,13 +5,18 @@ mod cli;
 mod output_file;
 mod pipeline;
 mod report;
+mod startup;
 
 use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    startup::start();
     let args = cli::Cli::parse();
-    match cli::run(args) {
+    let result = cli::run(args);
+    startup::mark("the rest of the command and its teardown (memory, context released)");
+    startup::report();
+    match result {
         Ok(code) => code,
         Err(e) => {
             // One line: the cause chain joined, as anyhow's alternate form prints it.

@@ -238,6 +238,7 @@ pub fn run_batches(
         .map(|_| runner.alloc_staging(slot_bytes))
         .collect::<Result<Vec<_>, _>>()
         .context("allocating the staging buffers")?;
+    crate::startup::mark("preprocessing read, staging buffers allocated");
     runner.record_timeline(record_timeline);
     let mut submitter = Submitter {
         runner,
@@ -248,6 +249,7 @@ pub fn run_batches(
         stopped: false,
         progress: progress_bar(inputs.paths.len(), setup.quiet),
         times: ConsumerTimes::default(),
+        collected_any: false,
     };
     let make_loader =
         || Box::new(Loader(ImageLoader::new(&setup.pre, setup.limits))) as Box<dyn ImageLoad>;
@@ -266,6 +268,8 @@ pub fn run_batches(
             submitter.collect(last)?;
         }
     }
+    crate::startup::note_kernel_loads(submitter.runner.backend().kernel_loads());
+    crate::startup::mark("the other batches");
     Ok(RunOutcome {
         stats,
         times: submitter.times,
@@ -316,6 +320,8 @@ struct Submitter<'a, R: BatchResults> {
     stopped: bool,
     progress: indicatif::ProgressBar,
     times: ConsumerTimes,
+    /// Whether a batch's results were collected yet (for the start-up breakdown).
+    collected_any: bool,
 }
 
 impl<R: BatchResults> pipeline::Consumer for Submitter<'_, R> {
@@ -323,11 +329,14 @@ impl<R: BatchResults> pipeline::Consumer for Submitter<'_, R> {
         for (_, why) in &batch.failures {
             eprintln!("vitrt: {why}");
         }
-        if self.times.first_submits.is_empty() {
+        let first = self.times.first_submits.is_empty();
+        if first {
+            crate::startup::mark("first batch decoded (pipeline started, images read)");
             // Plan and weights (timed apart from the first pass, for --stats).
             let preparing = Instant::now();
             self.runner.prepare(batch.count, false)?;
             self.times.first_submits.push(preparing.elapsed());
+            crate::startup::mark("graph, plan and weights (read, converted, uploaded)");
         }
         let started = Instant::now();
         let pending = if batch.failures.len() < batch.count {
@@ -339,6 +348,9 @@ impl<R: BatchResults> pipeline::Consumer for Submitter<'_, R> {
             None
         };
         let took = started.elapsed();
+        if first {
+            crate::startup::mark("first pass queued (kernels compiled or loaded from the cache)");
+        }
         self.times.submitting += took;
         if self.times.first_submits.len() < 3 {
             // The first pass (eager: kernels load), then the second (CUDA graph capture).
@@ -375,6 +387,9 @@ impl<R: BatchResults> Submitter<'_, R> {
         let flow = self
             .results
             .batch(batch.first, batch.count, &batch.failures, outputs);
+        if !std::mem::replace(&mut self.collected_any, true) {
+            crate::startup::mark("first results back and written (the first pass ran)");
+        }
         self.times.collecting += started.elapsed();
         if matches!(flow, Ok(Flow::Stop)) {
             self.stopped = true;

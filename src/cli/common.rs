@@ -180,6 +180,7 @@ impl ModelArgs {
         let files = self.resolve()?;
         let mut model = VisionModel::load(&files.dir)
             .with_context(|| format!("loading model {}", self.model))?;
+        crate::startup::mark("model files read (config.json; safetensors opened and checked)");
         if let Some(size) = self.image_size {
             model = model.with_input_size(size).context("--image-size")?;
         } else if let Some(size) = preprocessed_size(&files.dir, model.config.num_channels) {
@@ -193,6 +194,7 @@ impl ModelArgs {
             })?;
         }
         let (backend, device) = self.open_backend()?;
+        crate::startup::mark("backend opened (CUDA context, NVRTC and headers found)");
         let mut runner = Runner::new(model, backend, self.fusion());
         if let Some(residual) = self.residual_dtype {
             runner = runner.with_residual(residual)?;
