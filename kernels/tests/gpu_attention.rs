@@ -25,7 +25,8 @@ mod common;
 use common::{gpu, random, tolerance, upload, GUARD_BYTES, POISON};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
-use vitrt_kernels::attention::{self, cpu::AttentionTiles, gpu::ATTENTION_HEAD_DIMS};
+use vitrt_kernels::attention::gpu::{AttentionProgram, ATTENTION_HEAD_DIMS};
+use vitrt_kernels::attention::{self, cpu::AttentionTiles};
 use vitrt_kernels::{AttentionProblem, DType, Operand};
 
 const SEQUENCE_LENGTHS: [usize; 7] = [1, 7, 80, 197, 257, 1024, 1030];
@@ -64,8 +65,8 @@ struct Layout {
     o_row_pad: usize,
 }
 
-/// Runs one case (with the causal mask when `causal`) through every row-group program of
-/// its head dim; returns the worst error as a fraction of the tolerance.
+/// Runs one case (with the causal mask when `causal`) through every program that can run it
+/// on this GPU; returns the worst error as a fraction of the tolerance.
 fn run_case(
     rng: &mut SmallRng,
     dtype: DType,
@@ -137,16 +138,17 @@ fn run_case(
     let atol = rtol * max_v;
     let mut worst = 0.0f32;
 
-    // Both programs where both exist: one and two groups of 16 query rows a warp.
-    let row_groups: &[u32] = if head_dim <= 64 { &[1, 2] } else { &[1] };
-    for &groups in row_groups {
-        let case = format!("{case} row_groups={groups}");
+    // Every program that runs this case here: mma.sync with one and two groups of 16 query
+    // rows a warp, and on Hopper (non-causal) the wgmma program's shapes.
+    let programs = AttentionProgram::all_for(head_dim, causal, gpu().compute_capability());
+    for program in programs {
+        let case = format!("{case} {program:?}");
         gpu().upload(&ob, 0, &vec![POISON; total]).unwrap();
-        attention::gpu::attention_with_row_groups(
+        attention::gpu::attention_with_program(
             gpu(),
             dtype,
             &p,
-            groups,
+            program,
             qb.view(0, q.len(), dtype).unwrap(),
             kb.view(0, k.len(), dtype).unwrap(),
             vb.view(0, v.len(), dtype).unwrap(),
@@ -214,6 +216,19 @@ fn fused_attention_matches_its_twin_on_ragged_sequences() {
             }
         }
         println!("RESULT attention {dtype:<5} cases {cases:>4}  worst |d|/tol {worst:>6.3}");
+        // On Hopper the wgmma program ran every head dim (the case loop cannot skip it there).
+        if gpu().compute_capability() == (9, 0) {
+            for head_dim in ATTENTION_HEAD_DIMS {
+                let name = format!("attention_wgmma_{dtype}_d{head_dim}_bn64_wg2_");
+                assert!(
+                    gpu()
+                        .loaded_kernels()
+                        .iter()
+                        .any(|k| k.name.starts_with(&name)),
+                    "{name}* never ran"
+                );
+            }
+        }
     }
 }
 
@@ -410,6 +425,99 @@ fn bench_causal_attention_at_clip_text_shapes() {
                 t_full / t_causal,
                 causal.flops() / t_causal / 1e12
             );
+        }
+    }
+    for k in g.loaded_kernels() {
+        if k.name.starts_with("attention") {
+            println!(
+                "LOADED {:<40} regs {:>3} local {:>4}",
+                k.name, k.registers, k.local_bytes
+            );
+        }
+    }
+}
+
+/// The attention shapes of the model families, for the programs' benchmark: (name, heads,
+/// tokens, head dim as the runtime runs it; SigLIP so400m's 72 is padded to 80).
+const MODEL_SHAPES: [(&str, usize, usize, usize); 7] = [
+    ("vit-b16-224", 12, 197, 64),
+    ("dinov2-b14-224", 12, 257, 64),
+    ("dinov2-l14-224", 16, 257, 64),
+    ("clip-l14-336", 16, 577, 64),
+    ("vit-h14-224", 16, 257, 80),
+    ("so400m-14-384", 16, 729, 80),
+    ("d128-t577", 8, 577, 128),
+];
+
+/// Every program on the model families' attention shapes at batches 1, 8, 64 and 256, f16 (and bf16
+/// for ViT-B/16), over the fused QKV activation as the runtime lowers it: CUDA events, 5
+/// warm-up launches, the median of 7 samples of 20 launches. Prints one tab-separated `ATTN`
+/// line a measurement (scripts/bench_attention.py joins them with PyTorch's SDPA on the same
+/// shapes) and each kernel's registers.
+#[test]
+#[ignore = "needs a CUDA GPU; a benchmark"]
+fn bench_attention_programs_at_model_shapes() {
+    let g = gpu();
+    let mut rng = SmallRng::seed_from_u64(18);
+    let time = |run: &dyn Fn()| -> f64 {
+        for _ in 0..5 {
+            run();
+        }
+        let mut samples: Vec<f64> = (0..7)
+            .map(|_| {
+                let start = g.record_event().unwrap();
+                for _ in 0..20 {
+                    run();
+                }
+                let end = g.record_event().unwrap();
+                end.ms_since(&start).unwrap() as f64 / 20.0
+            })
+            .collect();
+        samples.sort_by(f64::total_cmp);
+        samples[samples.len() / 2]
+    };
+    for (shape, heads, tokens, head_dim) in MODEL_SHAPES {
+        let dtypes: &[DType] = if shape == "vit-b16-224" {
+            &[DType::F16, DType::BF16]
+        } else {
+            &[DType::F16]
+        };
+        for &dtype in dtypes {
+            for batch in [1usize, 8, 64, 256] {
+                let hidden = heads * head_dim;
+                let width = 3 * hidden;
+                let qkv = random(&mut rng, batch * tokens * width, -2.0, 2.0, dtype);
+                let (_qb, qv) = upload(g, dtype, &qkv, 0);
+                let o = g
+                    .alloc(batch * tokens * hidden * dtype.size_bytes())
+                    .unwrap();
+                let ov = o.view(0, batch * tokens * hidden, dtype).unwrap();
+                let p = AttentionProblem {
+                    batch,
+                    heads,
+                    tokens,
+                    head_dim,
+                    scale: 1.0 / (head_dim as f32).sqrt(),
+                    causal: false,
+                    q: token_major(tokens, width, head_dim, 0),
+                    k: token_major(tokens, width, head_dim, hidden),
+                    v: token_major(tokens, width, head_dim, 2 * hidden),
+                    o: token_major(tokens, hidden, head_dim, 0),
+                };
+                for program in AttentionProgram::all_for(head_dim, false, g.compute_capability()) {
+                    let ms = time(&|| {
+                        attention::gpu::attention_with_program(
+                            g, dtype, &p, program, qv, qv, qv, ov,
+                        )
+                        .unwrap()
+                    });
+                    println!(
+                        "ATTN\t{shape}\t{batch}\t{dtype}\t{program:?}\t{:.2}\t{:.1}",
+                        ms * 1e3,
+                        p.flops() / (ms * 1e-3) / 1e12
+                    );
+                }
+            }
         }
     }
     for k in g.loaded_kernels() {

@@ -1,18 +1,22 @@
 //! Fused attention, `O = softmax(scale · Q·Kᵀ) · V` for every (batch, head), the softmax over
 //! the keys, Q, K, V and O read and written through strided views ([`AttentionProblem`]).
 //!
-//! - [`gpu::attention`] (and [`gpu::attention_with_row_groups`]): attention.cu,
-//!   FlashAttention-2 style, f16 and bf16, head dims [`gpu::ATTENTION_HEAD_DIMS`]; f32 has no
-//!   fused kernel ([`gpu::fused_attention_support`]).
+//! - [`gpu::attention`] (and [`gpu::attention_with_program`]), f16 and bf16, head dims
+//!   [`gpu::ATTENTION_HEAD_DIMS`]; f32 has no fused kernel ([`gpu::fused_attention_support`]).
+//!   Two programs ([`gpu::AttentionProgram`]): attention_wgmma.cu on Hopper (warpgroup MMAs,
+//!   TMA loads, FlashAttention-3's order; not causal), taken where it was measured faster, and
+//!   attention.cu (FlashAttention-2 style on mma.sync) everywhere else.
 //! - [`cpu::attention`]: the CPU twin, the same online softmax over key blocks, in f32.
 //!
 //! With [`AttentionProblem::causal`] (text towers: query row i attends to keys 0..=i) both run
 //! the causal mask: on the GPU the `_causal` instantiations of the same program, which skip
 //! the key blocks past the rows.
 //!
-//! Tests: kernels/tests/gpu_attention.rs. Bench case: `attention` in src/cli/bench/cases.rs
-//! (non-causal); the causal kernel at CLIP's text shapes: `bench_causal_attention_at_clip_text_shapes`
-//! in kernels/tests/gpu_attention.rs.
+//! Tests: kernels/tests/gpu_attention.rs (every program on every case). Bench case: `attention`
+//! in src/cli/bench/cases.rs (non-causal); the causal kernel at CLIP's text shapes:
+//! `bench_causal_attention_at_clip_text_shapes`, and every program on the model families'
+//! shapes against PyTorch's SDPA: `bench_attention_programs_at_model_shapes` (in
+//! kernels/tests/gpu_attention.rs) with scripts/bench_attention.py.
 
 pub mod cpu;
 pub mod gpu;

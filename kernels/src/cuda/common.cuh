@@ -23,6 +23,16 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
     return __float2bfloat16_rn(v);
 }
 
+// Whether A and B are the same type (for `if constexpr` over the storage types).
+template <typename A, typename B>
+struct is_same_type {
+    static constexpr bool value = false;
+};
+template <typename A>
+struct is_same_type<A, A> {
+    static constexpr bool value = true;
+};
+
 // NVRTC has no <cmath>, hence no INFINITY.
 __device__ __forceinline__ float infinity() { return __int_as_float(0x7f800000); }
 
@@ -133,6 +143,97 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned add
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Warpgroup MMA (sm_90a): the fences and waits around `wgmma.mma_async`, for the matmul's Hopper
+// programs and the Hopper attention. VITRT_HAS_WGMMA is 0 when compiling for a target without
+// wgmma, where these are empty and the programs that need them trap.
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define VITRT_HAS_WGMMA 1
+#else
+#define VITRT_HAS_WGMMA 0
+#endif
+
+__device__ __forceinline__ void wgmma_fence() {
+#if VITRT_HAS_WGMMA
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if VITRT_HAS_WGMMA
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int PENDING>
+__device__ __forceinline__ void wgmma_wait() {
+#if VITRT_HAS_WGMMA
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
+#endif
+}
+// Makes this thread's generic-proxy writes to shared memory (the cp.async copies) visible to
+// the async proxy that wgmma reads through.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if VITRT_HAS_WGMMA
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// Keeps the compiler from moving reads or writes of the accumulators across a wgmma that is
+// still running (the registers are the wgmma's until wgmma.wait_group retires it).
+template <int N>
+__device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// TMA and mbarriers (sm_90a), for the matmul's TMA programs and the Hopper attention.
+
+// The 128 opaque bytes of a CUtensorMap, passed by value as a __grid_constant__ parameter.
+struct alignas(64) TmaDescriptor {
+    unsigned long long opaque[16];
+};
+
+__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
+#if VITRT_HAS_WGMMA
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
+#if VITRT_HAS_WGMMA
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
+#if VITRT_HAS_WGMMA
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+// Waits until the barrier's phase with this parity has completed.
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
+#if VITRT_HAS_WGMMA
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "wait_again:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait_again;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+#endif
+}
+// One box of a 4-D tensor map (coordinates innermost first) into shared memory, completing on
+// `bar`.
+__device__ __forceinline__ void tma_load_4d(unsigned dst, const TmaDescriptor* map, int c0, int c1, int c2, int c3,
+                                            unsigned bar) {
+#if VITRT_HAS_WGMMA
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+        "[%6];\n" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+        : "memory");
+#endif
 }
 
 // d += a · b for one m16n8k16 fragment, fp32 accumulators.

@@ -45,6 +45,7 @@ mod events;
 mod memory;
 mod registry;
 mod staging;
+mod tensor_map;
 pub(crate) mod timing;
 
 pub use cache::DiskCache;
@@ -63,4 +64,5 @@ pub use memory::{AllocatedBytes, DevPtr, DeviceBuffer};
 pub(crate) use registry::COMMON_HEADER;
 pub use registry::{Arch, ArchRequirement, Instantiation, KernelArg, KernelParam, ParamKind};
 pub use staging::{PinnedBuffer, Stream, StreamEvent};
+pub(crate) use tensor_map::{encode_tiled, Swizzle};
 pub use timing::{copies_beyond_l2, copy_for_rep, slot_offset, Timer};

@@ -48,15 +48,6 @@ struct is_f32<float> {
     static constexpr bool value = true;
 };
 
-template <typename A, typename B>
-struct is_same_type {
-    static constexpr bool value = false;
-};
-template <typename A>
-struct is_same_type<A, A> {
-    static constexpr bool value = true;
-};
-
 // A strided view of one operand, in elements (kernels::Operand).
 struct View {
     long long offset, row_stride, batch_stride, head_stride;

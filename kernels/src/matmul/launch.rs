@@ -1,7 +1,9 @@
 //! What the programs' launches share: the operands gpu.rs hands a program's file
 //! ([`MatmulLaunch`]), the split-K scratch, the TMA tensor maps and the persistent grid.
 
-use crate::cuda::{to_i32, DevPtr, DeviceBuffer, Gpu, KernelArg, KernelError, LaunchDims};
+use crate::cuda::{
+    encode_tiled, to_i32, DevPtr, DeviceBuffer, Gpu, KernelArg, KernelError, LaunchDims, Swizzle,
+};
 use crate::matmul::config::MatmulConfig;
 use crate::matmul::problem::MatmulProblem;
 use crate::matmul::selection::{sm_count, split_k_partial_bytes};
@@ -127,42 +129,14 @@ pub(crate) fn tensor_map(
     row_stride: usize,
     box_rows: u32,
 ) -> Result<[u64; 16], KernelError> {
-    use cudarc::driver::sys::{
-        cuTensorMapEncodeTiled, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
-        CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
-    };
-    let data_type = match dtype {
-        DType::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-        DType::BF16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        DType::F32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-    };
     let size = dtype.size_bytes() as u64;
-    let dims = [cols as u64, rows as u64];
-    let strides = [row_stride as u64 * size];
     // One 128-byte swizzle row per box row.
-    let boxes = [128 / size as u32, box_rows];
-    let element_strides = [1u32, 1];
-    let mut map = std::mem::MaybeUninit::<CUtensorMap>::zeroed();
-    // SAFETY: every array has the rank's length (strides one less), and `map` is the output.
-    let result = unsafe {
-        cuTensorMapEncodeTiled(
-            map.as_mut_ptr(),
-            data_type,
-            2,
-            base as *mut std::ffi::c_void,
-            dims.as_ptr(),
-            strides.as_ptr(),
-            boxes.as_ptr(),
-            element_strides.as_ptr(),
-            CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
-            CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    };
-    result
-        .result()
-        .map_err(|e| KernelError::driver("cuTensorMapEncodeTiled", e))?;
-    // SAFETY: the driver wrote the map.
-    Ok(unsafe { map.assume_init() }.opaque)
+    encode_tiled(
+        dtype,
+        base,
+        &[cols as u64, rows as u64],
+        &[row_stride as u64 * size],
+        &[128 / size as u32, box_rows],
+        Swizzle::Bytes128,
+    )
 }

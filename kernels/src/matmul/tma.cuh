@@ -1,47 +1,13 @@
-// TMA on sm_90a (NVRTC receives it in memory as "tma.cuh"): the tensor-map parameter,
-// mbarriers, TMA loads of the pipeline's stages, and the staged epilogue of one consumer
-// warpgroup's block; used by both TMA programs.
+// TMA on sm_90a (NVRTC receives it in memory as "tma.cuh"): 2-D TMA loads of the pipeline's
+// stages and the staged epilogue of one consumer warpgroup's block; used by both TMA programs.
+// The tensor-map parameter and the mbarriers are in common.cuh (attention uses them too).
 
 #pragma once
 
 #include "wgmma.cuh"
 
-// The 128 opaque bytes of a CUtensorMap, passed by value as a __grid_constant__ parameter.
-struct alignas(64) TmaDescriptor {
-    unsigned long long opaque[16];
-};
-
 namespace vitrt_matmul {
 
-__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
-#if VITRT_HAS_WGMMA
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-#endif
-}
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
-#if VITRT_HAS_WGMMA
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-#endif
-}
-__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
-#if VITRT_HAS_WGMMA
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-#endif
-}
-// Waits until the barrier's phase with this parity has completed.
-__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
-#if VITRT_HAS_WGMMA
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "wait_again:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra wait_again;\n"
-        "}\n" ::"r"(bar),
-        "r"(parity)
-        : "memory");
-#endif
-}
 // One box of a 2-D tensor map (inner coordinate first) into shared memory, completing on `bar`.
 __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* map, int inner, int outer,
                                             unsigned bar) {

@@ -1,16 +1,10 @@
-// Warpgroup MMA on sm_90a (NVRTC receives it in memory as "wgmma.cuh"): shared-memory matrix
-// descriptors, fences, and one m64nNk16 wgmma; used by the wgmma and both TMA programs.
-// VITRT_HAS_WGMMA is 0 when compiling for a target without wgmma, where the entry points trap.
+// Warpgroup MMA on sm_90a (NVRTC receives it in memory as "wgmma.cuh"): the 128-byte-swizzled
+// matrix descriptor and one m64nNk16 wgmma from shared memory; used by the wgmma and both TMA
+// programs. The fences and waits, and VITRT_HAS_WGMMA, are in common.cuh (attention uses them too).
 
 #pragma once
 
 #include "epilogue.cuh"
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define VITRT_HAS_WGMMA 1
-#else
-#define VITRT_HAS_WGMMA 0
-#endif
 
 namespace vitrt_matmul {
 
@@ -84,37 +78,6 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor(unsigned addr) {
     const unsigned long long stride = 1024 >> 4;  // from one 8-row block to the next
     const unsigned long long swizzle_128b = 1;
     return start | (leading << 16) | (stride << 32) | (swizzle_128b << 62);
-}
-
-__device__ __forceinline__ void wgmma_fence() {
-#if VITRT_HAS_WGMMA
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wgmma_commit() {
-#if VITRT_HAS_WGMMA
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-template <int PENDING>
-__device__ __forceinline__ void wgmma_wait() {
-#if VITRT_HAS_WGMMA
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
-#endif
-}
-// Makes this thread's generic-proxy writes to shared memory (the cp.async copies) visible to
-// the async proxy that wgmma reads through.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-#if VITRT_HAS_WGMMA
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-// Keeps the compiler from moving reads or writes of the accumulators across a wgmma that is
-// still running (the registers are the wgmma's until wgmma.wait_group retires it).
-template <int N>
-__device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // d (64 x BN: this thread's BN / 2 accumulators) = A (64 x 16) · B (BN x 16)ᵀ + (accumulate ? d : 0),
