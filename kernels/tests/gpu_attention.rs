@@ -452,7 +452,7 @@ const MODEL_SHAPES: [(&str, usize, usize, usize); 7] = [
 /// Every program on the model families' attention shapes at batches 1, 8, 64 and 256, f16 (and bf16
 /// for ViT-B/16), over the fused QKV activation as the runtime lowers it: CUDA events, 5
 /// warm-up launches, the median of 7 samples of 20 launches. Prints one tab-separated `ATTN`
-/// line a measurement (scripts/bench_attention.py joins them with PyTorch's SDPA on the same
+/// line a measurement, each program's and then the launcher's pick as `chosen` (scripts/bench_attention.py joins them with PyTorch's SDPA on the same
 /// shapes) and each kernel's registers.
 #[test]
 #[ignore = "needs a CUDA GPU; a benchmark"]
@@ -504,15 +504,21 @@ fn bench_attention_programs_at_model_shapes() {
                     v: token_major(tokens, width, head_dim, 2 * hidden),
                     o: token_major(tokens, hidden, head_dim, 0),
                 };
-                for program in AttentionProgram::all_for(head_dim, false, g.compute_capability()) {
+                let programs = AttentionProgram::all_for(head_dim, false, g.compute_capability());
+                // Every program, then the launcher's own pick (as "chosen").
+                for program in programs.into_iter().map(Some).chain([None]) {
                     let ms = time(&|| {
-                        attention::gpu::attention_with_program(
-                            g, dtype, &p, program, qv, qv, qv, ov,
-                        )
+                        match program {
+                            Some(program) => attention::gpu::attention_with_program(
+                                g, dtype, &p, program, qv, qv, qv, ov,
+                            ),
+                            None => attention::gpu::attention(g, dtype, &p, qv, qv, qv, ov),
+                        }
                         .unwrap()
                     });
+                    let name = program.map_or("chosen".to_string(), |p| format!("{p:?}"));
                     println!(
-                        "ATTN\t{shape}\t{batch}\t{dtype}\t{program:?}\t{:.2}\t{:.1}",
+                        "ATTN\t{shape}\t{batch}\t{dtype}\t{name}\t{:.2}\t{:.1}",
                         ms * 1e3,
                         p.flops() / (ms * 1e-3) / 1e12
                     );
