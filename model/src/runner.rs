@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::RuntimeError;
 use vitrt_runtime::{
-    Backend, DType, Executor, HostStaging, HostTensor, Marks, PendingOutputs, PixelBatch,
-    Precision, TimelineSpan,
+    Backend, DType, DeviceInput, Executor, HostStaging, HostTensor, Marks, PendingOutputs,
+    PixelBatch, Precision, TimelineSpan,
 };
 
 pub struct Runner {
@@ -144,11 +144,40 @@ impl Runner {
         self.prepare(batch, hidden_states)?;
         let executor = &self.executors[&(batch, hidden_states)];
         let mut outputs = executor.run(self.backend.as_mut(), &[("pixel_values", pixels)])?;
-        // Hidden states in layer order first, then the main output.
-        outputs.sort_by_key(|t| match t.name.strip_prefix("hidden_states.") {
-            Some(i) => i.parse::<usize>().unwrap_or(usize::MAX - 1),
-            None => usize::MAX,
-        });
+        sort_outputs(&mut outputs);
+        Ok(outputs)
+    }
+
+    /// The device and stream a pixel tensor in device memory must be ready on before
+    /// [`Runner::run_from_device`] reads it (`None`: this backend reads host memory only).
+    pub fn device_input_stream(&self) -> Option<(usize, u64)> {
+        self.backend.device_input_stream()
+    }
+
+    /// [`Runner::run`] on pixels (NCHW, f32, contiguous) in device memory another library owns,
+    /// copied into the model's input on the device.
+    ///
+    /// # Safety
+    /// `pixels` must be device memory on the backend's device, stay allocated and unwritten
+    /// until this returns, and be ready on [`Runner::device_input_stream`]'s stream.
+    pub unsafe fn run_from_device(
+        &mut self,
+        pixels: DeviceInput,
+        batch: usize,
+        hidden_states: bool,
+    ) -> Result<Vec<HostTensor>, ModelError> {
+        let shape = self.input_shape(batch);
+        if batch == 0 || pixels.len != shape.iter().product::<usize>() {
+            return Err(ModelError::Usage(format!(
+                "pixel_values must be {shape:?} for {batch} images; got {} values",
+                pixels.len
+            )));
+        }
+        self.prepare(batch, hidden_states)?;
+        let executor = &self.executors[&(batch, hidden_states)];
+        // SAFETY: the caller's guarantees, passed on.
+        let mut outputs = unsafe { executor.run_from_device(self.backend.as_mut(), pixels)? };
+        sort_outputs(&mut outputs);
         Ok(outputs)
     }
 
@@ -305,6 +334,14 @@ impl Runner {
         }
         Ok(())
     }
+}
+
+/// Hidden states in layer order first, then the main output.
+fn sort_outputs(outputs: &mut [HostTensor]) {
+    outputs.sort_by_key(|t| match t.name.strip_prefix("hidden_states.") {
+        Some(i) => i.parse::<usize>().unwrap_or(usize::MAX - 1),
+        None => usize::MAX,
+    });
 }
 
 /// An out-of-memory error while preparing `batch` images, told in batch sizes: what was asked,

@@ -8,6 +8,7 @@
 //! failures of the device or the runtime. A panic inside is caught and raised as a
 //! `RuntimeError` too, never unwound into Python.
 
+mod dlpack;
 mod failure;
 mod images;
 mod zero_shot;
@@ -28,7 +29,7 @@ use vitrt_model::preprocess::{
 use vitrt_model::{Output, OutputSet, Pool, Runner, VisionModel};
 use vitrt_runtime::backend::{self, Device};
 use vitrt_runtime::passes::Fusion;
-use vitrt_runtime::{Backend, DType, HostTensor};
+use vitrt_runtime::{Backend, DType, DeviceInput, HostTensor};
 use vitrt_weights::{resolve_model, ResolveOptions};
 
 /// Moves a value that is not `Send` (the runner holds the backend, which is not) into
@@ -654,16 +655,49 @@ impl Model {
         predictions_to_python(py, &per_image)
     }
 
-    /// Runs `pixel_values`, a float32 numpy array [B, C, H, W] already preprocessed, through
-    /// the model; returns its outputs as `vitrt infer` writes them: a dict of name to float32
-    /// array (`logits`, or `last_hidden_state` and what the family pools from it). Images of
-    /// another height and width than the preprocessing's run with the position embeddings
-    /// resampled.
+    /// Runs `pixel_values`, float32 [B, C, H, W] already preprocessed, through the model;
+    /// returns its outputs as `vitrt infer` writes them: a dict of name to float32 array
+    /// (`logits`, or `last_hidden_state` and what the family pools from it). Images of another
+    /// height and width than the preprocessing's run with the position embeddings resampled.
+    ///
+    /// `pixel_values` may be a numpy array, another library's host tensor (read through
+    /// DLPack), or a contiguous CUDA tensor on the model's GPU (torch's, say), which is read
+    /// there through DLPack: copied into the model's input on the device, after the writes
+    /// pending on the producer's stream.
     fn forward<'py>(
         &mut self,
         py: Python<'py>,
         pixel_values: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let outputs = match dlpack::device_of(pixel_values)? {
+            Some((dlpack::DL_CUDA, device_id)) => self.forward_cuda(py, pixel_values, device_id)?,
+            Some((dlpack::DL_CPU, _))
+                if !pixel_values.is_instance_of::<numpy::PyUntypedArray>() =>
+            {
+                // A host tensor of another library (torch on the CPU): numpy reads it in place.
+                let array = py
+                    .import("numpy")?
+                    .call_method1("from_dlpack", (pixel_values,))?;
+                self.forward_host(py, &array)?
+            }
+            _ => self.forward_host(py, pixel_values)?,
+        };
+        let dict = PyDict::new(py);
+        for tensor in outputs {
+            let array = PyArray1::from_vec(py, tensor.data).reshape(tensor.shape)?;
+            dict.set_item(tensor.name, array)?;
+        }
+        Ok(dict)
+    }
+}
+
+impl Model {
+    /// `forward` on a host array: float32 numpy [B, C, H, W].
+    fn forward_host<'py>(
+        &mut self,
+        py: Python<'py>,
+        pixel_values: &Bound<'py, PyAny>,
+    ) -> PyResult<Vec<HostTensor>> {
         let array: PyReadonlyArrayDyn<'py, f32> = pixel_values.extract().map_err(|_| {
             let what = pixel_values
                 .getattr("dtype")
@@ -682,21 +716,79 @@ impl Model {
         let pixels = images::standard_order(&array.as_array());
         drop(array);
         let engine = SameThread(self.engine.get()?);
-        let outputs = without_gil(py, move || {
+        Ok(without_gil(py, move || {
             forward_pixels(&mut engine.into_inner().runner, &shape, &pixels)
-        })?;
-        let dict = PyDict::new(py);
-        for tensor in outputs {
-            let array = PyArray1::from_vec(py, tensor.data).reshape(tensor.shape)?;
-            dict.set_item(tensor.name, array)?;
+        })?)
+    }
+
+    /// `forward` on a CUDA tensor handed over through DLPack (torch's, say): float32,
+    /// contiguous [B, C, H, W] on the model's GPU, copied into the model's input on the device
+    /// (no host round trip), after the producer's pending writes (the capsule is asked for
+    /// with the model's stream). Its values are not checked for NaN or infinity, as a host
+    /// array's are: that would read them back.
+    fn forward_cuda<'py>(
+        &mut self,
+        py: Python<'py>,
+        pixel_values: &Bound<'py, PyAny>,
+        device_id: i32,
+    ) -> PyResult<Vec<HostTensor>> {
+        let engine = self.engine.get()?;
+        let Some((ordinal, stream)) = engine.runner.device_input_stream() else {
+            return Err(Failure::Value(anyhow!(
+                "pixel_values is a CUDA tensor (cuda:{device_id}), but this model runs on the CPU: \
+                 pass a host array, or load the model with device=\"cuda\""
+            ))
+            .into());
+        };
+        if device_id as i64 != ordinal as i64 {
+            return Err(Failure::Value(anyhow!(
+                "pixel_values is on cuda:{device_id}; this model runs on cuda:{ordinal}"
+            ))
+            .into());
         }
-        Ok(dict)
+        let tensor = dlpack::cuda_f32_tensor(pixel_values, stream)?;
+        let shape = tensor.shape.clone();
+        let ptr = tensor.ptr;
+        let engine = SameThread(engine);
+        let outputs = without_gil(py, move || {
+            let runner = &mut engine.into_inner().runner;
+            check_pixel_shape(runner, &shape)?;
+            let outputs = runner.model.model_outputs();
+            runner.set_outputs(outputs);
+            let input = DeviceInput {
+                ptr,
+                len: shape.iter().product(),
+            };
+            // SAFETY: `tensor` (its capsule) keeps the memory alive until after this returns,
+            // and the producer ordered its writes before the runner's stream; the runner
+            // checks the device.
+            unsafe { runner.run_from_device(input, shape[0], false) }.map_err(model_failure)
+        });
+        drop(tensor);
+        Ok(outputs?)
     }
 }
 
 /// `forward`'s work: checks `pixels` of `shape` against the model (taking their height and
 /// width, as `vitrt infer` does) and runs them, producing the model's outputs.
 fn forward_pixels(runner: &mut Runner, shape: &[usize], pixels: &[f32]) -> Result<Vec<HostTensor>> {
+    check_pixel_shape(runner, shape)?;
+    if let Some(at) = pixels.iter().position(|v| !v.is_finite()) {
+        let (c, h, w) = (shape[1], shape[2], shape[3]);
+        let index = [at / (c * h * w), at / (h * w) % c, at / w % h, at % w];
+        return Err(Failure::Value(anyhow!(
+            "pixel_values{index:?} (as [b, c, y, x]) is {}; the model takes finite values only",
+            pixels[at]
+        )));
+    }
+    let outputs = runner.model.model_outputs();
+    runner.set_outputs(outputs);
+    runner.run(pixels, shape[0], false).map_err(model_failure)
+}
+
+/// Checks pixel_values of `shape` against the model, taking their height and width (as
+/// `vitrt infer` does: the position embeddings are resampled).
+fn check_pixel_shape(runner: &mut Runner, shape: &[usize]) -> Result<()> {
     if let [_, _, height, width] = shape[..] {
         if height > 0 && width > 0 && (height, width) != runner.model.input_size() {
             runner
@@ -714,17 +806,7 @@ fn forward_pixels(runner: &mut Runner, shape: &[usize], pixels: &[f32]) -> Resul
             want[3]
         )));
     }
-    if let Some(at) = pixels.iter().position(|v| !v.is_finite()) {
-        let (c, h, w) = (shape[1], shape[2], shape[3]);
-        let index = [at / (c * h * w), at / (h * w) % c, at / w % h, at % w];
-        return Err(Failure::Value(anyhow!(
-            "pixel_values{index:?} (as [b, c, y, x]) is {}; the model takes finite values only",
-            pixels[at]
-        )));
-    }
-    let outputs = runner.model.model_outputs();
-    runner.set_outputs(outputs);
-    runner.run(pixels, shape[0], false).map_err(model_failure)
+    Ok(())
 }
 
 /// Scales `row` to unit L2 norm (summed in f64, as `vitrt embed --normalize`); a zero vector

@@ -390,3 +390,44 @@ def test_a_cpu_model_runs_on_any_thread(digits_model):
     thread.join()
     assert caught == [] and got == [want]
     assert digits_model.classify([path]) == want
+
+
+# --- DLPack ----------------------------------------------------------------------------------
+
+
+class HostTensor:
+    """A host tensor of some other library: it speaks DLPack and is no numpy array."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+class CudaTensorStub:
+    """What a CUDA tensor says of itself through DLPack, and nothing more."""
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, **kwargs):
+        raise AssertionError("a CPU model must refuse before asking for the data")
+
+
+def test_forward_reads_host_tensors_of_other_libraries_through_dlpack():
+    reference = read_safetensors(MODELS / "tiny-gelu" / "reference.safetensors")
+    pixels = np.ascontiguousarray(reference["pixel_values"].astype(np.float32))
+    model = vitrt.Model(MODELS / "tiny-gelu", device="cpu")
+    want = model.forward(pixels)["logits"]
+    got = model.forward(HostTensor(pixels))["logits"]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_cpu_model_refuses_cuda_tensors_with_a_clear_message():
+    model = vitrt.Model(MODELS / "tiny-gelu", device="cpu")
+    with pytest.raises(ValueError, match=r"CUDA tensor \(cuda:0\), but this model runs on the CPU"):
+        model.forward(CudaTensorStub())

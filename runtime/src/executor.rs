@@ -9,7 +9,7 @@
 //! pass then captures anew. Passes timed node by node always run eagerly. When capture fails,
 //! the executor says why once (per process) on stderr and runs eagerly from then on.
 
-use crate::backend::{Backend, Binding, BufferRef, PendingRead};
+use crate::backend::{Backend, Binding, BufferRef, DeviceInput, PendingRead};
 use crate::error::RuntimeError;
 use crate::graph::{Graph, ParamSource, ValueKind};
 use crate::plan::{Plan, Precision};
@@ -162,6 +162,41 @@ impl Executor {
         inputs: &[(&str, &[f32])],
     ) -> Result<Vec<HostTensor>, RuntimeError> {
         self.write_inputs(backend, inputs)?;
+        self.launch(backend, Marks::None)?;
+        self.read_outputs(backend)
+    }
+
+    /// Runs the graph on its one input read from device memory another library owns (see
+    /// [`Backend::write_from_device`]), and reads the outputs back.
+    ///
+    /// # Safety
+    /// `input` must stay allocated and unwritten until this returns.
+    pub unsafe fn run_from_device(
+        &self,
+        backend: &mut dyn Backend,
+        input: DeviceInput,
+    ) -> Result<Vec<HostTensor>, RuntimeError> {
+        let inputs: Vec<usize> = self.graph.inputs().collect();
+        let [v] = inputs.as_slice() else {
+            return Err(RuntimeError::Unsupported(format!(
+                "a device input goes into a graph with one input, not {}",
+                inputs.len()
+            )));
+        };
+        let value = &self.graph.values[*v];
+        if input.len != value.numel() {
+            return Err(RuntimeError::Input {
+                name: value.name.clone(),
+                message: format!(
+                    "expected {} values for shape {:?}, got {}",
+                    value.numel(),
+                    value.shape,
+                    input.len
+                ),
+            });
+        }
+        // SAFETY: the caller keeps `input` alive and unwritten until the outputs are read.
+        unsafe { backend.write_from_device(self.bindings[*v], input)? };
         self.launch(backend, Marks::None)?;
         self.read_outputs(backend)
     }

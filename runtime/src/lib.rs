@@ -12,7 +12,8 @@ pub mod plan;
 
 pub use backend::cpu::CpuBackend;
 pub use backend::{
-    Backend, Device, HostStaging, MemoryAccount, PendingRead, TimelineSpan, TimelineStage,
+    Backend, Device, DeviceInput, HostStaging, MemoryAccount, PendingRead, TimelineSpan,
+    TimelineStage,
 };
 pub use error::RuntimeError;
 pub use executor::{Executor, HostTensor, Marks, ParamStore, PendingOutputs, ReplayState};

@@ -315,6 +315,80 @@ impl Gpu {
         .map_err(|e| KernelError::driver("cuMemcpyHtoDAsync", e))
     }
 
+    /// The compute stream's handle (a `CUstream` as an integer): what a producer of device
+    /// memory is told to order its writes before, as DLPack's `__dlpack__(stream=...)` is.
+    pub fn stream_handle(&self) -> u64 {
+        self.stream.cu_stream() as u64
+    }
+
+    /// The CUDA device ordinal of `ptr` when it is device memory this process can address
+    /// (`cuPointerGetAttribute`), or why not: what to check before reading memory someone
+    /// else allocated.
+    pub fn device_of(&self, ptr: u64) -> Result<usize, KernelError> {
+        use cudarc::driver::sys::{cuPointerGetAttribute, CUmemorytype, CUpointer_attribute};
+        self.bind()?;
+        let mut memory_type: u32 = 0;
+        // SAFETY: the attribute is a 32-bit value written into `memory_type`.
+        let kind = unsafe {
+            cuPointerGetAttribute(
+                (&mut memory_type as *mut u32).cast(),
+                CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                ptr,
+            )
+        };
+        if kind != CUresult::CUDA_SUCCESS
+            || memory_type != CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
+        {
+            return Err(invalid!(
+                "{ptr:#x} is not device memory this process can read ({kind:?})"
+            ));
+        }
+        let mut ordinal: i32 = -1;
+        // SAFETY: the attribute is a 32-bit value written into `ordinal`.
+        let result = unsafe {
+            cuPointerGetAttribute(
+                (&mut ordinal as *mut i32).cast(),
+                CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                ptr,
+            )
+        };
+        if result != CUresult::CUDA_SUCCESS || ordinal < 0 {
+            return Err(invalid!("the device of {ptr:#x} is unknown ({result:?})"));
+        }
+        Ok(ordinal as usize)
+    }
+
+    /// Copies `bytes` from device memory someone else owns (`src`, on this GPU) into `dst` at
+    /// `offset_bytes`, queued on the compute stream: no host round trip.
+    ///
+    /// # Safety
+    /// `src..src + bytes` must be device memory on this GPU that stays allocated and unwritten
+    /// until the copy has run (the next [`Gpu::synchronize`] or download).
+    pub unsafe fn copy_from_device(
+        &self,
+        dst: &DeviceBuffer,
+        offset_bytes: usize,
+        src: u64,
+        bytes: usize,
+    ) -> Result<(), KernelError> {
+        self.check_owner(dst)?;
+        dst.check_range(offset_bytes, bytes, "device copy")?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.refuse_while_capturing("a device-to-device copy")?;
+        self.bind()?;
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(
+                dst.ptr + offset_bytes as u64,
+                src,
+                bytes,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| KernelError::driver("cuMemcpyDtoDAsync", e))
+    }
+
     /// Copies from `src` at `offset_bytes` into `dst`, after all queued work has finished.
     pub fn download(
         &self,

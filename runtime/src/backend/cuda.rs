@@ -4,8 +4,8 @@
 //! the graph's inputs and outputs.
 
 use super::{
-    check_pixel_write, Backend, Binding, BufferRef, HostStaging, MemoryAccount, PendingRead,
-    TimelineSpan, TimelineStage,
+    check_pixel_write, Backend, Binding, BufferRef, DeviceInput, HostStaging, MemoryAccount,
+    PendingRead, TimelineSpan, TimelineStage,
 };
 use crate::error::RuntimeError;
 use crate::graph::Op;
@@ -263,6 +263,54 @@ impl Backend for CudaBackend {
         self.gpu
             .upload(arena, offset_bytes, &dtype.encode(data))
             .map_err(backend_error)
+    }
+
+    fn device_input_stream(&self) -> Option<(usize, u64)> {
+        Some((self.ordinal, self.gpu.stream_handle()))
+    }
+
+    unsafe fn write_from_device(
+        &mut self,
+        dst: BufferRef,
+        src: DeviceInput,
+    ) -> Result<(), RuntimeError> {
+        let BufferRef::Arena {
+            offset_bytes,
+            len,
+            dtype,
+        } = dst
+        else {
+            return Err(RuntimeError::Backend(
+                "only arena buffers can be written".into(),
+            ));
+        };
+        if dtype != DType::F32 || len != src.len {
+            return Err(RuntimeError::Backend(format!(
+                "a device input of {} f32 values into {len} values of {dtype}",
+                src.len
+            )));
+        }
+        let device = self.gpu.device_of(src.ptr).map_err(backend_error)?;
+        if device != self.ordinal {
+            return Err(RuntimeError::Input {
+                name: "pixel_values".into(),
+                message: format!(
+                    "the tensor is on cuda:{device}; this model runs on cuda:{}",
+                    self.ordinal
+                ),
+            });
+        }
+        let arena = self
+            .arena
+            .as_ref()
+            .ok_or_else(|| RuntimeError::Backend("no arena reserved".into()))?;
+        // SAFETY: the caller keeps `src` allocated and unwritten until the outputs are read,
+        // which waits for this copy.
+        unsafe {
+            self.gpu
+                .copy_from_device(arena, offset_bytes, src.ptr, src.len * 4)
+                .map_err(backend_error)
+        }
     }
 
     fn read(&mut self, src: BufferRef) -> Result<Vec<f32>, RuntimeError> {

@@ -114,6 +114,16 @@ impl BufferRef {
     }
 }
 
+/// f32 values in device memory another library owns: a graph input handed over without a
+/// copy through the host (`Backend::write_from_device`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceInput {
+    /// The first value's device address.
+    pub ptr: u64,
+    /// f32 values from `ptr` on, contiguous.
+    pub len: usize,
+}
+
 /// Host memory that inputs are staged in before a backend copies them: page-locked on CUDA,
 /// where copies from it run asynchronously at full link speed; ordinary memory elsewhere.
 pub struct HostStaging {
@@ -323,6 +333,30 @@ pub trait Backend {
 
     /// Copies f32 host data into an arena buffer (converting to its dtype).
     fn write(&mut self, dst: BufferRef, data: &[f32]) -> Result<(), RuntimeError>;
+
+    /// Where a graph input may come from device memory another library owns (a CUDA tensor
+    /// handed over through DLPack): the device ordinal, and the stream that library must order
+    /// its writes before (DLPack's `__dlpack__(stream=...)`). `None`: host memory only.
+    fn device_input_stream(&self) -> Option<(usize, u64)> {
+        None
+    }
+
+    /// Copies `src` (f32 device memory on this backend's device) into an arena buffer of
+    /// the same length and dtype f32, on the device: no host round trip. Backends without
+    /// device memory refuse.
+    ///
+    /// # Safety
+    /// `src` must stay allocated and unwritten until the next output read has returned.
+    unsafe fn write_from_device(
+        &mut self,
+        dst: BufferRef,
+        src: DeviceInput,
+    ) -> Result<(), RuntimeError> {
+        let _ = (dst, src);
+        Err(RuntimeError::Unsupported(
+            "this backend reads inputs from host memory only".into(),
+        ))
+    }
 
     /// Copies a buffer back to the host as f32.
     fn read(&mut self, src: BufferRef) -> Result<Vec<f32>, RuntimeError>;
