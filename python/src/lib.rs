@@ -23,13 +23,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::path::PathBuf;
 use vitrt_model::labels::Prediction;
-use vitrt_model::preprocess::{
-    normalization_table, normalize_into, ImageLimits, ImageLoader, PreprocessConfig,
-};
+use vitrt_model::preprocess::{normalization_table, ImageLimits, ImageLoader, PreprocessConfig};
 use vitrt_model::{Output, OutputSet, Pool, Runner, VisionModel};
 use vitrt_runtime::backend::{self, Device};
 use vitrt_runtime::passes::Fusion;
-use vitrt_runtime::{Backend, DType, DeviceInput, HostTensor};
+use vitrt_runtime::{Backend, DType, DeviceInput, HostStaging, HostTensor, PendingOutputs};
 use vitrt_weights::{resolve_model, ResolveOptions};
 
 /// Moves a value that is not `Send` (the runner holds the backend, which is not) into
@@ -190,6 +188,9 @@ struct Engine {
     loaders: Vec<ImageLoader>,
     /// Byte value to model input, per channel (`normalization_table`).
     table: Vec<f32>,
+    /// A batch's decoded 8-bit images, [B, H, W, C] (page-locked on CUDA), grown to the
+    /// largest batch; reused as soon as `Runner::submit_bytes` has copied it.
+    staging: Option<HostStaging>,
     /// The label set (labels, templates) the runner scores zero-shot against now.
     zero_shot: Option<(Vec<String>, Vec<String>)>,
 }
@@ -250,6 +251,7 @@ impl Engine {
             preprocess,
             loaders,
             table,
+            staging: None,
             zero_shot: None,
         })
     }
@@ -263,14 +265,22 @@ impl Engine {
         Ok(())
     }
 
-    /// Decodes and preprocesses `images` (the first being `images[first]` of the call), a
-    /// run of consecutive images on each loader's thread, and runs them as one batch. The
-    /// error of the first image that fails is the one raised.
-    fn run_images(&mut self, images: &[ImageSource], first: usize) -> Result<Vec<HostTensor>> {
+    /// Decodes and resizes `images` (the first being `images[first]` of the call) into the
+    /// staging buffer as 8-bit [B, H, W, C], a run of consecutive images on each loader's
+    /// thread, and queues them as one batch (`Runner::submit_bytes`: expanded to the model's
+    /// input on the device, and run), returning once the buffer may be reused. The error of
+    /// the first image that fails is the one raised, before anything is queued.
+    fn submit_images(&mut self, images: &[ImageSource], first: usize) -> Result<PendingOutputs> {
         let image_bytes = self.loaders[0].output_bytes();
-        let channels = self.preprocess.num_channels();
-        let table = &self.table;
-        let mut pixels = vec![0f32; images.len() * image_bytes];
+        let bytes = images.len() * image_bytes;
+        if self.staging.as_ref().is_none_or(|s| s.len() < bytes) {
+            self.staging = None; // freed before its successor is allocated
+            self.staging = Some(self.runner.alloc_staging(bytes).map_err(model_failure)?);
+        }
+        let Some(staging) = self.staging.as_mut() else {
+            unreachable!("allocated above")
+        };
+        let pixels = &mut staging.as_mut_slice()[..bytes];
         let per_thread = images.len().div_ceil(self.loaders.len()).max(1);
         let decoded: Vec<std::result::Result<(), ImageError>> = std::thread::scope(|scope| {
             let threads: Vec<_> = self
@@ -281,11 +291,9 @@ impl Engine {
                 .enumerate()
                 .map(|(t, ((loader, images), pixels))| {
                     scope.spawn(move || {
-                        let mut hwc = vec![0u8; image_bytes];
                         let outputs = pixels.chunks_mut(image_bytes);
                         for (k, (image, out)) in images.iter().zip(outputs).enumerate() {
-                            image.load_into(loader, first + t * per_thread + k, &mut hwc)?;
-                            normalize_into(&hwc, channels, table, out);
+                            image.load_into(loader, first + t * per_thread + k, out)?;
                         }
                         Ok(())
                     })
@@ -306,7 +314,7 @@ impl Engine {
             .collect::<std::result::Result<(), _>>()
             .or_value()?;
         self.runner
-            .run(&pixels, images.len(), false)
+            .submit_bytes(pixels, images.len(), &self.table)
             .map_err(model_failure)
     }
 }
@@ -410,18 +418,68 @@ impl Model {
         engine.prepare_for_images(outputs)?;
         let preprocess = &engine.preprocess;
         let convert_rgb = preprocess.do_convert_rgb() && preprocess.num_channels() == 3;
-        for (chunk_index, chunk) in images.chunks(batch_size).enumerate() {
+        // One batch in flight: batch k + 1 is decoded while the device runs batch k, whose
+        // outputs are then collected, and k + 1 queued (as the CLI's pipeline does).
+        let mut in_flight: Option<(usize, usize, PendingOutputs)> = None;
+        let mut step = |in_flight: &mut Option<(usize, usize, PendingOutputs)>,
+                        chunk_index: usize,
+                        chunk: &[Bound<'_, PyAny>]|
+         -> PyResult<()> {
             let first = chunk_index * batch_size;
             let sources = chunk
                 .iter()
                 .enumerate()
                 .map(|(k, image)| ImageSource::of(py, image, first + k, convert_rgb))
                 .collect::<PyResult<Vec<_>>>()?;
+            let previous = in_flight.take();
             let pinned = SameThread(&mut *engine);
-            let outputs = without_gil(py, move || pinned.into_inner().run_images(&sources, first))?;
-            each_batch(first, chunk.len(), outputs)?;
+            let (done, pending) = without_gil(py, move || {
+                let engine = pinned.into_inner();
+                let pending = engine.submit_images(&sources, first);
+                // The previous batch ran meanwhile; its outputs are collected even when this
+                // one failed, so that nothing is left in flight.
+                let done = match previous {
+                    Some((first, count, pending)) => Some((
+                        first,
+                        count,
+                        engine.runner.finish(pending).map_err(model_failure),
+                    )),
+                    None => None,
+                };
+                Ok(SameThread((done, pending)))
+            })?
+            .into_inner();
+            let pending = pending?;
+            *in_flight = Some((first, chunk.len(), pending));
+            if let Some((first, count, outputs)) = done {
+                each_batch(first, count, outputs?)?;
+            }
+            Ok(())
+        };
+        let mut outcome = Ok(());
+        for (chunk_index, chunk) in images.chunks(batch_size).enumerate() {
+            outcome = step(&mut in_flight, chunk_index, chunk);
+            if outcome.is_err() {
+                break;
+            }
         }
-        Ok(())
+        // The last batch; after an error, drained and dropped.
+        if let Some((first, count, pending)) = in_flight.take() {
+            let pinned = SameThread(&mut *engine);
+            let outputs = without_gil(py, move || {
+                pinned
+                    .into_inner()
+                    .runner
+                    .finish(pending)
+                    .map_err(model_failure)
+            });
+            if outcome.is_ok() {
+                outcome = outputs
+                    .map_err(PyErr::from)
+                    .and_then(|o| each_batch(first, count, o).map_err(PyErr::from));
+            }
+        }
+        outcome
     }
 }
 
