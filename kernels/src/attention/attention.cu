@@ -65,21 +65,6 @@
 
 namespace vitrt_attention {
 
-// Two fp32 values as one register of two storage-type elements, `lo` in the low half (the
-// lower column: what the mma operands and 4-byte stores expect).
-template <typename T>
-__device__ __forceinline__ unsigned pack_pair(float lo, float hi);
-template <>
-__device__ __forceinline__ unsigned pack_pair<__half>(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const unsigned*>(&h);
-}
-template <>
-__device__ __forceinline__ unsigned pack_pair<__nv_bfloat16>(float lo, float hi) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const unsigned*>(&h);
-}
-
 // A strided view of Q, K, V or O, in elements (kernels::Operand): row r of head h of batch b
 // starts at offset + b·batch_stride + h·head_stride + r·row_stride.
 struct View {

@@ -54,20 +54,6 @@ __device__ __forceinline__ unsigned long long descriptor_sw32(unsigned addr, uns
     return start | (leading << 16) | (stride << 32) | (swizzle_32b << 62);
 }
 
-// Two fp32 values as one register of two storage-type elements, `lo` in the low half.
-template <typename T>
-__device__ __forceinline__ unsigned pack_pair(float lo, float hi);
-template <>
-__device__ __forceinline__ unsigned pack_pair<__half>(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const unsigned*>(&h);
-}
-template <>
-__device__ __forceinline__ unsigned pack_pair<__nv_bfloat16>(float lo, float hi) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const unsigned*>(&h);
-}
-
 // d (64 x N: this thread's N / 2 accumulators) = A (64 x 16) · B (N x 16)ᵀ (+ d with ACCUMULATE),
 // both from shared memory, K-major. Without ACCUMULATE the accumulators are outputs only: their
 // old values are no input of the wgmma (a `+f` operand would make the compiler keep them alive,

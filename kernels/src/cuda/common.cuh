@@ -236,6 +236,21 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const TmaDescriptor* m
 #endif
 }
 
+// Two fp32 values as one register of two storage-type elements, `lo` in the low half (the
+// lower column): what the tensor-core operands and 4-byte stores of a pair expect.
+template <typename T>
+__device__ __forceinline__ unsigned pack_pair(float lo, float hi);
+template <>
+__device__ __forceinline__ unsigned pack_pair<__half>(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&h);
+}
+template <>
+__device__ __forceinline__ unsigned pack_pair<__nv_bfloat16>(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&h);
+}
+
 // d += a · b for one m16n8k16 fragment, fp32 accumulators.
 template <typename T>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
