@@ -11,7 +11,7 @@
 
 use crate::backend::{Backend, Binding, BufferRef, DeviceInput, PendingRead};
 use crate::error::RuntimeError;
-use crate::graph::{Graph, ParamSource, ValueKind};
+use crate::graph::{Graph, ParamSource, Value, ValueKind};
 use crate::plan::{Plan, Precision};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -183,18 +183,7 @@ impl Executor {
                 inputs.len()
             )));
         };
-        let value = &self.graph.values[*v];
-        if input.len != value.numel() {
-            return Err(RuntimeError::Input {
-                name: value.name.clone(),
-                message: format!(
-                    "expected {} values for shape {:?}, got {}",
-                    value.numel(),
-                    value.shape,
-                    input.len
-                ),
-            });
-        }
+        check_input_len(&self.graph.values[*v], input.len)?;
         // SAFETY: the caller keeps `input` alive and unwritten until the outputs are read.
         unsafe { backend.write_from_device(self.bindings[*v], input)? };
         self.launch(backend, Marks::None)?;
@@ -217,17 +206,7 @@ impl Executor {
                     name: value.name.clone(),
                     message: "not given".into(),
                 })?;
-            if data.len() != value.numel() {
-                return Err(RuntimeError::Input {
-                    name: value.name.clone(),
-                    message: format!(
-                        "expected {} values for shape {:?}, got {}",
-                        value.numel(),
-                        value.shape,
-                        data.len()
-                    ),
-                });
-            }
+            check_input_len(value, data.len())?;
             backend.write(self.bindings[v], data)?;
         }
         Ok(())
@@ -434,6 +413,21 @@ fn read_params(graph: &Graph) -> Vec<bool> {
         .zip(read)
         .map(|(value, read)| read && matches!(value.kind, ValueKind::Param(_)))
         .collect()
+}
+
+/// An input's values must fill its shape exactly.
+fn check_input_len(value: &Value, len: usize) -> Result<(), RuntimeError> {
+    if len == value.numel() {
+        return Ok(());
+    }
+    Err(RuntimeError::Input {
+        name: value.name.clone(),
+        message: format!(
+            "expected {} values for shape {:?}, got {len}",
+            value.numel(),
+            value.shape
+        ),
+    })
 }
 
 /// f32 bytes read from the store at once, at most, while parameters load in parallel.

@@ -91,6 +91,29 @@ impl CudaBackend {
         })
     }
 
+    /// Where a write into `dst` lands: the arena, the byte offset, the length in values and
+    /// the dtype; only arena buffers are written.
+    fn arena_target(
+        &self,
+        dst: BufferRef,
+    ) -> Result<(&DeviceBuffer, usize, usize, DType), RuntimeError> {
+        let BufferRef::Arena {
+            offset_bytes,
+            len,
+            dtype,
+        } = dst
+        else {
+            return Err(RuntimeError::Backend(
+                "only arena buffers can be written".into(),
+            ));
+        };
+        let arena = self
+            .arena
+            .as_ref()
+            .ok_or_else(|| RuntimeError::Backend("no arena reserved".into()))?;
+        Ok((arena, offset_bytes, len, dtype))
+    }
+
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
     }
@@ -240,26 +263,13 @@ impl Backend for CudaBackend {
     }
 
     fn write(&mut self, dst: BufferRef, data: &[f32]) -> Result<(), RuntimeError> {
-        let BufferRef::Arena {
-            offset_bytes,
-            len,
-            dtype,
-        } = dst
-        else {
-            return Err(RuntimeError::Backend(
-                "only arena buffers can be written".into(),
-            ));
-        };
+        let (arena, offset_bytes, len, dtype) = self.arena_target(dst)?;
         if len != data.len() {
             return Err(RuntimeError::Backend(format!(
                 "write of {} values into {len}",
                 data.len()
             )));
         }
-        let arena = self
-            .arena
-            .as_ref()
-            .ok_or_else(|| RuntimeError::Backend("no arena reserved".into()))?;
         self.gpu
             .upload(arena, offset_bytes, &dtype.encode(data))
             .map_err(backend_error)
@@ -274,16 +284,7 @@ impl Backend for CudaBackend {
         dst: BufferRef,
         src: DeviceInput,
     ) -> Result<(), RuntimeError> {
-        let BufferRef::Arena {
-            offset_bytes,
-            len,
-            dtype,
-        } = dst
-        else {
-            return Err(RuntimeError::Backend(
-                "only arena buffers can be written".into(),
-            ));
-        };
+        let (arena, offset_bytes, len, dtype) = self.arena_target(dst)?;
         if dtype != DType::F32 || len != src.len {
             return Err(RuntimeError::Backend(format!(
                 "a device input of {} f32 values into {len} values of {dtype}",
@@ -300,10 +301,6 @@ impl Backend for CudaBackend {
                 ),
             });
         }
-        let arena = self
-            .arena
-            .as_ref()
-            .ok_or_else(|| RuntimeError::Backend("no arena reserved".into()))?;
         // SAFETY: the caller keeps `src` allocated and unwritten until the outputs are read,
         // which waits for this copy.
         unsafe {
