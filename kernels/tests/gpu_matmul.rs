@@ -243,6 +243,11 @@ fn hopper_tiles_match_the_twin() {
                 ((300, 2304, 768), 0),
                 ((129, 200, 3072), 16),
                 ((64, 64, 0), 0),
+                // An odd number of 128-column tiles: the clustered tile's last pair has its
+                // second tile past N.
+                ((520, 384, 136), 0),
+                // More pairs of tiles than clusters fit at once: walks of two pairs.
+                ((2048, 1280, 192), 16),
             ] {
                 for f32_stream in [false, true] {
                     let epilogue = epilogue_number(number);

@@ -140,6 +140,7 @@ pub fn activation(
             grid: (blocks, 1, 1),
             block: THREADS,
             shared_bytes: 0,
+            cluster: 1,
         },
         &[
             KernelArg::Ptr(x.ptr),
@@ -174,6 +175,7 @@ pub fn swiglu(
             grid: (blocks, 1, 1),
             block: THREADS,
             shared_bytes: 0,
+            cluster: 1,
         },
         &[
             KernelArg::Ptr(x.ptr),
@@ -219,6 +221,7 @@ pub fn bias_activation(
             grid: (blocks, 1, 1),
             block: THREADS,
             shared_bytes: 0,
+            cluster: 1,
         },
         &[
             KernelArg::Ptr(x.ptr),

@@ -131,6 +131,7 @@ pub fn add(
             grid: (blocks, 1, 1),
             block: THREADS,
             shared_bytes: 0,
+            cluster: 1,
         },
         &[
             KernelArg::Ptr(a.ptr),

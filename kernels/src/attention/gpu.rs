@@ -531,6 +531,7 @@ fn launch(
             grid: (programs as u32, 1, 1),
             block: config.threads(),
             shared_bytes: config.shared_bytes(),
+            cluster: 1,
         },
         &args,
     )

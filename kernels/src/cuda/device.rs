@@ -23,6 +23,8 @@ pub(crate) struct LaunchDims {
     pub block: u32,
     /// Dynamic shared memory, bytes.
     pub shared_bytes: u32,
+    /// CTAs per cluster along x (1: no clusters); the grid's x a multiple of it.
+    pub cluster: u32,
 }
 
 /// One loaded kernel and what the driver says it uses.
@@ -52,6 +54,8 @@ pub struct Gpu {
     /// raised since: raised once, not per launch (so that a CUDA graph capture sees only
     /// launches).
     pub(super) shared_limits: Mutex<HashMap<String, u32>>,
+    /// `max_active_clusters`' answers, by instantiation, cluster size and shared memory.
+    pub(super) cluster_occupancy: Mutex<HashMap<String, u32>>,
     /// Tags the buffers (and graphs) this Gpu makes.
     pub(super) id: usize,
     /// A CUDA graph capture is open on the stream (capture.rs).
@@ -158,6 +162,7 @@ impl Gpu {
             disk_cache: DiskCache::from_env(),
             kernels: Mutex::new(HashMap::new()),
             shared_limits: Mutex::new(HashMap::new()),
+            cluster_occupancy: Mutex::new(HashMap::new()),
             id: NEXT_GPU_ID.fetch_add(1, Ordering::Relaxed),
             capturing: AtomicBool::new(false),
             captured_launches: AtomicUsize::new(0),
@@ -490,42 +495,14 @@ impl Gpu {
                 inst.name
             ));
         }
-        let function = self.kernel(inst)?;
-        if self.shared_limit(&inst.name, &function) < dims.shared_bytes {
-            self.refuse_while_capturing(&format!(
-                "raising the shared-memory limit of {}",
-                inst.name
-            ))?;
-            unsafe {
-                cudarc::driver::result::function::set_function_attribute(
-                    function.cu_function(),
-                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    dims.shared_bytes as i32,
-                )
-            }
-            .map_err(|e| {
-                KernelError::driver(
-                    &format!("raising the shared-memory limit of {}", inst.name),
-                    e,
-                )
-            })?;
-            self.shared_limits
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .insert(inst.name.clone(), dims.shared_bytes);
-        }
+        let function = self.kernel_with_shared(inst, dims.shared_bytes)?;
         let mut slots: Vec<ParamSlot> = args.iter().map(|a| a.to_slot()).collect();
         let mut params: Vec<*mut std::ffi::c_void> = slots
             .iter_mut()
             .map(|s| s as *mut ParamSlot as *mut _)
             .collect();
         self.bind()?;
-        let mut attributes = [cudarc::driver::sys::CUlaunchAttribute {
-            id: cudarc::driver::sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-            pad: [0; 4],
-            value: unsafe { std::mem::zeroed() },
-        }];
-        attributes[0].value.programmaticStreamSerializationAllowed = 1;
+        let mut attributes = launch_attributes(dims.cluster, self.dependent_launch());
         let config = cudarc::driver::sys::CUlaunchConfig {
             gridDimX: gx,
             gridDimY: gy,
@@ -536,7 +513,7 @@ impl Gpu {
             sharedMemBytes: dims.shared_bytes,
             hStream: self.stream.cu_stream(),
             attrs: attributes.as_mut_ptr(),
-            numAttrs: u32::from(self.dependent_launch()),
+            numAttrs: attributes.len() as u32,
         };
         unsafe {
             cudarc::driver::sys::cuLaunchKernelEx(
@@ -555,6 +532,98 @@ impl Gpu {
             self.captured_launches.fetch_add(1, Ordering::SeqCst);
         }
         Ok(())
+    }
+
+    /// The loaded function for `inst`, allowed `shared_bytes` of dynamic shared memory.
+    fn kernel_with_shared(
+        &self,
+        inst: &Instantiation,
+        shared_bytes: u32,
+    ) -> Result<CudaFunction, KernelError> {
+        let function = self.kernel(inst)?;
+        if self.shared_limit(&inst.name, &function) < shared_bytes {
+            self.refuse_while_capturing(&format!(
+                "raising the shared-memory limit of {}",
+                inst.name
+            ))?;
+            unsafe {
+                cudarc::driver::result::function::set_function_attribute(
+                    function.cu_function(),
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared_bytes as i32,
+                )
+            }
+            .map_err(|e| {
+                KernelError::driver(
+                    &format!("raising the shared-memory limit of {}", inst.name),
+                    e,
+                )
+            })?;
+            self.shared_limits
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(inst.name.clone(), shared_bytes);
+        }
+        Ok(function)
+    }
+
+    /// How many clusters of `cluster` CTAs of `inst`, launched with `dims`, the GPU holds at
+    /// once (the driver's occupancy answer: a cluster's CTAs must share a GPC, so this can be
+    /// less than the SMs over `cluster`). Asked once per instantiation and kept.
+    pub(crate) fn max_active_clusters(
+        &self,
+        inst: &Instantiation,
+        dims: LaunchDims,
+    ) -> Result<u32, KernelError> {
+        let key = format!("{}/{}/{}", inst.name, dims.cluster, dims.shared_bytes);
+        if let Some(&known) = self
+            .cluster_occupancy
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(&key)
+        {
+            return Ok(known);
+        }
+        let function = self.kernel_with_shared(inst, dims.shared_bytes)?;
+        let mut attributes = launch_attributes(dims.cluster, false);
+        let config = cudarc::driver::sys::CUlaunchConfig {
+            gridDimX: dims.cluster.max(1),
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: dims.block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: dims.shared_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: attributes.as_mut_ptr(),
+            numAttrs: attributes.len() as u32,
+        };
+        self.bind()?;
+        let mut clusters: std::ffi::c_int = 0;
+        unsafe {
+            cudarc::driver::sys::cuOccupancyMaxActiveClusters(
+                &mut clusters,
+                function.cu_function(),
+                &config,
+            )
+        }
+        .result()
+        .map_err(|e| {
+            KernelError::driver(&format!("cuOccupancyMaxActiveClusters({})", inst.name), e)
+        })?;
+        if clusters <= 0 {
+            return Err(invalid!(
+                "kernel {} cannot run in clusters of {} CTAs on {}",
+                inst.name,
+                dims.cluster,
+                self.name()
+            ));
+        }
+        self.cluster_occupancy
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(key, clusters as u32);
+        Ok(clusters as u32)
     }
 
     /// The dynamic shared memory `name` may use now: what was raised so far, else the driver's
@@ -682,4 +751,32 @@ pub(crate) fn to_i64(value: usize) -> Result<i64, KernelError> {
 /// A count as the `int` the row kernels index with.
 pub(crate) fn to_i32(value: usize, what: &str) -> Result<i32, KernelError> {
     i32::try_from(value).map_err(|_| invalid!("{what} = {value} exceeds the kernels' 32-bit limit"))
+}
+
+/// The launch attributes of a launch in clusters of `cluster` CTAs (none for 1), and of a
+/// dependent launch (programmatic stream serialisation) when `dependent`.
+fn launch_attributes(cluster: u32, dependent: bool) -> Vec<cudarc::driver::sys::CUlaunchAttribute> {
+    use cudarc::driver::sys::{CUlaunchAttribute, CUlaunchAttributeID};
+    let mut attributes = Vec::with_capacity(2);
+    if dependent {
+        let mut a = CUlaunchAttribute {
+            id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: unsafe { std::mem::zeroed() },
+        };
+        a.value.programmaticStreamSerializationAllowed = 1;
+        attributes.push(a);
+    }
+    if cluster > 1 {
+        let mut a = CUlaunchAttribute {
+            id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+            pad: [0; 4],
+            value: unsafe { std::mem::zeroed() },
+        };
+        a.value.clusterDim.x = cluster;
+        a.value.clusterDim.y = 1;
+        a.value.clusterDim.z = 1;
+        attributes.push(a);
+    }
+    attributes
 }

@@ -67,6 +67,7 @@ impl Gpu {
                 grid: (1, 1, 1),
                 block: SPIN_THREADS,
                 shared_bytes: 0,
+                cluster: 1,
             },
             &[KernelArg::U64(nanoseconds)],
         )

@@ -148,6 +148,7 @@ pub fn gather_rows(
             grid: (blocks, 1, 1),
             block: THREADS,
             shared_bytes: 0,
+            cluster: 1,
         },
         &[
             KernelArg::Ptr(src.ptr),
@@ -205,6 +206,7 @@ pub fn token_embedding(
             grid: (blocks, 1, 1),
             block: EMBEDDING_THREADS,
             shared_bytes: 0,
+            cluster: 1,
         },
         &[
             KernelArg::Ptr(ids.ptr),
@@ -293,6 +295,7 @@ pub fn end_token_rows(
             grid: (blocks, 1, 1),
             block: END_TOKEN_THREADS,
             shared_bytes: 0,
+            cluster: 1,
         },
         &[
             KernelArg::Ptr(hidden.ptr),

@@ -112,6 +112,7 @@ pub fn layernorm(
             grid: (config.blocks(rows).min(resident) as u32, 1, 1),
             block: config.block_threads(),
             shared_bytes: 0,
+            cluster: 1,
         },
         &[
             KernelArg::Ptr(x.ptr),

@@ -87,7 +87,14 @@ pub(crate) fn tma_args(l: &MatmulLaunch) -> Result<TmaArgs, KernelError> {
         )
         .map(KernelArg::TensorMap)
     };
-    let a_map = map(a.ptr, p.a.offset, p.m, p.a.row_stride, tile.block_m)?;
+    // A clustered tile's CTAs load half of A's box each (`load_stages` in tma.cuh).
+    let a_map = map(
+        a.ptr,
+        p.a.offset,
+        p.m,
+        p.a.row_stride,
+        tile.block_m / tile.cluster,
+    )?;
     let b_map = map(b.ptr, p.b.offset, p.n, p.b.row_stride, tile.block_n)?;
     let bias = KernelArg::Ptr(bias.map_or(0, |v| v.ptr));
     let (m, n, k) = (
@@ -108,14 +115,25 @@ pub(crate) fn tma_args(l: &MatmulLaunch) -> Result<TmaArgs, KernelError> {
 }
 
 /// The TMA programs' launch: persistent, one CTA per SM, each walking the tiles in steps of
-/// the grid.
+/// the grid. A clustered tile's grid is as many clusters as the GPU holds at once (a cluster's
+/// CTAs share a GPC, so that can be fewer than the SMs allow) and no more than its walks (its
+/// clusters take pairs of n-tiles: `CtaTiles` in tma.cuh).
 pub(crate) fn persistent_dims(l: &MatmulLaunch) -> Result<LaunchDims, KernelError> {
-    let grid = l.programs.min(sm_count(l.gpu)? as u64);
-    Ok(LaunchDims {
-        grid: (grid as u32, 1, 1),
+    let tile = l.config.tile;
+    let mut dims = LaunchDims {
+        grid: (l.programs.min(sm_count(l.gpu)? as u64) as u32, 1, 1),
         block: l.config.threads(),
         shared_bytes: l.config.shared_bytes(),
-    })
+        cluster: tile.cluster,
+    };
+    if tile.cluster > 1 {
+        let cluster = tile.cluster as u64;
+        let walks = l.p.m.div_ceil(tile.block_m as usize) as u64
+            * (l.p.n.div_ceil(tile.block_n as usize) as u64).div_ceil(cluster);
+        let resident = l.gpu.max_active_clusters(&l.config.instantiation(), dims)? as u64;
+        dims.grid.0 = (walks.min(resident) * cluster) as u32;
+    }
+    Ok(dims)
 }
 
 /// A 2-D TMA tensor map over `rows` rows of `cols` elements starting at `base` (bytes),

@@ -203,6 +203,7 @@ pub(crate) fn launch_args(l: &MatmulLaunch) -> Result<(Vec<KernelArg>, LaunchDim
         grid: ((programs * split.splits as u64) as u32, 1, 1),
         block: tile.threads(),
         shared_bytes: config.shared_bytes(),
+        cluster: 1,
     };
     Ok((args, dims))
 }

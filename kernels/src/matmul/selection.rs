@@ -74,6 +74,9 @@ pub struct MatmulTile {
     pub overhead_k: u32,
     /// The program that runs the tile.
     pub program: Program,
+    /// CTAs a cluster (1, or 2 for the clustered ping-pong tile, whose two CTAs share A's
+    /// loads: `CtaTiles` in tma.cuh).
+    pub cluster: u32,
 }
 
 impl MatmulTile {
@@ -85,7 +88,7 @@ impl MatmulTile {
     pub fn name(&self) -> String {
         if self.program.uses_tma() {
             return format!(
-                "{}{}x{}x{}_s{}",
+                "{}{}x{}x{}_s{}{}",
                 if self.program == Program::TmaPingPong {
                     "tmapp"
                 } else {
@@ -94,7 +97,12 @@ impl MatmulTile {
                 self.block_m,
                 self.block_n,
                 self.block_k,
-                self.stages
+                self.stages,
+                if self.cluster > 1 {
+                    format!("_c{}", self.cluster)
+                } else {
+                    String::new()
+                }
             );
         }
         if self.program == Program::Wgmma {
@@ -147,6 +155,7 @@ const fn tile(
         speed,
         overhead_k: SERIAL_EPILOGUE_K,
         program,
+        cluster: 1,
     }
 }
 
@@ -172,13 +181,20 @@ const fn wgmma_tile(
         speed,
         overhead_k: SERIAL_EPILOGUE_K,
         program: Program::Wgmma,
+        cluster: 1,
     }
 }
 
 /// A warp-specialised Hopper tile: 128 x BLOCK_N, BLOCK_K 64, one CTA per SM. Cooperative: a
 /// producer warpgroup and two consumers sharing each tile (384 threads, `warps_m` 12);
 /// ping-pong: two consumers on alternate tiles and a producer warp (288 threads, `warps_m` 9).
-const fn tma_tile(block_n: u32, stages: u32, pingpong: bool, speed: u32) -> MatmulTile {
+const fn tma_tile(
+    block_n: u32,
+    stages: u32,
+    pingpong: bool,
+    cluster: u32,
+    speed: u32,
+) -> MatmulTile {
     MatmulTile {
         block_m: 128,
         block_n,
@@ -194,6 +210,7 @@ const fn tma_tile(block_n: u32, stages: u32, pingpong: bool, speed: u32) -> Matm
         } else {
             Program::TmaCooperative
         },
+        cluster,
     }
 }
 
@@ -243,21 +260,28 @@ pub const WGMMA_TILES: [MatmulTile; 3] = [
 ];
 
 /// Warp-specialised Hopper tiles ([`Program::TmaCooperative`] and [`Program::TmaPingPong`]). The
-/// ping-pong tile takes products whose C is in the operands' type without residual, and the
-/// f32 residual stream (see `pingpong_takes`). At batch 64 it beats the cooperative 128x192
-/// on qkv, fc1 and proj, but not on fc2 (K = 3072): where the main loop is long the overlapped
-/// epilogue saves less than the cooperative tile's fewer, larger tiles gain (N = 768 makes 4
-/// columns of 192 against 6 of 128). `overhead_k` and the speeds let the cost model draw that
-/// line (measured: benchmarks/NOTES.md, 2026-11-22 "residual stream on the ping-pong tile").
-/// 128x256 fits only three stages beside the epilogue buffers.
-pub const TMA_TILES: [MatmulTile; 3] = [
-    tma_tile(192, 4, false, 240),
-    tma_tile(256, 3, false, 200),
-    tma_tile(128, 5, true, 220),
+/// ping-pong tile takes products whose C is in the operands' type (with or without a residual
+/// in that type) and the f32 residual stream (see `pingpong_takes`). With an f32 stream at
+/// batch 64 the cooperative 128x192 beat it on fc2 (K = 3072: the overlapped epilogue saves
+/// less where the main loop is long, and N = 768 makes 4 columns of 192 against 6 of 128;
+/// benchmarks/NOTES.md, 2026-11-22 "residual stream on the ping-pong tile"). 128x256 fits
+/// only three stages beside the epilogue buffers.
+/// The clustered ping-pong tile (last) is the same tile launched in clusters of two CTAs that
+/// take adjacent n-tiles and load A's box once for both, half each, by TMA multicast: 25% less
+/// L2-to-SM traffic a tile. On the H100 the single-CTA tile kept L2 85-88% busy with the
+/// tensor pipe at 66% on the batch-256 qkv and fc2, and the clustered one runs them 9% and 13%
+/// faster; from four waves (see `select_tile`) it also takes the batch-64 fc2 into a 16-bit
+/// stream, 15% faster than the cooperative 128x192 (measured: benchmarks/NOTES.md,
+/// 2026-11-25 "A multicast across a cluster of two").
+pub const TMA_TILES: [MatmulTile; 4] = [
+    tma_tile(192, 4, false, 1, 240),
+    tma_tile(256, 3, false, 1, 200),
+    tma_tile(128, 5, true, 1, 220),
+    tma_tile(128, 5, true, 2, 250),
 ];
 
 /// Every half-precision tile: the mma.sync ones (sm_80 and later), then the Hopper ones.
-const HALF_TILES: [MatmulTile; 9] = [
+const HALF_TILES: [MatmulTile; 10] = [
     TENSOR_CORE_TILES[0],
     TENSOR_CORE_TILES[1],
     TENSOR_CORE_TILES[2],
@@ -267,6 +291,7 @@ const HALF_TILES: [MatmulTile; 9] = [
     TMA_TILES[0],
     TMA_TILES[1],
     TMA_TILES[2],
+    TMA_TILES[3],
 ];
 
 /// The tile shapes the launcher chooses among for `dtype`, on any device (see
@@ -334,8 +359,14 @@ pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u
     // batch-1 proj and fc2 (12 tiles) stay on the deep small tile (measured with `vitrt tune`:
     // benchmarks/NOTES.md, 2026-11-22 "K-aware cost model").
     let sms_u64 = sms as u64;
+    // The clustered ping-pong tile only from four full waves: below that, each CTA's walk
+    // is too short for the shared A loads to pay for the clusters' coupled stages (measured
+    // with `vitrt tune`: benchmarks/NOTES.md, 2026-11-25 "A multicast across a cluster of two").
     let enough_tiles = |tile: &MatmulTile| {
         let programs = programs_of(tile);
+        if tile.cluster > 1 {
+            return programs >= 4 * sms_u64;
+        }
         programs >= sms_u64 || (tile.program == Program::TmaPingPong && 4 * programs >= sms_u64)
     };
     let usable = |tile: &MatmulTile| {

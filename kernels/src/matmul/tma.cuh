@@ -20,20 +20,102 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDescriptor* m
 #endif
 }
 
-// The producer of the warp-specialised bodies, one thread (K > 0): every k-tile of the CTA's tiles in
-// order, A's 128 x 64 box and B's BN x 64 box per stage, each stage once its consumers have
-// released it.
-template <int BN, int STAGES, int GROUP_M>
+// A multicast load: one box of a 2-D tensor map into the shared memory of every CTA of the
+// cluster named in `cta_mask`, at the same offset `dst` in each, completing on the mbarrier at
+// offset `bar` in each.
+__device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const TmaDescriptor* map, int inner, int outer,
+                                                      unsigned bar, unsigned short cta_mask) {
+#if VITRT_HAS_WGMMA
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(inner), "r"(outer), "r"(bar), "h"(cta_mask)
+        : "memory");
+#endif
+}
+
+// One arrival on the mbarrier at offset `bar` in the shared memory of cluster CTA `cta`. Its
+// release is the default, CTA scope, as CUTLASS's cluster barriers arrive: what it orders is
+// this warp's wgmma reads of a stage before the other CTA's TMA writes into it, and a
+// cluster-scope release here cost the main loop more than the multicast saved (measured:
+// benchmarks/NOTES.md, 2026-11-25 "A multicast across a cluster of two").
+__device__ __forceinline__ void mbarrier_arrive_in_cta(unsigned bar, unsigned cta) {
+#if VITRT_HAS_WGMMA
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+        "}\n" ::"r"(bar),
+        "r"(cta)
+        : "memory");
+#endif
+}
+
+// Every thread of every CTA of the cluster meets here; what each wrote before (its mbarriers'
+// initialisation) is visible to the others after.
+__device__ __forceinline__ void cluster_sync() {
+#if VITRT_HAS_WGMMA
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
+// The tiles of a persistent CTA's walk, in order. CLUSTER 1: tiles blockIdx.x, + gridDim.x, ...
+// of the grouped order. CLUSTER 2: the CTAs of a cluster (blockIdx.x 2c and 2c + 1) walk
+// together over pairs of adjacent n-tiles (same rows of A), the pairs in the grouped order, and
+// take one tile of each pair: A's box is loaded once for both, half by each CTA, multicast to
+// the two (see load_stages). A pair whose second tile lies past N still has both CTAs walk it:
+// the tensor maps zero-fill B and clip C there.
+template <int GROUP_M, int CLUSTER>
+struct CtaTiles {
+    static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of one or two CTAs");
+    int tiles_m, tiles_n;
+
+    // The walk's i-th tile, false past the last.
+    __device__ __forceinline__ bool at(int i, TileCoords& t) const {
+        if constexpr (CLUSTER == 1) {
+            const int tile = blockIdx.x + i * gridDim.x;
+            if (tile >= tiles_m * tiles_n) return false;
+            t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
+        } else {
+            const int pairs_n = (tiles_n + 1) / 2;
+            const int pair = blockIdx.x / 2 + i * (gridDim.x / 2);
+            if (pair >= tiles_m * pairs_n) return false;
+            t = tile_of_program<GROUP_M>(1, tiles_m, pairs_n, pair);
+            t.tile_n = 2 * t.tile_n + (blockIdx.x & 1);
+        }
+        return true;
+    }
+};
+
+// A consumer warp's release of a stage (lane 0): on this CTA's `empty` barrier, and with
+// CLUSTER 2 on the other CTA's too, whose producer writes half of A into this CTA's stage.
+template <int CLUSTER>
+__device__ __forceinline__ void release_stage(unsigned empty) {
+    static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of one or two CTAs");
+    mbarrier_arrive(empty);
+    if constexpr (CLUSTER == 2) mbarrier_arrive_in_cta(empty, (blockIdx.x & 1) ^ 1);
+}
+
+// The producer of the warp-specialised bodies, one thread (K > 0): every k-tile of the CTA's
+// tiles in order, A's 128 x 64 box and B's BN x 64 box per stage, each stage once its
+// consumers have released it. CLUSTER 2: the two CTAs share A's box (their tiles have the same
+// rows); each loads half of it (64 rows, `a_map`'s box) into both CTAs' stage, so the stage
+// completes on 32 KB as before, and a stage is free only once the consumers of both CTAs have
+// released it (`empty` counts both). It then waits for the last release of every stage: the
+// other CTA's consumers arrive on this CTA's barriers, which must outlive their arrivals.
+template <int BN, int STAGES, int GROUP_M, int CLUSTER = 1>
 __device__ __forceinline__ void load_stages(const TmaDescriptor& a_map, const TmaDescriptor& b_map, unsigned smem,
                                             unsigned full_bar, unsigned empty_bar, int tiles_m, int tiles_n,
                                             int k_tiles) {
     constexpr int BM = 128, BK = 64;
     constexpr int kBytesA = BM * BK * 2;
     constexpr int kStageBytes = kBytesA + BN * BK * 2;
-    const int tiles = tiles_m * tiles_n;
+    const CtaTiles<GROUP_M, CLUSTER> walk{tiles_m, tiles_n};
+    const int rank = CLUSTER == 1 ? 0 : (int)(blockIdx.x & 1);
     int step = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
+    TileCoords t;
+    for (int i = 0; walk.at(i, t); ++i) {
         for (int kt = 0; kt < k_tiles; ++kt, ++step) {
             const int s = step % STAGES;
             // Stage s was last used by step - STAGES: its consumers' release is completion
@@ -41,9 +123,20 @@ __device__ __forceinline__ void load_stages(const TmaDescriptor& a_map, const Tm
             if (step >= STAGES) mbarrier_wait(empty_bar + s * 8, ((step / STAGES) + 1) & 1);
             const unsigned stage_a = smem + s * kStageBytes;
             mbarrier_arrive_expect_tx(full_bar + s * 8, kStageBytes);
-            tma_load_2d(stage_a, &a_map, kt * BK, t.tile_m * BM, full_bar + s * 8);
+            if constexpr (CLUSTER == 1) {
+                tma_load_2d(stage_a, &a_map, kt * BK, t.tile_m * BM, full_bar + s * 8);
+            } else {
+                // Rows 64·rank .. 64·rank + 63 of the box: 64 rows of 128 bytes, whole periods
+                // of the 128-byte swizzle.
+                tma_load_2d_multicast(stage_a + rank * (BM / 2) * 128, &a_map, kt * BK, t.tile_m * BM + rank * (BM / 2),
+                                      full_bar + s * 8, 0x3);
+            }
             tma_load_2d(stage_a + kBytesA, &b_map, kt * BK, t.tile_n * BN, full_bar + s * 8);
         }
+    }
+    if constexpr (CLUSTER > 1) {
+        for (int last = step - 1; last >= 0 && last >= step - STAGES; --last)
+            mbarrier_wait(empty_bar + (last % STAGES) * 8, (last / STAGES) & 1);
     }
 }
 

@@ -68,7 +68,7 @@ __device__ __forceinline__ void stage_bias_chunk(unsigned dst, const T* bias, in
 // waiting there for an epilogue would stall the next tile's main-loop copies behind it.
 // Buffer w's use u (tile 2q + w of the CTA, part h: u = kUses·q + h) completes phase u of
 // full[w] and is released by phase u of empty[w].
-template <typename TR, int BN, int GROUP_M>
+template <typename TR, int BN, int GROUP_M, int CLUSTER>
 __device__ __forceinline__ void load_residual_parts(const TmaDescriptor& r_map, unsigned buffers,
                                                     unsigned full_bar, unsigned empty_bar, int tiles_m,
                                                     int tiles_n) {
@@ -77,10 +77,9 @@ __device__ __forceinline__ void load_residual_parts(const TmaDescriptor& r_map, 
     constexpr int kUses = (int)sizeof(TR) / 2;
     constexpr int kUseBytes = BM * BN * (int)sizeof(TR) / kUses;
     constexpr int kBoxColumns = 128 / (int)sizeof(TR);
-    const int tiles = tiles_m * tiles_n;
-    int i = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++i) {
-        const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
+    const CtaTiles<GROUP_M, CLUSTER> walk{tiles_m, tiles_n};
+    TileCoords t;
+    for (int i = 0; walk.at(i, t); ++i) {
         const int w = i & 1;
         for (int part = 0; part < kUses; ++part) {
             const int use = (i >> 1) * kUses + part;
@@ -135,7 +134,12 @@ __device__ __forceinline__ void add_residual_pair(float* c, long long c_row_stri
 //   issued its tile's last wgmma), as CUTLASS's ping-pong kernels order theirs: the tile that
 //   started first finishes first, and a warpgroup never waits on a `full` barrier more than one
 //   phase ahead of what the other has consumed (a parity wait cannot tell phase p from p + 2).
-// - Stage s of step t is consumed by one warpgroup: `empty` counts its four warps.
+// - Stage s of step t is consumed by one warpgroup: `empty` counts its four warps, and with
+//   CLUSTER 2 those of the other CTA too, whose producer writes half of A into the stage.
+// - CLUSTER 2: the CTA is one of a cluster of two that walk pairs of adjacent n-tiles
+//   together and share A's loads by TMA multicast (CtaTiles and load_stages in tma.cuh); the
+//   barriers are initialised before a cluster barrier, and the producer's last waits keep the
+//   CTA alive until the other's consumers have made their last arrivals on it.
 // - RESIDUAL: C = act(alpha·A·B + bias) + R with R and C of type TC, f32 (the residual
 //   stream, as proj and fc2 run it, usually in place) or the operands' type (a 16-bit
 //   stream): `out_map` then describes R, which a second producer warp (320 threads) loads by
@@ -143,7 +147,7 @@ __device__ __forceinline__ void add_residual_pair(float* c, long long c_row_stri
 //   from there and writes C from registers (`c`); the 16-bit one adds it in place in the
 //   output tile and stores C through `c_map`, as the plain variant does, whose `out_map` and
 //   `c_map` are both C's.
-template <typename T, typename TC, bool RESIDUAL, int BN, int STAGES, int GROUP_M, Act ACT>
+template <typename T, typename TC, bool RESIDUAL, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER>
 __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
                                                     const TmaDescriptor& out_map, const TmaDescriptor& c_map,
                                                     const T* bias, TC* c, long long c_row_stride, int m, int n, int k,
@@ -174,14 +178,14 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
 
     const int tiles_m = (m + BM - 1) / BM;
     const int tiles_n = (n + BN - 1) / BN;
-    const int tiles = tiles_m * tiles_n;
     const int k_tiles = (k + BK - 1) / BK;
     const int warpgroup = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbarrier_init(full_bar + s * 8, 1);
-            mbarrier_init(empty_bar + s * 8, 4);
+            // Each consumer warp of every CTA whose producer writes into the stage.
+            mbarrier_init(empty_bar + s * 8, 4 * CLUSTER);
         }
         mbarrier_init(turn_bar, 1);
         mbarrier_init(turn_bar + 8, 1);
@@ -194,16 +198,23 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();
+    // A cluster's CTAs load into each other's stages and arrive on each other's barriers: all
+    // must be initialised first.
+    if constexpr (CLUSTER > 1) {
+        cluster_sync();
+    } else {
+        __syncthreads();
+    }
 
     if (warpgroup == 2) {
         // Producer (warp 8): the CTA's tiles in order, every k-tile of each.
         if (threadIdx.x == 256 && k_tiles > 0)
-            load_stages<BN, STAGES, GROUP_M>(a_map, b_map, smem, full_bar, empty_bar, tiles_m, tiles_n, k_tiles);
+            load_stages<BN, STAGES, GROUP_M, CLUSTER>(a_map, b_map, smem, full_bar, empty_bar, tiles_m, tiles_n,
+                                                      k_tiles);
         // Residual loader (warp 9).
         if constexpr (kResidual) {
             if (threadIdx.x == 288)
-                load_residual_parts<TC, BN, GROUP_M>(out_map, smem + STAGES * kStageBytes, residual_full_bar,
+                load_residual_parts<TC, BN, GROUP_M, CLUSTER>(out_map, smem + STAGES * kStageBytes, residual_full_bar,
                                                      residual_empty_bar, tiles_m, tiles_n);
         }
         return;
@@ -227,8 +238,9 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
     float acc_top[kAccumulators], acc_bottom[kAccumulators];
 #pragma unroll
     for (int i = 0; i < kAccumulators; ++i) acc_top[i] = acc_bottom[i] = 0.0f;
-    for (int j = w, tile = blockIdx.x + w * gridDim.x; tile < tiles; j += 2, tile += 2 * gridDim.x) {
-        const TileCoords t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
+    const CtaTiles<GROUP_M, CLUSTER> walk{tiles_m, tiles_n};
+    TileCoords t;
+    for (int j = w; walk.at(j, t); j += 2) {
         // The tile's bias, fetched while its main loop runs (the previous epilogue's last barrier
         // has seen every read of the buffer); waited for at the epilogue.
         if (bias != nullptr && tid < BN / 8) stage_bias_chunk(bias_tile + tid * 16, bias, t.tile_n * BN + tid * 8, n);
@@ -252,14 +264,14 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
             wgmma_commit();
             // The previous step's group has retired once at most one is pending: its stage is free.
             wgmma_wait<1>();
-            if (kt > 0 && lane == 0) mbarrier_arrive(empty_bar + ((step - 1) % STAGES) * 8);
+            if (kt > 0 && lane == 0) release_stage<CLUSTER>(empty_bar + ((step - 1) % STAGES) * 8);
             // The other warpgroup's next tile may queue its MMAs behind this tile's last ones.
             if (kt == k_tiles - 1 && leader) mbarrier_arrive(turn_bar + (1 - w) * 8);
         }
         // Unconditional: ptxas cannot tell that the k-loop ran iff k_tiles > 0, and a path on which
         // the epilogue might read accumulators of a pending wgmma makes it serialise them all.
         wgmma_wait<0>();
-        if (k_tiles > 0 && lane == 0) mbarrier_arrive(empty_bar + ((step - 1) % STAGES) * 8);
+        if (k_tiles > 0 && lane == 0) release_stage<CLUSTER>(empty_bar + ((step - 1) % STAGES) * 8);
         if (k_tiles == 0 && leader) mbarrier_arrive(turn_bar + (1 - w) * 8);
         fence_accumulators(acc_top);
         fence_accumulators(acc_bottom);
@@ -360,16 +372,17 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
 
 // The entry point of the ping-pong Hopper instantiations (sm_90a only): A, B and C as TMA
 // tensor maps (C: 128-byte swizzled boxes of 64 x 128, in the operands' type), one matrix, no
-// residual. Template arguments: T, BLOCK_N (128), STAGES, GROUP_M, activation. 288 threads: two
-// consumer warpgroups, then the producer warp.
-template <typename T, int BN, int STAGES, int GROUP_M, Act ACT>
+// residual. Template arguments: T, BLOCK_N (128), STAGES, GROUP_M, activation, CLUSTER (1, or 2:
+// launched in clusters of two CTAs that share A's boxes, A's tensor map in boxes of 64 rows;
+// see CtaTiles in tma.cuh). 288 threads: two consumer warpgroups, then the producer warp.
+template <typename T, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER>
 __device__ __forceinline__ void matmul_block_tma_pingpong(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
                                                           const TmaDescriptor& c_map, const T* bias, int m, int n,
                                                           int k, float alpha) {
     using namespace vitrt_matmul;
     static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
 #if VITRT_HAS_WGMMA
-    matmul_tma_pingpong<T, T, false, BN, STAGES, GROUP_M, ACT>(a_map, b_map, c_map, c_map, bias,
+    matmul_tma_pingpong<T, T, false, BN, STAGES, GROUP_M, ACT, CLUSTER>(a_map, b_map, c_map, c_map, bias,
                                                                static_cast<T*>(nullptr), 0, m, n, k, alpha);
 #else
     __trap();
@@ -379,9 +392,9 @@ __device__ __forceinline__ void matmul_block_tma_pingpong(const TmaDescriptor& a
 // The ping-pong entry for the f32 residual stream: C = act(alpha·A·B + bias) + R with R and C
 // f32 (C may be R), R as a tensor map (128-byte swizzled boxes of 32 x 128), C as a pointer to
 // its first element and a row stride with 16-byte aligned rows. Template arguments: T,
-// BLOCK_N (128), STAGES, GROUP_M, activation. 320 threads: two consumer warpgroups, the stage
+// BLOCK_N (128), STAGES, GROUP_M, activation, CLUSTER. 320 threads: two consumer warpgroups, the stage
 // producer warp, the residual loader warp.
-template <typename T, int BN, int STAGES, int GROUP_M, Act ACT>
+template <typename T, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER>
 __device__ __forceinline__ void matmul_block_tma_pingpong_residual(const TmaDescriptor& a_map,
                                                                    const TmaDescriptor& b_map,
                                                                    const TmaDescriptor& r_map, const T* bias,
@@ -390,7 +403,7 @@ __device__ __forceinline__ void matmul_block_tma_pingpong_residual(const TmaDesc
     using namespace vitrt_matmul;
     static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
 #if VITRT_HAS_WGMMA
-    matmul_tma_pingpong<T, float, true, BN, STAGES, GROUP_M, ACT>(a_map, b_map, r_map, r_map, bias, c, c_row_stride,
+    matmul_tma_pingpong<T, float, true, BN, STAGES, GROUP_M, ACT, CLUSTER>(a_map, b_map, r_map, r_map, bias, c, c_row_stride,
                                                                   m, n, k, alpha);
 #else
     __trap();
@@ -399,8 +412,9 @@ __device__ __forceinline__ void matmul_block_tma_pingpong_residual(const TmaDesc
 
 // The ping-pong entry for a 16-bit stream: C = act(alpha·A·B + bias) + R with R and C in the
 // operands' type (C may be R), both as tensor maps (128-byte swizzled boxes of 64 x 128).
-// Template arguments: T, BLOCK_N (128), STAGES, GROUP_M, activation. 320 threads, as above.
-template <typename T, int BN, int STAGES, int GROUP_M, Act ACT>
+// Template arguments: T, BLOCK_N (128), STAGES, GROUP_M, activation, CLUSTER. 320 threads, as
+// above.
+template <typename T, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER>
 __device__ __forceinline__ void matmul_block_tma_pingpong_stream16(const TmaDescriptor& a_map,
                                                                    const TmaDescriptor& b_map,
                                                                    const TmaDescriptor& r_map,
@@ -409,7 +423,7 @@ __device__ __forceinline__ void matmul_block_tma_pingpong_stream16(const TmaDesc
     using namespace vitrt_matmul;
     static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
 #if VITRT_HAS_WGMMA
-    matmul_tma_pingpong<T, T, true, BN, STAGES, GROUP_M, ACT>(a_map, b_map, r_map, c_map, bias,
+    matmul_tma_pingpong<T, T, true, BN, STAGES, GROUP_M, ACT, CLUSTER>(a_map, b_map, r_map, c_map, bias,
                                                               static_cast<T*>(nullptr), 0, m, n, k, alpha);
 #else
     __trap();

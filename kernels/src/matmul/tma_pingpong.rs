@@ -57,9 +57,14 @@ impl MatmulConfig {
         ]);
         Instantiation {
             name: format!(
-                "matmul_{}_tmapp_bn{}_s{stages}_g{GROUP_M}_{}_nk{}",
+                "matmul_{}_tmapp_bn{}_s{stages}_g{GROUP_M}{}_{}_nk{}",
                 d.name(),
                 t.block_n,
+                if t.cluster > 1 {
+                    format!("_c{}", t.cluster)
+                } else {
+                    String::new()
+                },
                 self.activation.short_name(),
                 match (residual, self.output) {
                     (false, _) => "",
@@ -83,6 +88,7 @@ impl MatmulConfig {
                 stages.to_string(),
                 GROUP_M.to_string(),
                 self.activation.cuda_name().into(),
+                t.cluster.to_string(),
             ],
             params,
             block_threads: self.threads(),

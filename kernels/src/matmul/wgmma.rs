@@ -50,6 +50,7 @@ pub(crate) fn launch_args(l: &MatmulLaunch) -> Result<(Vec<KernelArg>, LaunchDim
         grid: (l.programs as u32, 1, 1),
         block: l.config.tile.threads(),
         shared_bytes: l.config.shared_bytes(),
+        cluster: 1,
     };
     Ok((args, dims))
 }

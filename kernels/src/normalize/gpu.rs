@@ -96,6 +96,7 @@ pub fn l2_normalize(
             grid: (blocks, 1, 1),
             block: WARPS * 32,
             shared_bytes: 0,
+            cluster: 1,
         },
         &[
             KernelArg::Ptr(x.ptr),

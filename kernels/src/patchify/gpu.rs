@@ -250,6 +250,7 @@ fn launch(
             grid: (blocks, grid_y, 1),
             block: THREADS,
             shared_bytes: 0,
+            cluster: 1,
         },
         &[
             KernelArg::Ptr(pixels.ptr),

@@ -102,6 +102,7 @@ pub fn expand_pixels(
             grid: (plane.div_ceil(per_block) as u32, batch as u32, 1),
             block: THREADS,
             shared_bytes: 0,
+            cluster: 1,
         },
         &[
             KernelArg::Ptr(src.ptr),

@@ -94,6 +94,7 @@ pub fn token_mean(
             grid: (column_blocks, batch_blocks, 1),
             block: THREADS,
             shared_bytes: 0,
+            cluster: 1,
         },
         &[
             KernelArg::Ptr(x.ptr),

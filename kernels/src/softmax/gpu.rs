@@ -271,6 +271,7 @@ fn launch(
                 grid: (config.blocks(dtype, rows) as u32, 1, 1),
                 block: config.block_threads(),
                 shared_bytes: config.shared_bytes(cols),
+                cluster: 1,
             },
             &args,
         );
@@ -285,6 +286,7 @@ fn launch(
             grid: (config.blocks(rows) as u32, 1, 1),
             block: config.block_threads(),
             shared_bytes: 0,
+            cluster: 1,
         },
         &args,
     )
