@@ -14,7 +14,8 @@
 #                                      weights made by transformers on the spot, each in f32, f16
 #                                      and bf16, with attention fused where it can be and
 #                                      unfused; the ViT-B again at batch 16 in f16 and bf16,
-#                                      where the Hopper matmul tiles run); `vitrt classify` on
+#                                      where the Hopper matmul tiles run, and at batch 64, where
+#                                      the clustered tile runs); `vitrt classify` on
 #                                      CUDA against the CPU (resize, center crop); pack the logs
 #                                      into LOGS/gpu-check-logs.tgz, print a summary table last.
 #                                      Run it from the repository root.
@@ -138,6 +139,17 @@ parity() {
     done
     parity_row "vit-base b16 f32-stream" "$vitb" "$vitb/reference-b16.safetensors" f16 default "$log" \
         --residual-dtype f32
+    # Batch 64 (M = 12608): four waves and more of 128 x 128 tiles, where the clustered
+    # ping-pong tile runs every linear layer, and the Hopper attention program.
+    python3 scripts/reference.py --model "$vitb" --out "$vitb/reference-b64.safetensors" \
+        --random-batch 64 --seed 1 --dtype float64 >>"$log" 2>&1 || {
+        failed=1
+        summary+=("vit-base b64               could not make its reference (see log)")
+        return
+    }
+    for dtype in f16 bf16; do
+        parity_row "vit-base b64" "$vitb" "$vitb/reference-b64.safetensors" "$dtype" default "$log"
+    done
 }
 
 # `vitrt classify` through the whole pipeline (decode workers, staging, the GPU's byte
