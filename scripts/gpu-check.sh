@@ -128,27 +128,26 @@ parity() {
         --residual-dtype f32
     # Batch 16 (M = 3152 token rows): enough tiles for the warp-specialised Hopper matmul tiles,
     # which batch 2 and the fixtures never reach, so their parity is checked end to end too.
-    python3 scripts/reference.py --model "$vitb" --out "$vitb/reference-b16.safetensors" \
-        --random-batch 16 --seed 1 --dtype float64 >>"$log" 2>&1 || {
-        failed=1
-        summary+=("vit-base b16               could not make its reference (see log)")
-        return
-    }
-    for dtype in f16 bf16; do
-        parity_row "vit-base b16" "$vitb" "$vitb/reference-b16.safetensors" "$dtype" default "$log"
-    done
+    batch_parity "$vitb" 16 "$log" || return
     parity_row "vit-base b16 f32-stream" "$vitb" "$vitb/reference-b16.safetensors" f16 default "$log" \
         --residual-dtype f32
     # Batch 64 (M = 12608): four waves and more of 128 x 128 tiles, where the clustered
     # ping-pong tile runs every linear layer, and the Hopper attention program.
-    python3 scripts/reference.py --model "$vitb" --out "$vitb/reference-b64.safetensors" \
-        --random-batch 64 --seed 1 --dtype float64 >>"$log" 2>&1 || {
+    batch_parity "$vitb" 64 "$log"
+}
+
+# The ViT-B's parity at batch BATCH in f16 and bf16 against a float64 reference made for it
+# (reference-bBATCH.safetensors); fails (status 1) when the reference cannot be made.
+batch_parity() {
+    local vitb=$1 batch=$2 log=$3
+    python3 scripts/reference.py --model "$vitb" --out "$vitb/reference-b$batch.safetensors" \
+        --random-batch "$batch" --seed 1 --dtype float64 >>"$log" 2>&1 || {
         failed=1
-        summary+=("vit-base b64               could not make its reference (see log)")
-        return
+        summary+=("$(printf '%-26s could not make its reference (see log)' "vit-base b$batch")")
+        return 1
     }
     for dtype in f16 bf16; do
-        parity_row "vit-base b64" "$vitb" "$vitb/reference-b64.safetensors" "$dtype" default "$log"
+        parity_row "vit-base b$batch" "$vitb" "$vitb/reference-b$batch.safetensors" "$dtype" default "$log"
     done
 }
 

@@ -503,18 +503,7 @@ impl Gpu {
             .collect();
         self.bind()?;
         let mut attributes = launch_attributes(dims.cluster, self.dependent_launch());
-        let config = cudarc::driver::sys::CUlaunchConfig {
-            gridDimX: gx,
-            gridDimY: gy,
-            gridDimZ: gz,
-            blockDimX: dims.block,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: dims.shared_bytes,
-            hStream: self.stream.cu_stream(),
-            attrs: attributes.as_mut_ptr(),
-            numAttrs: attributes.len() as u32,
-        };
+        let config = self.launch_config(dims, &mut attributes);
         unsafe {
             cudarc::driver::sys::cuLaunchKernelEx(
                 &config,
@@ -585,19 +574,13 @@ impl Gpu {
             return Ok(known);
         }
         let function = self.kernel_with_shared(inst, dims.shared_bytes)?;
-        let mut attributes = launch_attributes(dims.cluster, false);
-        let config = cudarc::driver::sys::CUlaunchConfig {
-            gridDimX: dims.cluster.max(1),
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: dims.block,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: dims.shared_bytes,
-            hStream: self.stream.cu_stream(),
-            attrs: attributes.as_mut_ptr(),
-            numAttrs: attributes.len() as u32,
+        // The occupancy query reads the cluster and block shape; the grid is one cluster.
+        let one_cluster = LaunchDims {
+            grid: (dims.cluster.max(1), 1, 1),
+            ..dims
         };
+        let mut attributes = launch_attributes(dims.cluster, false);
+        let config = self.launch_config(one_cluster, &mut attributes);
         self.bind()?;
         let mut clusters: std::ffi::c_int = 0;
         unsafe {
@@ -624,6 +607,28 @@ impl Gpu {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .insert(key, clusters as u32);
         Ok(clusters as u32)
+    }
+
+    /// The driver's launch configuration for `dims` on the Gpu's stream, with `attributes`
+    /// (which must outlive its use).
+    fn launch_config(
+        &self,
+        dims: LaunchDims,
+        attributes: &mut [cudarc::driver::sys::CUlaunchAttribute],
+    ) -> cudarc::driver::sys::CUlaunchConfig {
+        let (gx, gy, gz) = dims.grid;
+        cudarc::driver::sys::CUlaunchConfig {
+            gridDimX: gx,
+            gridDimY: gy,
+            gridDimZ: gz,
+            blockDimX: dims.block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: dims.shared_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: attributes.as_mut_ptr(),
+            numAttrs: attributes.len() as u32,
+        }
     }
 
     /// The dynamic shared memory `name` may use now: what was raised so far, else the driver's
