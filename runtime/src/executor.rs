@@ -183,9 +183,16 @@ impl Executor {
                 inputs.len()
             )));
         };
-        check_input_len(&self.graph.values[*v], input.len)?;
+        let value = &self.graph.values[*v];
+        check_input_len(value, input.len)?;
         // SAFETY: the caller keeps `input` alive and unwritten until the outputs are read.
-        unsafe { backend.write_from_device(self.bindings[*v], input)? };
+        unsafe { backend.write_from_device(self.bindings[*v], input) }.map_err(|e| match e {
+            RuntimeError::Input { name, message } if name.is_empty() => RuntimeError::Input {
+                name: value.name.clone(),
+                message,
+            },
+            other => other,
+        })?;
         self.launch(backend, Marks::None)?;
         self.read_outputs(backend)
     }

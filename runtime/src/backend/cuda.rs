@@ -294,7 +294,8 @@ impl Backend for CudaBackend {
         let device = self.gpu.device_of(src.ptr).map_err(backend_error)?;
         if device != self.ordinal {
             return Err(RuntimeError::Input {
-                name: "pixel_values".into(),
+                // Filled in by the executor, which knows the graph's input.
+                name: String::new(),
                 message: format!(
                     "the tensor is on cuda:{device}; this model runs on cuda:{}",
                     self.ordinal

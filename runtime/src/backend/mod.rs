@@ -343,7 +343,8 @@ pub trait Backend {
 
     /// Copies `src` (f32 device memory on this backend's device) into an arena buffer of
     /// the same length and dtype f32, on the device: no host round trip. Backends without
-    /// device memory refuse.
+    /// device memory refuse. A `RuntimeError::Input` it returns leaves `name` empty: the
+    /// backend does not know it, and the executor fills in the graph's input name.
     ///
     /// # Safety
     /// `src` must stay allocated and unwritten until the next output read has returned.

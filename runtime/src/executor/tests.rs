@@ -66,6 +66,9 @@ struct CapturingCpu {
     recording: Option<Vec<RecordedOp>>,
     graphs: HashMap<u64, Vec<RecordedOp>>,
     refuse_capture: bool,
+    /// What `write_from_device` answers: an input error without the input's name, as the
+    /// CUDA backend answers a tensor on another device.
+    device_input_refusal: Option<String>,
     captures: usize,
     replays: usize,
     eager_ops: usize,
@@ -79,6 +82,7 @@ impl CapturingCpu {
             recording: None,
             graphs: HashMap::new(),
             refuse_capture: false,
+            device_input_refusal: None,
             captures: 0,
             replays: 0,
             eager_ops: 0,
@@ -127,6 +131,19 @@ impl Backend for CapturingCpu {
             "inputs are written outside captures"
         );
         self.inner.write(dst, data)
+    }
+    unsafe fn write_from_device(
+        &mut self,
+        _dst: BufferRef,
+        _src: crate::backend::DeviceInput,
+    ) -> Result<(), RuntimeError> {
+        Err(match &self.device_input_refusal {
+            Some(message) => RuntimeError::Input {
+                name: String::new(),
+                message: message.clone(),
+            },
+            None => RuntimeError::Unsupported("no device memory".into()),
+        })
     }
     fn read(&mut self, src: BufferRef) -> Result<Vec<f32>, RuntimeError> {
         assert!(
@@ -433,4 +450,29 @@ fn the_cpu_backend_runs_eagerly_with_replay_on() {
     assert!(runs.windows(2).all(|w| w[0] == w[1]));
     assert!(cpu.capture_graph(1, &mut |_| Ok(())).is_err());
     assert!(cpu.replay_graph(1).is_err());
+}
+
+#[test]
+fn a_refused_device_input_is_named_after_the_graph_input() {
+    let mut backend = CapturingCpu::new();
+    backend.device_input_refusal =
+        Some("the tensor is on cuda:1; this model runs on cuda:0".into());
+    let exec = executor(2, &mut backend);
+    let input = crate::backend::DeviceInput {
+        ptr: 0x1000,
+        len: 2 * 32,
+    };
+    // SAFETY: the backend refuses before it reads anything.
+    let err = unsafe { exec.run_from_device(&mut backend, input) }.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "input x: the tensor is on cuda:1; this model runs on cuda:0"
+    );
+    // A wrong length is caught before the backend is asked, and named too.
+    let short = crate::backend::DeviceInput {
+        ptr: 0x1000,
+        len: 5,
+    };
+    let err = unsafe { exec.run_from_device(&mut backend, short) }.unwrap_err();
+    assert!(err.to_string().starts_with("input x"), "{err}");
 }
