@@ -315,18 +315,7 @@ fn fused_attention_refuses_what_it_cannot_take() {
     let hidden = heads * head_dim;
     let buffer = gpu().alloc(4 * tokens * 3 * hidden * 2 + 64).unwrap();
     let view = |len| buffer.view(0, len, dtype).unwrap();
-    let good = AttentionProblem {
-        batch: 1,
-        heads,
-        tokens,
-        head_dim,
-        scale: 0.125,
-        causal: false,
-        q: token_major(tokens, 3 * hidden, head_dim, 0),
-        k: token_major(tokens, 3 * hidden, head_dim, hidden),
-        v: token_major(tokens, 3 * hidden, head_dim, 2 * hidden),
-        o: token_major(tokens, hidden, head_dim, 0),
-    };
+    let good = AttentionProblem::over_fused_qkv(1, heads, tokens, head_dim, false);
     let qkv = view(tokens * 3 * hidden);
     let o = buffer.view(0, tokens * hidden, dtype).unwrap();
     let refused = |p: &AttentionProblem, dtype: DType| {
@@ -400,18 +389,8 @@ fn bench_causal_attention_at_clip_text_shapes() {
                 .alloc(batch * tokens * hidden * dtype.size_bytes())
                 .unwrap();
             let ov = o.view(0, batch * tokens * hidden, dtype).unwrap();
-            let problem = |causal| AttentionProblem {
-                batch,
-                heads,
-                tokens,
-                head_dim,
-                scale: 0.125,
-                causal,
-                q: token_major(tokens, width, head_dim, 0),
-                k: token_major(tokens, width, head_dim, hidden),
-                v: token_major(tokens, width, head_dim, 2 * hidden),
-                o: token_major(tokens, hidden, head_dim, 0),
-            };
+            let problem =
+                |causal| AttentionProblem::over_fused_qkv(batch, heads, tokens, head_dim, causal);
             let (full, causal) = (problem(false), problem(true));
             let t_full =
                 time(&|| attention::gpu::attention(g, dtype, &full, qv, qv, qv, ov).unwrap());
@@ -492,18 +471,7 @@ fn bench_attention_programs_at_model_shapes() {
                     .alloc(batch * tokens * hidden * dtype.size_bytes())
                     .unwrap();
                 let ov = o.view(0, batch * tokens * hidden, dtype).unwrap();
-                let p = AttentionProblem {
-                    batch,
-                    heads,
-                    tokens,
-                    head_dim,
-                    scale: 1.0 / (head_dim as f32).sqrt(),
-                    causal: false,
-                    q: token_major(tokens, width, head_dim, 0),
-                    k: token_major(tokens, width, head_dim, hidden),
-                    v: token_major(tokens, width, head_dim, 2 * hidden),
-                    o: token_major(tokens, hidden, head_dim, 0),
-                };
+                let p = AttentionProblem::over_fused_qkv(batch, heads, tokens, head_dim, false);
                 let programs = AttentionProgram::all_for(head_dim, false, g.compute_capability());
                 // Every program, then the launcher's own pick (as "chosen").
                 for program in programs.into_iter().map(Some).chain([None]) {

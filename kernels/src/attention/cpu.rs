@@ -137,16 +137,6 @@ mod tests {
             .collect()
     }
 
-    /// Heads of a [batch, tokens, width] tensor starting at `column`.
-    fn heads_of(tokens: usize, width: usize, head_dim: usize, column: usize) -> Operand {
-        Operand {
-            offset: column,
-            row_stride: width,
-            batch_stride: tokens * width,
-            head_stride: head_dim,
-        }
-    }
-
     /// The unfused composition: scores matmul, softmax, context matmul (all f32).
     fn unfused(p: &AttentionProblem, q: &[f32], k: &[f32], v: &[f32], o: &mut [f32]) {
         let (t, bh) = (p.tokens, p.batch * p.heads);
@@ -205,18 +195,7 @@ mod tests {
             let hidden = heads * head_dim;
             let width = 3 * hidden;
             let qkv = values(batch * tokens * width, tokens as u32);
-            let p = AttentionProblem {
-                batch,
-                heads,
-                tokens,
-                head_dim,
-                scale: 1.0 / (head_dim as f32).sqrt(),
-                causal: false,
-                q: heads_of(tokens, width, head_dim, 0),
-                k: heads_of(tokens, width, head_dim, hidden),
-                v: heads_of(tokens, width, head_dim, 2 * hidden),
-                o: heads_of(tokens, hidden, head_dim, 0),
-            };
+            let p = AttentionProblem::over_fused_qkv(batch, heads, tokens, head_dim, false);
             let mut fused = vec![f32::NAN; batch * tokens * hidden];
             // Small blocks, so that several query and key blocks (and a partial one) are run.
             let tiles = AttentionTiles {
@@ -320,18 +299,7 @@ mod tests {
             let hidden = heads * head_dim;
             let width = 3 * hidden;
             let qkv = values(batch * tokens * width, 7 + tokens as u32);
-            let p = AttentionProblem {
-                batch,
-                heads,
-                tokens,
-                head_dim,
-                scale: 1.0 / (head_dim as f32).sqrt(),
-                causal: true,
-                q: heads_of(tokens, width, head_dim, 0),
-                k: heads_of(tokens, width, head_dim, hidden),
-                v: heads_of(tokens, width, head_dim, 2 * hidden),
-                o: heads_of(tokens, hidden, head_dim, 0),
-            };
+            let p = AttentionProblem::over_fused_qkv(batch, heads, tokens, head_dim, true);
             let mut got = vec![f32::NAN; batch * tokens * hidden];
             let tiles = AttentionTiles { block_m, block_n };
             attention(&p, tiles, &qkv, &qkv, &qkv, &mut got);

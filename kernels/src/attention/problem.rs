@@ -24,6 +24,37 @@ pub struct AttentionProblem {
 }
 
 impl AttentionProblem {
+    /// Attention as a ViT layer runs it: Q, K and V read in place out of one fused QKV
+    /// activation `[batch, tokens, 3 · heads · head_dim]` (Q's heads, then K's, then V's), O
+    /// written as `[batch, tokens, heads · head_dim]`, scale `1/√head_dim`.
+    pub fn over_fused_qkv(
+        batch: usize,
+        heads: usize,
+        tokens: usize,
+        head_dim: usize,
+        causal: bool,
+    ) -> AttentionProblem {
+        let hidden = heads * head_dim;
+        let heads_at = |width: usize, column: usize| Operand {
+            offset: column,
+            row_stride: width,
+            batch_stride: tokens * width,
+            head_stride: head_dim,
+        };
+        AttentionProblem {
+            batch,
+            heads,
+            tokens,
+            head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            causal,
+            q: heads_at(3 * hidden, 0),
+            k: heads_at(3 * hidden, hidden),
+            v: heads_at(3 * hidden, 2 * hidden),
+            o: heads_at(hidden, 0),
+        }
+    }
+
     /// Multiply-adds count two: Q·Kᵀ and P·V, each `tokens² · head_dim` per head, or
     /// `tokens · (tokens + 1) / 2 · head_dim` (the unmasked pairs) when causal.
     pub fn flops(&self) -> f64 {

@@ -168,11 +168,13 @@ fn launch_with_tile(
             )
         })?;
 
+    let instantiation = config.instantiation();
     let launch = MatmulLaunch {
         gpu,
         dtype,
         p,
         config: &config,
+        instantiation: &instantiation,
         a,
         b,
         bias,
@@ -187,7 +189,7 @@ fn launch_with_tile(
         Program::TmaCooperative => tma_cooperative::launch_args(&launch)?,
         Program::TmaPingPong => tma_pingpong::launch_args(&launch)?,
     };
-    gpu.launch(&config.instantiation(), dims, &args)
+    gpu.launch(&instantiation, dims, &args)
 }
 
 impl MatmulConfig {

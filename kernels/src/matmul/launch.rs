@@ -2,7 +2,8 @@
 //! ([`MatmulLaunch`]), the split-K scratch, the TMA tensor maps and the persistent grid.
 
 use crate::cuda::{
-    encode_tiled, to_i32, DevPtr, DeviceBuffer, Gpu, KernelArg, KernelError, LaunchDims, Swizzle,
+    encode_tiled, to_i32, DevPtr, DeviceBuffer, Gpu, Instantiation, KernelArg, KernelError,
+    LaunchDims, Swizzle,
 };
 use crate::matmul::config::MatmulConfig;
 use crate::matmul::problem::MatmulProblem;
@@ -18,6 +19,8 @@ pub(crate) struct MatmulLaunch<'a> {
     pub dtype: DType,
     pub p: &'a MatmulProblem,
     pub config: &'a MatmulConfig,
+    /// The configuration's instantiation, built once for the launch.
+    pub instantiation: &'a Instantiation,
     pub a: DevPtr,
     pub b: DevPtr,
     /// The bias and residual the epilogue reads (`None` where it asks for none).
@@ -130,7 +133,7 @@ pub(crate) fn persistent_dims(l: &MatmulLaunch) -> Result<LaunchDims, KernelErro
         let cluster = tile.cluster as u64;
         let walks = l.p.m.div_ceil(tile.block_m as usize) as u64
             * (l.p.n.div_ceil(tile.block_n as usize) as u64).div_ceil(cluster);
-        let resident = l.gpu.max_active_clusters(&l.config.instantiation(), dims)? as u64;
+        let resident = l.gpu.max_active_clusters(l.instantiation, dims)? as u64;
         dims.grid.0 = (walks.min(resident) * cluster) as u32;
     }
     Ok(dims)
