@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::RuntimeError;
 use vitrt_runtime::{
-    Backend, DType, DeviceInput, Executor, HostStaging, HostTensor, Marks, PendingOutputs,
-    PixelBatch, Precision, TimelineSpan,
+    Backend, DType, DeviceInput, EncodedParams, Executor, HostStaging, HostTensor, Marks,
+    PendingOutputs, PixelBatch, Precision, TimelineSpan,
 };
 
 pub struct Runner {
@@ -22,7 +22,13 @@ pub struct Runner {
     /// What the graphs output (empty: the model's primary output).
     outputs: OutputSet,
     executors: HashMap<(usize, bool), Executor>,
+    /// Parameters read and encoded before the backend opened, for the first executor.
+    encoded: Option<EncodedParams>,
 }
+
+/// The most encoded bytes [`Runner::encode_params`] holds ahead of the first executor (the
+/// rest of a larger model loads as usual, a group at a time).
+const ENCODE_AHEAD_BUDGET: usize = 1 << 30;
 
 impl Runner {
     /// A runner computing in the backend's dtype, with the residual stream stored as
@@ -37,7 +43,37 @@ impl Runner {
             graph_replay: true,
             outputs: OutputSet::default(),
             executors: HashMap::new(),
+            encoded: None,
         }
+    }
+
+    /// Reads and encodes `model`'s parameters as a runner with `fusion` on a `dtype` backend
+    /// will upload them, without a backend: for the time the GPU's driver takes to start
+    /// (see [`EncodedParams`]). A graph that cannot be built gives an empty set; preparing
+    /// the runner reports why.
+    pub fn encode_params(model: &VisionModel, fusion: Fusion, dtype: DType) -> EncodedParams {
+        let options = GraphOptions {
+            hidden_states: false,
+            fusion,
+            outputs: OutputSet::default(),
+        };
+        // Which ops the backend fuses does not change which parameters it reads.
+        match model.build_graph_for(1, options, &|_, _| Ok(())) {
+            Ok(graph) => EncodedParams::encode(
+                &graph,
+                Precision::default_for(dtype),
+                model,
+                ENCODE_AHEAD_BUDGET,
+            ),
+            Err(_) => EncodedParams::empty(),
+        }
+    }
+
+    /// Hands the first executor prepared the parameters `encoded` holds (what it does not
+    /// take is then freed).
+    pub fn with_encoded_params(mut self, encoded: EncodedParams) -> Runner {
+        self.encoded = Some(encoded);
+        self
     }
 
     /// Runs the model on images of `size` from now on (see [`VisionModel::with_input_size`]).
@@ -256,9 +292,16 @@ impl Runner {
             let graph = self
                 .model
                 .build_graph_for(batch, options, &|op, shapes| backend.supports(op, shapes))?;
-            let executor = Executor::new(graph, self.backend.as_mut(), &self.model, self.precision)
-                .map_err(|e| out_of_memory_at(e, batch))?
-                .with_graph_replay(self.graph_replay);
+            let encoded = self.encoded.take().unwrap_or_default();
+            let executor = Executor::new_with_encoded(
+                graph,
+                self.backend.as_mut(),
+                &self.model,
+                self.precision,
+                &encoded,
+            )
+            .map_err(|e| out_of_memory_at(e, batch))?
+            .with_graph_replay(self.graph_replay);
             self.executors.insert(key, executor);
         }
         Ok(&self.executors[&key])

@@ -17,6 +17,9 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use vitrt_kernels::DType;
 
+mod encoded;
+pub use encoded::EncodedParams;
+
 /// Supplies checkpoint tensors by name, converted to f32 and checked against `shape`. Shared
 /// between threads: an executor reads several tensors at once.
 pub trait ParamStore: Sync {
@@ -67,6 +70,18 @@ impl Executor {
         params: &dyn ParamStore,
         precision: Precision,
     ) -> Result<Executor, RuntimeError> {
+        Executor::new_with_encoded(graph, backend, params, precision, &EncodedParams::empty())
+    }
+
+    /// As [`Executor::new`], taking the parameters `encoded` holds from there instead of
+    /// reading them from `params` (see [`EncodedParams`]).
+    pub fn new_with_encoded(
+        graph: Graph,
+        backend: &mut dyn Backend,
+        params: &dyn ParamStore,
+        precision: Precision,
+        encoded: &EncodedParams,
+    ) -> Result<Executor, RuntimeError> {
         graph.validate()?;
         if precision.compute != backend.dtype() {
             return Err(RuntimeError::Unsupported(format!(
@@ -77,7 +92,7 @@ impl Executor {
         }
         let plan = Plan::new(&graph, precision);
         let read = read_params(&graph);
-        preload_params(&graph, &plan, &read, backend, params)?;
+        preload_params(&graph, &plan, &read, backend, params, encoded)?;
         let mut bindings = Vec::with_capacity(graph.values.len());
         for (v, value) in graph.values.iter().enumerate() {
             let binding = match &value.kind {
@@ -440,8 +455,8 @@ fn check_input_len(value: &Value, len: usize) -> Result<(), RuntimeError> {
 /// f32 bytes read from the store at once, at most, while parameters load in parallel.
 const PRELOAD_GROUP_BYTES: usize = 256 << 20;
 
-/// Hands the backend every parameter of `graph` that `read` marks and it does not hold yet,
-/// reading them from the store on all cores, a group of at most [`PRELOAD_GROUP_BYTES`] at a
+/// Hands the backend every parameter of `graph` that `read` marks and it does not hold yet:
+/// those `encoded` holds as they are, the others read from the store on all cores, a group of at most [`PRELOAD_GROUP_BYTES`] at a
 /// time (reading and converting a checkpoint is most of a model's preparation; one tensor
 /// after another, a ViT-B/16 took 0.3 s before its first batch on the GPU machine,
 /// 2026-11-24 NOTES entry).
@@ -451,6 +466,7 @@ fn preload_params(
     read: &[bool],
     backend: &mut dyn Backend,
     params: &dyn ParamStore,
+    encoded: &EncodedParams,
 ) -> Result<(), RuntimeError> {
     use rayon::prelude::*;
     let mut seen = std::collections::HashSet::new();
@@ -469,6 +485,16 @@ fn preload_params(
             !backend.has_param(&key, *dtype) && seen.insert((key, *dtype))
         })
         .collect();
+    let mut from_store = Vec::with_capacity(missing.len());
+    for (source, shape, dtype) in missing {
+        match encoded.take(&source.key(), shape, dtype) {
+            Some(bytes) => {
+                backend.load_param_encoded(&source.key(), shape, dtype, bytes)?;
+            }
+            None => from_store.push((source, shape, dtype)),
+        }
+    }
+    let missing = from_store;
     let mut start = 0;
     while start < missing.len() {
         let mut end = start;

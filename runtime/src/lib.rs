@@ -16,7 +16,9 @@ pub use backend::{
     TimelineStage,
 };
 pub use error::RuntimeError;
-pub use executor::{Executor, HostTensor, Marks, ParamStore, PendingOutputs, ReplayState};
+pub use executor::{
+    EncodedParams, Executor, HostTensor, Marks, ParamStore, PendingOutputs, ReplayState,
+};
 pub use graph::{Graph, HeadSlice, Op, ParamSource, ValueId, ValueKind};
 pub use plan::{Plan, Precision};
 pub use vitrt_kernels::gather::EndToken;

@@ -5,6 +5,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
+use vitrt_kernels::cuda::DriverWarmUp;
 use vitrt_model::text::{TextEncoder, TextModel};
 use vitrt_model::{Runner, VisionModel};
 use vitrt_runtime::backend::Device;
@@ -151,7 +152,7 @@ impl ModelArgs {
     /// CUDA GPU that opens (f16 unless `--dtype` says otherwise), else the CPU (f32), saying
     /// on stderr which was chosen and why.
     fn open_backend(&self) -> Result<(Box<dyn vitrt_runtime::Backend>, Device)> {
-        let asked = self.device.as_deref().map(Device::parse).transpose()?;
+        let asked = self.asked_device()?;
         let opened = vitrt_runtime::backend::open_with_defaults(asked, self.dtype)?;
         let dtype = opened.backend.dtype();
         match (&opened.fallback, asked) {
@@ -168,6 +169,11 @@ impl ModelArgs {
         Ok((opened.backend, opened.device))
     }
 
+    /// The device `--device` names, if it names one.
+    fn asked_device(&self) -> Result<Option<Device>> {
+        Ok(self.device.as_deref().map(Device::parse).transpose()?)
+    }
+
     /// Resolves, loads and checks the model, and opens the backend. Also returns the
     /// model's folder (for preprocessor_config.json).
     pub fn open(&self) -> Result<(Runner, PathBuf)> {
@@ -178,6 +184,14 @@ impl ModelArgs {
     /// As [`ModelArgs::open`], and the device the backend runs on.
     pub fn open_on_device(&self) -> Result<(Runner, PathBuf, Device)> {
         let files = self.resolve()?;
+        // The GPU's driver starts on another thread while this one reads the model and
+        // encodes its parameters (benchmarks/NOTES.md, 2026-11-25 "Warm start: the driver
+        // behind the weights"). Without a driver library there is nothing to start.
+        let warm_up = match self.asked_device()? {
+            Some(Device::Cpu) => None,
+            Some(Device::Cuda(ordinal)) => DriverWarmUp::start(ordinal),
+            None => DriverWarmUp::start(0),
+        };
         let mut model = VisionModel::load(&files.dir)
             .with_context(|| format!("loading model {}", self.model))?;
         crate::startup::mark("model files read (config.json; safetensors opened and checked)");
@@ -193,9 +207,19 @@ impl ModelArgs {
                 )
             })?;
         }
+        // A CUDA backend stores f16 unless --dtype says otherwise.
+        let encoded = warm_up.as_ref().map(|_| {
+            Runner::encode_params(&model, self.fusion(), self.dtype.unwrap_or(DType::F16))
+        });
+        crate::startup::mark("parameters read and encoded (while the driver starts)");
         let (backend, device) = self.open_backend()?;
+        drop(warm_up);
         crate::startup::mark("backend opened (CUDA context, NVRTC and headers found)");
+        let dtype = backend.dtype();
         let mut runner = Runner::new(model, backend, self.fusion());
+        if let Some(encoded) = encoded.filter(|_| dtype == self.dtype.unwrap_or(DType::F16)) {
+            runner = runner.with_encoded_params(encoded);
+        }
         if let Some(residual) = self.residual_dtype {
             runner = runner.with_residual(residual)?;
         }

@@ -104,6 +104,44 @@ pub(super) fn guarded<T>(what: &str, call: impl FnOnce() -> T) -> Result<T, Stri
     })
 }
 
+/// The driver started on another thread ([`DriverWarmUp::start`]): `cuInit` and the device's
+/// primary context, about 0.2 s on an H100, which is what opening a [`Gpu`] mostly waits for.
+/// A process that has host work to do before it needs the GPU (reading and encoding a
+/// checkpoint) starts this first, does that work, then opens the [`Gpu`], which finds the
+/// driver up and retains the same primary context. Dropping the warm-up waits for its thread
+/// and releases its hold on the context (the Gpu's own hold keeps the context alive).
+/// Failures are not reported here: opening the Gpu meets them again and says what they are.
+/// Measured: benchmarks/NOTES.md, 2026-11-25 "Warm start: the driver behind the weights".
+pub struct DriverWarmUp {
+    thread: Option<std::thread::JoinHandle<Option<Arc<CudaContext>>>>,
+}
+
+impl DriverWarmUp {
+    /// Starts the driver and device `ordinal`'s primary context on a new thread; `None`
+    /// where no driver library loads (a machine without an NVIDIA driver).
+    pub fn start(ordinal: usize) -> Option<DriverWarmUp> {
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return None;
+        }
+        let thread = std::thread::Builder::new()
+            .name("vitrt-driver-warm-up".into())
+            .spawn(move || guarded("cuCtx", || CudaContext::new(ordinal)).ok()?.ok())
+            .ok()?;
+        Some(DriverWarmUp {
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for DriverWarmUp {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            // The context's last release, if the Gpu was never opened, happens here.
+            drop(thread.join());
+        }
+    }
+}
+
 impl Gpu {
     /// Opens device `ordinal`, and finds NVRTC and the CUDA headers, so that a machine that
     /// cannot compile kernels fails here rather than at the first op.

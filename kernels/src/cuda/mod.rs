@@ -55,7 +55,7 @@ pub(crate) use compile::fnv_checksum;
 pub use compile::{parse_ptxas_report, CompiledKernel, Compiler, KernelResources};
 pub use cublas::Cublas;
 pub(crate) use device::{to_i32, to_i64, LaunchDims};
-pub use device::{Gpu, KernelLoads, LoadedKernel};
+pub use device::{DriverWarmUp, Gpu, KernelLoads, LoadedKernel};
 pub use discovery::{cuda_include_dir, load_nvrtc, NvrtcLibrary};
 pub(crate) use error::invalid;
 pub use error::KernelError;

@@ -91,6 +91,26 @@ impl CudaBackend {
         })
     }
 
+    /// Uploads one parameter's encoded bytes into a buffer of its own and records its id.
+    fn upload_param(
+        &mut self,
+        key: &str,
+        dtype: DType,
+        bytes: &[u8],
+    ) -> Result<usize, RuntimeError> {
+        // Weights do not shrink with the batch: their errors say so, out of memory included.
+        let uploading = |e: KernelError| RuntimeError::Param {
+            name: key.into(),
+            message: format!("uploading it to the GPU: {e}"),
+        };
+        let buffer = self.gpu.alloc(bytes.len().max(1)).map_err(uploading)?;
+        self.gpu.upload(&buffer, 0, bytes).map_err(uploading)?;
+        self.params.push(buffer);
+        self.param_ids
+            .insert((key.to_string(), dtype), self.params.len() - 1);
+        Ok(self.params.len() - 1)
+    }
+
     /// Where a write into `dst` lands: the arena, the byte offset, the length in values and
     /// the dtype; only arena buffers are written.
     fn arena_target(
@@ -182,18 +202,30 @@ impl Backend for CudaBackend {
                 message: format!("{} values for shape {shape:?}", data.len()),
             });
         }
-        let bytes = dtype.encode(&data);
-        // Weights do not shrink with the batch: their errors say so, out of memory included.
-        let uploading = |e: KernelError| RuntimeError::Param {
-            name: key.into(),
-            message: format!("uploading it to the GPU: {e}"),
-        };
-        let buffer = self.gpu.alloc(bytes.len().max(1)).map_err(uploading)?;
-        self.gpu.upload(&buffer, 0, &bytes).map_err(uploading)?;
-        self.params.push(buffer);
-        self.param_ids
-            .insert((key.to_string(), dtype), self.params.len() - 1);
-        Ok(self.params.len() - 1)
+        self.upload_param(key, dtype, &dtype.encode(&data))
+    }
+
+    fn load_param_encoded(
+        &mut self,
+        key: &str,
+        shape: &[usize],
+        dtype: DType,
+        bytes: Vec<u8>,
+    ) -> Result<usize, RuntimeError> {
+        if let Some(&id) = self.param_ids.get(&(key.to_string(), dtype)) {
+            return Ok(id);
+        }
+        let expected = shape.iter().product::<usize>() * dtype.size_bytes();
+        if bytes.len() != expected {
+            return Err(RuntimeError::Param {
+                name: key.into(),
+                message: format!(
+                    "{} bytes for shape {shape:?} of {dtype}; expected {expected}",
+                    bytes.len()
+                ),
+            });
+        }
+        self.upload_param(key, dtype, &bytes)
     }
 
     fn param_count(&self) -> usize {

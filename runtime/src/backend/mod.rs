@@ -294,6 +294,26 @@ pub trait Backend {
         load: &mut dyn FnMut() -> Result<Vec<f32>, RuntimeError>,
     ) -> Result<usize, RuntimeError>;
 
+    /// As [`Backend::load_param`], with the values already encoded: `bytes` holds them as
+    /// little-endian `dtype` (see [`crate::EncodedParams`]). Backends that store another
+    /// form decode them; the CUDA backend uploads them as they are.
+    fn load_param_encoded(
+        &mut self,
+        key: &str,
+        shape: &[usize],
+        dtype: DType,
+        bytes: Vec<u8>,
+    ) -> Result<usize, RuntimeError> {
+        let mut values = Some(dtype.decode(&bytes));
+        drop(bytes);
+        self.load_param(key, shape, dtype, &mut || {
+            values.take().ok_or_else(|| RuntimeError::Param {
+                name: key.into(),
+                message: "loaded twice".into(),
+            })
+        })
+    }
+
     /// Whether a parameter is held under `key` as `dtype` already (so `load_param` would not
     /// load it).
     fn has_param(&self, key: &str, dtype: DType) -> bool {

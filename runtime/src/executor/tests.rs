@@ -359,13 +359,6 @@ fn executors_of_several_batch_sizes_share_one_arena_the_size_of_the_largest_plan
 /// never loaded from the store nor uploaded; the rest run as before.
 #[test]
 fn parameters_no_node_reads_are_not_uploaded() {
-    struct Counting<'a>(&'a std::sync::Mutex<Vec<String>>);
-    impl ParamStore for Counting<'_> {
-        fn load(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, RuntimeError> {
-            self.0.lock().unwrap().push(name.to_string());
-            RampParams.load(name, shape)
-        }
-    }
     let mut graph = small_graph(2);
     graph.add_param("left_behind", &[1024, 8]);
     let loaded = std::sync::Mutex::new(Vec::new());
@@ -373,7 +366,10 @@ fn parameters_no_node_reads_are_not_uploaded() {
     let exec = Executor::new(
         graph,
         &mut backend,
-        &Counting(&loaded),
+        &Counting {
+            read: &loaded,
+            broken: "",
+        },
         Precision::uniform(DType::F32),
     )
     .unwrap();
@@ -475,4 +471,118 @@ fn a_refused_device_input_is_named_after_the_graph_input() {
     };
     let err = unsafe { exec.run_from_device(&mut backend, short) }.unwrap_err();
     assert!(err.to_string().starts_with("input x"), "{err}");
+}
+
+/// Records the parameters read from a store, by name; one of them cannot be read.
+struct Counting<'a> {
+    read: &'a std::sync::Mutex<Vec<String>>,
+    broken: &'a str,
+}
+
+impl ParamStore for Counting<'_> {
+    fn load(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, RuntimeError> {
+        self.read.lock().unwrap().push(name.to_string());
+        if name == self.broken {
+            return Err(RuntimeError::Param {
+                name: name.into(),
+                message: "cannot be read".into(),
+            });
+        }
+        RampParams.load(name, shape)
+    }
+}
+
+/// Parameters encoded ahead are uploaded from there, not read from the store again, and the
+/// executor computes what it computes without them, bit for bit; one past the budget, and
+/// one a node does not read, are left to the store.
+#[test]
+fn encoded_parameters_are_taken_instead_of_read() {
+    let precision = Precision::uniform(DType::F32);
+    let mut graph = small_graph(2);
+    graph.add_param("left_behind", &[1024, 8]);
+    let all = EncodedParams::encode(&graph, precision, &RampParams, usize::MAX);
+    assert_eq!((all.len(), all.bytes()), (2, (64 + 8) * 4));
+    let input = pixels(2, 3);
+    let read = std::sync::Mutex::new(Vec::new());
+    let mut backend = CpuBackend::new();
+    let exec = Executor::new_with_encoded(
+        graph.clone(),
+        &mut backend,
+        &Counting {
+            read: &read,
+            broken: "",
+        },
+        precision,
+        &all,
+    )
+    .unwrap();
+    assert!(
+        read.lock().unwrap().is_empty(),
+        "{:?}",
+        read.lock().unwrap()
+    );
+    assert!(all.is_empty(), "every entry handed out once");
+    let out = exec.run(&mut backend, &[("x", &input)]).unwrap();
+    assert_eq!(bits(&out), bits(&eager_reference(2, &input)));
+
+    // w [8, 8] comes first in the graph and fits the budget; b does not.
+    let w_only = EncodedParams::encode(&graph, precision, &RampParams, 64 * 4);
+    assert_eq!(w_only.len(), 1);
+    let mut backend = CpuBackend::new();
+    let exec = Executor::new_with_encoded(
+        graph,
+        &mut backend,
+        &Counting {
+            read: &read,
+            broken: "",
+        },
+        precision,
+        &w_only,
+    )
+    .unwrap();
+    assert_eq!(*read.lock().unwrap(), ["b"]);
+    let out = exec.run(&mut backend, &[("x", &input)]).unwrap();
+    assert_eq!(bits(&out), bits(&eager_reference(2, &input)));
+}
+
+/// An entry is handed out only for its key, shape and storage type, once.
+#[test]
+fn an_encoded_parameter_matches_key_shape_and_type() {
+    let graph = small_graph(1);
+    let encoded = EncodedParams::encode(
+        &graph,
+        Precision::uniform(DType::F16),
+        &RampParams,
+        usize::MAX,
+    );
+    assert_eq!(encoded.bytes(), (64 + 8) * 2);
+    assert_eq!(encoded.take("w", &[8, 8], DType::F32), None);
+    assert_eq!(encoded.take("w", &[4, 16], DType::F16), None);
+    let w = encoded.take("w", &[8, 8], DType::F16).unwrap();
+    let expected = DType::F16.encode(&RampParams.load("w", &[8, 8]).unwrap());
+    assert_eq!(w, expected);
+    assert_eq!(encoded.take("w", &[8, 8], DType::F16), None);
+}
+
+/// A parameter the store cannot read is left out of the encoded set, and the executor reads
+/// it again and reports the store's error.
+#[test]
+fn a_parameter_that_cannot_be_read_is_reported_by_the_executor() {
+    let precision = Precision::uniform(DType::F32);
+    let graph = small_graph(2);
+    let read = std::sync::Mutex::new(Vec::new());
+    let store = Counting {
+        read: &read,
+        broken: "b",
+    };
+    let encoded = EncodedParams::encode(&graph, precision, &store, usize::MAX);
+    assert_eq!(encoded.len(), 1, "w only");
+    let mut backend = CpuBackend::new();
+    let err = Executor::new_with_encoded(graph, &mut backend, &store, precision, &encoded)
+        .err()
+        .expect("the broken parameter fails the executor");
+    assert!(
+        matches!(&err, RuntimeError::Param { name, message } if name == "b" && message.contains("cannot be read")),
+        "{err}"
+    );
 }
