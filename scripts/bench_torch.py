@@ -5,7 +5,7 @@ same JSON document (schema "vitrt-bench/1", described in benchmarks/SCHEMA.md).
   python3 scripts/bench_torch.py --json torch-f16.json
   python3 scripts/bench_torch.py --json torch-f32.json --dtype f32 --what kernels
   python3 scripts/bench_torch.py --json torch-compile.json --what models --compile --batch-sizes 64
-  python3 scripts/bench_torch.py --json torch-compile.json --what models --compile hf-sdpa,timm
+  python3 scripts/bench_torch.py --json torch-compile.json --what models --compile timm,hf-sdpa
   python3 scripts/bench_torch.py --json torch_compile.json --what models --compile --compile-only
   python3 scripts/bench_torch.py --self-test --json /tmp/bench-self-test.json   # no GPU needed
 
@@ -29,10 +29,12 @@ batch size b, plus square matmuls and a 256 MiB device-to-device copy (the bandw
 Model cases are a ViT-B/16 224 classifier (1000 labels) with random weights in the bench dtype,
 under torch.inference_mode: "hf-eager" and "hf-sdpa" (transformers' ViTForImageClassification
 with that attention implementation), "timm" (timm's vit_base_patch16_224), and with --compile
-"hf-sdpa-compile" (the hf-sdpa model through torch.compile with mode="max-autotune"), or with
---compile hf-sdpa,timm that and "timm-compile": compiled afresh for each batch size, static
+"timm-compile" (the timm model through torch.compile with mode="max-autotune"), or with
+--compile timm,hf-sdpa that and "hf-sdpa-compile": compiled afresh for each batch size, static
 shapes; the compile time is printed and kept in the row's "compile_s"; expect minutes per batch
-size. A compile that fails is recorded under "skipped" with its reason.
+size. A compile that fails is recorded under "skipped" with its reason. timm is the default
+because Inductor keeps its attention as the fused SDPA kernel, while it computes HF's as bmm,
+softmax and bmm, at eager-attention speed (benchmarks/NOTES.md, 2026-11-25).
 
 Memory of model cases: each row's "memory" holds "weights_bytes" (the model's parameters and
 buffers as they sit on the device) and, on a GPU, "allocated_peak_bytes"
@@ -802,9 +804,9 @@ def parse_args(argv=None):
     parser.add_argument("--batch-sizes", default="1,8,64,256", help="comma-separated (default 1,8,64,256)")
     parser.add_argument("--reps", type=int, default=50, help="timed repetitions per case")
     parser.add_argument("--warmup", type=int, default=10, help="untimed repetitions before them")
-    parser.add_argument("--compile", nargs="?", const="hf-sdpa", default=None, metavar="MODELS",
+    parser.add_argument("--compile", nargs="?", const="timm", default=None, metavar="MODELS",
                         help="also time torch.compile(mode='max-autotune') of these models, comma-separated "
-                             f"from {sorted(COMPILED_PROVIDERS)} (default hf-sdpa); minutes per batch size")
+                             f"from {sorted(COMPILED_PROVIDERS)} (default timm); minutes per batch size")
     parser.add_argument("--compile-only", action="store_true",
                         help="time only the --compile models, not the eager ones beside them")
     parser.add_argument("--device", default=None, help="cuda or cuda:N (default cuda)")

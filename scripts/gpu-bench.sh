@@ -11,7 +11,9 @@
 # one, whole-process wall time (cold-start-DTYPE.json). torch: scripts/bench_torch.py on the
 # same cases (with each model's peak memory), then scripts/compare_bench.py prints vitrt/PyTorch
 # ratios last (speed and memory). compile: bench_torch.py's torch.compile(mode="max-autotune")
-# of the HF SDPA model alone, at the batch sizes in TORCH_COMPILE_BATCHES (default 1,8,64,256;
+# of timm's ViT-B/16 alone (HF's model through Inductor computes attention as bmm, softmax and
+# bmm: benchmarks/NOTES.md, 2026-11-25 "Why the torch.compile baseline ran at half the eager
+# speed"; timm's keeps the fused SDPA kernel), at the batch sizes in TORCH_COMPILE_BATCHES (default 1,8,64,256;
 # each takes minutes to compile, so split them over calls under a time limit, e.g. 1,8 then
 # 64,256), into torch_compile-DTYPE-bBATCHES.json, which compare_bench.py reads beside
 # torch-DTYPE.json. Everything lands in LOGS ($OUT
@@ -59,9 +61,9 @@ fi
 if [ "$what" = compile ]; then
     batches=${TORCH_COMPILE_BATCHES:-1,8,64,256}
     out="$logs/torch_compile-$dtype-b${batches//,/_}"
-    python3 scripts/bench_torch.py --dtype "$dtype" --what models --compile hf-sdpa --compile-only --batch-sizes "$batches" \
+    python3 scripts/bench_torch.py --dtype "$dtype" --what models --compile timm --compile-only --batch-sizes "$batches" \
         --json "$out.json" >"$out.log" 2>&1
-    echo "bench_torch --compile hf-sdpa b$batches: exit $?"
+    echo "bench_torch --compile timm b$batches: exit $?"
     grep -E "compiled|compile b|skipped" "$out.log" | tail -12
 fi
 if [ -f "$logs/torch-$dtype.json" ] && [ -f "$logs/vitrt-kernels-$dtype.json" ]; then
