@@ -79,18 +79,14 @@ pub fn tune_matmul(
     if !timed.contains(&heuristic) {
         timed.push(heuristic);
     }
-    let timer = Timer {
-        warmup: settings.warmup,
-        reps: settings.reps,
-        spin_nanoseconds: SPIN_NANOSECONDS,
-    };
-    for tile in timed {
-        let median_ms = timer
-            .median_ms(gpu, operands.copies, |copy| {
-                let (a, b, bias, residual) = operands.inputs(copy);
-                matmul_with_tile(gpu, dtype, p, tile, a, b, bias, residual, operands.c)
-            })?
-            .ok_or_else(|| invalid!("tuning needs at least one timed launch"))?;
+    let medians = medians_in_rounds(timed.len(), settings, |candidate, timer| {
+        timer.samples_ms(gpu, operands.copies, |copy| {
+            let (a, b, bias, residual) = operands.inputs(copy);
+            let tile = timed[candidate];
+            matmul_with_tile(gpu, dtype, p, tile, a, b, bias, residual, operands.c)
+        })
+    })?;
+    for (&tile, median_ms) in timed.iter().zip(medians) {
         times.push(CandidateTime { tile, median_ms });
     }
     let heuristic_ms = times
@@ -114,6 +110,50 @@ pub fn tune_matmul(
         best_ms: best.median_ms,
         times,
     })
+}
+
+/// Rounds the timed launches of every candidate are spread over (at most; fewer when there
+/// are fewer launches): with the default 20 launches, two a round, so that a slow spell as
+/// long as one candidate's launches leaves each candidate fewer than half of its samples.
+const ROUNDS: usize = 10;
+
+/// The median time of each of `candidates` candidates over `settings.reps` timed launches,
+/// taken in rounds: every round times every candidate in turn (`sample(candidate, timer)`
+/// returns its launches' times), so that a slow spell of the GPU (a clock change, another
+/// process) falls on all of them rather than on the one timed then. One candidate timed after
+/// another once showed batch-1 proj's deep tile at 4.4 times its time, a reading that did not
+/// come back (benchmarks/NOTES.md, 2026-11-25 "The tuner's false 4.4x"). The first round
+/// warms each candidate up with `settings.warmup` launches (the first compiles it); later
+/// rounds with one.
+fn medians_in_rounds(
+    candidates: usize,
+    settings: TuneSettings,
+    mut sample: impl FnMut(usize, Timer) -> Result<Vec<f64>, KernelError>,
+) -> Result<Vec<f64>, KernelError> {
+    let rounds = ROUNDS.min(settings.reps).max(1);
+    let mut samples = vec![Vec::with_capacity(settings.reps); candidates];
+    for round in 0..rounds {
+        // Round r takes its share of the launches: the reps split as evenly as they go.
+        let reps = settings.reps * (round + 1) / rounds - settings.reps * round / rounds;
+        let timer = Timer {
+            warmup: if round == 0 { settings.warmup } else { 1 },
+            reps,
+            spin_nanoseconds: SPIN_NANOSECONDS,
+        };
+        for (candidate, times) in samples.iter_mut().enumerate() {
+            times.extend(sample(candidate, timer)?);
+        }
+    }
+    samples
+        .into_iter()
+        .map(|mut times| {
+            times.sort_by(f64::total_cmp);
+            times
+                .get(times.len() / 2)
+                .copied()
+                .ok_or_else(|| invalid!("tuning needs at least one timed launch"))
+        })
+        .collect()
 }
 
 /// Keeps `tuning`'s best tile in this Gpu's table (so the next launch of the problem uses
@@ -205,5 +245,53 @@ impl Xorshift {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slow spell that lasts as long as one candidate's launches would, timed one after
+    /// another, make that candidate look slow (its 20 launches all 4.4x); in rounds it
+    /// touches every candidate's samples a little and no median.
+    #[test]
+    fn a_slow_spell_moves_no_median_when_candidates_are_timed_in_rounds() {
+        let settings = TuneSettings {
+            warmup: 5,
+            reps: 20,
+        };
+        let (mut launches, mut warmups) = (0usize, Vec::new());
+        let medians = medians_in_rounds(3, settings, |candidate, timer| {
+            warmups.push(timer.warmup);
+            let times = (0..timer.reps)
+                .map(|_| {
+                    launches += 1;
+                    // Launches 21-40 run 4.4x slow: candidate 1's whole window, timed in turn.
+                    let slow = (21..=40).contains(&launches);
+                    (candidate + 1) as f64 * if slow { 4.4 } else { 1.0 }
+                })
+                .collect();
+            Ok(times)
+        })
+        .unwrap();
+        assert_eq!(medians, [1.0, 2.0, 3.0]);
+        assert_eq!(launches, 60, "every candidate timed reps times");
+        assert_eq!(warmups.len(), 3 * ROUNDS);
+        assert_eq!(warmups[..3], [5, 5, 5], "the first round warms up as asked");
+        assert!(warmups[3..].iter().all(|&w| w == 1), "{warmups:?}");
+    }
+
+    #[test]
+    fn fewer_launches_than_rounds_take_one_round_each() {
+        let settings = TuneSettings { warmup: 1, reps: 2 };
+        let mut rounds = Vec::new();
+        let medians = medians_in_rounds(1, settings, |_, timer| {
+            rounds.push(timer.reps);
+            Ok(vec![0.5; timer.reps])
+        })
+        .unwrap();
+        assert_eq!(medians, [0.5]);
+        assert_eq!(rounds, [1, 1]);
     }
 }
