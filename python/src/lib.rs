@@ -771,11 +771,11 @@ impl Model {
             ))
         })?;
         let shape = array.shape().to_vec();
-        let pixels = images::standard_order(&array.as_array());
+        let (pixels, first_bad) = images::checked_pixels(&array.as_array());
         drop(array);
         let engine = SameThread(self.engine.get()?);
         Ok(without_gil(py, move || {
-            forward_pixels(&mut engine.into_inner().runner, &shape, &pixels)
+            forward_pixels(&mut engine.into_inner().runner, &shape, &pixels, first_bad)
         })?)
     }
 
@@ -829,9 +829,16 @@ impl Model {
 
 /// `forward`'s work: checks `pixels` of `shape` against the model (taking their height and
 /// width, as `vitrt infer` does) and runs them, producing the model's outputs.
-fn forward_pixels(runner: &mut Runner, shape: &[usize], pixels: &[f32]) -> Result<Vec<HostTensor>> {
+/// `forward` on host pixels in standard order; `first_bad` is the index of the first that is
+/// not finite, if any (see `images::checked_pixels`).
+fn forward_pixels(
+    runner: &mut Runner,
+    shape: &[usize],
+    pixels: &[f32],
+    first_bad: Option<usize>,
+) -> Result<Vec<HostTensor>> {
     check_pixel_shape(runner, shape)?;
-    if let Some(at) = pixels.iter().position(|v| !v.is_finite()) {
+    if let Some(at) = first_bad {
         let (c, h, w) = (shape[1], shape[2], shape[3]);
         let index = [at / (c * h * w), at / (h * w) % c, at / w % h, at % w];
         return Err(Failure::Value(anyhow!(

@@ -85,10 +85,27 @@ def test_forward_refuses_wrong_shapes_and_dtypes():
         model.forward(np.zeros((3, 32, 32), dtype=np.float32))
     with pytest.raises(ValueError, match="float32"):
         model.forward(np.zeros((1, 3, 32, 32), dtype=np.float64))
-    with pytest.raises(ValueError, match="finite"):
+    with pytest.raises(ValueError, match=r"pixel_values\[0, 1, 2, 3\].* is NaN; .*finite"):
         pixels = np.zeros((1, 3, 32, 32), dtype=np.float32)
         pixels[0, 1, 2, 3] = np.nan
         model.forward(pixels)
+
+
+def test_forward_names_the_first_value_that_is_not_finite():
+    # 48 images of 3x32x32 are checked in three chunks on several threads: the first bad value
+    # in array order is named, whichever thread finds it, in contiguous and transposed arrays.
+    model = vitrt.Model(MODELS / "tiny-gelu", device="cpu")
+    pixels = np.zeros((48, 3, 32, 32), dtype=np.float32)
+    pixels[45, 0, 0, 0] = np.nan
+    pixels[40, 2, 31, 30] = np.inf
+    with pytest.raises(ValueError, match=r"pixel_values\[40, 2, 31, 30\].* is inf"):
+        model.forward(pixels)
+    transposed = np.zeros((48, 3, 32, 32), dtype=np.float32).transpose(0, 1, 3, 2)
+    transposed[41, 1, 5, 7] = -np.inf
+    assert not transposed.flags["C_CONTIGUOUS"]
+    with pytest.raises(ValueError, match=r"pixel_values\[41, 1, 5, 7\].* is -inf"):
+        model.forward(transposed)
+    assert model.forward(np.ascontiguousarray(transposed[:40]))["logits"].shape[0] == 40
 
 
 def test_forward_then_classify_use_their_own_image_sizes(digits_model):

@@ -302,8 +302,17 @@ impl Backend for CudaBackend {
                 data.len()
             )));
         }
+        let encoded;
+        let bytes: &[u8] = if dtype == DType::F32 && cfg!(target_endian = "little") {
+            // SAFETY: an f32 slice is valid as its bytes (no padding; every byte is a u8), and on a
+            // little-endian host they are the bytes `encode` would copy them into.
+            unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), size_of_val(data)) }
+        } else {
+            encoded = dtype.encode(data);
+            &encoded
+        };
         self.gpu
-            .upload(arena, offset_bytes, &dtype.encode(data))
+            .upload(arena, offset_bytes, bytes)
             .map_err(backend_error)
     }
 
