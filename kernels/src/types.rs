@@ -68,6 +68,21 @@ impl DType {
         bytes
     }
 
+    /// As [`DType::encode`], without the copy where there is nothing to convert: f32 values
+    /// on a little-endian host are already their own encoding.
+    pub fn encoded(self, values: &[f32]) -> std::borrow::Cow<'_, [u8]> {
+        if self == DType::F32 && cfg!(target_endian = "little") {
+            // SAFETY: an f32 slice is valid as its bytes (no padding; every byte is a u8), and
+            // on a little-endian host they are the bytes `encode` would copy them into.
+            let bytes = unsafe {
+                std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), size_of_val(values))
+            };
+            std::borrow::Cow::Borrowed(bytes)
+        } else {
+            std::borrow::Cow::Owned(self.encode(values))
+        }
+    }
+
     fn encode_into(self, values: &[f32], out: &mut [u8]) {
         match self {
             DType::F32 => {
@@ -382,6 +397,14 @@ mod tests {
             for (v, b) in values.iter().zip(back) {
                 assert_eq!(b, d.round(*v), "{d}");
             }
+        }
+    }
+
+    #[test]
+    fn encoded_gives_the_bytes_of_encode() {
+        let values = [0.0, -1.5, 3.140625, 65504.0, 1e-3, f32::MIN_POSITIVE];
+        for d in DType::ALL {
+            assert_eq!(*d.encoded(&values), d.encode(&values), "{d}");
         }
     }
 

@@ -827,10 +827,10 @@ impl Model {
     }
 }
 
-/// `forward`'s work: checks `pixels` of `shape` against the model (taking their height and
-/// width, as `vitrt infer` does) and runs them, producing the model's outputs.
-/// `forward` on host pixels in standard order; `first_bad` is the index of the first that is
-/// not finite, if any (see `images::checked_pixels`).
+/// `forward`'s work on host pixels in standard order: checks `pixels` of `shape` against the
+/// model (taking their height and width, as `vitrt infer` does), refuses the first value that
+/// is not finite (`first_bad`, from `images::checked_pixels`) and runs them, producing the
+/// model's outputs.
 fn forward_pixels(
     runner: &mut Runner,
     shape: &[usize],

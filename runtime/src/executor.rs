@@ -455,11 +455,34 @@ fn check_input_len(value: &Value, len: usize) -> Result<(), RuntimeError> {
 /// f32 bytes read from the store at once, at most, while parameters load in parallel.
 const PRELOAD_GROUP_BYTES: usize = 256 << 20;
 
+/// The parameters of `graph` that `read` marks, each once per key and storage type
+/// (`dtypes`, the plan's), in graph order: what an executor loads, and what
+/// [`EncodedParams`] encodes ahead of it.
+fn params_read<'g>(
+    graph: &'g Graph,
+    read: &[bool],
+    dtypes: &[DType],
+) -> Vec<(&'g ParamSource, &'g [usize], DType)> {
+    let mut seen = std::collections::HashSet::new();
+    graph
+        .values
+        .iter()
+        .enumerate()
+        .filter_map(|(v, value)| match &value.kind {
+            ValueKind::Param(source) if read[v] => {
+                Some((source, value.shape.as_slice(), dtypes[v]))
+            }
+            _ => None,
+        })
+        .filter(|(source, _, dtype)| seen.insert((source.key(), *dtype)))
+        .collect()
+}
+
 /// Hands the backend every parameter of `graph` that `read` marks and it does not hold yet:
-/// those `encoded` holds as they are, the others read from the store on all cores, a group of at most [`PRELOAD_GROUP_BYTES`] at a
-/// time (reading and converting a checkpoint is most of a model's preparation; one tensor
-/// after another, a ViT-B/16 took 0.3 s before its first batch on the GPU machine,
-/// 2026-11-24 NOTES entry).
+/// those `encoded` holds as they are, the others read from the store on all cores, a group
+/// of at most [`PRELOAD_GROUP_BYTES`] at a time (reading and converting a checkpoint is most
+/// of a model's preparation; one tensor after another, a ViT-B/16 took 0.3 s before its
+/// first batch on the GPU machine, 2026-11-24 NOTES entry).
 fn preload_params(
     graph: &Graph,
     plan: &Plan,
@@ -469,32 +492,19 @@ fn preload_params(
     encoded: &EncodedParams,
 ) -> Result<(), RuntimeError> {
     use rayon::prelude::*;
-    let mut seen = std::collections::HashSet::new();
-    let missing: Vec<(&ParamSource, &[usize], DType)> = graph
-        .values
-        .iter()
-        .enumerate()
-        .filter_map(|(v, value)| match &value.kind {
-            ValueKind::Param(source) if read[v] => {
-                Some((source, value.shape.as_slice(), plan.dtypes[v]))
-            }
-            _ => None,
-        })
-        .filter(|(source, _, dtype)| {
-            let key = source.key();
-            !backend.has_param(&key, *dtype) && seen.insert((key, *dtype))
-        })
-        .collect();
-    let mut from_store = Vec::with_capacity(missing.len());
-    for (source, shape, dtype) in missing {
-        match encoded.take(&source.key(), shape, dtype) {
+    let mut missing = Vec::new();
+    for (source, shape, dtype) in params_read(graph, read, &plan.dtypes) {
+        let key = source.key();
+        if backend.has_param(&key, dtype) {
+            continue;
+        }
+        match encoded.take(&key, shape, dtype) {
             Some(bytes) => {
-                backend.load_param_encoded(&source.key(), shape, dtype, bytes)?;
+                backend.load_param_encoded(&key, shape, dtype, bytes)?;
             }
-            None => from_store.push((source, shape, dtype)),
+            None => missing.push((source, shape, dtype)),
         }
     }
-    let missing = from_store;
     let mut start = 0;
     while start < missing.len() {
         let mut end = start;

@@ -208,16 +208,17 @@ impl ModelArgs {
             })?;
         }
         // A CUDA backend stores f16 unless --dtype says otherwise.
-        let encoded = warm_up.as_ref().map(|_| {
-            Runner::encode_params(&model, self.fusion(), self.dtype.unwrap_or(DType::F16))
-        });
+        let cuda_dtype = self.dtype.unwrap_or(DType::F16);
+        let encoded = warm_up
+            .as_ref()
+            .map(|_| Runner::encode_params(&model, self.fusion(), cuda_dtype));
         crate::startup::mark("parameters read and encoded (while the driver starts)");
         let (backend, device) = self.open_backend()?;
         drop(warm_up);
         crate::startup::mark("backend opened (CUDA context, NVRTC and headers found)");
         let dtype = backend.dtype();
         let mut runner = Runner::new(model, backend, self.fusion());
-        if let Some(encoded) = encoded.filter(|_| dtype == self.dtype.unwrap_or(DType::F16)) {
+        if let Some(encoded) = encoded.filter(|_| dtype == cuda_dtype) {
             runner = runner.with_encoded_params(encoded);
         }
         if let Some(residual) = self.residual_dtype {

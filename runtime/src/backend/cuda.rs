@@ -202,7 +202,7 @@ impl Backend for CudaBackend {
                 message: format!("{} values for shape {shape:?}", data.len()),
             });
         }
-        self.upload_param(key, dtype, &dtype.encode(&data))
+        self.upload_param(key, dtype, &dtype.encoded(&data))
     }
 
     fn load_param_encoded(
@@ -302,17 +302,8 @@ impl Backend for CudaBackend {
                 data.len()
             )));
         }
-        let encoded;
-        let bytes: &[u8] = if dtype == DType::F32 && cfg!(target_endian = "little") {
-            // SAFETY: an f32 slice is valid as its bytes (no padding; every byte is a u8), and on a
-            // little-endian host they are the bytes `encode` would copy them into.
-            unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), size_of_val(data)) }
-        } else {
-            encoded = dtype.encode(data);
-            &encoded
-        };
         self.gpu
-            .upload(arena, offset_bytes, bytes)
+            .upload(arena, offset_bytes, &dtype.encoded(data))
             .map_err(backend_error)
     }
 

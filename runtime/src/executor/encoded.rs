@@ -8,8 +8,8 @@
 //! out once, to the executor whose parameter has the same key, shape and type; what no
 //! executor takes is freed with the set.
 
-use super::{load_param, read_params, ParamStore};
-use crate::graph::{Graph, ValueKind};
+use super::{load_param, params_read, read_params, ParamStore};
+use crate::graph::Graph;
 use crate::plan::{value_dtypes, Precision};
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -47,29 +47,20 @@ impl EncodedParams {
         params: &dyn ParamStore,
         budget_bytes: usize,
     ) -> EncodedParams {
-        let read = read_params(graph);
         let dtypes = value_dtypes(graph, precision);
         let mut wanted = Vec::new();
-        let mut seen = std::collections::HashSet::new();
         let mut bytes = 0usize;
-        for (v, value) in graph.values.iter().enumerate() {
-            let ValueKind::Param(source) = &value.kind else {
-                continue;
-            };
-            let key = EncodedKey {
-                key: source.key(),
-                shape: value.shape.clone(),
-                dtype: dtypes[v],
-            };
-            if !read[v] || seen.contains(&key) {
-                continue;
-            }
-            let size = value.numel() * key.dtype.size_bytes();
+        for (source, shape, dtype) in params_read(graph, &read_params(graph), &dtypes) {
+            let size = shape.iter().product::<usize>() * dtype.size_bytes();
             if bytes + size > budget_bytes {
                 break;
             }
             bytes += size;
-            seen.insert(key.clone());
+            let key = EncodedKey {
+                key: source.key(),
+                shape: shape.to_vec(),
+                dtype,
+            };
             wanted.push((source, key));
         }
         let entries = wanted
