@@ -219,32 +219,40 @@ pub fn standard_order<T: Copy>(array: &numpy::ndarray::ArrayViewD<'_, T>) -> Vec
 const PIXEL_CHUNK: usize = 1 << 16;
 
 /// A float32 pixel array's values in standard (C) order and the index of its first value
-/// that is not finite, if any, copied (when contiguous) and checked on all cores. At batch 64
-/// and 224 pixels that is 38.5 MB, which one core of the GPU machine copied and then walked
-/// for NaN in a good part of the 51 ms `forward` spent outside the forward pass
-/// (benchmarks/NOTES.md, 2026-11-25 "`Model.forward` from a numpy array").
+/// that is not finite, if any. A contiguous array is copied and checked in one pass on all
+/// cores: at batch 64 and 224 pixels that is 38.5 MB, which one core of the GPU machine
+/// copied and then walked for NaN in a good part of the 51 ms `forward` spent outside the
+/// forward pass (benchmarks/NOTES.md, 2026-11-25 "`Model.forward` from a numpy array").
 pub fn checked_pixels(array: &numpy::ndarray::ArrayViewD<'_, f32>) -> (Vec<f32>, Option<usize>) {
     use rayon::prelude::*;
-    let values = match array.as_slice() {
+    let first_bad = |chunk: usize, values: &[f32]| {
+        let at = values.iter().position(|v| !v.is_finite())?;
+        Some(chunk * PIXEL_CHUNK + at)
+    };
+    match array.as_slice() {
         Some(slice) => {
             let mut values = vec![0.0f32; slice.len()];
-            values
+            let bad = values
                 .par_chunks_mut(PIXEL_CHUNK)
                 .zip(slice.par_chunks(PIXEL_CHUNK))
-                .for_each(|(to, from)| to.copy_from_slice(from));
-            values
+                .enumerate()
+                .filter_map(|(chunk, (to, from))| {
+                    to.copy_from_slice(from);
+                    first_bad(chunk, from)
+                })
+                .min();
+            (values, bad)
         }
-        None => standard_order(array),
-    };
-    let first_bad = values
-        .par_chunks(PIXEL_CHUNK)
-        .enumerate()
-        .filter_map(|(chunk, part)| {
-            let at = part.iter().position(|v| !v.is_finite())?;
-            Some(chunk * PIXEL_CHUNK + at)
-        })
-        .min();
-    (values, first_bad)
+        None => {
+            let values = standard_order(array);
+            let bad = values
+                .par_chunks(PIXEL_CHUNK)
+                .enumerate()
+                .filter_map(|(chunk, part)| first_bad(chunk, part))
+                .min();
+            (values, bad)
+        }
+    }
 }
 
 /// An image that could not be preprocessed, with its index in the call.
