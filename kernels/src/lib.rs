@@ -8,7 +8,7 @@
 //!   NVRTC, the kernel caches and the instantiation vocabulary. It imports no family.
 //! - One folder per kernel family: its CUDA source, `gpu` (the launcher, a free function taking
 //!   `&Gpu`) and `cpu` (the twin, with the same name): [`layernorm`], [`softmax`], [`add`],
-//!   [`activation`], [`gather`], [`pool`], [`normalize`], [`patchify`], [`pixels`], [`attention`], [`matmul`] (one
+//!   [`activation`], [`gather`], [`pool`], [`normalize`], [`patchify`], [`pixels`], [`jpeg`], [`resample`], [`attention`], [`matmul`] (one
 //!   CUDA source a program).
 //! - [`all_instantiations`]: every family's instantiations, what CI compiles.
 
@@ -17,6 +17,7 @@ pub mod add;
 pub mod attention;
 pub mod cuda;
 pub mod gather;
+pub mod jpeg;
 pub mod layernorm;
 pub mod matmul;
 pub mod normalize;
@@ -24,6 +25,7 @@ pub mod patchify;
 pub mod pixels;
 pub mod pool;
 mod registry;
+pub mod resample;
 pub(crate) mod rows;
 pub mod softmax;
 mod types;

@@ -23,3 +23,9 @@ pub use graph::{Graph, HeadSlice, Op, ParamSource, ValueId, ValueKind};
 pub use plan::{Plan, Precision};
 pub use vitrt_kernels::gather::EndToken;
 pub use vitrt_kernels::{Activation, DType, Epilogue, PixelBatch};
+
+/// The image kernels' batch descriptions and CPU twins (JPEG from coefficients, PIL's resize),
+/// which the model's preprocessing fills and checks against.
+pub mod image_kernels {
+    pub use vitrt_kernels::{jpeg, resample};
+}

@@ -32,8 +32,10 @@ pub enum ParamKind {
     MutPtr(DType),
     /// `unsigned int*`: counters a kernel keeps in device memory.
     CounterPtr,
-    /// `const unsigned char*`: 8-bit image bytes.
+    /// `const unsigned char*`: 8-bit image bytes, or a table of records the kernel reads.
     BytePtr,
+    /// `unsigned char*`: 8-bit samples a kernel writes.
+    MutBytePtr,
     I32,
     U32,
     I64,
@@ -50,6 +52,7 @@ impl ParamKind {
             ParamKind::MutPtr(d) => format!("{}*", d.cuda_type()),
             ParamKind::CounterPtr => "unsigned int*".into(),
             ParamKind::BytePtr => "const unsigned char*".into(),
+            ParamKind::MutBytePtr => "unsigned char*".into(),
             ParamKind::I32 => "int".into(),
             ParamKind::U32 => "unsigned int".into(),
             ParamKind::I64 => "long long".into(),
@@ -100,6 +103,7 @@ impl KernelArg {
                     | ParamKind::MutPtr(_)
                     | ParamKind::CounterPtr
                     | ParamKind::BytePtr
+                    | ParamKind::MutBytePtr
             ) | (KernelArg::I32(_), ParamKind::I32)
                 | (KernelArg::U32(_), ParamKind::U32)
                 | (KernelArg::I64(_), ParamKind::I64)

@@ -487,20 +487,27 @@ fn decode_jpeg(
 
 /// The orientation from the first EXIF APP1 segment (the one PIL keeps), else from XMP.
 fn jpeg_orientation<R>(decompress: &mozjpeg::Decompress<R>) -> Orientation {
+    let segments: Vec<&[u8]> = decompress
+        .markers()
+        .filter(|m| matches!(m.marker, mozjpeg::Marker::APP(1)))
+        .map(|m| m.data)
+        .collect();
+    orientation_of_app1_segments(&segments)
+}
+
+/// The orientation a JPEG's APP1 segments give, in file order: the first EXIF segment's (the
+/// one PIL keeps), else the first XMP packet's; the host decoder and the coefficient reader
+/// both read it here.
+pub(super) fn orientation_of_app1_segments(segments: &[&[u8]]) -> Orientation {
     const EXIF_HEADER: &[u8] = b"Exif\0\0";
     const XMP_HEADER: &[u8] = b"http://ns.adobe.com/xap/1.0/\0";
-    let app1 = || {
-        decompress
-            .markers()
-            .filter(|m| matches!(m.marker, mozjpeg::Marker::APP(1)))
-            .map(|m| m.data)
-    };
-    if let Some(exif) = app1().find_map(|d| d.strip_prefix(EXIF_HEADER)) {
+    if let Some(exif) = segments.iter().find_map(|d| d.strip_prefix(EXIF_HEADER)) {
         if let Some(orientation) = Orientation::from_exif_chunk(exif) {
             return orientation;
         }
     }
-    app1()
+    segments
+        .iter()
         .find_map(|d| d.strip_prefix(XMP_HEADER))
         .and_then(orientation_from_xmp)
         .unwrap_or(Orientation::NoTransforms)

@@ -39,7 +39,9 @@
 mod classes;
 mod config;
 mod decode;
+pub mod device_batch;
 mod error;
+pub mod jpeg_coefficients;
 mod resampling;
 mod resize;
 mod timm;

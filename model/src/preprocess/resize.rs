@@ -2,6 +2,7 @@
 //! clipped to u8 after each pass, with Pillow 13's choice of which pass goes first.
 
 use super::resampling::Resample;
+use vitrt_runtime::image_kernels::resample::TapTable;
 
 /// Fractional bits of PIL's 8-bit fixed-point filter weights: 32 bits less 8 for the pixel
 /// value and 2 of headroom for weights above 1 and their sums.
@@ -87,6 +88,16 @@ impl ResampleTaps {
 
     pub(super) fn fits_i32(&self) -> bool {
         self.fits_i32
+    }
+
+    /// The same taps as the image kernels' table (`vitrt_kernels::resample`).
+    pub(super) fn tap_table(&self) -> TapTable {
+        TapTable {
+            first: self.first.iter().map(|&f| f as u32).collect(),
+            weights: (0..self.first.len())
+                .map(|o| self.weights_of(o).to_vec())
+                .collect(),
+        }
     }
 }
 

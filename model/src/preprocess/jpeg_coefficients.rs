@@ -1,0 +1,258 @@
+//! A JPEG file entropy-decoded into quantised DCT coefficients by libjpeg-turbo's own
+//! `jpeg_read_coefficients` (Huffman or arithmetic coding, baseline or progressive), with what
+//! the rest of the decoder needs: sampling, multipliers, colour space and EXIF orientation. The
+//! kernels of `vitrt_kernels::jpeg` finish the decoding on the GPU (their CPU twins on the
+//! host), bit for bit as libjpeg-turbo's full decoder.
+//!
+//! A file is only taken here when that is certain; anything else is left to the host decoder
+//! ([`super::decode`]), which then gives its usual pixels or its usual error. Left to it: files
+//! libjpeg warns about or refuses (truncated, corrupt, 12-bit), CMYK and YCCK, sampling
+//! libjpeg cannot upsample, progressive files whose coefficients are not all refined (libjpeg
+//! smooths those blocks), any block outside the exactness guard
+//! (`vitrt_kernels::jpeg::cpu::block_is_exact`), and images past the limits.
+
+use std::os::raw::c_int;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use mozjpeg_sys as ffi;
+use vitrt_runtime::image_kernels::jpeg::cpu::block_is_exact;
+use vitrt_runtime::image_kernels::jpeg::{JpegColour, Upsample};
+
+use super::error::ImageLimits;
+
+/// One component's coefficients and how its samples map onto the image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ComponentCoefficients {
+    pub blocks_wide: u32,
+    pub blocks_high: u32,
+    pub downsampled_width: u32,
+    pub downsampled_height: u32,
+    pub upsample: Upsample,
+    /// The islow IDCT's multipliers (libjpeg's `dct_table`), natural order.
+    pub quant: [i32; 64],
+    /// `blocks_wide * blocks_high` blocks of 64, row by row, natural order.
+    pub coefs: Vec<i16>,
+}
+
+/// A JPEG ready for the coefficient path: everything libjpeg-turbo's decompressor would use
+/// after entropy decoding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JpegCoefficients {
+    pub width: u32,
+    pub height: u32,
+    pub colour: JpegColour,
+    /// The EXIF orientation, 1 to 8, read as the host decoder reads it.
+    pub orientation: u8,
+    pub components: Vec<ComponentCoefficients>,
+}
+
+impl JpegCoefficients {
+    /// (height, width) once upright.
+    pub fn upright_size(&self) -> (usize, usize) {
+        let (h, w) = (self.height as usize, self.width as usize);
+        if self.orientation >= 5 {
+            (w, h)
+        } else {
+            (h, w)
+        }
+    }
+
+    /// Bytes of coefficients.
+    pub fn coefficient_bytes(&self) -> usize {
+        self.components.iter().map(|c| c.coefs.len() * 2).sum()
+    }
+}
+
+/// Why a file is left to the host decoder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostReason {
+    /// libjpeg refused the file or warned about it (truncated or corrupt data).
+    LibjpegObjected,
+    /// CMYK, YCCK or another colour space the kernels do not convert.
+    ColourSpace,
+    /// Sampling factors libjpeg cannot upsample, or an unusual component count.
+    Sampling,
+    /// A progressive file with coefficients left unrefined: libjpeg smooths those blocks.
+    Unrefined,
+    /// A block outside the exactness guard.
+    Guard,
+    /// Larger than the limits (the host decoder says which).
+    Limits,
+}
+
+impl HostReason {
+    pub fn describe(self) -> &'static str {
+        match self {
+            HostReason::LibjpegObjected => "libjpeg warned about or refused the file",
+            HostReason::ColourSpace => "a colour space other than grey, YCbCr or RGB",
+            HostReason::Sampling => "sampling factors the upsampling kernels do not take",
+            HostReason::Unrefined => "a progressive file with unrefined coefficients",
+            HostReason::Guard => "coefficients outside the exactness guard",
+            HostReason::Limits => "larger than the image limits",
+        }
+    }
+}
+
+/// Reads `bytes` (a JPEG, by its content) into coefficients, or says why the host decoder
+/// must take it. Never panics and never fails otherwise: every refusal is the host's to make.
+pub fn read_jpeg_coefficients(
+    bytes: &[u8],
+    limits: &ImageLimits,
+) -> Result<JpegCoefficients, HostReason> {
+    let mut err: Box<ffi::jpeg_error_mgr> = Box::new(unsafe { std::mem::zeroed() });
+    let mut cinfo: Box<ffi::jpeg_decompress_struct> = Box::new(unsafe { std::mem::zeroed() });
+    // SAFETY: the error manager and the decompressor live in boxes that outlive every libjpeg
+    // call below; libjpeg's fatal errors unwind out of `error_exit` (mozjpeg-sys' "unwinding"
+    // feature), are caught here, and the decompressor is destroyed on every path.
+    unsafe {
+        ffi::jpeg_std_error(&mut err);
+        err.error_exit = Some(unwind_on_error);
+        err.emit_message = Some(count_warnings);
+        cinfo.common.err = &mut *err;
+        ffi::jpeg_create_decompress(&mut *cinfo);
+    }
+    let result = catch_unwind(AssertUnwindSafe(|| unsafe {
+        read_started(&mut cinfo, bytes, limits)
+    }));
+    // SAFETY: created above; destroying also frees every array libjpeg allocated.
+    unsafe { ffi::jpeg_destroy_decompress(&mut cinfo) };
+    match result {
+        Ok(Ok(image)) if err.num_warnings == 0 => Ok(image),
+        Ok(Ok(_)) | Err(_) => Err(HostReason::LibjpegObjected),
+        Ok(Err(reason)) => Err(reason),
+    }
+}
+
+unsafe extern "C-unwind" fn unwind_on_error(_cinfo: &mut ffi::jpeg_common_struct) {
+    std::panic::resume_unwind(Box::new("libjpeg error"));
+}
+
+unsafe extern "C-unwind" fn count_warnings(cinfo: &mut ffi::jpeg_common_struct, level: c_int) {
+    if level < 0 {
+        // SAFETY: `err` points at the manager set up in read_jpeg_coefficients.
+        unsafe { (*cinfo.err).num_warnings += 1 };
+    }
+}
+
+/// The body of [`read_jpeg_coefficients`] on a created decompressor.
+///
+/// # Safety
+/// `cinfo` must be a created decompressor whose error manager unwinds on errors.
+unsafe fn read_started(
+    cinfo: &mut ffi::jpeg_decompress_struct,
+    bytes: &[u8],
+    limits: &ImageLimits,
+) -> Result<JpegCoefficients, HostReason> {
+    const APP1: c_int = 0xE1;
+    unsafe {
+        ffi::jpeg_mem_src(cinfo, bytes.as_ptr(), bytes.len() as _);
+        ffi::jpeg_save_markers(cinfo, APP1, 0xFFFF);
+        ffi::jpeg_read_header(cinfo, 1);
+    }
+    let (width, height) = (cinfo.image_width, cinfo.image_height);
+    let pixels = u64::from(width) * u64::from(height);
+    if pixels > limits.max_pixels || pixels * 3 > limits.max_decoded_bytes || width == 0 {
+        return Err(HostReason::Limits);
+    }
+    let count = cinfo.num_components as usize;
+    let colour = match (cinfo.jpeg_color_space, count) {
+        (ffi::J_COLOR_SPACE::JCS_GRAYSCALE, 1) => JpegColour::Grey,
+        (ffi::J_COLOR_SPACE::JCS_YCbCr, 3) => JpegColour::YCbCr,
+        (ffi::J_COLOR_SPACE::JCS_RGB, 3) => JpegColour::Rgb,
+        _ => return Err(HostReason::ColourSpace),
+    };
+    let orientation = orientation_of(cinfo);
+    // SAFETY: read_header succeeded, so comp_info holds num_components entries.
+    let infos = unsafe { std::slice::from_raw_parts(cinfo.comp_info, count) };
+    let (max_h, max_v) = (
+        cinfo.max_h_samp_factor as u32,
+        cinfo.max_v_samp_factor as u32,
+    );
+    let mut layouts = Vec::with_capacity(count);
+    for info in infos {
+        let (h, v) = (info.h_samp_factor as u32, info.v_samp_factor as u32);
+        // libjpeg's downsampled size: ceil(image size * factor / largest factor).
+        let downsampled_width = (u64::from(width) * u64::from(h)).div_ceil(u64::from(max_h)) as u32;
+        let downsampled_height =
+            (u64::from(height) * u64::from(v)).div_ceil(u64::from(max_v)) as u32;
+        let upsample =
+            Upsample::choose(h, v, max_h, max_v, downsampled_width).ok_or(HostReason::Sampling)?;
+        layouts.push((downsampled_width, downsampled_height, upsample));
+    }
+    // SAFETY: the header has been read; this consumes the rest of the file.
+    let arrays = unsafe { ffi::jpeg_read_coefficients(cinfo) };
+    if arrays.is_null() {
+        return Err(HostReason::LibjpegObjected);
+    }
+    if !cinfo.coef_bits.is_null() {
+        // Progressive: libjpeg smooths the blocks of any component whose first ten
+        // coefficients (zigzag order) are not all known to the last bit.
+        // SAFETY: coef_bits holds 64 ints per component.
+        let bits =
+            unsafe { std::slice::from_raw_parts(cinfo.coef_bits as *const c_int, count * 64) };
+        if bits
+            .chunks_exact(64)
+            .any(|c| c[..10].iter().any(|&b| b != 0))
+        {
+            return Err(HostReason::Unrefined);
+        }
+    }
+    let access =
+        unsafe { (*cinfo.common.mem).access_virt_barray }.ok_or(HostReason::LibjpegObjected)?;
+    let mut components = Vec::with_capacity(count);
+    for (c, (info, &(downsampled_width, downsampled_height, upsample))) in
+        infos.iter().zip(&layouts).enumerate()
+    {
+        if info.quant_table.is_null() {
+            return Err(HostReason::LibjpegObjected);
+        }
+        // SAFETY: latched by jpeg_read_coefficients for every component.
+        let table = unsafe { &(*info.quant_table).quantval };
+        // The islow IDCT's multiplier is the table's value as a 16-bit signed integer.
+        let quant: [i32; 64] = std::array::from_fn(|i| i32::from(table[i] as i16));
+        let (blocks_wide, blocks_high) = (info.width_in_blocks, info.height_in_blocks);
+        let mut coefs = Vec::with_capacity(blocks_wide as usize * blocks_high as usize * 64);
+        for row in 0..blocks_high {
+            // SAFETY: one row of the component's block array, within its height.
+            let rows = unsafe { access(&mut cinfo.common, *arrays.add(c), row, 1, 0) };
+            let blocks = unsafe { std::slice::from_raw_parts(*rows, blocks_wide as usize) };
+            for block in blocks {
+                if !block_is_exact(block, &quant) {
+                    return Err(HostReason::Guard);
+                }
+                coefs.extend_from_slice(block);
+            }
+        }
+        components.push(ComponentCoefficients {
+            blocks_wide,
+            blocks_high,
+            downsampled_width,
+            downsampled_height,
+            upsample,
+            quant,
+            coefs,
+        });
+    }
+    Ok(JpegCoefficients {
+        width,
+        height,
+        colour,
+        orientation,
+        components,
+    })
+}
+
+/// The EXIF orientation from the saved APP1 segments, as the host decoder reads it.
+fn orientation_of(cinfo: &ffi::jpeg_decompress_struct) -> u8 {
+    let mut segments = Vec::new();
+    let mut marker = cinfo.marker_list;
+    while !marker.is_null() {
+        // SAFETY: libjpeg's saved-marker list, valid until the decompressor is destroyed.
+        let m = unsafe { &*marker };
+        if m.marker == 0xE1 && !m.data.is_null() {
+            segments.push(unsafe { std::slice::from_raw_parts(m.data, m.data_length as usize) });
+        }
+        marker = m.next;
+    }
+    super::decode::orientation_of_app1_segments(&segments).to_exif()
+}
