@@ -116,6 +116,12 @@ pub const GUARD_LIMIT: u64 = 4000 * 256;
 /// [`GUARD_LIMIT`]. Blocks of real photos are far inside it; a block outside it (a corrupt or
 /// crafted file) sends its image to the host decoder.
 pub fn block_is_exact(coefs: &[i16], quant: &[i32]) -> bool {
+    guard_sum(coefs, quant) <= GUARD_LIMIT
+}
+
+/// The guard's weighted sum of one block: |coefficient * multiplier| times [`GUARD_WEIGHTS`],
+/// over its 64 coefficients.
+pub fn guard_sum(coefs: &[i16], quant: &[i32]) -> u64 {
     let mut sum = 0u64;
     for i in 0..64 {
         if coefs[i] != 0 {
@@ -123,7 +129,7 @@ pub fn block_is_exact(coefs: &[i16], quant: &[i32]) -> bool {
             sum += value * u64::from(GUARD_WEIGHTS[i]);
         }
     }
-    sum <= GUARD_LIMIT
+    sum
 }
 
 /// The IDCT of every block of `component` into its plane in `planes` (as `jpeg_idct`).

@@ -2,6 +2,7 @@
 //! on its own and uses only part of it.
 #![allow(dead_code)]
 
+pub mod jpeg_corpus;
 pub mod text;
 
 use std::path::{Path, PathBuf};
