@@ -9,9 +9,9 @@ mod common;
 
 use common::jpeg_corpus::{config, corpus, Xorshift};
 use vitrt_kernels::cuda::{DeviceBuffer, Gpu};
-use vitrt_kernels::jpeg::gpu::DeviceJpegBatch;
+use vitrt_kernels::jpeg::gpu::JpegInputs;
 use vitrt_kernels::jpeg::{cpu as jpeg_twin, gpu as jpeg_gpu};
-use vitrt_kernels::jpeg::{JpegBatch, JpegColour, JpegComponent, JpegImage, Upsample};
+use vitrt_kernels::jpeg::{JpegBatch, JpegColour, JpegComponent, JpegData, JpegImage, Upsample};
 use vitrt_kernels::resample::gpu::DeviceResampleBatch;
 use vitrt_kernels::resample::{cpu as resample_twin, gpu as resample_gpu};
 use vitrt_model::preprocess::device_batch::{jpeg_batch, resample_batch, resample_plan};
@@ -29,10 +29,12 @@ fn download(gpu: &Gpu, buffer: &DeviceBuffer, len: usize) -> Vec<u8> {
 }
 
 /// The GPU's planes and upright RGB for `batch`.
-fn decode_on_gpu(gpu: &Gpu, batch: &JpegBatch) -> (Vec<u8>, Vec<u8>, DeviceBuffer) {
-    let layout = DeviceJpegBatch::layout(batch, 0);
-    let mut staged = vec![0; layout.bytes];
-    layout.write(batch, &mut staged);
+fn decode_on_gpu(
+    gpu: &Gpu,
+    batch: &JpegBatch,
+    data: &JpegData,
+) -> (Vec<u8>, Vec<u8>, DeviceBuffer) {
+    let (layout, staged) = JpegInputs::pack(batch, data);
     let inputs = buffer(gpu, staged.len());
     gpu.upload(&inputs, 0, &staged).unwrap();
     let planes = buffer(gpu, batch.planes_len());
@@ -59,11 +61,11 @@ fn the_corpus_decodes_resizes_and_crops_on_the_gpu_as_the_twins_do() {
         .iter()
         .map(|f| read_jpeg_coefficients(&f.bytes, &limits).unwrap())
         .collect();
-    let batch = jpeg_batch(&images.iter().collect::<Vec<_>>());
-    let (planes, rgb, rgb_on_gpu) = decode_on_gpu(&gpu, &batch);
+    let (batch, data) = jpeg_batch(&images.iter().collect::<Vec<_>>());
+    let (planes, rgb, rgb_on_gpu) = decode_on_gpu(&gpu, &batch, &data);
     let mut twin_planes = vec![0; batch.planes_len()];
     let mut twin_rgb = vec![0; batch.rgb_len()];
-    jpeg_twin::idct(&batch, &mut twin_planes);
+    jpeg_twin::idct(&batch, &data, &mut twin_planes);
     jpeg_twin::colour(&batch, &twin_planes, &mut twin_rgb);
     assert_eq!(first_difference(&planes, &twin_planes), None, "IDCT planes");
     for (image, file) in batch.images.iter().zip(&files) {
@@ -122,6 +124,7 @@ fn blocks_at_the_guards_limit_decode_on_the_gpu_as_the_twins_do() {
     let gpu = Gpu::new(0).unwrap();
     let mut rng = Xorshift(0x1234_5678_9abc_def1);
     let mut batch = JpegBatch::default();
+    let mut data = JpegData::default();
     // Every kind of upsampling, every orientation; coefficients scaled up to the guard's
     // limit with random signs, and multipliers up to 255.
     let samplings = [
@@ -146,11 +149,11 @@ fn blocks_at_the_guards_limit_decode_on_the_gpu_as_the_twins_do() {
             let downsampled_width = width.div_ceil(fh);
             let downsampled_height = height.div_ceil(fv);
             let component = JpegComponent {
-                coef_offset: batch.coefs.len(),
+                coef_offset: data.coefs.len(),
                 plane_offset: plane_at,
                 blocks_wide: downsampled_width.div_ceil(8),
                 blocks_high: downsampled_height.div_ceil(8),
-                quant_offset: batch.quant.len(),
+                quant_offset: data.quant.len(),
                 downsampled_width,
                 downsampled_height,
                 upsample,
@@ -170,10 +173,10 @@ fn blocks_at_the_guards_limit_decode_on_the_gpu_as_the_twins_do() {
                     }
                 }
                 assert!(jpeg_twin::block_is_exact(&block, &quant));
-                batch.coefs.extend_from_slice(&block);
+                data.coefs.extend_from_slice(&block);
             }
             plane_at += component.plane_len();
-            batch.quant.extend_from_slice(&quant);
+            data.quant.extend_from_slice(&quant);
             indices.push(batch.components.len());
             batch.components.push(component);
         }
@@ -192,11 +195,11 @@ fn blocks_at_the_guards_limit_decode_on_the_gpu_as_the_twins_do() {
         rgb_at += image.rgb_len();
         batch.images.push(image);
     }
-    batch.validate().unwrap();
-    let (planes, rgb, _) = decode_on_gpu(&gpu, &batch);
+    batch.validate(data.coefs.len(), data.quant.len()).unwrap();
+    let (planes, rgb, _) = decode_on_gpu(&gpu, &batch, &data);
     let mut twin_planes = vec![0; batch.planes_len()];
     let mut twin_rgb = vec![0; batch.rgb_len()];
-    jpeg_twin::idct(&batch, &mut twin_planes);
+    jpeg_twin::idct(&batch, &data, &mut twin_planes);
     jpeg_twin::colour(&batch, &twin_planes, &mut twin_rgb);
     assert_eq!(first_difference(&planes, &twin_planes), None);
     assert_eq!(first_difference(&rgb, &twin_rgb), None);

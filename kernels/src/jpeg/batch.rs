@@ -145,15 +145,21 @@ pub const COMPONENT_RECORD_BYTES: usize = 64;
 /// Bytes of one `JpegImage` in the table jpeg.cu reads.
 pub const IMAGE_RECORD_BYTES: usize = 48;
 
-/// A batch: every image's coefficients, multipliers and descriptors.
+/// A batch's descriptors: every image and every component, whose offsets address a batch's
+/// coefficients (i16) and multipliers (i32, 64 a table, as libjpeg's islow `dct_table` holds
+/// them: the quantisation table's values as 16-bit signed integers) kept apart from it, in
+/// host memory for the twins or in one device buffer for the kernels.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct JpegBatch {
-    pub coefs: Vec<i16>,
-    /// Dequantisation multipliers, 64 per table, as libjpeg's islow `dct_table` holds them
-    /// (the quantisation table's values as 16-bit signed integers).
-    pub quant: Vec<i32>,
     pub components: Vec<JpegComponent>,
     pub images: Vec<JpegImage>,
+}
+
+/// Coefficients and multipliers in host memory, addressed by a [`JpegBatch`]'s offsets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JpegData {
+    pub coefs: Vec<i16>,
+    pub quant: Vec<i32>,
 }
 
 impl JpegBatch {
@@ -230,18 +236,19 @@ impl JpegBatch {
         out
     }
 
-    /// Checks every offset and size against the buffers, so a kernel never reads or writes
-    /// outside them: a description of the first problem.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks every offset and size against `coefs` coefficients and `quant` multipliers and
+    /// the planes and RGB buffers the batch implies, so a kernel never reads or writes outside
+    /// them: a description of the first problem.
+    pub fn validate(&self, coefs: usize, quant: usize) -> Result<(), String> {
         for (i, c) in self.components.iter().enumerate() {
             let coef_end = c.coef_offset.checked_add(c.blocks() * 64);
-            if coef_end.is_none_or(|end| end > self.coefs.len()) {
+            if coef_end.is_none_or(|end| end > coefs) {
                 return Err(format!("component {i}'s coefficients run past the batch's"));
             }
-            if c.quant_offset + 64 > self.quant.len() {
+            if c.quant_offset + 64 > quant {
                 return Err(format!("component {i}'s multipliers run past the batch's"));
             }
-            if c.plane_offset % 8 != 0 {
+            if !c.plane_offset.is_multiple_of(8) {
                 return Err(format!("component {i}'s plane is not 8-byte aligned"));
             }
             let fits = c.downsampled_width >= 1
@@ -334,8 +341,6 @@ mod tests {
     #[test]
     fn records_have_the_cuda_structs_sizes() {
         let batch = JpegBatch {
-            coefs: vec![0; 64],
-            quant: vec![1; 64],
             components: vec![JpegComponent {
                 coef_offset: 0,
                 plane_offset: 0,
@@ -357,9 +362,13 @@ mod tests {
         };
         assert_eq!(batch.component_table().len(), COMPONENT_RECORD_BYTES);
         assert_eq!(batch.image_table().len(), IMAGE_RECORD_BYTES);
-        assert_eq!(batch.validate(), Ok(()));
+        assert_eq!(batch.validate(64, 64), Ok(()));
         let mut wide = batch.clone();
         wide.images[0].width = 9;
-        assert!(wide.validate().is_err(), "a pixel past the samples");
+        assert!(wide.validate(64, 64).is_err(), "a pixel past the samples");
+        assert!(
+            batch.validate(63, 64).is_err(),
+            "a coefficient past the data"
+        );
     }
 }

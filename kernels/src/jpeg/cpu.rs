@@ -3,7 +3,7 @@
 //! descriptors. The kernels compute in 32 bits, which gives the same numbers on every block
 //! the exactness guard lets through ([`block_is_exact`]).
 
-use super::batch::{JpegBatch, JpegColour, JpegComponent, JpegImage, Upsample};
+use super::batch::{JpegBatch, JpegColour, JpegComponent, JpegData, JpegImage, Upsample};
 
 const CONST_BITS: u32 = 13;
 const PASS1_BITS: u32 = 2;
@@ -133,12 +133,12 @@ pub fn guard_sum(coefs: &[i16], quant: &[i32]) -> u64 {
 }
 
 /// The IDCT of every block of `component` into its plane in `planes` (as `jpeg_idct`).
-pub fn idct_component(batch: &JpegBatch, component: &JpegComponent, planes: &mut [u8]) {
+pub fn idct_component(data: &JpegData, component: &JpegComponent, planes: &mut [u8]) {
     let stride = component.plane_stride();
-    let quant = &batch.quant[component.quant_offset..][..64];
+    let quant = &data.quant[component.quant_offset..][..64];
     let plane = &mut planes[component.plane_offset..][..component.plane_len()];
     for block in 0..component.blocks() {
-        let coefs = &batch.coefs[component.coef_offset + block * 64..][..64];
+        let coefs = &data.coefs[component.coef_offset + block * 64..][..64];
         let samples = idct_block(coefs, quant);
         let (by, bx) = (
             block / component.blocks_wide as usize,
@@ -152,9 +152,9 @@ pub fn idct_component(batch: &JpegBatch, component: &JpegComponent, planes: &mut
 }
 
 /// The IDCT of every component of the batch (as the `jpeg_idct` launch).
-pub fn idct(batch: &JpegBatch, planes: &mut [u8]) {
+pub fn idct(batch: &JpegBatch, data: &JpegData, planes: &mut [u8]) {
     for component in &batch.components {
-        idct_component(batch, component, planes);
+        idct_component(data, component, planes);
     }
 }
 

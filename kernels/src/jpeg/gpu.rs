@@ -2,7 +2,7 @@
 //! components into their planes, then each image's upsampling, colour conversion and EXIF
 //! orientation into upright RGB.
 
-use super::batch::{JpegBatch, COMPONENT_RECORD_BYTES, IMAGE_RECORD_BYTES};
+use super::batch::{JpegBatch, JpegData, COMPONENT_RECORD_BYTES, IMAGE_RECORD_BYTES};
 use crate::cuda::{
     invalid, ArchRequirement, DeviceBuffer, Gpu, Instantiation, KernelArg, KernelError,
     KernelParam, LaunchDims, ParamKind,
@@ -57,78 +57,103 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
     vec![idct_instantiation(), colour_instantiation()]
 }
 
-/// Where a batch's inputs lie in device memory: byte offsets into one uploaded buffer (the
-/// layout [`DeviceJpegBatch::layout`] gives), so a batch goes up in one copy.
+/// Where a batch's inputs lie in one device buffer, as byte offsets: its two descriptor
+/// tables, and the bases its components' coefficient and multiplier offsets count from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DeviceJpegBatch {
-    pub start: usize,
+pub struct JpegInputs {
     pub components_at: usize,
     pub images_at: usize,
+    /// Where coefficient 0 is (i16s); a multiple of 2.
     pub coefs_at: usize,
+    /// Where multiplier 0 is (i32s); a multiple of 4.
     pub quant_at: usize,
-    pub bytes: usize,
 }
 
-impl DeviceJpegBatch {
-    /// Offsets of the batch's tables, coefficients and multipliers in one buffer, each
-    /// 16-byte aligned, from `start` on.
-    pub fn layout(batch: &JpegBatch, start: usize) -> Self {
-        let align = |n: usize| n.next_multiple_of(16);
-        let components_at = align(start);
-        let images_at = align(components_at + batch.components.len() * COMPONENT_RECORD_BYTES);
-        let coefs_at = align(images_at + batch.images.len() * IMAGE_RECORD_BYTES);
-        let quant_at = align(coefs_at + batch.coefs.len() * 2);
-        let bytes = align(quant_at + batch.quant.len() * 4) - start;
-        Self {
-            start,
+impl JpegInputs {
+    /// Writes `batch`'s two descriptor tables at `at` in `out` (16-byte aligned), returning
+    /// where each went and the end: the caller gives the data's bases.
+    pub fn write_tables(batch: &JpegBatch, out: &mut Vec<u8>, at: usize) -> (usize, usize, usize) {
+        let components_at = at.next_multiple_of(16);
+        let images_at =
+            (components_at + batch.components.len() * COMPONENT_RECORD_BYTES).next_multiple_of(16);
+        let end = images_at + batch.images.len() * IMAGE_RECORD_BYTES;
+        if out.len() < end {
+            out.resize(end, 0);
+        }
+        out[components_at
+            ..images_at.min(components_at + batch.components.len() * COMPONENT_RECORD_BYTES)]
+            .copy_from_slice(&batch.component_table());
+        out[images_at..end].copy_from_slice(&batch.image_table());
+        (components_at, images_at, end)
+    }
+
+    /// One buffer holding `batch`'s tables, then `data`'s coefficients and multipliers: what
+    /// a test uploads whole.
+    pub fn pack(batch: &JpegBatch, data: &JpegData) -> (Self, Vec<u8>) {
+        let mut out = Vec::new();
+        let (components_at, images_at, end) = Self::write_tables(batch, &mut out, 0);
+        let coefs_at = end.next_multiple_of(16);
+        let quant_at = (coefs_at + data.coefs.len() * 2).next_multiple_of(16);
+        out.resize(quant_at + data.quant.len() * 4, 0);
+        for (i, v) in data.coefs.iter().enumerate() {
+            out[coefs_at + 2 * i..][..2].copy_from_slice(&v.to_le_bytes());
+        }
+        for (i, v) in data.quant.iter().enumerate() {
+            out[quant_at + 4 * i..][..4].copy_from_slice(&v.to_le_bytes());
+        }
+        let inputs = Self {
             components_at,
             images_at,
             coefs_at,
             quant_at,
-            bytes,
-        }
-    }
-
-    /// Writes the batch into `out` (at least `start + bytes` long) at this layout.
-    pub fn write(&self, batch: &JpegBatch, out: &mut [u8]) {
-        let put = |out: &mut [u8], at: usize, bytes: &[u8]| {
-            out[at..at + bytes.len()].copy_from_slice(bytes)
         };
-        put(out, self.components_at, &batch.component_table());
-        put(out, self.images_at, &batch.image_table());
-        for (i, v) in batch.coefs.iter().enumerate() {
-            out[self.coefs_at + 2 * i..][..2].copy_from_slice(&v.to_le_bytes());
-        }
-        for (i, v) in batch.quant.iter().enumerate() {
-            out[self.quant_at + 4 * i..][..4].copy_from_slice(&v.to_le_bytes());
-        }
+        (inputs, out)
     }
 }
 
-/// Decodes `batch` (already written into `inputs` at `at`) into upright RGB in `rgb`, through
-/// the component planes in `planes`: the IDCT launch, then the colour launch, both queued on
-/// the GPU's stream. Results equal `cpu::idct` then `cpu::colour`.
+/// Decodes `batch` into upright RGB in `rgb`, through the component planes in `planes`: the
+/// IDCT launch, then the colour launch, both queued on the GPU's stream. `inputs` holds the
+/// tables and data where `at` says (the data's extent up to the end of `inputs`). Results
+/// equal `cpu::idct` then `cpu::colour`.
 pub fn decode(
     gpu: &Gpu,
     batch: &JpegBatch,
     inputs: &DeviceBuffer,
-    at: &DeviceJpegBatch,
+    at: &JpegInputs,
     planes: &DeviceBuffer,
     rgb: &DeviceBuffer,
 ) -> Result<(), KernelError> {
     for buffer in [inputs, planes, rgb] {
         gpu.check_owner(buffer)?;
     }
-    batch.validate().map_err(|e| invalid!("JPEG batch: {e}"))?;
+    let len = inputs.len_bytes();
+    if !at.coefs_at.is_multiple_of(2)
+        || !at.quant_at.is_multiple_of(4)
+        || !at.components_at.is_multiple_of(16)
+        || !at.images_at.is_multiple_of(16)
+    {
+        return Err(invalid!("JPEG inputs misaligned: {at:?}"));
+    }
+    let coefs = len.saturating_sub(at.coefs_at) / 2;
+    let quant = len.saturating_sub(at.quant_at) / 4;
+    batch
+        .validate(coefs, quant)
+        .map_err(|e| invalid!("JPEG batch: {e}"))?;
     if batch.components.len() > 65_535 || batch.images.len() > 65_535 {
         return Err(invalid!(
             "a JPEG batch holds at most 65535 images and components"
         ));
     }
-    if *at != DeviceJpegBatch::layout(batch, at.start) {
-        return Err(invalid!("the JPEG batch was written at another layout"));
-    }
-    inputs.check_range(at.start, at.bytes, "JPEG batch")?;
+    inputs.check_range(
+        at.components_at,
+        batch.components.len() * COMPONENT_RECORD_BYTES,
+        "JPEG components",
+    )?;
+    inputs.check_range(
+        at.images_at,
+        batch.images.len() * IMAGE_RECORD_BYTES,
+        "JPEG images",
+    )?;
     planes.check_range(0, batch.planes_len(), "JPEG planes")?;
     rgb.check_range(0, batch.rgb_len(), "decoded RGB")?;
     if batch.images.is_empty() {

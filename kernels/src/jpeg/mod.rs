@@ -26,4 +26,4 @@ pub mod batch;
 pub mod cpu;
 pub mod gpu;
 
-pub use batch::{JpegBatch, JpegColour, JpegComponent, JpegImage, Upsample};
+pub use batch::{JpegBatch, JpegColour, JpegComponent, JpegData, JpegImage, Upsample};

@@ -2,35 +2,37 @@
 //! what the device path (or the kernels' CPU twins) needs to turn a batch of files'
 //! coefficients into the same 8-bit HWC pixels [`super::ImageLoader`] makes on the host.
 
-use vitrt_runtime::image_kernels::jpeg::{JpegBatch, JpegComponent, JpegImage};
+use vitrt_runtime::image_kernels::jpeg::{JpegBatch, JpegComponent, JpegData, JpegImage};
 use vitrt_runtime::image_kernels::resample::{ResampleBatch, ResampleImage, TapTable};
 
 use super::jpeg_coefficients::JpegCoefficients;
 use super::resize::ResampleTaps;
 use super::{PreprocessConfig, Resample, ResizeTarget};
 
-/// The JPEG kernels' batch for `images`, in order: coefficients and multipliers back to back,
-/// each image's component planes and upright RGB image one after another.
-pub fn jpeg_batch(images: &[&JpegCoefficients]) -> JpegBatch {
+/// The JPEG kernels' batch for `images`, in order, with their coefficients and multipliers
+/// back to back in host memory; each image's component planes and upright RGB image one after
+/// another.
+pub fn jpeg_batch(images: &[&JpegCoefficients]) -> (JpegBatch, JpegData) {
     let mut batch = JpegBatch::default();
+    let mut data = JpegData::default();
     let (mut plane_at, mut rgb_at) = (0usize, 0usize);
     for image in images {
         let mut indices = Vec::with_capacity(image.components.len());
         for c in &image.components {
             indices.push(batch.components.len());
             let component = JpegComponent {
-                coef_offset: batch.coefs.len(),
+                coef_offset: data.coefs.len(),
                 plane_offset: plane_at,
                 blocks_wide: c.blocks_wide,
                 blocks_high: c.blocks_high,
-                quant_offset: batch.quant.len(),
+                quant_offset: data.quant.len(),
                 downsampled_width: c.downsampled_width,
                 downsampled_height: c.downsampled_height,
                 upsample: c.upsample,
             };
             plane_at += component.plane_len();
-            batch.coefs.extend_from_slice(&c.coefs);
-            batch.quant.extend_from_slice(&c.quant);
+            data.coefs.extend_from_slice(&c.coefs);
+            data.quant.extend_from_slice(&c.quant);
             batch.components.push(component);
         }
         let described = JpegImage {
@@ -44,7 +46,7 @@ pub fn jpeg_batch(images: &[&JpegCoefficients]) -> JpegBatch {
         rgb_at += described.rgb_len();
         batch.images.push(described);
     }
-    batch
+    (batch, data)
 }
 
 /// Why an image's resize cannot run on the image kernels.

@@ -117,10 +117,10 @@ pub fn host_pixels(bytes: &[u8], (height, width): (usize, usize)) -> Vec<u8> {
 
 /// The twins' upright RGB for coefficients read from a file.
 pub fn twin_pixels(image: &JpegCoefficients) -> Vec<u8> {
-    let batch = jpeg_batch(&[image]);
+    let (batch, data) = jpeg_batch(&[image]);
     let mut planes = vec![0; batch.planes_len()];
     let mut rgb = vec![0; batch.rgb_len()];
-    jpeg_twin::idct(&batch, &mut planes);
+    jpeg_twin::idct(&batch, &data, &mut planes);
     jpeg_twin::colour(&batch, &planes, &mut rgb);
     rgb
 }
