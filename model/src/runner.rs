@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::RuntimeError;
 use vitrt_runtime::{
-    Backend, DType, DeviceInput, EncodedParams, Executor, HostStaging, HostTensor, Marks,
-    PendingOutputs, PixelBatch, Precision, TimelineSpan,
+    Backend, DType, DeviceDecode, DeviceInput, EncodedParams, Executor, HostStaging, HostTensor,
+    Marks, PendingOutputs, PixelBatch, Precision, TimelineSpan,
 };
 
 pub struct Runner {
@@ -236,6 +236,19 @@ impl Runner {
         batch: usize,
         table: &[f32],
     ) -> Result<PendingOutputs, ModelError> {
+        self.submit_decoding(pixels, batch, table, None)
+    }
+
+    /// As [`Runner::submit_bytes`], with some images first made on the device from JPEG
+    /// coefficients (`decode`, see `preprocess::device_batch`) into their places in `pixels`;
+    /// `decode`'s upload may be reused when this returns, as `pixels` may.
+    pub fn submit_decoding(
+        &mut self,
+        pixels: &[u8],
+        batch: usize,
+        table: &[f32],
+        decode: Option<&DeviceDecode<'_>>,
+    ) -> Result<PendingOutputs, ModelError> {
         let [_, channels, height, width] = self.input_shape(batch);
         let shape = PixelBatch {
             batch,
@@ -255,7 +268,7 @@ impl Runner {
         let backend = self.backend.as_mut();
         // Everything is queued before the host waits for the copy, so the device never waits
         // for the host between the expansion and the forward pass.
-        executor.write_pixel_bytes(backend, pixels, shape, table)?;
+        executor.write_pixel_bytes(backend, pixels, shape, table, decode)?;
         executor.launch(backend, Marks::None)?;
         let outputs = executor.start_outputs(backend)?;
         backend.wait_for_input_copies()?;

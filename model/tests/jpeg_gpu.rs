@@ -39,7 +39,7 @@ fn decode_on_gpu(
     gpu.upload(&inputs, 0, &staged).unwrap();
     let planes = buffer(gpu, batch.planes_len());
     let rgb = buffer(gpu, batch.rgb_len());
-    jpeg_gpu::decode(gpu, batch, &inputs, &layout, &planes, &rgb).unwrap();
+    jpeg_gpu::decode(gpu, batch, (&inputs, &inputs), &layout, &planes, &rgb).unwrap();
     (
         download(gpu, &planes, batch.planes_len()),
         download(gpu, &rgb, batch.rgb_len()),

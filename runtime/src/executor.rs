@@ -243,6 +243,7 @@ impl Executor {
         pixels: &[u8],
         shape: vitrt_kernels::PixelBatch,
         table: &[f32],
+        decode: Option<&crate::DeviceDecode<'_>>,
     ) -> Result<(), RuntimeError> {
         let inputs: Vec<usize> = self.graph.inputs().collect();
         let [v] = inputs.as_slice() else {
@@ -262,7 +263,7 @@ impl Executor {
                 ),
             });
         }
-        backend.write_pixel_bytes(self.bindings[*v], pixels, shape, table)
+        backend.write_pixel_bytes(self.bindings[*v], pixels, shape, table, decode)
     }
 
     /// Queues copies of every graph output to the host, after the work queued so far;

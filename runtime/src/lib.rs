@@ -6,6 +6,7 @@ pub mod cost;
 mod error;
 pub mod executor;
 pub mod graph;
+mod image_decode;
 pub mod lowering;
 pub mod passes;
 pub mod plan;
@@ -20,6 +21,7 @@ pub use executor::{
     EncodedParams, Executor, HostTensor, Marks, ParamStore, PendingOutputs, ReplayState,
 };
 pub use graph::{Graph, HeadSlice, Op, ParamSource, ValueId, ValueKind};
+pub use image_decode::DeviceDecode;
 pub use plan::{Plan, Precision};
 pub use vitrt_kernels::gather::EndToken;
 pub use vitrt_kernels::{Activation, DType, Epilogue, PixelBatch};

@@ -11,14 +11,29 @@ use clap::Args;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use vitrt_model::preprocess::device_batch::{device_batch, DeviceBatch};
 use vitrt_model::preprocess::{
-    normalization_table, ImageLimits, ImageLoader, PreprocessConfig, StageTimes,
+    normalization_table, ArenaReserve, ImageLimits, ImageLoader, Loaded, PreprocessConfig,
+    StageTimes,
 };
 use vitrt_model::Runner;
 use vitrt_runtime::{HostTensor, PendingOutputs};
 
 /// Staging slots: one batch being filled while one is copied and one computes.
 const STAGING_DEPTH: usize = 3;
+
+/// Arena bytes per image of a batch for `--decode gpu` (page-locked, one arena per staging
+/// slot): a 4:2:0 JPEG's coefficients take 3 bytes a pixel, so this holds a batch of
+/// 350-kilopixel photos (500x375 takes 0.56 MB), or fewer larger ones; an image that finds the
+/// arena full is decoded on the host.
+const ARENA_BYTES_PER_IMAGE: usize = 1 << 20;
+
+/// Where JPEGs are decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DecodeOn {
+    Cpu,
+    Gpu,
+}
 
 /// The images to run on and how they are read.
 #[derive(Args, Debug)]
@@ -50,6 +65,12 @@ pub struct ImageArgs {
     /// No progress bar (it is shown only when stderr is a terminal).
     #[arg(long, short)]
     quiet: bool,
+    /// Where JPEGs are decoded: `gpu` reads their coefficients on the host and finishes them
+    /// (IDCT, upsampling, colour, orientation, resize, crop) on the GPU with the host's exact
+    /// pixels; `cpu` decodes everything on the host. Default: `gpu` on a CUDA device (files
+    /// the GPU path cannot finish exactly go through the host decoder), `cpu` elsewhere.
+    #[arg(long, value_enum)]
+    decode: Option<DecodeOn>,
     /// Image files (JPEG, PNG, WebP) and folders, walked for .jpg, .jpeg, .png and .webp
     /// files in name order.
     images: Vec<PathBuf>,
@@ -125,8 +146,14 @@ pub struct BatchSetup {
 }
 
 impl BatchSetup {
-    /// The plan for `images` images on `runner`'s backend.
-    pub fn new(runner: &Runner, pre: PreprocessConfig, args: &ImageArgs, images: usize) -> Self {
+    /// The plan for `images` images on `runner`'s backend; an error for `--decode gpu` where
+    /// there is no GPU.
+    pub fn new(
+        runner: &Runner,
+        pre: PreprocessConfig,
+        args: &ImageArgs,
+        images: usize,
+    ) -> Result<Self> {
         let on_gpu = runner.backend().describe().starts_with("cuda");
         // No batch larger than the run: staging and activations are sized by it.
         let batch_size = args
@@ -144,7 +171,21 @@ impl BatchSetup {
             });
         let limits = args.limits();
         let image_bytes = ImageLoader::new(&pre, limits).output_bytes();
-        BatchSetup {
+        if args.decode == Some(DecodeOn::Gpu) && !on_gpu {
+            bail!(
+                "--decode gpu needs a CUDA device; this run is on {} (use --decode cpu, or \
+                 --device cuda)",
+                runner.backend().describe()
+            );
+        }
+        let mut device_decode = on_gpu && args.decode != Some(DecodeOn::Cpu);
+        if device_decode {
+            if let Some(why) = pre.device_decode_refusal() {
+                eprintln!("vitrt: decoding on the host: {why}");
+                device_decode = false;
+            }
+        }
+        Ok(BatchSetup {
             batch_size,
             workers,
             pipeline: PipelineConfig {
@@ -153,12 +194,17 @@ impl BatchSetup {
                 workers,
                 image_bytes,
                 fail_fast: args.fail_fast,
+                arena_bytes: if device_decode {
+                    batch_size * ARENA_BYTES_PER_IMAGE
+                } else {
+                    0
+                },
             },
             table: normalization_table(&pre),
             pre,
             limits,
             quiet: args.quiet,
-        }
+        })
     }
 }
 
@@ -168,6 +214,17 @@ pub struct Loader(pub ImageLoader);
 impl ImageLoad for Loader {
     fn load(&mut self, path: &Path, out: &mut [u8]) -> Result<StageTimes, String> {
         self.0.load_file_into(path, out).map_err(|e| e.to_string())
+    }
+
+    fn load_for_device(
+        &mut self,
+        path: &Path,
+        out: &mut [u8],
+        arena: &dyn ArenaReserve,
+    ) -> Result<(StageTimes, Loaded), String> {
+        self.0
+            .load_file_for_device(path, out, arena)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -238,11 +295,20 @@ pub fn run_batches(
         .map(|_| runner.alloc_staging(slot_bytes))
         .collect::<Result<Vec<_>, _>>()
         .context("allocating the staging buffers")?;
+    let arena_bytes = setup.pipeline.arena_bytes;
+    let mut arenas = match arena_bytes {
+        0 => Vec::new(),
+        bytes => (0..STAGING_DEPTH)
+            .map(|_| runner.alloc_staging(bytes))
+            .collect::<Result<Vec<_>, _>>()
+            .context("allocating the coefficient staging for --decode gpu")?,
+    };
     crate::startup::mark("preprocessing read, staging buffers allocated");
     runner.record_timeline(record_timeline);
     let mut submitter = Submitter {
         runner,
         table: &setup.table,
+        image_bytes: setup.pipeline.image_bytes,
         results,
         in_flight: None,
         to_collect: None,
@@ -257,6 +323,7 @@ pub fn run_batches(
         &inputs.paths,
         setup.pipeline,
         &mut staging,
+        &mut arenas,
         &make_loader,
         &mut submitter,
     );
@@ -298,6 +365,16 @@ pub fn flow_after(written: Result<(), WriteError>, what: &'static str) -> Result
     }
 }
 
+/// The device decoding of a batch's images that the workers left to it, if any.
+pub fn device_batch_of(batch: &Batch<'_>, image_bytes: usize) -> Option<DeviceBatch> {
+    let on_device: Vec<_> = batch
+        .device
+        .iter()
+        .map(|(index, image)| (index - batch.first, image))
+        .collect();
+    (!on_device.is_empty()).then(|| device_batch(&on_device, image_bytes))
+}
+
 /// A batch submitted to the model whose results are not yet collected.
 struct InFlight {
     pending: Option<PendingOutputs>,
@@ -312,6 +389,8 @@ struct InFlight {
 struct Submitter<'a, R: BatchResults> {
     runner: &'a mut Runner,
     table: &'a [f32],
+    /// Bytes of one preprocessed image.
+    image_bytes: usize,
     results: &'a mut R,
     in_flight: Option<InFlight>,
     /// The batch before `in_flight`, whose outputs are collected next.
@@ -340,10 +419,14 @@ impl<R: BatchResults> pipeline::Consumer for Submitter<'_, R> {
         }
         let started = Instant::now();
         let pending = if batch.failures.len() < batch.count {
-            Some(
-                self.runner
-                    .submit_bytes(batch.pixels, batch.count, self.table)?,
-            )
+            let device = device_batch_of(&batch, self.image_bytes);
+            let decode = device.as_ref().map(|d| d.decode(batch.arena));
+            Some(self.runner.submit_decoding(
+                batch.pixels,
+                batch.count,
+                self.table,
+                decode.as_ref(),
+            )?)
         } else {
             None
         };

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use vitrt_model::preprocess::StageTimes;
+use vitrt_model::preprocess::{ArenaReserve, DeviceImage, HostDecoded, Loaded, StageTimes};
 use vitrt_runtime::HostStaging;
 
 /// Loads one image into its place: the preprocessing loader in the CLI, mocks in tests. Each
@@ -17,6 +17,18 @@ pub trait ImageLoad: Send {
     /// Writes exactly `out.len()` bytes of `path`'s preprocessed pixels into `out`, or says
     /// why it cannot (the message names the file).
     fn load(&mut self, path: &Path, out: &mut [u8]) -> Result<StageTimes, String>;
+
+    /// As [`ImageLoad::load`], or prepares the image for device decoding in `arena` (then
+    /// `out` is left as it was).
+    fn load_for_device(
+        &mut self,
+        path: &Path,
+        out: &mut [u8],
+        arena: &dyn ArenaReserve,
+    ) -> Result<(StageTimes, Loaded), String> {
+        let _ = arena;
+        Ok((self.load(path, out)?, Loaded::Host(HostDecoded::NotJpeg)))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +43,8 @@ pub struct PipelineConfig {
     pub image_bytes: usize,
     /// Load no image after the first that fails, and end with the batch holding it.
     pub fail_fast: bool,
+    /// Bytes of each slot's arena for images decoded on the device (0: all on the host).
+    pub arena_bytes: usize,
 }
 
 /// One batch handed to the consumer: images `first .. first + count` in input order.
@@ -41,6 +55,11 @@ pub struct Batch<'a> {
     pub pixels: &'a [u8],
     /// The images of this batch that failed, by input index, in order, with why.
     pub failures: Vec<(usize, String)>,
+    /// The images of this batch left to device decoding, by input index, in order: their
+    /// bytes in `pixels` are meaningless until the device writes them.
+    pub device: Vec<(usize, DeviceImage)>,
+    /// The arena their data is in, up to the last byte used.
+    pub arena: &'a [u8],
 }
 
 /// What takes the batches, on the calling thread.
@@ -89,6 +108,10 @@ pub struct PipelineStats {
     pub wall: Duration,
     /// The most images decoded (or being decoded) and not yet released by the consumer.
     pub max_in_flight: usize,
+    /// Images prepared for device decoding.
+    pub device_decoded: usize,
+    /// Images decoded on the host, by why (when device decoding was on).
+    pub host_decoded: Vec<(HostDecoded, usize)>,
 }
 
 /// A slot's memory, written by workers at disjoint places and read by the consumer once the
@@ -100,6 +123,38 @@ struct SlotPtr(*mut u8);
 unsafe impl Send for SlotPtr {}
 unsafe impl Sync for SlotPtr {}
 
+/// One slot's arena as a worker sees it: a bump allocator over the slot's bytes; regions
+/// reserved are disjoint, and the consumer resets `used` only when it releases the slot.
+struct SlotArena<'a> {
+    base: SlotPtr,
+    capacity: usize,
+    used: &'a AtomicUsize,
+}
+
+impl ArenaReserve for SlotArena<'_> {
+    #[allow(clippy::mut_from_ref)] // each reserved region is handed out once
+    fn reserve(&self, bytes: usize) -> Option<(usize, &mut [u8])> {
+        let bytes = bytes.next_multiple_of(16);
+        let mut at = self.used.load(Ordering::Relaxed);
+        loop {
+            let end = at.checked_add(bytes).filter(|&end| end <= self.capacity)?;
+            match self
+                .used
+                .compare_exchange_weak(at, end, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                // SAFETY: [at, end) lies inside the arena (checked above) and no other
+                // reservation overlaps it (the compare-exchange gave it to this one).
+                Ok(_) => {
+                    return Some((at, unsafe {
+                        std::slice::from_raw_parts_mut(self.base.0.add(at), bytes)
+                    }))
+                }
+                Err(now) => at = now,
+            }
+        }
+    }
+}
+
 struct State {
     /// Batches the consumer has released: batch b may use its slot once b < released + depth.
     released: usize,
@@ -108,6 +163,10 @@ struct State {
     /// Per slot: images of the slot's current batch a worker started loading.
     started: Vec<usize>,
     failures: Vec<Vec<(usize, String)>>,
+    /// Per slot: the images its batch left to device decoding.
+    device: Vec<Vec<(usize, DeviceImage)>>,
+    device_decoded: usize,
+    host_decoded: Vec<(HostDecoded, usize)>,
     /// With fail_fast, the first failing index: no later image is loaded.
     stop_after: Option<usize>,
     /// The consumer has stopped: workers exit.
@@ -127,6 +186,8 @@ struct Shared<'a> {
     paths: &'a [PathBuf],
     config: PipelineConfig,
     slots: Vec<SlotPtr>,
+    /// Per slot: its arena and the bytes of it reserved so far (reset when it is released).
+    arenas: Vec<(SlotPtr, AtomicUsize)>,
     next: AtomicUsize,
     state: Mutex<State>,
     slot_free: Condvar,
@@ -200,16 +261,45 @@ impl Shared<'_> {
             };
             let started = Instant::now();
             let path = &self.paths[index];
-            let loaded = catch_unwind(AssertUnwindSafe(|| loader.load(path, out)))
-                .unwrap_or_else(|_| Err(format!("{}: the decoder panicked", path.display())));
+            let arena = self
+                .arenas
+                .get(slot)
+                .filter(|_| self.config.arena_bytes > 0);
+            let loaded = catch_unwind(AssertUnwindSafe(|| match arena {
+                Some((base, used)) => {
+                    let arena = SlotArena {
+                        base: *base,
+                        capacity: self.config.arena_bytes,
+                        used,
+                    };
+                    loader
+                        .load_for_device(path, out, &arena)
+                        .map(|(times, loaded)| (times, Some(loaded)))
+                }
+                None => loader.load(path, out).map(|times| (times, None)),
+            }))
+            .unwrap_or_else(|_| Err(format!("{}: the decoder panicked", path.display())));
             let busy = started.elapsed();
             let mut state = self.lock();
             state.worker_busy += busy;
             match loaded {
-                Ok(times) => {
+                Ok((times, outcome)) => {
                     state.stages.read += times.read;
                     state.stages.decode += times.decode;
                     state.stages.resize += times.resize;
+                    match outcome {
+                        Some(Loaded::Device(image)) => {
+                            state.device_decoded += 1;
+                            state.device[slot].push((index, image));
+                        }
+                        Some(Loaded::Host(why)) => {
+                            match state.host_decoded.iter_mut().find(|(w, _)| *w == why) {
+                                Some((_, count)) => *count += 1,
+                                None => state.host_decoded.push((why, 1)),
+                            }
+                        }
+                        None => {}
+                    }
                 }
                 Err(reason) => {
                     state.failures[slot].push((index, reason));
@@ -235,6 +325,7 @@ pub fn run(
     paths: &[PathBuf],
     config: PipelineConfig,
     staging: &mut [HostStaging],
+    arenas: &mut [HostStaging],
     make_loader: &(dyn Fn() -> Box<dyn ImageLoad> + Sync),
     consumer: &mut dyn Consumer,
 ) -> Result<PipelineStats> {
@@ -256,6 +347,12 @@ pub fn run(
                 .all(|s| s.len() >= batch_size.saturating_mul(image_bytes)),
         "the pipeline needs {depth} staging slots of {batch_size} x {image_bytes} bytes"
     );
+    anyhow::ensure!(
+        config.arena_bytes == 0
+            || (arenas.len() >= depth && arenas.iter().all(|a| a.len() >= config.arena_bytes)),
+        "the pipeline needs {depth} arenas of {} bytes",
+        config.arena_bytes
+    );
     let start = Instant::now();
     let shared = Shared {
         paths,
@@ -265,12 +362,20 @@ pub fn run(
             .take(depth)
             .map(|s| SlotPtr(s.as_mut_slice().as_mut_ptr()))
             .collect(),
+        arenas: arenas
+            .iter_mut()
+            .take(depth)
+            .map(|a| (SlotPtr(a.as_mut_slice().as_mut_ptr()), AtomicUsize::new(0)))
+            .collect(),
         next: AtomicUsize::new(0),
         state: Mutex::new(State {
             released: 0,
             done: vec![0; depth],
             started: vec![0; depth],
             failures: vec![Vec::new(); depth],
+            device: (0..depth).map(|_| Vec::new()).collect(),
+            device_decoded: 0,
+            host_decoded: Vec::new(),
             stop_after: None,
             cancelled: false,
             in_flight: 0,
@@ -301,7 +406,7 @@ pub fn run(
             let first = number * batch_size;
             let len = shared.batch_len(number);
             let waiting = Instant::now();
-            let (failures, stop) = {
+            let (failures, mut device, stop) = {
                 let mut state = shared.lock();
                 while state.done[slot] < len {
                     state = shared
@@ -311,8 +416,10 @@ pub fn run(
                 }
                 let mut failures = std::mem::take(&mut state.failures[slot]);
                 failures.sort_by_key(|(index, _)| *index);
+                let mut device = std::mem::take(&mut state.device[slot]);
+                device.sort_by_key(|(index, _)| *index);
                 let stop = state.stop_after.filter(|&s| s < first + len);
-                (failures, stop)
+                (failures, device, stop)
             };
             stats.consumer_waiting += waiting.elapsed();
             let count = stop.map_or(len, |s| s - first + 1);
@@ -327,18 +434,31 @@ pub fn run(
             // writes the slot again before it is released below.
             let pixels =
                 unsafe { std::slice::from_raw_parts(shared.slots[slot].0, count * image_bytes) };
+            device.retain(|(index, _)| *index < first + count);
+            let arena = match shared.arenas.get(slot) {
+                // SAFETY: as the pixels: the workers that reserved these bytes are done.
+                Some((base, used)) if config.arena_bytes > 0 => unsafe {
+                    std::slice::from_raw_parts(base.0, used.load(Ordering::Relaxed))
+                },
+                _ => &[],
+            };
             let busy = Instant::now();
             let flow = consumer.batch(Batch {
                 first,
                 count,
                 pixels,
                 failures,
+                device,
+                arena,
             });
             stats.consumer_busy += busy.elapsed();
             {
                 let mut state = shared.lock();
                 state.released = number + 1;
                 state.done[slot] = 0;
+                if let Some((_, used)) = shared.arenas.get(slot) {
+                    used.store(0, Ordering::Relaxed);
+                }
                 state.in_flight -= std::mem::take(&mut state.started[slot]);
                 shared.slot_free.notify_all();
             }
@@ -365,6 +485,8 @@ pub fn run(
     stats.stages = state.stages;
     stats.worker_busy = state.worker_busy;
     stats.max_in_flight = state.max_in_flight;
+    stats.device_decoded = state.device_decoded;
+    stats.host_decoded = state.host_decoded.clone();
     stats.wall = start.elapsed();
     Ok(stats)
 }
@@ -419,6 +541,7 @@ mod tests {
             paths,
             config,
             &mut staging,
+            &mut [],
             &|| Box::new(Mock),
             &mut |batch: Batch<'_>| {
                 for k in 0..batch.count {
@@ -446,6 +569,7 @@ mod tests {
             workers,
             image_bytes: 64,
             fail_fast: false,
+            arena_bytes: 0,
         }
     }
 
@@ -535,6 +659,7 @@ mod tests {
             &list,
             cfg,
             &mut staging,
+            &mut [],
             &|| Box::new(Mock),
             &mut |_: Batch<'_>| {
                 calls += 1;

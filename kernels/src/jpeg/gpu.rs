@@ -57,15 +57,16 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
     vec![idct_instantiation(), colour_instantiation()]
 }
 
-/// Where a batch's inputs lie in one device buffer, as byte offsets: its two descriptor
-/// tables, and the bases its components' coefficient and multiplier offsets count from.
+/// Where a batch's inputs lie, as byte offsets: its two descriptor tables in a tables buffer,
+/// and, in a data buffer, the bases its components' coefficient and multiplier offsets count
+/// from (one buffer may be both).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JpegInputs {
     pub components_at: usize,
     pub images_at: usize,
-    /// Where coefficient 0 is (i16s); a multiple of 2.
+    /// Where coefficient 0 is (i16s) in the data; a multiple of 2.
     pub coefs_at: usize,
-    /// Where multiplier 0 is (i32s); a multiple of 4.
+    /// Where multiplier 0 is (i32s) in the data; a multiple of 4.
     pub quant_at: usize,
 }
 
@@ -112,21 +113,21 @@ impl JpegInputs {
 }
 
 /// Decodes `batch` into upright RGB in `rgb`, through the component planes in `planes`: the
-/// IDCT launch, then the colour launch, both queued on the GPU's stream. `inputs` holds the
-/// tables and data where `at` says (the data's extent up to the end of `inputs`). Results
-/// equal `cpu::idct` then `cpu::colour`.
+/// IDCT launch, then the colour launch, both queued on the GPU's stream. `tables` and `data`
+/// hold the descriptor tables and the coefficients and multipliers where `at` says (the data
+/// run to the end of `data`). Results equal `cpu::idct` then `cpu::colour`.
 pub fn decode(
     gpu: &Gpu,
     batch: &JpegBatch,
-    inputs: &DeviceBuffer,
+    (tables, data): (&DeviceBuffer, &DeviceBuffer),
     at: &JpegInputs,
     planes: &DeviceBuffer,
     rgb: &DeviceBuffer,
 ) -> Result<(), KernelError> {
-    for buffer in [inputs, planes, rgb] {
+    for buffer in [tables, data, planes, rgb] {
         gpu.check_owner(buffer)?;
     }
-    let len = inputs.len_bytes();
+    let len = data.len_bytes();
     if !at.coefs_at.is_multiple_of(2)
         || !at.quant_at.is_multiple_of(4)
         || !at.components_at.is_multiple_of(16)
@@ -144,12 +145,12 @@ pub fn decode(
             "a JPEG batch holds at most 65535 images and components"
         ));
     }
-    inputs.check_range(
+    tables.check_range(
         at.components_at,
         batch.components.len() * COMPONENT_RECORD_BYTES,
         "JPEG components",
     )?;
-    inputs.check_range(
+    tables.check_range(
         at.images_at,
         batch.images.len() * IMAGE_RECORD_BYTES,
         "JPEG images",
@@ -181,9 +182,9 @@ pub fn decode(
             cluster: 1,
         },
         &[
-            KernelArg::Ptr(inputs.ptr + at.components_at as u64),
-            KernelArg::Ptr(inputs.ptr + at.coefs_at as u64),
-            KernelArg::Ptr(inputs.ptr + at.quant_at as u64),
+            KernelArg::Ptr(tables.ptr + at.components_at as u64),
+            KernelArg::Ptr(data.ptr + at.coefs_at as u64),
+            KernelArg::Ptr(data.ptr + at.quant_at as u64),
             KernelArg::Ptr(planes.ptr),
         ],
     )?;
@@ -208,8 +209,8 @@ pub fn decode(
             cluster: 1,
         },
         &[
-            KernelArg::Ptr(inputs.ptr + at.images_at as u64),
-            KernelArg::Ptr(inputs.ptr + at.components_at as u64),
+            KernelArg::Ptr(tables.ptr + at.images_at as u64),
+            KernelArg::Ptr(tables.ptr + at.components_at as u64),
             KernelArg::Ptr(planes.ptr),
             KernelArg::Ptr(rgb.ptr),
         ],

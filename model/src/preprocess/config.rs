@@ -163,6 +163,19 @@ impl PreprocessConfig {
         }
     }
 
+    /// Why images under this config cannot be decoded on the device, if they cannot: the image
+    /// kernels make RGB and resize with taps, so one-channel models and nearest-neighbour
+    /// resizes stay on the host.
+    pub fn device_decode_refusal(&self) -> Option<&'static str> {
+        if self.num_channels != 3 {
+            Some("the model takes one-channel images (the GPU path makes RGB)")
+        } else if self.do_resize && self.resample == Resample::Nearest {
+            Some("the preprocessing resizes with nearest-neighbour sampling (the GPU path resizes with filter taps)")
+        } else {
+            None
+        }
+    }
+
     /// What `size` asks the resize for.
     pub fn resize_target(&self) -> ResizeTarget {
         self.size

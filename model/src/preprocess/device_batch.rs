@@ -2,7 +2,15 @@
 //! what the device path (or the kernels' CPU twins) needs to turn a batch of files'
 //! coefficients into the same 8-bit HWC pixels [`super::ImageLoader`] makes on the host.
 
-use vitrt_runtime::image_kernels::jpeg::{JpegBatch, JpegComponent, JpegData, JpegImage};
+use std::sync::Arc;
+
+use vitrt_runtime::DeviceDecode;
+
+use vitrt_runtime::image_kernels::jpeg::gpu::JpegInputs;
+use vitrt_runtime::image_kernels::jpeg::{
+    JpegBatch, JpegColour, JpegComponent, JpegData, JpegImage, Upsample,
+};
+use vitrt_runtime::image_kernels::resample::gpu::DeviceResampleBatch;
 use vitrt_runtime::image_kernels::resample::{ResampleBatch, ResampleImage, TapTable};
 
 use super::jpeg_coefficients::JpegCoefficients;
@@ -64,8 +72,33 @@ pub enum ResizeRefusal {
 pub fn resample_plan(
     cfg: &PreprocessConfig,
     max_pixels: u64,
+    size: (usize, usize),
+) -> Result<ResizePlan, ResizeRefusal> {
+    resample_plan_with(cfg, max_pixels, size, &mut |input, output| {
+        Arc::new(tap_table(cfg, input, output))
+    })
+}
+
+/// An image's resize record (offsets zero) and its first and second pass's tap tables.
+pub type ResizePlan = (ResampleImage, Arc<TapTable>, Arc<TapTable>);
+
+/// The taps of one axis resized from `input` to `output` pixels with `cfg`'s filter (identity
+/// taps where the size does not change).
+pub fn tap_table(cfg: &PreprocessConfig, input: usize, output: usize) -> TapTable {
+    if input == output {
+        TapTable::identity(output)
+    } else {
+        ResampleTaps::new(input, output, cfg.resample).tap_table()
+    }
+}
+
+/// [`resample_plan`] with the tables from `table(input, output)` (a loader's cache).
+pub fn resample_plan_with(
+    cfg: &PreprocessConfig,
+    max_pixels: u64,
     (height, width): (usize, usize),
-) -> Result<(ResampleImage, TapTable, TapTable), ResizeRefusal> {
+    table: &mut dyn FnMut(usize, usize) -> Arc<TapTable>,
+) -> Result<ResizePlan, ResizeRefusal> {
     if cfg.num_channels != 3 || (cfg.do_resize && cfg.resample == Resample::Nearest) {
         return Err(ResizeRefusal::NotSupported);
     }
@@ -91,13 +124,6 @@ pub fn resample_plan(
             return Err(ResizeRefusal::HostRefuses)
         }
         None => (resized, (0, 0)),
-    };
-    let table = |input: usize, output: usize| {
-        if input == output {
-            TapTable::identity(output)
-        } else {
-            ResampleTaps::new(input, output, cfg.resample).tap_table()
-        }
     };
     let vertical = table(height, resized.0);
     let horizontal = table(width, resized.1);
@@ -129,31 +155,200 @@ pub fn resample_plan(
 /// outputs go to consecutive `output_bytes` slots (image i at i * output_bytes), with the
 /// intermediates one after another. Plans come from [`resample_plan`].
 pub fn resample_batch(
-    plans: Vec<(ResampleImage, TapTable, TapTable)>,
+    plans: Vec<ResizePlan>,
     rgb_offsets: &[usize],
     output_bytes: usize,
 ) -> ResampleBatch {
     let mut batch = ResampleBatch::default();
+    let mut seen = Vec::new();
     let mut mid_at = 0usize;
     for (i, (mut record, first, second)) in plans.into_iter().enumerate() {
         record.src_offset = rgb_offsets[i];
         record.mid_offset = mid_at;
         record.dst_offset = i * output_bytes;
         mid_at += record.intermediate_len();
-        record.first_table = table_index(&mut batch.tables, first);
-        record.second_table = table_index(&mut batch.tables, second);
+        record.first_table = table_index(&mut batch.tables, &mut seen, first);
+        record.second_table = table_index(&mut batch.tables, &mut seen, second);
         batch.images.push(record);
     }
     batch
 }
 
-/// The index of `table` in `tables`, added if new: a batch of photos of one size shares two.
-fn table_index(tables: &mut Vec<TapTable>, table: TapTable) -> usize {
-    match tables.iter().position(|t| *t == table) {
+/// The index of `table` in `tables`, added if new (by identity: a loader hands out one `Arc`
+/// per size, so a batch of photos of one size shares two).
+fn table_index(
+    tables: &mut Vec<TapTable>,
+    seen: &mut Vec<Arc<TapTable>>,
+    table: Arc<TapTable>,
+) -> usize {
+    match seen.iter().position(|t| Arc::ptr_eq(t, &table)) {
         Some(index) => index,
         None => {
-            tables.push(table);
+            tables.push(TapTable::clone(&table));
+            seen.push(table);
             tables.len() - 1
         }
+    }
+}
+
+/// One component of an image prepared for device decoding, its data in a batch's arena.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArenaComponent {
+    /// Byte offsets of its coefficients (i16, little-endian) and its 64 multipliers (i32).
+    pub coefs_at: usize,
+    pub quant_at: usize,
+    pub blocks_wide: u32,
+    pub blocks_high: u32,
+    pub downsampled_width: u32,
+    pub downsampled_height: u32,
+    pub upsample: Upsample,
+}
+
+/// An image a worker prepared for device decoding: its data in the batch's arena, what the
+/// kernels need to finish it, and its resize.
+#[derive(Clone, Debug)]
+pub struct DeviceImage {
+    pub width: u32,
+    pub height: u32,
+    pub colour: JpegColour,
+    pub orientation: u8,
+    pub components: Vec<ArenaComponent>,
+    pub resize: ResizePlan,
+}
+
+impl DeviceImage {
+    /// Arena bytes `image`'s data takes ([`write_to_arena`]).
+    pub fn arena_bytes(image: &super::jpeg_coefficients::JpegCoefficients) -> usize {
+        image
+            .components
+            .iter()
+            .map(|c| (c.coefs.len() * 2).next_multiple_of(16) + 64 * 4)
+            .sum()
+    }
+
+    /// Writes `image`'s coefficients and multipliers into `region` (at least
+    /// [`DeviceImage::arena_bytes`] long), which starts `region_at` bytes (a multiple of 16)
+    /// into the arena, and describes them.
+    pub fn write_to_arena(
+        image: &super::jpeg_coefficients::JpegCoefficients,
+        resize: ResizePlan,
+        region: &mut [u8],
+        region_at: usize,
+    ) -> Self {
+        let mut at = 0usize;
+        let mut components = Vec::with_capacity(image.components.len());
+        for c in &image.components {
+            let coefs_at = at;
+            for (i, v) in c.coefs.iter().enumerate() {
+                region[at + 2 * i..at + 2 * i + 2].copy_from_slice(&v.to_le_bytes());
+            }
+            at += (c.coefs.len() * 2).next_multiple_of(16);
+            let quant_at = at;
+            for (i, v) in c.quant.iter().enumerate() {
+                region[at + 4 * i..at + 4 * i + 4].copy_from_slice(&v.to_le_bytes());
+            }
+            at += 64 * 4;
+            components.push(ArenaComponent {
+                coefs_at: region_at + coefs_at,
+                quant_at: region_at + quant_at,
+                blocks_wide: c.blocks_wide,
+                blocks_high: c.blocks_high,
+                downsampled_width: c.downsampled_width,
+                downsampled_height: c.downsampled_height,
+                upsample: c.upsample,
+            });
+        }
+        DeviceImage {
+            width: image.width,
+            height: image.height,
+            colour: image.colour,
+            orientation: image.orientation,
+            components,
+            resize,
+        }
+    }
+}
+
+/// A batch's device decoding, ready for `Runner::submit_decoding`: the descriptors, where
+/// they lie in `tables`, and `tables` itself (the arena holds the data, from offset 0).
+pub struct DeviceBatch {
+    pub jpeg: JpegBatch,
+    pub jpeg_at: JpegInputs,
+    pub resample: ResampleBatch,
+    pub resample_at: DeviceResampleBatch,
+    pub tables: Vec<u8>,
+}
+
+impl DeviceBatch {
+    /// What `Runner::submit_decoding` takes, with `data` the arena the images' data is in.
+    pub fn decode<'a>(&'a self, data: &'a [u8]) -> DeviceDecode<'a> {
+        DeviceDecode {
+            data,
+            tables: &self.tables,
+            jpeg: &self.jpeg,
+            jpeg_at: self.jpeg_at,
+            resample: &self.resample,
+            resample_at: self.resample_at,
+        }
+    }
+}
+
+/// The device decoding of `images`, each at its position in a batch of 8-bit images of
+/// `image_bytes` each.
+pub fn device_batch(images: &[(usize, &DeviceImage)], image_bytes: usize) -> DeviceBatch {
+    let mut jpeg = JpegBatch::default();
+    let (mut plane_at, mut rgb_at) = (0usize, 0usize);
+    let mut plans = Vec::with_capacity(images.len());
+    let mut rgb_offsets = Vec::with_capacity(images.len());
+    for (_, image) in images {
+        let mut indices = Vec::with_capacity(image.components.len());
+        for c in &image.components {
+            indices.push(jpeg.components.len());
+            let component = JpegComponent {
+                coef_offset: c.coefs_at / 2,
+                plane_offset: plane_at,
+                blocks_wide: c.blocks_wide,
+                blocks_high: c.blocks_high,
+                quant_offset: c.quant_at / 4,
+                downsampled_width: c.downsampled_width,
+                downsampled_height: c.downsampled_height,
+                upsample: c.upsample,
+            };
+            plane_at += component.plane_len();
+            jpeg.components.push(component);
+        }
+        let described = JpegImage {
+            components: indices,
+            colour: image.colour,
+            width: image.width,
+            height: image.height,
+            orientation: image.orientation,
+            rgb_offset: rgb_at,
+        };
+        rgb_offsets.push(rgb_at);
+        rgb_at += described.rgb_len();
+        jpeg.images.push(described);
+        plans.push(image.resize.clone());
+    }
+    let mut resample = resample_batch(plans, &rgb_offsets, image_bytes);
+    for (record, (position, _)) in resample.images.iter_mut().zip(images) {
+        record.dst_offset = position * image_bytes;
+    }
+    let mut tables = Vec::new();
+    let (components_at, images_at, end) = JpegInputs::write_tables(&jpeg, &mut tables, 0);
+    let resample_at = DeviceResampleBatch::layout(&resample, end);
+    tables.resize(resample_at.start + resample_at.bytes + 16, 0);
+    resample_at.write(&resample, &mut tables);
+    DeviceBatch {
+        jpeg,
+        jpeg_at: JpegInputs {
+            components_at,
+            images_at,
+            coefs_at: 0,
+            quant_at: 0,
+        },
+        resample,
+        resample_at,
+        tables,
     }
 }

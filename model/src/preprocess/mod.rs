@@ -48,7 +48,13 @@ mod timm;
 
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use device_batch::resample_plan_with;
+pub use device_batch::{DeviceImage, ResizeRefusal};
+use jpeg_coefficients::{read_jpeg_coefficients, HostReason};
+use vitrt_runtime::image_kernels::resample::TapTable;
 
 pub use classes::{ClassDefaults, ProcessorClass};
 pub use config::{CenterCropRounding, PreprocessConfig};
@@ -80,6 +86,53 @@ pub struct ImageLoader {
     resizer: resize::Resizer,
     /// The resized image, when a center crop is taken from it.
     resized: Vec<u8>,
+    /// Tap tables of device resizes by (input, output) size, shared by the images of a size.
+    device_taps: Vec<((usize, usize), Arc<TapTable>)>,
+}
+
+/// Where a worker puts an image's data for device decoding: a batch's arena.
+pub trait ArenaReserve {
+    /// Reserves `bytes` (a multiple of 16) of the arena: the region and its offset (a
+    /// multiple of 16), or `None` when the arena has no room left. Workers share the arena,
+    /// so it hands out disjoint regions through a shared reference.
+    #[allow(clippy::mut_from_ref)]
+    fn reserve(&self, bytes: usize) -> Option<(usize, &mut [u8])>;
+}
+
+/// Why an image was decoded on the host rather than on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostDecoded {
+    /// Not a JPEG (PNG, WebP).
+    NotJpeg,
+    /// A JPEG the coefficient path leaves to the host decoder.
+    Jpeg(HostReason),
+    /// A resize the image kernels do not do (or one the config refuses for this image).
+    Resize(ResizeRefusal),
+    /// The batch's arena had no room left for it.
+    ArenaFull,
+}
+
+impl HostDecoded {
+    pub fn describe(self) -> &'static str {
+        match self {
+            HostDecoded::NotJpeg => "not a JPEG",
+            HostDecoded::Jpeg(reason) => reason.describe(),
+            HostDecoded::Resize(ResizeRefusal::NotSupported) => {
+                "a resize the image kernels do not do (nearest, or one channel)"
+            }
+            HostDecoded::Resize(ResizeRefusal::HostRefuses) => "a size the config refuses",
+            HostDecoded::ArenaFull => "the batch's coefficient staging was full",
+        }
+    }
+}
+
+/// What [`ImageLoader::load_file_for_device`] made of a file.
+#[derive(Debug)]
+pub enum Loaded {
+    /// Prepared for device decoding: its data is in the arena.
+    Device(DeviceImage),
+    /// Decoded on the host into the caller's buffer, and why.
+    Host(HostDecoded),
 }
 
 impl ImageLoader {
@@ -91,6 +144,7 @@ impl ImageLoader {
             decode: decode::DecodeBuffers::default(),
             resizer: resize::Resizer::default(),
             resized: Vec::new(),
+            device_taps: Vec::new(),
         }
     }
 
@@ -127,6 +181,81 @@ impl ImageLoader {
         let mut times = result?;
         times.read = read;
         Ok(times)
+    }
+
+    /// As [`load_file_into`](Self::load_file_into), or, for a JPEG the coefficient path takes
+    /// and a resize the image kernels do, its coefficients and multipliers written into
+    /// `arena` and described for device decoding (`out` then left as it was). Whichever path
+    /// takes it, the 8-bit pixels that end up in the model's input are the same.
+    pub fn load_file_for_device(
+        &mut self,
+        path: &Path,
+        out: &mut [u8],
+        arena: &dyn ArenaReserve,
+    ) -> Result<(StageTimes, Loaded), PreprocessError> {
+        let name = path.display().to_string();
+        self.check_output(out, &name)?;
+        let start = Instant::now();
+        read_limited(path, self.limits.max_file_bytes, &mut self.file)?;
+        let read = start.elapsed();
+        let bytes = std::mem::take(&mut self.file);
+        let decoding = Instant::now();
+        let device = self.prepare_for_device(&bytes, arena);
+        let result = match device {
+            Ok(image) => Ok((
+                StageTimes {
+                    read,
+                    decode: decoding.elapsed(),
+                    resize: Duration::ZERO,
+                },
+                Loaded::Device(image),
+            )),
+            Err(why) => self.load_named(&bytes, &name, out).map(|mut times| {
+                times.read = read;
+                // The coefficient reading that gave up counts as decoding.
+                times.decode += decoding
+                    .elapsed()
+                    .saturating_sub(times.decode + times.resize);
+                (times, Loaded::Host(why))
+            }),
+        };
+        self.file = bytes;
+        result
+    }
+
+    fn prepare_for_device(
+        &mut self,
+        bytes: &[u8],
+        arena: &dyn ArenaReserve,
+    ) -> Result<DeviceImage, HostDecoded> {
+        if !bytes.starts_with(&[0xFF, 0xD8]) {
+            return Err(HostDecoded::NotJpeg);
+        }
+        if self.cfg.device_decode_refusal().is_some() {
+            return Err(HostDecoded::Resize(ResizeRefusal::NotSupported));
+        }
+        let image = read_jpeg_coefficients(bytes, &self.limits).map_err(HostDecoded::Jpeg)?;
+        let (cfg, taps) = (&self.cfg, &mut self.device_taps);
+        let plan = resample_plan_with(
+            cfg,
+            self.limits.max_pixels,
+            image.upright_size(),
+            &mut |i, o| {
+                if let Some((_, table)) = taps.iter().find(|(key, _)| *key == (i, o)) {
+                    return Arc::clone(table);
+                }
+                if taps.len() >= 16 {
+                    taps.clear();
+                }
+                let table = Arc::new(device_batch::tap_table(cfg, i, o));
+                taps.push(((i, o), Arc::clone(&table)));
+                table
+            },
+        )
+        .map_err(HostDecoded::Resize)?;
+        let bytes_needed = DeviceImage::arena_bytes(&image);
+        let (at, region) = arena.reserve(bytes_needed).ok_or(HostDecoded::ArenaFull)?;
+        Ok(DeviceImage::write_to_arena(&image, plan, region, at))
     }
 
     /// As [`load_file_into`](Self::load_file_into), for an image already in memory; `name`

@@ -9,6 +9,7 @@ use super::{
 };
 use crate::error::RuntimeError;
 use crate::graph::Op;
+use crate::image_decode::DeviceDecode;
 use crate::lowering;
 use std::collections::HashMap;
 use vitrt_kernels::attention::gpu::{attention_rows_aligned, fused_attention_support};
@@ -17,8 +18,8 @@ use vitrt_kernels::cuda::{
 };
 use vitrt_kernels::patchify::gpu::PrefixRows;
 use vitrt_kernels::{
-    activation, add, attention, gather, layernorm, matmul, normalize, patchify, pixels, pool,
-    softmax,
+    activation, add, attention, gather, jpeg, layernorm, matmul, normalize, patchify, pixels, pool,
+    resample, softmax,
 };
 use vitrt_kernels::{DType, PixelBatch};
 
@@ -51,13 +52,25 @@ pub struct CudaBackend {
     last_expanded: Option<StreamEvent>,
     /// Pixel copies queued and not yet waited for (`wait_for_input_copies`).
     input_copies: Vec<StreamEvent>,
+    /// The image kernels' buffers for device decoding (component planes, upright RGB, the
+    /// resize's intermediate), grown to the largest batch so far.
+    decode_scratch: Option<DecodeScratch>,
 }
 
-/// A device buffer that receives 8-bit pixels, and the event after the expansion that last
-/// read it (the next copy into it waits for that).
+/// A device buffer that receives 8-bit pixels, with the buffer receiving the same batch's
+/// device-decoding upload, and the event after the expansion that last read them (the next
+/// copies into them wait for that).
 struct PixelUpload {
     bytes: DeviceBuffer,
+    /// The device decoding's data and tables.
+    decode_inputs: Option<(DeviceBuffer, DeviceBuffer)>,
     expanded: Option<StreamEvent>,
+}
+
+struct DecodeScratch {
+    planes: DeviceBuffer,
+    rgb: DeviceBuffer,
+    mid: DeviceBuffer,
 }
 
 struct QueuedRead {
@@ -88,7 +101,33 @@ impl CudaBackend {
             timeline: None,
             last_expanded: None,
             input_copies: Vec::new(),
+            decode_scratch: None,
         })
+    }
+
+    /// Makes the device-decoding buffers at least as large as `decode` needs. Growing waits
+    /// for the queued work, which may still read the old ones.
+    fn grow_decode_scratch(&mut self, decode: &DeviceDecode<'_>) -> Result<(), RuntimeError> {
+        let need = (
+            decode.jpeg.planes_len().max(1),
+            decode.jpeg.rgb_len().max(1),
+            decode.resample.intermediate_len().max(1),
+        );
+        let have = self.decode_scratch.as_ref().map_or((0, 0, 0), |s| {
+            (s.planes.len_bytes(), s.rgb.len_bytes(), s.mid.len_bytes())
+        });
+        if need.0 <= have.0 && need.1 <= have.1 && need.2 <= have.2 {
+            return Ok(());
+        }
+        self.gpu.synchronize().map_err(backend_error)?;
+        self.decode_scratch = None;
+        let alloc = |gpu: &Gpu, bytes: usize| gpu.alloc(bytes).map_err(backend_error);
+        self.decode_scratch = Some(DecodeScratch {
+            planes: alloc(&self.gpu, need.0.max(have.0))?,
+            rgb: alloc(&self.gpu, need.1.max(have.1))?,
+            mid: alloc(&self.gpu, need.2.max(have.2))?,
+        });
+        Ok(())
     }
 
     /// Uploads one parameter's encoded bytes into a buffer of its own and records its id.
@@ -378,44 +417,110 @@ impl Backend for CudaBackend {
         pixels: &[u8],
         shape: PixelBatch,
         table: &[f32],
+        decode: Option<&DeviceDecode<'_>>,
     ) -> Result<(), RuntimeError> {
         check_pixel_write(dst, pixels, shape, table)?;
+        if let Some(decode) = decode {
+            decode.check(pixels.len())?;
+        }
         self.upload_pixel_table(table)?;
         let slot = self.next_pixel_upload;
         self.next_pixel_upload = 1 - slot;
-        // The slot's buffer, grown if this batch is larger; a buffer being replaced may still
+        // The slot's buffers, grown if this batch is larger; a buffer being replaced may still
         // be read by its last expansion.
-        let fits = self.pixel_uploads[slot]
-            .as_ref()
-            .is_some_and(|u| u.bytes.len_bytes() >= pixels.len());
+        let decode_len = decode.map_or((0, 0), |d| (d.data.len(), d.tables.len()));
+        let inputs_len = |u: &PixelUpload| {
+            u.decode_inputs
+                .as_ref()
+                .map_or((0, 0), |(d, t)| (d.len_bytes(), t.len_bytes()))
+        };
+        let fits = self.pixel_uploads[slot].as_ref().is_some_and(|u| {
+            let have = inputs_len(u);
+            u.bytes.len_bytes() >= pixels.len() && have.0 >= decode_len.0 && have.1 >= decode_len.1
+        });
         if !fits {
-            if let Some(old) = self.pixel_uploads[slot].take() {
-                if let Some(expanded) = &old.expanded {
-                    expanded.wait().map_err(backend_error)?;
-                }
+            let old = self.pixel_uploads[slot].take();
+            if let Some(expanded) = old.as_ref().and_then(|old| old.expanded.as_ref()) {
+                expanded.wait().map_err(backend_error)?;
             }
+            let old_bytes = old.as_ref().map_or(0, |o| o.bytes.len_bytes());
+            let old_inputs = old.as_ref().map_or((0, 0), inputs_len);
+            drop(old);
+            let want = (
+                old_inputs.0.max(decode_len.0),
+                old_inputs.1.max(decode_len.1),
+            );
+            let decode_inputs = if want == (0, 0) {
+                None
+            } else {
+                Some((
+                    self.gpu.alloc(want.0.max(1)).map_err(backend_error)?,
+                    self.gpu.alloc(want.1.max(1)).map_err(backend_error)?,
+                ))
+            };
             self.pixel_uploads[slot] = Some(PixelUpload {
-                bytes: self.gpu.alloc(pixels.len()).map_err(backend_error)?,
+                bytes: self
+                    .gpu
+                    .alloc(old_bytes.max(pixels.len()))
+                    .map_err(backend_error)?,
+                decode_inputs,
                 expanded: None,
             });
         }
+        if let Some(decode) = decode {
+            self.grow_decode_scratch(decode)?;
+        }
         let upload = self.pixel_uploads[slot].as_ref().expect("filled above");
-        // Copy stream: wait until the buffer's last expansion has read it, then copy.
+        // Copy stream: wait until the buffers' last expansion has read them, then copy.
         if let Some(expanded) = &upload.expanded {
             self.gpu
                 .stream_wait(Stream::Copy, expanded)
                 .map_err(backend_error)?;
         }
         let copy_start = self.timeline_mark(Stream::Copy)?;
-        let copied = self
+        let mut copied = self
             .gpu
             .upload_on_copy_stream(&upload.bytes, 0, pixels)
             .map_err(backend_error)?;
+        if let (Some(decode), Some((data, tables))) = (decode, &upload.decode_inputs) {
+            // After the pixels on the same stream: the last event covers every copy.
+            self.gpu
+                .upload_on_copy_stream(data, 0, decode.data)
+                .map_err(backend_error)?;
+            copied = self
+                .gpu
+                .upload_on_copy_stream(tables, 0, decode.tables)
+                .map_err(backend_error)?;
+        }
         // Compute stream: after the work queued so far (the previous forward pass, which read
-        // the input buffer) and the copy, expand into the input buffer.
+        // the input buffer) and the copies, decode, then expand into the input buffer.
         self.gpu
             .stream_wait(Stream::Compute, &copied)
             .map_err(backend_error)?;
+        let mut decoded = None;
+        if let (Some(decode), Some((data, tables)), Some(scratch)) =
+            (decode, &upload.decode_inputs, &self.decode_scratch)
+        {
+            let decode_start = self.timeline_mark(Stream::Compute)?;
+            jpeg::gpu::decode(
+                &self.gpu,
+                decode.jpeg,
+                (tables, data),
+                &decode.jpeg_at,
+                &scratch.planes,
+                &scratch.rgb,
+            )
+            .map_err(backend_error)?;
+            resample::gpu::resample(
+                &self.gpu,
+                decode.resample,
+                tables,
+                &decode.resample_at,
+                (&scratch.rgb, &scratch.mid, &upload.bytes),
+            )
+            .map_err(backend_error)?;
+            decoded = decode_start;
+        }
         let (_, table_buffer) = self.pixel_table.as_ref().expect("uploaded above");
         let table_ptr = table_buffer
             .view(0, table.len(), DType::F32)
@@ -429,6 +534,9 @@ impl Backend for CudaBackend {
             (self.timeline.as_mut(), copy_start, expand_start)
         {
             timeline.push((TimelineStage::CopyIn, copy_start, copied.clone()));
+            if let Some(decode_start) = decoded {
+                timeline.push((TimelineStage::Decode, decode_start, expand_start.clone()));
+            }
             timeline.push((TimelineStage::Expand, expand_start, expanded.clone()));
             self.last_expanded = Some(expanded.clone());
         }

@@ -7,6 +7,7 @@ pub mod cuda;
 
 use crate::error::RuntimeError;
 use crate::graph::Op;
+use crate::image_decode::DeviceDecode;
 use vitrt_kernels::cuda::PinnedBuffer;
 use vitrt_kernels::{DType, PixelBatch};
 
@@ -218,6 +219,9 @@ impl PendingRead {
 pub enum TimelineStage {
     /// The host-to-device copy of 8-bit pixels (copy stream).
     CopyIn,
+    /// Device decoding: JPEG coefficients to 8-bit pixels, resized and cropped (compute
+    /// stream; batches with no image decoded on the device have none).
+    Decode,
     /// Their expansion into the model's input (compute stream).
     Expand,
     /// What the compute stream ran between the expansion and the output copy: the forward
@@ -390,20 +394,33 @@ pub trait Backend {
 
     /// Writes 8-bit images into an f32 arena buffer: `pixels` holds `shape.batch` images of
     /// `height x width` pixels of `channels` interleaved bytes ([B, H, W, C]); `dst` receives
-    /// [B, C, H, W] with byte `v` of channel `c` becoming `table[c * 256 + v]`. The copy and
-    /// the expansion may still be queued when this returns, ordered before any work queued
-    /// afterwards; `pixels` may be reused once [`Backend::wait_for_input_copies`] has
-    /// returned. CUDA copies the bytes on its copy stream (overlapping the work already
-    /// queued) and expands them on the device; the default expands on the host
-    /// (`pixels::cpu::expand_pixels`) and writes the floats at once.
+    /// [B, C, H, W] with byte `v` of channel `c` becoming `table[c * 256 + v]`. With `decode`,
+    /// some images' bytes are made first from JPEG coefficients (`DeviceDecode`), replacing
+    /// what `pixels` holds at their places. The copy and the expansion may still be queued
+    /// when this returns, ordered before any work queued afterwards; `pixels` (and `decode`'s
+    /// upload) may be reused once [`Backend::wait_for_input_copies`] has returned. CUDA copies
+    /// the bytes on its copy stream (overlapping the work already queued), decodes and expands
+    /// them on the device; the default runs the CPU twins on the host and writes the floats at
+    /// once.
     fn write_pixel_bytes(
         &mut self,
         dst: BufferRef,
         pixels: &[u8],
         shape: PixelBatch,
         table: &[f32],
+        decode: Option<&DeviceDecode<'_>>,
     ) -> Result<(), RuntimeError> {
         check_pixel_write(dst, pixels, shape, table)?;
+        let decoded;
+        let pixels = match decode {
+            Some(decode) => {
+                let mut bytes = pixels.to_vec();
+                decode.run_on_host(&mut bytes)?;
+                decoded = bytes;
+                &decoded[..]
+            }
+            None => pixels,
+        };
         let mut values = vec![0f32; pixels.len()];
         vitrt_kernels::pixels::cpu::expand_pixels(
             pixels,

@@ -90,7 +90,7 @@ pub(crate) fn classify_images(
     report: &Report,
 ) -> Result<ExitCode> {
     let pre = batched::preprocessing(runner, dir, model)?;
-    let setup = BatchSetup::new(runner, pre, images, inputs.paths.len());
+    let setup = BatchSetup::new(runner, pre, images, inputs.paths.len())?;
     let info = RunInfo {
         model: model.name().to_string(),
         device: runner.backend().describe(),
@@ -330,6 +330,7 @@ fn write_stats(
     } else {
         serde_json::json!({
             "copy_in": stage(TimelineStage::CopyIn),
+            "decode": stage(TimelineStage::Decode),
             "expand": stage(TimelineStage::Expand),
             "forward": stage(TimelineStage::Forward),
             "copy_out": stage(TimelineStage::CopyOut),
@@ -362,6 +363,8 @@ fn write_stats(
             "prepare_then_first_two_submits_s": times.first_submits.iter().map(Duration::as_secs_f64).collect::<Vec<_>>(),
         },
         "device": device,
+        "decoded_on_device": stats.device_decoded,
+        "decoded_on_host": stats.host_decoded.iter().map(|(why, images)| serde_json::json!({"why": why.describe(), "images": images})).collect::<Vec<_>>(),
         "max_images_in_flight": stats.max_in_flight,
         "peak_rss_bytes": peak_rss_bytes(),
     });
@@ -380,7 +383,7 @@ fn peak_rss_bytes() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::batched::Loader;
+    use crate::cli::batched::{device_batch_of, Loader};
     use crate::pipeline::{self, Batch, ImageLoad, PipelineConfig};
     use vitrt_model::preprocess::{
         normalization_table, ImageLimits, ImageLoader, PreprocessConfig,
@@ -423,40 +426,70 @@ mod tests {
             let table = normalization_table(&pre);
             let limits = ImageLimits::default();
             let image_bytes = ImageLoader::new(&pre, limits).output_bytes();
-            let config = PipelineConfig {
-                batch_size: 4,
-                depth: 2,
-                workers: 5,
-                image_bytes,
-                fail_fast: false,
-            };
-            let mut staging: Vec<HostStaging> =
-                (0..2).map(|_| HostStaging::heap(4 * image_bytes)).collect();
-            let make = || Box::new(Loader(ImageLoader::new(&pre, limits))) as Box<dyn ImageLoad>;
-            let mut checked = 0;
-            pipeline::run(&paths, config, &mut staging, &make, &mut |batch: Batch<
-                '_,
-            >| {
-                assert!(batch.failures.is_empty(), "{:?}", batch.failures);
-                for k in 0..batch.count {
-                    let bytes = &batch.pixels[k * image_bytes..][..image_bytes];
-                    let mut ours = vec![0f32; image_bytes];
-                    vitrt_model::preprocess::normalize_into(bytes, 3, &table, &mut ours);
-                    let path = &paths[batch.first + k];
-                    let want = vitrt_model::preprocess::preprocess_file(path, &pre).unwrap();
-                    assert!(
-                        ours.iter()
-                            .zip(&want)
-                            .all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "{} ({json}) differs",
-                        path.display()
-                    );
-                    checked += 1;
-                }
-                Ok(Flow::Continue)
-            })
-            .unwrap();
-            assert_eq!(checked, paths.len());
+            // Decoded on the host; then with the JPEGs left to device decoding, done here by
+            // the image kernels' CPU twins on the batch the consumer assembles.
+            for arena_bytes in [0, 4 << 20] {
+                let config = PipelineConfig {
+                    batch_size: 4,
+                    depth: 2,
+                    workers: 5,
+                    image_bytes,
+                    fail_fast: false,
+                    arena_bytes,
+                };
+                let mut staging: Vec<HostStaging> =
+                    (0..2).map(|_| HostStaging::heap(4 * image_bytes)).collect();
+                let mut arenas: Vec<HostStaging> =
+                    (0..2).map(|_| HostStaging::heap(arena_bytes)).collect();
+                let make =
+                    || Box::new(Loader(ImageLoader::new(&pre, limits))) as Box<dyn ImageLoad>;
+                let mut checked = 0;
+                let mut on_device = 0;
+                let stats = pipeline::run(
+                    &paths,
+                    config,
+                    &mut staging,
+                    &mut arenas,
+                    &make,
+                    &mut |batch: Batch<'_>| {
+                        assert!(batch.failures.is_empty(), "{:?}", batch.failures);
+                        let mut pixels = batch.pixels.to_vec();
+                        if let Some(device) = device_batch_of(&batch, image_bytes) {
+                            device.decode(batch.arena).run_on_host(&mut pixels).unwrap();
+                            on_device += batch.device.len();
+                        }
+                        for k in 0..batch.count {
+                            let bytes = &pixels[k * image_bytes..][..image_bytes];
+                            let mut ours = vec![0f32; image_bytes];
+                            vitrt_model::preprocess::normalize_into(bytes, 3, &table, &mut ours);
+                            let path = &paths[batch.first + k];
+                            let want =
+                                vitrt_model::preprocess::preprocess_file(path, &pre).unwrap();
+                            assert!(
+                                ours.iter()
+                                    .zip(&want)
+                                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                                "{} ({json}) differs",
+                                path.display()
+                            );
+                            checked += 1;
+                        }
+                        Ok(Flow::Continue)
+                    },
+                )
+                .unwrap();
+                assert_eq!(checked, paths.len());
+                let jpegs = paths
+                    .iter()
+                    .filter(|p| p.extension().is_some_and(|e| e == "jpg"))
+                    .count();
+                assert_eq!(
+                    on_device,
+                    if arena_bytes > 0 { jpegs } else { 0 },
+                    "{json}: {:?}",
+                    stats.host_decoded
+                );
+            }
         }
     }
 }

@@ -148,7 +148,7 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
     let pool = choose_pool(args.pool, &runner.model, args.model.name())?;
     runner.set_outputs(OutputSet::of(&[pool.output()]));
     let pre = batched::preprocessing(&mut runner, &dir, &args.model)?;
-    let setup = BatchSetup::new(&runner, pre, &args.images, inputs.paths.len());
+    let setup = BatchSetup::new(&runner, pre, &args.images, inputs.paths.len())?;
 
     let sink = match format {
         Format::Jsonl => Sink::lines(target.open_streaming()?),
