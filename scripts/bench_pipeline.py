@@ -24,6 +24,7 @@ Writes one JSON document and prints a table.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -33,7 +34,8 @@ import time
 from pathlib import Path
 
 
-def run_vitrt(binary: str, model: str, files: list[Path], batch: int, workers: int | None, dtype: str) -> dict:
+def run_vitrt(binary: str, model: str, files: list[Path], batch: int, workers: int | None, dtype: str,
+              decode: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         listing = Path(tmp) / "files.txt"
         listing.write_text("".join(f"{p}\n" for p in files))
@@ -43,6 +45,8 @@ def run_vitrt(binary: str, model: str, files: list[Path], batch: int, workers: i
                    "--stats", str(stats)]
         if workers:
             command += ["--workers", str(workers)]
+        if decode:
+            command += ["--decode", decode]
         start = time.perf_counter()
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wall = time.perf_counter() - start
@@ -54,6 +58,8 @@ def run_vitrt(binary: str, model: str, files: list[Path], batch: int, workers: i
         doc["process_wall_s"] = wall
         doc["process_images_per_s"] = len(files) / wall
         doc["first_result"] = json.loads(lines[0])
+        doc["results_sha256"] = hashlib.sha256(done.stdout.encode()).hexdigest()
+        doc["decode"] = decode or "default"
         return doc
 
 
@@ -115,6 +121,50 @@ def run_torch(model_dir: str, files: list[Path], batch: int, workers: int) -> di
     return {"wall_s": wall, "images_per_s": len(files) / wall, "workers": workers}
 
 
+def run_torch_nvjpeg(model_dir: str, files: list[Path], batch: int, threads: int) -> dict | None:
+    """PyTorch decoding on the GPU: file bytes read on `threads` threads, torchvision's batched
+    nvJPEG decode on the GPU, a bilinear antialiased resize to 224x224 on the GPU, the
+    processor's rescale and normalise, then ViTForImageClassification with SDPA in float16 and
+    top-5 copied to the host. Its pixels are not PIL's (nvJPEG's IDCT and upsampling differ)."""
+    try:
+        import torch
+        import torchvision
+        from torchvision.io import decode_jpeg
+        from transformers import ViTForImageClassification
+    except ImportError as e:
+        print(f"no nvJPEG peer: {e}", file=sys.stderr)
+        return None
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = ViTForImageClassification.from_pretrained(model_dir, attn_implementation="sdpa",
+                                                      torch_dtype=torch.float16).cuda().eval()
+    mean = torch.tensor([0.5, 0.5, 0.5], device="cuda").view(1, 3, 1, 1)
+    std = torch.tensor([0.5, 0.5, 0.5], device="cuda").view(1, 3, 1, 1)
+
+    def read(path: Path):
+        return torchvision.io.read_file(str(path))
+
+    def run(paths: list[Path]) -> float:
+        start = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool, torch.inference_mode():
+            chunks = [paths[i:i + batch] for i in range(0, len(paths), batch)]
+            pending = pool.map(lambda chunk: list(map(read, chunk)), chunks)
+            for data in pending:
+                images = decode_jpeg(data, device="cuda")
+                x = torch.stack([torch.nn.functional.interpolate(im.unsqueeze(0).float(), size=(224, 224),
+                                                                 mode="bilinear", antialias=True)[0]
+                                 for im in images])
+                x = ((x / 255.0 - mean) / std).half()
+                logits = model(pixel_values=x).logits
+                logits.float().softmax(-1).topk(5).indices.cpu()
+        torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    run(files[: min(len(files), 2 * batch)])  # warm-up: nvJPEG handles, kernels, allocator
+    wall = run(files)
+    return {"wall_s": wall, "images_per_s": len(files) / wall, "threads": threads}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vitrt", required=True)
@@ -126,6 +176,7 @@ def main() -> None:
     parser.add_argument("--repeat-large", type=int, default=0)
     parser.add_argument("--workers-sweep", default="", help="comma-separated --workers values to run as well")
     parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--no-host-decode", action="store_true", help="skip the --decode cpu run")
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
     files = sorted(p for p in args.images.iterdir() if p.suffix.lower() in {".jpg", ".jpeg"})
@@ -136,6 +187,12 @@ def main() -> None:
     # run loads them from there. The cold run is kept, the warm one is the figure.
     doc["vitrt_cold"] = run_vitrt(args.vitrt, args.model, files, args.batch_size, args.workers, args.dtype)
     doc["vitrt"] = run_vitrt(args.vitrt, args.model, files, args.batch_size, args.workers, args.dtype)
+    if not args.no_host_decode:
+        # The same job decoding every image on the host: the figure --decode gpu is measured
+        # against, and its results must be byte for byte the same.
+        doc["vitrt_host_decode"] = run_vitrt(args.vitrt, args.model, files, args.batch_size, args.workers,
+                                             args.dtype, decode="cpu")
+        doc["decode_results_identical"] = doc["vitrt_host_decode"]["results_sha256"] == doc["vitrt"]["results_sha256"]
     if args.workers_sweep:
         doc["vitrt_workers"] = {}
         for w in args.workers_sweep.split(","):
@@ -151,6 +208,9 @@ def main() -> None:
         v = doc["vitrt"]
         doc["gpu_busy_fraction"] = v["batches"] * forward_ms / 1e3 / v["wall_s"]
     if not args.no_torch:
+        nvjpeg = run_torch_nvjpeg(args.model, files, args.batch_size, cores)
+        if nvjpeg:
+            doc["torch_nvjpeg"] = nvjpeg
         doc["torch"] = run_torch(args.model, files, args.batch_size, cores)
     args.json.write_text(json.dumps(doc, indent=2) + "\n")
     v = doc["vitrt"]
@@ -166,7 +226,8 @@ def main() -> None:
     device = v.get("device")
     if device:
         stage = lambda name: f"{name.replace('_', ' ')} {device[name]['median_ms']:.2f} ms"
-        print(f"  device, median a batch: {stage('copy_in')}, {stage('expand')}, {stage('forward')}, "
+        decode_stage = f"{stage('decode')}, " if device.get("decode", {}).get("median_ms") is not None else ""
+        print(f"  device, median a batch: {stage('copy_in')}, {decode_stage}{stage('expand')}, {stage('forward')}, "
               f"{stage('copy_out')}; compute stream busy {device['busy_fraction_of_wall']:.0%} of the wall time")
     if forward_ms:
         print(f"  forward pass alone (bench model) {forward_ms:.2f} ms a batch")
@@ -174,6 +235,14 @@ def main() -> None:
         large = doc["vitrt_large"]
         print(f"vitrt on {large['images']} images: {large['images_per_s']:.0f} images/s, peak RSS "
               f"{large['peak_rss_bytes'] / 2**20:.0f} MiB")
+    if "vitrt_host_decode" in doc:
+        h = doc["vitrt_host_decode"]
+        print(f"vitrt --decode cpu {h['images_per_s']:8.0f} images/s  -> --decode gpu / cpu "
+              f"{v['images_per_s'] / h['images_per_s']:.2f}x; results identical: {doc['decode_results_identical']}")
+    print(f"  decoded on the device: {v.get('decoded_on_device')}, on the host: {v.get('decoded_on_host')}")
+    if "torch_nvjpeg" in doc:
+        t = doc["torch_nvjpeg"]
+        print(f"torch nvJPEG       {t['images_per_s']:8.0f} images/s  -> vitrt/nvJPEG {v['images_per_s'] / t['images_per_s']:.2f}x")
     if "torch" in doc:
         t = doc["torch"]
         print(f"torch DataLoader   {t['images_per_s']:8.0f} images/s  -> vitrt/torch {v['images_per_s'] / t['images_per_s']:.2f}x")

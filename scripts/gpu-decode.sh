@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# JPEG decoding on the GPU, on the GPU machine: the image kernels against their twins, the
+# whole job's outputs with --decode gpu against --decode cpu, and the whole-job benchmark.
+#
+#   scripts/gpu-decode.sh DIR [LOGS] [COUNT]
+#
+# DIR holds what `scripts/gpu-check.sh stage DIR` built. Runs the image kernels' GPU tests
+# (model-jpeg_gpu); makes a random ViT-B/16 and COUNT (default 16384) 500x375 JPEG photos;
+# classifies the image fixtures and the first 2048 photos with --decode gpu and --decode cpu
+# and compares the JSON Lines byte for byte; then scripts/bench_pipeline.py at batch 256 in f16
+# (vitrt with each decoder, the forward pass alone, PyTorch with nvJPEG and with a DataLoader).
+# Logs and pipeline.json go to LOGS (default $OUT, else benchmarks/raw/gpu-decode, git-ignored).
+set -uo pipefail
+dir=${1:?usage: scripts/gpu-decode.sh DIR [LOGS] [COUNT]}
+logs=${2:-${OUT:-benchmarks/raw/gpu-decode}}
+count=${3:-16384}
+mkdir -p "$logs"
+export VITRT_REPO_ROOT=$PWD
+export VITRT_CACHE_DIR=${VITRT_CACHE_DIR:-$(mktemp -d)}
+nproc >"$logs/machine.txt"
+nvidia-smi --query-gpu=name,driver_version --format=csv >>"$logs/machine.txt" 2>&1
+timeout 300 "$dir/model-jpeg_gpu" --ignored --test-threads=1 >"$logs/model-jpeg_gpu.log" 2>&1
+echo "model-jpeg_gpu: exit $? $(grep -E '^test result' "$logs/model-jpeg_gpu.log" | tail -1)"
+model=/tmp/vitrt-vit-base
+photos=/tmp/vitrt-photos
+python3 scripts/make_random_vit.py --out "$model" --preset base >"$logs/make.log" 2>&1 || echo "make_random_vit failed"
+python3 scripts/make_photos.py --out "$photos" --count "$count" --size 500x375 >>"$logs/make.log" 2>&1 || echo "make_photos failed"
+tail -1 "$logs/make.log"
+# The same outputs from either decoder: the fixtures (EXIF orientations, grey, CMYK and
+# PNG/WebP fall back) with their own preprocessing and with a center crop, and real photos.
+find tests/fixtures/images -type f \( -name '*.jpg' -o -name '*.png' -o -name '*.webp' \) | sort >/tmp/fixtures.txt
+ls "$photos"/*.jpg | head -2048 >/tmp/photos.txt
+for set in fixtures photos; do
+    for decode in gpu cpu; do
+        "$dir/vitrt.bin" classify --model "$model" --device cuda --dtype f16 --format jsonl --quiet \
+            --files-from /tmp/$set.txt --decode $decode --stats "$logs/stats-$set-$decode.json" \
+            >"$logs/classify-$set-$decode.jsonl" 2>"$logs/classify-$set-$decode.err"
+        echo "classify $set --decode $decode: exit $? ($(wc -l <"$logs/classify-$set-$decode.jsonl") results)"
+    done
+    if cmp -s "$logs/classify-$set-gpu.jsonl" "$logs/classify-$set-cpu.jsonl"; then
+        echo "classify $set: --decode gpu and cpu give identical results"
+    else
+        echo "classify $set: RESULTS DIFFER between --decode gpu and cpu"
+    fi
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('  decoded on the device:', d.get('decoded_on_device'), 'on the host:', d.get('decoded_on_host'))" "$logs/stats-$set-gpu.json"
+done
+python3 scripts/bench_pipeline.py --vitrt "$dir/vitrt.bin" --model "$model" --images "$photos" \
+    --batch-size 256 --json "$logs/pipeline.json" 2>&1 | tee "$logs/bench-pipeline.log"
