@@ -429,3 +429,35 @@ fn every_family_with_a_head_classifies_with_its_own_labels_and_preprocessing() {
         }
     }
 }
+
+/// `--decode gpu` needs a CUDA device: on the CPU it is a one-line error, while `--decode cpu`
+/// runs as the default does.
+#[test]
+fn decode_gpu_without_a_gpu_is_a_clear_error() {
+    let dir = temp();
+    let model = root().join("examples/digits-vit");
+    let image = digits()[0].clone();
+    let (model, image) = (model.to_str().unwrap(), image.to_str().unwrap());
+    let refused = vitrt(
+        &[
+            "classify", "--model", model, "--device", "cpu", "--decode", "gpu", image,
+        ],
+        dir.path(),
+    );
+    assert_clean_failure(&refused, "--decode gpu needs a CUDA device");
+    let host = vitrt(
+        &[
+            "classify", "--model", model, "--device", "cpu", "--decode", "cpu", "--format",
+            "jsonl", image,
+        ],
+        dir.path(),
+    );
+    let default = vitrt(
+        &[
+            "classify", "--model", model, "--device", "cpu", "--format", "jsonl", image,
+        ],
+        dir.path(),
+    );
+    assert!(host.status.success(), "{}", stderr(&host));
+    assert_eq!(host.stdout, default.stdout);
+}

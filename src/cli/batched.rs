@@ -270,6 +270,18 @@ pub struct ConsumerTimes {
     pub collecting: Duration,
     /// The first executor's preparation (plan, weights), then the first two submissions.
     pub first_submits: Vec<Duration>,
+    /// Per batch, in ms from the consumer's start: its submission's start and end, then the
+    /// start of the wait for its outputs, the outputs' arrival and the results' hand-over.
+    pub batch_marks: Vec<[f64; 5]>,
+    /// When the consumer started.
+    pub started: Option<Instant>,
+}
+
+impl ConsumerTimes {
+    fn ms(&mut self, at: Instant) -> f64 {
+        let started = *self.started.get_or_insert(at);
+        at.saturating_duration_since(started).as_secs_f64() * 1e3
+    }
 }
 
 /// How the pipeline's run ended.
@@ -377,6 +389,8 @@ pub fn device_batch_of(batch: &Batch<'_>, image_bytes: usize) -> Option<DeviceBa
 
 /// A batch submitted to the model whose results are not yet collected.
 struct InFlight {
+    /// The batch's number in the run.
+    number: usize,
     pending: Option<PendingOutputs>,
     first: usize,
     count: usize,
@@ -418,6 +432,7 @@ impl<R: BatchResults> pipeline::Consumer for Submitter<'_, R> {
             crate::startup::mark("graph, plan and weights (read, converted, uploaded)");
         }
         let started = Instant::now();
+        let submit_start = self.times.ms(started);
         let pending = if batch.failures.len() < batch.count {
             let device = device_batch_of(&batch, self.image_bytes);
             let decode = device.as_ref().map(|d| d.decode(batch.arena));
@@ -435,6 +450,10 @@ impl<R: BatchResults> pipeline::Consumer for Submitter<'_, R> {
             crate::startup::mark("first pass queued (kernels compiled or loaded from the cache)");
         }
         self.times.submitting += took;
+        let submit_end = self.times.ms(Instant::now());
+        self.times
+            .batch_marks
+            .push([submit_start, submit_end, f64::NAN, f64::NAN, f64::NAN]);
         if self.times.first_submits.len() < 3 {
             // The first pass (eager: kernels load), then the second (CUDA graph capture).
             self.times.first_submits.push(took);
@@ -443,6 +462,7 @@ impl<R: BatchResults> pipeline::Consumer for Submitter<'_, R> {
         // Outputs come one batch behind: the previous batch's are collected in
         // after_release, once this batch's slot is back with the workers.
         self.to_collect = self.in_flight.replace(InFlight {
+            number: self.times.batch_marks.len() - 1,
             pending,
             first: batch.first,
             count: batch.count,
@@ -467,9 +487,14 @@ impl<R: BatchResults> Submitter<'_, R> {
             Some(pending) => Some(self.runner.finish(pending)?),
             None => None,
         };
+        let arrived = Instant::now();
         let flow = self
             .results
             .batch(batch.first, batch.count, &batch.failures, outputs);
+        let marks = [started, arrived, Instant::now()].map(|t| self.times.ms(t));
+        if let Some(m) = self.times.batch_marks.get_mut(batch.number) {
+            m[2..].copy_from_slice(&marks);
+        }
         if !std::mem::replace(&mut self.collected_any, true) {
             crate::startup::mark("first results back and written (the first pass ran)");
         }
