@@ -30,7 +30,11 @@ pub fn top_k(logits: &[f32], k: usize, config: &ModelConfig) -> Vec<Prediction> 
 pub fn top_indices(values: &[f32], k: usize) -> Vec<usize> {
     let mut top: Vec<usize> = Vec::with_capacity(k + 1);
     for (index, value) in values.iter().enumerate() {
-        if top.len() == k && top.last().is_none_or(|&last| value.total_cmp(&values[last]).is_le()) {
+        if top.len() == k
+            && top
+                .last()
+                .is_none_or(|&last| value.total_cmp(&values[last]).is_le())
+        {
             continue;
         }
         // After every kept value at least as large: equal values stay in index order.

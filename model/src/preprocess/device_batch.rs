@@ -13,7 +13,7 @@ use vitrt_runtime::image_kernels::jpeg::{
 use vitrt_runtime::image_kernels::resample::gpu::DeviceResampleBatch;
 use vitrt_runtime::image_kernels::resample::{ResampleBatch, ResampleImage, TapTable};
 
-use super::jpeg_coefficients::JpegCoefficients;
+use super::jpeg_coefficients::{JpegCoefficients, WrittenJpeg};
 use super::resize::ResampleTaps;
 use super::{PreprocessConfig, Resample, ResizeTarget};
 
@@ -217,53 +217,27 @@ pub struct DeviceImage {
 }
 
 impl DeviceImage {
-    /// Arena bytes `image`'s data takes ([`write_to_arena`]).
-    pub fn arena_bytes(image: &super::jpeg_coefficients::JpegCoefficients) -> usize {
-        image
-            .components
-            .iter()
-            .map(|c| (c.coefs.len() * 2).next_multiple_of(16) + 64 * 4)
-            .sum()
-    }
-
-    /// Writes `image`'s coefficients and multipliers into `region` (at least
-    /// [`DeviceImage::arena_bytes`] long), which starts `region_at` bytes (a multiple of 16)
-    /// into the arena, and describes them.
-    pub fn write_to_arena(
-        image: &super::jpeg_coefficients::JpegCoefficients,
-        resize: ResizePlan,
-        region: &mut [u8],
-        region_at: usize,
-    ) -> Self {
-        let mut at = 0usize;
-        let mut components = Vec::with_capacity(image.components.len());
-        for c in &image.components {
-            let coefs_at = at;
-            for (i, v) in c.coefs.iter().enumerate() {
-                region[at + 2 * i..at + 2 * i + 2].copy_from_slice(&v.to_le_bytes());
-            }
-            at += (c.coefs.len() * 2).next_multiple_of(16);
-            let quant_at = at;
-            for (i, v) in c.quant.iter().enumerate() {
-                region[at + 4 * i..at + 4 * i + 4].copy_from_slice(&v.to_le_bytes());
-            }
-            at += 64 * 4;
-            components.push(ArenaComponent {
-                coefs_at: region_at + coefs_at,
-                quant_at: region_at + quant_at,
-                blocks_wide: c.blocks_wide,
-                blocks_high: c.blocks_high,
-                downsampled_width: c.downsampled_width,
-                downsampled_height: c.downsampled_height,
-                upsample: c.upsample,
-            });
-        }
+    /// The image [`read_jpeg_into`](super::jpeg_coefficients::read_jpeg_into) wrote into an
+    /// arena, with its resize.
+    pub fn from_written(image: WrittenJpeg, resize: ResizePlan) -> Self {
         DeviceImage {
             width: image.width,
             height: image.height,
             colour: image.colour,
             orientation: image.orientation,
-            components,
+            components: image
+                .components
+                .into_iter()
+                .map(|c| ArenaComponent {
+                    coefs_at: c.coefs_at,
+                    quant_at: c.quant_at,
+                    blocks_wide: c.blocks_wide,
+                    blocks_high: c.blocks_high,
+                    downsampled_width: c.downsampled_width,
+                    downsampled_height: c.downsampled_height,
+                    upsample: c.upsample,
+                })
+                .collect(),
             resize,
         }
     }

@@ -19,6 +19,7 @@ use vitrt_runtime::image_kernels::jpeg::cpu::block_is_exact;
 use vitrt_runtime::image_kernels::jpeg::{JpegColour, Upsample};
 
 use super::error::ImageLimits;
+use super::ArenaReserve;
 
 /// One component's coefficients and how its samples map onto the image.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,6 +64,48 @@ impl JpegCoefficients {
     }
 }
 
+/// One component's data as [`read_jpeg_into`] wrote it: byte offsets (from the region's
+/// start offset, as the reserve gave it) of its coefficients (i16, little-endian, block after
+/// block) and its 64 multipliers (i32), and its geometry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WrittenComponent {
+    pub coefs_at: usize,
+    pub quant_at: usize,
+    pub blocks_wide: u32,
+    pub blocks_high: u32,
+    pub downsampled_width: u32,
+    pub downsampled_height: u32,
+    pub upsample: Upsample,
+}
+
+/// An image whose coefficients [`read_jpeg_into`] wrote into a reserved region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WrittenJpeg {
+    pub width: u32,
+    pub height: u32,
+    pub colour: JpegColour,
+    pub orientation: u8,
+    pub components: Vec<WrittenComponent>,
+}
+
+impl WrittenJpeg {
+    /// (height, width) once upright.
+    pub fn upright_size(&self) -> (usize, usize) {
+        let (h, w) = (self.height as usize, self.width as usize);
+        if self.orientation >= 5 {
+            (w, h)
+        } else {
+            (h, w)
+        }
+    }
+}
+
+/// Bytes one component's data takes in a region: its coefficients, 16-byte aligned, then its
+/// multipliers.
+fn component_bytes(blocks: usize) -> usize {
+    (blocks * 128).next_multiple_of(16) + 64 * 4
+}
+
 /// Why a file is left to the host decoder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HostReason {
@@ -78,6 +121,8 @@ pub enum HostReason {
     Guard,
     /// Larger than the limits (the host decoder says which).
     Limits,
+    /// No room left where its coefficients were to go.
+    NoRoom,
 }
 
 impl HostReason {
@@ -89,6 +134,7 @@ impl HostReason {
             HostReason::Unrefined => "a progressive file with unrefined coefficients",
             HostReason::Guard => "coefficients outside the exactness guard",
             HostReason::Limits => "larger than the image limits",
+            HostReason::NoRoom => "the batch's coefficient staging was full",
         }
     }
 }
@@ -99,6 +145,51 @@ pub fn read_jpeg_coefficients(
     bytes: &[u8],
     limits: &ImageLimits,
 ) -> Result<JpegCoefficients, HostReason> {
+    let region = OneRegion::default();
+    let written = read_jpeg_into(bytes, limits, &region)?;
+    let buffer = region.buffer.into_inner();
+    let components = written
+        .components
+        .iter()
+        .map(|c| {
+            let blocks = c.blocks_wide as usize * c.blocks_high as usize;
+            let coefs = buffer[c.coefs_at..][..blocks * 128]
+                .chunks_exact(2)
+                .map(|b| i16::from_le_bytes([b[0], b[1]]))
+                .collect();
+            let quant = std::array::from_fn(|i| {
+                let b = &buffer[c.quant_at + 4 * i..][..4];
+                i32::from_le_bytes([b[0], b[1], b[2], b[3]])
+            });
+            ComponentCoefficients {
+                blocks_wide: c.blocks_wide,
+                blocks_high: c.blocks_high,
+                downsampled_width: c.downsampled_width,
+                downsampled_height: c.downsampled_height,
+                upsample: c.upsample,
+                quant,
+                coefs,
+            }
+        })
+        .collect();
+    Ok(JpegCoefficients {
+        width: written.width,
+        height: written.height,
+        colour: written.colour,
+        orientation: written.orientation,
+        components,
+    })
+}
+
+/// Reads `bytes` (a JPEG, by its content) as [`read_jpeg_coefficients`] does, writing each
+/// component's coefficients and multipliers straight into one region `reserve(bytes)` gives
+/// (its offset, a multiple of 16, and the bytes), asked for once the header has said how much
+/// is needed. A refused file may leave a reserved region unused.
+pub fn read_jpeg_into(
+    bytes: &[u8],
+    limits: &ImageLimits,
+    reserve: &dyn ArenaReserve,
+) -> Result<WrittenJpeg, HostReason> {
     let mut err: Box<ffi::jpeg_error_mgr> = Box::new(unsafe { std::mem::zeroed() });
     let mut cinfo: Box<ffi::jpeg_decompress_struct> = Box::new(unsafe { std::mem::zeroed() });
     // SAFETY: the error manager and the decompressor live in boxes that outlive every libjpeg
@@ -112,7 +203,7 @@ pub fn read_jpeg_coefficients(
         ffi::jpeg_create_decompress(&mut *cinfo);
     }
     let result = catch_unwind(AssertUnwindSafe(|| unsafe {
-        read_started(&mut cinfo, bytes, limits)
+        read_started(&mut cinfo, bytes, limits, reserve)
     }));
     // SAFETY: created above; destroying also frees every array libjpeg allocated.
     unsafe { ffi::jpeg_destroy_decompress(&mut cinfo) };
@@ -120,6 +211,25 @@ pub fn read_jpeg_coefficients(
         Ok(Ok(image)) if err.num_warnings == 0 => Ok(image),
         Ok(Ok(_)) | Err(_) => Err(HostReason::LibjpegObjected),
         Ok(Err(reason)) => Err(reason),
+    }
+}
+
+/// A region of its own for one image: what [`read_jpeg_coefficients`] reads into.
+#[derive(Default)]
+struct OneRegion {
+    buffer: std::cell::UnsafeCell<Vec<u8>>,
+    taken: std::cell::Cell<bool>,
+}
+
+impl ArenaReserve for OneRegion {
+    fn reserve(&self, bytes: usize) -> Option<(usize, &mut [u8])> {
+        if self.taken.replace(true) {
+            return None;
+        }
+        // SAFETY: the buffer is handed out once (`taken`), so this is its only borrow.
+        let buffer = unsafe { &mut *self.buffer.get() };
+        buffer.resize(bytes, 0);
+        Some((0, &mut buffer[..]))
     }
 }
 
@@ -142,7 +252,8 @@ unsafe fn read_started(
     cinfo: &mut ffi::jpeg_decompress_struct,
     bytes: &[u8],
     limits: &ImageLimits,
-) -> Result<JpegCoefficients, HostReason> {
+    reserve: &dyn ArenaReserve,
+) -> Result<WrittenJpeg, HostReason> {
     const APP1: c_int = 0xE1;
     unsafe {
         ffi::jpeg_mem_src(cinfo, bytes.as_ptr(), bytes.len() as _);
@@ -199,6 +310,12 @@ unsafe fn read_started(
     }
     let access =
         unsafe { (*cinfo.common.mem).access_virt_barray }.ok_or(HostReason::LibjpegObjected)?;
+    let total: usize = infos
+        .iter()
+        .map(|i| component_bytes(i.width_in_blocks as usize * i.height_in_blocks as usize))
+        .sum();
+    let (region_at, region) = reserve.reserve(total).ok_or(HostReason::NoRoom)?;
+    let mut at = 0usize;
     let mut components = Vec::with_capacity(count);
     for (c, (info, &(downsampled_width, downsampled_height, upsample))) in
         infos.iter().zip(&layouts).enumerate()
@@ -211,29 +328,39 @@ unsafe fn read_started(
         // The islow IDCT's multiplier is the table's value as a 16-bit signed integer.
         let quant: [i32; 64] = std::array::from_fn(|i| i32::from(table[i] as i16));
         let (blocks_wide, blocks_high) = (info.width_in_blocks, info.height_in_blocks);
-        let mut coefs = Vec::with_capacity(blocks_wide as usize * blocks_high as usize * 64);
+        let coefs_at = at;
         for row in 0..blocks_high {
             // SAFETY: one row of the component's block array, within its height.
             let rows = unsafe { access(&mut cinfo.common, *arrays.add(c), row, 1, 0) };
             let blocks = unsafe { std::slice::from_raw_parts(*rows, blocks_wide as usize) };
-            for block in blocks {
+            let out = &mut region[at..at + blocks.len() * 128];
+            for (block, out) in blocks.iter().zip(out.chunks_exact_mut(128)) {
                 if !block_is_exact(block, &quant) {
                     return Err(HostReason::Guard);
                 }
-                coefs.extend_from_slice(block);
+                for (value, bytes) in block.iter().zip(out.chunks_exact_mut(2)) {
+                    bytes.copy_from_slice(&value.to_le_bytes());
+                }
             }
+            at += blocks.len() * 128;
         }
-        components.push(ComponentCoefficients {
+        at = at.next_multiple_of(16);
+        let quant_at = at;
+        for (value, bytes) in quant.iter().zip(region[at..at + 256].chunks_exact_mut(4)) {
+            bytes.copy_from_slice(&value.to_le_bytes());
+        }
+        at += 256;
+        components.push(WrittenComponent {
+            coefs_at: region_at + coefs_at,
+            quant_at: region_at + quant_at,
             blocks_wide,
             blocks_high,
             downsampled_width,
             downsampled_height,
             upsample,
-            quant,
-            coefs,
         });
     }
-    Ok(JpegCoefficients {
+    Ok(WrittenJpeg {
         width,
         height,
         colour,

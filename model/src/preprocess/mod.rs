@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 
 use device_batch::resample_plan_with;
 pub use device_batch::{DeviceImage, ResizeRefusal};
-use jpeg_coefficients::{read_jpeg_coefficients, HostReason};
+use jpeg_coefficients::{read_jpeg_into, HostReason};
 use vitrt_runtime::image_kernels::resample::TapTable;
 
 pub use classes::{ClassDefaults, ProcessorClass};
@@ -234,12 +234,18 @@ impl ImageLoader {
         if self.cfg.device_decode_refusal().is_some() {
             return Err(HostDecoded::Resize(ResizeRefusal::NotSupported));
         }
-        let image = read_jpeg_coefficients(bytes, &self.limits).map_err(HostDecoded::Jpeg)?;
+        let written =
+            read_jpeg_into(bytes, &self.limits, arena).map_err(|reason| match reason {
+                HostReason::NoRoom => HostDecoded::ArenaFull,
+                other => HostDecoded::Jpeg(other),
+            })?;
+        // A config that refuses this image's size leaves it to the host (its region in the
+        // arena unused), which says how.
         let (cfg, taps) = (&self.cfg, &mut self.device_taps);
         let plan = resample_plan_with(
             cfg,
             self.limits.max_pixels,
-            image.upright_size(),
+            written.upright_size(),
             &mut |i, o| {
                 if let Some((_, table)) = taps.iter().find(|(key, _)| *key == (i, o)) {
                     return Arc::clone(table);
@@ -253,9 +259,7 @@ impl ImageLoader {
             },
         )
         .map_err(HostDecoded::Resize)?;
-        let bytes_needed = DeviceImage::arena_bytes(&image);
-        let (at, region) = arena.reserve(bytes_needed).ok_or(HostDecoded::ArenaFull)?;
-        Ok(DeviceImage::write_to_arena(&image, plan, region, at))
+        Ok(DeviceImage::from_written(written, plan))
     }
 
     /// As [`load_file_into`](Self::load_file_into), for an image already in memory; `name`

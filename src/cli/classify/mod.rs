@@ -178,16 +178,14 @@ impl Scores<'_> {
     fn top_k(&self, row: &[f32], k: usize) -> Vec<Prediction> {
         match self {
             Scores::Logits(config) => top_k(row, k, config),
-            Scores::Probabilities(labels) => {
-                vitrt_model::labels::top_indices(row, k)
-                    .into_iter()
-                    .map(|index| Prediction {
-                        index,
-                        label: labels[index].clone(),
-                        probability: row[index],
-                    })
-                    .collect()
-            }
+            Scores::Probabilities(labels) => vitrt_model::labels::top_indices(row, k)
+                .into_iter()
+                .map(|index| Prediction {
+                    index,
+                    label: labels[index].clone(),
+                    probability: row[index],
+                })
+                .collect(),
         }
     }
 }
