@@ -19,8 +19,12 @@ export VITRT_REPO_ROOT=$PWD
 export VITRT_CACHE_DIR=${VITRT_CACHE_DIR:-$(mktemp -d)}
 nproc >"$logs/machine.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv >>"$logs/machine.txt" 2>&1
-timeout 300 "$dir/model-jpeg_gpu" --ignored --test-threads=1 >"$logs/model-jpeg_gpu.log" 2>&1
-echo "model-jpeg_gpu: exit $? $(grep -E '^test result' "$logs/model-jpeg_gpu.log" | tail -1)"
+# The image kernels against their twins; the byte path's tests, which the decoding joins.
+for test in model-jpeg_gpu model-pixel_bytes_gpu model-graph_replay_gpu; do
+    [ -x "$dir/$test" ] || continue
+    timeout 300 "$dir/$test" --ignored --test-threads=1 >"$logs/$test.log" 2>&1
+    echo "$test: exit $? $(grep -E '^test result' "$logs/$test.log" | tail -1)"
+done
 model=/tmp/vitrt-vit-base
 photos=/tmp/vitrt-photos
 python3 scripts/make_random_vit.py --out "$model" --preset base >"$logs/make.log" 2>&1 || echo "make_random_vit failed"
@@ -45,4 +49,16 @@ for set in fixtures photos; do
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('  decoded on the device:', d.get('decoded_on_device'), 'on the host:', d.get('decoded_on_host'))" "$logs/stats-$set-gpu.json"
 done
 python3 scripts/bench_pipeline.py --vitrt "$dir/vitrt.bin" --model "$model" --images "$photos" \
-    --batch-size 256 --json "$logs/pipeline.json" 2>&1 | tee "$logs/bench-pipeline.log"
+    --batch-size 256 --workers-sweep "${WORKERS_SWEEP:-12,14}" --json "$logs/pipeline.json" 2>&1 |
+    tee "$logs/bench-pipeline.log"
+# Where the batches wait, with each decoder (from the runs' --stats).
+python3 - "$logs/pipeline.json" <<'PY'
+import json, subprocess, sys, tempfile
+doc = json.load(open(sys.argv[1]))
+for key in ["vitrt", "vitrt_host_decode"]:
+    if key in doc:
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(doc[key], f)
+        print(f"== {key}")
+        subprocess.run([sys.executable, "scripts/pipeline_gaps.py", f.name])
+PY

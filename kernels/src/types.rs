@@ -13,6 +13,9 @@ pub enum DType {
 /// Values per parallel chunk in [`DType::encode`] and [`DType::decode`].
 const CONVERT_CHUNK: usize = 1 << 16;
 
+/// Values from which [`DType::decode`] splits its work over the thread pool.
+const PARALLEL_DECODE_VALUES: usize = 1 << 22;
+
 impl DType {
     pub const ALL: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
@@ -108,7 +111,11 @@ impl DType {
         use rayon::prelude::*;
         let size = self.size_bytes();
         let mut values = vec![0f32; bytes.len() / size];
-        if values.len() < CONVERT_CHUNK {
+        // Outputs read back batch by batch (a batch's logits or embeddings, a few hundred
+        // thousand values) convert here in a fraction of a millisecond; handed to the thread
+        // pool while every core decodes images, they waited ~10 ms for its threads, which held
+        // the GPU idle (NOTES, 2026-11-27). Only tensors of millions of values are split.
+        if values.len() < PARALLEL_DECODE_VALUES {
             self.decode_into(bytes, &mut values);
         } else {
             values

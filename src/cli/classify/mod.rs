@@ -240,14 +240,12 @@ impl<W: std::io::Write> Classifier<'_, W> {
         failures: &[(usize, String)],
         logits: Option<&HostTensor>,
     ) -> Result<(), WriteError> {
-        use rayon::prelude::*;
-        // Each row's top-k, on all cores: a softmax and a selection over a thousand classes
-        // for 256 images took 17 ms a batch on the consumer thread, a third of the GPU's time
-        // (NOTES, 2026-11-27).
+        // Each row's top-k before any is written: a softmax and a one-pass selection over the
+        // classes, on this thread (the thread pool's threads, competing with the decoding
+        // workers for the cores, answered late; NOTES, 2026-11-27).
         let classes = logits.map_or(1, |l| *l.shape.last().unwrap_or(&1));
         let predictions: Vec<Option<Vec<Prediction>>> = match logits {
             Some(logits) => (0..count)
-                .into_par_iter()
                 .map(|k| {
                     let row = &logits.data[k * classes..][..classes];
                     row.iter()
