@@ -415,3 +415,22 @@ fn decoded_pixels_of_a_wrong_layout_are_refused() {
     assert!(refuse(&[0; 11], (2, 2), 3).contains("11 bytes"));
     assert!(refuse(&[], (0, 2), 3).contains("no pixels"));
 }
+
+#[test]
+fn a_webp_missing_its_last_bytes_is_refused_as_pil_refuses_it() {
+    let whole = std::fs::read(fixtures().join("astronaut.webp")).unwrap();
+    let cfg = PreprocessConfig::hf_default(8, 3);
+    assert!(preprocess_bytes(&whole, &cfg).is_ok());
+    let accepted: Vec<usize> = [1, 2, 4, 16, 64]
+        .into_iter()
+        .filter(|&cut| preprocess_bytes(&whole[..whole.len() - cut], &cfg).is_ok())
+        .collect();
+    assert!(accepted.is_empty(), "accepted with {accepted:?} bytes cut");
+    let error = preprocess_bytes(&whole[..whole.len() - 1], &cfg)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("truncated: its RIFF header says 5304 bytes, it holds 5303"),
+        "{error}"
+    );
+}
