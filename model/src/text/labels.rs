@@ -15,13 +15,13 @@ pub fn labels_from_list(list: &str) -> Result<Vec<String>, ModelError> {
             i + 1
         )));
     }
-    check_labels(labels)
+    check_label_list(labels)
 }
 
 /// The labels of a labels file's text, one a line, trimmed, blank lines skipped; an error for
 /// none at all or one named twice.
 pub fn labels_from_lines(text: &str) -> Result<Vec<String>, ModelError> {
-    check_labels(
+    check_label_list(
         text.lines()
             .map(|l| l.trim().to_string())
             .filter(|l| !l.is_empty())
@@ -29,13 +29,18 @@ pub fn labels_from_lines(text: &str) -> Result<Vec<String>, ModelError> {
     )
 }
 
-/// Fails for an empty list or a label named twice (found through a set: a file of a hundred
-/// thousand labels is checked in milliseconds).
-fn check_labels(labels: Vec<String>) -> Result<Vec<String>, ModelError> {
+/// The labels trimmed; an error for an empty list, an empty label (by its place, from 1) or a
+/// label named twice (found through a set: a hundred thousand labels are checked in
+/// milliseconds). The Python module's `Model.zero_shot` checks its list here too.
+pub fn check_label_list(labels: Vec<String>) -> Result<Vec<String>, ModelError> {
     if labels.is_empty() {
         return Err(ModelError::Usage(
             "the label list is empty: zero-shot needs at least one label".into(),
         ));
+    }
+    let labels: Vec<String> = labels.into_iter().map(|l| l.trim().to_string()).collect();
+    if let Some(i) = labels.iter().position(String::is_empty) {
+        return Err(ModelError::Usage(format!("label {} is empty", i + 1)));
     }
     let mut seen = HashSet::with_capacity(labels.len());
     if let Some(label) = labels.iter().find(|label| !seen.insert(label.as_str())) {
@@ -131,6 +136,15 @@ mod tests {
         many.push_str("label 7\n");
         let err = labels_from_lines(&many).unwrap_err().to_string();
         assert!(err.contains("\"label 7\" is named twice"), "{err}");
+        let list = |labels: &[&str]| labels.iter().map(|l| l.to_string()).collect();
+        assert_eq!(
+            check_label_list(list(&[" cat ", "dog"])).unwrap(),
+            ["cat", "dog"]
+        );
+        let err = check_label_list(list(&["cat", "  "]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("label 2 is empty"), "{err}");
     }
 
     #[test]
