@@ -14,14 +14,18 @@ use std::path::PathBuf;
 use vitrt_model::preprocess::{
     normalization_table, preprocess_bytes, ImageLimits, ImageLoader, PreprocessConfig,
 };
-use vitrt_model::ModelConfig;
+use vitrt_model::text::labels::{labels_from_lines, DEFAULT_TEMPLATE};
+use vitrt_model::text::TextTokenizer;
+use vitrt_model::{ModelConfig, TextFamily};
 
 /// The targets, by name: the folders of `fuzz/corpus/` and the files of `fuzz/fuzz_targets/`.
-pub const TARGETS: [&str; 4] = [
+pub const TARGETS: [&str; 6] = [
     "safetensors_header",
     "vit_config",
     "preprocessor_config",
     "image_decode",
+    "sharded_index",
+    "labels_file",
 ];
 
 /// Runs the check of the target called `name`.
@@ -31,6 +35,8 @@ pub fn check(name: &str, data: &[u8]) {
         "vit_config" => check_vit_config(data),
         "preprocessor_config" => check_preprocessor_config(data),
         "image_decode" => check_image_decode(data),
+        "sharded_index" => check_sharded_index(data),
+        "labels_file" => check_labels_file(data),
         other => panic!("no fuzz target named {other}"),
     }
 }
@@ -144,4 +150,83 @@ pub fn check_image_decode(data: &[u8]) {
     let mut loader = ImageLoader::new(&config, FUZZ_IMAGE_LIMITS);
     let mut out = vec![0u8; loader.output_bytes()];
     let _ = loader.load_bytes_into(data, "(fuzz input)", &mut out);
+}
+
+thread_local! {
+    /// One folder per thread holding two small shards, `model-00001-of-00002.safetensors`
+    /// (tensors `a` and `c`) and `model-00002-of-00002.safetensors` (`b`), beside which each
+    /// input is written as `model.safetensors.index.json`.
+    static SHARDS: RefCell<Option<tempfile::TempDir>> = const { RefCell::new(None) };
+}
+
+/// The bytes as a sharded checkpoint's `model.safetensors.index.json`, beside two real
+/// shards: opened (the weight map read, each shard it names checked and mapped), then every
+/// tensor read.
+pub fn check_sharded_index(data: &[u8]) {
+    SHARDS.with(|shards| {
+        let mut shards = shards.borrow_mut();
+        let dir = shards.get_or_insert_with(|| {
+            let dir = tempfile::tempdir().expect("a scratch folder");
+            let first: Vec<vitrt_weights::NamedTensor> = vec![
+                ("a".into(), vec![2], vec![1.0, 2.0]),
+                ("c".into(), vec![], vec![3.0]),
+            ];
+            let second: Vec<vitrt_weights::NamedTensor> = vec![("b".into(), vec![1], vec![4.0])];
+            for (name, tensors) in [
+                ("model-00001-of-00002.safetensors", first),
+                ("model-00002-of-00002.safetensors", second),
+            ] {
+                vitrt_weights::write_f32_tensors(&dir.path().join(name), &tensors)
+                    .expect("a shard is writable");
+            }
+            dir
+        });
+        let index = dir.path().join("model.safetensors.index.json");
+        std::fs::write(&index, data).expect("the scratch index is writable");
+        let Ok(checkpoint) = vitrt_weights::Checkpoint::open(dir.path()) else {
+            return;
+        };
+        let _ = checkpoint.files();
+        for name in checkpoint.names() {
+            let _ = checkpoint.shape(name);
+            let _ = checkpoint.load_f32(name);
+        }
+    });
+}
+
+/// The tiny CLIP fixture's tokenizer files, which the labels target tokenizes with.
+const CLIP_TOKENIZER: &[u8] =
+    include_bytes!("../tests/fixtures/models/clip-zero-shot/tokenizer.json");
+const CLIP_TOKENIZER_CONFIG: &[u8] =
+    include_bytes!("../tests/fixtures/models/clip-zero-shot/tokenizer_config.json");
+
+thread_local! {
+    /// The CLIP tokenizer at its context of 77, loaded once per thread.
+    static TOKENIZER: TextTokenizer = {
+        let dir = tempfile::tempdir().expect("a scratch folder");
+        std::fs::write(dir.path().join("tokenizer.json"), CLIP_TOKENIZER).expect("writable");
+        std::fs::write(dir.path().join("tokenizer_config.json"), CLIP_TOKENIZER_CONFIG)
+            .expect("writable");
+        TextTokenizer::from_checkpoint(dir.path(), 77, TextFamily::Clip)
+            .expect("the fixture's tokenizer loads")
+    };
+}
+
+/// The bytes as a `--labels-file` (UTF-8 text, a label a line): read and checked as `vitrt
+/// zero-shot` reads it; on success, every label put into the default template and tokenized
+/// with a CLIP tokenizer, as the labels are before the text tower encodes them.
+pub fn check_labels_file(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(labels) = labels_from_lines(text) else {
+        return;
+    };
+    let texts: Vec<String> = labels
+        .iter()
+        .map(|label| DEFAULT_TEMPLATE.replacen("{}", label, 1))
+        .collect();
+    TOKENIZER.with(|tokenizer| {
+        let _ = tokenizer.encode(&texts);
+    });
 }

@@ -1,23 +1,33 @@
-//! Files the CLI writes (`infer --output`, `embed --output`, `bench --json/--plot`,
-//! `profile --json/--trace`, `tune --json`), checked before any work and written whole or not
-//! at all (except `embed`'s JSON Lines, streamed through [`OutputFile::open_streaming`]).
+//! Files the CLI writes (`infer --output`, `embed --output`, `embed-text --output`,
+//! `classify --stats`, `bench --json/--plot`, `profile --json/--trace`, `tune --json`), checked
+//! before any work and written whole or not at all: the one mechanism every writer goes
+//! through.
 //!
 //! - [`OutputFile::check`] runs first: the folder must exist and take a new file (probed by
 //!   creating and removing one), a symbolic link is followed to its final target, and a
 //!   target that exists must be a regular file (not a folder, a device or a fifo) and, unless
-//!   `--force`, writable.
+//!   `--force`, writable. Temporary files of ours that a killed run left in the folder more
+//!   than an hour ago are removed then.
 //! - [`OutputFile::write`] writes a temporary file beside the (resolved) target, syncs it,
 //!   renames it over the target and syncs the folder, so that a failure (a full disk, a kill)
 //!   leaves the old file or none, never half of one. The file keeps the mode of the file it
 //!   replaces; a new one gets the usual mode for the umask.
+//! - [`OutputFile::open_streaming`] does the same for output written as the run goes (JSON
+//!   Lines): into the temporary file, renamed over the target by [`Streaming::commit`] when the
+//!   run ends; a run that fails before leaves the old file as it was.
+//! - [`write_unit`] writes several files that belong together (an `.npy` and its list of row
+//!   names): every one is written and synced as a temporary file before the first is renamed,
+//!   so a full disk or any failure while writing leaves all of the old ones.
 //! - `-` (where the command allows it), `/dev/stdout`, `/dev/fd/1` and `/proc/self/fd/1`
-//!   mean stdout.
+//!   mean stdout; a reader that closed it ends the process quietly with status 0, as `outln!`
+//!   does.
 
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
 use std::fs::{self, File, Permissions};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// What an output holds, for the stdout rules: binary bytes are never sent to a terminal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +60,14 @@ enum Target {
 
 /// How many links are followed before giving up (as Linux's ELOOP).
 const MAX_LINKS: usize = 40;
+
+/// What our temporary files' names hold between the target's name and the random part:
+/// `.<name>.vitrt-XXXXXX.tmp`, so that the stale ones can be told from anyone else's.
+const TEMP_MARK: &str = ".vitrt-";
+
+/// Our temporary files last modified longer ago than this are a killed run's and are removed
+/// when a later run checks an output in their folder (as the kernel cache does in its own).
+const STALE_TEMP_AGE: Duration = Duration::from_secs(3600);
 
 impl OutputFile {
     /// Checks that `path` can be written, before any work. `stdout_ok`: whether `-` may mean
@@ -96,7 +114,7 @@ impl OutputFile {
                 if !kind.is_file() {
                     bail!(
                         "cannot write {named}: it is {}, not a regular file",
-                        describe_special(&kind)
+                        vitrt_weights::describe_file_type(&kind)
                     );
                 }
                 if meta.permissions().readonly() && !force {
@@ -132,6 +150,7 @@ impl OutputFile {
         let probe = create_temp(&resolved, &folder)
             .map_err(|e| anyhow::anyhow!("cannot write {named}: {}: {e}", folder.display()))?;
         drop(probe);
+        remove_stale_temps(&folder, STALE_TEMP_AGE);
         Ok(OutputFile {
             shown,
             target: Target::File {
@@ -164,67 +183,173 @@ impl OutputFile {
         self.shown.display()
     }
 
-    /// Opens the output for writing as the run goes (JSON Lines), not whole: stdout, or the
-    /// target file created or truncated in place. A read-only file (accepted only with
-    /// `--force`) is removed first, so that a new one can be made.
-    pub fn open_streaming(&self) -> Result<Box<dyn Write>> {
-        match &self.target {
-            Target::Stdout => Ok(Box::new(std::io::stdout())),
-            Target::File { path, replaced, .. } => {
-                let fail = |e: std::io::Error| {
-                    anyhow::anyhow!("cannot write {}: {e}", self.shown.display())
-                };
-                if replaced.as_ref().is_some_and(|p| p.readonly()) {
-                    fs::remove_file(path).map_err(fail)?;
-                }
-                Ok(Box::new(File::create(path).map_err(fail)?))
+    /// Opens the output for writing as the run goes (JSON Lines): stdout, or a temporary file
+    /// beside the target that [`Streaming::commit`] renames over it once the run is done. Until
+    /// then the old file stays as it was; dropped without a commit (an error), the temporary
+    /// file is removed.
+    pub fn open_streaming(&self) -> Result<Streaming<'_>> {
+        let temp = match &self.target {
+            Target::Stdout => None,
+            Target::File { path, folder, .. } => {
+                Some(create_temp(path, folder).map_err(|e| self.failed(e))?)
             }
-        }
+        };
+        Ok(Streaming { output: self, temp })
     }
 
     /// Writes `bytes` whole: to stdout, or to a temporary file renamed over the target.
     pub fn write(&self, bytes: &[u8]) -> Result<()> {
-        match &self.target {
-            Target::Stdout => {
-                let mut out = std::io::stdout().lock();
-                out.write_all(bytes)
-                    .and_then(|()| out.flush())
-                    .context("cannot write to stdout")
+        write_unit(&[(self, bytes)])
+    }
+
+    /// Fails if the target exists and is one of `inputs` (the same file under any name: a
+    /// link, a hard link), which the run would read after replacing it, or replace once read.
+    pub fn check_not_among(&self, inputs: &[PathBuf]) -> Result<()> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let Target::File { path, .. } = &self.target else {
+                return Ok(());
+            };
+            let Ok(target) = fs::metadata(path) else {
+                return Ok(());
+            };
+            let same =
+                |meta: fs::Metadata| meta.dev() == target.dev() && meta.ino() == target.ino();
+            if let Some(input) = inputs
+                .iter()
+                .find(|input| fs::metadata(input).is_ok_and(same))
+            {
+                bail!(
+                    "{} is the output file {}: the run would replace an input it reads; name \
+                     another output",
+                    input.display(),
+                    self.display()
+                );
             }
-            Target::File {
-                path,
-                folder,
-                replaced,
-            } => {
-                let fail = |e: std::io::Error| {
-                    anyhow::anyhow!("cannot write {}: {e}", self.shown.display())
-                };
-                let mut temp = create_temp(path, folder).map_err(fail)?;
-                temp.write_all(bytes).map_err(fail)?;
-                if let Some(permissions) = replaced {
-                    temp.as_file()
-                        .set_permissions(permissions.clone())
-                        .map_err(fail)?;
-                }
-                temp.as_file().sync_all().map_err(fail)?;
-                temp.persist(path).map_err(|e| fail(e.error))?;
-                // The rename itself, durable: best effort (some filesystems refuse to sync a
-                // folder, and the file is already whole).
-                if let Ok(dir) = File::open(folder) {
-                    let _ = dir.sync_all();
-                }
-                Ok(())
+        }
+        let _ = inputs;
+        Ok(())
+    }
+
+    /// A write error, naming the file as given.
+    fn failed(&self, error: std::io::Error) -> anyhow::Error {
+        anyhow::anyhow!("cannot write {}: {error}", self.shown.display())
+    }
+
+    /// Gives the temporary file the replaced file's mode and syncs it: ready to be renamed.
+    fn finish_temp(&self, temp: &tempfile::NamedTempFile) -> Result<()> {
+        if let Target::File {
+            replaced: Some(permissions),
+            ..
+        } = &self.target
+        {
+            temp.as_file()
+                .set_permissions(permissions.clone())
+                .map_err(|e| self.failed(e))?;
+        }
+        temp.as_file().sync_all().map_err(|e| self.failed(e))
+    }
+
+    /// Renames a finished temporary file over the target, and makes the rename durable (best
+    /// effort: some filesystems refuse to sync a folder, and the file is already whole).
+    fn rename_into_place(&self, temp: tempfile::NamedTempFile) -> Result<()> {
+        let Target::File { path, folder, .. } = &self.target else {
+            unreachable!("only a file output has a temporary file");
+        };
+        temp.persist(path).map_err(|e| self.failed(e.error))?;
+        if let Ok(dir) = File::open(folder) {
+            let _ = dir.sync_all();
+        }
+        Ok(())
+    }
+}
+
+/// Writes several outputs that belong together (an `.npy` and its row names), in the order
+/// given: every file output is first written whole and synced as a temporary file beside its
+/// target, and only then are they renamed into place, one after the other. A failure while
+/// writing (a full disk) leaves every old file as it was; name the file readers look at first
+/// (the array) last. Stdout outputs are written where they come.
+pub fn write_unit(outputs: &[(&OutputFile, &[u8])]) -> Result<()> {
+    let mut ready = Vec::with_capacity(outputs.len());
+    for &(output, bytes) in outputs {
+        match &output.target {
+            Target::Stdout => write_stdout(bytes)?,
+            Target::File { path, folder, .. } => {
+                let mut temp = create_temp(path, folder).map_err(|e| output.failed(e))?;
+                temp.write_all(bytes).map_err(|e| output.failed(e))?;
+                output.finish_temp(&temp)?;
+                ready.push((output, temp));
+            }
+        }
+    }
+    for (output, temp) in ready {
+        output.rename_into_place(temp)?;
+    }
+    Ok(())
+}
+
+/// An output written as the run goes: stdout, or a temporary file renamed over the target
+/// by [`Streaming::commit`]; dropped without it, the temporary file is removed and the old
+/// file kept.
+pub struct Streaming<'a> {
+    output: &'a OutputFile,
+    /// `None` for stdout.
+    temp: Option<tempfile::NamedTempFile>,
+}
+
+impl Streaming<'_> {
+    /// Makes what was written the output: the temporary file synced and renamed over the
+    /// target (stdout: nothing to do).
+    pub fn commit(self) -> Result<()> {
+        match self.temp {
+            None => Ok(()),
+            Some(temp) => {
+                self.output.finish_temp(&temp)?;
+                self.output.rename_into_place(temp)
             }
         }
     }
 }
 
-/// A new temporary file beside `target`, in `folder`: `.<name>.XXXXXX.tmp`, mode 0666 less
-/// the umask.
+impl Write for Streaming<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        match &mut self.temp {
+            Some(temp) => temp.write(bytes),
+            None => quiet_on_closed(std::io::stdout().write(bytes)),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match &mut self.temp {
+            Some(temp) => temp.flush(),
+            None => quiet_on_closed(std::io::stdout().flush()),
+        }
+    }
+}
+
+/// Writes `bytes` to stdout whole.
+fn write_stdout(bytes: &[u8]) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    quiet_on_closed(out.write_all(bytes).and_then(|()| out.flush()))
+        .map_err(|e| anyhow::anyhow!("cannot write to stdout: {e}"))
+}
+
+/// A write to stdout whose reader has gone (`| head -c1`) ends the process quietly with status
+/// 0, as every command's text output does (`outln!`).
+fn quiet_on_closed<T>(written: std::io::Result<T>) -> std::io::Result<T> {
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        other => other,
+    }
+}
+
+/// A new temporary file beside `target`, in `folder`: `.<name>.vitrt-XXXXXX.tmp`, mode 0666
+/// less the umask.
 fn create_temp(target: &Path, folder: &Path) -> std::io::Result<tempfile::NamedTempFile> {
     let mut prefix = OsString::from(".");
     prefix.push(target.file_name().unwrap_or_default());
-    prefix.push(".");
+    prefix.push(TEMP_MARK);
     let mut builder = tempfile::Builder::new();
     builder.prefix(&prefix).suffix(".tmp").rand_bytes(6);
     #[cfg(unix)]
@@ -233,6 +358,46 @@ fn create_temp(target: &Path, folder: &Path) -> std::io::Result<tempfile::NamedT
         builder.permissions(Permissions::from_mode(0o666));
     }
     builder.tempfile_in(folder)
+}
+
+/// Whether a file name is one [`create_temp`] makes: `.<name>.vitrt-XXXXXX.tmp`, the random
+/// part six letters or digits.
+fn is_our_temp_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")) else {
+        return false;
+    };
+    let Some((target, random)) = rest.rsplit_once(TEMP_MARK) else {
+        return false;
+    };
+    !target.is_empty() && random.len() == 6 && random.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// Removes our temporary files in `folder` last modified more than `age` ago: a killed run's
+/// (a live run's temporary file is written to as it goes, or lives for seconds). Best effort:
+/// a file that cannot be removed is left.
+fn remove_stale_temps(folder: &Path, age: Duration) -> usize {
+    let Ok(entries) = fs::read_dir(folder) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_str().is_some_and(is_our_temp_name) {
+            continue;
+        }
+        let stale = entry.metadata().is_ok_and(|meta| {
+            meta.is_file()
+                && meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|elapsed| elapsed > age)
+        });
+        if stale && fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// Paths that name this process's stdout whatever it is (a pipe, a terminal, a file the
@@ -264,24 +429,6 @@ fn resolve_links(path: &Path) -> Result<PathBuf> {
         "cannot write {}: more than {MAX_LINKS} symbolic links to follow",
         path.display()
     )
-}
-
-fn describe_special(kind: &fs::FileType) -> &'static str {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        if kind.is_char_device() || kind.is_block_device() {
-            return "a device";
-        }
-        if kind.is_fifo() {
-            return "a fifo";
-        }
-        if kind.is_socket() {
-            return "a socket";
-        }
-    }
-    let _ = kind;
-    "something else"
 }
 
 #[cfg(test)]
@@ -354,5 +501,109 @@ mod tests {
             .write(b"replaced")
             .unwrap();
         assert_eq!(fs::read(&read_only).unwrap(), b"replaced");
+    }
+
+    #[test]
+    fn streamed_output_replaces_the_old_file_only_when_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        fs::write(&path, "old\n").unwrap();
+        let output = check(&path).unwrap();
+        // A run that fails after writing some lines: the old file stays, no temporary left.
+        let mut stream = output.open_streaming().unwrap();
+        stream.write_all(b"new\n").unwrap();
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            b"old\n",
+            "not truncated at the start"
+        );
+        drop(stream);
+        assert_eq!(fs::read(&path).unwrap(), b"old\n");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+        // A run that ends: the new lines replace the old file.
+        let mut stream = output.open_streaming().unwrap();
+        stream.write_all(b"new\n").unwrap();
+        stream.commit().unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"new\n");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_unit_is_renamed_only_once_every_file_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = dir.path().join("e.npy.images.txt");
+        fs::write(&names, "old names").unwrap();
+        let names_out = check(&names).unwrap();
+        // The second file's folder goes after the check: its temporary file cannot be made,
+        // so the first file may not change either.
+        let sub = dir.path().join("sub");
+        fs::create_dir(&sub).unwrap();
+        let array_out = check(&sub.join("e.npy")).unwrap();
+        fs::remove_dir(&sub).unwrap();
+        let error =
+            write_unit(&[(&names_out, b"new names"), (&array_out, b"new array")]).unwrap_err();
+        assert!(format!("{error:#}").contains("e.npy"), "{error:#}");
+        assert_eq!(
+            fs::read(&names).unwrap(),
+            b"old names",
+            "renamed before the unit was whole"
+        );
+        assert_eq!(
+            fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "a temporary file left"
+        );
+
+        let array = dir.path().join("e.npy");
+        let array_out = check(&array).unwrap();
+        write_unit(&[(&names_out, b"new names"), (&array_out, b"new array")]).unwrap();
+        assert_eq!(fs::read(&names).unwrap(), b"new names");
+        assert_eq!(fs::read(&array).unwrap(), b"new array");
+    }
+
+    #[test]
+    fn stale_temporary_files_of_ours_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let ours = dir.path().join(".out.json.vitrt-a1B2c3.tmp");
+        let fresh = dir.path().join(".out.json.vitrt-zzzzzz.tmp");
+        let theirs = dir.path().join(".out.json.a1B2c3.tmp");
+        let data = dir.path().join("data.vitrt-a1B2c3.tmp");
+        for path in [&ours, &fresh, &theirs, &data] {
+            fs::write(path, "x").unwrap();
+        }
+        let old = std::time::SystemTime::now() - Duration::from_secs(7200);
+        for path in [&ours, &theirs, &data] {
+            File::options()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+        }
+        check(&dir.path().join("out.json")).unwrap();
+        assert!(!ours.exists(), "a killed run's temporary file stays");
+        assert!(fresh.exists() && theirs.exists() && data.exists());
+        assert!(is_our_temp_name(".e.npy.images.txt.vitrt-Ab12Cd.tmp"));
+        assert!(!is_our_temp_name(".vitrt-Ab12Cd.tmp"));
+        assert!(!is_our_temp_name(".e.npy.vitrt-Ab12C.tmp"));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn an_output_that_is_an_input_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("s.png");
+        fs::write(&image, "png bytes").unwrap();
+        let link = dir.path().join("link.png");
+        std::os::unix::fs::symlink(&image, &link).unwrap();
+        let other = dir.path().join("t.png");
+        fs::write(&other, "png bytes").unwrap();
+        let output = check(&image).unwrap();
+        let error = output.check_not_among(&[other.clone(), link]).unwrap_err();
+        assert!(format!("{error}").contains("is the output file"), "{error}");
+        assert!(output.check_not_among(&[other]).is_ok());
+        assert_eq!(fs::read(&image).unwrap(), b"png bytes");
+        let new = check(&dir.path().join("new.jsonl")).unwrap();
+        assert!(new.check_not_among(&[image]).is_ok());
     }
 }

@@ -82,7 +82,7 @@ fn profile_times_every_node_and_writes_json_and_a_trace() {
         ],
         dir.path(),
     );
-    assert_clean_failure(&o, "--batch-size must be at least 1");
+    assert_usage_error(&o, "is not a batch size: use 1 to 65536 images");
 }
 
 #[test]
@@ -165,7 +165,7 @@ fn bench_model_reports_each_batch_size() {
         ],
         dir.path(),
     );
-    assert_clean_failure(&o, "positive batch sizes");
+    assert_usage_error(&o, "is not a batch size: use 1 to 65536 images");
 }
 
 #[test]
@@ -177,7 +177,7 @@ fn tune_explains_what_it_cannot_do() {
         args.extend_from_slice(extra);
         vitrt(&args, dir.path())
     };
-    assert_clean_failure(&tune(&["--batch-sizes", "1,0"]), "positive batch sizes");
+    assert_usage_error(&tune(&["--batch-sizes", "1,0"]), "is not a batch size");
     assert_clean_failure(&tune(&["--reps", "2"]), "at least 5");
     let o = tune(&["--device", "cpu"]);
     assert_clean_failure(&o, "use --device cuda or cuda:N");

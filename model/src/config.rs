@@ -207,7 +207,7 @@ impl ModelConfig {
                 self.num_channels, self.hidden_size, self.intermediate_size
             ));
         }
-        Ok(())
+        crate::limits::check_image_size(self.image_size, p).map_err(|e| format!("image_size: {e}"))
     }
 
     pub fn head_dim(&self) -> usize {

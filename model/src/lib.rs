@@ -6,6 +6,7 @@ pub mod config;
 mod encoder;
 mod error;
 pub mod labels;
+pub mod limits;
 pub mod model;
 mod names;
 mod params;

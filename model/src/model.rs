@@ -246,7 +246,31 @@ impl VisionModel {
                 checkpoint.location().display()
             ))
         })?;
+        // A config that does not describe the checkpoint would run part of it, or label its
+        // classes wrongly, without a word (transformers warns of unused weights, and refuses a
+        // classifier whose size disagrees with id2label).
+        let layers = names.layers_in(&checkpoint);
+        if layers > config.num_hidden_layers {
+            return Err(ModelError::Checkpoint(format!(
+                "{} holds {layers} encoder layers but config.json's num_hidden_layers is {}: \
+                 the config does not describe this checkpoint",
+                checkpoint.location().display(),
+                config.num_hidden_layers
+            )));
+        }
         let head = detect_head(&config, &checkpoint)?;
+        if let (Head::Classifier { num_labels, .. }, Some((&last, _))) =
+            (head, config.id2label.last_key_value())
+        {
+            if config.id2label.len() != num_labels || last >= num_labels {
+                return Err(ModelError::Checkpoint(format!(
+                    "config.json's id2label names {} classes (indices up to {last}) but the \
+                     classifier of {} has {num_labels}",
+                    config.id2label.len(),
+                    checkpoint.location().display()
+                )));
+            }
+        }
         let input_size = config.image_size;
         let (keys, params) = collect_params(&config, &names, &checkpoint, head, input_size)?;
         Ok(VisionModel {
@@ -278,6 +302,7 @@ impl VisionModel {
                 size.0, size.1
             )));
         }
+        crate::limits::check_image_size(size, p).map_err(ModelError::Usage)?;
         let (keys, params) =
             collect_params(&self.config, &self.names, &self.checkpoint, self.head, size)?;
         (self.input_size, self.keys, self.params) = (size, keys, params);

@@ -143,15 +143,33 @@ impl TensorNames {
 
     /// The candidate names of a block's weight (`.weight`, `.bias` or a bare parameter is up
     /// to the caller), most common first.
+    /// What every encoder block's tensor names start with, before the block's index.
+    fn layers_prefix(&self) -> String {
+        if self.family == Family::Timm {
+            self.name("blocks.")
+        } else if self.clip_like() {
+            self.name("encoder.layers.")
+        } else {
+            self.name("encoder.layer.")
+        }
+    }
+
+    /// How many encoder blocks the checkpoint holds tensors of: one more than the highest
+    /// block index in its names (0 when none).
+    pub fn layers_in(&self, checkpoint: &Checkpoint) -> usize {
+        let prefix = self.layers_prefix();
+        checkpoint
+            .names()
+            .iter()
+            .filter_map(|name| name.strip_prefix(&prefix)?.split('.').next()?.parse().ok())
+            .map(|index: usize| index.saturating_add(1))
+            .max()
+            .unwrap_or(0)
+    }
+
     pub fn layer(&self, layer: usize, part: LayerPart) -> Vec<String> {
         use LayerPart::*;
-        let base = if self.family == Family::Timm {
-            self.name(&format!("blocks.{layer}."))
-        } else if self.clip_like() {
-            self.name(&format!("encoder.layers.{layer}."))
-        } else {
-            self.name(&format!("encoder.layer.{layer}."))
-        };
+        let base = format!("{}{layer}.", self.layers_prefix());
         let suffixes: &[&str] = match (self.family, part) {
             (Family::Clip | Family::Siglip, NormBefore) => &["layer_norm1"],
             (Family::Clip | Family::Siglip, Query) => &["self_attn.q_proj"],

@@ -168,6 +168,14 @@ impl Runner {
         [batch, self.model.config.num_channels, h, w]
     }
 
+    /// Values of the pixel tensor for `batch` images, for a caller about to allocate it:
+    /// an error for a batch outside [`limits::MAX_BATCH_SIZE`](crate::limits).
+    pub fn input_len(&self, batch: usize) -> Result<usize, ModelError> {
+        crate::limits::check_batch_size(batch).map_err(ModelError::Usage)?;
+        // Within the bounds: at most 2^16 images of 2^28 pixels of a few channels.
+        Ok(self.input_shape(batch).iter().product())
+    }
+
     /// Runs `batch` images of pixels (NCHW, f32). Returns the main output (`logits` or
     /// `last_hidden_state`) and, with `hidden_states`, every `hidden_states.{i}` before it.
     pub fn run(
@@ -296,6 +304,7 @@ impl Runner {
     pub fn prepare(&mut self, batch: usize, hidden_states: bool) -> Result<&Executor, ModelError> {
         let key = (batch, hidden_states);
         if !self.executors.contains_key(&key) {
+            crate::limits::check_batch_size(batch).map_err(ModelError::Usage)?;
             let options = GraphOptions {
                 hidden_states,
                 fusion: self.fusion,

@@ -169,3 +169,13 @@ fn preprocessor_config_survives_corpus_and_mutations() {
 fn image_decode_survives_corpus_and_mutations() {
     replay("image_decode", 0x1a6e);
 }
+
+#[test]
+fn sharded_index_survives_corpus_and_mutations() {
+    replay("sharded_index", 0x1dec);
+}
+
+#[test]
+fn labels_file_survives_corpus_and_mutations() {
+    replay("labels_file", 0x1abe);
+}

@@ -321,21 +321,15 @@ fn a_file_over_the_size_limit_is_refused_without_reading_it() {
         "{error:?}"
     );
 
-    // A file with no size to go by: read no further than the limit.
+    // A device with no size to go by: refused without being read.
     let zero = Path::new("/dev/zero");
     if zero.exists() {
-        let mut loader = ImageLoader::new(
-            &cfg,
-            ImageLimits {
-                max_file_bytes: 1 << 20,
-                ..Default::default()
-            },
-        );
+        let mut loader = ImageLoader::new(&cfg, ImageLimits::default());
+        let start = std::time::Instant::now();
         let error = loader.load_file_into(zero, &mut out).unwrap_err();
-        assert!(
-            matches!(error, PreprocessError::FileTooLarge { .. }),
-            "{error:?}"
-        );
+        assert!(start.elapsed().as_secs_f64() < 1.0);
+        let source = std::error::Error::source(&error).map(|e| e.to_string());
+        assert_eq!(source.as_deref(), Some("a device, not a regular file"));
     }
 }
 
@@ -420,4 +414,23 @@ fn decoded_pixels_of_a_wrong_layout_are_refused() {
     assert!(refuse(&[0; 16], (2, 2), 4).contains("4 channels"));
     assert!(refuse(&[0; 11], (2, 2), 3).contains("11 bytes"));
     assert!(refuse(&[], (0, 2), 3).contains("no pixels"));
+}
+
+#[test]
+fn a_webp_missing_its_last_bytes_is_refused_as_pil_refuses_it() {
+    let whole = std::fs::read(fixtures().join("astronaut.webp")).unwrap();
+    let cfg = PreprocessConfig::hf_default(8, 3);
+    assert!(preprocess_bytes(&whole, &cfg).is_ok());
+    let accepted: Vec<usize> = [1, 2, 4, 16, 64]
+        .into_iter()
+        .filter(|&cut| preprocess_bytes(&whole[..whole.len() - cut], &cfg).is_ok())
+        .collect();
+    assert!(accepted.is_empty(), "accepted with {accepted:?} bytes cut");
+    let error = preprocess_bytes(&whole[..whole.len() - 1], &cfg)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("truncated: its RIFF header says 5304 bytes, it holds 5303"),
+        "{error}"
+    );
 }

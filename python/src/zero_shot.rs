@@ -5,28 +5,17 @@
 use crate::failure::{model_failure, FailAs, Failure, Result};
 use anyhow::{anyhow, Context};
 use std::path::Path;
-use vitrt_model::text::labels::{average_templates, check_template, DEFAULT_TEMPLATE};
+use vitrt_model::text::labels::{
+    average_templates, check_label_list, check_template, DEFAULT_TEMPLATE,
+};
 use vitrt_model::text::{TextModel, TextTokenizer};
 use vitrt_model::Runner;
 use vitrt_model::ZeroShotLabels;
 
-/// The labels, trimmed; an error for none, an empty one, or one named twice.
+/// The labels, trimmed; an error for none, an empty one, or one named twice (checked as
+/// `vitrt zero-shot` checks them, through a set).
 pub fn check_labels(labels: Vec<String>) -> Result<Vec<String>> {
-    if labels.is_empty() {
-        return Err(Failure::Value(anyhow!(
-            "the label list is empty: zero-shot needs at least one label"
-        )));
-    }
-    let labels: Vec<String> = labels.iter().map(|l| l.trim().to_string()).collect();
-    for (i, label) in labels.iter().enumerate() {
-        if label.is_empty() {
-            return Err(Failure::Value(anyhow!("label {i} is empty")));
-        }
-        if labels[..i].contains(label) {
-            return Err(Failure::Value(anyhow!("label {label:?} is named twice")));
-        }
-    }
-    Ok(labels)
+    check_label_list(labels).map_err(model_failure)
 }
 
 /// The templates asked for (default: transformers' pipeline's), each holding exactly one

@@ -8,8 +8,10 @@ use super::common::{ModelArgs, WriteError};
 use crate::pipeline::{self, Batch, Flow, ImageLoad, InputList, PipelineConfig, PipelineStats};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vitrt_model::preprocess::device_batch::{device_batch, DeviceBatch};
 use vitrt_model::preprocess::{
@@ -39,8 +41,8 @@ pub enum DecodeOn {
 #[derive(Args, Debug)]
 pub struct ImageArgs {
     /// Images per forward pass. Default: 64 on a GPU, 8 on the CPU.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65535))]
-    batch_size: Option<u32>,
+    #[arg(long, value_parser = super::common::parse_batch_size)]
+    batch_size: Option<usize>,
     /// Decoding threads. Default: the available cores on a GPU, half of them on the CPU (whose
     /// forward pass needs them too).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
@@ -80,7 +82,7 @@ impl ImageArgs {
     /// The images named and listed, in order; an error when there are none.
     pub fn collect(&self) -> Result<InputList> {
         let inputs = pipeline::collect_inputs(&self.images, self.files_from.as_deref())?;
-        if inputs.paths.is_empty() && inputs.unlisted.is_empty() {
+        if inputs.paths.is_empty() {
             bail!(if self.images.is_empty() && self.files_from.is_none() {
                 "no images given: name image files or folders, or use --files-from".to_string()
             } else {
@@ -158,7 +160,7 @@ impl BatchSetup {
         // No batch larger than the run: staging and activations are sized by it.
         let batch_size = args
             .batch_size
-            .map_or(if on_gpu { 64 } else { 8 }, |b| b as usize)
+            .unwrap_or(if on_gpu { 64 } else { 8 })
             .min(images.max(1));
         // On the CPU the forward pass needs the cores too: decoding on all of them beside it
         // cost 5% on the demo digits with 2 cores (NOTES, 2026-11-24), half of them costs
@@ -208,12 +210,22 @@ impl BatchSetup {
     }
 }
 
-/// The preprocessing loader as the pipeline calls it.
-pub struct Loader(pub ImageLoader);
+/// The preprocessing loader as the pipeline calls it. An entry of a folder that could not be
+/// listed fails here, in its place, with why.
+pub struct Loader {
+    pub images: ImageLoader,
+    pub unlisted: Arc<HashMap<PathBuf, String>>,
+}
 
 impl ImageLoad for Loader {
     fn load(&mut self, path: &Path, out: &mut [u8]) -> Result<StageTimes, String> {
-        self.0.load_file_into(path, out).map_err(|e| e.to_string())
+        if let Some(why) = self.unlisted.get(path) {
+            return Err(format!("{}: {why}", path.display()));
+        }
+        // The whole chain: a read error's cause ("a socket, not a regular file") is its source.
+        self.images
+            .load_file_into(path, out)
+            .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
     }
 
     fn load_for_device(
@@ -222,17 +234,17 @@ impl ImageLoad for Loader {
         out: &mut [u8],
         arena: &dyn ArenaReserve,
     ) -> Result<(StageTimes, Loaded), String> {
-        self.0
+        if let Some(why) = self.unlisted.get(path) {
+            return Err(format!("{}: {why}", path.display()));
+        }
+        self.images
             .load_file_for_device(path, out, arena)
-            .map_err(|e| e.to_string())
+            .map_err(|e| format!("{:#}", anyhow::Error::new(e)))
     }
 }
 
 /// What a command does with the results, in input order.
 pub trait BatchResults {
-    /// An entry that could not even be listed (an unreadable folder).
-    fn unlisted(&mut self, path: &Path, why: &str) -> Result<Flow>;
-
     /// The batch of images `first .. first + count`: `failures` could not be loaded (by input
     /// index, with why); `outputs` are the runner's outputs for all `count` images (rows of
     /// failed images are meaningless), `None` when every image failed. [`Flow::Stop`] ends
@@ -244,21 +256,6 @@ pub trait BatchResults {
         failures: &[(usize, String)],
         outputs: Option<Vec<HostTensor>>,
     ) -> Result<Flow>;
-}
-
-/// Reports the entries that could not be listed, first (each a line on stderr and a failure
-/// for `results`). Returns how many, and whether the run goes on.
-pub fn report_unlisted(
-    inputs: &InputList,
-    results: &mut impl BatchResults,
-) -> Result<(usize, Flow)> {
-    for (path, why) in &inputs.unlisted {
-        eprintln!("vitrt: {}: {why}", path.display());
-        if results.unlisted(path, why)? == Flow::Stop {
-            return Ok((inputs.unlisted.len(), Flow::Stop));
-        }
-    }
-    Ok((inputs.unlisted.len(), Flow::Continue))
 }
 
 /// Host time of the consumer, for `--stats`.
@@ -329,8 +326,13 @@ pub fn run_batches(
         times: ConsumerTimes::default(),
         collected_any: false,
     };
-    let make_loader =
-        || Box::new(Loader(ImageLoader::new(&setup.pre, setup.limits))) as Box<dyn ImageLoad>;
+    let unlisted = Arc::new(inputs.unlisted.clone());
+    let make_loader = || {
+        Box::new(Loader {
+            images: ImageLoader::new(&setup.pre, setup.limits),
+            unlisted: Arc::clone(&unlisted),
+        }) as Box<dyn ImageLoad>
+    };
     let stats = pipeline::run(
         &inputs.paths,
         setup.pipeline,

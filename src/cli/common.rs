@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use vitrt_kernels::cuda::DriverWarmUp;
+use vitrt_model::limits::{MAX_BATCH_SIZE, MAX_IMAGE_SIDE};
 use vitrt_model::text::{TextEncoder, TextModel};
 use vitrt_model::{Runner, VisionModel};
 use vitrt_runtime::backend::Device;
@@ -59,17 +60,44 @@ pub struct ModelArgs {
     image_size: Option<(usize, usize)>,
 }
 
-/// `H` or `H,W`, both positive.
+/// `H` or `H,W`, each 1 to [`MAX_IMAGE_SIDE`] (the model also bounds the patches they make).
 pub fn parse_image_size(s: &str) -> Result<(usize, usize), String> {
     let side = |v: &str| match v.trim().parse::<usize>() {
-        Ok(n) if n > 0 => Ok(n),
+        Ok(n) if (1..=MAX_IMAGE_SIDE).contains(&n) => Ok(n),
         _ => Err(format!(
-            "\"{s}\" is not an image size: use HEIGHT or HEIGHT,WIDTH in pixels"
+            "\"{s}\" is not an image size: use HEIGHT or HEIGHT,WIDTH, each 1 to \
+             {MAX_IMAGE_SIDE} pixels"
         )),
     };
     match s.split_once(',') {
         Some((h, w)) => Ok((side(h)?, side(w)?)),
         None => side(s).map(|n| (n, n)),
+    }
+}
+
+/// The value of every batch-size flag: 1 to [`MAX_BATCH_SIZE`], the bound the runner itself
+/// holds every caller to.
+pub fn parse_batch_size(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_BATCH_SIZE).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "\"{s}\" is not a batch size: use 1 to {MAX_BATCH_SIZE} images"
+        )),
+    }
+}
+
+/// Most timed or untimed passes (`--reps`, `--warmup`) a measuring command takes: far more than
+/// any median needs, and few enough that counts and time vectors stay small.
+pub const MAX_PASSES: usize = 1_000_000;
+
+/// The value of every `--reps` and `--warmup` flag: 0 to [`MAX_PASSES`] (each command says
+/// its own least).
+pub fn parse_passes(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n <= MAX_PASSES => Ok(n),
+        _ => Err(format!(
+            "\"{s}\" is not a number of passes: use 0 to {MAX_PASSES}"
+        )),
     }
 }
 
@@ -250,6 +278,27 @@ pub fn write_stdout_line(line: std::fmt::Arguments<'_>) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
         written => written.context("writing to standard output"),
     }
+}
+
+/// `batch` images of random pixels from -1 to 1 (roughly what an image processor hands over),
+/// for the commands that time forward passes: an error, not an abort, for a batch beyond the
+/// bound or more than the host can hold.
+pub fn random_pixels(
+    runner: &Runner,
+    batch: usize,
+    rng: &mut rand::rngs::SmallRng,
+) -> Result<Vec<f32>> {
+    use rand::Rng;
+    let len = runner.input_len(batch)?;
+    let mut pixels = Vec::new();
+    pixels.try_reserve_exact(len).map_err(|_| {
+        anyhow::anyhow!(
+            "cannot allocate {} MiB of host memory for the pixels of a batch of {batch}",
+            (len * 4) >> 20
+        )
+    })?;
+    pixels.extend((0..len).map(|_| rng.random_range(-1.0..1.0f32)));
+    Ok(pixels)
 }
 
 /// Reads a safetensors file of f32-convertible tensors.

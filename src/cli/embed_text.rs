@@ -6,7 +6,7 @@
 use super::common::ModelArgs;
 use super::embed::names_file;
 use super::embed::output::{Format, Metadata, Whole};
-use crate::output_file::{Contents, OutputFile};
+use crate::output_file::{write_unit, Contents, OutputFile};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::{BufRead, Write};
@@ -109,10 +109,15 @@ pub fn run(args: EmbedTextArgs) -> Result<ExitCode> {
                 serde_json::to_writer(
                     &mut out,
                     &serde_json::json!({"text": text, "embedding": row}),
-                )?;
-                out.write_all(b"\n")?;
+                )
+                .context("writing the embeddings")?;
+                out.write_all(b"\n").context("writing the embeddings")?;
             }
-            out.flush().context("writing the embeddings")?;
+            let out = out
+                .into_inner()
+                .map_err(|e| e.into_error())
+                .context("writing the embeddings")?;
+            out.commit()?;
         }
         Format::Safetensors | Format::Npy => {
             let whole = Whole {
@@ -129,9 +134,13 @@ pub fn run(args: EmbedTextArgs) -> Result<ExitCode> {
                 })?,
                 _ => whole.npy_bytes(),
             };
-            target.write(&bytes)?;
-            if let Some(texts_target) = &texts_target {
-                texts_target.write(whole.paths_lines().as_bytes())?;
+            // The array and its texts file as a unit, the array renamed last.
+            let names = whole.paths_lines();
+            match &texts_target {
+                Some(texts_target) => {
+                    write_unit(&[(texts_target, names.as_bytes()), (&target, &bytes)])?
+                }
+                None => target.write(&bytes)?,
             }
             if !target.is_stdout() {
                 eprintln!(

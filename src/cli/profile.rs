@@ -5,7 +5,7 @@
 //! same GPU: cuBLAS on the same GEMM shape for linear layers and the patch projection, a
 //! device-to-device copy for the memory-bound nodes.
 
-use super::common::ModelArgs;
+use super::common::{random_pixels, ModelArgs};
 use crate::output_file::OutputFile;
 use crate::report::stats::Stats;
 use anyhow::{bail, Context, Result};
@@ -25,13 +25,13 @@ pub struct ProfileArgs {
     #[command(flatten)]
     model: ModelArgs,
     /// Images per forward pass.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = super::common::parse_batch_size)]
     batch_size: usize,
     /// Timed forward passes (at least 5); each node's median over them is reported.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = super::common::parse_passes)]
     reps: usize,
     /// Untimed passes first (at least one: it compiles the kernels).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = super::common::parse_passes)]
     warmup: usize,
     /// Also write the profile as JSON.
     #[arg(long, value_name = "FILE")]
@@ -59,9 +59,6 @@ struct NodeRow {
 }
 
 pub fn run(args: ProfileArgs) -> Result<ExitCode> {
-    if args.batch_size == 0 {
-        bail!("--batch-size must be at least 1");
-    }
     if args.reps < 5 {
         bail!(
             "--reps {} is too few for a median: use at least 5",
@@ -81,9 +78,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     let (mut runner, _, device) = args.model.open_on_device()?;
     let dtype = runner.backend().dtype();
     let batch = args.batch_size;
-    let len: usize = runner.input_shape(batch).iter().product();
-    let mut rng = SmallRng::seed_from_u64(7);
-    let pixels: Vec<f32> = (0..len).map(|_| rng.random_range(-1.0..1.0f32)).collect();
+    let pixels = random_pixels(&runner, batch, &mut SmallRng::seed_from_u64(7))?;
     eprintln!(
         "profiling {} on {}: batch {batch}, {dtype}, {} passes after {} warm-up",
         args.model.name(),

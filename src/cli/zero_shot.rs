@@ -12,7 +12,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use vitrt_model::text::labels::{average_templates, check_template, DEFAULT_TEMPLATE};
+use vitrt_model::text::labels::{
+    average_templates, check_template, labels_from_lines, labels_from_list, DEFAULT_TEMPLATE,
+};
 use vitrt_model::text::{TextModel, TextTokenizer};
 use vitrt_model::{Output, OutputSet, ZeroShotLabels};
 
@@ -126,48 +128,13 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
 /// The labels of `--labels` (comma-separated) or `--labels-file` (one a line), trimmed; an
 /// error for none, an empty one, or one named twice.
 fn read_labels(list: Option<&str>, file: Option<&Path>) -> Result<Vec<String>> {
-    let labels: Vec<String> = match (list, file) {
-        (Some(list), _) => {
-            let labels: Vec<String> = list.split(',').map(|l| l.trim().to_string()).collect();
-            if let Some(i) = labels.iter().position(String::is_empty) {
-                bail!("--labels: label {} is empty (in {list:?})", i + 1);
-            }
-            labels
-        }
-        (None, Some(path)) => std::fs::read_to_string(path)
-            .with_context(|| format!("reading --labels-file {}", path.display()))?
-            .lines()
-            .map(|l| l.trim().to_string())
-            .filter(|l| !l.is_empty())
-            .collect(),
+    Ok(match (list, file) {
+        (Some(list), _) => labels_from_list(list)?,
+        (None, Some(path)) => labels_from_lines(
+            &std::fs::read_to_string(path)
+                .with_context(|| format!("reading --labels-file {}", path.display()))?,
+        )
+        .with_context(|| format!("--labels-file {}", path.display()))?,
         (None, None) => bail!("no labels: give --labels or --labels-file"),
-    };
-    if labels.is_empty() {
-        bail!("the label list is empty: zero-shot needs at least one label");
-    }
-    for (i, label) in labels.iter().enumerate() {
-        if labels[..i].contains(label) {
-            bail!("label {label:?} is named twice");
-        }
-    }
-    Ok(labels)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_are_checked() {
-        assert_eq!(
-            read_labels(Some(" cat, dog ,a red car"), None).unwrap(),
-            ["cat", "dog", "a red car"]
-        );
-        let err = read_labels(Some("cat,,dog"), None).unwrap_err().to_string();
-        assert!(err.contains("label 2 is empty"), "{err}");
-        let err = read_labels(Some("cat,cat"), None).unwrap_err().to_string();
-        assert!(err.contains("named twice"), "{err}");
-        let err = read_labels(Some(""), None).unwrap_err().to_string();
-        assert!(err.contains("empty"), "{err}");
-    }
+    })
 }

@@ -26,5 +26,5 @@
 mod inputs;
 mod ring;
 
-pub use inputs::{collect_inputs, InputList};
+pub use inputs::{collect_inputs, shown_path, InputList};
 pub use ring::{run, Batch, Consumer, Flow, ImageLoad, PipelineConfig, PipelineStats};

@@ -55,6 +55,18 @@ pub fn assert_clean_failure(o: &Output, needle: &str) {
     );
 }
 
+/// Fails unless the argument parser refused the command line: exit status 2, its message
+/// naming `needle`, and no panic.
+pub fn assert_usage_error(o: &Output, needle: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "exit code; stderr: {err}");
+    assert!(!err.contains("panicked"), "panic: {err}");
+    assert!(
+        err.contains(needle),
+        "stderr should mention {needle:?}: {err}"
+    );
+}
+
 /// Runs vitrt with `stdin` as its standard input.
 pub fn vitrt_with_stdin(args: &[&str], hf_home: &Path, stdin: &str) -> Output {
     use std::io::Write;

@@ -2,7 +2,6 @@
 //! each memory-mapped; tensors are decoded to f32 on request.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
 use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
 
@@ -12,6 +11,7 @@ use serde::Deserialize;
 use crate::dtype::{decode_into_f32, FileDType, StoredDType};
 use crate::error::WeightsError;
 use crate::header::parse_header;
+use crate::unique_keys::UniqueKeys;
 
 /// The single-file checkpoint name the Hugging Face tools write.
 pub const SINGLE_FILE_NAME: &str = "model.safetensors";
@@ -45,7 +45,8 @@ struct TensorRecord {
 
 #[derive(Deserialize)]
 struct IndexFile {
-    weight_map: HashMap<String, String>,
+    /// Each tensor at most once: a second line would silently move it to another shard.
+    weight_map: UniqueKeys<String>,
 }
 
 impl Checkpoint {
@@ -319,13 +320,14 @@ fn read_weight_map(index_path: &Path) -> Result<HashMap<String, String>, Weights
     let text = std::fs::read_to_string(index_path).map_err(|e| io_error(index_path, e))?;
     let index: IndexFile = serde_json::from_str(&text)
         .map_err(|e| broken(format!("expected a JSON object with a `weight_map`: {e}")))?;
-    if index.weight_map.is_empty() {
+    let weight_map: HashMap<String, String> = index.weight_map.0.into_iter().collect();
+    if weight_map.is_empty() {
         return Err(broken("its `weight_map` lists no tensors".to_string()));
     }
-    for shard_name in index.weight_map.values() {
+    for shard_name in weight_map.values() {
         checked_shard_path(shard_name).map_err(&broken)?;
     }
-    Ok(index.weight_map)
+    Ok(weight_map)
 }
 
 /// The shard file names an index lists, sorted and without repeats.
@@ -337,7 +339,7 @@ pub(crate) fn read_shard_names(index_path: &Path) -> Result<Vec<String>, Weights
 }
 
 fn map_file(path: &Path) -> Result<MappedFile, WeightsError> {
-    let file = File::open(path).map_err(|e| io_error(path, e))?;
+    let file = crate::open_regular_file(path).map_err(|e| io_error(path, e))?;
     // SAFETY: the mapping is read-only and private to this process. Like every reader of
     // memory-mapped checkpoints, we rely on nobody truncating or rewriting the file while it is
     // open; the bytes are only ever read through bounds-checked slices.

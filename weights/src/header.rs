@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use crate::dtype::FileDType;
 use crate::error::WeightsError;
+use crate::unique_keys::UniqueKeys;
 
 const LENGTH_PREFIX_BYTES: usize = 8;
 
@@ -64,8 +65,14 @@ pub(crate) fn parse_header(
     let header_end = LENGTH_PREFIX_BYTES + declared_header_len as usize;
     let header_text = std::str::from_utf8(&file_bytes[LENGTH_PREFIX_BYTES..header_end])
         .map_err(|e| corrupt(format!("the header is not UTF-8: {e}")))?;
-    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_str(header_text)
-        .map_err(|e| corrupt(format!("the header is not a JSON object: {e}")))?;
+    // Each name at most once: a second entry would silently replace the first (Python's
+    // safetensors refuses such a file).
+    let UniqueKeys(header) = serde_json::from_str::<UniqueKeys<serde_json::Value>>(header_text)
+        .map_err(|e| {
+            corrupt(format!(
+                "the header is not a JSON object with unique names: {e}"
+            ))
+        })?;
 
     let data_len = file_len - header_end;
     let mut entries = Vec::with_capacity(header.len());
@@ -196,5 +203,13 @@ mod tests {
         let header = r#"{"q":{"dtype":"Q4_K","shape":[3],"data_offsets":[0,5]}}"#;
         let entries = parse_header(Path::new("x"), &file_with_header(header, 5)).unwrap();
         assert_eq!(entries[0].dtype, FileDType::Other("Q4_K".into()));
+    }
+
+    #[test]
+    fn a_tensor_named_twice_is_refused() {
+        let header = r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},
+                         "a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#;
+        let text = error_text(&file_with_header(header, 8));
+        assert!(text.contains("`a` is named twice"), "{text}");
     }
 }

@@ -160,6 +160,25 @@ fn webp_metadata_chunks_fit(bytes: &[u8]) -> bool {
     true
 }
 
+/// Refuses a WebP file shorter than its RIFF header says, as PIL (libwebp) does: the image
+/// crate decodes such a file with its missing bytes as zeros.
+fn check_webp_is_whole(bytes: &[u8], name: &str) -> Result<(), PreprocessError> {
+    let Some(size) = bytes.get(4..8) else {
+        return Ok(()); // Too short for a RIFF header: the decoder says what is wrong.
+    };
+    let declared = u64::from(u32::from_le_bytes([size[0], size[1], size[2], size[3]])) + 8;
+    if (bytes.len() as u64) < declared {
+        return Err(PreprocessError::CorruptImage {
+            image: name.to_string(),
+            detail: format!(
+                "the file is truncated: its RIFF header says {declared} bytes, it holds {}",
+                bytes.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
 fn decode_with_image_crate(
     bytes: &[u8],
     format: ImageFormat,
@@ -167,6 +186,9 @@ fn decode_with_image_crate(
     limits: &ImageLimits,
     buffer: &mut Vec<u8>,
 ) -> Result<Raw, PreprocessError> {
+    if format == ImageFormat::WebP {
+        check_webp_is_whole(bytes, name)?;
+    }
     let to_error = |error: image::ImageError| match error {
         image::ImageError::Unsupported(e) => PreprocessError::UnsupportedImage {
             image: name.to_string(),

@@ -512,7 +512,9 @@ fn center_crop_into(
 }
 
 /// Reads `path` into `buffer` (cleared first), refusing it once it proves longer than `max`
-/// bytes: by its size for a regular file, else after reading `max` + 1 bytes.
+/// bytes: by its size, or after reading `max` + 1 bytes (a file that grows meanwhile). Only a
+/// regular file is read: a FIFO is refused without blocking on it, and a device such as
+/// `/dev/zero` without reading it.
 fn read_limited(path: &Path, max: u64, buffer: &mut Vec<u8>) -> Result<(), PreprocessError> {
     let read_error = |source: std::io::Error| match source.kind() {
         std::io::ErrorKind::NotFound => PreprocessError::FileNotFound {
@@ -527,15 +529,13 @@ fn read_limited(path: &Path, max: u64, buffer: &mut Vec<u8>) -> Result<(), Prepr
         path: path.to_path_buf(),
         max_file_bytes: max,
     };
-    let file = std::fs::File::open(path).map_err(read_error)?;
+    let file = vitrt_weights::open_regular_file(path).map_err(read_error)?;
     let metadata = file.metadata().map_err(read_error)?;
-    if metadata.is_file() && metadata.len() > max {
+    if metadata.len() > max {
         return Err(too_large());
     }
     buffer.clear();
-    if metadata.is_file() {
-        buffer.reserve(metadata.len() as usize);
-    }
+    buffer.reserve(metadata.len() as usize);
     file.take(max.saturating_add(1))
         .read_to_end(buffer)
         .map_err(read_error)?;

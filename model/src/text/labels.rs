@@ -1,8 +1,57 @@
-//! Zero-shot labels as text: the templates a label is put into, and each label's text
-//! embedding from its templates' (CLIP's prompt ensembling). Shared by `vitrt zero-shot` and
-//! the Python module's `Model.zero_shot`.
+//! Zero-shot labels as text: the label lists (`--labels`, `--labels-file`), the templates a
+//! label is put into, and each label's text embedding from its templates' (CLIP's prompt
+//! ensembling). Shared by `vitrt zero-shot` and the Python module's `Model.zero_shot`.
 
 use crate::error::ModelError;
+use std::collections::HashSet;
+
+/// The labels of a comma-separated list ("cat, dog,a red car"), trimmed; an error for an
+/// empty one (naming its place), none at all, or one named twice.
+pub fn labels_from_list(list: &str) -> Result<Vec<String>, ModelError> {
+    let labels: Vec<String> = list.split(',').map(|l| l.trim().to_string()).collect();
+    if let Some(i) = labels.iter().position(String::is_empty) {
+        return Err(ModelError::Usage(format!(
+            "--labels: label {} is empty (in {list:?})",
+            i + 1
+        )));
+    }
+    check_label_list(labels)
+}
+
+/// The labels of a labels file's text, one a line, trimmed, blank lines skipped; an error for
+/// none at all or one named twice.
+pub fn labels_from_lines(text: &str) -> Result<Vec<String>, ModelError> {
+    check_label_list(
+        text.lines()
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect(),
+    )
+}
+
+/// The labels trimmed; an error for an empty list, an empty label (by its place, from 1) or a
+/// label named twice (found through a set: a hundred thousand labels are checked in
+/// milliseconds). The Python module's `Model.zero_shot` checks its list here too.
+pub fn check_label_list(labels: Vec<String>) -> Result<Vec<String>, ModelError> {
+    if labels.is_empty() {
+        return Err(ModelError::Usage(
+            "the label list is empty: zero-shot needs at least one label".into(),
+        ));
+    }
+    let labels: Vec<String> = labels.into_iter().map(|l| l.trim().to_string()).collect();
+    if let Some(i) = labels.iter().position(String::is_empty) {
+        return Err(ModelError::Usage(format!("label {} is empty", i + 1)));
+    }
+    let mut seen = HashSet::with_capacity(labels.len());
+    if let Some(label) = labels.iter().find(|label| !seen.insert(label.as_str())) {
+        let shown: String = label.chars().take(200).collect();
+        let cut = if shown.len() < label.len() { "..." } else { "" };
+        return Err(ModelError::Usage(format!(
+            "label {shown:?}{cut} is named twice"
+        )));
+    }
+    Ok(labels)
+}
 
 /// transformers' zero-shot image classification pipeline's template.
 pub const DEFAULT_TEMPLATE: &str = "This is a photo of {}.";
@@ -59,6 +108,44 @@ pub fn average_templates(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn label_lists_are_checked() {
+        assert_eq!(
+            labels_from_list(" cat, dog ,a red car").unwrap(),
+            ["cat", "dog", "a red car"]
+        );
+        let err = labels_from_list("cat,,dog").unwrap_err().to_string();
+        assert!(err.contains("label 2 is empty"), "{err}");
+        let err = labels_from_list("cat,cat").unwrap_err().to_string();
+        assert!(err.contains("named twice"), "{err}");
+        assert!(labels_from_list("")
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
+        assert_eq!(
+            labels_from_lines("cat\n\n  dog \r\n").unwrap(),
+            ["cat", "dog"]
+        );
+        assert!(labels_from_lines("\n \n")
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
+        // A hundred thousand labels, one repeated at the end: found at once.
+        let mut many: String = (0..100_000).map(|i| format!("label {i}\n")).collect();
+        many.push_str("label 7\n");
+        let err = labels_from_lines(&many).unwrap_err().to_string();
+        assert!(err.contains("\"label 7\" is named twice"), "{err}");
+        let list = |labels: &[&str]| labels.iter().map(|l| l.to_string()).collect();
+        assert_eq!(
+            check_label_list(list(&[" cat ", "dog"])).unwrap(),
+            ["cat", "dog"]
+        );
+        let err = check_label_list(list(&["cat", "  "]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("label 2 is empty"), "{err}");
+    }
 
     #[test]
     fn templates_take_one_label() {

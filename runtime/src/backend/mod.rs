@@ -144,6 +144,21 @@ impl HostStaging {
         }
     }
 
+    /// [`HostStaging::heap`], or an error when the host cannot give that much memory.
+    pub fn try_heap(bytes: usize) -> Result<HostStaging, RuntimeError> {
+        let mut memory = Vec::new();
+        memory.try_reserve_exact(bytes).map_err(|_| {
+            RuntimeError::Backend(format!(
+                "cannot allocate {} MiB of host memory to stage images in",
+                bytes >> 20
+            ))
+        })?;
+        memory.resize(bytes, 0);
+        Ok(HostStaging {
+            memory: StagingMemory::Heap(memory.into_boxed_slice()),
+        })
+    }
+
     pub fn pinned(buffer: PinnedBuffer) -> HostStaging {
         HostStaging {
             memory: StagingMemory::Pinned(buffer),
@@ -389,7 +404,7 @@ pub trait Backend {
     /// Host memory for staging inputs, `bytes` long, zeroed: page-locked where the backend
     /// copies from that faster (CUDA).
     fn alloc_staging(&mut self, bytes: usize) -> Result<HostStaging, RuntimeError> {
-        Ok(HostStaging::heap(bytes))
+        HostStaging::try_heap(bytes)
     }
 
     /// Writes 8-bit images into an f32 arena buffer: `pixels` holds `shape.batch` images of

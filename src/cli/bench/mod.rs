@@ -39,10 +39,10 @@ pub struct KernelsArgs {
     #[arg(long, default_value = "f16")]
     dtype: String,
     /// Timed repetitions per case (at least 20): the median, min and max are reported.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = crate::cli::common::parse_passes)]
     reps: usize,
     /// Untimed repetitions first (at least one is always run: it compiles the kernels).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = crate::cli::common::parse_passes)]
     warmup: usize,
     /// Also write the results as JSON (schema vitrt-bench/1).
     #[arg(long, value_name = "FILE")]

@@ -13,14 +13,14 @@
 //! makes. The device figure also holds the loaded kernels' code and the graphs, which the
 //! account cannot see, and misses anything freed between two samples.
 
-use crate::cli::common::ModelArgs;
+use crate::cli::common::{random_pixels, ModelArgs};
 use crate::output_file::OutputFile;
 use crate::report::schema::{self, BenchReport, DeviceInfo, Skipped};
 use crate::report::stats::Stats;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vitrt_model::Runner;
@@ -31,13 +31,14 @@ pub struct ModelBenchArgs {
     #[command(flatten)]
     model: ModelArgs,
     /// Batch sizes, comma-separated.
-    #[arg(long, default_value = "1,8,64,256", value_delimiter = ',')]
+    #[arg(long, default_value = "1,8,64,256", value_delimiter = ',',
+          value_parser = crate::cli::common::parse_batch_size)]
     batch_sizes: Vec<usize>,
     /// Timed forward passes per batch size (at least 5).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = crate::cli::common::parse_passes)]
     reps: usize,
     /// Untimed passes first (at least one: it compiles the kernels and plans the memory).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = crate::cli::common::parse_passes)]
     warmup: usize,
     /// Also write the results as JSON (schema vitrt-bench/1, in "models").
     #[arg(long, value_name = "FILE")]
@@ -48,8 +49,8 @@ pub struct ModelBenchArgs {
 }
 
 pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
-    if args.batch_sizes.is_empty() || args.batch_sizes.contains(&0) {
-        bail!("--batch-sizes needs positive batch sizes, e.g. 1,8,64,256");
+    if args.batch_sizes.is_empty() {
+        bail!("--batch-sizes needs batch sizes, e.g. 1,8,64,256");
     }
     if args.reps < 5 {
         bail!(
@@ -92,17 +93,16 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
     );
     for &batch in &args.batch_sizes {
         progress.set_message(format!("batch {batch}"));
-        let len: usize = runner.input_shape(batch).iter().product();
-        // Normalised pixels: roughly what a ViT image processor hands over.
-        let pixels: Vec<f32> = (0..len).map(|_| rng.random_range(-1.0..1.0f32)).collect();
-        let timed = measure_batch(
-            &mut runner,
-            &pixels,
-            batch,
-            (args.warmup.max(1), args.reps),
-            baseline,
-            &mut || progress.inc(1),
-        );
+        let timed = random_pixels(&runner, batch, &mut rng).and_then(|pixels| {
+            measure_batch(
+                &mut runner,
+                &pixels,
+                batch,
+                (args.warmup.max(1), args.reps),
+                baseline,
+                &mut || progress.inc(1),
+            )
+        });
         let (times, memory) = match timed {
             Ok(measured) => measured,
             Err(e) => {

@@ -7,7 +7,8 @@ pub(crate) mod output;
 
 use super::batched::{self, BatchResults, BatchSetup, ImageArgs};
 use super::common::ModelArgs;
-use crate::pipeline::{Flow, InputList, PipelineStats};
+use crate::output_file::OutputFile;
+use crate::pipeline::{shown_path, Flow, InputList, PipelineStats};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use output::{Format, Record, RunInfo, Sink, WriteError};
@@ -45,12 +46,22 @@ pub struct ClassifyArgs {
 pub(crate) struct Report {
     pub top_k: usize,
     pub format: Format,
-    /// `--stats`: where to write the run's timings.
-    pub stats: Option<PathBuf>,
+    /// `--stats`: where to write the run's timings (checked before the run).
+    pub stats: Option<OutputFile>,
 }
 
 pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
+    // Before any work: a run that cannot keep its timings should not start.
+    let stats = args
+        .stats
+        .as_deref()
+        .map(|path| OutputFile::check_report(path, false))
+        .transpose()
+        .context("--stats")?;
     let inputs = args.images.collect()?;
+    if let Some(stats) = &stats {
+        stats.check_not_among(&inputs.paths).context("--stats")?;
+    }
     let (mut runner, dir) = args.model.open()?;
     if runner.model.head == Head::Base {
         bail!(
@@ -65,7 +76,7 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
     let report = Report {
         top_k: args.top_k as usize,
         format: if args.json { Format::Json } else { args.format },
-        stats: args.stats,
+        stats,
     };
     classify_images(
         &mut runner,
@@ -107,16 +118,9 @@ pub(crate) fn classify_images(
         paths: &inputs.paths,
         scores,
         top_k: report.top_k,
+        fail_fast: images.fail_fast,
+        not_finite: 0,
     };
-
-    // Entries that could not even be listed are failures too, reported first.
-    let (mut failed, flow) = batched::report_unlisted(inputs, &mut classifier)?;
-    if flow == Flow::Stop {
-        return Ok(ExitCode::SUCCESS);
-    }
-    if images.fail_fast && failed > 0 {
-        bail!("stopped at the first failure (--fail-fast)");
-    }
 
     let outcome = batched::run_batches(
         runner,
@@ -125,7 +129,7 @@ pub(crate) fn classify_images(
         &mut classifier,
         report.stats.is_some(),
     )?;
-    if let Some(path) = &report.stats {
+    if let Some(stats_file) = &report.stats {
         let timeline = runner.take_timeline()?;
         let times = StatsTimes {
             submitting: outcome.times.submitting,
@@ -135,14 +139,16 @@ pub(crate) fn classify_images(
             timeline: &timeline,
         };
         write_stats(
-            path,
+            stats_file,
             &outcome.stats,
             setup.workers,
             setup.batch_size,
             &times,
         )?;
     }
-    if outcome.stopped {
+    // Stopped by the results: the reader closed the output, unless --fail-fast stopped at an
+    // image whose scores are not finite (its record is written; the count below fails).
+    if outcome.stopped && !(images.fail_fast && classifier.not_finite > 0) {
         return Ok(ExitCode::SUCCESS);
     }
     match classifier.sink.finish() {
@@ -150,8 +156,8 @@ pub(crate) fn classify_images(
         Err(WriteError::Closed) => return Ok(ExitCode::SUCCESS),
         Err(WriteError::Failed(e)) => return Err(e).context("writing the results"),
     }
-    failed += outcome.stats.failed;
-    let total = inputs.paths.len() + inputs.unlisted.len();
+    let failed = outcome.stats.failed + classifier.not_finite;
+    let total = inputs.paths.len();
     batched::check_failures(failed, total, images.fail_fast, "classified")?;
     Ok(ExitCode::SUCCESS)
 }
@@ -196,18 +202,13 @@ struct Classifier<'a, W: std::io::Write> {
     paths: &'a [PathBuf],
     scores: Scores<'a>,
     top_k: usize,
+    /// Stop at the first image that fails, a non-finite score included.
+    fail_fast: bool,
+    /// Images whose scores held a value that is not finite (failures, as in `vitrt embed`).
+    not_finite: usize,
 }
 
 impl<W: std::io::Write> BatchResults for Classifier<'_, W> {
-    fn unlisted(&mut self, path: &Path, why: &str) -> Result<Flow> {
-        let image = path.display().to_string();
-        let written = self.sink.write(&Record::Failed {
-            image: &image,
-            error: why,
-        });
-        batched::flow_after(written, "writing the results")
-    }
-
     fn batch(
         &mut self,
         first: usize,
@@ -225,10 +226,15 @@ impl<W: std::io::Write> BatchResults for Classifier<'_, W> {
             ),
             None => None,
         };
+        let not_finite = self.not_finite;
         let written = self
             .write_records(first, count, failures, logits.as_ref())
             .and_then(|()| self.sink.end_batch());
-        batched::flow_after(written, "writing the results")
+        let flow = batched::flow_after(written, "writing the results")?;
+        if self.fail_fast && self.not_finite > not_finite {
+            return Ok(Flow::Stop);
+        }
+        Ok(flow)
     }
 }
 
@@ -257,13 +263,19 @@ impl<W: std::io::Write> Classifier<'_, W> {
         };
         for k in 0..count {
             let index = first + k;
-            let image = self.paths[index].display().to_string();
+            let image = shown_path(&self.paths[index]);
             let failure = failures.iter().find(|(i, _)| *i == index);
             match (failure, logits) {
-                (Some((_, why)), _) => self.sink.write(&Record::Failed {
-                    image: &image,
-                    error: why,
-                })?,
+                (Some((_, why)), _) => {
+                    self.sink.write(&Record::Failed {
+                        image: &image,
+                        error: why,
+                    })?;
+                    if self.fail_fast {
+                        // The pipeline's batch ends at its first failure: nothing follows.
+                        return Ok(());
+                    }
+                }
                 (None, Some(logits)) => {
                     let classes = *logits.shape.last().unwrap_or(&1);
                     let row = &logits.data[k * classes..][..classes];
@@ -273,10 +285,15 @@ impl<W: std::io::Write> Classifier<'_, W> {
                              `vitrt parity` finds the first layer that does"
                         );
                         eprintln!("vitrt: {why}");
+                        self.not_finite += 1;
                         self.sink.write(&Record::Failed {
                             image: &image,
                             error: &why,
-                        })?
+                        })?;
+                        if self.fail_fast {
+                            // The first failure in input order: nothing after it.
+                            return Ok(());
+                        }
                     } else {
                         let predictions = predictions[k].as_deref().unwrap_or_default();
                         self.sink.write(&Record::Classified {
@@ -303,7 +320,7 @@ struct StatsTimes<'a> {
 
 /// The run's timings as JSON (see `--stats`).
 fn write_stats(
-    path: &Path,
+    file: &OutputFile,
     stats: &PipelineStats,
     workers: usize,
     batch_size: usize,
@@ -385,8 +402,8 @@ fn write_stats(
         "max_images_in_flight": stats.max_in_flight,
         "peak_rss_bytes": peak_rss_bytes(),
     });
-    std::fs::write(path, serde_json::to_string_pretty(&document)? + "\n")
-        .with_context(|| format!("writing --stats {}", path.display()))
+    file.write((serde_json::to_string_pretty(&document)? + "\n").as_bytes())
+        .context("--stats")
 }
 
 /// The process's peak resident memory (Linux: VmHWM), if known.
@@ -458,8 +475,12 @@ mod tests {
                     (0..2).map(|_| HostStaging::heap(4 * image_bytes)).collect();
                 let mut arenas: Vec<HostStaging> =
                     (0..2).map(|_| HostStaging::heap(arena_bytes)).collect();
-                let make =
-                    || Box::new(Loader(ImageLoader::new(&pre, limits))) as Box<dyn ImageLoad>;
+                let make = || {
+                    Box::new(Loader {
+                        images: ImageLoader::new(&pre, limits),
+                        unlisted: Default::default(),
+                    }) as Box<dyn ImageLoad>
+                };
                 let mut checked = 0;
                 let mut on_device = 0;
                 let stats = pipeline::run(

@@ -200,22 +200,72 @@ fn write_table(out: &mut impl Write, record: &Record<'_>) -> io::Result<()> {
                 .max()
                 .unwrap_or(5)
                 .max(5);
+            // Padded by hand: a label may be longer than the 65,535 characters a format
+            // width can be (a hub config's id2label, a labels file's line).
+            let padded = |label: &str| {
+                let spaces = width - label.chars().count();
+                format!("{label}{}", " ".repeat(spaces))
+            };
             writeln!(
                 out,
-                "  {:>4}  {:>6}  {:<width$}  {:>11}",
-                "rank", "class", "label", "probability"
+                "  {:>4}  {:>6}  {}  {:>11}",
+                "rank",
+                "class",
+                padded("label"),
+                "probability"
             )?;
             for (rank, p) in predictions.iter().enumerate() {
                 writeln!(
                     out,
-                    "  {:>4}  {:>6}  {:<width$}  {:>10.2}%",
+                    "  {:>4}  {:>6}  {}  {:>10.2}%",
                     rank + 1,
                     p.index,
-                    p.label,
+                    padded(&p.label),
                     100.0 * p.probability
                 )?;
             }
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_take_labels_longer_than_a_format_width() {
+        let long = "x".repeat(70_000);
+        let predictions = [
+            Prediction {
+                index: 3,
+                label: long.clone(),
+                probability: 0.75,
+            },
+            Prediction {
+                index: 1,
+                label: "cat".into(),
+                probability: 0.25,
+            },
+        ];
+        let mut out = Vec::new();
+        write_table(
+            &mut out,
+            &Record::Classified {
+                image: "a.png",
+                predictions: &predictions,
+            },
+        )
+        .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[3], format!("     1       3  {long}       75.00%"));
+        // The short label is padded to the long one's width.
+        assert_eq!(lines[4].len(), lines[3].len());
+        assert!(
+            lines[4].starts_with("     2       1  cat   "),
+            "{}",
+            &lines[4][..30]
+        );
     }
 }

@@ -6,8 +6,8 @@ pub(crate) mod output;
 
 use super::batched::{self, BatchResults, BatchSetup, ImageArgs};
 use super::common::ModelArgs;
-use crate::output_file::{Contents, OutputFile};
-use crate::pipeline::Flow;
+use crate::output_file::{write_unit, Contents, OutputFile};
+use crate::pipeline::{shown_path, Flow};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use output::{Format, Sink, WriteError};
@@ -131,6 +131,10 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
         _ => None,
     };
     let inputs = args.images.collect()?;
+    target.check_not_among(&inputs.paths)?;
+    if let Some(paths_target) = &paths_target {
+        paths_target.check_not_among(&inputs.paths)?;
+    }
     if format == Format::Npy {
         if let Some(path) = inputs
             .paths
@@ -159,27 +163,19 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
         paths: &inputs.paths,
         output: pool.output(),
         normalize: args.normalize,
+        fail_fast: args.images.fail_fast,
         not_finite: 0,
     };
-    let (unlisted, flow) = batched::report_unlisted(&inputs, &mut embedder)?;
-    if flow == Flow::Stop {
-        return Ok(ExitCode::SUCCESS);
-    }
-    if args.images.fail_fast && unlisted > 0 {
-        bail!("stopped at the first failure (--fail-fast)");
-    }
     let outcome = batched::run_batches(&mut runner, &inputs, &setup, &mut embedder, false)?;
-    if outcome.stopped {
+    // Stopped by the results: the reader closed the output, unless --fail-fast stopped at an
+    // image whose embedding is not finite (the count below fails).
+    if outcome.stopped && !(args.images.fail_fast && embedder.not_finite > 0) {
         return Ok(ExitCode::SUCCESS);
     }
-    let failed = unlisted + outcome.stats.failed + embedder.not_finite;
-    let total = inputs.paths.len() + inputs.unlisted.len();
+    let failed = outcome.stats.failed + embedder.not_finite;
+    let total = inputs.paths.len();
     match embedder.sink {
-        Sink::Lines(lines) => match lines.finish() {
-            Ok(()) => {}
-            Err(WriteError::Closed) => return Ok(ExitCode::SUCCESS),
-            Err(WriteError::Failed(e)) => return Err(e).context("writing the embeddings"),
-        },
+        Sink::Lines(lines) => lines.finish()?,
         Sink::Whole(whole) => {
             if whole.images.is_empty() {
                 bail!(
@@ -199,9 +195,14 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
                 }
                 _ => whole.npy_bytes(),
             };
-            target.write(&bytes)?;
-            if let Some(paths_target) = &paths_target {
-                paths_target.write(whole.paths_lines().as_bytes())?;
+            // The array and its paths file as a unit, the array (what readers open first)
+            // renamed last.
+            let names = whole.paths_lines();
+            match &paths_target {
+                Some(paths_target) => {
+                    write_unit(&[(paths_target, names.as_bytes()), (&target, &bytes)])?
+                }
+                None => target.write(&bytes)?,
             }
             if !target.is_stdout() {
                 eprintln!(
@@ -220,20 +221,17 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
 
 /// Turns each image's pooled vector into its embedding and hands it to the sink.
 struct Embedder<'a> {
-    sink: Sink,
+    sink: Sink<'a>,
     paths: &'a [PathBuf],
     output: Output,
     normalize: bool,
+    /// Stop at the first image that fails, a non-finite embedding included.
+    fail_fast: bool,
     /// Images whose embedding held a value that is not finite (reported as failures).
     not_finite: usize,
 }
 
 impl BatchResults for Embedder<'_> {
-    fn unlisted(&mut self, path: &Path, why: &str) -> Result<Flow> {
-        let image = path.display().to_string();
-        batched::flow_after(self.sink.failed(&image, why), "writing the embeddings")
-    }
-
     fn batch(
         &mut self,
         first: usize,
@@ -259,10 +257,15 @@ impl BatchResults for Embedder<'_> {
             ),
             None => 0,
         };
+        let not_finite = self.not_finite;
         let written = self
             .write_rows(first, count, failures, pooled.as_ref(), dim)
             .and_then(|()| self.sink.end_batch());
-        batched::flow_after(written, "writing the embeddings")
+        let flow = batched::flow_after(written, "writing the embeddings")?;
+        if self.fail_fast && self.not_finite > not_finite {
+            return Ok(Flow::Stop);
+        }
+        Ok(flow)
     }
 }
 
@@ -277,7 +280,7 @@ impl Embedder<'_> {
     ) -> Result<(), WriteError> {
         for k in 0..count {
             let index = first + k;
-            let image = self.paths[index].display().to_string();
+            let image = shown_path(&self.paths[index]);
             if let Some((_, why)) = failures.iter().find(|(i, _)| *i == index) {
                 self.sink.failed(&image, why)?;
                 continue;
@@ -294,6 +297,10 @@ impl Embedder<'_> {
                 eprintln!("vitrt: {why}");
                 self.not_finite += 1;
                 self.sink.failed(&image, &why)?;
+                if self.fail_fast {
+                    // The first failure in input order: nothing after it.
+                    return Ok(());
+                }
                 continue;
             }
             if self.normalize {

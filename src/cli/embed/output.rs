@@ -1,7 +1,10 @@
-//! Where `vitrt embed` writes: JSON Lines streamed batch by batch, or safetensors and NPY
-//! built whole in memory once the run ends (the caller writes them with `OutputFile`, whole or
-//! not at all).
+//! Where `vitrt embed` writes: JSON Lines streamed batch by batch (into a temporary file
+//! renamed over the target when the run ends, see `OutputFile::open_streaming`), or
+//! safetensors and NPY built whole in memory once the run ends (the caller writes them with
+//! `OutputFile`, whole or not at all).
 
+use crate::output_file::Streaming;
+use anyhow::Context;
 use clap::ValueEnum;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -21,19 +24,19 @@ pub enum Format {
 }
 
 /// Where embeddings go as they come.
-pub enum Sink {
-    Lines(Lines),
+pub enum Sink<'a> {
+    Lines(Lines<'a>),
     Whole(Whole),
 }
 
-impl Sink {
-    pub fn lines(out: Box<dyn Write>) -> Sink {
+impl<'a> Sink<'a> {
+    pub fn lines(out: Streaming<'a>) -> Sink<'a> {
         Sink::Lines(Lines {
             out: BufWriter::new(out),
         })
     }
 
-    pub fn whole() -> Sink {
+    pub fn whole() -> Sink<'a> {
         Sink::Whole(Whole::default())
     }
 
@@ -81,19 +84,25 @@ enum Line<'a> {
 }
 
 /// JSON Lines, written as the batches complete.
-pub struct Lines {
-    out: BufWriter<Box<dyn Write>>,
+pub struct Lines<'a> {
+    out: BufWriter<Streaming<'a>>,
 }
 
-impl Lines {
+impl Lines<'_> {
     fn write(&mut self, line: &Line<'_>) -> Result<(), WriteError> {
         serde_json::to_writer(&mut self.out, line)?;
         self.out.write_all(b"\n")?;
         Ok(())
     }
 
-    pub fn finish(mut self) -> Result<(), WriteError> {
-        Ok(self.out.flush()?)
+    /// Flushes the lines and makes them the output (the temporary file renamed over it).
+    pub fn finish(self) -> anyhow::Result<()> {
+        let out = self
+            .out
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .context("writing the embeddings")?;
+        out.commit()
     }
 }
 
