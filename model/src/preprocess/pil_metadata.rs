@@ -1,0 +1,673 @@
+//! An image's EXIF orientation as Pillow finds it, and the PNG chunks Pillow refuses.
+//!
+//! `ImageOps.exif_transpose` applies the Orientation tag (0x0112) of `Image.getexif()`, which
+//! reads the EXIF block each format plugin keeps (JPEG: the APP1 "Exif" segments, joined;
+//! PNG: the last eXIf chunk, else a "Raw profile type exif" text chunk; WebP: the EXIF chunk)
+//! through TIFF's first IFD, and falls back to the XMP packet's `tiff:Orientation` when that IFD
+//! has no such tag. Damaged blocks are read as Pillow reads them: an entry that cannot be read
+//! ends the IFD (the entries before it count), an out-of-line value past the end is skipped,
+//! and a block whose TIFF header Pillow rejects makes `exif_transpose`, so `load_image`, fail.
+
+use image::metadata::Orientation;
+
+/// Pillow's `PngImagePlugin.MAX_TEXT_CHUNK`: the most a zTXt or iTXt chunk may inflate to.
+const MAX_TEXT_CHUNK: usize = 1 << 20;
+
+/// The orientation to apply, from the EXIF block and the XMP packet a file carries; an error
+/// (Pillow's reason) where Pillow's `getexif` raises.
+pub(super) fn pil_orientation(
+    exif: Option<&[u8]>,
+    xmp: Option<&[u8]>,
+) -> Result<Orientation, String> {
+    let tag = match exif {
+        Some(exif) => orientation_tag(exif)?,
+        None => None,
+    };
+    let value = match tag {
+        Some(value) => Some(value),
+        None => xmp.and_then(xmp_orientation),
+    };
+    Ok(value
+        .filter(|v| (2..=8).contains(v))
+        .and_then(Orientation::from_exif)
+        .unwrap_or(Orientation::NoTransforms))
+}
+
+/// Pillow's `Exif.load` of `data` and its Orientation tag: None when the first IFD has no
+/// readable entry 0x0112; Some(value) when it has one, the value being the integer it equals
+/// (Pillow compares the first value of any numeric type with 2..8: 6, 6.0 and 12/2 all rotate)
+/// or 0 for a value that equals none (text, bytes, 6.5, x/0).
+pub(super) fn orientation_tag(data: &[u8]) -> Result<Option<u8>, String> {
+    let mut data = data;
+    for _ in 0..2 {
+        data = data.strip_prefix(b"Exif\0\0").unwrap_or(data);
+    }
+    if data.is_empty() {
+        return Ok(None);
+    }
+    let head = &data[..data.len().min(8)];
+    const PREFIXES: [&[u8]; 6] = [
+        b"MM\x00\x2a",
+        b"II\x2a\x00",
+        b"MM\x2a\x00",
+        b"II\x00\x2a",
+        b"MM\x00\x2b",
+        b"II\x2b\x00",
+    ];
+    if !PREFIXES.iter().any(|p| head.starts_with(p)) {
+        return Err(format!(
+            "its EXIF block is not TIFF data (header {:02x?})",
+            head
+        ));
+    }
+    // Pillow reads the next IFD's offset from the 8-byte header (a BigTIFF one from bytes the
+    // header does not have, so it fails).
+    if head.len() < 8 || head[2] == 0x2b {
+        return Err("its EXIF block's TIFF header is cut short".into());
+    }
+    let big_endian = &head[..2] == b"MM";
+    let u16_at = |at: usize| -> Option<u64> {
+        let b = data.get(at..at.checked_add(2)?)?;
+        let v = [b[0], b[1]];
+        Some(u64::from(if big_endian {
+            u16::from_be_bytes(v)
+        } else {
+            u16::from_le_bytes(v)
+        }))
+    };
+    let u32_of = |b: &[u8]| -> u64 {
+        let v = [b[0], b[1], b[2], b[3]];
+        u64::from(if big_endian {
+            u32::from_be_bytes(v)
+        } else {
+            u32::from_le_bytes(v)
+        })
+    };
+    let ifd = u32_of(&head[4..8]) as usize;
+    let Some(entries) = u16_at(ifd) else {
+        return Ok(None);
+    };
+    let mut out_of_line_total = 0u64;
+    // Tags already kept: Pillow passes a later entry of the same tag by before anything else.
+    let mut kept: Vec<u64> = Vec::new();
+    for i in 0..entries as usize {
+        let at = ifd + 2 + 12 * i;
+        let Some(entry) = data.get(at..at + 12) else {
+            // Pillow stops at an entry it cannot read whole, keeping those before it.
+            return Ok(None);
+        };
+        let (tag, kind, count) = (
+            u16_at(at).unwrap(),
+            u16_at(at + 2).unwrap(),
+            u32_of(&entry[4..8]),
+        );
+        if kept.contains(&tag) {
+            continue;
+        }
+        let Some(unit) = unit_size(kind) else {
+            continue; // a type Pillow does not know is skipped
+        };
+        let size = count * unit;
+        let value = if size > 4 {
+            let offset = u32_of(&entry[8..12]);
+            out_of_line_total += size;
+            if out_of_line_total > data.len() as u64 {
+                continue; // "Tag data larger than file": skipped
+            }
+            match data.get(offset as usize..(offset + size) as usize) {
+                Some(value) => value,
+                // A short read ends the IFD there.
+                None => return Ok(None),
+            }
+        } else {
+            &entry[8..8 + size as usize]
+        };
+        if value.is_empty() {
+            continue; // a count of 0 keeps nothing
+        }
+        if tag != 0x0112 {
+            kept.push(tag);
+            continue;
+        }
+        return Ok(Some(
+            first_value_as_integer(kind, value, big_endian).unwrap_or(0),
+        ));
+    }
+    Ok(None)
+}
+
+/// Bytes per value of each TIFF type Pillow reads (BYTE, ASCII, SHORT, LONG, RATIONAL,
+/// SBYTE, UNDEFINED, SSHORT, SLONG, SRATIONAL, FLOAT, DOUBLE, IFD, LONG8).
+fn unit_size(kind: u64) -> Option<u64> {
+    Some(match kind {
+        1 | 2 | 6 | 7 => 1,
+        3 | 8 => 2,
+        4 | 9 | 11 | 13 => 4,
+        5 | 10 | 12 | 16 => 8,
+        _ => return None,
+    })
+}
+
+/// The first value of a numeric entry when it equals an integer from 1 to 9, as Python's
+/// `==` between it and an int says; None otherwise (and for BYTE, ASCII and UNDEFINED, which
+/// Pillow keeps as bytes or text).
+fn first_value_as_integer(kind: u64, value: &[u8], big_endian: bool) -> Option<u8> {
+    // The n-byte unsigned integer at `at`.
+    let unsigned = |at: usize, n: usize| -> u64 {
+        let field = &value[at..at + n];
+        let fold = |v: u64, &b: &u8| (v << 8) | u64::from(b);
+        if big_endian {
+            field.iter().fold(0, fold)
+        } else {
+            field.iter().rev().fold(0, fold)
+        }
+    };
+    let signed = |at: usize, n: usize| -> i64 {
+        let shift = 64 - 8 * n as u32;
+        ((unsigned(at, n) << shift) as i64) >> shift
+    };
+    let integer: i128 = match kind {
+        3 => unsigned(0, 2).into(),
+        4 | 13 => unsigned(0, 4).into(),
+        16 => unsigned(0, 8).into(),
+        6 => signed(0, 1).into(),
+        8 => signed(0, 2).into(),
+        9 => signed(0, 4).into(),
+        5 | 10 => {
+            let (numerator, denominator): (i128, i128) = if kind == 5 {
+                (unsigned(0, 4).into(), unsigned(4, 4).into())
+            } else {
+                (signed(0, 4).into(), signed(4, 4).into())
+            };
+            // Pillow's IFDRational of x/0 is NaN, equal to nothing.
+            if denominator == 0 || numerator % denominator != 0 {
+                return None;
+            }
+            numerator / denominator
+        }
+        11 | 12 => {
+            let float = if kind == 11 {
+                f64::from(f32::from_bits(unsigned(0, 4) as u32))
+            } else {
+                f64::from_bits(unsigned(0, 8))
+            };
+            if float.fract() != 0.0 || !(1.0..=9.0).contains(&float) {
+                return None;
+            }
+            float as i128
+        }
+        _ => return None,
+    };
+    u8::try_from(integer).ok().filter(|v| (1..=9).contains(v))
+}
+
+/// Pillow's XMP fallback: the digit of the first match of `tiff:Orientation(="|>)([0-9])`.
+pub(super) fn xmp_orientation(xmp: &[u8]) -> Option<u8> {
+    const KEY: &[u8] = b"tiff:Orientation";
+    let mut rest = xmp;
+    while let Some(at) = rest.windows(KEY.len()).position(|w| w == KEY) {
+        let after = &rest[at + KEY.len()..];
+        let digit = match after {
+            [b'=', b'"', d, ..] | [b'>', d, ..] if d.is_ascii_digit() => Some(d - b'0'),
+            _ => None,
+        };
+        if digit.is_some() {
+            return digit;
+        }
+        rest = &rest[at + 1..];
+    }
+    None
+}
+
+/// A JPEG's orientation as Pillow finds it in its APP0 and APP1 `segments` (marker number,
+/// data). Pillow keeps the first APP1 "Exif" segment whole, with every later one's data after
+/// its "Exif\0\0" appended, and the last APP1 XMP packet. When no JFIF APP0 segment gives a
+/// density in dots per inch or cm, Pillow's `open` reads the DPI from the EXIF block and
+/// swallows the error of a block it cannot read, which leaves an empty EXIF (and no XMP
+/// fallback) for `exif_transpose`; with one, the error reaches `load_image`.
+pub(super) fn jpeg_orientation<'a>(
+    segments: impl Iterator<Item = (u8, &'a [u8])>,
+) -> Result<Orientation, String> {
+    const XMP_HEADER: &[u8] = b"http://ns.adobe.com/xap/1.0/\0";
+    let (mut exif, mut xmp): (Option<Vec<u8>>, Option<&[u8]>) = (None, None);
+    let mut jfif_dpi = false;
+    for (marker, segment) in segments {
+        if marker == 0 {
+            // "JFIF", version, then the density unit (1: inch, 2: cm) and two densities.
+            jfif_dpi |=
+                segment.starts_with(b"JFIF") && segment.len() >= 12 && matches!(segment[7], 1 | 2);
+        } else if let Some(data) = segment.strip_prefix(b"Exif\0\0") {
+            match &mut exif {
+                Some(joined) => joined.extend_from_slice(data),
+                None => exif = Some(segment.to_vec()),
+            }
+        } else if let Some(data) = segment.strip_prefix(XMP_HEADER) {
+            xmp = Some(data);
+        }
+    }
+    match exif.as_deref().map(orientation_tag) {
+        Some(Err(_)) if !jfif_dpi => Ok(Orientation::NoTransforms),
+        _ => pil_orientation(exif.as_deref(), xmp),
+    }
+}
+
+/// A WebP file's first EXIF and XMP chunks (libwebp's demuxer, which Pillow asks for them),
+/// each only when it lies wholly within the file.
+pub(super) fn webp_exif_and_xmp(bytes: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
+    let (mut exif, mut xmp) = (None, None);
+    let mut at = 12usize;
+    while let Some(header) = bytes.get(at..at + 8) {
+        let size = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
+        let Some(data) = bytes.get(at + 8..(at + 8).saturating_add(size)) else {
+            break;
+        };
+        match &header[..4] {
+            b"EXIF" if exif.is_none() => exif = Some(data),
+            b"XMP " if xmp.is_none() => xmp = Some(data),
+            _ => {}
+        }
+        at = at + 8 + size + (size & 1);
+    }
+    (exif, xmp)
+}
+
+/// What Pillow keeps of a PNG's metadata for `getexif`, read from every chunk up to IEND.
+#[derive(Debug, Default)]
+pub(super) struct PngMetadata {
+    /// The last eXIf chunk, or a text chunk keyed "exif".
+    pub(super) exif: Option<Vec<u8>>,
+    /// The last "Raw profile type exif" text chunk's value.
+    pub(super) raw_profile_exif: Option<Vec<u8>>,
+    /// The last iTXt "XML:com.adobe.xmp" value.
+    pub(super) xmp: Option<Vec<u8>>,
+}
+
+impl PngMetadata {
+    /// The EXIF block `getexif` reads: `exif`, else the raw profile's hex digits after its
+    /// third line; an error where Python's `bytes.fromhex` refuses them.
+    pub(super) fn exif_block(&self) -> Result<Option<Vec<u8>>, String> {
+        if let Some(exif) = &self.exif {
+            return Ok(Some(exif.clone()));
+        }
+        let Some(profile) = &self.raw_profile_exif else {
+            return Ok(None);
+        };
+        let hex: Vec<u8> = profile
+            .split(|&b| b == b'\n')
+            .skip(3)
+            .flatten()
+            .copied()
+            .collect();
+        python_from_hex(&hex)
+            .map(Some)
+            .ok_or_else(|| "its \"Raw profile type exif\" text is not hexadecimal".into())
+    }
+}
+
+/// Python's `bytes.fromhex`: pairs of hex digits, with ASCII whitespace allowed between them.
+fn python_from_hex(text: &[u8]) -> Option<Vec<u8>> {
+    let digit = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(text.len() / 2);
+    let mut rest = text;
+    while let [first, tail @ ..] = rest {
+        if matches!(first, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c) {
+            rest = tail;
+            continue;
+        }
+        let [second, tail @ ..] = tail else {
+            return None;
+        };
+        out.push(digit(*first)? * 16 + digit(*second)?);
+        rest = tail;
+    }
+    Some(out)
+}
+
+/// Walks a PNG's chunks as Pillow's PngImagePlugin reads them (before the image data at open,
+/// after it when the image loads) and keeps what `getexif` uses; an error, Pillow's reason,
+/// for the chunks it refuses: an iCCP or zTXt chunk of an unknown compression method, a zTXt
+/// or iTXt chunk that inflates past 1 MiB, and APNG frame chunks out of sequence.
+pub(super) fn png_metadata(bytes: &[u8]) -> Result<PngMetadata, String> {
+    let mut metadata = PngMetadata::default();
+    let mut sequence: Option<u64> = None;
+    let (mut animated, mut seen_image_data) = (false, false);
+    let mut at = 8usize;
+    while let Some(header) = bytes.get(at..at + 8) {
+        let length = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        let kind = &header[4..8];
+        let Some(data) = bytes.get(at + 8..(at + 8).saturating_add(length)) else {
+            break; // the image decoder says what is wrong with a cut chunk
+        };
+        let (name, rest) = match data.iter().position(|&b| b == 0) {
+            Some(i) => (&data[..i], &data[i + 1..]),
+            None => (data, &data[data.len()..]),
+        };
+        match kind {
+            b"IEND" => break,
+            b"IDAT" => seen_image_data = true,
+            b"acTL" => animated = !animated && data.len() >= 8,
+            // The next frame starts: loading the first one stops here.
+            b"fcTL" if seen_image_data && animated => break,
+            b"fcTL" | b"fdAT" if data.len() >= 4 => {
+                let number = u64::from(u32::from_be_bytes([data[0], data[1], data[2], data[3]]));
+                let in_order = match sequence {
+                    None => kind == b"fcTL" && number == 0,
+                    Some(last) => number == last + 1,
+                };
+                if !in_order {
+                    return Err("APNG contains frame sequence errors".into());
+                }
+                sequence = Some(number);
+            }
+            b"iCCP" if rest.first().is_some_and(|&m| m != 0) => {
+                return Err(format!(
+                    "Unknown compression method {} in iCCP chunk",
+                    rest[0]
+                ));
+            }
+            b"eXIf" => metadata.exif = Some([b"Exif\0\0", data].concat()),
+            b"tEXt" => keep_text(&mut metadata, name, rest.to_vec()),
+            b"zTXt" => {
+                let method = rest.first().copied().unwrap_or(0);
+                if method != 0 {
+                    return Err(format!("Unknown compression method {method} in zTXt chunk"));
+                }
+                let text = inflate_text(rest.get(1..).unwrap_or(&[]))?.unwrap_or_default();
+                keep_text(&mut metadata, name, text);
+            }
+            b"iTXt" => {
+                if let Some(text) = international_text(rest)? {
+                    if name == b"XML:com.adobe.xmp" {
+                        metadata.xmp = Some(text.clone());
+                    }
+                    if name == b"Raw profile type exif" && std::str::from_utf8(&text).is_ok() {
+                        metadata.raw_profile_exif = Some(text);
+                    }
+                }
+            }
+            _ => {}
+        }
+        at = at.saturating_add(12 + length);
+    }
+    Ok(metadata)
+}
+
+fn keep_text(metadata: &mut PngMetadata, name: &[u8], text: Vec<u8>) {
+    match name {
+        b"exif" => metadata.exif = Some(text),
+        b"Raw profile type exif" => metadata.raw_profile_exif = Some(text),
+        _ => {}
+    }
+}
+
+/// An iTXt chunk's text after its keyword: None where Pillow passes the chunk by.
+fn international_text(rest: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    let [compressed, method, rest @ ..] = rest else {
+        return Ok(None);
+    };
+    let mut parts = rest.splitn(3, |&b| b == 0);
+    let (Some(_language), Some(_translated), Some(text)) =
+        (parts.next(), parts.next(), parts.next())
+    else {
+        return Ok(None);
+    };
+    if *compressed == 0 {
+        return Ok(Some(text.to_vec()));
+    }
+    if *method != 0 {
+        return Ok(None);
+    }
+    inflate_text(text)
+}
+
+/// Pillow's `_safe_zlib_decompress`: what the stream inflates to (a cut stream gives what it
+/// has), None for a stream zlib rejects, an error past `MAX_TEXT_CHUNK`.
+fn inflate_text(stream: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    use miniz_oxide::inflate::{decompress_to_vec_zlib_with_limit, TINFLStatus};
+    match decompress_to_vec_zlib_with_limit(stream, MAX_TEXT_CHUNK) {
+        Ok(text) => Ok(Some(text)),
+        Err(error) if error.status == TINFLStatus::HasMoreOutput => {
+            Err("Decompressed data too large for PngImagePlugin.MAX_TEXT_CHUNK".into())
+        }
+        Err(error) if error.status == TINFLStatus::FailedCannotMakeProgress => {
+            Ok(Some(error.output))
+        }
+        Err(_) => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A TIFF block (no "Exif" prefix) with one IFD of `entries` (tag, type, count, the
+    /// 4-byte value field) at offset 8, then `extra` bytes for out-of-line values.
+    fn tiff(big_endian: bool, entries: &[(u16, u16, u32, [u8; 4])], extra: &[u8]) -> Vec<u8> {
+        let u16b = |v: u16| {
+            if big_endian {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            }
+        };
+        let u32b = |v: u32| {
+            if big_endian {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            }
+        };
+        let mut out = if big_endian {
+            b"MM\x00\x2a".to_vec()
+        } else {
+            b"II\x2a\x00".to_vec()
+        };
+        out.extend(u32b(8));
+        out.extend(u16b(entries.len() as u16));
+        for &(tag, kind, count, value) in entries {
+            out.extend(u16b(tag));
+            out.extend(u16b(kind));
+            out.extend(u32b(count));
+            out.extend(value);
+        }
+        out.extend(u32b(0));
+        out.extend_from_slice(extra);
+        out
+    }
+
+    fn le16(v: u16) -> [u8; 4] {
+        let b = v.to_le_bytes();
+        [b[0], b[1], 0, 0]
+    }
+
+    // Each expectation is what Pillow 13.0.0's Exif().load(block).get(0x0112) gave.
+    #[test]
+    fn orientation_tags_are_read_as_pillow_reads_them() {
+        let short6 = tiff(false, &[(0x112, 3, 1, le16(6))], &[]);
+        assert_eq!(orientation_tag(&short6), Ok(Some(6)));
+        let big_endian = tiff(true, &[(0x112, 3, 1, [0, 6, 0, 0])], &[]);
+        assert_eq!(orientation_tag(&big_endian), Ok(Some(6)));
+        let long8 = tiff(true, &[(0x112, 4, 1, [0, 0, 0, 8])], &[]);
+        assert_eq!(orientation_tag(&long8), Ok(Some(8)));
+        // Text is kept as text: present, equal to no number.
+        let ascii = tiff(false, &[(0x112, 2, 2, *b"6\0\0\0")], &[]);
+        assert_eq!(orientation_tag(&ascii), Ok(Some(0)));
+        let two_shorts = tiff(false, &[(0x112, 3, 2, [3, 0, 6, 0])], &[]);
+        assert_eq!(orientation_tag(&two_shorts), Ok(Some(3)), "the first value");
+        let mut rational = [0u8; 8];
+        rational[..4].copy_from_slice(&12u32.to_le_bytes());
+        rational[4..].copy_from_slice(&2u32.to_le_bytes());
+        let twelve_halves = tiff(false, &[(0x112, 5, 1, 26u32.to_le_bytes())], &rational);
+        assert_eq!(orientation_tag(&twelve_halves), Ok(Some(6)));
+        let float6 = tiff(false, &[(0x112, 11, 1, 6.0f32.to_le_bytes())], &[]);
+        assert_eq!(orientation_tag(&float6), Ok(Some(6)));
+        let float_half = tiff(false, &[(0x112, 11, 1, 6.5f32.to_le_bytes())], &[]);
+        assert_eq!(orientation_tag(&float_half), Ok(Some(0)));
+        let unknown_type = tiff(false, &[(0x112, 14, 1, le16(6))], &[]);
+        assert_eq!(orientation_tag(&unknown_type), Ok(None));
+        let twice = [
+            b"Exif\0\0Exif\0\0".as_slice(),
+            &tiff(false, &[(0x112, 3, 1, le16(3))], &[]),
+        ]
+        .concat();
+        assert_eq!(orientation_tag(&twice), Ok(Some(3)));
+        let duplicate = tiff(
+            false,
+            &[(0x112, 3, 1, le16(6)), (0x112, 3, 1, le16(3))],
+            &[],
+        );
+        assert_eq!(orientation_tag(&duplicate), Ok(Some(6)));
+        let count_0_first = tiff(false, &[(0x112, 3, 0, [0; 4]), (0x112, 3, 1, le16(3))], &[]);
+        assert_eq!(orientation_tag(&count_0_first), Ok(Some(3)));
+        assert_eq!(orientation_tag(b""), Ok(None));
+        assert_eq!(orientation_tag(b"Exif\0\0"), Ok(None));
+    }
+
+    #[test]
+    fn damaged_exif_blocks_end_where_pillow_stops() {
+        // The second entry is cut: the first still counts.
+        let two = tiff(
+            false,
+            &[(0x112, 3, 1, le16(6)), (0x10f, 3, 1, le16(1))],
+            &[],
+        );
+        assert_eq!(orientation_tag(&two[..8 + 2 + 12 + 5]), Ok(Some(6)));
+        // The first entry is cut: nothing.
+        assert_eq!(orientation_tag(&two[..8 + 2 + 5]), Ok(None));
+        // An out-of-line value past the end ends the IFD before the orientation...
+        let past_end = tiff(
+            false,
+            &[
+                (0x10f, 2, 20, 4000u32.to_le_bytes()),
+                (0x112, 3, 1, le16(6)),
+            ],
+            &[],
+        );
+        assert_eq!(orientation_tag(&past_end), Ok(None));
+        // ...but one larger than the whole block is skipped.
+        let too_large = tiff(
+            false,
+            &[(0x10f, 2, 5000, 8u32.to_le_bytes()), (0x112, 3, 1, le16(6))],
+            &[],
+        );
+        assert_eq!(orientation_tag(&too_large), Ok(Some(6)));
+        // A header Pillow rejects makes getexif raise.
+        assert!(orientation_tag(b"Exif\0\0\xff\xff\xff\xff\0\0\0\x08").is_err());
+        assert!(orientation_tag(b"Exif\0\0MM\0*\0\0").is_err());
+    }
+
+    #[test]
+    fn jpeg_exif_errors_are_swallowed_unless_jfif_gives_a_density() {
+        let bad = b"Exif\0\0\xff\xff\xff\xff\0\0\0\x08".as_slice();
+        let xmp = b"http://ns.adobe.com/xap/1.0/\0<x tiff:Orientation=\"3\"/>".as_slice();
+        let jfif = |unit: u8| {
+            let mut s = b"JFIF\0\x01\x01".to_vec();
+            s.extend([unit, 0, 72, 0, 72, 0, 0]);
+            s
+        };
+        let no_dpi = jfif(0);
+        let dpi = jfif(1);
+        assert_eq!(
+            jpeg_orientation([(0, no_dpi.as_slice()), (1, bad), (1, xmp)].into_iter()),
+            Ok(Orientation::NoTransforms),
+            "an empty EXIF and no XMP fallback"
+        );
+        assert!(jpeg_orientation([(0, dpi.as_slice()), (1, bad)].into_iter()).is_err());
+        assert_eq!(
+            jpeg_orientation([(1, xmp)].into_iter()),
+            Ok(Orientation::Rotate180)
+        );
+        // Later EXIF segments are appended to the first.
+        let block = tiff(false, &[(0x112, 3, 1, le16(6))], &[]);
+        let (first, second) = block.split_at(12);
+        let first = [b"Exif\0\0".as_slice(), first].concat();
+        let second = [b"Exif\0\0".as_slice(), second].concat();
+        assert_eq!(
+            jpeg_orientation([(1, first.as_slice()), (1, second.as_slice())].into_iter()),
+            Ok(Orientation::Rotate90)
+        );
+    }
+
+    #[test]
+    fn xmp_orientation_takes_the_first_full_match() {
+        assert_eq!(xmp_orientation(b"<x tiff:Orientation=\"6\"/>"), Some(6));
+        assert_eq!(
+            xmp_orientation(b"<tiff:Orientation>3</tiff:Orientation>"),
+            Some(3)
+        );
+        assert_eq!(
+            xmp_orientation(b"tiff:Orientation ... tiff:Orientation=\"8\""),
+            Some(8)
+        );
+        assert_eq!(xmp_orientation(b"<x/>"), None);
+    }
+
+    /// PNG chunks after the signature, without valid CRCs (the reader does not check them).
+    fn png_with(chunks: &[(&[u8; 4], &[u8])]) -> Vec<u8> {
+        let mut bytes = b"\x89PNG\r\n\x1a\n".to_vec();
+        for (kind, data) in chunks {
+            bytes.extend_from_slice(&(data.len() as u32).to_be_bytes());
+            bytes.extend_from_slice(*kind);
+            bytes.extend_from_slice(data);
+            bytes.extend_from_slice(&[0; 4]);
+        }
+        bytes
+    }
+
+    #[test]
+    fn png_chunks_pillow_refuses_are_refused() {
+        let iccp = png_with(&[(b"iCCP", b"name\0\x01xx")]);
+        assert!(png_metadata(&iccp).unwrap_err().contains("iCCP"));
+        let ztxt = png_with(&[(b"zTXt", b"k\0\x02xx")]);
+        assert!(png_metadata(&ztxt).unwrap_err().contains("zTXt"));
+        // 2 MiB of zeros, deflated.
+        let bomb = miniz_oxide::deflate::compress_to_vec_zlib(&vec![0u8; 2 << 20], 6);
+        let big = png_with(&[(b"zTXt", &[b"big\0\0".as_slice(), &bomb].concat())]);
+        assert!(png_metadata(&big).unwrap_err().contains("MAX_TEXT_CHUNK"));
+        let no_fctl = png_with(&[
+            (b"acTL", &[0, 0, 0, 1, 0, 0, 0, 0]),
+            (b"IDAT", b""),
+            (b"fdAT", &[0; 8]),
+        ]);
+        assert!(png_metadata(&no_fctl).unwrap_err().contains("sequence"));
+        let in_order = png_with(&[
+            (b"acTL", &[0, 0, 0, 2, 0, 0, 0, 0]),
+            (b"fcTL", &[0, 0, 0, 0]),
+            (b"IDAT", b""),
+            (b"fcTL", &[0, 0, 0, 7]),
+        ]);
+        assert!(
+            png_metadata(&in_order).is_ok(),
+            "the next frame is not read"
+        );
+    }
+
+    #[test]
+    fn png_exif_comes_from_exif_chunks_and_raw_profiles() {
+        let block = tiff(false, &[(0x112, 3, 1, le16(6))], &[]);
+        let exif = png_with(&[(b"eXIf", &block), (b"IDAT", b"")]);
+        let found = png_metadata(&exif).unwrap().exif_block().unwrap().unwrap();
+        assert_eq!(orientation_tag(&found), Ok(Some(6)));
+        let hex: String = block.iter().map(|b| format!("{b:02x}")).collect();
+        let profile = format!("Raw profile type exif\0\nexif\n  {}\n{hex}\n", block.len());
+        let after_idat = png_with(&[(b"IDAT", b""), (b"tEXt", profile.as_bytes())]);
+        let found = png_metadata(&after_idat)
+            .unwrap()
+            .exif_block()
+            .unwrap()
+            .unwrap();
+        assert_eq!(orientation_tag(&found), Ok(Some(6)));
+        let not_hex = png_with(&[(b"tEXt", b"Raw profile type exif\0\nexif\n 2\nzz\n")]);
+        assert!(png_metadata(&not_hex).unwrap().exif_block().is_err());
+        assert_eq!(
+            python_from_hex(b"ab cd\x0b\x0cef"),
+            Some(vec![0xab, 0xcd, 0xef])
+        );
+        assert_eq!(
+            python_from_hex(b"a b"),
+            None,
+            "whitespace only between pairs"
+        );
+        assert_eq!(python_from_hex(b"abc"), None);
+    }
+}
