@@ -452,10 +452,12 @@ fn sixteen_bit_greyscale_clips_to_255_as_pil_does() {
         .collect();
     assert_eq!((decoded.height, decoded.width), (1, 5));
     assert_eq!(decoded.pixels, expected);
-    // The same image with a tRNS chunk naming grey 7 (inserted before IDAT with a zero CRC, which the decoder does not check).
+    // The same image with a tRNS chunk naming grey 7, inserted before IDAT.
     let idat = bytes.windows(4).position(|w| w == b"IDAT").unwrap() - 4;
     let mut with_trns = bytes[..idat].to_vec();
-    with_trns.extend_from_slice(&[0, 0, 0, 2, b't', b'R', b'N', b'S', 0, 7, 0, 0, 0, 0]);
+    with_trns.extend_from_slice(&[0, 0, 0, 2, b't', b'R', b'N', b'S', 0, 7]);
+    let crc = crc32fast::hash(b"tRNS\0\x07");
+    with_trns.extend_from_slice(&crc.to_be_bytes());
     with_trns.extend_from_slice(&bytes[idat..]);
     let decoded = decode_image(&with_trns, "grey16_trns", 3, false, &ImageLimits::default());
     assert_eq!(decoded.unwrap().pixels, expected);

@@ -251,22 +251,29 @@ pub(super) fn jpeg_orientation<'a>(
     }
 }
 
-/// A WebP file's first EXIF and XMP chunks (libwebp's demuxer, which Pillow asks for them),
-/// each only when it lies wholly within the file.
+/// A WebP file's first EXIF and XMP chunks as libwebp's demuxer, which Pillow asks for them,
+/// keeps them: only in an extended file (a VP8X chunk first) whose VP8X flags announce them
+/// (EXIF 0x08, XMP 0x04), and only a chunk that lies within the file with its padding byte.
 pub(super) fn webp_exif_and_xmp(bytes: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
     let (mut exif, mut xmp) = (None, None);
+    if bytes.get(12..16) != Some(b"VP8X") {
+        return (exif, xmp);
+    }
+    let flags = bytes.get(20).copied().unwrap_or(0);
     let mut at = 12usize;
     while let Some(header) = bytes.get(at..at + 8) {
         let size = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
-        let Some(data) = bytes.get(at + 8..(at + 8).saturating_add(size)) else {
+        let padded = size + (size & 1);
+        if bytes.len() - (at + 8) < padded {
             break;
-        };
+        }
+        let data = &bytes[at + 8..at + 8 + size];
         match &header[..4] {
-            b"EXIF" if exif.is_none() => exif = Some(data),
-            b"XMP " if xmp.is_none() => xmp = Some(data),
+            b"EXIF" if exif.is_none() && flags & 0x08 != 0 => exif = Some(data),
+            b"XMP " if xmp.is_none() && flags & 0x04 != 0 => xmp = Some(data),
             _ => {}
         }
-        at = at + 8 + size + (size & 1);
+        at += 8 + padded;
     }
     (exif, xmp)
 }
@@ -338,6 +345,18 @@ pub(super) fn png_metadata(bytes: &[u8]) -> Result<PngMetadata, String> {
         let Some(data) = bytes.get(at + 8..(at + 8).saturating_add(length)) else {
             break; // the image decoder says what is wrong with a cut chunk
         };
+        // Pillow checks the CRC of every chunk it reads when it opens the file: those before
+        // the first IDAT (later ones are read without it).
+        if !seen_image_data && kind != b"IDAT" {
+            let stored = bytes.get(at + 8 + length..at + 12 + length);
+            let computed = crc32fast::hash(&bytes[at + 4..at + 8 + length]).to_be_bytes();
+            if stored != Some(computed.as_slice()) {
+                return Err(format!(
+                    "broken PNG file (bad header checksum in {})",
+                    String::from_utf8_lossy(kind)
+                ));
+            }
+        }
         let (name, rest) = match data.iter().position(|&b| b == 0) {
             Some(i) => (&data[..i], &data[i + 1..]),
             None => (data, &data[data.len()..]),
@@ -359,11 +378,19 @@ pub(super) fn png_metadata(bytes: &[u8]) -> Result<PngMetadata, String> {
                 }
                 sequence = Some(number);
             }
-            b"iCCP" if rest.first().is_some_and(|&m| m != 0) => {
-                return Err(format!(
-                    "Unknown compression method {} in iCCP chunk",
-                    rest[0]
-                ));
+            b"iCCP" => {
+                // Pillow reads the method byte after the first NUL (the first byte when there
+                // is none, as its find gives -1), then inflates the profile.
+                let split = data.iter().position(|&b| b == 0).map_or(0, |i| i + 1);
+                match data.get(split) {
+                    None => return Err("iCCP chunk has no compression method".into()),
+                    Some(&0) => {
+                        inflate_text(&data[split + 1..])?;
+                    }
+                    Some(method) => {
+                        return Err(format!("Unknown compression method {method} in iCCP chunk"))
+                    }
+                }
             }
             b"eXIf" => metadata.exif = Some([b"Exif\0\0", data].concat()),
             b"tEXt" => keep_text(&mut metadata, name, rest.to_vec()),
@@ -588,6 +615,38 @@ mod tests {
         );
     }
 
+    /// A WebP file of `chunks` (fourcc, data), sizes as given, no image data.
+    fn webp_with(chunks: &[(&[u8; 4], &[u8])]) -> Vec<u8> {
+        let mut bytes = b"RIFF\0\0\0\0WEBP".to_vec();
+        for (kind, data) in chunks {
+            bytes.extend_from_slice(*kind);
+            bytes.extend_from_slice(&(data.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(data);
+            if data.len() % 2 == 1 {
+                bytes.push(0);
+            }
+        }
+        bytes
+    }
+
+    #[test]
+    fn webp_metadata_is_read_as_libwebps_demuxer_keeps_it() {
+        let vp8x = |flags: u8| [flags, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        let both = webp_with(&[(b"VP8X", &vp8x(0x0c)), (b"EXIF", b"abc"), (b"XMP ", b"x")]);
+        assert_eq!(
+            webp_exif_and_xmp(&both),
+            (Some(b"abc".as_slice()), Some(b"x".as_slice()))
+        );
+        let unannounced = webp_with(&[(b"VP8X", &vp8x(0)), (b"EXIF", b"abc")]);
+        assert_eq!(webp_exif_and_xmp(&unannounced), (None, None));
+        let simple = webp_with(&[(b"VP8L", b"\x2f"), (b"EXIF", b"abc")]);
+        assert_eq!(webp_exif_and_xmp(&simple), (None, None));
+        // An odd-sized last chunk without its padding byte is not kept.
+        let mut unpadded = webp_with(&[(b"VP8X", &vp8x(0x08)), (b"EXIF", b"abc")]);
+        unpadded.pop();
+        assert_eq!(webp_exif_and_xmp(&unpadded), (None, None));
+    }
+
     #[test]
     fn xmp_orientation_takes_the_first_full_match() {
         assert_eq!(xmp_orientation(b"<x tiff:Orientation=\"6\"/>"), Some(6));
@@ -602,22 +661,45 @@ mod tests {
         assert_eq!(xmp_orientation(b"<x/>"), None);
     }
 
-    /// PNG chunks after the signature, without valid CRCs (the reader does not check them).
+    /// PNG chunks after the signature, with their CRCs.
     fn png_with(chunks: &[(&[u8; 4], &[u8])]) -> Vec<u8> {
         let mut bytes = b"\x89PNG\r\n\x1a\n".to_vec();
         for (kind, data) in chunks {
             bytes.extend_from_slice(&(data.len() as u32).to_be_bytes());
+            let start = bytes.len();
             bytes.extend_from_slice(*kind);
             bytes.extend_from_slice(data);
-            bytes.extend_from_slice(&[0; 4]);
+            let crc = crc32fast::hash(&bytes[start..]);
+            bytes.extend_from_slice(&crc.to_be_bytes());
         }
         bytes
+    }
+
+    #[test]
+    fn a_bad_crc_before_the_image_data_is_refused_as_pillow_refuses_it() {
+        let mut bad = png_with(&[(b"tEXt", b"k\0v"), (b"IDAT", b""), (b"tEXt", b"k\0v")]);
+        assert!(png_metadata(&bad).is_ok());
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert!(png_metadata(&bad).is_ok(), "after IDAT the CRC is not read");
+        bad[8 + 8 + 3] ^= 1;
+        assert!(png_metadata(&bad).unwrap_err().contains("checksum in tEXt"));
     }
 
     #[test]
     fn png_chunks_pillow_refuses_are_refused() {
         let iccp = png_with(&[(b"iCCP", b"name\0\x01xx")]);
         assert!(png_metadata(&iccp).unwrap_err().contains("iCCP"));
+        let no_nul = png_with(&[(b"iCCP", b"name")]);
+        assert!(
+            png_metadata(&no_nul).unwrap_err().contains("method 110"),
+            "'n'"
+        );
+        let bomb = miniz_oxide::deflate::compress_to_vec_zlib(&vec![0u8; 2 << 20], 6);
+        let big_profile = png_with(&[(b"iCCP", &[b"icc\0\0".as_slice(), &bomb].concat())]);
+        assert!(png_metadata(&big_profile)
+            .unwrap_err()
+            .contains("MAX_TEXT_CHUNK"));
         let ztxt = png_with(&[(b"zTXt", b"k\0\x02xx")]);
         assert!(png_metadata(&ztxt).unwrap_err().contains("zTXt"));
         // 2 MiB of zeros, deflated.
