@@ -10,6 +10,11 @@ model/tests/pil_corpus.rs checks vitrt against, so CI needs neither Pillow nor t
 
     python3 scripts/record_pil_verdicts.py [--corpus target/pil-corpus]
         [--out tests/fixtures/pil_corpus/verdicts.json]
+    python3 scripts/record_pil_verdicts.py --every-file --corpus fuzz/corpus/image_decode \
+        --out tests/fixtures/pil_corpus/fuzz_image_decode.json
+
+The second records the image fuzzer's committed corpus (odd files the fuzzers found, every
+file whatever its name), which the same test checks.
 
 Files where vitrt deliberately differs from Pillow are listed in DELIBERATE_DIFFERENCES with
 the reason and vitrt's outcome; the script copies them into the JSON as `vitrt_differs`, and
@@ -71,6 +76,8 @@ def main() -> None:
         "--out", type=pathlib.Path, default=REPO / "tests" / "fixtures" / "pil_corpus" / "verdicts.json"
     )
     parser.add_argument("--any-pillow", action="store_true", help="record with another Pillow version")
+    parser.add_argument("--every-file", action="store_true", help="every file, not only .jpg/.jpeg/.png/.webp")
+    parser.add_argument("--source", help="what the corpus is, for the record (default: Pillow's test images)")
     args = parser.parse_args()
     if PIL.__version__ != PILLOW_VERSION and not args.any_pillow:
         raise SystemExit(f"Pillow {PIL.__version__} is installed; the verdicts are Pillow {PILLOW_VERSION}'s")
@@ -78,7 +85,7 @@ def main() -> None:
     files = sorted(
         p.relative_to(args.corpus).as_posix()
         for p in args.corpus.rglob("*")
-        if p.is_file() and p.suffix.lower() in EXTENSIONS
+        if p.is_file() and (args.every_file or p.suffix.lower() in EXTENSIONS)
     )
     if not files:
         raise SystemExit(f"no images under {args.corpus}: run scripts/fetch_pil_corpus.py first")
@@ -86,7 +93,8 @@ def main() -> None:
     for name, reason in DELIBERATE_DIFFERENCES.items():
         verdicts[name]["vitrt_differs"] = reason
     record = {
-        "source": f"Tests/images/ of pillow-{PILLOW_VERSION}.tar.gz (PyPI), scripts/fetch_pil_corpus.py",
+        "source": args.source
+        or f"Tests/images/ of pillow-{PILLOW_VERSION}.tar.gz (PyPI), scripts/fetch_pil_corpus.py",
         "pillow": PIL.__version__,
         "libjpeg_turbo": features.version("libjpeg_turbo"),
         "libwebp": features.version("webp"),

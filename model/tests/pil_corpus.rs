@@ -9,6 +9,9 @@
 //!
 //! Without the corpus the test fails, naming the script, unless VITRT_PIL_CORPUS_OPTIONAL=1
 //! says that skipping is allowed (it then says so loudly).
+//!
+//! The image fuzzer's committed corpus (fuzz/corpus/image_decode) is checked the same way,
+//! against tests/fixtures/pil_corpus/fuzz_image_decode.json.
 
 mod common;
 
@@ -28,8 +31,9 @@ fn corpus_dir() -> PathBuf {
         .unwrap_or_else(|| common::repo_root().join("target/pil-corpus"))
 }
 
-/// The corpus's image files, as paths relative to `dir` with `/` separators, sorted.
-fn corpus_files(dir: &Path) -> Vec<String> {
+/// The corpus's files (with `every_file`, all of them; else those named .jpg, .jpeg, .png or
+/// .webp), as paths relative to `dir` with `/` separators, sorted.
+fn corpus_files(dir: &Path, every_file: bool) -> Vec<String> {
     let mut found = Vec::new();
     let mut folders = vec![dir.to_path_buf()];
     while let Some(folder) = folders.pop() {
@@ -40,7 +44,7 @@ fn corpus_files(dir: &Path) -> Vec<String> {
                 continue;
             }
             let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-            if EXTENSIONS.contains(&extension.to_ascii_lowercase().as_str()) {
+            if every_file || EXTENSIONS.contains(&extension.to_ascii_lowercase().as_str()) {
                 let relative = path.strip_prefix(dir).unwrap();
                 let parts: Vec<_> = relative.iter().map(|p| p.to_string_lossy()).collect();
                 found.push(parts.join("/"));
@@ -94,7 +98,7 @@ fn vitrt_outcome(path: &Path, name: &str) -> (Outcome, Option<String>) {
 }
 
 #[test]
-fn every_corpus_file_gets_pils_verdict() {
+fn every_pil_test_image_gets_pils_verdict() {
     let dir = corpus_dir();
     if !dir.is_dir() {
         let message = format!(
@@ -112,21 +116,39 @@ fn every_corpus_file_gets_pils_verdict() {
         }
         panic!("{message}");
     }
-    let record_path = common::repo_root().join("tests/fixtures/pil_corpus/verdicts.json");
-    let record: Value =
-        serde_json::from_str(&std::fs::read_to_string(&record_path).unwrap()).unwrap();
+    check_corpus(&dir, "tests/fixtures/pil_corpus/verdicts.json", false);
+}
+
+/// The image fuzzer's committed corpus (fuzz/corpus/image_decode): odd files the fuzzers
+/// found, whatever their names.
+#[test]
+fn every_fuzz_corpus_image_gets_pils_verdict() {
+    check_corpus(
+        &common::repo_root().join("fuzz/corpus/image_decode"),
+        "tests/fixtures/pil_corpus/fuzz_image_decode.json",
+        true,
+    );
+}
+
+/// Checks every file of `dir` against the verdicts recorded at `record` (relative to the
+/// repository root): the same files, and each refused by both or decoded to the same pixels.
+fn check_corpus(dir: &Path, record: &str, every_file: bool) {
+    let record_path = common::repo_root().join(record);
+    let record: Value = serde_json::from_str(&std::fs::read_to_string(&record_path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", record_path.display()));
     let verdicts: BTreeMap<String, Value> = record["files"]
         .as_object()
         .expect("files")
         .iter()
         .map(|(name, verdict)| (name.clone(), verdict.clone()))
         .collect();
-    let files = corpus_files(&dir);
+    let files = corpus_files(dir, every_file);
     let recorded: Vec<String> = verdicts.keys().cloned().collect();
     assert_eq!(
         files,
         recorded,
-        "the corpus at {} is not the one the verdicts were recorded for (Pillow {})",
+        "the files at {} are not those {record} was recorded for (Pillow {}): record them \
+         with scripts/record_pil_verdicts.py",
         dir.display(),
         record["pillow"]
     );
