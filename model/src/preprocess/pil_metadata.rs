@@ -550,6 +550,38 @@ mod tests {
         assert_eq!(orientation_tag(b"Exif\0\0"), Ok(None));
     }
 
+    /// tests/fixtures/pil_corpus/exif_blocks.json: the EXIF blocks of the PIL corpus and seeded
+    /// mutations of them, each with what Pillow 13.0.0 read (scripts/record_exif_verdicts.py).
+    #[test]
+    fn every_recorded_exif_block_reads_as_pillow_read_it() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/pil_corpus/exif_blocks.json"
+        );
+        let record: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let blocks = record["blocks"].as_array().unwrap();
+        assert!(blocks.len() >= 500, "only {} blocks", blocks.len());
+        let mut differences = Vec::new();
+        for block in blocks {
+            let hex = block["hex"].as_str().unwrap().as_bytes();
+            let bytes = python_from_hex(hex).unwrap();
+            let expected = match &block["pillow"] {
+                serde_json::Value::Null => Ok(None),
+                serde_json::Value::String(s) if s == "raises" => Err(()),
+                value => Ok(Some(value.as_u64().unwrap() as u8)),
+            };
+            let ours = orientation_tag(&bytes).map_err(|_| ());
+            if ours != expected {
+                differences.push(format!(
+                    "{}: ours {ours:?}, Pillow {expected:?}",
+                    block["from"]
+                ));
+            }
+        }
+        assert!(differences.is_empty(), "{differences:#?}");
+    }
+
     #[test]
     fn damaged_exif_blocks_end_where_pillow_stops() {
         // The second entry is cut: the first still counts.
