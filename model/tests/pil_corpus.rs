@@ -11,7 +11,9 @@
 //! says that skipping is allowed (it then says so loudly).
 //!
 //! The image fuzzer's committed corpus (fuzz/corpus/image_decode) is checked the same way,
-//! against tests/fixtures/pil_corpus/fuzz_image_decode.json.
+//! against tests/fixtures/pil_corpus/fuzz_image_decode.json. Any other folder of files can be:
+//! record it with `scripts/record_pil_verdicts.py --every-file --corpus DIR --out DIR.json`,
+//! then run this test with VITRT_PIL_CORPUS=DIR VITRT_PIL_VERDICTS=DIR.json.
 
 mod common;
 
@@ -116,27 +118,37 @@ fn every_pil_test_image_gets_pils_verdict() {
         }
         panic!("{message}");
     }
-    check_corpus(&dir, "tests/fixtures/pil_corpus/verdicts.json", false);
+    // VITRT_PIL_VERDICTS checks another folder (VITRT_PIL_CORPUS) against its own record.
+    match std::env::var_os("VITRT_PIL_VERDICTS") {
+        Some(record) => check_corpus(&dir, Path::new(&record), true),
+        None => check_corpus(
+            &dir,
+            &common::repo_root().join("tests/fixtures/pil_corpus/verdicts.json"),
+            false,
+        ),
+    }
 }
 
 /// The image fuzzer's committed corpus (fuzz/corpus/image_decode): odd files the fuzzers
 /// found, whatever their names.
 #[test]
 fn every_fuzz_corpus_image_gets_pils_verdict() {
+    let root = common::repo_root();
     check_corpus(
-        &common::repo_root().join("fuzz/corpus/image_decode"),
-        "tests/fixtures/pil_corpus/fuzz_image_decode.json",
+        &root.join("fuzz/corpus/image_decode"),
+        &root.join("tests/fixtures/pil_corpus/fuzz_image_decode.json"),
         true,
     );
 }
 
-/// Checks every file of `dir` against the verdicts recorded at `record` (relative to the
-/// repository root): the same files, and each refused by both or decoded to the same pixels.
-fn check_corpus(dir: &Path, record: &str, every_file: bool) {
-    let record_path = common::repo_root().join(record);
-    let record: Value = serde_json::from_str(&std::fs::read_to_string(&record_path).unwrap())
-        .unwrap_or_else(|e| panic!("{}: {e}", record_path.display()));
-    let verdicts: BTreeMap<String, Value> = record["files"]
+/// Checks every file of `dir` against the verdicts recorded at `record_path`: the same files,
+/// and each refused by both or decoded to the same pixels.
+fn check_corpus(dir: &Path, record_path: &Path, every_file: bool) {
+    let record = record_path.display();
+    let text = std::fs::read_to_string(record_path).unwrap_or_else(|e| panic!("{record}: {e}"));
+    let record_json: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{record}: {e}"));
+    let verdicts: BTreeMap<String, Value> = record_json["files"]
         .as_object()
         .expect("files")
         .iter()
@@ -150,7 +162,7 @@ fn check_corpus(dir: &Path, record: &str, every_file: bool) {
         "the files at {} are not those {record} was recorded for (Pillow {}): record them \
          with scripts/record_pil_verdicts.py",
         dir.display(),
-        record["pillow"]
+        record_json["pillow"]
     );
 
     let mut failures = Vec::new();

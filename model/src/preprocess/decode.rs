@@ -162,8 +162,14 @@ fn decode_with_image_crate(
             detail: other.to_string(),
         },
     };
+    // The image decoder is as lenient as Pillow with what Pillow does not check in a PNG.
+    let lenient_copy = match format {
+        ImageFormat::Png => pil_metadata::png_with_pillows_leniency(bytes),
+        _ => None,
+    };
+    let decoded_bytes = lenient_copy.as_deref().unwrap_or(bytes);
     // Our own limits, checked below from the header, replace the image crate's.
-    let mut reader = image::ImageReader::with_format(std::io::Cursor::new(bytes), format);
+    let mut reader = image::ImageReader::with_format(std::io::Cursor::new(decoded_bytes), format);
     reader.no_limits();
     let decoder = reader.into_decoder().map_err(to_error)?;
     let (width, height) = decoder.dimensions();

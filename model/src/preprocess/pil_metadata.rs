@@ -337,11 +337,25 @@ fn python_from_hex(text: &[u8]) -> Option<Vec<u8>> {
 pub(super) fn png_metadata(bytes: &[u8]) -> Result<PngMetadata, String> {
     let mut metadata = PngMetadata::default();
     let mut sequence: Option<u64> = None;
+    // acTL's frame count, a frame control seen, and whether the first frame is animated (so
+    // that loading it stops at the next frame), as Pillow decides it at the first IDAT.
+    let (mut frames, mut frame_control): (Option<u64>, bool) = (None, false);
     let (mut animated, mut seen_image_data) = (false, false);
     let mut at = 8usize;
     while let Some(header) = bytes.get(at..at + 8) {
         let length = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
         let kind = &header[4..8];
+        // Pillow takes a chunk type that is not four word characters for a broken file at
+        // open, and for the end of the file after the image data.
+        if !kind.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_') {
+            if seen_image_data {
+                break;
+            }
+            return Err(format!(
+                "broken PNG file (chunk {})",
+                String::from_utf8_lossy(kind)
+            ));
+        }
         let Some(data) = bytes.get(at + 8..(at + 8).saturating_add(length)) else {
             break; // the image decoder says what is wrong with a cut chunk
         };
@@ -363,8 +377,21 @@ pub(super) fn png_metadata(bytes: &[u8]) -> Result<PngMetadata, String> {
         };
         match kind {
             b"IEND" => break,
-            b"IDAT" => seen_image_data = true,
-            b"acTL" => animated = !animated && data.len() >= 8,
+            b"IDAT" if !seen_image_data => {
+                seen_image_data = true;
+                // The IDAT image counts as a frame of its own when no fcTL came before it.
+                let default_image = u64::from(!frame_control);
+                animated = frames.is_some_and(|n| n + default_image > 1);
+            }
+            b"acTL" if data.len() < 8 => return Err("APNG contains truncated acTL chunk".into()),
+            b"acTL" => {
+                // A second acTL makes the file a plain PNG; a count of 0 or past 2^31 is ignored.
+                let count = u64::from(u32::from_be_bytes([data[0], data[1], data[2], data[3]]));
+                frames = match frames {
+                    Some(_) => None,
+                    None => (1..=0x8000_0000).contains(&count).then_some(count),
+                };
+            }
             // The next frame starts: loading the first one stops here.
             b"fcTL" if seen_image_data && animated => break,
             b"fcTL" | b"fdAT" if data.len() >= 4 => {
@@ -377,6 +404,7 @@ pub(super) fn png_metadata(bytes: &[u8]) -> Result<PngMetadata, String> {
                     return Err("APNG contains frame sequence errors".into());
                 }
                 sequence = Some(number);
+                frame_control |= kind == b"fcTL";
             }
             b"iCCP" => {
                 // Pillow reads the method byte after the first NUL (the first byte when there
@@ -417,6 +445,51 @@ pub(super) fn png_metadata(bytes: &[u8]) -> Result<PngMetadata, String> {
         at = at.saturating_add(12 + length);
     }
     Ok(metadata)
+}
+
+/// A copy of a PNG in which what Pillow never checks cannot stop the image decoder, which
+/// checks every CRC and reads up to IEND: after the first IDAT, the CRCs of chunks other than
+/// image data are recomputed (Pillow reads them without checking), and the file ends at a
+/// chunk type that is not four word characters (where Pillow stops reading) with an IEND
+/// added. None when nothing needs it.
+///
+/// The image data's own CRCs are kept, and checked: Pillow does not read them, but its zlib
+/// checks the stream's Adler-32, which the image decoder does not, so a CRC is what stands
+/// between damaged image data and wrong pixels (fuzz/corpus/image_decode/
+/// exif_3_flipped_idat.png decodes to other pixels without it, where Pillow refuses it).
+pub(super) fn png_with_pillows_leniency(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut copy: Option<Vec<u8>> = None;
+    let mut seen_image_data = false;
+    let mut at = 8usize;
+    while let Some(header) = bytes.get(at..at + 8) {
+        let length = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        let kind = &header[4..8];
+        seen_image_data |= kind == b"IDAT";
+        if !seen_image_data {
+            at = at.saturating_add(12 + length);
+            continue;
+        }
+        if !kind.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_') {
+            let mut cut = copy.unwrap_or_else(|| bytes.to_vec());
+            cut.truncate(at);
+            cut.extend_from_slice(&[0, 0, 0, 0, b'I', b'E', b'N', b'D', 0xae, 0x42, 0x60, 0x82]);
+            return Some(cut);
+        }
+        let Some(stored) = bytes.get(at + 8 + length..at + 12 + length) else {
+            break; // cut short: the decoder says so
+        };
+        let computed = crc32fast::hash(&bytes[at + 4..at + 8 + length]).to_be_bytes();
+        let image_data = kind == b"IDAT" || kind == b"fdAT";
+        if stored != computed && !image_data {
+            copy.get_or_insert_with(|| bytes.to_vec())[at + 8 + length..at + 12 + length]
+                .copy_from_slice(&computed);
+        }
+        if kind == b"IEND" {
+            break;
+        }
+        at += 12 + length;
+    }
+    copy
 }
 
 fn keep_text(metadata: &mut PngMetadata, name: &[u8], text: Vec<u8>) {
@@ -754,6 +827,40 @@ mod tests {
             png_metadata(&in_order).is_ok(),
             "the next frame is not read"
         );
+    }
+
+    #[test]
+    fn a_chunk_type_that_is_not_four_word_characters_ends_the_file_after_the_image_data() {
+        let before = png_with(&[(b"f#TL", b""), (b"IDAT", b"")]);
+        assert!(png_metadata(&before).unwrap_err().contains("chunk f#TL"));
+        // After the image data Pillow stops reading there, so the frame chunks after it
+        // are never seen.
+        let after = png_with(&[
+            (b"acTL", &[0, 0, 0, 2, 0, 0, 0, 0]),
+            (b"IDAT", b""),
+            (b"f#TL", &[0; 26]),
+            (b"fdAT", &[0, 0, 0, 1]),
+        ]);
+        assert!(png_metadata(&after).is_ok());
+        let truncated_actl = png_with(&[(b"acTL", &[0, 0, 0, 2])]);
+        assert!(png_metadata(&truncated_actl).unwrap_err().contains("acTL"));
+    }
+
+    #[test]
+    fn what_pillow_does_not_check_after_the_image_data_is_made_right() {
+        let good = png_with(&[(b"IHDR", &[0; 13]), (b"IDAT", b"xy"), (b"IEND", b"")]);
+        assert_eq!(png_with_pillows_leniency(&good), None);
+        let mut bad_crc = good.clone();
+        let iend_crc = good.len() - 4;
+        bad_crc[iend_crc] ^= 1;
+        assert_eq!(png_with_pillows_leniency(&bad_crc), Some(good.clone()));
+        let mut bad_image_data = good.clone();
+        let idat_crc = 8 + 25 + 8 + 2;
+        bad_image_data[idat_crc] ^= 1;
+        assert_eq!(png_with_pillows_leniency(&bad_image_data), None, "checked");
+        let mut garbage = good[..8 + 25 + 14].to_vec();
+        garbage.extend_from_slice(b"\0\0\0\0f#TLgarbage");
+        assert_eq!(png_with_pillows_leniency(&garbage), Some(good));
     }
 
     #[test]
