@@ -164,7 +164,12 @@ fn decode_with_image_crate(
     };
     // The image decoder is as lenient as Pillow with what Pillow does not check in a PNG.
     let lenient_copy = match format {
-        ImageFormat::Png => pil_metadata::png_with_pillows_leniency(bytes),
+        ImageFormat::Png => pil_metadata::png_with_pillows_leniency(
+            bytes,
+            // The image data inflated: the decoded bytes, one filter byte a row, and the
+            // passes of an interlaced image, within twice the decoded limit.
+            usize::try_from(limits.max_decoded_bytes.saturating_mul(2)).unwrap_or(usize::MAX),
+        ),
         _ => None,
     };
     let decoded_bytes = lenient_copy.as_deref().unwrap_or(bytes);
@@ -214,6 +219,9 @@ fn decode_with_image_crate(
         let exif = metadata.exif_block().map_err(refused_by_pil)?;
         pil_metadata::pil_orientation(exif.as_deref(), metadata.xmp.as_deref())
     } else {
+        if let Some(reason) = pil_metadata::webp_structure_error(bytes) {
+            return Err(refused_by_pil(reason));
+        }
         let (exif, xmp) = pil_metadata::webp_exif_and_xmp(bytes);
         pil_metadata::pil_orientation(exif, xmp)
     }
@@ -375,6 +383,8 @@ enum JpegOutcome {
         width: usize,
         height: usize,
         orientation: Orientation,
+        /// libjpeg asked for data past the end before it had every line of the image.
+        truncated: bool,
     },
     Refused(PreprocessError),
 }
@@ -453,6 +463,19 @@ fn decode_jpeg(
             if !pixels.is_empty() {
                 started.read_scanlines_into::<u8>(pixels)?;
             }
+            let truncated = ran_past_end.get();
+            // Pillow then finishes the decompression, which reads what follows the image
+            // data up to EOI: libjpeg's errors there make it refuse the file, unless the data
+            // ran out first (Pillow's reader then suspends, and an image with all its lines
+            // is kept).
+            let finished =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| started.finish()));
+            if !ran_past_end.get() {
+                match finished {
+                    Ok(result) => result?,
+                    Err(payload) => std::panic::resume_unwind(payload),
+                }
+            }
             if cmyk {
                 adobe_cmyk_to_rgb_in_place(pixels);
             }
@@ -460,6 +483,7 @@ fn decode_jpeg(
                 width,
                 height,
                 orientation,
+                truncated,
             })
         },
     ));
@@ -477,13 +501,14 @@ fn decode_jpeg(
     };
     match outcome {
         JpegOutcome::Refused(error) => Err(error),
-        JpegOutcome::Decoded { .. } if ran_past_end.get() => {
-            Err(corrupt("the JPEG data ends before the image does".into()))
-        }
+        JpegOutcome::Decoded {
+            truncated: true, ..
+        } => Err(corrupt("the JPEG data ends before the image does".into())),
         JpegOutcome::Decoded {
             width,
             height,
             orientation,
+            truncated: false,
         } => Ok(Raw {
             height,
             width,

@@ -278,6 +278,49 @@ pub(super) fn webp_exif_and_xmp(bytes: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) 
     (exif, xmp)
 }
 
+/// Why libwebp's demuxer, through which Pillow opens every WebP, rejects the file's chunk
+/// structure, if it does: the RIFF size runs past the end of the file, or a chunk (with its
+/// padding byte) runs past the RIFF data. The image decoder reads some such files anyway.
+pub(super) fn webp_structure_error(bytes: &[u8]) -> Option<String> {
+    let riff_size = u32::from_le_bytes(bytes.get(4..8)?.try_into().ok()?) as usize;
+    let riff_end = riff_size.checked_add(8)?;
+    if riff_end > bytes.len() {
+        return Some("the RIFF data runs past the end of the file".into());
+    }
+    let mut at = 12usize;
+    while let Some(header) = bytes[..riff_end].get(at..at + 8) {
+        let size = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
+        let end = (at + 8).saturating_add(size + (size & 1));
+        if end > riff_end {
+            return Some(format!(
+                "its {} chunk runs past the end of the RIFF data",
+                String::from_utf8_lossy(&header[..4]).trim_end()
+            ));
+        }
+        if &header[..4] == b"VP8 " {
+            if let Some(reason) = vp8_frame_tag_error(&bytes[at + 8..at + 8 + size]) {
+                return Some(reason);
+            }
+        }
+        at = end;
+    }
+    None
+}
+
+/// libwebp's checks of a lossy image's frame tag (`VP8GetInfo`), which the image decoder
+/// does not make: a key frame, shown, of profile 0 to 3, whose first partition fits the chunk.
+fn vp8_frame_tag_error(chunk: &[u8]) -> Option<String> {
+    let [a, b, c, ..] = *chunk else {
+        return None; // too short to decode: the decoder refuses it
+    };
+    let bits = u32::from(a) | u32::from(b) << 8 | u32::from(c) << 16;
+    let (key_frame, profile, shown) = (bits & 1 == 0, (bits >> 1) & 7, (bits >> 4) & 1 == 1);
+    let fits = ((bits >> 5) as usize) < chunk.len();
+    (!(key_frame && profile <= 3 && shown && fits)).then(|| {
+        format!("its VP8 frame tag is not a shown key frame of a known profile ({bits:#08x})")
+    })
+}
+
 /// What Pillow keeps of a PNG's metadata for `getexif`, read from every chunk up to IEND.
 #[derive(Debug, Default)]
 pub(super) struct PngMetadata {
@@ -448,18 +491,22 @@ pub(super) fn png_metadata(bytes: &[u8]) -> Result<PngMetadata, String> {
 }
 
 /// A copy of a PNG in which what Pillow never checks cannot stop the image decoder, which
-/// checks every CRC and reads up to IEND: after the first IDAT, the CRCs of chunks other than
-/// image data are recomputed (Pillow reads them without checking), and the file ends at a
-/// chunk type that is not four word characters (where Pillow stops reading) with an IEND
-/// added. None when nothing needs it.
+/// checks every CRC and reads up to IEND: after the first IDAT, CRCs are recomputed (Pillow
+/// reads them without checking), and the file ends at a chunk type that is not four word
+/// characters (where Pillow stops reading) with an IEND added. None when nothing needs it.
 ///
-/// The image data's own CRCs are kept, and checked: Pillow does not read them, but its zlib
-/// checks the stream's Adler-32, which the image decoder does not, so a CRC is what stands
-/// between damaged image data and wrong pixels (fuzz/corpus/image_decode/
-/// exif_3_flipped_idat.png decodes to other pixels without it, where Pillow refuses it).
-pub(super) fn png_with_pillows_leniency(bytes: &[u8]) -> Option<Vec<u8>> {
+/// The image data's CRCs are recomputed only when its zlib stream inflates whole with the
+/// right Adler-32 (at most `max_inflated` bytes), which Pillow's zlib checks and the image
+/// decoder does not: otherwise the CRC is what stands between damaged image data and wrong
+/// pixels (fuzz/corpus/image_decode/exif_3_flipped_idat.png decodes to other pixels without
+/// it, where Pillow refuses it).
+pub(super) fn png_with_pillows_leniency(bytes: &[u8], max_inflated: usize) -> Option<Vec<u8>> {
     let mut copy: Option<Vec<u8>> = None;
     let mut seen_image_data = false;
+    // The default image's data, and where its CRCs are, while they still need checking.
+    let mut image_data: Vec<u8> = Vec::new();
+    let mut image_data_crcs: Vec<(usize, [u8; 4])> = Vec::new();
+    let mut image_data_crc_wrong = false;
     let mut at = 8usize;
     while let Some(header) = bytes.get(at..at + 8) {
         let length = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
@@ -473,14 +520,18 @@ pub(super) fn png_with_pillows_leniency(bytes: &[u8]) -> Option<Vec<u8>> {
             let mut cut = copy.unwrap_or_else(|| bytes.to_vec());
             cut.truncate(at);
             cut.extend_from_slice(&[0, 0, 0, 0, b'I', b'E', b'N', b'D', 0xae, 0x42, 0x60, 0x82]);
-            return Some(cut);
+            copy = Some(cut);
+            break;
         }
         let Some(stored) = bytes.get(at + 8 + length..at + 12 + length) else {
             break; // cut short: the decoder says so
         };
         let computed = crc32fast::hash(&bytes[at + 4..at + 8 + length]).to_be_bytes();
-        let image_data = kind == b"IDAT" || kind == b"fdAT";
-        if stored != computed && !image_data {
+        if kind == b"IDAT" {
+            image_data.extend_from_slice(&bytes[at + 8..at + 8 + length]);
+            image_data_crcs.push((at + 8 + length, computed));
+            image_data_crc_wrong |= stored != computed;
+        } else if stored != computed && kind != b"fdAT" {
             copy.get_or_insert_with(|| bytes.to_vec())[at + 8 + length..at + 12 + length]
                 .copy_from_slice(&computed);
         }
@@ -488,6 +539,17 @@ pub(super) fn png_with_pillows_leniency(bytes: &[u8]) -> Option<Vec<u8>> {
             break;
         }
         at += 12 + length;
+    }
+    if image_data_crc_wrong
+        && miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(&image_data, max_inflated)
+            .is_ok()
+    {
+        let fixed = copy.get_or_insert_with(|| bytes.to_vec());
+        for (crc_at, crc) in image_data_crcs {
+            if let Some(field) = fixed.get_mut(crc_at..crc_at + 4) {
+                field.copy_from_slice(&crc);
+            }
+        }
     }
     copy
 }
@@ -753,6 +815,37 @@ mod tests {
     }
 
     #[test]
+    fn webp_chunks_past_the_riff_data_are_refused_as_libwebp_refuses_them() {
+        let mut fine = webp_with(&[(b"VP8L", b"\x2f\0")]);
+        let riff_size = (fine.len() - 8) as u32;
+        fine[4..8].copy_from_slice(&riff_size.to_le_bytes());
+        assert_eq!(webp_structure_error(&fine), None);
+        let mut long_chunk = fine.clone();
+        long_chunk[16..20].copy_from_slice(&(1u32 << 29).to_le_bytes());
+        assert!(webp_structure_error(&long_chunk)
+            .unwrap()
+            .contains("VP8L chunk"));
+        // A lossy frame tag: key frame, profile 0, shown, first partition of 1 byte.
+        let frame = |tag: u8| [tag, 0, 0, 0x9d, 0x01, 0x2a, 1, 0, 1, 0];
+        let lossy = |tag: u8| {
+            let mut file = webp_with(&[(b"VP8 ", &frame(tag))]);
+            let riff_size = (file.len() - 8) as u32;
+            file[4..8].copy_from_slice(&riff_size.to_le_bytes());
+            file
+        };
+        assert_eq!(webp_structure_error(&lossy(0x30)), None);
+        assert!(webp_structure_error(&lossy(0x38)).is_some(), "profile 4");
+        assert!(webp_structure_error(&lossy(0x20)).is_some(), "not shown");
+        assert!(
+            webp_structure_error(&lossy(0x31)).is_some(),
+            "not a key frame"
+        );
+        let mut long_riff = fine.clone();
+        long_riff[4..8].copy_from_slice(&(riff_size + 2).to_le_bytes());
+        assert!(webp_structure_error(&long_riff).is_some());
+    }
+
+    #[test]
     fn xmp_orientation_takes_the_first_full_match() {
         assert_eq!(xmp_orientation(b"<x tiff:Orientation=\"6\"/>"), Some(6));
         assert_eq!(
@@ -848,19 +941,25 @@ mod tests {
 
     #[test]
     fn what_pillow_does_not_check_after_the_image_data_is_made_right() {
-        let good = png_with(&[(b"IHDR", &[0; 13]), (b"IDAT", b"xy"), (b"IEND", b"")]);
-        assert_eq!(png_with_pillows_leniency(&good), None);
+        let stream = miniz_oxide::deflate::compress_to_vec_zlib(b"\0\x07", 6);
+        let good = png_with(&[(b"IHDR", &[0; 13]), (b"IDAT", &stream), (b"IEND", b"")]);
+        let lenient = |bytes: &[u8]| png_with_pillows_leniency(bytes, 1 << 20);
+        assert_eq!(lenient(&good), None);
         let mut bad_crc = good.clone();
         let iend_crc = good.len() - 4;
         bad_crc[iend_crc] ^= 1;
-        assert_eq!(png_with_pillows_leniency(&bad_crc), Some(good.clone()));
-        let mut bad_image_data = good.clone();
-        let idat_crc = 8 + 25 + 8 + 2;
-        bad_image_data[idat_crc] ^= 1;
-        assert_eq!(png_with_pillows_leniency(&bad_image_data), None, "checked");
-        let mut garbage = good[..8 + 25 + 14].to_vec();
+        assert_eq!(lenient(&bad_crc), Some(good.clone()));
+        // An image data CRC is made right only over a stream whose Adler-32 holds.
+        let idat_crc = 8 + 25 + 8 + stream.len();
+        let mut bad_idat_crc = good.clone();
+        bad_idat_crc[idat_crc] ^= 1;
+        assert_eq!(lenient(&bad_idat_crc), Some(good.clone()));
+        let mut damaged_data = good.clone();
+        damaged_data[idat_crc - 1] ^= 1; // the Adler-32's last byte
+        assert_eq!(lenient(&damaged_data), None, "the CRC is left to refuse it");
+        let mut garbage = good[..idat_crc + 4].to_vec();
         garbage.extend_from_slice(b"\0\0\0\0f#TLgarbage");
-        assert_eq!(png_with_pillows_leniency(&garbage), Some(good));
+        assert_eq!(lenient(&garbage), Some(good));
     }
 
     #[test]
