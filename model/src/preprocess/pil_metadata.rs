@@ -402,18 +402,6 @@ pub(super) fn png_metadata(bytes: &[u8]) -> Result<PngMetadata, String> {
         let Some(data) = bytes.get(at + 8..(at + 8).saturating_add(length)) else {
             break; // the image decoder says what is wrong with a cut chunk
         };
-        // Pillow checks the CRC of every chunk it reads when it opens the file: those before
-        // the first IDAT (later ones are read without it).
-        if !seen_image_data && kind != b"IDAT" {
-            let stored = bytes.get(at + 8 + length..at + 12 + length);
-            let computed = crc32fast::hash(&bytes[at + 4..at + 8 + length]).to_be_bytes();
-            if stored != Some(computed.as_slice()) {
-                return Err(format!(
-                    "broken PNG file (bad header checksum in {})",
-                    String::from_utf8_lossy(kind)
-                ));
-            }
-        }
         let (name, rest) = match data.iter().position(|&b| b == 0) {
             Some(i) => (&data[..i], &data[i + 1..]),
             None => (data, &data[data.len()..]),
@@ -484,6 +472,18 @@ pub(super) fn png_metadata(bytes: &[u8]) -> Result<PngMetadata, String> {
                 }
             }
             _ => {}
+        }
+        // Pillow checks the CRC of every chunk it reads when it opens the file, after its
+        // handler: those before the first IDAT (later ones are read without it).
+        if !seen_image_data {
+            let stored = bytes.get(at + 8 + length..at + 12 + length);
+            let computed = crc32fast::hash(&bytes[at + 4..at + 8 + length]).to_be_bytes();
+            if stored != Some(computed.as_slice()) {
+                return Err(format!(
+                    "broken PNG file (bad header checksum in {})",
+                    String::from_utf8_lossy(kind)
+                ));
+            }
         }
         at = at.saturating_add(12 + length);
     }
