@@ -1,4 +1,5 @@
-//! An image's EXIF orientation as Pillow finds it, and the PNG chunks Pillow refuses.
+//! An image's EXIF orientation as Pillow finds it, and what Pillow refuses, or does not
+//! check, in a PNG's chunks and a WebP's structure, where the image decoder judges otherwise.
 //!
 //! `ImageOps.exif_transpose` applies the Orientation tag (0x0112) of `Image.getexif()`, which
 //! reads the EXIF block each format plugin keeps (JPEG: the APP1 "Exif" segments, joined;
