@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use safetensors::SafeTensors;
 use vitrt_model::preprocess::{
-    preprocess_bytes, preprocess_file, CenterCropRounding, PreprocessConfig, PreprocessError,
-    Resample, ResizeTarget,
+    decode_image, preprocess_bytes, preprocess_file, CenterCropRounding, ImageLimits,
+    PreprocessConfig, PreprocessError, Resample, ResizeTarget,
 };
 
 /// Largest |ours - reference| allowed, in normalised units. Measured: 0 on every pair
@@ -437,14 +437,30 @@ fn sixteen_bit_rgb_keeps_the_high_byte_as_pil_does() {
 }
 
 #[test]
-fn sixteen_bit_greyscale_is_refused() {
-    let grey =
-        image::ImageBuffer::<image::Luma<u16>, Vec<u16>>::from_pixel(4, 4, image::Luma([40000]));
-    let error = error_for_bytes(&encode_png(grey.into()));
-    assert!(
-        matches!(error, PreprocessError::UnsupportedImage { .. }),
-        "{error:?}"
-    );
+fn sixteen_bit_greyscale_clips_to_255_as_pil_does() {
+    // PIL opens 16-bit grey as "I;16", whose convert("RGB") keeps values up to 255 and turns
+    // the rest white; a tRNS chunk (an alpha channel to the decoder) changes nothing.
+    let values = [0u16, 7, 255, 256, 40000];
+    let grey = image::ImageBuffer::<image::Luma<u16>, Vec<u16>>::from_fn(5, 1, |x, _| {
+        image::Luma([values[x as usize]])
+    });
+    let bytes = encode_png(grey.into());
+    let decoded = decode_image(&bytes, "grey16", 3, false, &ImageLimits::default()).unwrap();
+    let expected: Vec<u8> = [0u8, 7, 255, 255, 255]
+        .iter()
+        .flat_map(|&v| [v; 3])
+        .collect();
+    assert_eq!((decoded.height, decoded.width), (1, 5));
+    assert_eq!(decoded.pixels, expected);
+    // The same image with a tRNS chunk naming grey 7, inserted before IDAT.
+    let idat = bytes.windows(4).position(|w| w == b"IDAT").unwrap() - 4;
+    let mut with_trns = bytes[..idat].to_vec();
+    with_trns.extend_from_slice(&[0, 0, 0, 2, b't', b'R', b'N', b'S', 0, 7]);
+    let crc = crc32fast::hash(b"tRNS\0\x07");
+    with_trns.extend_from_slice(&crc.to_be_bytes());
+    with_trns.extend_from_slice(&bytes[idat..]);
+    let decoded = decode_image(&with_trns, "grey16_trns", 3, false, &ImageLimits::default());
+    assert_eq!(decoded.unwrap().pixels, expected);
 }
 
 #[test]

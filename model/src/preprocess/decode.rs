@@ -9,6 +9,7 @@ use image::metadata::Orientation;
 use image::{ColorType, ImageDecoder, ImageFormat};
 
 use super::error::{ImageLimits, PreprocessError};
+use super::pil_metadata;
 use super::resize::scratch;
 
 /// A decoder's reusable buffers: `pixels` ends up holding the upright image in PIL's mode.
@@ -140,26 +141,6 @@ fn check_limits(
     Ok(())
 }
 
-/// Whether every chunk of a WebP (RIFF) file, EXIF and XMP included, lies within the file:
-/// walks the chunk headers after the 12-byte RIFF header, each a four-byte tag, a little-endian
-/// u32 size and the data padded to an even length.
-fn webp_metadata_chunks_fit(bytes: &[u8]) -> bool {
-    let mut at = 12usize;
-    while let Some(header) = bytes.get(at..at + 8) {
-        let size = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
-        let padded = size + (size & 1);
-        let Some(end) = (at + 8).checked_add(padded) else {
-            return false;
-        };
-        let is_metadata = &header[..4] == b"EXIF" || &header[..4] == b"XMP ";
-        if is_metadata && at + 8 + size > bytes.len() {
-            return false;
-        }
-        at = end;
-    }
-    true
-}
-
 /// Refuses a WebP file shorter than its RIFF header says, as PIL (libwebp) does: the image
 /// crate decodes such a file with its missing bytes as zeros.
 fn check_webp_is_whole(bytes: &[u8], name: &str) -> Result<(), PreprocessError> {
@@ -203,10 +184,21 @@ fn decode_with_image_crate(
             detail: other.to_string(),
         },
     };
+    // The image decoder is as lenient as Pillow with what Pillow does not check in a PNG.
+    let lenient_copy = match format {
+        ImageFormat::Png => pil_metadata::png_with_pillows_leniency(
+            bytes,
+            // The image data inflated: the decoded bytes, one filter byte a row, and the
+            // passes of an interlaced image, within twice the decoded limit.
+            usize::try_from(limits.max_decoded_bytes.saturating_mul(2)).unwrap_or(usize::MAX),
+        ),
+        _ => None,
+    };
+    let decoded_bytes = lenient_copy.as_deref().unwrap_or(bytes);
     // Our own limits, checked below from the header, replace the image crate's.
-    let mut reader = image::ImageReader::with_format(std::io::Cursor::new(bytes), format);
+    let mut reader = image::ImageReader::with_format(std::io::Cursor::new(decoded_bytes), format);
     reader.no_limits();
-    let mut decoder = reader.into_decoder().map_err(to_error)?;
+    let decoder = reader.into_decoder().map_err(to_error)?;
     let (width, height) = decoder.dimensions();
     let color = decoder.color_type();
     check_limits(
@@ -217,22 +209,19 @@ fn decode_with_image_crate(
         name,
         limits,
     )?;
-    let (layout, sixteen_bit) = match color {
-        ColorType::L8 => (Layout::Grey { stride: 1 }, false),
-        ColorType::La8 => (Layout::Grey { stride: 2 }, false),
-        ColorType::Rgb8 => (Layout::Rgb { stride: 3 }, false),
-        ColorType::Rgba8 => (Layout::Rgb { stride: 4 }, false),
-        ColorType::La16 => (Layout::Grey { stride: 2 }, true),
-        ColorType::Rgb16 => (Layout::Rgb { stride: 3 }, true),
-        ColorType::Rgba16 => (Layout::Rgb { stride: 4 }, true),
-        ColorType::L16 => {
-            // PIL opens these as "I;16" and its conversion to RGB or L clips every value
-            // above 255 to white: copying that would hand the model a blank image.
-            return Err(PreprocessError::UnsupportedImage {
-                image: name.to_string(),
-                reason: "16-bit greyscale (PIL turns it white; save it as 8-bit)".into(),
-            });
-        }
+    // A 16-bit greyscale PNG (with or without a tRNS chunk, which the decoder turns into an
+    // alpha channel) is Pillow's "I;16", whose conversion clips each value to 255.
+    let pil_i16 = format == ImageFormat::Png && png_is_16_bit_grey(bytes);
+    let (layout, sample) = match color {
+        ColorType::L8 => (Layout::Grey { stride: 1 }, Sample::Eight),
+        ColorType::La8 => (Layout::Grey { stride: 2 }, Sample::Eight),
+        ColorType::Rgb8 => (Layout::Rgb { stride: 3 }, Sample::Eight),
+        ColorType::Rgba8 => (Layout::Rgb { stride: 4 }, Sample::Eight),
+        ColorType::L16 => (Layout::Grey { stride: 1 }, Sample::SixteenClipped),
+        ColorType::La16 if pil_i16 => (Layout::Grey { stride: 2 }, Sample::SixteenClipped),
+        ColorType::La16 => (Layout::Grey { stride: 2 }, Sample::SixteenHighByte),
+        ColorType::Rgb16 => (Layout::Rgb { stride: 3 }, Sample::SixteenHighByte),
+        ColorType::Rgba16 => (Layout::Rgb { stride: 4 }, Sample::SixteenHighByte),
         other => {
             return Err(PreprocessError::UnsupportedImage {
                 image: name.to_string(),
@@ -240,23 +229,25 @@ fn decode_with_image_crate(
             })
         }
     };
-    // Like PIL's exif_transpose, a missing or unreadable orientation leaves the image as stored.
-    // The WebP decoder allocates a metadata chunk's declared size before reading it (found by
-    // fuzzing: a 914-byte file asked for 2.4 GB), so a file whose metadata chunks do not fit in
-    // it is read as having none.
-    let metadata_fits = format != ImageFormat::WebP || webp_metadata_chunks_fit(bytes);
-    let exif_orientation = metadata_fits
-        .then(|| decoder.exif_metadata().ok().flatten())
-        .flatten()
-        .and_then(|exif| Orientation::from_exif_chunk(&exif));
-    let orientation = match exif_orientation {
-        Some(orientation) => orientation,
-        None => metadata_fits
-            .then(|| decoder.xmp_metadata().ok().flatten())
-            .flatten()
-            .and_then(|xmp| orientation_from_xmp(&xmp))
-            .unwrap_or(Orientation::NoTransforms),
+    // The orientation as Pillow's getexif finds it in the file's own chunks (the decoders'
+    // metadata readers differ: the WebP one does not strip an "Exif\0\0" prefix, and
+    // allocated a chunk's declared size before reading it, 2.4 GB for a 914-byte fuzzed file).
+    let refused_by_pil = |reason: String| PreprocessError::CorruptImage {
+        image: name.to_string(),
+        detail: format!("{reason} (Pillow refuses it)"),
     };
+    let orientation = if format == ImageFormat::Png {
+        let metadata = pil_metadata::png_metadata(bytes).map_err(refused_by_pil)?;
+        let exif = metadata.exif_block().map_err(refused_by_pil)?;
+        pil_metadata::pil_orientation(exif.as_deref(), metadata.xmp.as_deref())
+    } else {
+        if let Some(reason) = pil_metadata::webp_structure_error(bytes) {
+            return Err(refused_by_pil(reason));
+        }
+        let (exif, xmp) = pil_metadata::webp_exif_and_xmp(bytes);
+        pil_metadata::pil_orientation(exif, xmp)
+    }
+    .map_err(refused_by_pil)?;
     let total =
         usize::try_from(decoder.total_bytes()).map_err(|_| PreprocessError::UnsupportedImage {
             image: name.to_string(),
@@ -264,12 +255,17 @@ fn decode_with_image_crate(
         })?;
     let samples = scratch(buffer, total);
     decoder.read_image(samples).map_err(to_error)?;
-    if sixteen_bit {
-        // PIL reads 16-bit RGB(A) and grey+alpha PNGs by keeping each sample's high byte. The
-        // decoder wrote native-endian u16s; compact them in place (sample i is read from
-        // bytes 2i and 2i + 1 before byte i is written).
+    // PIL reads 16-bit RGB(A) and grey+alpha PNGs by keeping each sample's high byte, and
+    // converts "I;16" by clipping. The decoder wrote native-endian u16s; compact them in
+    // place (sample i is read from bytes 2i and 2i + 1 before byte i is written).
+    let to_eight_bits = match sample {
+        Sample::Eight => None,
+        Sample::SixteenHighByte => Some((|v: u16| (v >> 8) as u8) as fn(u16) -> u8),
+        Sample::SixteenClipped => Some((|v: u16| v.min(255) as u8) as fn(u16) -> u8),
+    };
+    if let Some(to_eight_bits) = to_eight_bits {
         for i in 0..total / 2 {
-            samples[i] = (u16::from_ne_bytes([samples[2 * i], samples[2 * i + 1]]) >> 8) as u8;
+            samples[i] = to_eight_bits(u16::from_ne_bytes([samples[2 * i], samples[2 * i + 1]]));
         }
     }
     Ok(Raw {
@@ -278,6 +274,21 @@ fn decode_with_image_crate(
         layout,
         orientation,
     })
+}
+
+/// How a decoder's samples become PIL's 8-bit ones.
+#[derive(Clone, Copy)]
+enum Sample {
+    Eight,
+    /// 16-bit samples of which PIL keeps the high byte (its ";16B" raw modes).
+    SixteenHighByte,
+    /// 16-bit grey that PIL opens as "I;16" and converts by clipping to 255.
+    SixteenClipped,
+}
+
+/// Whether a PNG's IHDR says 16-bit greyscale (colour type 0, bit depth 16).
+fn png_is_16_bit_grey(bytes: &[u8]) -> bool {
+    bytes.get(12..16) == Some(b"IHDR") && bytes.get(24..26) == Some(&[16, 0])
 }
 
 /// The `transparency` colour Pillow gives a PNG, as its RGB conversion carries it: the tRNS
@@ -358,17 +369,6 @@ fn whiten_colour(rgb: &mut [u8], colour: [u16; 3]) {
     }
 }
 
-/// Pillow's getexif falls back to the XMP packet's `tiff:Orientation` when the EXIF has none.
-pub(super) fn orientation_from_xmp(xmp: &[u8]) -> Option<Orientation> {
-    let text = String::from_utf8_lossy(xmp);
-    let after = &text[text.find("tiff:Orientation")? + "tiff:Orientation".len()..];
-    let digits = after
-        .strip_prefix("=\"")
-        .or_else(|| after.strip_prefix('>'))?;
-    let digit = digits.chars().next()?.to_digit(10)?;
-    Orientation::from_exif(digit as u8)
-}
-
 /// A reader over the file's bytes that notes when libjpeg asks for data past their end. PIL
 /// refuses such a file as truncated; libjpeg itself only warns and pads the image with grey.
 struct EndAwareReader<'a> {
@@ -405,6 +405,8 @@ enum JpegOutcome {
         width: usize,
         height: usize,
         orientation: Orientation,
+        /// libjpeg asked for data past the end before it had every line of the image.
+        truncated: bool,
     },
     Refused(PreprocessError),
 }
@@ -432,48 +434,78 @@ fn decode_jpeg(
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(
         || -> std::io::Result<JpegOutcome> {
             let decompress = Decompress::builder()
-                .with_markers(&[Marker::APP(1)])
+                .with_markers(&[Marker::APP(0), Marker::APP(1)])
                 .from_reader(reader)?;
             let (width, height) = decompress.size();
-            // Decoded to RGB (grey JPEGs too: libjpeg replicates the grey, as PIL's
-            // convert("RGB") does), 3 bytes a pixel.
+            // Four-component JPEGs (CMYK, or YCCK, which libjpeg turns into CMYK) are decoded
+            // as CMYK, 4 bytes a pixel, then converted; the rest are decoded to RGB (grey
+            // JPEGs too: libjpeg replicates the grey, as PIL's convert("RGB") does), 3 bytes.
+            let cmyk = matches!(
+                decompress.color_space(),
+                ColorSpace::JCS_CMYK | ColorSpace::JCS_YCCK
+            );
+            let (decoded_channels, what) = if cmyk {
+                (4, "JPEG decoded to CMYK8")
+            } else {
+                (3, "JPEG decoded to RGB8")
+            };
             let decoded_bytes = (width as u64)
                 .saturating_mul(height as u64)
-                .saturating_mul(3);
+                .saturating_mul(decoded_channels as u64);
             if let Err(refusal) = check_limits(
                 width as u64,
                 height as u64,
                 decoded_bytes,
-                "JPEG decoded to RGB8",
+                what,
                 name,
                 limits,
             ) {
                 return Ok(JpegOutcome::Refused(refusal));
             }
-            let color_space = decompress.color_space();
-            if matches!(color_space, ColorSpace::JCS_CMYK | ColorSpace::JCS_YCCK) {
-                return Ok(JpegOutcome::Refused(PreprocessError::UnsupportedImage {
-                    image: name.to_string(),
-                    reason: format!(
-                        "{color_space:?} JPEG (only greyscale and YCbCr/RGB ones are read)"
-                    ),
-                }));
-            }
-            let orientation = jpeg_orientation(&decompress);
-            let mut started = decompress.rgb()?;
+            let orientation = match jpeg_orientation(&decompress) {
+                Ok(orientation) => orientation,
+                Err(reason) => {
+                    return Ok(JpegOutcome::Refused(PreprocessError::CorruptImage {
+                        image: name.to_string(),
+                        detail: format!("{reason} (Pillow refuses it)"),
+                    }))
+                }
+            };
+            let mut started = if cmyk {
+                decompress.to_colorspace(ColorSpace::JCS_CMYK)?
+            } else {
+                decompress.rgb()?
+            };
             if (started.width(), started.height()) != (width, height) {
                 return Err(std::io::Error::other(
                     "libjpeg's output size differs from the header's",
                 ));
             }
-            let pixels = scratch(buffer, width * height * 3);
+            let pixels = scratch(buffer, width * height * decoded_channels);
             if !pixels.is_empty() {
                 started.read_scanlines_into::<u8>(pixels)?;
+            }
+            let truncated = ran_past_end.get();
+            // Pillow then finishes the decompression, which reads what follows the image
+            // data up to EOI: libjpeg's errors there make it refuse the file, unless the data
+            // ran out first (Pillow's reader then suspends, and an image with all its lines
+            // is kept).
+            let finished =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| started.finish()));
+            if !ran_past_end.get() {
+                match finished {
+                    Ok(result) => result?,
+                    Err(payload) => std::panic::resume_unwind(payload),
+                }
+            }
+            if cmyk {
+                adobe_cmyk_to_rgb_in_place(pixels);
             }
             Ok(JpegOutcome::Decoded {
                 width,
                 height,
                 orientation,
+                truncated,
             })
         },
     ));
@@ -491,13 +523,14 @@ fn decode_jpeg(
     };
     match outcome {
         JpegOutcome::Refused(error) => Err(error),
-        JpegOutcome::Decoded { .. } if ran_past_end.get() => {
-            Err(corrupt("the JPEG data ends before the image does".into()))
-        }
+        JpegOutcome::Decoded {
+            truncated: true, ..
+        } => Err(corrupt("the JPEG data ends before the image does".into())),
         JpegOutcome::Decoded {
             width,
             height,
             orientation,
+            truncated: false,
         } => Ok(Raw {
             height,
             width,
@@ -507,32 +540,39 @@ fn decode_jpeg(
     }
 }
 
-/// The orientation from the first EXIF APP1 segment (the one PIL keeps), else from XMP.
-fn jpeg_orientation<R>(decompress: &mozjpeg::Decompress<R>) -> Orientation {
-    let segments: Vec<&[u8]> = decompress
-        .markers()
-        .filter(|m| matches!(m.marker, mozjpeg::Marker::APP(1)))
-        .map(|m| m.data)
-        .collect();
-    orientation_of_app1_segments(&segments)
-}
-
-/// The orientation a JPEG's APP1 segments give, in file order: the first EXIF segment's (the
-/// one PIL keeps), else the first XMP packet's; the host decoder and the coefficient reader
-/// both read it here.
-pub(super) fn orientation_of_app1_segments(segments: &[&[u8]]) -> Orientation {
-    const EXIF_HEADER: &[u8] = b"Exif\0\0";
-    const XMP_HEADER: &[u8] = b"http://ns.adobe.com/xap/1.0/\0";
-    if let Some(exif) = segments.iter().find_map(|d| d.strip_prefix(EXIF_HEADER)) {
-        if let Some(orientation) = Orientation::from_exif_chunk(exif) {
-            return orientation;
+/// Pillow's reading of a four-component JPEG's samples, then its `convert("RGB")`, over
+/// `samples` (CMYK as libjpeg gives them, 4 bytes a pixel), leaving RGB in the first three
+/// quarters. Pillow assumes Adobe's convention, inverted CMYK, for every such JPEG (raw mode
+/// "CMYK;I": each sample s read as 255 - s), then converts CMYK to RGB with
+/// R = 255 - K - C (255 - K) / 255 and likewise G and B, in its own rounding (`cmyk2rgb`,
+/// whose division by 255 is `(x + 128 + ((x + 128) >> 8)) >> 8`). With the inversion folded
+/// in: nk = 255 - (255 - k) = k, and R = k - (255 - c) k / 255.
+fn adobe_cmyk_to_rgb_in_place(samples: &mut [u8]) {
+    let pixels = samples.len() / 4;
+    for i in 0..pixels {
+        // Pixel i is read from bytes 4i..4i+4 before bytes 3i..3i+3 are written, which lie
+        // at or before them.
+        let [c, m, y, k] = [0, 1, 2, 3].map(|j| u32::from(samples[4 * i + j]));
+        for (j, inverted) in [255 - c, 255 - m, 255 - y].into_iter().enumerate() {
+            samples[3 * i + j] = k.saturating_sub(pil_mul_div_255(inverted, k)) as u8;
         }
     }
-    segments
-        .iter()
-        .find_map(|d| d.strip_prefix(XMP_HEADER))
-        .and_then(orientation_from_xmp)
-        .unwrap_or(Orientation::NoTransforms)
+}
+
+/// Pillow's `MULDIV255`: a * b / 255, rounded as its `SHIFTFORDIV255` rounds.
+fn pil_mul_div_255(a: u32, b: u32) -> u32 {
+    let x = a * b + 128;
+    ((x >> 8) + x) >> 8
+}
+
+/// The orientation Pillow finds in the APP0 and APP1 segments; an error where Pillow's
+/// getexif raises.
+fn jpeg_orientation<R>(decompress: &mozjpeg::Decompress<R>) -> Result<Orientation, String> {
+    let segments = decompress.markers().filter_map(|m| match m.marker {
+        mozjpeg::Marker::APP(n) => Some((n, m.data)),
+        _ => None,
+    });
+    pil_metadata::jpeg_orientation(segments)
 }
 
 /// Converts pixels already decoded (HWC, `from_channels` 1 for grey or 3 for RGB) to PIL's
@@ -736,24 +776,28 @@ mod tests {
     }
 
     #[test]
+    fn cmyk_converts_as_pillow_reads_and_converts_it() {
+        // libjpeg's CMYK samples -> Pillow 13.0.0's RGB, from
+        // Image.frombytes("CMYK", (1, 1), bytes(255 - v for v in cmyk)).convert("RGB").
+        let cases: [([u8; 4], [u8; 3]); 5] = [
+            ([0, 0, 0, 0], [0, 0, 0]),
+            ([255, 255, 255, 255], [255, 255, 255]),
+            ([10, 200, 30, 128], [5, 100, 15]),
+            ([255, 0, 128, 200], [200, 0, 100]),
+            ([77, 77, 77, 7], [2, 2, 2]),
+        ];
+        let mut samples: Vec<u8> = cases.iter().flat_map(|(cmyk, _)| *cmyk).collect();
+        adobe_cmyk_to_rgb_in_place(&mut samples);
+        let expected: Vec<u8> = cases.iter().flat_map(|(_, rgb)| *rgb).collect();
+        assert_eq!(samples[..expected.len()], expected);
+    }
+
+    #[test]
     fn luma_matches_pil_on_primaries() {
         // PIL: Image.new("RGB", (1, 1), c).convert("L").getpixel((0, 0))
         assert_eq!(pil_luma(255, 0, 0), 76);
         assert_eq!(pil_luma(0, 255, 0), 150);
         assert_eq!(pil_luma(0, 0, 255), 29);
         assert_eq!(pil_luma(255, 255, 255), 255);
-    }
-
-    #[test]
-    fn xmp_orientation_is_read_in_both_spellings() {
-        assert_eq!(
-            orientation_from_xmp(b"<x tiff:Orientation=\"6\"/>"),
-            Some(Orientation::Rotate90)
-        );
-        assert_eq!(
-            orientation_from_xmp(b"<tiff:Orientation>3</tiff:Orientation>"),
-            Some(Orientation::Rotate180)
-        );
-        assert_eq!(orientation_from_xmp(b"<x/>"), None);
     }
 }

@@ -123,6 +123,8 @@ pub enum HostReason {
     Limits,
     /// No room left where its coefficients were to go.
     NoRoom,
+    /// Metadata Pillow refuses the file for (its EXIF block).
+    Metadata,
 }
 
 impl HostReason {
@@ -135,6 +137,7 @@ impl HostReason {
             HostReason::Guard => "coefficients outside the exactness guard",
             HostReason::Limits => "larger than the image limits",
             HostReason::NoRoom => "the batch's coefficient staging was full",
+            HostReason::Metadata => "metadata Pillow refuses",
         }
     }
 }
@@ -254,9 +257,12 @@ unsafe fn read_started(
     limits: &ImageLimits,
     reserve: &dyn ArenaReserve,
 ) -> Result<WrittenJpeg, HostReason> {
+    // APP0 (JFIF's density) and APP1 (EXIF, XMP): what the orientation is read from.
+    const APP0: c_int = 0xE0;
     const APP1: c_int = 0xE1;
     unsafe {
         ffi::jpeg_mem_src(cinfo, bytes.as_ptr(), bytes.len() as _);
+        ffi::jpeg_save_markers(cinfo, APP0, 0xFFFF);
         ffi::jpeg_save_markers(cinfo, APP1, 0xFFFF);
         ffi::jpeg_read_header(cinfo, 1);
     }
@@ -272,7 +278,7 @@ unsafe fn read_started(
         (ffi::J_COLOR_SPACE::JCS_RGB, 3) => JpegColour::Rgb,
         _ => return Err(HostReason::ColourSpace),
     };
-    let orientation = orientation_of(cinfo);
+    let orientation = orientation_of(cinfo).ok_or(HostReason::Metadata)?;
     // SAFETY: read_header succeeded, so comp_info holds num_components entries.
     let infos = unsafe { std::slice::from_raw_parts(cinfo.comp_info, count) };
     let (max_h, max_v) = (
@@ -369,17 +375,22 @@ unsafe fn read_started(
     })
 }
 
-/// The EXIF orientation from the saved APP1 segments, as the host decoder reads it.
-fn orientation_of(cinfo: &ffi::jpeg_decompress_struct) -> u8 {
+/// The EXIF orientation (1 to 8) from the saved APP0 and APP1 segments, as the host decoder
+/// reads it (`pil_metadata::jpeg_orientation`); `None` where Pillow refuses the file for its
+/// metadata.
+fn orientation_of(cinfo: &ffi::jpeg_decompress_struct) -> Option<u8> {
     let mut segments = Vec::new();
     let mut marker = cinfo.marker_list;
     while !marker.is_null() {
         // SAFETY: libjpeg's saved-marker list, valid until the decompressor is destroyed.
         let m = unsafe { &*marker };
-        if m.marker == 0xE1 && !m.data.is_null() {
-            segments.push(unsafe { std::slice::from_raw_parts(m.data, m.data_length as usize) });
+        if (0xE0..=0xE1).contains(&m.marker) && !m.data.is_null() {
+            let data = unsafe { std::slice::from_raw_parts(m.data, m.data_length as usize) };
+            segments.push((m.marker - 0xE0, data));
         }
         marker = m.next;
     }
-    super::decode::orientation_of_app1_segments(&segments).to_exif()
+    super::pil_metadata::jpeg_orientation(segments.into_iter())
+        .ok()
+        .map(|o| o.to_exif())
 }

@@ -13,7 +13,12 @@
 //!   4 levels on a quarter of the pixels of our photo fixtures. PNG and WebP go through the
 //!   `image` crate, which decodes them exactly as PIL does.
 //! - Colour conversion is PIL's: RGBA loses its alpha (no compositing), grey is replicated, and
-//!   the one-channel "L" mode uses PIL's fixed-point ITU-R 601-2 luma. Where the processor's
+//!   the one-channel "L" mode uses PIL's fixed-point ITU-R 601-2 luma. CMYK and YCCK JPEGs are
+//!   read as Pillow reads them (Adobe's inverted CMYK) and converted with its rounding;
+//!   16-bit grey PNGs (Pillow's "I;16") are clipped to 255, as its conversion does.
+//! - EXIF orientation is found as Pillow's `getexif` finds it, damaged blocks included
+//!   (`pil_metadata`), in JPEG, PNG (eXIf and ImageMagick's text profiles) and WebP, and the
+//!   PNG chunks Pillow refuses make the file refused. Where the processor's
 //!   `do_convert_rgb` is on (CLIP's, BiT's and SigLIP's default), a PNG whose tRNS chunk names
 //!   one transparent colour has that colour turned white, as HF's `convert_to_rgb` composites
 //!   it onto white.
@@ -42,6 +47,7 @@ mod decode;
 pub mod device_batch;
 mod error;
 pub mod jpeg_coefficients;
+mod pil_metadata;
 mod resampling;
 mod resize;
 mod timm;
@@ -610,6 +616,47 @@ fn pil_limits() -> ImageLimits {
         max_pixels: MAX_IMAGE_PIXELS,
         ..ImageLimits::default()
     }
+}
+
+/// An image as `load_image` leaves it, before the processor: upright, in PIL's mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodedImage {
+    pub height: usize,
+    pub width: usize,
+    /// 3 (RGB) or 1 (L).
+    pub channels: usize,
+    /// HWC, 8 bits a sample: height * width * channels bytes.
+    pub pixels: Vec<u8>,
+}
+
+/// Decodes an image (PNG, JPEG or WebP, told apart by content), applies its EXIF orientation
+/// and converts it to RGB (`channels` 3) or L (1) as PIL does, within `limits`; `convert_rgb`
+/// is the processor's `do_convert_rgb` (see [`ImageLoader`]'s decoding). `name` names it in
+/// errors. The file's pixels as the model's preprocessing starts from them.
+pub fn decode_image(
+    bytes: &[u8],
+    name: &str,
+    channels: usize,
+    convert_rgb: bool,
+    limits: &ImageLimits,
+) -> Result<DecodedImage, PreprocessError> {
+    if channels != 1 && channels != 3 {
+        return Err(PreprocessError::InvalidConfig {
+            origin: "(decode_image)".into(),
+            reason: format!("{channels} channels asked; 3 (RGB) or 1 (L) are made"),
+        });
+    }
+    let mut buffers = decode::DecodeBuffers::default();
+    let (height, width) =
+        decode::decode_into(bytes, name, channels, convert_rgb, limits, &mut buffers)?;
+    let mut pixels = buffers.pixels;
+    pixels.truncate(height * width * channels);
+    Ok(DecodedImage {
+        height,
+        width,
+        channels,
+        pixels,
+    })
 }
 
 /// Decodes an image file (PNG, JPEG or WebP, told apart by content), applies its EXIF
