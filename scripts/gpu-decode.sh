@@ -31,10 +31,16 @@ python3 scripts/make_random_vit.py --out "$model" --preset base >"$logs/make.log
 python3 scripts/make_photos.py --out "$photos" --count "$count" --size 500x375 >>"$logs/make.log" 2>&1 || echo "make_photos failed"
 tail -1 "$logs/make.log"
 # The same outputs from either decoder: the fixtures (EXIF orientations, grey, CMYK and
-# PNG/WebP fall back) with their own preprocessing and with a center crop, and real photos.
+# PNG/WebP fall back), photos, and Pillow's test JPEGs when staged (some refused by both).
 find tests/fixtures/images -type f \( -name '*.jpg' -o -name '*.png' -o -name '*.webp' \) | sort >/tmp/fixtures.txt
 ls "$photos"/*.jpg | head -2048 >/tmp/photos.txt
-for set in fixtures photos; do
+sets="fixtures photos"
+# Pillow's test JPEGs, when staged beside the binaries (DIR/pil-jpegs): odd real-world files.
+if [ -d "$dir/pil-jpegs" ]; then
+    ls "$dir"/pil-jpegs/* >/tmp/pil.txt
+    sets="$sets pil"
+fi
+for set in $sets; do
     for decode in gpu cpu; do
         "$dir/vitrt.bin" classify --model "$model" --device cuda --dtype f16 --format jsonl --quiet \
             --files-from /tmp/$set.txt --decode $decode --stats "$logs/stats-$set-$decode.json" \
