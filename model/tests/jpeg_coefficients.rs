@@ -39,8 +39,8 @@ fn coefficients_finished_by_the_twins_give_the_host_decoders_pixels() {
             }
         };
         taken += 1;
-        assert_eq!(image.orientation as u16, file.orientation, "{what}");
-        let upright = image.upright_size();
+        assert_eq!(image.image.orientation as u16, file.orientation, "{what}");
+        let upright = image.image.upright_size();
         let (batch, data) = jpeg_batch(&[&image]);
         batch.validate(data.coefs.len(), data.quant.len()).unwrap();
         let rgb = twin_pixels(&image);
@@ -144,7 +144,7 @@ fn a_corrupt_file_the_coefficient_path_takes_gives_the_host_decoders_pixels() {
             match read_jpeg_coefficients(&bytes, &limits) {
                 Ok(image) => {
                     taken += 1;
-                    let host = host_pixels(&bytes, image.upright_size());
+                    let host = host_pixels(&bytes, image.image.upright_size());
                     assert!(twin_pixels(&image) == host, "case {n}/{trial}");
                 }
                 Err(_) => left += 1,

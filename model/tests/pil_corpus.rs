@@ -231,7 +231,7 @@ fn the_coefficient_path_gives_the_host_decoders_pixels_on_every_file_it_takes() 
             });
             let twins = common::jpeg_corpus::twin_pixels(&image);
             assert_eq!(
-                (image.upright_size(), twins == host.pixels),
+                (image.image.upright_size(), twins == host.pixels),
                 ((host.height, host.width), true),
                 "{name}"
             );

@@ -65,14 +65,8 @@ impl DeviceDecode<'_> {
     pub fn run_on_host(&self, pixels: &mut [u8]) -> Result<(), RuntimeError> {
         self.check(pixels.len())?;
         let data = JpegData {
-            coefs: self.data[self.jpeg_at.coefs_at..]
-                .chunks_exact(2)
-                .map(|b| i16::from_le_bytes([b[0], b[1]]))
-                .collect(),
-            quant: self.data[self.jpeg_at.quant_at..]
-                .chunks_exact(4)
-                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
+            coefs: JpegData::from_le_bytes(&self.data[self.jpeg_at.coefs_at..]).coefs,
+            quant: JpegData::from_le_bytes(&self.data[self.jpeg_at.quant_at..]).quant,
         };
         let mut planes = vec![0u8; self.jpeg.planes_len()];
         let mut rgb = vec![0u8; self.jpeg.rgb_len()];

@@ -125,14 +125,9 @@ pub struct JpegImage {
 }
 
 impl JpegImage {
-    /// (height, width) once upright: orientations 5 to 8 swap the axes.
+    /// (height, width) once upright.
     pub fn upright_size(&self) -> (usize, usize) {
-        let (h, w) = (self.height as usize, self.width as usize);
-        if self.orientation >= 5 {
-            (w, h)
-        } else {
-            (h, w)
-        }
+        upright_size(self.width, self.height, self.orientation)
     }
 
     pub fn rgb_len(&self) -> usize {
@@ -160,6 +155,34 @@ pub struct JpegBatch {
 pub struct JpegData {
     pub coefs: Vec<i16>,
     pub quant: Vec<i32>,
+}
+
+impl JpegData {
+    /// One byte buffer holding both, little-endian, as the kernels read it: coefficient `i` at
+    /// byte `2 i`, multiplier `j` at byte `4 j`.
+    pub fn from_le_bytes(bytes: &[u8]) -> Self {
+        Self {
+            coefs: bytes
+                .chunks_exact(2)
+                .map(|b| i16::from_le_bytes([b[0], b[1]]))
+                .collect(),
+            quant: bytes
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        }
+    }
+}
+
+/// (height, width) of a `width` x `height` image once upright: EXIF orientations 5 to 8 swap
+/// the axes.
+pub fn upright_size(width: u32, height: u32, orientation: u8) -> (usize, usize) {
+    let (h, w) = (height as usize, width as usize);
+    if orientation >= 5 {
+        (w, h)
+    } else {
+        (h, w)
+    }
 }
 
 impl JpegBatch {

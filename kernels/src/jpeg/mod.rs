@@ -26,4 +26,6 @@ pub mod batch;
 pub mod cpu;
 pub mod gpu;
 
-pub use batch::{JpegBatch, JpegColour, JpegComponent, JpegData, JpegImage, Upsample};
+pub use batch::{
+    upright_size, JpegBatch, JpegColour, JpegComponent, JpegData, JpegImage, Upsample,
+};

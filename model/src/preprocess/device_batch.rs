@@ -7,54 +7,65 @@ use std::sync::Arc;
 use vitrt_runtime::DeviceDecode;
 
 use vitrt_runtime::image_kernels::jpeg::gpu::JpegInputs;
-use vitrt_runtime::image_kernels::jpeg::{
-    JpegBatch, JpegColour, JpegComponent, JpegData, JpegImage, Upsample,
-};
+use vitrt_runtime::image_kernels::jpeg::{JpegBatch, JpegComponent, JpegData, JpegImage};
 use vitrt_runtime::image_kernels::resample::gpu::DeviceResampleBatch;
 use vitrt_runtime::image_kernels::resample::{ResampleBatch, ResampleImage, TapTable};
 
-use super::jpeg_coefficients::{JpegCoefficients, WrittenJpeg};
+use super::jpeg_coefficients::{ReadJpeg, WrittenJpeg};
 use super::resize::ResampleTaps;
 use super::{PreprocessConfig, Resample, ResizeTarget};
 
-/// The JPEG kernels' batch for `images`, in order, with their coefficients and multipliers
-/// back to back in host memory; each image's component planes and upright RGB image one after
-/// another.
-pub fn jpeg_batch(images: &[&JpegCoefficients]) -> (JpegBatch, JpegData) {
-    let mut batch = JpegBatch::default();
-    let mut data = JpegData::default();
-    let (mut plane_at, mut rgb_at) = (0usize, 0usize);
-    for image in images {
-        let mut indices = Vec::with_capacity(image.components.len());
-        for c in &image.components {
-            indices.push(batch.components.len());
-            let component = JpegComponent {
-                coef_offset: data.coefs.len(),
-                plane_offset: plane_at,
-                blocks_wide: c.blocks_wide,
-                blocks_high: c.blocks_high,
-                quant_offset: data.quant.len(),
-                downsampled_width: c.downsampled_width,
-                downsampled_height: c.downsampled_height,
-                upsample: c.upsample,
-            };
-            plane_at += component.plane_len();
-            data.coefs.extend_from_slice(&c.coefs);
-            data.quant.extend_from_slice(&c.quant);
-            batch.components.push(component);
-        }
-        let described = JpegImage {
-            components: indices,
-            colour: image.colour,
-            width: image.width,
-            height: image.height,
-            orientation: image.orientation,
-            rgb_offset: rgb_at,
+/// Adds `image` to `batch`: its components, whose data starts `base` bytes into the data
+/// buffer (coefficient and multiplier offsets count from there, as i16s and i32s), with their
+/// planes from `*plane_at` and its upright RGB at `*rgb_at`, both advanced past it.
+fn describe(
+    batch: &mut JpegBatch,
+    image: &WrittenJpeg,
+    base: usize,
+    (plane_at, rgb_at): (&mut usize, &mut usize),
+) {
+    let mut indices = Vec::with_capacity(image.components.len());
+    for c in &image.components {
+        indices.push(batch.components.len());
+        let component = JpegComponent {
+            coef_offset: (base + c.coefs_at) / 2,
+            plane_offset: *plane_at,
+            blocks_wide: c.blocks_wide,
+            blocks_high: c.blocks_high,
+            quant_offset: (base + c.quant_at) / 4,
+            downsampled_width: c.downsampled_width,
+            downsampled_height: c.downsampled_height,
+            upsample: c.upsample,
         };
-        rgb_at += described.rgb_len();
-        batch.images.push(described);
+        *plane_at += component.plane_len();
+        batch.components.push(component);
     }
-    (batch, data)
+    let described = JpegImage {
+        components: indices,
+        colour: image.colour,
+        width: image.width,
+        height: image.height,
+        orientation: image.orientation,
+        rgb_offset: *rgb_at,
+    };
+    *rgb_at += described.rgb_len();
+    batch.images.push(described);
+}
+
+/// The JPEG kernels' batch for `images` read on their own, in order, with their data back to
+/// back in host memory; each image's component planes and upright RGB image one after another.
+pub fn jpeg_batch(images: &[&ReadJpeg]) -> (JpegBatch, JpegData) {
+    let mut batch = JpegBatch::default();
+    let mut bytes = Vec::new();
+    let (mut plane_at, mut rgb_at) = (0usize, 0usize);
+    for read in images {
+        // Each image's region starts 16-byte aligned, as in an arena.
+        bytes.resize(bytes.len().next_multiple_of(16), 0);
+        let base = bytes.len();
+        bytes.extend_from_slice(&read.data);
+        describe(&mut batch, &read.image, base, (&mut plane_at, &mut rgb_at));
+    }
+    (batch, JpegData::from_le_bytes(&bytes))
 }
 
 /// Why an image's resize cannot run on the image kernels.
@@ -191,56 +202,12 @@ fn table_index(
     }
 }
 
-/// One component of an image prepared for device decoding, its data in a batch's arena.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ArenaComponent {
-    /// Byte offsets of its coefficients (i16, little-endian) and its 64 multipliers (i32).
-    pub coefs_at: usize,
-    pub quant_at: usize,
-    pub blocks_wide: u32,
-    pub blocks_high: u32,
-    pub downsampled_width: u32,
-    pub downsampled_height: u32,
-    pub upsample: Upsample,
-}
-
-/// An image a worker prepared for device decoding: its data in the batch's arena, what the
-/// kernels need to finish it, and its resize.
+/// An image a worker prepared for device decoding: its data in the batch's arena (offsets
+/// from the arena's start), what the kernels need to finish it, and its resize.
 #[derive(Clone, Debug)]
 pub struct DeviceImage {
-    pub width: u32,
-    pub height: u32,
-    pub colour: JpegColour,
-    pub orientation: u8,
-    pub components: Vec<ArenaComponent>,
+    pub jpeg: WrittenJpeg,
     pub resize: ResizePlan,
-}
-
-impl DeviceImage {
-    /// The image [`read_jpeg_into`](super::jpeg_coefficients::read_jpeg_into) wrote into an
-    /// arena, with its resize.
-    pub fn from_written(image: WrittenJpeg, resize: ResizePlan) -> Self {
-        DeviceImage {
-            width: image.width,
-            height: image.height,
-            colour: image.colour,
-            orientation: image.orientation,
-            components: image
-                .components
-                .into_iter()
-                .map(|c| ArenaComponent {
-                    coefs_at: c.coefs_at,
-                    quant_at: c.quant_at,
-                    blocks_wide: c.blocks_wide,
-                    blocks_high: c.blocks_high,
-                    downsampled_width: c.downsampled_width,
-                    downsampled_height: c.downsampled_height,
-                    upsample: c.upsample,
-                })
-                .collect(),
-            resize,
-        }
-    }
 }
 
 /// A batch's device decoding, ready for `Runner::submit_decoding`: the descriptors, where
@@ -275,33 +242,8 @@ pub fn device_batch(images: &[(usize, &DeviceImage)], image_bytes: usize) -> Dev
     let mut plans = Vec::with_capacity(images.len());
     let mut rgb_offsets = Vec::with_capacity(images.len());
     for (_, image) in images {
-        let mut indices = Vec::with_capacity(image.components.len());
-        for c in &image.components {
-            indices.push(jpeg.components.len());
-            let component = JpegComponent {
-                coef_offset: c.coefs_at / 2,
-                plane_offset: plane_at,
-                blocks_wide: c.blocks_wide,
-                blocks_high: c.blocks_high,
-                quant_offset: c.quant_at / 4,
-                downsampled_width: c.downsampled_width,
-                downsampled_height: c.downsampled_height,
-                upsample: c.upsample,
-            };
-            plane_at += component.plane_len();
-            jpeg.components.push(component);
-        }
-        let described = JpegImage {
-            components: indices,
-            colour: image.colour,
-            width: image.width,
-            height: image.height,
-            orientation: image.orientation,
-            rgb_offset: rgb_at,
-        };
         rgb_offsets.push(rgb_at);
-        rgb_at += described.rgb_len();
-        jpeg.images.push(described);
+        describe(&mut jpeg, &image.jpeg, 0, (&mut plane_at, &mut rgb_at));
         plans.push(image.resize.clone());
     }
     let mut resample = resample_batch(plans, &rgb_offsets, image_bytes);

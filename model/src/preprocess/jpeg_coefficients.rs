@@ -16,53 +16,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use mozjpeg_sys as ffi;
 use vitrt_runtime::image_kernels::jpeg::cpu::block_is_exact;
-use vitrt_runtime::image_kernels::jpeg::{JpegColour, Upsample};
+use vitrt_runtime::image_kernels::jpeg::{upright_size, JpegColour, Upsample};
 
 use super::error::ImageLimits;
 use super::ArenaReserve;
-
-/// One component's coefficients and how its samples map onto the image.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ComponentCoefficients {
-    pub blocks_wide: u32,
-    pub blocks_high: u32,
-    pub downsampled_width: u32,
-    pub downsampled_height: u32,
-    pub upsample: Upsample,
-    /// The islow IDCT's multipliers (libjpeg's `dct_table`), natural order.
-    pub quant: [i32; 64],
-    /// `blocks_wide * blocks_high` blocks of 64, row by row, natural order.
-    pub coefs: Vec<i16>,
-}
-
-/// A JPEG ready for the coefficient path: everything libjpeg-turbo's decompressor would use
-/// after entropy decoding.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JpegCoefficients {
-    pub width: u32,
-    pub height: u32,
-    pub colour: JpegColour,
-    /// The EXIF orientation, 1 to 8, read as the host decoder reads it.
-    pub orientation: u8,
-    pub components: Vec<ComponentCoefficients>,
-}
-
-impl JpegCoefficients {
-    /// (height, width) once upright.
-    pub fn upright_size(&self) -> (usize, usize) {
-        let (h, w) = (self.height as usize, self.width as usize);
-        if self.orientation >= 5 {
-            (w, h)
-        } else {
-            (h, w)
-        }
-    }
-
-    /// Bytes of coefficients.
-    pub fn coefficient_bytes(&self) -> usize {
-        self.components.iter().map(|c| c.coefs.len() * 2).sum()
-    }
-}
 
 /// One component's data as [`read_jpeg_into`] wrote it: byte offsets (from the region's
 /// start offset, as the reserve gave it) of its coefficients (i16, little-endian, block after
@@ -91,13 +48,15 @@ pub struct WrittenJpeg {
 impl WrittenJpeg {
     /// (height, width) once upright.
     pub fn upright_size(&self) -> (usize, usize) {
-        let (h, w) = (self.height as usize, self.width as usize);
-        if self.orientation >= 5 {
-            (w, h)
-        } else {
-            (h, w)
-        }
+        upright_size(self.width, self.height, self.orientation)
     }
+}
+
+/// A JPEG read on its own: its description and its region's bytes (offsets from 0).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadJpeg {
+    pub image: WrittenJpeg,
+    pub data: Vec<u8>,
 }
 
 /// Bytes one component's data takes in a region: its coefficients, 16-byte aligned, then its
@@ -142,45 +101,15 @@ impl HostReason {
     }
 }
 
-/// Reads `bytes` (a JPEG, by its content) into coefficients, or says why the host decoder
-/// must take it. Never panics and never fails otherwise: every refusal is the host's to make.
-pub fn read_jpeg_coefficients(
-    bytes: &[u8],
-    limits: &ImageLimits,
-) -> Result<JpegCoefficients, HostReason> {
+/// Reads `bytes` (a JPEG, by its content) into coefficients in a buffer of its own, or says
+/// why the host decoder must take it. Never panics and never fails otherwise: every refusal is
+/// the host's to make.
+pub fn read_jpeg_coefficients(bytes: &[u8], limits: &ImageLimits) -> Result<ReadJpeg, HostReason> {
     let region = OneRegion::default();
-    let written = read_jpeg_into(bytes, limits, &region)?;
-    let buffer = region.buffer.into_inner();
-    let components = written
-        .components
-        .iter()
-        .map(|c| {
-            let blocks = c.blocks_wide as usize * c.blocks_high as usize;
-            let coefs = buffer[c.coefs_at..][..blocks * 128]
-                .chunks_exact(2)
-                .map(|b| i16::from_le_bytes([b[0], b[1]]))
-                .collect();
-            let quant = std::array::from_fn(|i| {
-                let b = &buffer[c.quant_at + 4 * i..][..4];
-                i32::from_le_bytes([b[0], b[1], b[2], b[3]])
-            });
-            ComponentCoefficients {
-                blocks_wide: c.blocks_wide,
-                blocks_high: c.blocks_high,
-                downsampled_width: c.downsampled_width,
-                downsampled_height: c.downsampled_height,
-                upsample: c.upsample,
-                quant,
-                coefs,
-            }
-        })
-        .collect();
-    Ok(JpegCoefficients {
-        width: written.width,
-        height: written.height,
-        colour: written.colour,
-        orientation: written.orientation,
-        components,
+    let image = read_jpeg_into(bytes, limits, &region)?;
+    Ok(ReadJpeg {
+        image,
+        data: region.buffer.into_inner(),
     })
 }
 

@@ -265,7 +265,10 @@ impl ImageLoader {
             },
         )
         .map_err(HostDecoded::Resize)?;
-        Ok(DeviceImage::from_written(written, plan))
+        Ok(DeviceImage {
+            jpeg: written,
+            resize: plan,
+        })
     }
 
     /// As [`load_file_into`](Self::load_file_into), for an image already in memory; `name`

@@ -5,7 +5,7 @@
 use mozjpeg::{ColorSpace, Compress};
 use vitrt_kernels::jpeg::cpu as jpeg_twin;
 use vitrt_model::preprocess::device_batch::jpeg_batch;
-use vitrt_model::preprocess::jpeg_coefficients::JpegCoefficients;
+use vitrt_model::preprocess::jpeg_coefficients::ReadJpeg;
 use vitrt_model::preprocess::{ImageLimits, ImageLoader, PreprocessConfig};
 
 /// A deterministic generator (xorshift) for the pictures' texture.
@@ -116,7 +116,7 @@ pub fn host_pixels(bytes: &[u8], (height, width): (usize, usize)) -> Vec<u8> {
 }
 
 /// The twins' upright RGB for coefficients read from a file.
-pub fn twin_pixels(image: &JpegCoefficients) -> Vec<u8> {
+pub fn twin_pixels(image: &ReadJpeg) -> Vec<u8> {
     let (batch, data) = jpeg_batch(&[image]);
     let mut planes = vec![0; batch.planes_len()];
     let mut rgb = vec![0; batch.rgb_len()];
