@@ -4,6 +4,7 @@
 //! The CUDA backend runs the kernels; any other backend runs their CPU twins, with the same
 //! bytes.
 
+use vitrt_kernels::jpeg::batch::{COMPONENT_RECORD_BYTES, IMAGE_RECORD_BYTES};
 use vitrt_kernels::jpeg::gpu::JpegInputs;
 use vitrt_kernels::jpeg::{cpu as jpeg_twin, JpegBatch, JpegData};
 use vitrt_kernels::resample::gpu::DeviceResampleBatch;
@@ -47,9 +48,12 @@ impl DeviceDecode<'_> {
         let jpeg_tables = [
             (
                 self.jpeg_at.components_at,
-                self.jpeg.component_table().len(),
+                self.jpeg.components.len() * COMPONENT_RECORD_BYTES,
             ),
-            (self.jpeg_at.images_at, self.jpeg.image_table().len()),
+            (
+                self.jpeg_at.images_at,
+                self.jpeg.images.len() * IMAGE_RECORD_BYTES,
+            ),
             (self.resample_at.start, self.resample_at.bytes),
         ];
         if jpeg_tables
