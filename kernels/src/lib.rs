@@ -8,7 +8,7 @@
 //!   NVRTC, the kernel caches and the instantiation vocabulary. It imports no family.
 //! - One folder per kernel family: its CUDA source, `gpu` (the launcher, a free function taking
 //!   `&Gpu`) and `cpu` (the twin, with the same name): [`layernorm`], [`softmax`], [`add`],
-//!   [`activation`], [`gather`], [`pool`], [`normalize`], [`patchify`], [`pixels`], [`jpeg`], [`resample`], [`attention`], [`matmul`] (one
+//!   [`activation`], [`gather`], [`pool`], [`normalize`], [`patchify`], [`pixels`], [`jpeg`], [`jpeg_scan`], [`resample`], [`attention`], [`matmul`] (one
 //!   CUDA source a program).
 //! - [`all_instantiations`]: every family's instantiations, what CI compiles.
 
@@ -18,6 +18,7 @@ pub mod attention;
 pub mod cuda;
 pub mod gather;
 pub mod jpeg;
+pub mod jpeg_scan;
 pub mod layernorm;
 pub mod matmul;
 pub mod normalize;

@@ -14,6 +14,7 @@ pub fn all_instantiations() -> Vec<Instantiation> {
     all.extend(crate::patchify::gpu::instantiations());
     all.extend(crate::pixels::gpu::instantiations());
     all.extend(crate::jpeg::gpu::instantiations());
+    all.extend(crate::jpeg_scan::gpu::instantiations());
     all.extend(crate::resample::gpu::instantiations());
     all.extend(crate::matmul::instantiations());
     all.extend(crate::activation::gpu::instantiations());

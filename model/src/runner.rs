@@ -276,9 +276,10 @@ impl Runner {
         let backend = self.backend.as_mut();
         // Everything is queued before the host waits for the copy, so the device never waits
         // for the host between the expansion and the forward pass.
-        executor.write_pixel_bytes(backend, pixels, shape, table, decode)?;
+        let status = executor.write_pixel_bytes(backend, pixels, shape, table, decode)?;
         executor.launch(backend, Marks::None)?;
-        let outputs = executor.start_outputs(backend)?;
+        let mut outputs = executor.start_outputs(backend)?;
+        outputs.set_decode_status(status);
         backend.wait_for_input_copies()?;
         Ok(outputs)
     }
@@ -298,6 +299,18 @@ impl Runner {
     /// output, `logits` or `last_hidden_state`, unless [`Runner::with_outputs`] chose others).
     pub fn finish(&mut self, pending: PendingOutputs) -> Result<Vec<HostTensor>, ModelError> {
         Ok(Executor::finish_outputs(self.backend.as_mut(), pending)?)
+    }
+
+    /// As [`Runner::finish`], with the status words of the images [`Runner::submit_decoding`]
+    /// decoded on the device (in its `decode`'s JPEG batch order; empty without one): an
+    /// image whose word is not zero was not decoded exactly, and its outputs are wrong.
+    pub fn finish_decoding(
+        &mut self,
+        mut pending: PendingOutputs,
+    ) -> Result<(Vec<HostTensor>, Vec<u32>), ModelError> {
+        let status = Executor::finish_decode_status(self.backend.as_mut(), &mut pending)?;
+        let outputs = Executor::finish_outputs(self.backend.as_mut(), pending)?;
+        Ok((outputs, status))
     }
 
     /// Builds, plans and binds the executor for `batch` images (once), and returns it.

@@ -8,10 +8,16 @@
 
 mod common;
 
-use common::jpeg_corpus::{config, corpus, encode, host_pixels, twin_pixels, Kind, Xorshift};
+use common::jpeg_corpus::{
+    config, corpus, encode, encode_baseline, host_pixels, restart_corpus, twin_pixels, Kind,
+    Restarts, Xorshift,
+};
+use vitrt_kernels::jpeg_scan::cpu as scan_twin;
 use vitrt_kernels::resample::cpu as resample_twin;
 use vitrt_model::preprocess::device_batch::{jpeg_batch, resample_batch, resample_plan};
-use vitrt_model::preprocess::jpeg_coefficients::{read_jpeg_coefficients, HostReason};
+use vitrt_model::preprocess::jpeg_coefficients::{
+    read_jpeg, read_jpeg_coefficients, EntropyOn, HostReason,
+};
 use vitrt_model::preprocess::{ImageLimits, ImageLoader, PreprocessConfig};
 
 /// The configs whose resize and crop the twins must match: a fixed bilinear resize, CLIP's
@@ -41,9 +47,15 @@ fn coefficients_finished_by_the_twins_give_the_host_decoders_pixels() {
         taken += 1;
         assert_eq!(image.image.orientation as u16, file.orientation, "{what}");
         let upright = image.image.upright_size();
-        let (batch, data) = jpeg_batch(&[&image]);
-        batch.validate(data.coefs.len(), data.quant.len()).unwrap();
-        let rgb = twin_pixels(&image);
+        let batch = jpeg_batch(&[&image]);
+        let (data, _) = batch.decoded();
+        batch
+            .jpeg
+            .validate(data.coefs.len(), data.quant.len())
+            .unwrap();
+        let Ok(rgb) = twin_pixels(&image) else {
+            panic!("{what}: the twins marked an image the host's guard let through");
+        };
         let host = host_pixels(bytes, upright);
         if let Some(i) = (0..rgb.len()).find(|&i| rgb[i] != host[i]) {
             panic!(
@@ -145,11 +157,199 @@ fn a_corrupt_file_the_coefficient_path_takes_gives_the_host_decoders_pixels() {
                 Ok(image) => {
                     taken += 1;
                     let host = host_pixels(&bytes, image.image.upright_size());
-                    assert!(twin_pixels(&image) == host, "case {n}/{trial}");
+                    assert!(twin_pixels(&image) == Ok(host), "case {n}/{trial}");
                 }
                 Err(_) => left += 1,
             }
         }
     }
     assert!(taken > 0 && left > 0, "{taken} taken, {left} left");
+}
+
+/// Every baseline file of both corpora goes to the device's entropy decoding, and the twin of
+/// its program (the same chunks, runs and synchronisation rounds) gives libjpeg's own
+/// coefficients, block for block, and then the host decoder's pixels.
+#[test]
+fn scans_entropy_decoded_by_the_twin_give_libjpegs_coefficients() {
+    let limits = ImageLimits::default();
+    let (mut scanned, mut rounds, mut redecoded, mut chunks) = (0usize, 0usize, 0usize, 0usize);
+    for file in corpus().into_iter().chain(restart_corpus()) {
+        let what = &file.what;
+        let Ok(reference) = read_jpeg_coefficients(&file.bytes, &limits) else {
+            continue;
+        };
+        let image = read_jpeg(&file.bytes, &limits, EntropyOn::Device).unwrap();
+        let Some(scan) = &image.image.scan else {
+            assert!(what.contains("progressive true"), "{what}: not scanned");
+            continue;
+        };
+        scanned += 1;
+        chunks += scan
+            .segments
+            .iter()
+            .map(|s| (s.end - s.start).div_ceil(128) as usize)
+            .sum::<usize>();
+        let batch = jpeg_batch(&[&image]);
+        let mut bytes = batch.data.clone();
+        bytes.resize(batch.data.len() + batch.decoded_coefficient_bytes, 0);
+        let mut coefs = vitrt_kernels::jpeg::JpegData::from_le_bytes(&bytes).coefs;
+        let mut status = vec![0];
+        let reports = scan_twin::decode(
+            &batch.scans,
+            &batch.jpeg.components,
+            &batch.data,
+            &mut coefs,
+            &mut status,
+        );
+        assert_eq!(status, [0], "{what}: marked");
+        rounds += reports[0].rounds;
+        redecoded += reports[0].redecoded_chunks;
+        let expected = jpeg_batch(&[&reference]);
+        let (expected_data, _) = expected.decoded();
+        for (c, (got, want)) in batch
+            .jpeg
+            .components
+            .iter()
+            .zip(&expected.jpeg.components)
+            .enumerate()
+        {
+            let n = got.blocks() * 64;
+            assert_eq!(n, want.blocks() * 64, "{what}: component {c}'s blocks");
+            let got = &coefs[got.coef_offset..got.coef_offset + n];
+            let want = &expected_data.coefs[want.coef_offset..want.coef_offset + n];
+            if let Some(i) = (0..n).find(|&i| got[i] != want[i]) {
+                panic!(
+                    "{what}: component {c}, block {}, coefficient {}: {} against libjpeg's {}",
+                    i / 64,
+                    i % 64,
+                    got[i],
+                    want[i]
+                );
+            }
+        }
+        let host = host_pixels(&file.bytes, image.image.upright_size());
+        assert!(twin_pixels(&image) == Ok(host), "{what}: pixels");
+    }
+    assert!(scanned >= 300, "only {scanned} files scanned");
+    eprintln!(
+        "{scanned} scans, {chunks} chunks: {rounds} synchronisation rounds, {redecoded} chunks decoded again"
+    );
+}
+
+/// Corrupt scans: the device path either leaves the file to libjpeg, marks it for the host,
+/// or gives the host decoder's pixels; never other pixels. Truncated files never reach it.
+#[test]
+fn a_corrupt_scan_is_marked_or_gives_the_host_decoders_pixels() {
+    let limits = ImageLimits::default();
+    let mut rng = Xorshift(0xc0ffee);
+    let (mut same, mut marked, mut left) = (0, 0, 0);
+    for (n, restarts) in [Restarts::None, Restarts::Mcus(3)].into_iter().enumerate() {
+        let good = encode_baseline(
+            Kind::Ycc {
+                cb: (2, 2),
+                cr: (2, 2),
+            },
+            (2, 2),
+            (64, 48),
+            85,
+            restarts,
+            n == 1,
+        );
+        for cut in [good.len() - 2, good.len() - 40, good.len() / 2] {
+            let read = read_jpeg(&good[..cut], &limits, EntropyOn::Device);
+            assert!(
+                read.is_err() || read.is_ok_and(|r| r.image.scan.is_none()),
+                "cut to {cut} bytes: scanned"
+            );
+        }
+        for trial in 0..200 {
+            let mut bytes = good.clone();
+            for _ in 0..1 + trial % 3 {
+                let at = good.len() / 3 + (rng.next() as usize) % (good.len() / 2);
+                bytes[at] ^= 1 << (rng.next() % 8);
+            }
+            let image = match read_jpeg(&bytes, &limits, EntropyOn::Device) {
+                Ok(image) if image.image.scan.is_some() => image,
+                _ => {
+                    left += 1;
+                    continue;
+                }
+            };
+            match twin_pixels(&image) {
+                Ok(rgb) => {
+                    let cfg = config(&format!(
+                        r#"{{"image_processor_type": "ViTImageProcessor", "do_resize": false,
+                            "size": {{"height": {}, "width": {}}}}}"#,
+                        image.image.upright_size().0,
+                        image.image.upright_size().1
+                    ));
+                    let mut host = vec![0; rgb.len()];
+                    let accepted = ImageLoader::new(&cfg, limits)
+                        .load_bytes_into(&bytes, "corrupt.jpg", &mut host)
+                        .is_ok();
+                    assert!(accepted && rgb == host, "case {n}/{trial}: other pixels");
+                    same += 1;
+                }
+                Err(_) => marked += 1,
+            }
+        }
+    }
+    assert!(
+        marked > 0 && same > 0,
+        "{same} same, {marked} marked, {left} left"
+    );
+    eprintln!("{same} decoded as the host does, {marked} marked, {left} left to libjpeg");
+}
+
+/// How many chunks the entropy decoder's synchronisation decodes again on the files of
+/// VITRT_SCAN_FILES (a folder): what the chunk size was chosen by (benchmarks/NOTES.md).
+#[test]
+#[ignore = "a measurement over a folder of photos named by VITRT_SCAN_FILES"]
+fn synchronisation_cost_on_photos() {
+    let dir = std::env::var("VITRT_SCAN_FILES").expect("VITRT_SCAN_FILES");
+    let limits = ImageLimits::default();
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    paths.sort();
+    for path in paths {
+        let bytes = std::fs::read(&path).unwrap();
+        let Ok(image) = read_jpeg(&bytes, &limits, EntropyOn::Device) else {
+            continue;
+        };
+        let Some(scan) = &image.image.scan else {
+            continue;
+        };
+        let batch = jpeg_batch(&[&image]);
+        let mut data = batch.data.clone();
+        data.resize(batch.data.len() + batch.decoded_coefficient_bytes, 0);
+        let mut coefs = vitrt_kernels::jpeg::JpegData::from_le_bytes(&data).coefs;
+        let mut status = vec![0];
+        let r = scan_twin::decode(
+            &batch.scans,
+            &batch.jpeg.components,
+            &batch.data,
+            &mut coefs,
+            &mut status,
+        );
+        let chunks: usize = scan
+            .segments
+            .iter()
+            .map(|s| (s.end - s.start).div_ceil(128) as usize)
+            .sum();
+        eprintln!(
+            "{}: {}x{} {:?} {} bytes {} segments {} chunks: {} rounds, {} chunks again, status {}",
+            path.display(),
+            image.image.width,
+            image.image.height,
+            scan.sampling,
+            scan.stream_bytes,
+            scan.segments.len(),
+            chunks,
+            r[0].rounds,
+            r[0].redecoded_chunks,
+            status[0]
+        );
+    }
 }

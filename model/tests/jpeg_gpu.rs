@@ -1,21 +1,26 @@
-//! The image kernels on the GPU against their CPU twins: the whole generated JPEG corpus
-//! (tests/common/jpeg_corpus.rs) in one batch through `jpeg::gpu::decode` and
-//! `resample::gpu::resample`, which must give the twins' bytes (and so the host decoder's,
+//! The image kernels on the GPU against their CPU twins: the generated JPEG corpora
+//! (tests/common/jpeg_corpus.rs), baseline files as scans and progressive ones as
+//! coefficients, with corrupted scans among them, in one batch through
+//! `jpeg_scan::gpu::decode_scans`, `jpeg::gpu::decode` and `resample::gpu::resample`, which
+//! must give the twins' coefficients, status words and bytes (and so the host decoder's,
 //! which model/tests/jpeg_coefficients.rs checks in CI); and blocks at the exactness guard's
-//! limit, where the kernels' 32-bit sums are closest to overflowing. Run on the GPU machine
-//! (scripts/gpu-check.sh).
+//! limit, where the kernels' 32-bit sums are closest to overflowing, and past it. Run on the
+//! GPU machine (scripts/gpu-check.sh).
 
 mod common;
 
-use common::jpeg_corpus::{config, corpus, Xorshift};
+use common::jpeg_corpus::{config, corpus, restart_corpus, Xorshift};
 use vitrt_kernels::cuda::{DeviceBuffer, Gpu};
+use vitrt_kernels::jpeg::batch::STATUS_GUARD;
 use vitrt_kernels::jpeg::gpu::JpegInputs;
 use vitrt_kernels::jpeg::{cpu as jpeg_twin, gpu as jpeg_gpu};
 use vitrt_kernels::jpeg::{JpegBatch, JpegColour, JpegComponent, JpegData, JpegImage, Upsample};
+use vitrt_kernels::jpeg_scan::batch::CHUNK_STATE_BYTES;
+use vitrt_kernels::jpeg_scan::{gpu as scan_gpu, ScanBatch};
 use vitrt_kernels::resample::gpu::DeviceResampleBatch;
 use vitrt_kernels::resample::{cpu as resample_twin, gpu as resample_gpu};
 use vitrt_model::preprocess::device_batch::{jpeg_batch, resample_batch, resample_plan};
-use vitrt_model::preprocess::jpeg_coefficients::read_jpeg_coefficients;
+use vitrt_model::preprocess::jpeg_coefficients::{read_jpeg, EntropyOn, ReadJpeg};
 use vitrt_model::preprocess::ImageLimits;
 
 fn buffer(gpu: &Gpu, bytes: usize) -> DeviceBuffer {
@@ -28,27 +33,93 @@ fn download(gpu: &Gpu, buffer: &DeviceBuffer, len: usize) -> Vec<u8> {
     out
 }
 
-/// The GPU's planes and upright RGB for `batch`.
-fn decode_on_gpu(
-    gpu: &Gpu,
-    batch: &JpegBatch,
-    data: &JpegData,
-) -> (Vec<u8>, Vec<u8>, DeviceBuffer) {
-    let (layout, staged) = JpegInputs::pack(batch, data);
-    let inputs = buffer(gpu, staged.len());
-    gpu.upload(&inputs, 0, &staged).unwrap();
-    let planes = buffer(gpu, batch.planes_len());
-    let rgb = buffer(gpu, batch.rgb_len());
-    jpeg_gpu::decode(gpu, batch, (&inputs, &inputs), &layout, &planes, &rgb).unwrap();
-    (
-        download(gpu, &planes, batch.planes_len()),
-        download(gpu, &rgb, batch.rgb_len()),
-        rgb,
-    )
+/// What the GPU made of a batch: coefficients (the data buffer after the upload), status
+/// words, planes and upright RGB (also left on the device).
+struct OnGpu {
+    coefs: Vec<i16>,
+    status: Vec<u32>,
+    planes: Vec<u8>,
+    rgb: Vec<u8>,
+    rgb_buffer: DeviceBuffer,
 }
 
-fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+/// Runs the entropy decoder (for `scans`) and the JPEG kernels on `data` (the upload, then
+/// `extra` bytes of coefficient space, coefficients counting from byte 0).
+fn decode_on_gpu(
+    gpu: &Gpu,
+    jpeg: &JpegBatch,
+    scans: &ScanBatch,
+    data: &[u8],
+    extra: usize,
+) -> OnGpu {
+    let mut tables = Vec::new();
+    let (mut at, end) = JpegInputs::write_tables(jpeg, &mut tables, 0);
+    let (scan_at, _) = scans.write_tables(&mut tables, end);
+    let tables_buffer = buffer(gpu, tables.len());
+    gpu.upload(&tables_buffer, 0, &tables).unwrap();
+    let data_buffer = buffer(gpu, data.len() + extra);
+    gpu.upload(&data_buffer, 0, data).unwrap();
+    let states = buffer(gpu, scan_at.chunks * CHUNK_STATE_BYTES);
+    let planes = buffer(gpu, jpeg.planes_len());
+    let rgb = buffer(gpu, jpeg.rgb_len());
+    at.coefs_at = 0;
+    at.quant_at = 0;
+    scan_gpu::decode_scans(
+        gpu,
+        scans,
+        jpeg,
+        (&tables_buffer, &data_buffer, &states),
+        &scan_at,
+        &at,
+    )
+    .unwrap();
+    jpeg_gpu::decode(
+        gpu,
+        jpeg,
+        (&tables_buffer, &data_buffer),
+        &at,
+        &planes,
+        &rgb,
+    )
+    .unwrap();
+    let bytes = download(gpu, &data_buffer, data.len() + extra);
+    let status = download(gpu, &tables_buffer, tables.len())[at.status_at..]
+        [..jpeg.images.len() * 4]
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
+        .collect();
+    OnGpu {
+        coefs: JpegData::from_le_bytes(&bytes).coefs,
+        status,
+        planes: download(gpu, &planes, jpeg.planes_len()),
+        rgb: download(gpu, &rgb, jpeg.rgb_len()),
+        rgb_buffer: rgb,
+    }
+}
+
+fn first_difference<T: PartialEq>(a: &[T], b: &[T]) -> Option<usize> {
     (0..a.len().min(b.len())).find(|&i| a[i] != b[i])
+}
+
+/// The corpora read for the device (baseline files as scans), and corrupted copies of some
+/// baseline files: (what, read).
+fn device_reads() -> Vec<(String, ReadJpeg)> {
+    let limits = ImageLimits::default();
+    let mut rng = Xorshift(0xfeed_beef);
+    let mut reads = Vec::new();
+    for (n, file) in corpus().into_iter().chain(restart_corpus()).enumerate() {
+        let read = read_jpeg(&file.bytes, &limits, EntropyOn::Device).unwrap();
+        if read.image.scan.is_some() && n % 5 == 0 && file.bytes.len() > 600 {
+            let mut bytes = file.bytes.clone();
+            let at = bytes.len() / 2 + (rng.next() as usize) % (bytes.len() / 3);
+            bytes[at] ^= 1 << (rng.next() % 8);
+            if let Ok(corrupt) = read_jpeg(&bytes, &limits, EntropyOn::Device) {
+                reads.push((format!("{} with byte {at} corrupted", file.what), corrupt));
+            }
+        }
+        reads.push((file.what, read));
+    }
+    reads
 }
 
 #[test]
@@ -56,27 +127,62 @@ fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
 fn the_corpus_decodes_resizes_and_crops_on_the_gpu_as_the_twins_do() {
     let gpu = Gpu::new(0).unwrap();
     let limits = ImageLimits::default();
-    let files = corpus();
-    let images: Vec<_> = files
-        .iter()
-        .map(|f| read_jpeg_coefficients(&f.bytes, &limits).unwrap())
-        .collect();
-    let (batch, data) = jpeg_batch(&images.iter().collect::<Vec<_>>());
-    let (planes, rgb, rgb_on_gpu) = decode_on_gpu(&gpu, &batch, &data);
+    let reads = device_reads();
+    let host = jpeg_batch(&reads.iter().map(|(_, r)| r).collect::<Vec<_>>());
+    assert!(
+        host.scans.images.len() > 300,
+        "{} scans",
+        host.scans.images.len()
+    );
+    let batch = &host.jpeg;
+    let on_gpu = decode_on_gpu(
+        &gpu,
+        batch,
+        &host.scans,
+        &host.data,
+        host.decoded_coefficient_bytes,
+    );
+    let (data, mut twin_status) = host.decoded();
     let mut twin_planes = vec![0; batch.planes_len()];
     let mut twin_rgb = vec![0; batch.rgb_len()];
-    jpeg_twin::idct(&batch, &data, &mut twin_planes);
-    jpeg_twin::colour(&batch, &twin_planes, &mut twin_rgb);
-    assert_eq!(first_difference(&planes, &twin_planes), None, "IDCT planes");
-    for (image, file) in batch.images.iter().zip(&files) {
+    jpeg_twin::idct(batch, &data, &mut twin_planes, &mut twin_status);
+    jpeg_twin::colour(batch, &twin_planes, &mut twin_rgb);
+    assert_eq!(on_gpu.status, twin_status, "status words");
+    let marked = twin_status.iter().filter(|&&s| s != 0).count();
+    assert!(marked > 0, "no corrupted scan was marked");
+    for (n, (image, (what, _))) in batch.images.iter().zip(&reads).enumerate() {
+        if twin_status[n] != 0 {
+            continue;
+        }
+        for &c in &image.components {
+            let c = &batch.components[c];
+            let range = c.coef_offset..c.coef_offset + c.blocks() * 64;
+            assert_eq!(
+                first_difference(&on_gpu.coefs[range.clone()], &data.coefs[range]),
+                None,
+                "{what}: coefficients"
+            );
+            let range = c.plane_offset..c.plane_offset + c.plane_len();
+            assert_eq!(
+                first_difference(&on_gpu.planes[range.clone()], &twin_planes[range]),
+                None,
+                "{what}: IDCT planes"
+            );
+        }
         let range = image.rgb_offset..image.rgb_offset + image.rgb_len();
         assert_eq!(
-            first_difference(&rgb[range.clone()], &twin_rgb[range]),
+            first_difference(&on_gpu.rgb[range.clone()], &twin_rgb[range]),
             None,
-            "{}",
-            file.what
+            "{what}"
         );
     }
+    eprintln!(
+        "{} images, {} scans, {marked} marked for the host",
+        batch.images.len(),
+        host.scans.images.len()
+    );
+    let rgb = on_gpu.rgb;
+    let _ = &rgb;
     for json in [
         r#"{"image_processor_type": "ViTImageProcessor", "size": {"height": 24, "width": 24}}"#,
         r#"{"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 21},
@@ -100,19 +206,27 @@ fn the_corpus_decodes_resizes_and_crops_on_the_gpu_as_the_twins_do() {
         gpu.upload(&inputs, 0, &staged).unwrap();
         let mid = buffer(&gpu, resample.intermediate_len());
         let dst = buffer(&gpu, resample.output_len());
-        resample_gpu::resample(&gpu, &resample, &inputs, &layout, (&rgb_on_gpu, &mid, &dst))
-            .unwrap();
+        resample_gpu::resample(
+            &gpu,
+            &resample,
+            &inputs,
+            &layout,
+            (&on_gpu.rgb_buffer, &mid, &dst),
+        )
+        .unwrap();
         let out = download(&gpu, &dst, resample.output_len());
         let mut twin_mid = vec![0; resample.intermediate_len()];
         let mut twin_out = vec![0; resample.output_len()];
         resample_twin::resample(&resample, &twin_rgb, &mut twin_mid, &mut twin_out);
-        for (n, file) in files.iter().enumerate() {
+        for (n, (what, _)) in reads.iter().enumerate() {
+            if twin_status[n] != 0 {
+                continue;
+            }
             let range = n * h * w * 3..(n + 1) * h * w * 3;
             assert_eq!(
                 first_difference(&out[range.clone()], &twin_out[range]),
                 None,
-                "{} resized by {json}",
-                file.what
+                "{what} resized by {json}"
             );
         }
     }
@@ -157,6 +271,7 @@ fn blocks_at_the_guards_limit_decode_on_the_gpu_as_the_twins_do() {
                 downsampled_width,
                 downsampled_height,
                 upsample,
+                image: batch.images.len(),
             };
             let quant: Vec<i32> = (0..64).map(|_| 1 + (rng.next() % 255) as i32).collect();
             for _ in 0..component.blocks() {
@@ -195,12 +310,70 @@ fn blocks_at_the_guards_limit_decode_on_the_gpu_as_the_twins_do() {
         rgb_at += image.rgb_len();
         batch.images.push(image);
     }
+    // One more image, a copy of the first, with one block past the guard: marked, on the
+    // GPU as by the twin.
+    let mut outside = batch.images[0].clone();
+    let past = batch.images.len();
+    outside.components = outside
+        .components
+        .iter()
+        .map(|&c| {
+            let mut component = batch.components[c].clone();
+            let start = data.coefs.len();
+            data.coefs.extend_from_within(
+                component.coef_offset..component.coef_offset + component.blocks() * 64,
+            );
+            component.coef_offset = start;
+            component.image = past;
+            batch.components.push(component);
+            batch.components.len() - 1
+        })
+        .collect();
+    let first = batch.components[outside.components[0]].coef_offset;
+    data.coefs[first] = 2000;
+    outside.rgb_offset = rgb_at;
+    batch.images.push(outside);
     batch.validate(data.coefs.len(), data.quant.len()).unwrap();
-    let (planes, rgb, _) = decode_on_gpu(&gpu, &batch, &data);
+    let (layout, staged) = JpegInputs::pack(&batch, &data);
+    let on_gpu = decode_on_gpu_packed(&gpu, &batch, &layout, &staged);
     let mut twin_planes = vec![0; batch.planes_len()];
     let mut twin_rgb = vec![0; batch.rgb_len()];
-    jpeg_twin::idct(&batch, &data, &mut twin_planes);
+    let mut twin_status = vec![0; batch.images.len()];
+    jpeg_twin::idct(&batch, &data, &mut twin_planes, &mut twin_status);
     jpeg_twin::colour(&batch, &twin_planes, &mut twin_rgb);
-    assert_eq!(first_difference(&planes, &twin_planes), None);
-    assert_eq!(first_difference(&rgb, &twin_rgb), None);
+    assert_eq!(twin_status[past], STATUS_GUARD);
+    assert_eq!(on_gpu.status, twin_status);
+    let inside = batch.images[past].rgb_offset;
+    let planes_inside = batch.components[batch.images[past].components[0]].plane_offset;
+    assert_eq!(
+        first_difference(
+            &on_gpu.planes[..planes_inside],
+            &twin_planes[..planes_inside]
+        ),
+        None
+    );
+    assert_eq!(
+        first_difference(&on_gpu.rgb[..inside], &twin_rgb[..inside]),
+        None
+    );
+}
+
+/// The JPEG kernels alone on coefficients packed with their tables (`JpegInputs::pack`).
+fn decode_on_gpu_packed(gpu: &Gpu, batch: &JpegBatch, layout: &JpegInputs, staged: &[u8]) -> OnGpu {
+    let inputs = buffer(gpu, staged.len());
+    gpu.upload(&inputs, 0, staged).unwrap();
+    let planes = buffer(gpu, batch.planes_len());
+    let rgb = buffer(gpu, batch.rgb_len());
+    jpeg_gpu::decode(gpu, batch, (&inputs, &inputs), layout, &planes, &rgb).unwrap();
+    let bytes = download(gpu, &inputs, staged.len());
+    OnGpu {
+        coefs: Vec::new(),
+        status: bytes[layout.status_at..][..batch.images.len() * 4]
+            .chunks_exact(4)
+            .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
+            .collect(),
+        planes: download(gpu, &planes, batch.planes_len()),
+        rgb: download(gpu, &rgb, batch.rgb_len()),
+        rgb_buffer: rgb,
+    }
 }

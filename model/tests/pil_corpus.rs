@@ -201,10 +201,12 @@ fn check_corpus(dir: &Path, record_path: &Path, every_file: bool) {
 
 /// The GPU decoding's host half on the same odd files: every file the coefficient reader
 /// takes, the image kernels' CPU twins finish to exactly the host decoder's pixels (and the
-/// host accepts it); everything else is the host's to decode or refuse.
+/// host accepts it); and every file read as a scan for the device's entropy decoding, the
+/// twins either mark for the host or finish to the host decoder's pixels. Everything else is
+/// the host's to decode or refuse.
 #[test]
-fn the_coefficient_path_gives_the_host_decoders_pixels_on_every_file_it_takes() {
-    use vitrt_model::preprocess::jpeg_coefficients::read_jpeg_coefficients;
+fn the_device_paths_give_the_host_decoders_pixels_on_every_file_they_take() {
+    use vitrt_model::preprocess::jpeg_coefficients::{read_jpeg, EntropyOn};
     let root = common::repo_root();
     let mut dirs = vec![(root.join("fuzz/corpus/image_decode"), true)];
     if corpus_dir().is_dir() {
@@ -215,28 +217,41 @@ fn the_coefficient_path_gives_the_host_decoders_pixels_on_every_file_it_takes() 
         max_pixels: MAX_IMAGE_PIXELS,
         ..ImageLimits::default()
     };
-    let (mut taken, mut jpegs) = (0, 0);
+    let (mut taken, mut scanned, mut marked, mut jpegs) = (0, 0, 0, 0);
     for (dir, every_file) in dirs {
         for name in corpus_files(&dir, every_file) {
             let bytes = std::fs::read(dir.join(&name)).expect("a readable corpus file");
             if bytes.starts_with(&[0xFF, 0xD8]) {
                 jpegs += 1;
             }
-            let Ok(image) = read_jpeg_coefficients(&bytes, &limits) else {
-                continue;
-            };
-            taken += 1;
-            let host = decode_image(&bytes, &name, 3, false, &limits).unwrap_or_else(|e| {
-                panic!("{name}: taken by the coefficient path, refused by the host: {e}")
-            });
-            let twins = common::jpeg_corpus::twin_pixels(&image);
-            assert_eq!(
-                (image.image.upright_size(), twins == host.pixels),
-                ((host.height, host.width), true),
-                "{name}"
-            );
+            for entropy in [EntropyOn::Host, EntropyOn::Device] {
+                let Ok(image) = read_jpeg(&bytes, &limits, entropy) else {
+                    continue;
+                };
+                let twins = common::jpeg_corpus::twin_pixels(&image);
+                if image.image.scan.is_some() {
+                    scanned += 1;
+                    if twins.is_err() {
+                        marked += 1;
+                        continue;
+                    }
+                } else if entropy == EntropyOn::Host {
+                    taken += 1;
+                }
+                let host = decode_image(&bytes, &name, 3, false, &limits).unwrap_or_else(|e| {
+                    panic!("{name}: taken by the {entropy:?} path, refused by the host: {e}")
+                });
+                assert_eq!(
+                    (image.image.upright_size(), twins == Ok(host.pixels)),
+                    ((host.height, host.width), true),
+                    "{name}, entropy decoding on the {entropy:?}"
+                );
+            }
         }
     }
-    eprintln!("the coefficient path took {taken} of {jpegs} JPEG files");
-    assert!(taken > 0);
+    eprintln!(
+        "of {jpegs} JPEG files, the coefficient path took {taken}; {scanned} were read as \
+         scans, {marked} of them marked for the host"
+    );
+    assert!(taken > 0 && scanned > 0);
 }

@@ -244,7 +244,7 @@ impl Executor {
         shape: vitrt_kernels::PixelBatch,
         table: &[f32],
         decode: Option<&crate::DeviceDecode<'_>>,
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<Option<PendingRead>, RuntimeError> {
         let inputs: Vec<usize> = self.graph.inputs().collect();
         let [v] = inputs.as_slice() else {
             return Err(RuntimeError::Unsupported(format!(
@@ -278,7 +278,10 @@ impl Executor {
                 backend.start_read(self.bindings[*v])?,
             ));
         }
-        Ok(PendingOutputs { reads })
+        Ok(PendingOutputs {
+            reads,
+            decode_status: None,
+        })
     }
 
     /// Waits for the copies [`Executor::start_outputs`] queued; the outputs in the order they
@@ -287,6 +290,9 @@ impl Executor {
         backend: &mut dyn Backend,
         pending: PendingOutputs,
     ) -> Result<Vec<HostTensor>, RuntimeError> {
+        if let Some(status) = pending.decode_status {
+            backend.finish_read(status)?;
+        }
         pending
             .reads
             .into_iter()
@@ -298,6 +304,22 @@ impl Executor {
                 })
             })
             .collect()
+    }
+
+    /// Takes the device decoding's status words out of `pending` (one an image of its JPEG
+    /// batch; none when nothing was decoded on the device), waiting for them.
+    pub fn finish_decode_status(
+        backend: &mut dyn Backend,
+        pending: &mut PendingOutputs,
+    ) -> Result<Vec<u32>, RuntimeError> {
+        Ok(match pending.decode_status.take() {
+            Some(read) => backend
+                .finish_read(read)?
+                .into_iter()
+                .map(f32::to_bits)
+                .collect(),
+            None => Vec::new(),
+        })
     }
 
     /// Queues the forward pass on the backend, on the inputs last written: the captured graph
@@ -406,6 +428,16 @@ impl Executor {
 #[derive(Debug)]
 pub struct PendingOutputs {
     reads: Vec<(String, Vec<usize>, PendingRead)>,
+    /// The device decoding's status words, when the pass's inputs were decoded on the device.
+    decode_status: Option<PendingRead>,
+}
+
+impl PendingOutputs {
+    /// Adds the read of the status words [`Executor::write_pixel_bytes`] returned, for
+    /// [`Executor::finish_decode_status`].
+    pub fn set_decode_status(&mut self, read: Option<PendingRead>) {
+        self.decode_status = read;
+    }
 }
 
 /// Where [`Executor::launch`] records timing marks.

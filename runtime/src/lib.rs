@@ -26,8 +26,8 @@ pub use plan::{Plan, Precision};
 pub use vitrt_kernels::gather::EndToken;
 pub use vitrt_kernels::{Activation, DType, Epilogue, PixelBatch};
 
-/// The image kernels' batch descriptions and CPU twins (JPEG from coefficients, PIL's resize),
-/// which the model's preprocessing fills and checks against.
+/// The image kernels' batch descriptions and CPU twins (JPEG entropy decoding, JPEG from
+/// coefficients, PIL's resize), which the model's preprocessing fills and checks against.
 pub mod image_kernels {
-    pub use vitrt_kernels::{jpeg, resample};
+    pub use vitrt_kernels::{jpeg, jpeg_scan, resample};
 }

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vitrt_model::preprocess::device_batch::{device_batch, DeviceBatch};
+use vitrt_model::preprocess::jpeg_coefficients::EntropyOn;
 use vitrt_model::preprocess::{
     normalization_table, ArenaReserve, ImageLimits, ImageLoader, Loaded, PreprocessConfig,
     StageTimes,
@@ -35,6 +36,8 @@ const ARENA_BYTES_PER_IMAGE: usize = 1 << 20;
 pub enum DecodeOn {
     Cpu,
     Gpu,
+    /// The host entropy-decodes, the GPU does the rest.
+    GpuIdct,
 }
 
 /// The images to run on and how they are read.
@@ -67,10 +70,12 @@ pub struct ImageArgs {
     /// No progress bar (it is shown only when stderr is a terminal).
     #[arg(long, short)]
     quiet: bool,
-    /// Where JPEGs are decoded: `gpu` reads their coefficients on the host and finishes them
-    /// (IDCT, upsampling, colour, orientation, resize, crop) on the GPU with the host's exact
-    /// pixels; `cpu` decodes everything on the host. Default: `gpu` on a CUDA device (files
-    /// the GPU path cannot finish exactly go through the host decoder), `cpu` elsewhere.
+    /// Where JPEGs are decoded: `gpu` reads the files on the host and decodes them on the GPU
+    /// (Huffman decoding of baseline files, IDCT, upsampling, colour, orientation, resize,
+    /// crop) with the host's exact pixels; `gpu-idct` leaves the Huffman decoding to the host
+    /// and the rest to the GPU; `cpu` decodes everything on the host. Default: `gpu` on a CUDA
+    /// device (files the GPU path cannot decode exactly go through the host decoder), `cpu`
+    /// elsewhere.
     #[arg(long, value_enum)]
     decode: Option<DecodeOn>,
     /// Image files (JPEG, PNG, WebP) and folders, walked for .jpg, .jpeg, .png and .webp
@@ -142,6 +147,8 @@ pub struct BatchSetup {
     pipeline: PipelineConfig,
     pre: PreprocessConfig,
     limits: ImageLimits,
+    /// Where the JPEGs left to the device are entropy-decoded.
+    entropy: EntropyOn,
     /// Byte value to model input, per channel (see `normalization_table`).
     table: Vec<f32>,
     quiet: bool,
@@ -173,13 +180,18 @@ impl BatchSetup {
             });
         let limits = args.limits();
         let image_bytes = ImageLoader::new(&pre, limits).output_bytes();
-        if args.decode == Some(DecodeOn::Gpu) && !on_gpu {
+        if matches!(args.decode, Some(DecodeOn::Gpu | DecodeOn::GpuIdct)) && !on_gpu {
             bail!(
                 "--decode gpu needs a CUDA device; this run is on {} (use --decode cpu, or \
                  --device cuda)",
                 runner.backend().describe()
             );
         }
+        let entropy = if args.decode == Some(DecodeOn::GpuIdct) {
+            EntropyOn::Host
+        } else {
+            EntropyOn::Device
+        };
         let mut device_decode = on_gpu && args.decode != Some(DecodeOn::Cpu);
         if device_decode {
             if let Some(why) = pre.device_decode_refusal() {
@@ -205,6 +217,7 @@ impl BatchSetup {
             table: normalization_table(&pre),
             pre,
             limits,
+            entropy,
             quiet: args.quiet,
         })
     }
@@ -272,6 +285,9 @@ pub struct ConsumerTimes {
     pub batch_marks: Vec<[f64; 5]>,
     /// When the consumer started.
     pub started: Option<Instant>,
+    /// Images the device could not decode exactly, whose batches were decoded again on the
+    /// host.
+    pub redone_on_host: usize,
 }
 
 impl ConsumerTimes {
@@ -314,8 +330,17 @@ pub fn run_batches(
     };
     crate::startup::mark("preprocessing read, staging buffers allocated");
     runner.record_timeline(record_timeline);
+    let unlisted = Arc::new(inputs.unlisted.clone());
+    let make_loader = || {
+        Box::new(Loader {
+            images: ImageLoader::new(&setup.pre, setup.limits).with_entropy(setup.entropy),
+            unlisted: Arc::clone(&unlisted),
+        }) as Box<dyn ImageLoad>
+    };
     let mut submitter = Submitter {
         runner,
+        paths: &inputs.paths,
+        host_loader: make_loader(),
         table: &setup.table,
         image_bytes: setup.pipeline.image_bytes,
         results,
@@ -325,13 +350,6 @@ pub fn run_batches(
         progress: progress_bar(inputs.paths.len(), setup.quiet),
         times: ConsumerTimes::default(),
         collected_any: false,
-    };
-    let unlisted = Arc::new(inputs.unlisted.clone());
-    let make_loader = || {
-        Box::new(Loader {
-            images: ImageLoader::new(&setup.pre, setup.limits),
-            unlisted: Arc::clone(&unlisted),
-        }) as Box<dyn ImageLoad>
     };
     let stats = pipeline::run(
         &inputs.paths,
@@ -386,7 +404,7 @@ pub fn device_batch_of(batch: &Batch<'_>, image_bytes: usize) -> Option<DeviceBa
         .iter()
         .map(|(index, image)| (index - batch.first, image))
         .collect();
-    (!on_device.is_empty()).then(|| device_batch(&on_device, image_bytes))
+    (!on_device.is_empty()).then(|| device_batch(&on_device, image_bytes, batch.arena.len()))
 }
 
 /// A batch submitted to the model whose results are not yet collected.
@@ -397,6 +415,9 @@ struct InFlight {
     first: usize,
     count: usize,
     failures: Vec<(usize, String)>,
+    /// Whether some of its images were decoded on the device (their status words come back
+    /// with the outputs).
+    decoded_on_device: bool,
 }
 
 /// The pipeline's consumer: submits each batch (the copy of its pixels overlaps the forward
@@ -404,6 +425,10 @@ struct InFlight {
 /// outputs and hands them to the results.
 struct Submitter<'a, R: BatchResults> {
     runner: &'a mut Runner,
+    /// The run's inputs, and a host loader: a batch with an image the device could not decode
+    /// exactly is decoded again on the host.
+    paths: &'a [PathBuf],
+    host_loader: Box<dyn ImageLoad>,
     table: &'a [f32],
     /// Bytes of one preprocessed image.
     image_bytes: usize,
@@ -469,6 +494,7 @@ impl<R: BatchResults> pipeline::Consumer for Submitter<'_, R> {
             first: batch.first,
             count: batch.count,
             failures: batch.failures,
+            decoded_on_device: !batch.device.is_empty(),
         });
         Ok(Flow::Continue)
     }
@@ -482,13 +508,52 @@ impl<R: BatchResults> pipeline::Consumer for Submitter<'_, R> {
 }
 
 impl<R: BatchResults> Submitter<'_, R> {
+    /// Decodes every image of `batch` again on the host and runs the model on them: for a
+    /// batch the device marked an image of (data libjpeg would warn about, or a block outside
+    /// the exactness guard), whose outputs are then what `--decode cpu` gives. Images the host
+    /// refuses join the batch's failures.
+    fn redo_on_host(&mut self, batch: &mut InFlight) -> Result<Option<Vec<HostTensor>>> {
+        let mut pixels = vec![0u8; batch.count * self.image_bytes];
+        for (i, out) in pixels.chunks_exact_mut(self.image_bytes).enumerate() {
+            let index = batch.first + i;
+            if batch.failures.iter().any(|(failed, _)| *failed == index) {
+                continue;
+            }
+            if let Err(why) = self.host_loader.load(&self.paths[index], out) {
+                eprintln!("vitrt: {why}");
+                batch.failures.push((index, why));
+            }
+        }
+        batch.failures.sort_by_key(|(index, _)| *index);
+        if batch.failures.len() == batch.count {
+            return Ok(None);
+        }
+        let pending = self
+            .runner
+            .submit_decoding(&pixels, batch.count, self.table, None)?;
+        Ok(Some(self.runner.finish(pending)?))
+    }
+
     /// Waits for a batch's outputs and hands them to the results.
     fn collect(&mut self, mut batch: InFlight) -> Result<Flow> {
         let started = Instant::now();
-        let outputs = match batch.pending.take() {
+        let mut outputs = match batch.pending.take() {
+            Some(pending) if batch.decoded_on_device => {
+                let (outputs, status) = self.runner.finish_decoding(pending)?;
+                let redo = status.iter().filter(|&&word| word != 0).count();
+                if redo > 0 {
+                    self.times.redone_on_host += redo;
+                    None
+                } else {
+                    Some(outputs)
+                }
+            }
             Some(pending) => Some(self.runner.finish(pending)?),
             None => None,
         };
+        if outputs.is_none() && batch.decoded_on_device {
+            outputs = self.redo_on_host(&mut batch)?;
+        }
         let arrived = Instant::now();
         let flow = self
             .results

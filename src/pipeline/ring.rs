@@ -110,6 +110,8 @@ pub struct PipelineStats {
     pub max_in_flight: usize,
     /// Images prepared for device decoding.
     pub device_decoded: usize,
+    /// Of those, the images whose entropy decoding is left to the device too.
+    pub device_entropy_decoded: usize,
     /// Images decoded on the host, by why (when device decoding was on).
     pub host_decoded: Vec<(HostDecoded, usize)>,
 }
@@ -166,6 +168,7 @@ struct State {
     /// Per slot: the images its batch left to device decoding.
     device: Vec<Vec<(usize, DeviceImage)>>,
     device_decoded: usize,
+    device_entropy_decoded: usize,
     host_decoded: Vec<(HostDecoded, usize)>,
     /// With fail_fast, the first failing index: no later image is loaded.
     stop_after: Option<usize>,
@@ -290,7 +293,8 @@ impl Shared<'_> {
                     match outcome {
                         Some(Loaded::Device(image)) => {
                             state.device_decoded += 1;
-                            state.device[slot].push((index, image));
+                            state.device_entropy_decoded += usize::from(image.jpeg.scan.is_some());
+                            state.device[slot].push((index, *image));
                         }
                         Some(Loaded::Host(why)) => {
                             match state.host_decoded.iter_mut().find(|(w, _)| *w == why) {
@@ -375,6 +379,7 @@ pub fn run(
             failures: vec![Vec::new(); depth],
             device: (0..depth).map(|_| Vec::new()).collect(),
             device_decoded: 0,
+            device_entropy_decoded: 0,
             host_decoded: Vec::new(),
             stop_after: None,
             cancelled: false,
@@ -486,6 +491,7 @@ pub fn run(
     stats.worker_busy = state.worker_busy;
     stats.max_in_flight = state.max_in_flight;
     stats.device_decoded = state.device_decoded;
+    stats.device_entropy_decoded = state.device_entropy_decoded;
     stats.host_decoded = state.host_decoded.clone();
     stats.wall = start.elapsed();
     Ok(stats)

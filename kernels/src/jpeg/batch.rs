@@ -84,6 +84,9 @@ pub struct JpegComponent {
     pub downsampled_width: u32,
     pub downsampled_height: u32,
     pub upsample: Upsample,
+    /// Its image's index in the batch's image list: the status word a block outside the
+    /// exactness guard marks ([`STATUS_GUARD`]).
+    pub image: usize,
 }
 
 impl JpegComponent {
@@ -134,6 +137,13 @@ impl JpegImage {
         self.width as usize * self.height as usize * 3
     }
 }
+
+/// A bit of an image's status word (one `u32` an image, zeroed before the batch): its
+/// entropy-coded data is something libjpeg would warn about (jpeg_scan's program).
+pub const STATUS_ENTROPY: u32 = 1;
+/// A bit of an image's status word: one of its blocks is outside the exactness guard
+/// (`jpeg_idct`). An image with any bit set was decoded wrongly; the host decodes it again.
+pub const STATUS_GUARD: u32 = 2;
 
 /// Bytes of one `JpegComponent` in the table jpeg.cu reads.
 pub const COMPONENT_RECORD_BYTES: usize = 64;
@@ -220,7 +230,7 @@ impl JpegBatch {
                 method,
                 h as i32,
                 v as i32,
-                0,
+                c.image as i32,
                 0,
                 0,
                 0,
@@ -283,6 +293,12 @@ impl JpegBatch {
             }
             if c.blocks_wide as usize * 8 > i32::MAX as usize || c.blocks() > i32::MAX as usize {
                 return Err(format!("component {i} is too large"));
+            }
+            if c.image >= self.images.len() {
+                return Err(format!(
+                    "component {i} names image {}, past the table",
+                    c.image
+                ));
             }
         }
         for (n, image) in self.images.iter().enumerate() {
@@ -373,6 +389,7 @@ mod tests {
                 downsampled_width: 8,
                 downsampled_height: 8,
                 upsample: Upsample::Full,
+                image: 0,
             }],
             images: vec![JpegImage {
                 components: vec![0],

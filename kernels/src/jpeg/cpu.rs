@@ -3,7 +3,9 @@
 //! descriptors. The kernels compute in 32 bits, which gives the same numbers on every block
 //! the exactness guard lets through ([`block_is_exact`]).
 
-use super::batch::{JpegBatch, JpegColour, JpegComponent, JpegData, JpegImage, Upsample};
+use super::batch::{
+    JpegBatch, JpegColour, JpegComponent, JpegData, JpegImage, Upsample, STATUS_GUARD,
+};
 
 const CONST_BITS: u32 = 13;
 const PASS1_BITS: u32 = 2;
@@ -185,11 +187,23 @@ pub fn idct_component(data: &JpegData, component: &JpegComponent, planes: &mut [
     }
 }
 
-/// The IDCT of every component of the batch (as the `jpeg_idct` launch).
-pub fn idct(batch: &JpegBatch, data: &JpegData, planes: &mut [u8]) {
+/// The IDCT of every component of the batch (as the `jpeg_idct` launch), marking in `status`
+/// (one word an image) each image with a block outside the exactness guard.
+pub fn idct(batch: &JpegBatch, data: &JpegData, planes: &mut [u8], status: &mut [u32]) {
     for component in &batch.components {
+        if !component_is_exact(data, component) {
+            status[component.image] |= STATUS_GUARD;
+        }
         idct_component(data, component, planes);
     }
+}
+
+/// Whether every block of `component` passes [`block_is_exact`].
+fn component_is_exact(data: &JpegData, component: &JpegComponent) -> bool {
+    let quant = &data.quant[component.quant_offset..][..64];
+    data.coefs[component.coef_offset..][..component.blocks() * 64]
+        .chunks_exact(64)
+        .all(|block| block_is_exact(block, quant))
 }
 
 /// The sample of `c` at stored pixel (x, y), upsampled as jdsample.c does it.

@@ -9,6 +9,8 @@ use crate::cuda::{
 };
 
 const SOURCE: &str = include_str!("jpeg.cu");
+/// The descriptor records jpeg.cu and jpeg_scan's program share.
+pub(crate) const RECORDS_HEADER: (&str, &str) = ("jpeg_records.cuh", include_str!("records.cuh"));
 const THREADS: u32 = 256;
 /// CTAs a launch strides with over the largest component or image (each CTA loops).
 const MAX_CTAS_PER_ITEM: usize = 1024;
@@ -18,7 +20,7 @@ fn idct_instantiation() -> Instantiation {
         name: format!("jpeg_idct_t{THREADS}"),
         family: "jpeg",
         source: SOURCE,
-        headers: &[],
+        headers: &[RECORDS_HEADER],
         function: "jpeg_idct",
         template_args: vec![THREADS.to_string()],
         params: vec![
@@ -26,6 +28,7 @@ fn idct_instantiation() -> Instantiation {
             KernelParam::new("coefs", ParamKind::BytePtr),
             KernelParam::new("quant", ParamKind::BytePtr),
             KernelParam::new("planes", ParamKind::MutBytePtr),
+            KernelParam::new("status", ParamKind::CounterPtr),
         ],
         block_threads: THREADS,
         min_blocks_per_sm: 0,
@@ -38,7 +41,7 @@ fn colour_instantiation() -> Instantiation {
         name: format!("jpeg_colour_t{THREADS}"),
         family: "jpeg",
         source: SOURCE,
-        headers: &[],
+        headers: &[RECORDS_HEADER],
         function: "jpeg_colour",
         template_args: vec![THREADS.to_string()],
         params: vec![
@@ -57,13 +60,16 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
     vec![idct_instantiation(), colour_instantiation()]
 }
 
-/// Where a batch's inputs lie, as byte offsets: its two descriptor tables in a tables buffer,
-/// and, in a data buffer, the bases its components' coefficient and multiplier offsets count
-/// from (one buffer may be both).
+/// Where a batch's inputs lie, as byte offsets: its two descriptor tables and its images'
+/// status words (zeroed by the upload, written by the kernels) in a tables buffer, and, in a
+/// data buffer, the bases its components' coefficient and multiplier offsets count from (one
+/// buffer may be both).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JpegInputs {
     pub components_at: usize,
     pub images_at: usize,
+    /// One `u32` an image, 4-byte aligned.
+    pub status_at: usize,
     /// Where coefficient 0 is (i16s) in the data; a multiple of 2.
     pub coefs_at: usize,
     /// Where multiplier 0 is (i32s) in the data; a multiple of 4.
@@ -71,28 +77,37 @@ pub struct JpegInputs {
 }
 
 impl JpegInputs {
-    /// Writes `batch`'s two descriptor tables at `at` in `out` (16-byte aligned), returning
-    /// where each went and the end: the caller gives the data's bases.
-    pub fn write_tables(batch: &JpegBatch, out: &mut Vec<u8>, at: usize) -> (usize, usize, usize) {
+    /// Writes `batch`'s two descriptor tables and zeroed status words at `at` in `out`
+    /// (16-byte aligned), returning where they went (the data's bases zero: the caller sets
+    /// them) and the end.
+    pub fn write_tables(batch: &JpegBatch, out: &mut Vec<u8>, at: usize) -> (Self, usize) {
         let components_at = at.next_multiple_of(16);
-        let images_at =
-            (components_at + batch.components.len() * COMPONENT_RECORD_BYTES).next_multiple_of(16);
-        let end = images_at + batch.images.len() * IMAGE_RECORD_BYTES;
+        let components_end = components_at + batch.components.len() * COMPONENT_RECORD_BYTES;
+        let images_at = components_end.next_multiple_of(16);
+        let images_end = images_at + batch.images.len() * IMAGE_RECORD_BYTES;
+        let status_at = images_end.next_multiple_of(16);
+        let end = status_at + batch.images.len() * 4;
         if out.len() < end {
             out.resize(end, 0);
         }
-        out[components_at
-            ..images_at.min(components_at + batch.components.len() * COMPONENT_RECORD_BYTES)]
-            .copy_from_slice(&batch.component_table());
-        out[images_at..end].copy_from_slice(&batch.image_table());
-        (components_at, images_at, end)
+        out[components_at..components_end].copy_from_slice(&batch.component_table());
+        out[images_at..images_end].copy_from_slice(&batch.image_table());
+        out[status_at..end].fill(0);
+        let inputs = Self {
+            components_at,
+            images_at,
+            status_at,
+            coefs_at: 0,
+            quant_at: 0,
+        };
+        (inputs, end)
     }
 
     /// One buffer holding `batch`'s tables, then `data`'s coefficients and multipliers: what
     /// a test uploads whole.
     pub fn pack(batch: &JpegBatch, data: &JpegData) -> (Self, Vec<u8>) {
         let mut out = Vec::new();
-        let (components_at, images_at, end) = Self::write_tables(batch, &mut out, 0);
+        let (tables, end) = Self::write_tables(batch, &mut out, 0);
         let coefs_at = end.next_multiple_of(16);
         let quant_at = (coefs_at + data.coefs.len() * 2).next_multiple_of(16);
         out.resize(quant_at + data.quant.len() * 4, 0);
@@ -103,10 +118,9 @@ impl JpegInputs {
             out[quant_at + 4 * i..][..4].copy_from_slice(&v.to_le_bytes());
         }
         let inputs = Self {
-            components_at,
-            images_at,
             coefs_at,
             quant_at,
+            ..tables
         };
         (inputs, out)
     }
@@ -114,8 +128,9 @@ impl JpegInputs {
 
 /// Decodes `batch` into upright RGB in `rgb`, through the component planes in `planes`: the
 /// IDCT launch, then the colour launch, both queued on the GPU's stream. `tables` and `data`
-/// hold the descriptor tables and the coefficients and multipliers where `at` says (the data
-/// run to the end of `data`). Results equal `cpu::idct` then `cpu::colour`.
+/// hold the descriptor tables and status words and the coefficients and multipliers where
+/// `at` says (the data run to the end of `data`). Results, status words included, equal
+/// `cpu::idct` then `cpu::colour`.
 pub fn decode(
     gpu: &Gpu,
     batch: &JpegBatch,
@@ -132,6 +147,7 @@ pub fn decode(
         || !at.quant_at.is_multiple_of(4)
         || !at.components_at.is_multiple_of(16)
         || !at.images_at.is_multiple_of(16)
+        || !at.status_at.is_multiple_of(4)
     {
         return Err(invalid!("JPEG inputs misaligned: {at:?}"));
     }
@@ -155,6 +171,7 @@ pub fn decode(
         batch.images.len() * IMAGE_RECORD_BYTES,
         "JPEG images",
     )?;
+    tables.check_range(at.status_at, batch.images.len() * 4, "JPEG status words")?;
     planes.check_range(0, batch.planes_len(), "JPEG planes")?;
     rgb.check_range(0, batch.rgb_len(), "decoded RGB")?;
     if batch.images.is_empty() {
@@ -186,6 +203,7 @@ pub fn decode(
             KernelArg::Ptr(data.ptr + at.coefs_at as u64),
             KernelArg::Ptr(data.ptr + at.quant_at as u64),
             KernelArg::Ptr(planes.ptr),
+            KernelArg::Ptr(tables.ptr + at.status_at as u64),
         ],
     )?;
     let most_pixels = batch

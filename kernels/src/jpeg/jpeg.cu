@@ -17,30 +17,7 @@
 //   blockIdx.y is the image, blockIdx.x strides over its pixels.
 #include "common.cuh"
 
-struct JpegComponent {
-    long long coef_offset;   // first coefficient (i16) of the component in `coefs`
-    long long plane_offset;  // first sample byte of its plane in `planes`
-    int blocks_wide;         // blocks per row; the plane is blocks_wide * 8 bytes wide
-    int blocks_high;
-    int quant_offset;        // first of its 64 dequantisation multipliers in `quant`
-    int downsampled_width;   // samples that hold image data, as libjpeg counts them
-    int downsampled_height;
-    int upsample;            // JpegUpsample below
-    int h_expand;            // replication factors (upsample == REPLICATE)
-    int v_expand;
-    int reserved[4];
-};
-
-struct JpegImage {
-    int components[3];       // indices into the component table; only [0] for grey
-    int colour;              // JpegColour below
-    int width;               // as stored in the file
-    int height;
-    int orientation;         // EXIF 1..8
-    int reserved;
-    long long rgb_offset;    // first byte of the upright HWC RGB image in `rgb`
-    long long reserved2;
-};
+#include "jpeg_records.cuh"
 
 enum JpegUpsample { FULL = 0, REPLICATE = 1, FANCY_H2V1 = 2, FANCY_H1V2 = 3, FANCY_H2V2 = 4 };
 enum JpegColour { GREY = 0, YCBCR = 1, RGB = 2 };
@@ -108,9 +85,14 @@ __device__ __forceinline__ void islow_8(const int in[8], int out[8]) {
 
 __device__ __forceinline__ int descale(int x, int n) { return (x + (1 << (n - 1))) >> n; }
 
+// The exactness guard's bounds (cpu.rs): within them the 32-bit sums equal libjpeg's.
+#define JPEG_MAX_DEQUANTISED 4095
+#define JPEG_MAX_BETWEEN_PASSES 8191
+
 template <int THREADS>
 __device__ __forceinline__ void jpeg_idct(const unsigned char* component_table, const unsigned char* coef_bytes,
-                                          const unsigned char* quant_bytes, unsigned char* planes) {
+                                          const unsigned char* quant_bytes, unsigned char* planes,
+                                          unsigned int* status) {
     constexpr int BLOCKS = THREADS / 8;
     __shared__ int workspace[BLOCKS][8][9];  // [block][row][column], padded against bank conflicts
     const JpegComponent c = reinterpret_cast<const JpegComponent*>(component_table)[blockIdx.y];
@@ -124,6 +106,10 @@ __device__ __forceinline__ void jpeg_idct(const unsigned char* component_table, 
 #pragma unroll
     for (int k = 0; k < 8; ++k) column_quant[k] = quant[k * 8 + lane];
 
+    // Whether a block this thread transformed left the exactness guard's bounds (cpu.rs's
+    // block_is_exact, checked on the values themselves): its image is decoded again by the
+    // host. Images the host entropy-decoded were checked before; this catches the others.
+    bool outside = false;
     for (long long first = (long long)blockIdx.x * BLOCKS; first < blocks; first += (long long)gridDim.x * BLOCKS) {
         const long long block = first + local;
         const bool live = block < blocks;
@@ -132,10 +118,17 @@ __device__ __forceinline__ void jpeg_idct(const unsigned char* component_table, 
             const short* in = coefs + block * 64;
             int column[8], sums[8];
 #pragma unroll
-            for (int k = 0; k < 8; ++k) column[k] = (int)in[k * 8 + lane] * column_quant[k];
+            for (int k = 0; k < 8; ++k) {
+                column[k] = (int)in[k * 8 + lane] * column_quant[k];
+                outside |= abs(column[k]) > JPEG_MAX_DEQUANTISED;
+            }
             islow_8(column, sums);
 #pragma unroll
-            for (int k = 0; k < 8; ++k) workspace[local][k][lane] = descale(sums[k], JPEG_CONST_BITS - JPEG_PASS1_BITS);
+            for (int k = 0; k < 8; ++k) {
+                const int v = descale(sums[k], JPEG_CONST_BITS - JPEG_PASS1_BITS);
+                outside |= abs(v) > JPEG_MAX_BETWEEN_PASSES;
+                workspace[local][k][lane] = v;
+            }
         }
         __syncwarp();
         if (live) {
@@ -148,7 +141,9 @@ __device__ __forceinline__ void jpeg_idct(const unsigned char* component_table, 
             unsigned long long packed = 0;
 #pragma unroll
             for (int k = 0; k < 8; ++k) {
-                const int v = min(max(descale(sums[k], JPEG_CONST_BITS + JPEG_PASS1_BITS + 3) + 128, 0), 255);
+                const int centred = descale(sums[k], JPEG_CONST_BITS + JPEG_PASS1_BITS + 3);
+                outside |= centred < -512 || centred > 511;
+                const int v = min(max(centred + 128, 0), 255);
                 packed |= (unsigned long long)v << (8 * k);
             }
             const long long by = block / c.blocks_wide, bx = block % c.blocks_wide;
@@ -156,6 +151,7 @@ __device__ __forceinline__ void jpeg_idct(const unsigned char* component_table, 
         }
         __syncwarp();
     }
+    if (outside) atomicOr(status + c.image, JPEG_STATUS_GUARD);
 }
 
 // The sample of component `c` at stored pixel (x, y), upsampled as jdsample.c does it.

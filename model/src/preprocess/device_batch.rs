@@ -8,6 +8,7 @@ use vitrt_runtime::DeviceDecode;
 
 use vitrt_runtime::image_kernels::jpeg::gpu::JpegInputs;
 use vitrt_runtime::image_kernels::jpeg::{JpegBatch, JpegComponent, JpegData, JpegImage};
+use vitrt_runtime::image_kernels::jpeg_scan::{cpu as scan_twin, ScanBatch, ScanImage, ScanTables};
 use vitrt_runtime::image_kernels::resample::gpu::DeviceResampleBatch;
 use vitrt_runtime::image_kernels::resample::{ResampleBatch, ResampleImage, TapTable};
 
@@ -15,30 +16,64 @@ use super::jpeg_coefficients::{ReadJpeg, WrittenJpeg};
 use super::resize::ResampleTaps;
 use super::{PreprocessConfig, Resample, ResizeTarget};
 
-/// Adds `image` to `batch`: its components, whose data starts `base` bytes into the data
-/// buffer (coefficient and multiplier offsets count from there, as i16s and i32s), with their
-/// planes from `*plane_at` and its upright RGB at `*rgb_at`, both advanced past it.
+/// Where [`describe`] puts the next image's device buffers: its planes, its upright RGB, and,
+/// for a scan, the coefficients the device decodes (bytes into the data buffer).
+struct Cursor {
+    plane_at: usize,
+    rgb_at: usize,
+    coefs_at: usize,
+}
+
+/// Adds `image` to `batch` (and its scan to `scans`): its components, whose data starts `base`
+/// bytes into the data buffer (coefficient and multiplier offsets count from there, as i16s
+/// and i32s; a scan's coefficients go where the cursor says), with its planes and upright RGB
+/// where the cursor says, which moves past them.
 fn describe(
-    batch: &mut JpegBatch,
+    (batch, scans): (&mut JpegBatch, &mut ScanBatch),
     image: &WrittenJpeg,
     base: usize,
-    (plane_at, rgb_at): (&mut usize, &mut usize),
+    at: &mut Cursor,
 ) {
+    let index = batch.images.len();
     let mut indices = Vec::with_capacity(image.components.len());
     for c in &image.components {
         indices.push(batch.components.len());
+        let coef_offset = if image.scan.is_some() {
+            let offset = at.coefs_at / 2;
+            at.coefs_at += c.blocks_wide as usize * c.blocks_high as usize * 128;
+            offset
+        } else {
+            (base + c.coefs_at) / 2
+        };
         let component = JpegComponent {
-            coef_offset: (base + c.coefs_at) / 2,
-            plane_offset: *plane_at,
+            coef_offset,
+            plane_offset: at.plane_at,
             blocks_wide: c.blocks_wide,
             blocks_high: c.blocks_high,
             quant_offset: (base + c.quant_at) / 4,
             downsampled_width: c.downsampled_width,
             downsampled_height: c.downsampled_height,
             upsample: c.upsample,
+            image: index,
         };
-        *plane_at += component.plane_len();
+        at.plane_at += component.plane_len();
         batch.components.push(component);
+    }
+    if let Some(scan) = &image.scan {
+        scans.images.push(ScanImage {
+            image: index,
+            components: scan.slots.iter().map(|&f| indices[f]).collect(),
+            dc_table: scan.dc_table.clone(),
+            ac_table: scan.ac_table.clone(),
+            sampling: scan.sampling.clone(),
+            mcu: scan.mcu.clone(),
+            mcus_per_row: scan.mcus_per_row,
+            stream_at: base + scan.stream_at,
+            stream_bytes: scan.stream_bytes,
+            tables_at: base + scan.tables_at,
+            tables: scan.tables,
+            segments: scan.segments.clone(),
+        });
     }
     let described = JpegImage {
         components: indices,
@@ -46,26 +81,68 @@ fn describe(
         width: image.width,
         height: image.height,
         orientation: image.orientation,
-        rgb_offset: *rgb_at,
+        rgb_offset: at.rgb_at,
     };
-    *rgb_at += described.rgb_len();
+    at.rgb_at += described.rgb_len();
     batch.images.push(described);
+}
+
+/// A JPEG batch in host memory, as the device would be given it: the descriptors, the data
+/// (what is uploaded), and the bytes after it where the scans' coefficients are decoded.
+pub struct HostJpegBatch {
+    pub jpeg: JpegBatch,
+    pub scans: ScanBatch,
+    pub data: Vec<u8>,
+    pub decoded_coefficient_bytes: usize,
+}
+
+impl HostJpegBatch {
+    /// The coefficients and multipliers once the scans are entropy-decoded (by the twin), and
+    /// the images' status words.
+    pub fn decoded(&self) -> (JpegData, Vec<u32>) {
+        let mut bytes = self.data.clone();
+        bytes.resize(self.data.len() + self.decoded_coefficient_bytes, 0);
+        let mut data = JpegData::from_le_bytes(&bytes);
+        let mut status = vec![0; self.jpeg.images.len()];
+        scan_twin::decode(
+            &self.scans,
+            &self.jpeg.components,
+            &self.data,
+            &mut data.coefs,
+            &mut status,
+        );
+        (data, status)
+    }
 }
 
 /// The JPEG kernels' batch for `images` read on their own, in order, with their data back to
 /// back in host memory; each image's component planes and upright RGB image one after another.
-pub fn jpeg_batch(images: &[&ReadJpeg]) -> (JpegBatch, JpegData) {
-    let mut batch = JpegBatch::default();
+pub fn jpeg_batch(images: &[&ReadJpeg]) -> HostJpegBatch {
+    let mut jpeg = JpegBatch::default();
+    let mut scans = ScanBatch::default();
     let mut bytes = Vec::new();
-    let (mut plane_at, mut rgb_at) = (0usize, 0usize);
+    let mut placed = Vec::with_capacity(images.len());
     for read in images {
         // Each image's region starts 16-byte aligned, as in an arena.
         bytes.resize(bytes.len().next_multiple_of(16), 0);
-        let base = bytes.len();
+        placed.push(bytes.len());
         bytes.extend_from_slice(&read.data);
-        describe(&mut batch, &read.image, base, (&mut plane_at, &mut rgb_at));
     }
-    (batch, JpegData::from_le_bytes(&bytes))
+    bytes.resize(bytes.len().next_multiple_of(16), 0);
+    let mut at = Cursor {
+        plane_at: 0,
+        rgb_at: 0,
+        coefs_at: bytes.len(),
+    };
+    for (read, base) in images.iter().zip(placed) {
+        describe((&mut jpeg, &mut scans), &read.image, base, &mut at);
+    }
+    HostJpegBatch {
+        jpeg,
+        scans,
+        decoded_coefficient_bytes: at.coefs_at - bytes.len(),
+        data: bytes,
+    }
 }
 
 /// Why an image's resize cannot run on the image kernels.
@@ -211,23 +288,31 @@ pub struct DeviceImage {
 }
 
 /// A batch's device decoding, ready for `Runner::submit_decoding`: the descriptors, where
-/// they lie in `tables`, and `tables` itself (the arena holds the data, from offset 0).
+/// they lie in `tables`, and `tables` itself (the arena holds the data, from offset 0, and
+/// the device decodes the scans' coefficients into `decoded_coefficient_bytes` after it).
 pub struct DeviceBatch {
     pub jpeg: JpegBatch,
     pub jpeg_at: JpegInputs,
+    pub scans: ScanBatch,
+    pub scan_at: ScanTables,
     pub resample: ResampleBatch,
     pub resample_at: DeviceResampleBatch,
     pub tables: Vec<u8>,
+    pub decoded_coefficient_bytes: usize,
 }
 
 impl DeviceBatch {
-    /// What `Runner::submit_decoding` takes, with `data` the arena the images' data is in.
+    /// What `Runner::submit_decoding` takes, with `data` the arena the images' data is in (up
+    /// to the last byte used, as [`device_batch`] was told).
     pub fn decode<'a>(&'a self, data: &'a [u8]) -> DeviceDecode<'a> {
         DeviceDecode {
             data,
+            decoded_coefficient_bytes: self.decoded_coefficient_bytes,
             tables: &self.tables,
             jpeg: &self.jpeg,
             jpeg_at: self.jpeg_at,
+            scans: &self.scans,
+            scan_at: self.scan_at,
             resample: &self.resample,
             resample_at: self.resample_at,
         }
@@ -235,15 +320,25 @@ impl DeviceBatch {
 }
 
 /// The device decoding of `images`, each at its position in a batch of 8-bit images of
-/// `image_bytes` each.
-pub fn device_batch(images: &[(usize, &DeviceImage)], image_bytes: usize) -> DeviceBatch {
+/// `image_bytes` each, whose data is in an arena of which `arena_len` bytes are used.
+pub fn device_batch(
+    images: &[(usize, &DeviceImage)],
+    image_bytes: usize,
+    arena_len: usize,
+) -> DeviceBatch {
     let mut jpeg = JpegBatch::default();
-    let (mut plane_at, mut rgb_at) = (0usize, 0usize);
+    let mut scans = ScanBatch::default();
+    let coefs_start = arena_len.next_multiple_of(16);
+    let mut at = Cursor {
+        plane_at: 0,
+        rgb_at: 0,
+        coefs_at: coefs_start,
+    };
     let mut plans = Vec::with_capacity(images.len());
     let mut rgb_offsets = Vec::with_capacity(images.len());
     for (_, image) in images {
-        rgb_offsets.push(rgb_at);
-        describe(&mut jpeg, &image.jpeg, 0, (&mut plane_at, &mut rgb_at));
+        rgb_offsets.push(at.rgb_at);
+        describe((&mut jpeg, &mut scans), &image.jpeg, 0, &mut at);
         plans.push(image.resize.clone());
     }
     let mut resample = resample_batch(plans, &rgb_offsets, image_bytes);
@@ -251,20 +346,20 @@ pub fn device_batch(images: &[(usize, &DeviceImage)], image_bytes: usize) -> Dev
         record.dst_offset = position * image_bytes;
     }
     let mut tables = Vec::new();
-    let (components_at, images_at, end) = JpegInputs::write_tables(&jpeg, &mut tables, 0);
+    let (jpeg_at, end) = JpegInputs::write_tables(&jpeg, &mut tables, 0);
+    let (scan_at, end) = scans.write_tables(&mut tables, end);
     let resample_at = DeviceResampleBatch::layout(&resample, end);
     tables.resize(resample_at.start + resample_at.bytes + 16, 0);
     resample_at.write(&resample, &mut tables);
     DeviceBatch {
         jpeg,
-        jpeg_at: JpegInputs {
-            components_at,
-            images_at,
-            coefs_at: 0,
-            quant_at: 0,
-        },
+        jpeg_at,
+        scans,
+        scan_at,
         resample,
         resample_at,
         tables,
+        // The coefficients start 16-byte aligned past the arena's used bytes.
+        decoded_coefficient_bytes: at.coefs_at - arena_len,
     }
 }

@@ -18,8 +18,12 @@ use mozjpeg_sys as ffi;
 use vitrt_runtime::image_kernels::jpeg::cpu::block_is_exact;
 use vitrt_runtime::image_kernels::jpeg::{upright_size, JpegColour, Upsample};
 
+use vitrt_runtime::image_kernels::jpeg_scan::batch::{
+    McuBlock, ScanSegment, STREAM_PADDING, TABLE_BYTES,
+};
+
 use super::error::ImageLimits;
-use super::ArenaReserve;
+use super::{jpeg_scan, ArenaReserve};
 
 /// One component's data as [`read_jpeg_into`] wrote it: byte offsets (from the region's
 /// start offset, as the reserve gave it) of its coefficients (i16, little-endian, block after
@@ -35,14 +39,50 @@ pub struct WrittenComponent {
     pub upsample: Upsample,
 }
 
-/// An image whose coefficients [`read_jpeg_into`] wrote into a reserved region.
+/// An image whose coefficients (or, with [`EntropyOn::Device`], whose scan) [`read_jpeg_into`]
+/// wrote into a reserved region.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WrittenJpeg {
     pub width: u32,
     pub height: u32,
     pub colour: JpegColour,
     pub orientation: u8,
+    /// In the frame's order. For a scan, their `coefs_at` are 0: the device decodes the
+    /// coefficients into space of its own.
     pub components: Vec<WrittenComponent>,
+    /// The entropy-coded scan, where the device decodes it.
+    pub scan: Option<WrittenScan>,
+}
+
+/// A baseline scan written for the device's entropy decoding (`vitrt_kernels::jpeg_scan`):
+/// byte offsets as the components' (from the region's start offset), the MCU and the restart
+/// segments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WrittenScan {
+    /// The stream without its stuffed bytes, 4-byte aligned, with readable padding after it.
+    pub stream_at: usize,
+    pub stream_bytes: usize,
+    /// `tables` Huffman tables of `jpeg_scan::batch::TABLE_BYTES` each.
+    pub tables_at: usize,
+    pub tables: usize,
+    /// Per component of the scan (its slot): the frame component, its DC and AC tables
+    /// (among these), and its sampling factors in the MCU.
+    pub slots: Vec<usize>,
+    pub dc_table: Vec<u8>,
+    pub ac_table: Vec<u8>,
+    pub sampling: Vec<(u8, u8)>,
+    pub mcu: Vec<McuBlock>,
+    pub mcus_per_row: u32,
+    pub segments: Vec<ScanSegment>,
+}
+
+/// Where a JPEG's entropy decoding is done, when the file allows the device to do it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntropyOn {
+    /// libjpeg reads the coefficients on the host.
+    Host,
+    /// The device decodes baseline scans; other files are read as with `Host`.
+    Device,
 }
 
 impl WrittenJpeg {
@@ -105,8 +145,17 @@ impl HostReason {
 /// why the host decoder must take it. Never panics and never fails otherwise: every refusal is
 /// the host's to make.
 pub fn read_jpeg_coefficients(bytes: &[u8], limits: &ImageLimits) -> Result<ReadJpeg, HostReason> {
+    read_jpeg(bytes, limits, EntropyOn::Host)
+}
+
+/// As [`read_jpeg_coefficients`], leaving the entropy decoding to `entropy`.
+pub fn read_jpeg(
+    bytes: &[u8],
+    limits: &ImageLimits,
+    entropy: EntropyOn,
+) -> Result<ReadJpeg, HostReason> {
     let region = OneRegion::default();
-    let image = read_jpeg_into(bytes, limits, &region)?;
+    let image = read_jpeg_into(bytes, limits, &region, entropy)?;
     Ok(ReadJpeg {
         image,
         data: region.buffer.into_inner(),
@@ -121,6 +170,7 @@ pub fn read_jpeg_into(
     bytes: &[u8],
     limits: &ImageLimits,
     reserve: &dyn ArenaReserve,
+    entropy: EntropyOn,
 ) -> Result<WrittenJpeg, HostReason> {
     let mut err: Box<ffi::jpeg_error_mgr> = Box::new(unsafe { std::mem::zeroed() });
     let mut cinfo: Box<ffi::jpeg_decompress_struct> = Box::new(unsafe { std::mem::zeroed() });
@@ -135,7 +185,7 @@ pub fn read_jpeg_into(
         ffi::jpeg_create_decompress(&mut *cinfo);
     }
     let result = catch_unwind(AssertUnwindSafe(|| unsafe {
-        read_started(&mut cinfo, bytes, limits, reserve)
+        read_started(&mut cinfo, bytes, limits, reserve, entropy)
     }));
     // SAFETY: created above; destroying also frees every array libjpeg allocated.
     unsafe { ffi::jpeg_destroy_decompress(&mut cinfo) };
@@ -185,6 +235,7 @@ unsafe fn read_started(
     bytes: &[u8],
     limits: &ImageLimits,
     reserve: &dyn ArenaReserve,
+    entropy: EntropyOn,
 ) -> Result<WrittenJpeg, HostReason> {
     // APP0 (JFIF's density) and APP1 (EXIF, XMP): what the orientation is read from.
     const APP0: c_int = 0xE0;
@@ -224,6 +275,21 @@ unsafe fn read_started(
         let upsample =
             Upsample::choose(h, v, max_h, max_v, downsampled_width).ok_or(HostReason::Sampling)?;
         layouts.push((downsampled_width, downsampled_height, upsample));
+    }
+    if entropy == EntropyOn::Device {
+        // SAFETY: the source manager jpeg_mem_src set up; header reading stopped after SOS.
+        let scan_start = bytes.len() - unsafe { (*cinfo.src).bytes_in_buffer };
+        let frame = Frame {
+            width,
+            height,
+            colour,
+            orientation,
+            max: (max_h, max_v),
+            quant_tables: cinfo.quant_tbl_ptrs,
+        };
+        if let Some(image) = write_scan(bytes, scan_start, &frame, infos, &layouts, reserve)? {
+            return Ok(image);
+        }
     }
     // SAFETY: the header has been read; this consumes the rest of the file.
     let arrays = unsafe { ffi::jpeg_read_coefficients(cinfo) };
@@ -301,6 +367,168 @@ unsafe fn read_started(
         colour,
         orientation,
         components,
+        scan: None,
+    })
+}
+
+/// What the frame header said, for [`write_scan`].
+struct Frame {
+    width: u32,
+    height: u32,
+    colour: JpegColour,
+    orientation: u8,
+    max: (u32, u32),
+    quant_tables: [*mut ffi::JQUANT_TBL; 4],
+}
+
+thread_local! {
+    /// The stream without its stuffed bytes, before it is copied into its region.
+    static DESTUFFED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Writes the scan of a file whose header libjpeg has read (`infos`, its components, with
+/// their `layouts`) for the device's entropy decoding, if [`jpeg_scan`] takes it: its stream,
+/// then each component's multipliers, then its Huffman tables, in one reserved region.
+/// `Ok(None)`: the file is one for libjpeg to read.
+fn write_scan(
+    bytes: &[u8],
+    scan_start: usize,
+    frame: &Frame,
+    infos: &[ffi::jpeg_component_info],
+    layouts: &[(u32, u32, Upsample)],
+    reserve: &dyn ArenaReserve,
+) -> Result<Option<WrittenJpeg>, HostReason> {
+    let Some(header) = jpeg_scan::scan_header(bytes, scan_start) else {
+        return Ok(None);
+    };
+    if header.components.len() != infos.len() {
+        return Ok(None);
+    }
+    let mut quant = Vec::with_capacity(infos.len());
+    for info in infos {
+        let table = frame
+            .quant_tables
+            .get(info.quant_tbl_no as usize)
+            .copied()
+            .unwrap_or(std::ptr::null_mut());
+        if table.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: a table libjpeg read from a DQT segment, alive with the decompressor.
+        let values = unsafe { &(*table).quantval };
+        quant.push(std::array::from_fn::<i32, 64, _>(|i| {
+            i32::from(values[i] as i16)
+        }));
+    }
+    let sampling: Vec<(u8, u8)> = if infos.len() == 1 {
+        vec![(1, 1)]
+    } else {
+        header
+            .components
+            .iter()
+            .map(|(i, ..)| (infos[*i].h_samp_factor as u8, infos[*i].v_samp_factor as u8))
+            .collect()
+    };
+    let Some(mcu) = jpeg_scan::mcu_layout(&sampling) else {
+        return Ok(None);
+    };
+    let (mcus_per_row, mcu_rows) = if infos.len() == 1 {
+        (infos[0].width_in_blocks, infos[0].height_in_blocks)
+    } else {
+        let (max_h, max_v) = frame.max;
+        (
+            frame.width.div_ceil(max_h * 8),
+            frame.height.div_ceil(max_v * 8),
+        )
+    };
+    let total = u64::from(mcus_per_row) * u64::from(mcu_rows);
+    let interval = u64::from(header.restart_interval);
+    if total == 0 || total > u64::from(u32::MAX) {
+        return Ok(None);
+    }
+    let segment_count = if interval == 0 {
+        1
+    } else {
+        total.div_ceil(interval)
+    } as usize;
+    let mcus = |i: usize| -> u32 {
+        if interval == 0 {
+            total as u32
+        } else {
+            interval.min(total - i as u64 * interval) as u32
+        }
+    };
+    // Huffman tables, each distinct one once.
+    let mut tables: Vec<&jpeg_scan::HuffmanTable> = Vec::new();
+    let mut dc_table = Vec::with_capacity(infos.len());
+    let mut ac_table = Vec::with_capacity(infos.len());
+    for (_, dc, ac) in &header.components {
+        for (table, out) in [(dc, &mut dc_table), (ac, &mut ac_table)] {
+            let index = match tables.iter().position(|t| *t == table) {
+                Some(i) => i,
+                None => {
+                    tables.push(table);
+                    tables.len() - 1
+                }
+            };
+            out.push(index as u8);
+        }
+    }
+    if tables.len() > 4 {
+        return Ok(None);
+    }
+    DESTUFFED.with_borrow_mut(|stream| {
+        let Some(segments) = jpeg_scan::destuff(&bytes[scan_start..], stream, segment_count, mcus)
+        else {
+            return Ok(None);
+        };
+        let stream_end = (stream.len() + STREAM_PADDING).next_multiple_of(16);
+        let quant_end = stream_end + 256 * infos.len();
+        let total_bytes = quant_end + TABLE_BYTES * tables.len();
+        let (region_at, region) = reserve.reserve(total_bytes).ok_or(HostReason::NoRoom)?;
+        region[..stream.len()].copy_from_slice(stream);
+        region[stream.len()..stream_end].fill(0);
+        let mut components = Vec::with_capacity(infos.len());
+        for (c, (q, &(downsampled_width, downsampled_height, upsample))) in
+            quant.iter().zip(layouts).enumerate()
+        {
+            let at = stream_end + 256 * c;
+            for (value, bytes) in q.iter().zip(region[at..at + 256].chunks_exact_mut(4)) {
+                bytes.copy_from_slice(&value.to_le_bytes());
+            }
+            components.push(WrittenComponent {
+                coefs_at: 0,
+                quant_at: region_at + at,
+                blocks_wide: infos[c].width_in_blocks,
+                blocks_high: infos[c].height_in_blocks,
+                downsampled_width,
+                downsampled_height,
+                upsample,
+            });
+        }
+        for (t, table) in tables.iter().enumerate() {
+            table.write(&mut region[quant_end + TABLE_BYTES * t..][..TABLE_BYTES]);
+        }
+        Ok(Some(WrittenJpeg {
+            width: frame.width,
+            height: frame.height,
+            colour: frame.colour,
+            orientation: frame.orientation,
+            components,
+            scan: Some(WrittenScan {
+                stream_at: region_at,
+                stream_bytes: stream.len(),
+                tables_at: region_at + quant_end,
+                tables: tables.len(),
+                slots: header.components.iter().map(|(i, ..)| *i).collect(),
+                dc_table,
+                ac_table,
+                sampling,
+                mcu,
+                mcus_per_row,
+                segments,
+            }),
+        }))
     })
 }
 

@@ -47,6 +47,7 @@ mod decode;
 pub mod device_batch;
 mod error;
 pub mod jpeg_coefficients;
+pub mod jpeg_scan;
 mod pil_metadata;
 mod resampling;
 mod resize;
@@ -59,7 +60,7 @@ use std::time::{Duration, Instant};
 
 use device_batch::resample_plan_with;
 pub use device_batch::{DeviceImage, ResizeRefusal};
-use jpeg_coefficients::{read_jpeg_into, HostReason};
+use jpeg_coefficients::{read_jpeg_into, EntropyOn, HostReason};
 use vitrt_runtime::image_kernels::resample::TapTable;
 
 pub use classes::{ClassDefaults, ProcessorClass};
@@ -94,6 +95,8 @@ pub struct ImageLoader {
     resized: Vec<u8>,
     /// Tap tables of device resizes by (input, output) size, shared by the images of a size.
     device_taps: Vec<((usize, usize), Arc<TapTable>)>,
+    /// Where the JPEGs it prepares for device decoding are entropy-decoded.
+    entropy: EntropyOn,
 }
 
 /// Where a worker puts an image's data for device decoding: a batch's arena.
@@ -136,7 +139,7 @@ impl HostDecoded {
 #[derive(Debug)]
 pub enum Loaded {
     /// Prepared for device decoding: its data is in the arena.
-    Device(DeviceImage),
+    Device(Box<DeviceImage>),
     /// Decoded on the host into the caller's buffer, and why.
     Host(HostDecoded),
 }
@@ -151,7 +154,15 @@ impl ImageLoader {
             resizer: resize::Resizer::default(),
             resized: Vec::new(),
             device_taps: Vec::new(),
+            entropy: EntropyOn::Device,
         }
+    }
+
+    /// Where the JPEGs [`load_file_for_device`](Self::load_file_for_device) prepares are
+    /// entropy-decoded (default: on the device, for the files that allow it).
+    pub fn with_entropy(mut self, entropy: EntropyOn) -> Self {
+        self.entropy = entropy;
+        self
     }
 
     pub fn config(&self) -> &PreprocessConfig {
@@ -214,7 +225,7 @@ impl ImageLoader {
                     decode: decoding.elapsed(),
                     resize: Duration::ZERO,
                 },
-                Loaded::Device(image),
+                Loaded::Device(Box::new(image)),
             )),
             Err(why) => self.load_named(&bytes, &name, out).map(|mut times| {
                 times.read = read;
@@ -240,11 +251,12 @@ impl ImageLoader {
         if self.cfg.device_decode_refusal().is_some() {
             return Err(HostDecoded::Resize(ResizeRefusal::NotSupported));
         }
-        let written =
-            read_jpeg_into(bytes, &self.limits, arena).map_err(|reason| match reason {
+        let written = read_jpeg_into(bytes, &self.limits, arena, self.entropy).map_err(
+            |reason| match reason {
                 HostReason::NoRoom => HostDecoded::ArenaFull,
                 other => HostDecoded::Jpeg(other),
-            })?;
+            },
+        )?;
         // A config that refuses this image's size leaves it to the host (its region in the
         // arena unused), which says how.
         let (cfg, taps) = (&self.cfg, &mut self.device_taps);

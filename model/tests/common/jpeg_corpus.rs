@@ -115,14 +115,169 @@ pub fn host_pixels(bytes: &[u8], (height, width): (usize, usize)) -> Vec<u8> {
     out
 }
 
-/// The twins' upright RGB for coefficients read from a file.
-pub fn twin_pixels(image: &ReadJpeg) -> Vec<u8> {
-    let (batch, data) = jpeg_batch(&[image]);
+/// The twins' upright RGB for a file read into coefficients or a scan (entropy-decoded by
+/// the twin first), or the image's status word where the twins marked it for the host.
+pub fn twin_pixels(image: &ReadJpeg) -> Result<Vec<u8>, u32> {
+    let batch = jpeg_batch(&[image]);
+    let (data, mut status) = batch.decoded();
+    let batch = batch.jpeg;
     let mut planes = vec![0; batch.planes_len()];
     let mut rgb = vec![0; batch.rgb_len()];
-    jpeg_twin::idct(&batch, &data, &mut planes);
+    jpeg_twin::idct(&batch, &data, &mut planes, &mut status);
     jpeg_twin::colour(&batch, &planes, &mut rgb);
-    rgb
+    match status[0] {
+        0 => Ok(rgb),
+        marked => Err(marked),
+    }
+}
+
+/// How a baseline file of the restart corpus is cut into restart intervals.
+#[derive(Clone, Copy, Debug)]
+pub enum Restarts {
+    None,
+    /// Every this many MCUs.
+    Mcus(u32),
+    /// Every this many MCU rows.
+    Rows(i32),
+}
+
+/// A baseline JPEG from libjpeg's encoder called directly (the `mozjpeg` crate sets neither
+/// restart intervals nor optimised tables): `kind` with Y at `luma` sampling factors (chroma
+/// at 1x1), restart markers as `restarts` says, and Huffman tables optimised for the picture
+/// or libjpeg's standard ones.
+pub fn encode_baseline(
+    kind: Kind,
+    luma: (i32, i32),
+    (width, height): (usize, usize),
+    quality: i32,
+    restarts: Restarts,
+    optimize: bool,
+) -> Vec<u8> {
+    use mozjpeg_sys as ffi;
+    unsafe extern "C-unwind" fn fail(_: &mut ffi::jpeg_common_struct) {
+        panic!("libjpeg's encoder refused a test case");
+    }
+    let rgb = picture(
+        width,
+        height,
+        (width * 13 + height * 7) as u64 + quality as u64,
+    );
+    let grey = matches!(kind, Kind::Grey);
+    let samples: Vec<u8> = if grey {
+        rgb.chunks_exact(3).map(|p| p[1]).collect()
+    } else {
+        rgb
+    };
+    let channels = if grey { 1 } else { 3 };
+    // SAFETY: one compressor, set up, used and destroyed here; its error manager panics.
+    unsafe {
+        let mut err: ffi::jpeg_error_mgr = std::mem::zeroed();
+        let mut c: ffi::jpeg_compress_struct = std::mem::zeroed();
+        c.common.err = ffi::jpeg_std_error(&mut err);
+        (*c.common.err).error_exit = Some(fail);
+        ffi::jpeg_create_compress(&mut c);
+        let mut buffer: *mut u8 = std::ptr::null_mut();
+        let mut size: std::os::raw::c_ulong = 0;
+        ffi::jpeg_mem_dest(&mut c, &mut buffer, &mut size);
+        c.image_width = width as u32;
+        c.image_height = height as u32;
+        c.input_components = channels;
+        c.in_color_space = if grey {
+            ffi::J_COLOR_SPACE::JCS_GRAYSCALE
+        } else {
+            ffi::J_COLOR_SPACE::JCS_RGB
+        };
+        ffi::jpeg_c_set_int_param(
+            &mut c,
+            ffi::J_INT_PARAM::JINT_COMPRESS_PROFILE,
+            ffi::JINT_COMPRESS_PROFILE_VALUE::JCP_FASTEST as i32,
+        );
+        ffi::jpeg_set_defaults(&mut c);
+        ffi::jpeg_set_colorspace(
+            &mut c,
+            match kind {
+                Kind::Grey => ffi::J_COLOR_SPACE::JCS_GRAYSCALE,
+                Kind::Rgb => ffi::J_COLOR_SPACE::JCS_RGB,
+                Kind::Ycc { .. } => ffi::J_COLOR_SPACE::JCS_YCbCr,
+            },
+        );
+        let components = std::slice::from_raw_parts_mut(c.comp_info, c.num_components as usize);
+        for (i, info) in components.iter_mut().enumerate() {
+            (info.h_samp_factor, info.v_samp_factor) = if i == 0 { luma } else { (1, 1) };
+        }
+        ffi::jpeg_set_quality(&mut c, quality, 1);
+        c.optimize_coding = i32::from(optimize) as ffi::boolean;
+        match restarts {
+            Restarts::None => {}
+            Restarts::Mcus(n) => c.restart_interval = n,
+            Restarts::Rows(n) => c.restart_in_rows = n,
+        }
+        ffi::jpeg_start_compress(&mut c, 1);
+        let stride = width * channels as usize;
+        for row in samples.chunks_exact(stride) {
+            let pointer = row.as_ptr();
+            ffi::jpeg_write_scanlines(&mut c, &pointer, 1);
+        }
+        ffi::jpeg_finish_compress(&mut c);
+        let out = std::slice::from_raw_parts(buffer, size as usize).to_vec();
+        ffi::jpeg_destroy_compress(&mut c);
+        libc::free(buffer.cast());
+        out
+    }
+}
+
+/// Baseline files with restart intervals (every MCU, every few MCUs, every MCU row, intervals
+/// that do not divide the image), optimised and standard Huffman tables, in 4:4:4, 4:2:2,
+/// 4:2:0 and grey, sizes from one MCU to several hundred, qualities 5 to 100.
+pub fn restart_corpus() -> Vec<CorpusFile> {
+    let kinds = [
+        (
+            Kind::Ycc {
+                cb: (1, 1),
+                cr: (1, 1),
+            },
+            (1, 1),
+        ),
+        (
+            Kind::Ycc {
+                cb: (2, 1),
+                cr: (2, 1),
+            },
+            (2, 1),
+        ),
+        (
+            Kind::Ycc {
+                cb: (2, 2),
+                cr: (2, 2),
+            },
+            (2, 2),
+        ),
+        (Kind::Grey, (1, 1)),
+    ];
+    let restarts = [
+        Restarts::None,
+        Restarts::Mcus(1),
+        Restarts::Mcus(7),
+        Restarts::Rows(1),
+    ];
+    let mut files = Vec::new();
+    for (kind, luma) in kinds {
+        for (i, size) in [(8, 8), (17, 9), (250, 190), (33, 301)]
+            .into_iter()
+            .enumerate()
+        {
+            for (j, restart) in restarts.into_iter().enumerate() {
+                let quality = [5, 50, 90, 100][(i + j) % 4];
+                let optimize = (i + j) % 2 == 0;
+                files.push(CorpusFile {
+                    what: format!("{kind:?} {size:?} q{quality} {restart:?} optimized {optimize}"),
+                    orientation: 1,
+                    bytes: encode_baseline(kind, luma, size, quality, restart, optimize),
+                });
+            }
+        }
+    }
+    files
 }
 
 /// The samplings the corpus covers (Cb's and Cr's pixel sizes), then grey and Adobe RGB.

@@ -16,10 +16,11 @@ use vitrt_kernels::attention::gpu::{attention_rows_aligned, fused_attention_supp
 use vitrt_kernels::cuda::{
     DevPtr, DeviceBuffer, Gpu, GpuEvent, GpuGraph, KernelError, PinnedBuffer, Stream, StreamEvent,
 };
+use vitrt_kernels::jpeg_scan::batch::CHUNK_STATE_BYTES;
 use vitrt_kernels::patchify::gpu::PrefixRows;
 use vitrt_kernels::{
-    activation, add, attention, gather, jpeg, layernorm, matmul, normalize, patchify, pixels, pool,
-    resample, softmax,
+    activation, add, attention, gather, jpeg, jpeg_scan, layernorm, matmul, normalize, patchify,
+    pixels, pool, resample, softmax,
 };
 use vitrt_kernels::{DType, PixelBatch};
 
@@ -71,6 +72,8 @@ struct DecodeScratch {
     planes: DeviceBuffer,
     rgb: DeviceBuffer,
     mid: DeviceBuffer,
+    /// The entropy decoder's per-chunk states.
+    states: DeviceBuffer,
 }
 
 struct QueuedRead {
@@ -108,26 +111,48 @@ impl CudaBackend {
     /// Makes the device-decoding buffers at least as large as `decode` needs. Growing waits
     /// for the queued work, which may still read the old ones.
     fn grow_decode_scratch(&mut self, decode: &DeviceDecode<'_>) -> Result<(), RuntimeError> {
-        let need = (
+        let need = [
             decode.jpeg.planes_len().max(1),
             decode.jpeg.rgb_len().max(1),
             decode.resample.intermediate_len().max(1),
-        );
-        let have = self.decode_scratch.as_ref().map_or((0, 0, 0), |s| {
-            (s.planes.len_bytes(), s.rgb.len_bytes(), s.mid.len_bytes())
+            (decode.scan_at.chunks * CHUNK_STATE_BYTES).max(1),
+        ];
+        let have = self.decode_scratch.as_ref().map_or([0; 4], |s| {
+            [&s.planes, &s.rgb, &s.mid, &s.states].map(|b| b.len_bytes())
         });
-        if need.0 <= have.0 && need.1 <= have.1 && need.2 <= have.2 {
+        if need.iter().zip(&have).all(|(n, h)| n <= h) {
             return Ok(());
         }
         self.gpu.synchronize().map_err(backend_error)?;
         self.decode_scratch = None;
-        let alloc = |gpu: &Gpu, bytes: usize| gpu.alloc(bytes).map_err(backend_error);
+        let alloc = |i: usize| self.gpu.alloc(need[i].max(have[i])).map_err(backend_error);
         self.decode_scratch = Some(DecodeScratch {
-            planes: alloc(&self.gpu, need.0.max(have.0))?,
-            rgb: alloc(&self.gpu, need.1.max(have.1))?,
-            mid: alloc(&self.gpu, need.2.max(have.2))?,
+            planes: alloc(0)?,
+            rgb: alloc(1)?,
+            mid: alloc(2)?,
+            states: alloc(3)?,
         });
         Ok(())
+    }
+
+    /// A page-locked buffer of at least `bytes` for a read: a finished read's, else a new one.
+    fn take_read_buffer(&mut self, bytes: usize) -> Result<PinnedBuffer, RuntimeError> {
+        match self
+            .spare_read_buffers
+            .iter()
+            .position(|b| b.len() >= bytes)
+        {
+            Some(i) => Ok(self.spare_read_buffers.swap_remove(i)),
+            None => self.gpu.alloc_pinned(bytes.max(1)).map_err(backend_error),
+        }
+    }
+
+    /// Keeps a queued download for `finish_read`.
+    fn queue_read(&mut self, read: QueuedRead) -> PendingRead {
+        let token = self.next_read_token;
+        self.next_read_token += 1;
+        self.pending_reads.insert(token, read);
+        PendingRead::queued(token)
     }
 
     /// Uploads one parameter's encoded bytes into a buffer of its own and records its id.
@@ -418,7 +443,7 @@ impl Backend for CudaBackend {
         shape: PixelBatch,
         table: &[f32],
         decode: Option<&DeviceDecode<'_>>,
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<Option<PendingRead>, RuntimeError> {
         check_pixel_write(dst, pixels, shape, table)?;
         if let Some(decode) = decode {
             decode.check(pixels.len())?;
@@ -428,7 +453,7 @@ impl Backend for CudaBackend {
         self.next_pixel_upload = 1 - slot;
         // The slot's buffers, grown if this batch is larger; a buffer being replaced may still
         // be read by its last expansion.
-        let decode_len = decode.map_or((0, 0), |d| (d.data.len(), d.tables.len()));
+        let decode_len = decode.map_or((0, 0), |d| (d.device_data_len(), d.tables.len()));
         let inputs_len = |u: &PixelUpload| {
             u.decode_inputs
                 .as_ref()
@@ -470,6 +495,11 @@ impl Backend for CudaBackend {
         if let Some(decode) = decode {
             self.grow_decode_scratch(decode)?;
         }
+        // Where the status words come back to (a read's page-locked buffer).
+        let mut status_buffer = match decode {
+            Some(d) => Some(self.take_read_buffer(d.jpeg.images.len() * 4)?),
+            None => None,
+        };
         let upload = self.pixel_uploads[slot].as_ref().expect("filled above");
         // Copy stream: wait until the buffers' last expansion has read them, then copy.
         if let Some(expanded) = &upload.expanded {
@@ -498,10 +528,20 @@ impl Backend for CudaBackend {
             .stream_wait(Stream::Compute, &copied)
             .map_err(backend_error)?;
         let mut decoded = None;
+        let mut status_read = None;
         if let (Some(decode), Some((data, tables)), Some(scratch)) =
             (decode, &upload.decode_inputs, &self.decode_scratch)
         {
             let decode_start = self.timeline_mark(Stream::Compute)?;
+            jpeg_scan::gpu::decode_scans(
+                &self.gpu,
+                decode.scans,
+                decode.jpeg,
+                (tables, data, &scratch.states),
+                &decode.scan_at,
+                &decode.jpeg_at,
+            )
+            .map_err(backend_error)?;
             jpeg::gpu::decode(
                 &self.gpu,
                 decode.jpeg,
@@ -520,6 +560,25 @@ impl Backend for CudaBackend {
             )
             .map_err(backend_error)?;
             decoded = decode_start;
+            // The status words, copied back behind the kernels that wrote them.
+            let images = decode.jpeg.images.len();
+            if let Some(mut buffer) = status_buffer.take() {
+                let done = self
+                    .gpu
+                    .download_on_compute_stream(
+                        tables,
+                        decode.jpeg_at.status_at,
+                        &mut buffer,
+                        images * 4,
+                    )
+                    .map_err(backend_error)?;
+                status_read = Some(QueuedRead {
+                    buffer,
+                    done,
+                    len: images,
+                    dtype: DType::F32,
+                });
+            }
         }
         let (_, table_buffer) = self.pixel_table.as_ref().expect("uploaded above");
         let table_ptr = table_buffer
@@ -546,7 +605,10 @@ impl Backend for CudaBackend {
             .expanded = Some(expanded);
         // The caller may reuse `pixels` once the copy has read them: wait_for_input_copies.
         self.input_copies.push(copied);
-        Ok(())
+        if let Some(unused) = status_buffer {
+            self.spare_read_buffers.push(unused);
+        }
+        Ok(status_read.map(|read| self.queue_read(read)))
     }
 
     fn wait_for_input_copies(&mut self) -> Result<(), RuntimeError> {
@@ -566,14 +628,7 @@ impl Backend for CudaBackend {
             return Ok(PendingRead::ready(self.read(src)?));
         };
         let bytes = len * dtype.size_bytes();
-        let mut buffer = match self
-            .spare_read_buffers
-            .iter()
-            .position(|b| b.len() >= bytes)
-        {
-            Some(i) => self.spare_read_buffers.swap_remove(i),
-            None => self.gpu.alloc_pinned(bytes).map_err(backend_error)?,
-        };
+        let mut buffer = self.take_read_buffer(bytes)?;
         let arena = self
             .arena
             .as_ref()
@@ -590,18 +645,12 @@ impl Backend for CudaBackend {
             }
             timeline.push((TimelineStage::CopyOut, read_start, done.clone()));
         }
-        let token = self.next_read_token;
-        self.next_read_token += 1;
-        self.pending_reads.insert(
-            token,
-            QueuedRead {
-                buffer,
-                done,
-                len,
-                dtype,
-            },
-        );
-        Ok(PendingRead::queued(token))
+        Ok(self.queue_read(QueuedRead {
+            buffer,
+            done,
+            len,
+            dtype,
+        }))
     }
 
     fn record_timeline(&mut self, on: bool) {

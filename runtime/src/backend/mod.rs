@@ -416,7 +416,9 @@ pub trait Backend {
     /// upload) may be reused once [`Backend::wait_for_input_copies`] has returned. CUDA copies
     /// the bytes on its copy stream (overlapping the work already queued), decodes and expands
     /// them on the device; the default runs the CPU twins on the host and writes the floats at
-    /// once.
+    /// once. With `decode`, returns the read of the JPEG images' status words (one an image of
+    /// its JPEG batch, as f32 bit patterns: `f32::to_bits` gives the word), for
+    /// [`finish_read`](Backend::finish_read).
     fn write_pixel_bytes(
         &mut self,
         dst: BufferRef,
@@ -424,13 +426,17 @@ pub trait Backend {
         shape: PixelBatch,
         table: &[f32],
         decode: Option<&DeviceDecode<'_>>,
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<Option<PendingRead>, RuntimeError> {
         check_pixel_write(dst, pixels, shape, table)?;
         let decoded;
+        let mut status = None;
         let pixels = match decode {
             Some(decode) => {
                 let mut bytes = pixels.to_vec();
-                decode.run_on_host(&mut bytes)?;
+                let words = decode.run_on_host(&mut bytes)?;
+                status = Some(PendingRead::ready(
+                    words.into_iter().map(f32::from_bits).collect(),
+                ));
                 decoded = bytes;
                 &decoded[..]
             }
@@ -444,7 +450,8 @@ pub trait Backend {
             table,
             &mut values,
         );
-        self.write(dst, &values)
+        self.write(dst, &values)?;
+        Ok(status)
     }
 
     /// Waits until every `write_pixel_bytes` so far has read its bytes (their copies are done;

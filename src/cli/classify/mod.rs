@@ -137,6 +137,7 @@ pub(crate) fn classify_images(
             first_submits: &outcome.times.first_submits,
             batch_marks: &outcome.times.batch_marks,
             timeline: &timeline,
+            redone_on_host: outcome.times.redone_on_host,
         };
         write_stats(
             stats_file,
@@ -316,6 +317,7 @@ struct StatsTimes<'a> {
     first_submits: &'a [Duration],
     batch_marks: &'a [[f64; 5]],
     timeline: &'a [TimelineSpan],
+    redone_on_host: usize,
 }
 
 /// The run's timings as JSON (see `--stats`).
@@ -398,6 +400,11 @@ fn write_stats(
         },
         "device": device,
         "decoded_on_device": stats.device_decoded,
+        // Of those, the images whose Huffman decoding the device did too.
+        "entropy_decoded_on_device": stats.device_entropy_decoded,
+        // Images the device marked (data libjpeg would warn about, a block outside the
+        // exactness guard): their batches were decoded again on the host.
+        "redone_on_host": times.redone_on_host,
         "decoded_on_host": stats.host_decoded.iter().map(|(why, images)| serde_json::json!({"why": why.describe(), "images": images})).collect::<Vec<_>>(),
         "max_images_in_flight": stats.max_in_flight,
         "peak_rss_bytes": peak_rss_bytes(),
@@ -493,7 +500,9 @@ mod tests {
                         assert!(batch.failures.is_empty(), "{:?}", batch.failures);
                         let mut pixels = batch.pixels.to_vec();
                         if let Some(device) = device_batch_of(&batch, image_bytes) {
-                            device.decode(batch.arena).run_on_host(&mut pixels).unwrap();
+                            let status =
+                                device.decode(batch.arena).run_on_host(&mut pixels).unwrap();
+                            assert!(status.iter().all(|&s| s == 0), "{status:?}");
                             on_device += batch.device.len();
                         }
                         for k in 0..batch.count {
