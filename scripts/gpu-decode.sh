@@ -41,18 +41,19 @@ if [ -d "$dir/pil-jpegs" ]; then
     sets="$sets pil"
 fi
 for set in $sets; do
-    for decode in gpu cpu; do
+    for decode in gpu gpu-idct cpu; do
         "$dir/vitrt.bin" classify --model "$model" --device cuda --dtype f16 --format jsonl --quiet \
             --files-from /tmp/$set.txt --decode $decode --stats "$logs/stats-$set-$decode.json" \
             >"$logs/classify-$set-$decode.jsonl" 2>"$logs/classify-$set-$decode.err"
         echo "classify $set --decode $decode: exit $? ($(wc -l <"$logs/classify-$set-$decode.jsonl") results)"
     done
-    if cmp -s "$logs/classify-$set-gpu.jsonl" "$logs/classify-$set-cpu.jsonl"; then
-        echo "classify $set: --decode gpu and cpu give identical results"
+    if cmp -s "$logs/classify-$set-gpu.jsonl" "$logs/classify-$set-cpu.jsonl" &&
+        cmp -s "$logs/classify-$set-gpu-idct.jsonl" "$logs/classify-$set-cpu.jsonl"; then
+        echo "classify $set: --decode gpu, gpu-idct and cpu give identical results"
     else
-        echo "classify $set: RESULTS DIFFER between --decode gpu and cpu"
+        echo "classify $set: RESULTS DIFFER between --decode gpu, gpu-idct and cpu"
     fi
-    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('  decoded on the device:', d.get('decoded_on_device'), 'on the host:', d.get('decoded_on_host'))" "$logs/stats-$set-gpu.json"
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('  decoded on the device:', d.get('decoded_on_device'), '(Huffman too:', d.get('entropy_decoded_on_device'), 'redone on the host:', d.get('redone_on_host'), ') on the host:', d.get('decoded_on_host'))" "$logs/stats-$set-gpu.json"
 done
 python3 scripts/bench_pipeline.py --vitrt "$dir/vitrt.bin" --model "$model" --images "$photos" \
     --batch-size 256 --workers-sweep "${WORKERS_SWEEP:-12,14}" --json "$logs/pipeline.json" 2>&1 |
@@ -61,7 +62,7 @@ python3 scripts/bench_pipeline.py --vitrt "$dir/vitrt.bin" --model "$model" --im
 python3 - "$logs/pipeline.json" <<'PY'
 import json, subprocess, sys, tempfile
 doc = json.load(open(sys.argv[1]))
-for key in ["vitrt", "vitrt_host_decode"]:
+for key in ["vitrt", "vitrt_gpu_idct", "vitrt_host_decode"]:
     if key in doc:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(doc[key], f)

@@ -48,7 +48,7 @@ def main() -> None:
     for stage, intervals in sorted(by_stage.items()):
         print(f"  {stage}: {len(intervals)} spans, median {median([e - s for s, e in intervals]):.2f} ms")
     copies = by_stage.get("CopyIn", [])
-    firsts = sorted(s for s, e, st in compute if st in ("Decode", "Expand"))
+    firsts = sorted(s for s, e, st in compute if st in ("Entropy", "Decode", "Expand"))
     lag = []
     for (cs, ce) in copies:
         after = [f for f in firsts if f >= ce - 1e-3]

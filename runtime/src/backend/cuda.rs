@@ -532,7 +532,7 @@ impl Backend for CudaBackend {
         if let (Some(decode), Some((data, tables)), Some(scratch)) =
             (decode, &upload.decode_inputs, &self.decode_scratch)
         {
-            let decode_start = self.timeline_mark(Stream::Compute)?;
+            let entropy_start = self.timeline_mark(Stream::Compute)?;
             jpeg_scan::gpu::decode_scans(
                 &self.gpu,
                 decode.scans,
@@ -542,6 +542,7 @@ impl Backend for CudaBackend {
                 &decode.jpeg_at,
             )
             .map_err(backend_error)?;
+            let decode_start = self.timeline_mark(Stream::Compute)?;
             jpeg::gpu::decode(
                 &self.gpu,
                 decode.jpeg,
@@ -551,6 +552,7 @@ impl Backend for CudaBackend {
                 &scratch.rgb,
             )
             .map_err(backend_error)?;
+            let resize_start = self.timeline_mark(Stream::Compute)?;
             resample::gpu::resample(
                 &self.gpu,
                 decode.resample,
@@ -559,7 +561,11 @@ impl Backend for CudaBackend {
                 (&scratch.rgb, &scratch.mid, &upload.bytes),
             )
             .map_err(backend_error)?;
-            decoded = decode_start;
+            decoded = Some((
+                entropy_start.filter(|_| !decode.scans.images.is_empty()),
+                decode_start,
+                resize_start,
+            ));
             // The status words, copied back behind the kernels that wrote them.
             let images = decode.jpeg.images.len();
             if let Some(mut buffer) = status_buffer.take() {
@@ -593,8 +599,12 @@ impl Backend for CudaBackend {
             (self.timeline.as_mut(), copy_start, expand_start)
         {
             timeline.push((TimelineStage::CopyIn, copy_start, copied.clone()));
-            if let Some(decode_start) = decoded {
-                timeline.push((TimelineStage::Decode, decode_start, expand_start.clone()));
+            if let Some((entropy_start, Some(decode_start), Some(resize_start))) = decoded {
+                if let Some(entropy_start) = entropy_start {
+                    timeline.push((TimelineStage::Entropy, entropy_start, decode_start.clone()));
+                }
+                timeline.push((TimelineStage::Decode, decode_start, resize_start.clone()));
+                timeline.push((TimelineStage::Resize, resize_start, expand_start.clone()));
             }
             timeline.push((TimelineStage::Expand, expand_start, expanded.clone()));
             self.last_expanded = Some(expanded.clone());

@@ -361,7 +361,9 @@ fn write_stats(
     } else {
         serde_json::json!({
             "copy_in": stage(TimelineStage::CopyIn),
+            "entropy": stage(TimelineStage::Entropy),
             "decode": stage(TimelineStage::Decode),
+            "resize": stage(TimelineStage::Resize),
             "expand": stage(TimelineStage::Expand),
             "forward": stage(TimelineStage::Forward),
             "copy_out": stage(TimelineStage::CopyOut),
