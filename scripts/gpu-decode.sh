@@ -56,7 +56,7 @@ for set in $sets; do
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('  decoded on the device:', d.get('decoded_on_device'), '(Huffman too:', d.get('entropy_decoded_on_device'), 'redone on the host:', d.get('redone_on_host'), ') on the host:', d.get('decoded_on_host'))" "$logs/stats-$set-gpu.json"
 done
 python3 scripts/bench_pipeline.py --vitrt "$dir/vitrt.bin" --model "$model" --images "$photos" \
-    --batch-size 256 --workers-sweep "${WORKERS_SWEEP:-12,14}" --json "$logs/pipeline.json" 2>&1 |
+    --batch-size 256 --workers-sweep "${WORKERS_SWEEP-12,14}" --json "$logs/pipeline.json" 2>&1 |
     tee "$logs/bench-pipeline.log"
 # Where the batches wait, with each decoder (from the runs' --stats).
 python3 - "$logs/pipeline.json" <<'PY'
