@@ -8,7 +8,8 @@
 # (model-jpeg_gpu); makes a random ViT-B/16 and COUNT (default 16384) 500x375 JPEG photos;
 # classifies the image fixtures and the first 2048 photos with --decode gpu and --decode cpu
 # and compares the JSON Lines byte for byte; then scripts/bench_pipeline.py at batch 256 in f16
-# (vitrt with each decoder, the forward pass alone, PyTorch with nvJPEG and with a DataLoader).
+# (vitrt with each decoder, the forward pass alone, PyTorch with nvJPEG and with a DataLoader);
+# with LARGE_COUNT set, the same for that many 12-megapixel photos at batch 64, without PyTorch.
 # Logs and pipeline.json go to LOGS (default $OUT, else benchmarks/raw/gpu-decode, git-ignored).
 set -uo pipefail
 dir=${1:?usage: scripts/gpu-decode.sh DIR [LOGS] [COUNT]}
@@ -58,6 +59,15 @@ done
 python3 scripts/bench_pipeline.py --vitrt "$dir/vitrt.bin" --model "$model" --images "$photos" \
     --batch-size 256 --workers-sweep "${WORKERS_SWEEP-12,14}" --json "$logs/pipeline.json" 2>&1 |
     tee "$logs/bench-pipeline.log"
+# 12-megapixel photos (LARGE_COUNT of 4000x3000, when set): each decoder at batch 64.
+if [ -n "${LARGE_COUNT:-}" ]; then
+    large=/tmp/vitrt-photos-12mp
+    python3 scripts/make_photos.py --out "$large" --count "$LARGE_COUNT" --size 4000x3000 >>"$logs/make.log" 2>&1 ||
+        echo "make_photos (12 MP) failed"
+    python3 scripts/bench_pipeline.py --vitrt "$dir/vitrt.bin" --model "$model" --images "$large" \
+        --batch-size 64 --workers-sweep "" --no-torch --json "$logs/pipeline-12mp.json" 2>&1 |
+        tee "$logs/bench-pipeline-12mp.log"
+fi
 # Where the batches wait, with each decoder (from the runs' --stats).
 python3 - "$logs/pipeline.json" <<'PY'
 import json, subprocess, sys, tempfile

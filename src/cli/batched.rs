@@ -25,11 +25,33 @@ use vitrt_runtime::{HostTensor, PendingOutputs};
 /// Staging slots: one batch being filled while one is copied and one computes.
 const STAGING_DEPTH: usize = 3;
 
-/// Arena bytes per image of a batch for `--decode gpu` (page-locked, one arena per staging
-/// slot): a 4:2:0 JPEG's coefficients take 3 bytes a pixel, so this holds a batch of
-/// 350-kilopixel photos (500x375 takes 0.56 MB), or fewer larger ones; an image that finds the
-/// arena full is decoded on the host.
-const ARENA_BYTES_PER_IMAGE: usize = 1 << 20;
+/// Bounds of the arena bytes per image of a batch for `--decode gpu` (page-locked, one arena
+/// per staging slot), which [`arena_bytes_per_image`] sizes from the input files: a baseline
+/// JPEG's scan takes about its file's size, a progressive one's coefficients about ten times
+/// that (3 bytes a pixel in 4:2:0: 0.56 MB for 500x375). An image that finds the arena full
+/// is decoded on the host.
+const ARENA_BYTES_PER_IMAGE: (usize, usize) = (256 << 10, 16 << 20);
+/// The most one slot's arena takes, whatever the batch size and files.
+const ARENA_BYTES_PER_SLOT: usize = 1 << 30;
+
+/// Arena bytes per image for `paths`: four times the median size of up to 64 of the files
+/// (spread over the list), within [`ARENA_BYTES_PER_IMAGE`]; pinning page-locked memory costs
+/// start-up time, so photos of 50 KB get the floor and 12-megapixel ones room for theirs.
+fn arena_bytes_per_image(paths: &[PathBuf]) -> usize {
+    let step = paths.len().div_ceil(64).max(1);
+    let mut sizes: Vec<u64> = paths
+        .iter()
+        .step_by(step)
+        .filter_map(|p| std::fs::metadata(p).ok().map(|m| m.len()))
+        .collect();
+    sizes.sort_unstable();
+    let median = sizes.get(sizes.len() / 2).copied().unwrap_or(0) as usize;
+    let (floor, ceiling) = ARENA_BYTES_PER_IMAGE;
+    median
+        .saturating_mul(4)
+        .clamp(floor, ceiling)
+        .next_multiple_of(64 << 10)
+}
 
 /// Where JPEGs are decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -208,11 +230,8 @@ impl BatchSetup {
                 workers,
                 image_bytes,
                 fail_fast: args.fail_fast,
-                arena_bytes: if device_decode {
-                    batch_size * ARENA_BYTES_PER_IMAGE
-                } else {
-                    0
-                },
+                // Sized from the files in run_batches.
+                arena_bytes: usize::from(device_decode),
             },
             table: normalization_table(&pre),
             pre,
@@ -320,7 +339,12 @@ pub fn run_batches(
         .map(|_| runner.alloc_staging(slot_bytes))
         .collect::<Result<Vec<_>, _>>()
         .context("allocating the staging buffers")?;
-    let arena_bytes = setup.pipeline.arena_bytes;
+    let mut pipeline_config = setup.pipeline;
+    if pipeline_config.arena_bytes > 0 {
+        pipeline_config.arena_bytes =
+            (setup.batch_size * arena_bytes_per_image(&inputs.paths)).min(ARENA_BYTES_PER_SLOT);
+    }
+    let arena_bytes = pipeline_config.arena_bytes;
     let mut arenas = match arena_bytes {
         0 => Vec::new(),
         bytes => (0..STAGING_DEPTH)
@@ -353,7 +377,7 @@ pub fn run_batches(
     };
     let stats = pipeline::run(
         &inputs.paths,
-        setup.pipeline,
+        pipeline_config,
         &mut staging,
         &mut arenas,
         &make_loader,
@@ -586,4 +610,31 @@ fn progress_bar(total: usize, quiet: bool) -> indicatif::ProgressBar {
         .expect("a valid template"),
     );
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_arena_is_sized_from_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, bytes: usize| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, vec![0u8; bytes]).unwrap();
+            path
+        };
+        // Small photos get the floor; 3 MB ones four times their size; huge ones the ceiling.
+        let small: Vec<_> = (0..5).map(|i| write(&format!("s{i}"), 40_000)).collect();
+        assert_eq!(arena_bytes_per_image(&small), ARENA_BYTES_PER_IMAGE.0);
+        let large: Vec<_> = (0..5).map(|i| write(&format!("l{i}"), 3 << 20)).collect();
+        assert_eq!(arena_bytes_per_image(&large), 12 << 20);
+        let huge = vec![write("h", 100 << 20)];
+        assert_eq!(arena_bytes_per_image(&huge), ARENA_BYTES_PER_IMAGE.1);
+        // Files that cannot be read count as nothing.
+        assert_eq!(
+            arena_bytes_per_image(&[dir.path().join("missing")]),
+            ARENA_BYTES_PER_IMAGE.0
+        );
+    }
 }

@@ -67,6 +67,8 @@ pub struct Gpu {
     pub(super) family_states: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
     /// Launch with programmatic stream serialization (see [`Gpu::set_dependent_launch`]).
     pub(super) dependent_launch: AtomicBool,
+    /// Kernels are queued on the copy stream (see [`Gpu::launching_on`]).
+    pub(super) launch_on_copy_stream: AtomicBool,
     /// The name of the last kernel queued, for errors that surface at a later wait.
     pub(super) last_kernel: Mutex<String>,
     /// The device memory this Gpu's buffers hold (see [`Gpu::allocated_bytes`]).
@@ -208,6 +210,7 @@ impl Gpu {
             last_kernel: Mutex::new(String::new()),
             allocations: Arc::new(AllocationCounter::default()),
             kernel_loads: Mutex::new(KernelLoads::default()),
+            launch_on_copy_stream: AtomicBool::new(false),
             dependent_launch: AtomicBool::new(
                 major >= 9 && std::env::var_os("VITRT_DEPENDENT_LAUNCH").is_none_or(|v| v != "0"),
             ),
@@ -223,6 +226,25 @@ impl Gpu {
     /// benchmarks/NOTES.md, 2026-11-22 "Programmatic dependent launch".
     pub fn dependent_launch(&self) -> bool {
         self.dependent_launch.load(Ordering::Relaxed)
+    }
+
+    /// Runs `work` with every kernel it launches queued on `stream` (the compute stream
+    /// otherwise): work that should overlap the compute stream's, such as decoding the next
+    /// batch's images during the forward pass. Launches on the copy stream are never
+    /// dependent launches, and none may happen during a capture.
+    pub fn launching_on<T>(
+        &self,
+        stream: super::staging::Stream,
+        work: impl FnOnce() -> Result<T, KernelError>,
+    ) -> Result<T, KernelError> {
+        let copy = stream == super::staging::Stream::Copy;
+        if copy {
+            self.refuse_while_capturing("launching on the copy stream")?;
+        }
+        let before = self.launch_on_copy_stream.swap(copy, Ordering::SeqCst);
+        let result = work();
+        self.launch_on_copy_stream.store(before, Ordering::SeqCst);
+        result
     }
 
     /// Turns dependent launches on or off (they stay off below compute capability 9.0, which
@@ -540,8 +562,13 @@ impl Gpu {
             .map(|s| s as *mut ParamSlot as *mut _)
             .collect();
         self.bind()?;
-        let mut attributes = launch_attributes(dims.cluster, self.dependent_launch());
-        let config = self.launch_config(dims, &mut attributes);
+        let on_copy_stream = self.launch_on_copy_stream.load(Ordering::SeqCst);
+        let mut attributes =
+            launch_attributes(dims.cluster, self.dependent_launch() && !on_copy_stream);
+        let mut config = self.launch_config(dims, &mut attributes);
+        if on_copy_stream {
+            config.hStream = self.copy_stream.cu_stream();
+        }
         unsafe {
             cudarc::driver::sys::cuLaunchKernelEx(
                 &config,

@@ -522,69 +522,84 @@ impl Backend for CudaBackend {
                 .upload_on_copy_stream(tables, 0, decode.tables)
                 .map_err(backend_error)?;
         }
-        // Compute stream: after the work queued so far (the previous forward pass, which read
-        // the input buffer) and the copies, decode, then expand into the input buffer.
-        self.gpu
-            .stream_wait(Stream::Compute, &copied)
-            .map_err(backend_error)?;
+        // Copy stream, after the copies: the device decoding, which so overlaps the forward
+        // pass of the batch before on the compute stream (benchmarks/NOTES.md, 2026-11-27
+        // "JPEG entropy decoding on the GPU"). The scratch buffers are the copy stream's alone.
         let mut decoded = None;
-        let mut status_read = None;
+        let mut ready = copied.clone();
         if let (Some(decode), Some((data, tables)), Some(scratch)) =
             (decode, &upload.decode_inputs, &self.decode_scratch)
         {
-            let entropy_start = self.timeline_mark(Stream::Compute)?;
-            jpeg_scan::gpu::decode_scans(
-                &self.gpu,
-                decode.scans,
-                decode.jpeg,
-                (tables, data, &scratch.states),
-                &decode.scan_at,
-                &decode.jpeg_at,
-            )
+            let entropy_start = self.timeline_mark(Stream::Copy)?;
+            let gpu = &self.gpu;
+            gpu.launching_on(Stream::Copy, || {
+                jpeg_scan::gpu::decode_scans(
+                    gpu,
+                    decode.scans,
+                    decode.jpeg,
+                    (tables, data, &scratch.states),
+                    &decode.scan_at,
+                    &decode.jpeg_at,
+                )
+            })
             .map_err(backend_error)?;
-            let decode_start = self.timeline_mark(Stream::Compute)?;
-            jpeg::gpu::decode(
-                &self.gpu,
-                decode.jpeg,
-                (tables, data),
-                &decode.jpeg_at,
-                &scratch.planes,
-                &scratch.rgb,
-            )
+            let decode_start = self.timeline_mark(Stream::Copy)?;
+            gpu.launching_on(Stream::Copy, || {
+                jpeg::gpu::decode(
+                    gpu,
+                    decode.jpeg,
+                    (tables, data),
+                    &decode.jpeg_at,
+                    &scratch.planes,
+                    &scratch.rgb,
+                )
+            })
             .map_err(backend_error)?;
-            let resize_start = self.timeline_mark(Stream::Compute)?;
-            resample::gpu::resample(
-                &self.gpu,
-                decode.resample,
-                tables,
-                &decode.resample_at,
-                (&scratch.rgb, &scratch.mid, &upload.bytes),
-            )
+            let resize_start = self.timeline_mark(Stream::Copy)?;
+            gpu.launching_on(Stream::Copy, || {
+                resample::gpu::resample(
+                    gpu,
+                    decode.resample,
+                    tables,
+                    &decode.resample_at,
+                    (&scratch.rgb, &scratch.mid, &upload.bytes),
+                )
+            })
             .map_err(backend_error)?;
+            ready = self.gpu.record_on(Stream::Copy).map_err(backend_error)?;
             decoded = Some((
                 entropy_start.filter(|_| !decode.scans.images.is_empty()),
                 decode_start,
                 resize_start,
+                ready.clone(),
             ));
+        }
+        // Compute stream: after the work queued so far (the previous forward pass, which read
+        // the input buffer) and the copies and decoding, expand into the input buffer.
+        self.gpu
+            .stream_wait(Stream::Compute, &ready)
+            .map_err(backend_error)?;
+        let mut status_read = None;
+        if let (Some(decode), Some((_, tables)), Some(mut buffer)) =
+            (decode, &upload.decode_inputs, status_buffer.take())
+        {
             // The status words, copied back behind the kernels that wrote them.
             let images = decode.jpeg.images.len();
-            if let Some(mut buffer) = status_buffer.take() {
-                let done = self
-                    .gpu
-                    .download_on_compute_stream(
-                        tables,
-                        decode.jpeg_at.status_at,
-                        &mut buffer,
-                        images * 4,
-                    )
-                    .map_err(backend_error)?;
-                status_read = Some(QueuedRead {
-                    buffer,
-                    done,
-                    len: images,
-                    dtype: DType::F32,
-                });
-            }
+            let done = self
+                .gpu
+                .download_on_compute_stream(
+                    tables,
+                    decode.jpeg_at.status_at,
+                    &mut buffer,
+                    images * 4,
+                )
+                .map_err(backend_error)?;
+            status_read = Some(QueuedRead {
+                buffer,
+                done,
+                len: images,
+                dtype: DType::F32,
+            });
         }
         let (_, table_buffer) = self.pixel_table.as_ref().expect("uploaded above");
         let table_ptr = table_buffer
@@ -599,12 +614,12 @@ impl Backend for CudaBackend {
             (self.timeline.as_mut(), copy_start, expand_start)
         {
             timeline.push((TimelineStage::CopyIn, copy_start, copied.clone()));
-            if let Some((entropy_start, Some(decode_start), Some(resize_start))) = decoded {
+            if let Some((entropy_start, Some(decode_start), Some(resize_start), ready)) = decoded {
                 if let Some(entropy_start) = entropy_start {
                     timeline.push((TimelineStage::Entropy, entropy_start, decode_start.clone()));
                 }
                 timeline.push((TimelineStage::Decode, decode_start, resize_start.clone()));
-                timeline.push((TimelineStage::Resize, resize_start, expand_start.clone()));
+                timeline.push((TimelineStage::Resize, resize_start, ready));
             }
             timeline.push((TimelineStage::Expand, expand_start, expanded.clone()));
             self.last_expanded = Some(expanded.clone());

@@ -234,13 +234,14 @@ impl PendingRead {
 pub enum TimelineStage {
     /// The host-to-device copy of 8-bit pixels (copy stream).
     CopyIn,
-    /// Device decoding's Huffman decoding of JPEG scans into coefficients (compute stream;
-    /// only batches with scans have it).
+    /// Device decoding's Huffman decoding of JPEG scans into coefficients (on the copy
+    /// stream after the copy, overlapping the compute stream; only batches with scans have
+    /// it).
     Entropy,
     /// Device decoding: JPEG coefficients to upright 8-bit RGB (IDCT, upsampling, colour,
-    /// orientation; compute stream; batches with no image decoded on the device have none).
+    /// orientation; copy stream; batches with no image decoded on the device have none).
     Decode,
-    /// Device decoding's resize and crop into the batch's 8-bit images (compute stream).
+    /// Device decoding's resize and crop into the batch's 8-bit images (copy stream).
     Resize,
     /// Their expansion into the model's input (compute stream).
     Expand,

@@ -348,7 +348,13 @@ fn write_stats(
     let compute_ms: f64 = times
         .timeline
         .iter()
-        .filter(|s| s.stage != TimelineStage::CopyIn)
+        .filter(|s| {
+            // The compute stream's stages; the copy stream copies and decodes beside it.
+            matches!(
+                s.stage,
+                TimelineStage::Expand | TimelineStage::Forward | TimelineStage::CopyOut
+            )
+        })
         .map(|s| f64::from(s.end_ms - s.start_ms))
         .sum();
     let span_ms = times
