@@ -28,15 +28,17 @@ const STAGING_DEPTH: usize = 3;
 /// Bounds of the arena bytes per image of a batch for `--decode gpu` (page-locked, one arena
 /// per staging slot), which [`arena_bytes_per_image`] sizes from the input files: a baseline
 /// JPEG's scan takes about its file's size, a progressive one's coefficients about ten times
-/// that (3 bytes a pixel in 4:2:0: 0.56 MB for 500x375). An image that finds the arena full
-/// is decoded on the host.
+/// that (3 bytes a pixel in 4:2:0: 0.56 MB for 500x375), so the floor leaves a batch of small
+/// photos room for some progressive ones. An image that finds the arena full is decoded on
+/// the host.
 const ARENA_BYTES_PER_IMAGE: (usize, usize) = (256 << 10, 16 << 20);
 /// The most one slot's arena takes, whatever the batch size and files.
 const ARENA_BYTES_PER_SLOT: usize = 1 << 30;
 
-/// Arena bytes per image for `paths`: four times the median size of up to 64 of the files
-/// (spread over the list), within [`ARENA_BYTES_PER_IMAGE`]; pinning page-locked memory costs
-/// start-up time, so photos of 50 KB get the floor and 12-megapixel ones room for theirs.
+/// Arena bytes per image for `paths`: one and a half times the median size of up to 64 of
+/// the files (spread over the list), within [`ARENA_BYTES_PER_IMAGE`]; pinning page-locked
+/// memory costs start-up time (0.5 s a GiB), so photos of 50 KB get the floor and
+/// 12-megapixel ones room for their scans.
 fn arena_bytes_per_image(paths: &[PathBuf]) -> usize {
     let step = paths.len().div_ceil(64).max(1);
     let mut sizes: Vec<u64> = paths
@@ -48,7 +50,8 @@ fn arena_bytes_per_image(paths: &[PathBuf]) -> usize {
     let median = sizes.get(sizes.len() / 2).copied().unwrap_or(0) as usize;
     let (floor, ceiling) = ARENA_BYTES_PER_IMAGE;
     median
-        .saturating_mul(4)
+        .saturating_mul(3)
+        .div_ceil(2)
         .clamp(floor, ceiling)
         .next_multiple_of(64 << 10)
 }
@@ -624,11 +627,12 @@ mod tests {
             std::fs::write(&path, vec![0u8; bytes]).unwrap();
             path
         };
-        // Small photos get the floor; 3 MB ones four times their size; huge ones the ceiling.
+        // Small photos get the floor; 4 MB ones one and a half times their size; huge ones
+        // the ceiling.
         let small: Vec<_> = (0..5).map(|i| write(&format!("s{i}"), 40_000)).collect();
         assert_eq!(arena_bytes_per_image(&small), ARENA_BYTES_PER_IMAGE.0);
-        let large: Vec<_> = (0..5).map(|i| write(&format!("l{i}"), 3 << 20)).collect();
-        assert_eq!(arena_bytes_per_image(&large), 12 << 20);
+        let large: Vec<_> = (0..5).map(|i| write(&format!("l{i}"), 4 << 20)).collect();
+        assert_eq!(arena_bytes_per_image(&large), 6 << 20);
         let huge = vec![write("h", 100 << 20)];
         assert_eq!(arena_bytes_per_image(&huge), ARENA_BYTES_PER_IMAGE.1);
         // Files that cannot be read count as nothing.

@@ -8,8 +8,10 @@
 /// benchmarks/NOTES.md, "JPEG entropy decoding on the GPU".
 pub const CHUNK_BYTES: usize = 128;
 /// Threads of the program's CTA, one CTA an image; the twin splits an image's chunks into the
-/// same ranges, so both find the same synchronisation points.
-pub const THREADS: usize = 256;
+/// same ranges, so both find the same synchronisation points. 1024: a 12-megapixel scan's
+/// 25,000 chunks are 25 a thread (benchmarks/NOTES.md, 2026-11-27 "JPEG entropy decoding on
+/// the GPU").
+pub const THREADS: usize = 1024;
 /// Bytes of one Huffman table in the data: the counts of codes of each length 1 to 16, then
 /// 256 symbol values (as the file's DHT segment lists them, zero-padded).
 pub const TABLE_BYTES: usize = 16 + 256;
