@@ -22,13 +22,13 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::path::PathBuf;
+use vitrt_engine::results::{self, Scores};
+use vitrt_engine::{batched, device_name, ModelOptions, OpenError, OpenedModel};
 use vitrt_model::labels::Prediction;
 use vitrt_model::preprocess::{normalization_table, ImageLimits, ImageLoader, PreprocessConfig};
 use vitrt_model::{Output, OutputSet, Pool, Runner, VisionModel};
-use vitrt_runtime::backend::{self, Device};
-use vitrt_runtime::passes::Fusion;
-use vitrt_runtime::{Backend, DType, DeviceInput, HostStaging, HostTensor, PendingOutputs};
-use vitrt_weights::{resolve_model, ResolveOptions};
+use vitrt_runtime::backend::Device;
+use vitrt_runtime::{DType, DeviceInput, HostStaging, HostTensor, PendingOutputs};
 
 /// Moves a value that is not `Send` (the runner holds the backend, which is not) into
 /// `Python::allow_threads`, which runs its closure at once on the calling thread with the
@@ -131,21 +131,6 @@ where
     }
 }
 
-/// The device and dtype asked for, or without a device the first CUDA GPU that opens (f16
-/// unless `dtype` says otherwise), else the CPU (f32): the CLI's choice.
-fn open_backend(device: Option<&str>, dtype: Option<DType>) -> Result<(Box<dyn Backend>, Device)> {
-    let device = device.map(Device::parse).transpose().or_value()?;
-    let opened = backend::open_with_defaults(device, dtype).or_runtime()?;
-    Ok((opened.backend, opened.device))
-}
-
-fn device_name(device: Device) -> String {
-    match device {
-        Device::Cpu => "cpu".to_string(),
-        Device::Cuda(ordinal) => format!("cuda:{ordinal}"),
-    }
-}
-
 /// The pool named `asked` (`Model.embed`'s `pool=`), if the checkpoint has it, else the
 /// checkpoint's default (`vitrt_model::Pool::choose`, as `vitrt embed`).
 fn choose_pool(asked: Option<&str>, model: &VisionModel, name: &str) -> Result<Pool> {
@@ -196,57 +181,29 @@ struct Engine {
 }
 
 impl Engine {
-    /// Resolves and loads the checkpoint, and opens the backend (the CLI's rules).
-    fn open(
-        name: &str,
-        options: &ResolveOptions,
-        device: Option<&str>,
-        dtype: Option<DType>,
-        workers: Option<usize>,
-        cuda_graphs: bool,
-    ) -> Result<Engine> {
-        let files = resolve_model(name, options).or_value()?;
-        let mut model = VisionModel::load(&files.dir)
-            .with_context(|| format!("loading model {name}"))
-            .or_value()?;
-        let channels = model.config.num_channels;
-        let preprocess = match PreprocessConfig::of_checkpoint(&files.dir, channels).or_value()? {
-            Some(config) => config,
-            None => {
-                let (height, width) = model.input_size();
-                PreprocessConfig::hf_default_sized(height, width, channels)
-            }
-        };
-        // The model runs on what its preprocessing makes (DINOv2's position tables are for
-        // 518 pixels and its processor crops 224).
-        let size = preprocess.output_size();
-        if size != model.input_size() {
-            model = model
-                .with_input_size(size)
-                .with_context(|| {
-                    format!(
-                        "the {}x{} images preprocessor_config.json makes",
-                        size.0, size.1
-                    )
-                })
-                .or_value()?;
-        }
-        let (backend, device) = open_backend(device, dtype)?;
-        let runner = Runner::new(model, backend, Fusion::ALL).with_graph_replay(cuda_graphs);
-        // The CLI's choice: on a GPU every core decodes; on the CPU the forward pass needs
-        // cores too, and decoding on half of them costs it nothing.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let workers = workers.unwrap_or(match device {
-            Device::Cpu => (cores / 2).max(1),
-            Device::Cuda(_) => cores,
-        });
+    /// Resolves and loads the checkpoint, and opens the backend: the engine's
+    /// [`ModelOptions::open`], as every front door (the driver warming up while the
+    /// parameters are read and encoded).
+    fn open(options: &ModelOptions, workers: Option<usize>) -> Result<Engine> {
+        let OpenedModel {
+            mut runner,
+            dir,
+            device,
+        } = options.open().map_err(|e| match e {
+            OpenError::Input(e) => Failure::Value(e),
+            OpenError::Device(e) => Failure::Runtime(e),
+        })?;
+        // The checkpoint's preprocessing (or HF's default at the model's size), the runner
+        // set to the size it makes.
+        let preprocess = batched::preprocessing(&mut runner, &dir, false).or_value()?;
+        let workers = workers.unwrap_or_else(|| batched::default_workers(device != Device::Cpu));
         let loaders = (0..workers)
             .map(|_| ImageLoader::new(&preprocess, ImageLimits::default()))
             .collect();
         let table = normalization_table(&preprocess);
         Ok(Engine {
             runner,
-            dir: files.dir,
+            dir,
             device,
             preprocess,
             loaders,
@@ -321,32 +278,7 @@ impl Engine {
 
 /// The tensor named `name` of a batch's outputs, checked to be [count, width].
 fn output_rows(outputs: Vec<HostTensor>, name: &str, count: usize) -> Result<(usize, Vec<f32>)> {
-    let tensor = outputs
-        .into_iter()
-        .find(|t| t.name == name)
-        .ok_or_else(|| Failure::Runtime(anyhow!("the model produced no {name}")))?;
-    match tensor.shape[..] {
-        [rows, width] if rows == count => Ok((width, tensor.data)),
-        _ => Err(Failure::Runtime(anyhow!(
-            "the model's {name} has shape {:?}, not [{count}, width]",
-            tensor.shape
-        ))),
-    }
-}
-
-/// The `k` highest scores of a row of probabilities, ties broken by the lower index.
-fn top_probabilities(row: &[f32], k: usize, labels: &[String]) -> Vec<Prediction> {
-    let mut order: Vec<usize> = (0..row.len()).collect();
-    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
-    order
-        .into_iter()
-        .take(k)
-        .map(|index| Prediction {
-            index,
-            label: labels[index].clone(),
-            probability: row[index],
-        })
-        .collect()
+    results::output_rows(outputs, name, count).or_runtime()
 }
 
 /// Each image's predictions as a list of `{"index", "label", "probability"}` dicts.
@@ -488,7 +420,7 @@ impl Model {
     #[new]
     // One argument per keyword of the Python constructor.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (model, device=None, dtype=None, offline=false, revision=None, batch_size=None, workers=None, cuda_graphs=true))]
+    #[pyo3(signature = (model, device=None, dtype=None, offline=false, revision=None, batch_size=None, workers=None, cuda_graphs=true, residual_dtype=None))]
     fn new(
         py: Python<'_>,
         model: PathBuf,
@@ -499,33 +431,36 @@ impl Model {
         batch_size: Option<usize>,
         workers: Option<usize>,
         cuda_graphs: bool,
+        residual_dtype: Option<String>,
     ) -> PyResult<Model> {
         let name = model.to_string_lossy().into_owned();
-        let dtype = match dtype {
-            Some(s) => Some(DType::parse(&s).ok_or_else(|| {
-                PyValueError::new_err(format!("unknown dtype \"{s}\" (use f32, f16 or bf16)"))
-            })?),
-            None => None,
+        let parse_dtype = |keyword: &str, s: Option<String>| match s {
+            Some(s) => DType::parse(&s).map(Some).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "{keyword}: unknown dtype \"{s}\" (use f32, f16 or bf16)"
+                ))
+            }),
+            None => Ok(None),
         };
+        let dtype = parse_dtype("dtype", dtype)?;
+        let residual_dtype = parse_dtype("residual_dtype", residual_dtype)?;
         if batch_size == Some(0) {
             return Err(PyValueError::new_err("batch_size must be at least 1"));
         }
         if workers == Some(0) {
             return Err(PyValueError::new_err("workers must be at least 1"));
         }
-        let options = ResolveOptions { revision, offline };
-        let engine = without_gil(py, || {
-            Engine::open(
-                &name,
-                &options,
-                device.as_deref(),
-                dtype,
-                workers,
-                cuda_graphs,
-            )
-            .map(SameThread)
-        })?
-        .into_inner();
+        let options = ModelOptions {
+            revision,
+            offline,
+            device,
+            dtype,
+            residual_dtype,
+            cuda_graphs,
+            ..ModelOptions::new(name.clone())
+        };
+        let engine =
+            without_gil(py, || Engine::open(&options, workers).map(SameThread))?.into_inner();
         let batch_size = batch_size.unwrap_or(match engine.device {
             Device::Cpu => 8,
             Device::Cuda(_) => 64,
@@ -652,7 +587,7 @@ impl Model {
                         )));
                     }
                     if normalize {
-                        normalize_row(row);
+                        results::normalize(row);
                     }
                 }
                 rows.extend_from_slice(&values);
@@ -705,7 +640,7 @@ impl Model {
                 per_image.extend(
                     probs
                         .chunks(width)
-                        .map(|row| top_probabilities(row, top_k, &labels)),
+                        .map(|row| Scores::Probabilities(&labels).top_k(row, top_k)),
                 );
                 Ok(())
             },
@@ -872,21 +807,6 @@ fn check_pixel_shape(runner: &mut Runner, shape: &[usize]) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// Scales `row` to unit L2 norm (summed in f64, as `vitrt embed --normalize`); a zero vector
-/// stays zero.
-fn normalize_row(row: &mut [f32]) {
-    let norm = row
-        .iter()
-        .map(|&v| f64::from(v) * f64::from(v))
-        .sum::<f64>()
-        .sqrt();
-    if norm > 0.0 {
-        for v in row {
-            *v = (f64::from(*v) / norm) as f32;
-        }
-    }
 }
 
 /// Vision Transformer inference: classify, embed, zero-shot label images, or run raw

@@ -1,6 +1,7 @@
 //! Command-line interface: the subcommands and their dispatch. What they share (model
-//! resolution, backend choice, `pixel_values` files) is in [`common`]; what the commands over
-//! many image files share (pipeline, preprocessing, batches) is in [`batched`].
+//! resolution, backend choice, `pixel_values` files) is in [`common`]; the flags of the commands
+//! over many image files in [`images`]; what they run (opening, pipeline, batches, results)
+//! is the engine's (`vitrt_engine`).
 
 /// `println!` for command output: a closed standard output (the reader has gone, as after
 /// `| head`) ends the process quietly with status 0, as Unix tools do; any other failure (a
@@ -11,12 +12,12 @@ macro_rules! outln {
     };
 }
 
-mod batched;
 mod bench;
 mod classify;
 pub mod common;
 mod embed;
 mod embed_text;
+mod images;
 mod infer;
 mod parity;
 mod profile;
