@@ -68,6 +68,11 @@ impl MemoryBatches {
         }
     }
 
+    /// Bytes of one decoded image.
+    pub fn image_bytes(&self) -> usize {
+        self.image_bytes
+    }
+
     /// Queues one forward pass over `images` (each `image_bytes` long, from
     /// [`ImageDecoder::decode`]), in order; returns once the staging buffer may be filled
     /// again, the pass possibly still running ([`Runner::finish`] collects it).
