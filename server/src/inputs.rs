@@ -178,11 +178,9 @@ pub fn decode_image_string(text: &str) -> Result<Bytes, String> {
             ));
         }
         data
-    } else if text.starts_with("http://")
-        || text.starts_with("https://")
-        || text.starts_with("file:")
-        || text.starts_with('/')
-    {
+    } else if text.contains("://") || text.starts_with("file:") {
+        // (A path is not refused by its look: base64 may start with `/`, as a JPEG's does;
+        // it is simply not base64, or not an image, and is never opened.)
         return Err(
             "URLs and paths are not read: this server takes the image itself, as base64 or a \
              data URI"
@@ -213,6 +211,11 @@ mod tests {
         assert_eq!(
             decode_image_string("AAEC").unwrap(),
             Bytes::from_static(&[0, 1, 2])
+        );
+        // A JPEG's base64 starts with a slash.
+        assert_eq!(
+            decode_image_string("/9j/").unwrap(),
+            Bytes::from_static(&[0xFF, 0xD8, 0xFF])
         );
         for bad in [
             "https://example.com/cat.jpg",
