@@ -42,14 +42,20 @@ const ROUTES: [&str; 6] = [
 ];
 
 pub fn router(state: Shared) -> Router {
-    let body_limit = state.options.max_body_bytes;
-    Router::new()
+    let routes = Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/v1/models", get(models))
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/classify", post(classify))
-        .route("/v1/zero-shot", post(zero_shot))
+        .route("/v1/zero-shot", post(zero_shot));
+    guarded(routes, state)
+}
+
+/// `routes` behind the body limit and [`guard`].
+fn guarded(routes: Router<Shared>, state: Shared) -> Router {
+    let body_limit = state.options.max_body_bytes;
+    routes
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
@@ -501,5 +507,138 @@ async fn decode_all(
     match first_error {
         Some(e) => Err(e),
         None => Ok(decoded),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::ServeOptions;
+    use axum::body::Body;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::OnceLock;
+    use std::time::Duration;
+    use tokio::sync::Semaphore;
+    use tower::ServiceExt;
+
+    fn state(api_key: Option<&str>) -> Shared {
+        let (queue, _receiver, _) = crate::batcher::queue(8);
+        Arc::new(AppState {
+            options: ServeOptions {
+                model: vitrt_engine::ModelOptions::new("test"),
+                host: "127.0.0.1".to_string(),
+                port: 0,
+                max_batch_size: 4,
+                max_delay: Duration::from_millis(1),
+                max_queue: 8,
+                max_body_bytes: 1 << 20,
+                api_key: api_key.map(str::to_string),
+                request_timeout: Duration::from_millis(200),
+                limits: Default::default(),
+                workers: Some(1),
+            },
+            queue,
+            metrics: Arc::new(Metrics::new(4)),
+            info: OnceLock::new(),
+            ready: Arc::new(AtomicBool::new(false)),
+            decoders: Semaphore::new(1),
+        })
+    }
+
+    /// The real routes, and three more behind the same guard: one that panics, one slower
+    /// than the deadline, one that answers.
+    fn app(state: &Shared) -> Router {
+        let routes = Router::new()
+            .route("/health", get(health))
+            .route("/v1/classify", post(classify))
+            .route("/v1/models", get(models))
+            .route(
+                "/panics",
+                get(|| async {
+                    if std::hint::black_box(true) {
+                        panic!("a bug in a request");
+                    }
+                    "unreachable"
+                }),
+            )
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    "late"
+                }),
+            )
+            .route("/fine", get(|| async { "fine" }));
+        guarded(routes, Arc::clone(state))
+    }
+
+    async fn status(app: &Router, method: &str, path: &str, key: Option<&str>) -> u16 {
+        let mut request = Request::builder().method(method).uri(path);
+        if let Some(key) = key {
+            request = request.header("authorization", format!("Bearer {key}"));
+        }
+        let response = app
+            .clone()
+            .oneshot(request.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        response.status().as_u16()
+    }
+
+    #[tokio::test]
+    async fn a_panic_is_a_500_for_its_request_only_and_a_slow_one_a_504() {
+        let state = state(None);
+        let app = app(&state);
+        assert_eq!(status(&app, "GET", "/panics", None).await, 500);
+        assert_eq!(status(&app, "GET", "/fine", None).await, 200);
+        assert_eq!(status(&app, "GET", "/slow", None).await, 504);
+        assert_eq!(status(&app, "GET", "/fine", None).await, 200);
+        let text = state.metrics.render(0);
+        assert!(
+            text.contains("vitrt_requests_total{route=\"other\",status=\"500\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("vitrt_requests_total{route=\"other\",status=\"504\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn health_and_requests_are_503_until_the_model_is_ready() {
+        let state = state(None);
+        let app = app(&state);
+        assert_eq!(status(&app, "GET", "/health", None).await, 503);
+        assert_eq!(status(&app, "POST", "/v1/classify", None).await, 503);
+        state.ready.store(true, Ordering::Release);
+        assert_eq!(status(&app, "GET", "/health", None).await, 200);
+    }
+
+    #[tokio::test]
+    async fn the_api_key_is_required_everywhere_but_health() {
+        let state = state(Some("secret"));
+        let app = app(&state);
+        assert_eq!(status(&app, "GET", "/v1/models", None).await, 401);
+        assert_eq!(status(&app, "GET", "/v1/models", Some("secreT")).await, 401);
+        assert_eq!(
+            status(&app, "GET", "/v1/models", Some("secret2")).await,
+            401
+        );
+        assert_eq!(status(&app, "GET", "/v1/models", Some("secret")).await, 200);
+        assert_eq!(status(&app, "GET", "/health", None).await, 503);
+    }
+
+    #[test]
+    fn the_queue_admits_up_to_its_bound_and_takes_back_what_is_dropped() {
+        let state = state(None);
+        let five = state.queue.admit(5).unwrap();
+        assert!(state.queue.admit(4).is_err());
+        let three = state.queue.admit(3).unwrap();
+        assert_eq!(state.queue.depth(), 8);
+        drop(five);
+        assert_eq!(state.queue.depth(), 3);
+        drop(three);
+        assert_eq!(state.queue.depth(), 0);
     }
 }
