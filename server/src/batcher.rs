@@ -293,7 +293,7 @@ impl Batcher {
                         self.collect(done, &mut requests);
                     }
                 }
-                Err(why) => fail_rows(&rows, &mut requests, Failure::Failed(why)),
+                Err(why) => self.run_alone(&kind, &rows, &mut requests, why),
             }
         }
     }
@@ -397,14 +397,60 @@ impl Batcher {
             let outputs = self.runner.finish(batch.pending)?;
             output_rows(outputs, name, count)
         }));
-        let (width, data) = match flatten(outcome) {
-            Ok(rows) => rows,
-            Err(why) => return fail_rows(&batch.rows, requests, Failure::Failed(why)),
-        };
-        self.metrics.images_done(count);
+        match flatten(outcome) {
+            Ok((width, data)) => self.deliver(&batch.rows, width, &data, requests),
+            Err(why) => self.run_alone(&batch.kind, &batch.rows, requests, why),
+        }
+    }
+
+    /// After a batch failed (`why`): each of its requests is run again alone, so that a
+    /// request that fails (or panics) by itself is the only one answered 500.
+    fn run_alone(
+        &mut self,
+        kind: &Kind,
+        rows: &[(u64, usize)],
+        requests: &mut HashMap<u64, Request>,
+        why: String,
+    ) {
+        let mut ids: Vec<u64> = rows.iter().map(|(id, _)| *id).collect();
+        ids.dedup();
+        if ids.len() < 2 {
+            return fail_rows(rows, requests, Failure::Failed(why));
+        }
+        for id in ids {
+            let mine: Vec<(u64, usize)> = rows.iter().filter(|(r, _)| *r == id).copied().collect();
+            for chunk in mine.chunks(self.policy.max_batch_size) {
+                let outcome = self.submit(kind, chunk, requests).and_then(|pending| {
+                    let name = output_of(kind).name();
+                    let outcome = catch_unwind(AssertUnwindSafe(|| {
+                        let outputs = self.runner.finish(pending)?;
+                        output_rows(outputs, name, chunk.len())
+                    }));
+                    flatten(outcome)
+                });
+                match outcome {
+                    Ok((width, data)) => self.deliver(chunk, width, &data, requests),
+                    Err(why) => {
+                        fail_rows(chunk, requests, Failure::Failed(why));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands each request its rows of a batch's output, answering those now complete.
+    fn deliver(
+        &mut self,
+        rows: &[(u64, usize)],
+        width: usize,
+        data: &[f32],
+        requests: &mut HashMap<u64, Request>,
+    ) {
+        self.metrics.images_done(rows.len());
         self.metrics
             .device_bytes(self.runner.backend().memory_account().total_bytes());
-        for (k, (id, i)) in batch.rows.iter().enumerate() {
+        for (k, (id, i)) in rows.iter().enumerate() {
             let Some(request) = requests.get_mut(id) else {
                 continue;
             };
