@@ -314,7 +314,7 @@ impl Batcher {
                 deadline,
                 reply,
             } => {
-                self.queued.fetch_sub(images.len(), Ordering::AcqRel);
+                // Its images count in the queue's depth until they are put into a batch.
                 let id = *next_id;
                 *next_id += 1;
                 let count = images.len();
@@ -351,9 +351,7 @@ impl Batcher {
                 continue;
             };
             if request.deadline <= now {
-                if let Some(reply) = requests.remove(&id).and_then(|mut r| r.reply.take()) {
-                    let _ = reply.send(Err(Failure::Expired));
-                }
+                fail_rows(&[(id, 0)], requests, Failure::Expired, &self.queued);
                 continue;
             }
             if &request.kind == kind && rows.len() < self.policy.max_batch_size {
@@ -361,6 +359,7 @@ impl Batcher {
                     .min(self.policy.max_batch_size - rows.len());
                 rows.extend((request.taken..request.taken + take).map(|i| (id, i)));
                 request.taken += take;
+                self.queued.fetch_sub(take, Ordering::AcqRel);
             }
             if request.taken < request.images.len() {
                 kept.push_back(id);
@@ -415,7 +414,7 @@ impl Batcher {
         let mut ids: Vec<u64> = rows.iter().map(|(id, _)| *id).collect();
         ids.dedup();
         if ids.len() < 2 {
-            return fail_rows(rows, requests, Failure::Failed(why));
+            return fail_rows(rows, requests, Failure::Failed(why), &self.queued);
         }
         for id in ids {
             let mine: Vec<(u64, usize)> = rows.iter().filter(|(r, _)| *r == id).copied().collect();
@@ -431,7 +430,7 @@ impl Batcher {
                 match outcome {
                     Ok((width, data)) => self.deliver(chunk, width, &data, requests),
                     Err(why) => {
-                        fail_rows(chunk, requests, Failure::Failed(why));
+                        fail_rows(chunk, requests, Failure::Failed(why), &self.queued);
                         break;
                     }
                 }
@@ -549,11 +548,20 @@ fn images_of(kind: &Kind, waiting: &VecDeque<u64>, requests: &HashMap<u64, Reque
         .sum()
 }
 
-/// Answers every request with a row in the batch with `failure`, once.
-fn fail_rows(rows: &[(u64, usize)], requests: &mut HashMap<u64, Request>, failure: Failure) {
+/// Answers every request with a row in `rows` with `failure`, once, and drops it; its images
+/// not yet in a batch leave the queue's depth (`queued`).
+fn fail_rows(
+    rows: &[(u64, usize)],
+    requests: &mut HashMap<u64, Request>,
+    failure: Failure,
+    queued: &AtomicUsize,
+) {
     for (id, _) in rows {
-        if let Some(reply) = requests.remove(id).and_then(|mut r| r.reply.take()) {
-            let _ = reply.send(Err(failure.clone()));
+        if let Some(mut request) = requests.remove(id) {
+            queued.fetch_sub(request.images.len() - request.taken, Ordering::AcqRel);
+            if let Some(reply) = request.reply.take() {
+                let _ = reply.send(Err(failure.clone()));
+            }
         }
     }
 }

@@ -116,6 +116,7 @@ async fn serve_async(options: ServeOptions) -> Result<()> {
         decoders: Semaphore::new(workers),
     });
 
+    let counts = Arc::clone(&metrics);
     // The model is opened, warmed and run on its own thread (its runner stays there).
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     let batching = {
@@ -171,6 +172,8 @@ async fn serve_async(options: ServeOptions) -> Result<()> {
     // Every route's handle on the queue is gone: the batching thread answers what it holds
     // and ends.
     let _ = tokio::task::spawn_blocking(move || batching.join()).await;
+    let (begun, answered) = counts.begun_and_answered();
+    eprintln!("vitrt serve: stopped: {begun} requests begun, {answered} answered");
     match failure_rx.await.ok().flatten() {
         Some(e) => Err(e.context("opening the model")),
         None => Ok(()),

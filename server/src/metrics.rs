@@ -70,6 +70,8 @@ struct State {
     recent: VecDeque<(Instant, usize)>,
     /// What the backend held after the last batch (`None`: not yet known).
     device_bytes: Option<usize>,
+    /// Requests a route began to handle.
+    started: u64,
 }
 
 /// The server's counters, shared by the routes and the batching thread.
@@ -96,6 +98,17 @@ impl Metrics {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A request began to be handled.
+    pub fn started(&self) {
+        self.lock().started += 1;
+    }
+
+    /// (requests begun, requests answered) so far.
+    pub fn begun_and_answered(&self) -> (u64, u64) {
+        let state = self.lock();
+        (state.started, state.requests.values().sum())
     }
 
     /// A request to `route` answered with `status` after `took`.

@@ -68,6 +68,7 @@ fn guarded(routes: Router<Shared>, state: Shared) -> Router {
 /// and answered 500 (for this request only), and the request counted.
 async fn guard(State(state): State<Shared>, request: Request, next: Next) -> Response {
     let started = Instant::now();
+    state.metrics.started();
     let path = request.uri().path().to_string();
     let route = ROUTES
         .iter()
