@@ -77,7 +77,33 @@ impl MemoryBatches {
     /// [`ImageDecoder::decode`]), in order; returns once the staging buffer may be filled
     /// again, the pass possibly still running ([`Runner::finish`] collects it).
     pub fn submit(&mut self, runner: &mut Runner, images: &[&[u8]]) -> Result<PendingOutputs> {
-        let bytes = images.len() * self.image_bytes;
+        let image_bytes = self.image_bytes;
+        self.submit_filled(runner, images.len(), |pixels| {
+            for (image, place) in images.iter().zip(pixels.chunks_mut(image_bytes)) {
+                anyhow::ensure!(
+                    image.len() == image_bytes,
+                    "a decoded image of {} bytes where the model takes {image_bytes}",
+                    image.len()
+                );
+                place.copy_from_slice(image);
+            }
+            Ok(())
+        })
+    }
+
+    /// Queues one forward pass over `count` images that `fill` writes straight into the
+    /// staging buffer ([B, H, W, C] bytes, `image_bytes` each: Python's `Model` decodes into it
+    /// on its threads). Nothing is queued when `fill` fails; its error is returned as it is.
+    pub fn submit_filled<E>(
+        &mut self,
+        runner: &mut Runner,
+        count: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<PendingOutputs, E>
+    where
+        E: From<anyhow::Error>,
+    {
+        let bytes = count * self.image_bytes;
         if self.staging.as_ref().is_none_or(|s| s.len() < bytes) {
             self.staging = None; // freed before its successor is allocated
             self.staging = Some(
@@ -90,15 +116,9 @@ impl MemoryBatches {
             unreachable!("allocated above")
         };
         let pixels = &mut staging.as_mut_slice()[..bytes];
-        for (image, place) in images.iter().zip(pixels.chunks_mut(self.image_bytes)) {
-            anyhow::ensure!(
-                image.len() == self.image_bytes,
-                "a decoded image of {} bytes where the model takes {}",
-                image.len(),
-                self.image_bytes
-            );
-            place.copy_from_slice(image);
-        }
-        Ok(runner.submit_bytes(pixels, images.len(), &self.table)?)
+        fill(pixels)?;
+        Ok(runner
+            .submit_bytes(pixels, count, &self.table)
+            .map_err(anyhow::Error::from)?)
     }
 }

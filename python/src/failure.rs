@@ -58,3 +58,9 @@ pub fn engine_failure(error: anyhow::Error) -> Failure {
         Some(_) => Failure::Runtime(error),
     }
 }
+
+impl From<anyhow::Error> for Failure {
+    fn from(error: anyhow::Error) -> Failure {
+        engine_failure(error)
+    }
+}

@@ -22,13 +22,14 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::path::PathBuf;
+use vitrt_engine::memory::MemoryBatches;
 use vitrt_engine::results::{self, Scores};
 use vitrt_engine::{batched, device_name, ModelOptions, OpenError, OpenedModel};
 use vitrt_model::labels::Prediction;
-use vitrt_model::preprocess::{normalization_table, ImageLimits, ImageLoader, PreprocessConfig};
+use vitrt_model::preprocess::{ImageLimits, ImageLoader, PreprocessConfig};
 use vitrt_model::{Output, OutputSet, Pool, Runner, VisionModel};
 use vitrt_runtime::backend::Device;
-use vitrt_runtime::{DType, DeviceInput, HostStaging, HostTensor, PendingOutputs};
+use vitrt_runtime::{DType, DeviceInput, HostTensor, PendingOutputs};
 
 /// Moves a value that is not `Send` (the runner holds the backend, which is not) into
 /// `Python::allow_threads`, which runs its closure at once on the calling thread with the
@@ -171,11 +172,10 @@ struct Engine {
     preprocess: PreprocessConfig,
     /// One per decoding thread: its buffers and filter taps, reused batch after batch.
     loaders: Vec<ImageLoader>,
-    /// Byte value to model input, per channel (`normalization_table`).
-    table: Vec<f32>,
-    /// A batch's decoded 8-bit images, [B, H, W, C] (page-locked on CUDA), grown to the
-    /// largest batch; reused as soon as `Runner::submit_bytes` has copied it.
-    staging: Option<HostStaging>,
+
+    /// The staging of a batch's decoded 8-bit images, [B, H, W, C] (page-locked on CUDA),
+    /// grown to the largest batch, and its expansion table: the engine's in-memory batches.
+    batches: MemoryBatches,
     /// The label set (labels, templates) the runner scores zero-shot against now.
     zero_shot: Option<(Vec<String>, Vec<String>)>,
 }
@@ -200,15 +200,14 @@ impl Engine {
         let loaders = (0..workers)
             .map(|_| ImageLoader::new(&preprocess, ImageLimits::default()))
             .collect();
-        let table = normalization_table(&preprocess);
+        let batches = MemoryBatches::new(&preprocess, image_bytes_of(&preprocess));
         Ok(Engine {
             runner,
             dir,
             device,
             preprocess,
             loaders,
-            table,
-            staging: None,
+            batches,
             zero_shot: None,
         })
     }
@@ -229,51 +228,50 @@ impl Engine {
     /// the first image that fails is the one raised, before anything is queued.
     fn submit_images(&mut self, images: &[ImageSource], first: usize) -> Result<PendingOutputs> {
         let image_bytes = self.loaders[0].output_bytes();
-        let bytes = images.len() * image_bytes;
-        if self.staging.as_ref().is_none_or(|s| s.len() < bytes) {
-            self.staging = None; // freed before its successor is allocated
-            self.staging = Some(self.runner.alloc_staging(bytes).map_err(model_failure)?);
-        }
-        let Some(staging) = self.staging.as_mut() else {
-            unreachable!("allocated above")
-        };
-        let pixels = &mut staging.as_mut_slice()[..bytes];
         let per_thread = images.len().div_ceil(self.loaders.len()).max(1);
-        let decoded: Vec<std::result::Result<(), ImageError>> = std::thread::scope(|scope| {
-            let threads: Vec<_> = self
-                .loaders
-                .iter_mut()
-                .zip(images.chunks(per_thread))
-                .zip(pixels.chunks_mut(per_thread * image_bytes))
-                .enumerate()
-                .map(|(t, ((loader, images), pixels))| {
-                    scope.spawn(move || {
-                        let outputs = pixels.chunks_mut(image_bytes);
-                        for (k, (image, out)) in images.iter().zip(outputs).enumerate() {
-                            image.load_into(loader, first + t * per_thread + k, out)?;
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            threads
-                .into_iter()
-                // A decoding thread's panic goes on to `without_gil`, which reports it.
-                .map(|thread| {
-                    thread
-                        .join()
-                        .unwrap_or_else(|p| std::panic::resume_unwind(p))
-                })
-                .collect()
-        });
-        decoded
-            .into_iter()
-            .collect::<std::result::Result<(), _>>()
-            .or_value()?;
-        self.runner
-            .submit_bytes(pixels, images.len(), &self.table)
-            .map_err(model_failure)
+        let loaders = &mut self.loaders;
+        self.batches
+            .submit_filled(&mut self.runner, images.len(), |pixels| {
+                let decoded: Vec<std::result::Result<(), ImageError>> =
+                    std::thread::scope(|scope| {
+                        let threads: Vec<_> = loaders
+                            .iter_mut()
+                            .zip(images.chunks(per_thread))
+                            .zip(pixels.chunks_mut(per_thread * image_bytes))
+                            .enumerate()
+                            .map(|(t, ((loader, images), pixels))| {
+                                scope.spawn(move || {
+                                    let outputs = pixels.chunks_mut(image_bytes);
+                                    for (k, (image, out)) in images.iter().zip(outputs).enumerate()
+                                    {
+                                        image.load_into(loader, first + t * per_thread + k, out)?;
+                                    }
+                                    Ok(())
+                                })
+                            })
+                            .collect();
+                        threads
+                            .into_iter()
+                            // A decoding thread's panic goes on to `without_gil`, which
+                            // reports it.
+                            .map(|thread| {
+                                thread
+                                    .join()
+                                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                            })
+                            .collect()
+                    });
+                decoded
+                    .into_iter()
+                    .collect::<std::result::Result<(), _>>()
+                    .or_value()
+            })
     }
+}
+
+/// Bytes of one image as the preprocessing makes it (height x width x channels).
+fn image_bytes_of(preprocess: &PreprocessConfig) -> usize {
+    ImageLoader::new(preprocess, ImageLimits::default()).output_bytes()
 }
 
 /// The tensor named `name` of a batch's outputs, checked to be [count, width].
