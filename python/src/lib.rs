@@ -309,14 +309,17 @@ fn check_top_k(top_k: usize) -> Result<()> {
 /// A Vision Transformer checkpoint loaded on a device.
 ///
 /// `Model(model, device=None, dtype=None, offline=False, revision=None, batch_size=None,
-/// workers=None, cuda_graphs=True)`:
+/// workers=None, cuda_graphs=True, residual_dtype=None)`:
 /// `model` is a local folder (config.json and safetensors) or a Hugging Face hub id (from the
 /// local cache only with `offline=True` or `HF_HUB_OFFLINE=1`); `device` is "cpu", "cuda" or
 /// "cuda:N", by default the first CUDA GPU that opens, else the CPU; `dtype` is "f32", "f16"
 /// or "bf16", by default f16 on a GPU and f32 on the CPU; images go through the model
 /// `batch_size` at a time (default 64 on a GPU, 8 on the CPU), decoded by `workers` threads
 /// (default: every core on a GPU, half of them on the CPU, as the CLI's `--workers`).
-/// `cuda_graphs` replays each forward pass on CUDA as one captured graph, as the CLI does.
+/// `cuda_graphs` replays each forward pass on CUDA as one captured graph, as the CLI does;
+/// `residual_dtype` ("f32" or the dtype) stores the residual stream as the CLI's
+/// `--residual-dtype` does. The model opens as every front door opens it (the engine's
+/// `ModelOptions::open`): the GPU's driver starts while the weights are read and encoded.
 ///
 /// A Model may be used from any thread, one call at a time, except on CUDA with
 /// `cuda_graphs=True`: its graphs stay on the thread that created it (another thread gets a
