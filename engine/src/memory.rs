@@ -48,6 +48,14 @@ impl ImageDecoder {
         self.loader.load_bytes_into(bytes, name, &mut out)?;
         Ok(out)
     }
+
+    /// As [`ImageDecoder::decode`], for an image file (read as the file pipeline reads one:
+    /// a regular file only, at most `max_file_bytes`).
+    pub fn decode_file(&mut self, path: &std::path::Path) -> Result<Vec<u8>, PreprocessError> {
+        let mut out = vec![0u8; self.image_bytes()];
+        self.loader.load_file_into(path, &mut out)?;
+        Ok(out)
+    }
 }
 
 /// Gathers decoded images into a staging buffer (page-locked on CUDA, grown to the largest

@@ -2,7 +2,8 @@
 //! file=@cat.jpg`), as base64 or data URIs in JSON, or as the raw body; the other fields
 //! (`top_k`, `labels`, `template`) from the JSON document, the multipart text fields or the
 //! query string. The server reads no local paths and fetches no URLs: an input that looks like
-//! one is refused, saying so.
+//! one is refused, saying so, unless `--allow-local-files DIR` allows `file:NAME` for files
+//! under DIR ([`LocalFiles`]).
 
 use crate::error::ApiError;
 use axum::body::Bytes;
@@ -11,11 +12,66 @@ use axum::http::header::CONTENT_TYPE;
 use base64::Engine as _;
 use serde_json::Value;
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// One image a request hands in: its file's bytes, or a file under `--allow-local-files`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ImageInput {
+    Bytes(Bytes),
+    /// A file under the allowed folder (resolved, inside it).
+    File(PathBuf),
+}
+
+/// The folder `--allow-local-files` confines `file:NAME` images to.
+#[derive(Clone, Debug)]
+pub struct LocalFiles {
+    /// Canonical: every file's canonical path must start with it.
+    root: PathBuf,
+}
+
+impl LocalFiles {
+    /// The folder `dir`, which must exist.
+    pub fn new(dir: &Path) -> anyhow::Result<LocalFiles> {
+        use anyhow::Context;
+        let root = dir
+            .canonicalize()
+            .with_context(|| format!("--allow-local-files {}", dir.display()))?;
+        anyhow::ensure!(
+            root.is_dir(),
+            "--allow-local-files {}: not a folder",
+            dir.display()
+        );
+        Ok(LocalFiles { root })
+    }
+
+    /// The file `name` (relative to the folder) names, if it lies inside the folder once
+    /// links and `..` are resolved.
+    pub fn resolve(&self, name: &str) -> Result<PathBuf, String> {
+        let name = name.trim_start_matches("//");
+        let asked = Path::new(name);
+        if asked.is_absolute() {
+            return Err(format!(
+                "file:{name}: name a file relative to the folder --allow-local-files allows"
+            ));
+        }
+        let path = self
+            .root
+            .join(asked)
+            .canonicalize()
+            .map_err(|_| format!("file:{name}: no such file in the allowed folder"))?;
+        if !path.starts_with(&self.root) {
+            return Err(format!(
+                "file:{name}: outside the folder --allow-local-files allows"
+            ));
+        }
+        Ok(path)
+    }
+}
 
 /// A request's images (encoded files, in order) and its text fields.
 #[derive(Debug, Default)]
 pub struct ImageRequest {
-    pub images: Vec<Bytes>,
+    pub images: Vec<ImageInput>,
     /// Fields by name, each possibly repeated (`template`), in order.
     pub fields: HashMap<String, Vec<String>>,
     /// The JSON document, when the body was one (lists and numbers kept as they are).
@@ -25,7 +81,11 @@ pub struct ImageRequest {
 impl ImageRequest {
     /// Reads the body by its content type: multipart/form-data, application/json, or
     /// anything else as one raw image. `query` adds its fields (after the body's).
-    pub async fn read(request: Request, query: HashMap<String, String>) -> Result<Self, ApiError> {
+    pub async fn read(
+        request: Request,
+        query: HashMap<String, String>,
+        local: Option<&LocalFiles>,
+    ) -> Result<Self, ApiError> {
         let content_type = request
             .headers()
             .get(CONTENT_TYPE)
@@ -39,7 +99,7 @@ impl ImageRequest {
             Self::multipart(multipart).await?
         } else if content_type.starts_with("application/json") {
             let body = body_bytes(request).await?;
-            Self::json(&body)?
+            Self::json(&body, local)?
         } else {
             let body = body_bytes(request).await?;
             if body.is_empty() {
@@ -49,7 +109,7 @@ impl ImageRequest {
                 ));
             }
             ImageRequest {
-                images: vec![body],
+                images: vec![ImageInput::Bytes(body)],
                 ..Default::default()
             }
         };
@@ -76,7 +136,7 @@ impl ImageRequest {
                 .await
                 .map_err(|e| ApiError::new(e.status(), e.body_text()))?;
             if is_file || name == "file" || name == "image" {
-                read.images.push(bytes);
+                read.images.push(ImageInput::Bytes(bytes));
             } else {
                 let text = String::from_utf8(bytes.to_vec()).map_err(|_| {
                     ApiError::bad_request(format!("the form field {name:?} is not UTF-8 text"))
@@ -87,7 +147,7 @@ impl ImageRequest {
         Ok(read)
     }
 
-    fn json(body: &[u8]) -> Result<Self, ApiError> {
+    fn json(body: &[u8], local: Option<&LocalFiles>) -> Result<Self, ApiError> {
         let document: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
         let Value::Object(map) = document else {
@@ -115,7 +175,7 @@ impl ImageRequest {
         };
         for (i, image) in images.iter().enumerate() {
             read.images.push(
-                decode_image_string(image)
+                image_string(image, local)
                     .map_err(|why| ApiError::bad_request(format!("images[{i}]: {why}")))?,
             );
         }
@@ -163,8 +223,18 @@ async fn body_bytes(request: Request) -> Result<Bytes, ApiError> {
         .map_err(|e| ApiError::new(e.status(), e.body_text()))
 }
 
-/// An image given as a string: a data URI (`data:image/jpeg;base64,...`) or plain base64. A
-/// URL or a path is refused: the server fetches and reads nothing it was not sent.
+/// An image given as a string: a data URI (`data:image/jpeg;base64,...`), plain base64, or,
+/// where `local` allows it, `file:NAME` for a file in its folder. A URL is refused, and so is
+/// `file:` without `local`: the server fetches and reads nothing it was not sent unless told.
+pub fn image_string(text: &str, local: Option<&LocalFiles>) -> Result<ImageInput, String> {
+    let text = text.trim();
+    if let (Some(name), Some(local)) = (text.strip_prefix("file:"), local) {
+        return local.resolve(name).map(ImageInput::File);
+    }
+    decode_image_string(text).map(ImageInput::Bytes)
+}
+
+/// An image given as a data URI or plain base64 (see [`image_string`]).
 pub fn decode_image_string(text: &str) -> Result<Bytes, String> {
     let text = text.trim();
     let payload = if let Some(rest) = text.strip_prefix("data:") {
@@ -183,7 +253,7 @@ pub fn decode_image_string(text: &str) -> Result<Bytes, String> {
         // it is simply not base64, or not an image, and is never opened.)
         return Err(
             "URLs and paths are not read: this server takes the image itself, as base64 or a \
-             data URI"
+             data URI (vitrt serve --allow-local-files DIR reads file:NAME under DIR)"
                 .to_string(),
         );
     } else {
@@ -228,5 +298,35 @@ mod tests {
         ] {
             assert!(decode_image_string(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn local_files_stay_inside_their_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let inside = dir.path().join("inside");
+        std::fs::create_dir(&inside).unwrap();
+        std::fs::write(inside.join("a.png"), b"x").unwrap();
+        std::fs::write(dir.path().join("secret.png"), b"x").unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(dir.path().join("secret.png"), inside.join("link.png")).unwrap();
+        let local = LocalFiles::new(&inside).unwrap();
+        assert_eq!(
+            image_string("file:a.png", Some(&local)).unwrap(),
+            ImageInput::File(inside.canonicalize().unwrap().join("a.png"))
+        );
+        for bad in [
+            "file:../secret.png",
+            "file:link.png",
+            "file:/etc/passwd",
+            "file:missing.png",
+        ] {
+            if bad == "file:link.png" && cfg!(not(unix)) {
+                continue;
+            }
+            assert!(image_string(bad, Some(&local)).is_err(), "{bad}");
+        }
+        // Without the flag, file: is refused outright.
+        let refused = image_string("file:a.png", None).unwrap_err();
+        assert!(refused.contains("not read"), "{refused}");
     }
 }

@@ -49,6 +49,8 @@ pub struct ServeOptions {
     pub limits: ImageLimits,
     /// Decoding threads. Default: as the pipeline's workers.
     pub workers: Option<usize>,
+    /// Images may name files under this folder (`file:NAME`); none otherwise.
+    pub allow_local_files: Option<std::path::PathBuf>,
 }
 
 /// What the routes know of the model once it is open.
@@ -76,6 +78,8 @@ pub struct AppState {
     pub ready: Arc<AtomicBool>,
     /// Decoding permits: images decoded at once.
     pub decoders: Semaphore,
+    /// The folder `file:NAME` images are read from, if allowed.
+    pub local: Option<inputs::LocalFiles>,
 }
 
 /// Serves until SIGTERM or SIGINT; an error when the address cannot be bound or the model
@@ -90,6 +94,11 @@ pub fn serve(options: ServeOptions) -> Result<()> {
 }
 
 async fn serve_async(options: ServeOptions) -> Result<()> {
+    let local = options
+        .allow_local_files
+        .as_deref()
+        .map(inputs::LocalFiles::new)
+        .transpose()?;
     let address = format!("{}:{}", options.host, options.port);
     let listener = tokio::net::TcpListener::bind(&address)
         .await
@@ -114,6 +123,7 @@ async fn serve_async(options: ServeOptions) -> Result<()> {
         info: OnceLock::new(),
         ready: Arc::clone(&ready),
         decoders: Semaphore::new(workers),
+        local,
     });
 
     let counts = Arc::clone(&metrics);

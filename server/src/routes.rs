@@ -4,7 +4,7 @@
 
 use crate::batcher::{Failure, Job, Kind, LabelSet};
 use crate::error::ApiError;
-use crate::inputs::{decode_image_string, ImageRequest};
+use crate::inputs::{image_string, ImageInput, ImageRequest};
 use crate::{AppState, ModelInfo};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Query, Request, State};
@@ -188,7 +188,7 @@ async fn classify(
             info.name
         )));
     }
-    let read = ImageRequest::read(request, query).await?;
+    let read = ImageRequest::read(request, query, state.local.as_ref()).await?;
     let top_k = read.top_k()?;
     let rows = run_images(&state, &info, Kind::Classify, read.images).await?;
     let scores = Scores::Logits(&info.config);
@@ -209,7 +209,7 @@ async fn zero_shot(
             info.name
         )));
     }
-    let read = ImageRequest::read(request, query).await?;
+    let read = ImageRequest::read(request, query, state.local.as_ref()).await?;
     let top_k = read.top_k()?;
     let labels = match read.values("labels").as_deref() {
         None => {
@@ -299,16 +299,18 @@ async fn embeddings(State(state): State<Shared>, body: Bytes) -> Result<Json<Val
             )))
         }
     };
-    // Images are data URIs; everything else is text.
+    // Images are data URIs (or file:NAME where --allow-local-files allows it); everything
+    // else is text.
     let mut images = Vec::new();
     let mut texts = Vec::new();
     let mut order = Vec::with_capacity(inputs.len());
     for (i, input) in inputs.iter().enumerate() {
-        if input.trim_start().starts_with("data:") {
-            let bytes = decode_image_string(input)
+        let start = input.trim_start();
+        if start.starts_with("data:") || (state.local.is_some() && start.starts_with("file:")) {
+            let image = image_string(input, state.local.as_ref())
                 .map_err(|why| ApiError::bad_request(format!("input {i}: {why}")))?;
             order.push((true, images.len()));
-            images.push(bytes);
+            images.push(image);
         } else {
             order.push((false, texts.len()));
             texts.push(input.clone());
@@ -372,7 +374,7 @@ async fn run_images(
     state: &Shared,
     info: &Arc<ModelInfo>,
     kind: Kind,
-    images: Vec<Bytes>,
+    images: Vec<ImageInput>,
 ) -> Result<Vec<Vec<f32>>, ApiError> {
     if images.is_empty() {
         return Err(ApiError::bad_request(
@@ -458,12 +460,12 @@ thread_local! {
 async fn decode_all(
     state: &Shared,
     info: &Arc<ModelInfo>,
-    images: Vec<Bytes>,
+    images: Vec<ImageInput>,
 ) -> Result<Vec<Vec<u8>>, ApiError> {
     let tasks: Vec<_> = images
         .into_iter()
         .enumerate()
-        .map(|(index, bytes)| {
+        .map(|(index, image)| {
             let state = Arc::clone(state);
             let info = Arc::clone(info);
             tokio::spawn(async move {
@@ -474,9 +476,13 @@ async fn decode_all(
                         let mut cell = cell.borrow_mut();
                         let decoder =
                             cell.get_or_insert_with(|| ImageDecoder::new(&info.pre, limits));
-                        decoder
-                            .decode(&bytes, &format!("input {index}"))
-                            .map_err(|e| ApiError::bad_request(e.to_string()))
+                        let decoded = match &image {
+                            ImageInput::Bytes(bytes) => {
+                                decoder.decode(bytes, &format!("input {index}"))
+                            }
+                            ImageInput::File(path) => decoder.decode_file(path),
+                        };
+                        decoded.map_err(|e| ApiError::bad_request(format!("input {index}: {e}")))
                     })
                 })
                 .await
@@ -538,12 +544,14 @@ mod tests {
                 request_timeout: Duration::from_millis(200),
                 limits: Default::default(),
                 workers: Some(1),
+                allow_local_files: None,
             },
             queue,
             metrics: Arc::new(Metrics::new(4)),
             info: OnceLock::new(),
             ready: Arc::new(AtomicBool::new(false)),
             decoders: Semaphore::new(1),
+            local: None,
         })
     }
 

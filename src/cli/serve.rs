@@ -46,6 +46,10 @@ pub struct ServeArgs {
     /// it takes for now.
     #[arg(long, value_enum)]
     decode: Option<DecodeArg>,
+    /// Let requests name image files in this folder as `file:NAME` (relative to it; links
+    /// and `..` that lead outside it are refused). Without it the server reads no local file.
+    #[arg(long, value_name = "DIR")]
+    allow_local_files: Option<std::path::PathBuf>,
     #[command(flatten)]
     limits: LimitArgs,
 }
@@ -72,6 +76,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         request_timeout: Duration::from_millis(args.request_timeout_ms),
         limits: args.limits.limits(),
         workers: args.workers.map(|w| w as usize),
+        allow_local_files: args.allow_local_files,
     })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -259,6 +259,29 @@ def test_bodies_past_the_limit_are_413():
         assert server.stop() == 0
 
 
+def test_local_files_only_when_allowed_and_only_inside_the_folder():
+    images = DIGIT_IMAGES[0].parent
+    server = Server(DIGITS, "--allow-local-files", str(images))
+    try:
+        name = DIGIT_IMAGES[0].name
+        status, by_file = server.post_json("/v1/classify", {"images": [f"file:{name}"]})
+        assert status == 200, by_file
+        status, _, by_body = server.request(
+            "POST", "/v1/classify", DIGIT_IMAGES[0].read_bytes(), {"content-type": "image/png"}
+        )
+        assert json.loads(by_body) == by_file
+        for bad in ["file:../digits-vit/config.json", "file:/etc/passwd", "file:missing.png"]:
+            status, answer = server.post_json("/v1/classify", {"images": [bad]})
+            assert status == 400, (bad, answer)
+        # A folder entry that is not an image file is refused by the decoder, naming the input.
+        status, answer = server.post_json("/v1/classify", {"images": ["file:README.md"]})
+        assert status == 400 and "input 0" in answer["error"]["message"], answer
+        status, answer = server.post_json("/v1/embeddings", {"input": [f"file:{name}"]})
+        assert status == 200 and len(answer["data"]) == 1
+    finally:
+        assert server.stop() == 0
+
+
 def expected_top1():
     """Each digit image's top label by the CLI."""
     rows = cli_lines("classify", "--model", str(DIGITS), *map(str, DIGIT_IMAGES), "--top-k", "1", "--format", "jsonl")
