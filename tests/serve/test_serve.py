@@ -182,6 +182,14 @@ def test_zero_shot_answers_as_the_cli(clip):
             f32([p["probability"] for p in got["predictions"]]),
             f32([p["probability"] for p in expected["predictions"]]),
         )
+    # Multipart, with the labels and a template as form fields, gives the same answer.
+    command = [
+        "curl", "-sS", "--fail-with-body", "-H", "authorization: Bearer test-key",
+        "-F", f"file=@{PHOTOS[0]}", "-F", "labels=cat,coffee,astronaut", "-F", "top_k=3",
+        f"{clip.url}/v1/zero-shot",
+    ]
+    form = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+    assert form["results"][0] == answer["results"][0]
     # Bad labels and templates are 400s that say why.
     status, answer = clip.post_json("/v1/zero-shot", {"images": images[:1]}, auth)
     assert status == 400 and "labels" in answer["error"]["message"]
@@ -244,6 +252,17 @@ def test_bad_inputs_are_4xx_naming_the_input(digits):
     # The server is fine after all that.
     status, _, body = digits.request("POST", "/v1/classify", good, {"content-type": "image/png"})
     assert status == 200
+
+
+def test_images_past_the_pixel_limit_are_400():
+    server = Server(DIGITS, "--max-pixels", "10")
+    try:
+        status, _, answer = server.request(
+            "POST", "/v1/classify", DIGIT_IMAGES[0].read_bytes(), {"content-type": "image/png"}
+        )
+        assert status == 400 and "input 0" in json.loads(answer)["error"]["message"], answer
+    finally:
+        assert server.stop() == 0
 
 
 def test_bodies_past_the_limit_are_413():
