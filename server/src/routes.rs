@@ -476,13 +476,17 @@ async fn decode_all(
                         let mut cell = cell.borrow_mut();
                         let decoder =
                             cell.get_or_insert_with(|| ImageDecoder::new(&info.pre, limits));
+                        // The decoder's messages name the image: "input N" for bytes, the
+                        // path for a file (then prefixed with its index).
                         let decoded = match &image {
-                            ImageInput::Bytes(bytes) => {
-                                decoder.decode(bytes, &format!("input {index}"))
-                            }
-                            ImageInput::File(path) => decoder.decode_file(path),
+                            ImageInput::Bytes(bytes) => decoder
+                                .decode(bytes, &format!("input {index}"))
+                                .map_err(|e| e.to_string()),
+                            ImageInput::File(path) => decoder
+                                .decode_file(path)
+                                .map_err(|e| format!("input {index}: {e}")),
                         };
-                        decoded.map_err(|e| ApiError::bad_request(format!("input {index}: {e}")))
+                        decoded.map_err(ApiError::bad_request)
                     })
                 })
                 .await
