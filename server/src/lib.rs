@@ -94,6 +94,8 @@ pub fn serve(options: ServeOptions) -> Result<()> {
 }
 
 async fn serve_async(options: ServeOptions) -> Result<()> {
+    // Before anything else: a SIGTERM while the model loads also stops the server cleanly.
+    let stop_signals = StopSignals::register()?;
     let local = options
         .allow_local_files
         .as_deref()
@@ -108,6 +110,12 @@ async fn serve_async(options: ServeOptions) -> Result<()> {
         "vitrt serve: listening on http://{bound} (loading {})",
         options.model.model
     );
+    if !bound.ip().is_loopback() && options.api_key.is_none() {
+        eprintln!(
+            "vitrt serve: warning: listening beyond this machine without --api-key: anyone who \
+             reaches {bound} can use the model"
+        );
+    }
 
     let metrics = Arc::new(Metrics::new(options.max_batch_size));
     let (queue, receiver, queued) = batcher::queue(options.max_queue);
@@ -162,7 +170,7 @@ async fn serve_async(options: ServeOptions) -> Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<Option<anyhow::Error>>();
     tokio::spawn(async move {
         let failure = tokio::select! {
-            () = shutdown_signal() => None,
+            () = stop_signals.recv() => None,
             Ok(e) = failed_rx => Some(e),
         };
         let _ = stop_tx.send(failure);
@@ -238,24 +246,38 @@ fn open_batcher(
     Ok((batcher, warm_kind))
 }
 
-/// SIGTERM or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
-    let interrupt = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// SIGTERM and SIGINT (Ctrl-C), their handlers installed when registered.
+struct StopSignals {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn register() -> Result<StopSignals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(StopSignals {
+                terminate: signal(SignalKind::terminate()).context("handling SIGTERM")?,
+                interrupt: signal(SignalKind::interrupt()).context("handling SIGINT")?,
+            })
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
+        #[cfg(not(unix))]
+        Ok(StopSignals {})
+    }
+
+    /// Waits for either.
+    async fn recv(mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

@@ -427,3 +427,14 @@ def test_sigterm_mid_load_loses_no_accepted_request():
     assert found, stderr
     begun, done = int(found.group(1)), int(found.group(2))
     assert begun == done == len(answered) + server.health_checks, (stderr, len(answered))
+
+
+def test_sigterm_while_loading_exits_0():
+    process = subprocess.Popen(
+        [VITRT, "serve", "--model", str(CLIP), "--device", "cpu", "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert "listening on" in process.stderr.readline()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 0, process.stderr.read()
