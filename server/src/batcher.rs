@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! requests (decoded images) ──► queue (bounded by images: 429 past --max-queue)
-//!   ──► batching thread: the first job waits at most --max-delay-ms for others of its kind;
-//!       images of several requests fill one batch of up to --max-batch-size
+//!   ──► batching thread: the first job waits at most --max-delay-ms for images already
+//!       admitted (being decoded), none when there are none; images of several requests of
+//!       one kind fill one batch of up to --max-batch-size
 //!   ──► staging (page-locked on CUDA) ──► Runner::submit_bytes (the path of `classify`)
 //!   ──► the previous batch's outputs collected while this one runs ──► rows per request
 //! ```
@@ -264,7 +265,11 @@ impl Batcher {
                 let opened = requests[&waiting[0]]
                     .deadline
                     .min(Instant::now() + self.policy.max_delay);
-                while images_of(&kind, &waiting, &requests) < self.policy.max_batch_size {
+                // Wait only for images already admitted (being decoded, or in the channel):
+                // a request alone runs at once.
+                while images_of(&kind, &waiting, &requests) < self.policy.max_batch_size
+                    && self.queued.load(Ordering::Acquire) > untaken(&waiting, &requests)
+                {
                     let left = opened.saturating_duration_since(Instant::now());
                     match receiver.recv_timeout(left) {
                         Ok(job) => {
@@ -544,6 +549,15 @@ fn images_of(kind: &Kind, waiting: &VecDeque<u64>, requests: &HashMap<u64, Reque
         .iter()
         .filter_map(|id| requests.get(id))
         .filter(|r| &r.kind == kind)
+        .map(|r| r.images.len() - r.taken)
+        .sum()
+}
+
+/// Images of any kind waiting (not yet in a batch).
+fn untaken(waiting: &VecDeque<u64>, requests: &HashMap<u64, Request>) -> usize {
+    waiting
+        .iter()
+        .filter_map(|id| requests.get(id))
         .map(|r| r.images.len() - r.taken)
         .sum()
 }

@@ -36,7 +36,7 @@ pub struct ServeOptions {
     /// 0: any free port (the one bound is said on stderr).
     pub port: u16,
     pub max_batch_size: usize,
-    /// How long the first image of a batch waits for others.
+    /// How long the first image of a batch waits for others already admitted.
     pub max_delay: Duration,
     /// Images admitted and not yet in a batch, at most.
     pub max_queue: usize,

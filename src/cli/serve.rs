@@ -23,7 +23,8 @@ pub struct ServeArgs {
     /// Most images per forward pass, from however many requests.
     #[arg(long, default_value_t = 64, value_parser = parse_batch_size)]
     max_batch_size: usize,
-    /// Longest time the first image of a batch waits for others, in milliseconds.
+    /// Longest time the first image of a batch waits for images already admitted (being
+    /// decoded), in milliseconds; a request alone runs at once.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     max_delay_ms: u64,
     /// Most images waiting for a batch; past it, requests are answered 429 with Retry-After.

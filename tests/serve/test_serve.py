@@ -365,16 +365,30 @@ def test_metrics_parse_with_prometheus_client(digits):
     assert families["vitrt_images_per_second"].samples[0].value > 0
 
 
+def test_a_request_alone_does_not_wait_for_company():
+    # A batch waits up to 5 s for images already admitted, and for nothing when none are.
+    server = Server(DIGITS, "--max-delay-ms", "5000")
+    try:
+        body = DIGIT_IMAGES[0].read_bytes()
+        started = time.monotonic()
+        for _ in range(3):
+            assert server.request("POST", "/v1/classify", body, {"content-type": "image/png"})[0] == 200
+        assert time.monotonic() - started < 5, "a lone request waited for the batch delay"
+    finally:
+        assert server.stop() == 0
+
+
 def test_a_full_queue_is_429_with_retry_after():
-    # One image may wait at a time, and each batch waits 300 ms for company.
-    server = Server(DIGITS, "--max-queue", "1", "--max-delay-ms", "300")
+    # Two images may wait at a time, and a batch waits up to 300 ms for an image admitted
+    # behind its first.
+    server = Server(DIGITS, "--max-queue", "2", "--max-delay-ms", "300")
     try:
         body = DIGIT_IMAGES[0].read_bytes()
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
             results = list(
                 pool.map(
                     lambda _: server.request("POST", "/v1/classify", body, {"content-type": "image/png"}),
-                    range(32),
+                    range(64),
                 )
             )
         statuses = [status for status, _, _ in results]
