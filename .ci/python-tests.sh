@@ -16,8 +16,9 @@ echo "== python: virtual environment $venv"
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
+# openai and prometheus_client: the clients tests/serve checks `vitrt serve` with.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-    maturin pytest numpy pillow "ray[data]"
+    maturin pytest numpy pillow "ray[data]" openai prometheus_client
 
 echo "== python: maturin develop (the vitrt module into $venv)"
 # --strip: the debug build's symbols would put 225 MB more into the environment.
@@ -28,4 +29,8 @@ built=$SECONDS
 echo "== python: pytest python/tests"
 # The Ray Data test skips itself where Ray is missing, except here.
 VITRT_REQUIRE_RAY=1 "$venv/bin/python" -m pytest python/tests -q
-echo "== python: $((built - started)) s to set up and build, $((SECONDS - built)) s of tests"
+tested=$SECONDS
+
+echo "== python: pytest tests/serve (vitrt serve, with target/debug/vitrt from cargo test)"
+"$venv/bin/python" -m pytest tests/serve -q
+echo "== python: $((built - started)) s to set up and build, $((tested - built)) s of module tests, $((SECONDS - tested)) s of server tests"

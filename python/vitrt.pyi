@@ -28,6 +28,7 @@ class Model:
         batch_size: Optional[int] = None,
         workers: Optional[int] = None,
         cuda_graphs: bool = True,
+        residual_dtype: Optional[str] = None,
     ) -> None: ...
     @property
     def device(self) -> str: ...

@@ -3,9 +3,9 @@
 
 mod cli;
 mod output_file;
-mod pipeline;
 mod report;
-mod startup;
+
+use vitrt_engine::startup;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -21,7 +21,10 @@ pub struct Runner {
     graph_replay: bool,
     /// What the graphs output (empty: the model's primary output).
     outputs: OutputSet,
-    executors: HashMap<(usize, bool), Executor>,
+    /// One executor per (batch size, hidden states, outputs): switching outputs and back (a
+    /// server's classify and embed requests) reuses the executors built before; parameters
+    /// are the backend's, shared by all of them, and the arena is one.
+    executors: HashMap<(usize, bool, OutputSet), Executor>,
     /// Parameters read and encoded before the backend opened, for the first executor.
     encoded: Option<EncodedParams>,
 }
@@ -94,10 +97,12 @@ impl Runner {
 
     /// [`Runner::with_outputs`] in place.
     pub fn set_outputs(&mut self, outputs: OutputSet) {
-        if outputs != self.outputs {
-            self.outputs = outputs;
-            self.executors.clear();
-        }
+        self.outputs = outputs;
+    }
+
+    /// The executor key of `batch` images with the outputs set now.
+    fn key(&self, batch: usize, hidden_states: bool) -> (usize, bool, OutputSet) {
+        (batch, hidden_states, self.outputs)
     }
 
     /// Scores images against `labels` from now on ([`VisionModel::set_zero_shot`]); the
@@ -186,7 +191,7 @@ impl Runner {
     ) -> Result<Vec<HostTensor>, ModelError> {
         self.check_pixels(pixels, batch)?;
         self.prepare(batch, hidden_states)?;
-        let executor = &self.executors[&(batch, hidden_states)];
+        let executor = &self.executors[&self.key(batch, hidden_states)];
         let mut outputs = executor.run(self.backend.as_mut(), &[("pixel_values", pixels)])?;
         sort_outputs(&mut outputs);
         Ok(outputs)
@@ -218,7 +223,7 @@ impl Runner {
             )));
         }
         self.prepare(batch, hidden_states)?;
-        let executor = &self.executors[&(batch, hidden_states)];
+        let executor = &self.executors[&self.key(batch, hidden_states)];
         // SAFETY: the caller's guarantees, passed on.
         let mut outputs = unsafe { executor.run_from_device(self.backend.as_mut(), pixels)? };
         sort_outputs(&mut outputs);
@@ -272,7 +277,7 @@ impl Runner {
             )));
         }
         self.prepare(batch, false)?;
-        let executor = &self.executors[&(batch, false)];
+        let executor = &self.executors[&self.key(batch, false)];
         let backend = self.backend.as_mut();
         // Everything is queued before the host waits for the copy, so the device never waits
         // for the host between the expansion and the forward pass.
@@ -315,7 +320,7 @@ impl Runner {
 
     /// Builds, plans and binds the executor for `batch` images (once), and returns it.
     pub fn prepare(&mut self, batch: usize, hidden_states: bool) -> Result<&Executor, ModelError> {
-        let key = (batch, hidden_states);
+        let key = self.key(batch, hidden_states);
         if !self.executors.contains_key(&key) {
             crate::limits::check_batch_size(batch).map_err(ModelError::Usage)?;
             let options = GraphOptions {
@@ -344,7 +349,7 @@ impl Runner {
 
     /// The executor prepared for `batch` images, if any.
     pub fn executor(&self, batch: usize, hidden_states: bool) -> Option<&Executor> {
-        self.executors.get(&(batch, hidden_states))
+        self.executors.get(&self.key(batch, hidden_states))
     }
 
     /// Builds the graph for one image on this backend, without planning or uploading
@@ -376,7 +381,7 @@ impl Runner {
     ) -> Result<ForwardTimes, ModelError> {
         self.check_pixels(pixels, batch)?;
         self.prepare(batch, false)?;
-        let executor = &self.executors[&(batch, false)];
+        let executor = &self.executors[&self.key(batch, false)];
         let backend = self.backend.as_mut();
         executor.write_inputs(backend, &[("pixel_values", pixels)])?;
         let marks = if per_node {

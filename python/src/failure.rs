@@ -48,3 +48,19 @@ pub fn model_failure(error: ModelError) -> Failure {
         _ => Failure::Runtime(error.into()),
     }
 }
+
+/// An engine error: a model error inside it is filed as [`model_failure`] files it (a device
+/// or runtime failure a `RuntimeError`); anything else is the caller's input (a checkpoint
+/// without a text tower, towers that do not match): `ValueError`.
+pub fn engine_failure(error: anyhow::Error) -> Failure {
+    match error.downcast_ref::<ModelError>() {
+        Some(ModelError::Usage(_)) | None => Failure::Value(error),
+        Some(_) => Failure::Runtime(error),
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(error: anyhow::Error) -> Failure {
+        engine_failure(error)
+    }
+}

@@ -22,13 +22,14 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::path::PathBuf;
+use vitrt_engine::memory::MemoryBatches;
+use vitrt_engine::results::{self, Scores};
+use vitrt_engine::{batched, device_name, ModelOptions, OpenError, OpenedModel};
 use vitrt_model::labels::Prediction;
-use vitrt_model::preprocess::{normalization_table, ImageLimits, ImageLoader, PreprocessConfig};
+use vitrt_model::preprocess::{ImageLimits, ImageLoader, PreprocessConfig};
 use vitrt_model::{Output, OutputSet, Pool, Runner, VisionModel};
-use vitrt_runtime::backend::{self, Device};
-use vitrt_runtime::passes::Fusion;
-use vitrt_runtime::{Backend, DType, DeviceInput, HostStaging, HostTensor, PendingOutputs};
-use vitrt_weights::{resolve_model, ResolveOptions};
+use vitrt_runtime::backend::Device;
+use vitrt_runtime::{DType, DeviceInput, HostTensor, PendingOutputs};
 
 /// Moves a value that is not `Send` (the runner holds the backend, which is not) into
 /// `Python::allow_threads`, which runs its closure at once on the calling thread with the
@@ -131,21 +132,6 @@ where
     }
 }
 
-/// The device and dtype asked for, or without a device the first CUDA GPU that opens (f16
-/// unless `dtype` says otherwise), else the CPU (f32): the CLI's choice.
-fn open_backend(device: Option<&str>, dtype: Option<DType>) -> Result<(Box<dyn Backend>, Device)> {
-    let device = device.map(Device::parse).transpose().or_value()?;
-    let opened = backend::open_with_defaults(device, dtype).or_runtime()?;
-    Ok((opened.backend, opened.device))
-}
-
-fn device_name(device: Device) -> String {
-    match device {
-        Device::Cpu => "cpu".to_string(),
-        Device::Cuda(ordinal) => format!("cuda:{ordinal}"),
-    }
-}
-
 /// The pool named `asked` (`Model.embed`'s `pool=`), if the checkpoint has it, else the
 /// checkpoint's default (`vitrt_model::Pool::choose`, as `vitrt embed`).
 fn choose_pool(asked: Option<&str>, model: &VisionModel, name: &str) -> Result<Pool> {
@@ -186,72 +172,42 @@ struct Engine {
     preprocess: PreprocessConfig,
     /// One per decoding thread: its buffers and filter taps, reused batch after batch.
     loaders: Vec<ImageLoader>,
-    /// Byte value to model input, per channel (`normalization_table`).
-    table: Vec<f32>,
-    /// A batch's decoded 8-bit images, [B, H, W, C] (page-locked on CUDA), grown to the
-    /// largest batch; reused as soon as `Runner::submit_bytes` has copied it.
-    staging: Option<HostStaging>,
+
+    /// The staging of a batch's decoded 8-bit images, [B, H, W, C] (page-locked on CUDA),
+    /// grown to the largest batch, and its expansion table: the engine's in-memory batches.
+    batches: MemoryBatches,
     /// The label set (labels, templates) the runner scores zero-shot against now.
     zero_shot: Option<(Vec<String>, Vec<String>)>,
 }
 
 impl Engine {
-    /// Resolves and loads the checkpoint, and opens the backend (the CLI's rules).
-    fn open(
-        name: &str,
-        options: &ResolveOptions,
-        device: Option<&str>,
-        dtype: Option<DType>,
-        workers: Option<usize>,
-        cuda_graphs: bool,
-    ) -> Result<Engine> {
-        let files = resolve_model(name, options).or_value()?;
-        let mut model = VisionModel::load(&files.dir)
-            .with_context(|| format!("loading model {name}"))
-            .or_value()?;
-        let channels = model.config.num_channels;
-        let preprocess = match PreprocessConfig::of_checkpoint(&files.dir, channels).or_value()? {
-            Some(config) => config,
-            None => {
-                let (height, width) = model.input_size();
-                PreprocessConfig::hf_default_sized(height, width, channels)
-            }
-        };
-        // The model runs on what its preprocessing makes (DINOv2's position tables are for
-        // 518 pixels and its processor crops 224).
-        let size = preprocess.output_size();
-        if size != model.input_size() {
-            model = model
-                .with_input_size(size)
-                .with_context(|| {
-                    format!(
-                        "the {}x{} images preprocessor_config.json makes",
-                        size.0, size.1
-                    )
-                })
-                .or_value()?;
-        }
-        let (backend, device) = open_backend(device, dtype)?;
-        let runner = Runner::new(model, backend, Fusion::ALL).with_graph_replay(cuda_graphs);
-        // The CLI's choice: on a GPU every core decodes; on the CPU the forward pass needs
-        // cores too, and decoding on half of them costs it nothing.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let workers = workers.unwrap_or(match device {
-            Device::Cpu => (cores / 2).max(1),
-            Device::Cuda(_) => cores,
-        });
+    /// Resolves and loads the checkpoint, and opens the backend: the engine's
+    /// [`ModelOptions::open`], as every front door (the driver warming up while the
+    /// parameters are read and encoded).
+    fn open(options: &ModelOptions, workers: Option<usize>) -> Result<Engine> {
+        let OpenedModel {
+            mut runner,
+            dir,
+            device,
+        } = options.open().map_err(|e| match e {
+            OpenError::Input(e) => Failure::Value(e),
+            OpenError::Device(e) => Failure::Runtime(e),
+        })?;
+        // The checkpoint's preprocessing (or HF's default at the model's size), the runner
+        // set to the size it makes.
+        let preprocess = batched::preprocessing(&mut runner, &dir, false).or_value()?;
+        let workers = workers.unwrap_or_else(|| batched::default_workers(device != Device::Cpu));
         let loaders = (0..workers)
             .map(|_| ImageLoader::new(&preprocess, ImageLimits::default()))
             .collect();
-        let table = normalization_table(&preprocess);
+        let batches = MemoryBatches::new(&preprocess, image_bytes_of(&preprocess));
         Ok(Engine {
             runner,
-            dir: files.dir,
+            dir,
             device,
             preprocess,
             loaders,
-            table,
-            staging: None,
+            batches,
             zero_shot: None,
         })
     }
@@ -272,81 +228,55 @@ impl Engine {
     /// the first image that fails is the one raised, before anything is queued.
     fn submit_images(&mut self, images: &[ImageSource], first: usize) -> Result<PendingOutputs> {
         let image_bytes = self.loaders[0].output_bytes();
-        let bytes = images.len() * image_bytes;
-        if self.staging.as_ref().is_none_or(|s| s.len() < bytes) {
-            self.staging = None; // freed before its successor is allocated
-            self.staging = Some(self.runner.alloc_staging(bytes).map_err(model_failure)?);
-        }
-        let Some(staging) = self.staging.as_mut() else {
-            unreachable!("allocated above")
-        };
-        let pixels = &mut staging.as_mut_slice()[..bytes];
         let per_thread = images.len().div_ceil(self.loaders.len()).max(1);
-        let decoded: Vec<std::result::Result<(), ImageError>> = std::thread::scope(|scope| {
-            let threads: Vec<_> = self
-                .loaders
-                .iter_mut()
-                .zip(images.chunks(per_thread))
-                .zip(pixels.chunks_mut(per_thread * image_bytes))
-                .enumerate()
-                .map(|(t, ((loader, images), pixels))| {
-                    scope.spawn(move || {
-                        let outputs = pixels.chunks_mut(image_bytes);
-                        for (k, (image, out)) in images.iter().zip(outputs).enumerate() {
-                            image.load_into(loader, first + t * per_thread + k, out)?;
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            threads
-                .into_iter()
-                // A decoding thread's panic goes on to `without_gil`, which reports it.
-                .map(|thread| {
-                    thread
-                        .join()
-                        .unwrap_or_else(|p| std::panic::resume_unwind(p))
-                })
-                .collect()
-        });
-        decoded
-            .into_iter()
-            .collect::<std::result::Result<(), _>>()
-            .or_value()?;
-        self.runner
-            .submit_bytes(pixels, images.len(), &self.table)
-            .map_err(model_failure)
+        let loaders = &mut self.loaders;
+        self.batches
+            .submit_filled(&mut self.runner, images.len(), |pixels| {
+                let decoded: Vec<std::result::Result<(), ImageError>> =
+                    std::thread::scope(|scope| {
+                        let threads: Vec<_> = loaders
+                            .iter_mut()
+                            .zip(images.chunks(per_thread))
+                            .zip(pixels.chunks_mut(per_thread * image_bytes))
+                            .enumerate()
+                            .map(|(t, ((loader, images), pixels))| {
+                                scope.spawn(move || {
+                                    let outputs = pixels.chunks_mut(image_bytes);
+                                    for (k, (image, out)) in images.iter().zip(outputs).enumerate()
+                                    {
+                                        image.load_into(loader, first + t * per_thread + k, out)?;
+                                    }
+                                    Ok(())
+                                })
+                            })
+                            .collect();
+                        threads
+                            .into_iter()
+                            // A decoding thread's panic goes on to `without_gil`, which
+                            // reports it.
+                            .map(|thread| {
+                                thread
+                                    .join()
+                                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                            })
+                            .collect()
+                    });
+                decoded
+                    .into_iter()
+                    .collect::<std::result::Result<(), _>>()
+                    .or_value()
+            })
     }
+}
+
+/// Bytes of one image as the preprocessing makes it (height x width x channels).
+fn image_bytes_of(preprocess: &PreprocessConfig) -> usize {
+    ImageLoader::new(preprocess, ImageLimits::default()).output_bytes()
 }
 
 /// The tensor named `name` of a batch's outputs, checked to be [count, width].
 fn output_rows(outputs: Vec<HostTensor>, name: &str, count: usize) -> Result<(usize, Vec<f32>)> {
-    let tensor = outputs
-        .into_iter()
-        .find(|t| t.name == name)
-        .ok_or_else(|| Failure::Runtime(anyhow!("the model produced no {name}")))?;
-    match tensor.shape[..] {
-        [rows, width] if rows == count => Ok((width, tensor.data)),
-        _ => Err(Failure::Runtime(anyhow!(
-            "the model's {name} has shape {:?}, not [{count}, width]",
-            tensor.shape
-        ))),
-    }
-}
-
-/// The `k` highest scores of a row of probabilities, ties broken by the lower index.
-fn top_probabilities(row: &[f32], k: usize, labels: &[String]) -> Vec<Prediction> {
-    let mut order: Vec<usize> = (0..row.len()).collect();
-    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
-    order
-        .into_iter()
-        .take(k)
-        .map(|index| Prediction {
-            index,
-            label: labels[index].clone(),
-            probability: row[index],
-        })
-        .collect()
+    results::output_rows(outputs, name, count).or_runtime()
 }
 
 /// Each image's predictions as a list of `{"index", "label", "probability"}` dicts.
@@ -379,14 +309,17 @@ fn check_top_k(top_k: usize) -> Result<()> {
 /// A Vision Transformer checkpoint loaded on a device.
 ///
 /// `Model(model, device=None, dtype=None, offline=False, revision=None, batch_size=None,
-/// workers=None, cuda_graphs=True)`:
+/// workers=None, cuda_graphs=True, residual_dtype=None)`:
 /// `model` is a local folder (config.json and safetensors) or a Hugging Face hub id (from the
 /// local cache only with `offline=True` or `HF_HUB_OFFLINE=1`); `device` is "cpu", "cuda" or
 /// "cuda:N", by default the first CUDA GPU that opens, else the CPU; `dtype` is "f32", "f16"
 /// or "bf16", by default f16 on a GPU and f32 on the CPU; images go through the model
 /// `batch_size` at a time (default 64 on a GPU, 8 on the CPU), decoded by `workers` threads
 /// (default: every core on a GPU, half of them on the CPU, as the CLI's `--workers`).
-/// `cuda_graphs` replays each forward pass on CUDA as one captured graph, as the CLI does.
+/// `cuda_graphs` replays each forward pass on CUDA as one captured graph, as the CLI does;
+/// `residual_dtype` ("f32" or the dtype) stores the residual stream as the CLI's
+/// `--residual-dtype` does. The model opens as every front door opens it (the engine's
+/// `ModelOptions::open`): the GPU's driver starts while the weights are read and encoded.
 ///
 /// A Model may be used from any thread, one call at a time, except on CUDA with
 /// `cuda_graphs=True`: its graphs stay on the thread that created it (another thread gets a
@@ -488,7 +421,7 @@ impl Model {
     #[new]
     // One argument per keyword of the Python constructor.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (model, device=None, dtype=None, offline=false, revision=None, batch_size=None, workers=None, cuda_graphs=true))]
+    #[pyo3(signature = (model, device=None, dtype=None, offline=false, revision=None, batch_size=None, workers=None, cuda_graphs=true, residual_dtype=None))]
     fn new(
         py: Python<'_>,
         model: PathBuf,
@@ -499,33 +432,36 @@ impl Model {
         batch_size: Option<usize>,
         workers: Option<usize>,
         cuda_graphs: bool,
+        residual_dtype: Option<String>,
     ) -> PyResult<Model> {
         let name = model.to_string_lossy().into_owned();
-        let dtype = match dtype {
-            Some(s) => Some(DType::parse(&s).ok_or_else(|| {
-                PyValueError::new_err(format!("unknown dtype \"{s}\" (use f32, f16 or bf16)"))
-            })?),
-            None => None,
+        let parse_dtype = |keyword: &str, s: Option<String>| match s {
+            Some(s) => DType::parse(&s).map(Some).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "{keyword}: unknown dtype \"{s}\" (use f32, f16 or bf16)"
+                ))
+            }),
+            None => Ok(None),
         };
+        let dtype = parse_dtype("dtype", dtype)?;
+        let residual_dtype = parse_dtype("residual_dtype", residual_dtype)?;
         if batch_size == Some(0) {
             return Err(PyValueError::new_err("batch_size must be at least 1"));
         }
         if workers == Some(0) {
             return Err(PyValueError::new_err("workers must be at least 1"));
         }
-        let options = ResolveOptions { revision, offline };
-        let engine = without_gil(py, || {
-            Engine::open(
-                &name,
-                &options,
-                device.as_deref(),
-                dtype,
-                workers,
-                cuda_graphs,
-            )
-            .map(SameThread)
-        })?
-        .into_inner();
+        let options = ModelOptions {
+            revision,
+            offline,
+            device,
+            dtype,
+            residual_dtype,
+            cuda_graphs,
+            ..ModelOptions::new(name.clone())
+        };
+        let engine =
+            without_gil(py, || Engine::open(&options, workers).map(SameThread))?.into_inner();
         let batch_size = batch_size.unwrap_or(match engine.device {
             Device::Cpu => 8,
             Device::Cuda(_) => 64,
@@ -652,7 +588,7 @@ impl Model {
                         )));
                     }
                     if normalize {
-                        normalize_row(row);
+                        results::normalize(row);
                     }
                 }
                 rows.extend_from_slice(&values);
@@ -705,7 +641,7 @@ impl Model {
                 per_image.extend(
                     probs
                         .chunks(width)
-                        .map(|row| top_probabilities(row, top_k, &labels)),
+                        .map(|row| Scores::Probabilities(&labels).top_k(row, top_k)),
                 );
                 Ok(())
             },
@@ -872,21 +808,6 @@ fn check_pixel_shape(runner: &mut Runner, shape: &[usize]) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// Scales `row` to unit L2 norm (summed in f64, as `vitrt embed --normalize`); a zero vector
-/// stays zero.
-fn normalize_row(row: &mut [f32]) {
-    let norm = row
-        .iter()
-        .map(|&v| f64::from(v) * f64::from(v))
-        .sum::<f64>()
-        .sqrt();
-    if norm > 0.0 {
-        for v in row {
-            *v = (f64::from(*v) / norm) as f32;
-        }
-    }
 }
 
 /// Vision Transformer inference: classify, embed, zero-shot label images, or run raw

@@ -448,3 +448,29 @@ def test_a_cpu_model_refuses_cuda_tensors_with_a_clear_message():
     model = vitrt.Model(MODELS / "tiny-gelu", device="cpu")
     with pytest.raises(ValueError, match=r"CUDA tensor \(cuda:0\), but this model runs on the CPU"):
         model.forward(CudaTensorStub())
+
+
+def test_residual_dtype_is_the_clis():
+    """`residual_dtype=` stores the residual stream as `--residual-dtype` does: an f16 run with
+    an f32 stream gives the CLI's probabilities, and a stream neither f32 nor the run's dtype
+    is refused with the CLI's message."""
+    import os
+    import subprocess
+
+    # The CLI `cargo test` built (.ci/python-tests.sh runs after it).
+    vitrt_bin = os.environ.get("VITRT_BIN", str(ROOT / "target" / "debug" / "vitrt"))
+    image = str(DIGITS / "digit-0003-label-3.png")
+    cli = subprocess.run(
+        [vitrt_bin, "classify", "--model", str(DIGITS_MODEL), "--device", "cpu", "--dtype", "f16",
+         "--residual-dtype", "f32", "--top-k", "3", "--format", "jsonl", image],
+        capture_output=True, text=True, check=True,
+    )
+    want = json.loads(cli.stdout)["predictions"]
+    model = vitrt.Model(str(DIGITS_MODEL), device="cpu", dtype="f16", residual_dtype="f32")
+    got = model.classify([image], top_k=3)[0]
+    assert [p["index"] for p in got] == [p["index"] for p in want]
+    assert [np.float32(p["probability"]) for p in got] == [np.float32(p["probability"]) for p in want]
+    with pytest.raises(ValueError, match="residual stream is stored as f32 or as the run's dtype"):
+        vitrt.Model(DIGITS_MODEL, device="cpu", dtype="f32", residual_dtype="f16")
+    with pytest.raises(ValueError, match='residual_dtype: unknown dtype "f8"'):
+        vitrt.Model(DIGITS_MODEL, device="cpu", residual_dtype="f8")

@@ -5,14 +5,13 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
-use vitrt_kernels::cuda::DriverWarmUp;
+use vitrt_engine::ModelOptions;
 use vitrt_model::limits::{MAX_BATCH_SIZE, MAX_IMAGE_SIDE};
-use vitrt_model::text::{TextEncoder, TextModel};
-use vitrt_model::{Runner, VisionModel};
+use vitrt_model::text::TextEncoder;
+use vitrt_model::Runner;
 use vitrt_runtime::backend::Device;
 use vitrt_runtime::passes::{AttentionFusion, Fusion};
 use vitrt_runtime::DType;
-use vitrt_weights::{resolve_model, ResolveOptions};
 
 /// Where the model comes from and how it runs: shared by every subcommand.
 #[derive(Args, Debug, Clone)]
@@ -134,32 +133,27 @@ impl ModelArgs {
         self.image_size
     }
 
-    /// The model's files: the local folder, or the hub snapshot (downloaded unless offline).
-    fn resolve(&self) -> Result<vitrt_weights::ModelFiles> {
-        Ok(resolve_model(
-            &self.model,
-            &ResolveOptions {
-                revision: self.revision.clone(),
-                offline: self.offline,
-            },
-        )?)
+    /// The engine's options for what the flags say.
+    pub fn options(&self) -> ModelOptions {
+        ModelOptions {
+            model: self.model.clone(),
+            revision: self.revision.clone(),
+            offline: self.offline,
+            device: self.device.clone(),
+            dtype: self.dtype,
+            residual_dtype: self.residual_dtype,
+            fusion: self.fusion(),
+            cuda_graphs: self.cuda_graphs == Switch::On,
+            image_size: self.image_size,
+            announce_device: true,
+        }
     }
 
     /// The text tower of the model alone (`vitrt embed-text`: a CLIP or SigLIP checkpoint
     /// with both towers, or a text model's own), on the backend `--device` and `--dtype` ask
     /// for, with the residual stream as `--residual-dtype` says.
     pub fn open_text_only(&self) -> Result<(TextEncoder, PathBuf)> {
-        let files = self.resolve()?;
-        let text = TextModel::load(&files.dir)
-            .with_context(|| format!("loading the text tower of {}", self.model))?;
-        let (backend, _) = self.open_backend()?;
-        let dtype = backend.dtype();
-        let precision = match self.residual_dtype {
-            Some(residual) => vitrt_runtime::Precision::new(dtype, residual)?,
-            None => vitrt_runtime::Precision::default_for(dtype),
-        };
-        let encoder = TextEncoder::new(text, backend, self.fusion()).with_precision(precision);
-        Ok((encoder, files.dir))
+        Ok(self.options().open_text_only()?)
     }
 
     /// The graph fusion `--fusion` and `--attention` ask for.
@@ -176,34 +170,8 @@ impl ModelArgs {
         fusion
     }
 
-    /// Opens the backend: the device and dtype asked for, or without `--device` the first
-    /// CUDA GPU that opens (f16 unless `--dtype` says otherwise), else the CPU (f32), saying
-    /// on stderr which was chosen and why.
-    fn open_backend(&self) -> Result<(Box<dyn vitrt_runtime::Backend>, Device)> {
-        let asked = self.asked_device()?;
-        let opened = vitrt_runtime::backend::open_with_defaults(asked, self.dtype)?;
-        let dtype = opened.backend.dtype();
-        match (&opened.fallback, asked) {
-            (Some(why), _) => {
-                eprintln!("vitrt: running on the CPU in {dtype}: no usable CUDA GPU ({why})")
-            }
-            (None, None) => eprintln!(
-                "vitrt: running on {} in {dtype} (the first CUDA GPU; --device cpu forces the \
-                 CPU)",
-                opened.backend.describe()
-            ),
-            (None, Some(_)) => {}
-        }
-        Ok((opened.backend, opened.device))
-    }
-
-    /// The device `--device` names, if it names one.
-    fn asked_device(&self) -> Result<Option<Device>> {
-        Ok(self.device.as_deref().map(Device::parse).transpose()?)
-    }
-
-    /// Resolves, loads and checks the model, and opens the backend. Also returns the
-    /// model's folder (for preprocessor_config.json).
+    /// Resolves, loads and checks the model, and opens the backend (the engine's
+    /// [`ModelOptions::open`]). Also returns the model's folder (for preprocessor_config.json).
     pub fn open(&self) -> Result<(Runner, PathBuf)> {
         let (runner, dir, _) = self.open_on_device()?;
         Ok((runner, dir))
@@ -211,63 +179,12 @@ impl ModelArgs {
 
     /// As [`ModelArgs::open`], and the device the backend runs on.
     pub fn open_on_device(&self) -> Result<(Runner, PathBuf, Device)> {
-        let files = self.resolve()?;
-        // The GPU's driver starts on another thread while this one reads the model and
-        // encodes its parameters (benchmarks/NOTES.md, 2026-11-25 "Warm start: the driver
-        // behind the weights"). Without a driver library there is nothing to start.
-        let warm_up = match self.asked_device()? {
-            Some(Device::Cpu) => None,
-            Some(Device::Cuda(ordinal)) => DriverWarmUp::start(ordinal),
-            None => DriverWarmUp::start(0),
-        };
-        let mut model = VisionModel::load(&files.dir)
-            .with_context(|| format!("loading model {}", self.model))?;
-        crate::startup::mark("model files read (config.json; safetensors opened and checked)");
-        if let Some(size) = self.image_size {
-            model = model.with_input_size(size).context("--image-size")?;
-        } else if let Some(size) = preprocessed_size(&files.dir, model.config.num_channels) {
-            // The model runs on what its preprocessing makes: DINOv2's position tables are
-            // for 518 pixels and its processor crops 224.
-            model = model.with_input_size(size).with_context(|| {
-                format!(
-                    "the {}x{} images preprocessor_config.json makes",
-                    size.0, size.1
-                )
-            })?;
-        }
-        // A CUDA backend stores f16 unless --dtype says otherwise.
-        let cuda_dtype = self.dtype.unwrap_or(DType::F16);
-        let encoded = warm_up
-            .as_ref()
-            .map(|_| Runner::encode_params(&model, self.fusion(), cuda_dtype));
-        crate::startup::mark("parameters read and encoded (while the driver starts)");
-        let (backend, device) = self.open_backend()?;
-        drop(warm_up);
-        crate::startup::mark("backend opened (CUDA context, NVRTC and headers found)");
-        let dtype = backend.dtype();
-        let mut runner = Runner::new(model, backend, self.fusion());
-        if let Some(encoded) = encoded.filter(|_| dtype == cuda_dtype) {
-            runner = runner.with_encoded_params(encoded);
-        }
-        if let Some(residual) = self.residual_dtype {
-            runner = runner.with_residual(residual)?;
-        }
-        let runner = runner.with_graph_replay(self.cuda_graphs == Switch::On);
+        let opened = self.options().open()?;
         if self.attention == Some(AttentionArg::Fused) {
-            runner.check_graph().context("--attention fused")?;
+            opened.runner.check_graph().context("--attention fused")?;
         }
-        Ok((runner, files.dir, device))
+        Ok((opened.runner, opened.dir, opened.device))
     }
-}
-
-/// (height, width) of the images the model folder's preprocessing makes
-/// (preprocessor_config.json, or a timm config.json's pretrained_cfg), if it has one that
-/// parses (`classify` and `embed` report a broken one; other subcommands do not read it).
-fn preprocessed_size(dir: &std::path::Path, channels: usize) -> Option<(usize, usize)> {
-    vitrt_model::preprocess::PreprocessConfig::of_checkpoint(dir, channels)
-        .ok()
-        .flatten()
-        .map(|config| config.output_size())
 }
 
 /// The line behind `outln!`.
@@ -375,5 +292,18 @@ impl From<serde_json::Error> for WriteError {
             Some(kind) => std::io::Error::new(kind, error).into(),
             None => WriteError::Failed(std::io::Error::other(error)),
         }
+    }
+}
+
+/// Whether the run goes on after a write of results: it stops quietly for a closed output, and
+/// fails for any other error (`what`: what was being written).
+pub fn flow_after(
+    written: Result<(), WriteError>,
+    what: &'static str,
+) -> Result<vitrt_engine::pipeline::Flow> {
+    match written {
+        Ok(()) => Ok(vitrt_engine::pipeline::Flow::Continue),
+        Err(WriteError::Closed) => Ok(vitrt_engine::pipeline::Flow::Stop),
+        Err(WriteError::Failed(e)) => Err(e).context(what),
     }
 }

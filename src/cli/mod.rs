@@ -1,6 +1,7 @@
 //! Command-line interface: the subcommands and their dispatch. What they share (model
-//! resolution, backend choice, `pixel_values` files) is in [`common`]; what the commands over
-//! many image files share (pipeline, preprocessing, batches) is in [`batched`].
+//! resolution, backend choice, `pixel_values` files) is in [`common`]; the flags of the commands
+//! over many image files in [`images`]; what they run (opening, pipeline, batches, results)
+//! is the engine's (`vitrt_engine`).
 
 /// `println!` for command output: a closed standard output (the reader has gone, as after
 /// `| head`) ends the process quietly with status 0, as Unix tools do; any other failure (a
@@ -11,15 +12,16 @@ macro_rules! outln {
     };
 }
 
-mod batched;
 mod bench;
 mod classify;
 pub mod common;
 mod embed;
 mod embed_text;
+mod images;
 mod infer;
 mod parity;
 mod profile;
+mod serve;
 mod tune;
 mod zero_shot;
 
@@ -51,6 +53,9 @@ enum Command {
     /// Label images with words (CLIP, SigLIP): the labels go into a template, are encoded
     /// by the text tower once, and each image gets its most probable labels.
     ZeroShot(zero_shot::ZeroShotArgs),
+    /// Serve the model over HTTP: OpenAI-compatible /v1/embeddings, /v1/classify,
+    /// /v1/zero-shot, /health and /metrics, with concurrent requests batched together.
+    Serve(serve::ServeArgs),
     /// Run a model on `pixel_values` from a safetensors file and write its outputs.
     Infer(infer::InferArgs),
     /// Compare a model's outputs, layer by layer, with a reference written by scripts/reference.py.
@@ -69,6 +74,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Embed(args) => embed::run(args),
         Command::ZeroShot(args) => zero_shot::run(args),
         Command::EmbedText(args) => embed_text::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Infer(args) => infer::run(args),
         Command::Parity(args) => parity::run(args),
         Command::Bench(args) => bench::run(args),

@@ -4,19 +4,18 @@
 //! pipeline and writer as `vitrt classify`, the vision graph ending in the scores against the
 //! labels (`vitrt_model::Output::ZeroShotProbs`).
 
-use super::batched::ImageArgs;
 use super::classify::output::Format;
 use super::classify::{classify_images, Report, Scores};
 use super::common::ModelArgs;
+use super::images::ImageArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use vitrt_engine::results::{encode_zero_shot_labels, score_against};
 use vitrt_model::text::labels::{
-    average_templates, check_template, labels_from_lines, labels_from_list, DEFAULT_TEMPLATE,
+    check_template, labels_from_lines, labels_from_list, DEFAULT_TEMPLATE,
 };
-use vitrt_model::text::{TextModel, TextTokenizer};
-use vitrt_model::{Output, OutputSet, ZeroShotLabels};
 
 #[derive(Args, Debug)]
 pub struct ZeroShotArgs {
@@ -63,51 +62,17 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
     }
     let inputs = args.images.collect()?;
     let (mut runner, dir) = args.model.open()?;
-    let Some(width) = runner.model.image_embeds_width() else {
-        bail!(
-            "{} is a {} checkpoint without image embeddings; zero-shot labels need a CLIP or \
-             SigLIP checkpoint with both towers",
-            args.model.name(),
-            runner.model.config.family.name()
-        );
-    };
-
     // The labels, encoded once.
-    let text = TextModel::load(&dir).with_context(|| {
-        format!(
-            "loading the text tower of {} (zero-shot labels need it)",
-            args.model.name()
-        )
-    })?;
-    let rule = text.score_rule()?;
-    if text.embedding_size() != width {
-        bail!(
-            "the text tower's embeddings have {} values and the vision tower's {width}: not \
-             one checkpoint's towers",
-            text.embedding_size()
-        );
-    }
-    let tokenizer = TextTokenizer::from_checkpoint(&dir, text.context(), text.config.family)?;
-    let texts: Vec<String> = labels
-        .iter()
-        .flat_map(|label| templates.iter().map(move |t| t.replacen("{}", label, 1)))
-        .collect();
     let started = std::time::Instant::now();
-    let tokens = tokenizer.encode(&texts)?;
-    let embeds = runner.embed_texts(&text, &tokens.ids, texts.len(), true)?;
-    let text_embeds = average_templates(&embeds, labels.len(), templates.len(), width)?;
+    let encoded =
+        encode_zero_shot_labels(&mut runner, &dir, args.model.name(), &labels, &templates)?;
     eprintln!(
         "vitrt: {} labels x {} templates encoded by the text tower in {:.2} s",
         labels.len(),
         templates.len(),
         started.elapsed().as_secs_f64()
     );
-    runner.model.set_zero_shot(ZeroShotLabels {
-        text_embeds,
-        labels: labels.len(),
-        rule,
-    })?;
-    runner.set_outputs(OutputSet::of(&[Output::ZeroShotProbs]));
+    score_against(&mut runner, encoded)?;
 
     let report = Report {
         top_k: args.top_k as usize,

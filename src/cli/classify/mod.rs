@@ -1,22 +1,23 @@
-//! `vitrt classify`: image files and folders in, top-k labels out, through the image pipeline
-//! (`crate::pipeline`) and the batch consumer `vitrt embed` shares (`super::batched`): a pool
+//! `vitrt classify`: image files and folders in, top-k labels out, through the engine's image
+//! pipeline and batch consumer (`vitrt_engine::batched`), which `vitrt embed` shares: a pool
 //! of decode workers fills page-locked batches in input order, and each batch's upload
 //! overlaps the previous batch's forward pass.
 
 pub(crate) mod output;
 
-use super::batched::{self, BatchResults, BatchSetup, ImageArgs};
-use super::common::ModelArgs;
+use super::common::{flow_after, ModelArgs};
+use super::images::ImageArgs;
 use crate::output_file::OutputFile;
-use crate::pipeline::{shown_path, Flow, InputList, PipelineStats};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use output::{Format, Record, RunInfo, Sink, WriteError};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
-use vitrt_model::config::ModelConfig;
-use vitrt_model::labels::{top_k, Prediction};
+use vitrt_engine::batched::{self, BatchResults, BatchSetup};
+use vitrt_engine::pipeline::{shown_path, Flow, InputList, PipelineStats};
+pub(crate) use vitrt_engine::results::Scores;
+use vitrt_model::labels::Prediction;
 use vitrt_model::{Head, Runner};
 use vitrt_runtime::{HostTensor, TimelineSpan, TimelineStage};
 
@@ -100,8 +101,8 @@ pub(crate) fn classify_images(
     scores: Scores<'_>,
     report: &Report,
 ) -> Result<ExitCode> {
-    let pre = batched::preprocessing(runner, dir, model)?;
-    let setup = BatchSetup::new(runner, pre, images, inputs.paths.len())?;
+    let pre = batched::preprocessing(runner, dir, model.image_size().is_some())?;
+    let setup = BatchSetup::new(runner, pre, &images.options(), inputs.paths.len())?;
     let info = RunInfo {
         model: model.name().to_string(),
         device: runner.backend().describe(),
@@ -163,40 +164,6 @@ pub(crate) fn classify_images(
     Ok(ExitCode::SUCCESS)
 }
 
-/// What the model's output for an image holds.
-pub(crate) enum Scores<'a> {
-    /// A classifier's `logits`, turned into probabilities by a softmax; the labels are the
-    /// config's.
-    Logits(&'a ModelConfig),
-    /// Zero-shot `probs`, one per label (a softmax over them for CLIP, each its own sigmoid
-    /// for SigLIP).
-    Probabilities(&'a [String]),
-}
-
-impl Scores<'_> {
-    fn output(&self) -> &'static str {
-        match self {
-            Scores::Logits(_) => "logits",
-            Scores::Probabilities(_) => "probs",
-        }
-    }
-
-    /// The `k` most probable labels of one image's row, ties broken by the lower index.
-    fn top_k(&self, row: &[f32], k: usize) -> Vec<Prediction> {
-        match self {
-            Scores::Logits(config) => top_k(row, k, config),
-            Scores::Probabilities(labels) => vitrt_model::labels::top_indices(row, k)
-                .into_iter()
-                .map(|index| Prediction {
-                    index,
-                    label: labels[index].clone(),
-                    probability: row[index],
-                })
-                .collect(),
-        }
-    }
-}
-
 /// Writes each image's top-k labels, or why it has none.
 struct Classifier<'a, W: std::io::Write> {
     sink: Sink<W>,
@@ -231,7 +198,7 @@ impl<W: std::io::Write> BatchResults for Classifier<'_, W> {
         let written = self
             .write_records(first, count, failures, logits.as_ref())
             .and_then(|()| self.sink.end_batch());
-        let flow = batched::flow_after(written, "writing the results")?;
+        let flow = flow_after(written, "writing the results")?;
         if self.fail_fast && self.not_finite > not_finite {
             return Ok(Flow::Stop);
         }
@@ -427,124 +394,4 @@ fn peak_rss_bytes() -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cli::batched::{device_batch_of, Loader};
-    use crate::pipeline::{self, Batch, ImageLoad, PipelineConfig};
-    use vitrt_model::preprocess::{
-        normalization_table, ImageLimits, ImageLoader, PreprocessConfig,
-    };
-    use vitrt_runtime::HostStaging;
-
-    /// The pipeline's pixels, from many workers in small batches, expanded through the table,
-    /// are bit for bit what the one-thread host path (`preprocess_file`) gives, for every
-    /// fixture image and filter.
-    #[test]
-    fn pipeline_pixels_equal_the_one_thread_path_bitwise() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/images");
-        let mut images: Vec<PathBuf> = std::fs::read_dir(&root)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| {
-                p.extension()
-                    .and_then(|e| e.to_str())
-                    .is_some_and(|e| ["jpg", "png", "webp"].contains(&e))
-            })
-            .collect();
-        images.sort();
-        assert!(images.len() >= 6, "{images:?}");
-        // Each image three times, so batches mix them.
-        let paths: Vec<PathBuf> = images
-            .iter()
-            .cycle()
-            .take(images.len() * 3)
-            .cloned()
-            .collect();
-        // Two filters, and a shortest-edge resize whose center crop is wider than the resized
-        // image on the square fixture (zero padding in the staging slot).
-        for json in [
-            r#"{"size": {"height": 40, "width": 56}, "resample": 2}"#,
-            r#"{"size": {"height": 40, "width": 56}, "resample": 3}"#,
-            r#"{"size": {"shortest_edge": 44}, "do_center_crop": true,
-                "crop_size": {"height": 40, "width": 56}, "resample": 3}"#,
-        ] {
-            let pre = PreprocessConfig::from_json_str(json).unwrap();
-            let table = normalization_table(&pre);
-            let limits = ImageLimits::default();
-            let image_bytes = ImageLoader::new(&pre, limits).output_bytes();
-            // Decoded on the host; then with the JPEGs left to device decoding, done here by
-            // the image kernels' CPU twins on the batch the consumer assembles.
-            for arena_bytes in [0, 4 << 20] {
-                let config = PipelineConfig {
-                    batch_size: 4,
-                    depth: 2,
-                    workers: 5,
-                    image_bytes,
-                    fail_fast: false,
-                    arena_bytes,
-                };
-                let mut staging: Vec<HostStaging> =
-                    (0..2).map(|_| HostStaging::heap(4 * image_bytes)).collect();
-                let mut arenas: Vec<HostStaging> =
-                    (0..2).map(|_| HostStaging::heap(arena_bytes)).collect();
-                let make = || {
-                    Box::new(Loader {
-                        images: ImageLoader::new(&pre, limits),
-                        unlisted: Default::default(),
-                    }) as Box<dyn ImageLoad>
-                };
-                let mut checked = 0;
-                let mut on_device = 0;
-                let stats = pipeline::run(
-                    &paths,
-                    config,
-                    &mut staging,
-                    &mut arenas,
-                    &make,
-                    &mut |batch: Batch<'_>| {
-                        assert!(batch.failures.is_empty(), "{:?}", batch.failures);
-                        let mut pixels = batch.pixels.to_vec();
-                        if let Some(device) = device_batch_of(&batch, image_bytes) {
-                            let status =
-                                device.decode(batch.arena).run_on_host(&mut pixels).unwrap();
-                            assert!(status.iter().all(|&s| s == 0), "{status:?}");
-                            on_device += batch.device.len();
-                        }
-                        for k in 0..batch.count {
-                            let bytes = &pixels[k * image_bytes..][..image_bytes];
-                            let mut ours = vec![0f32; image_bytes];
-                            vitrt_model::preprocess::normalize_into(bytes, 3, &table, &mut ours);
-                            let path = &paths[batch.first + k];
-                            let want =
-                                vitrt_model::preprocess::preprocess_file(path, &pre).unwrap();
-                            assert!(
-                                ours.iter()
-                                    .zip(&want)
-                                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                                "{} ({json}) differs",
-                                path.display()
-                            );
-                            checked += 1;
-                        }
-                        Ok(Flow::Continue)
-                    },
-                )
-                .unwrap();
-                assert_eq!(checked, paths.len());
-                let jpegs = paths
-                    .iter()
-                    .filter(|p| p.extension().is_some_and(|e| e == "jpg"))
-                    .count();
-                assert_eq!(
-                    on_device,
-                    if arena_bytes > 0 { jpegs } else { 0 },
-                    "{json}: {:?}",
-                    stats.host_decoded
-                );
-            }
-        }
-    }
 }

@@ -1,18 +1,20 @@
 //! `vitrt embed`: image files and folders in, one embedding per image out (safetensors, NPY or
 //! JSON Lines), through the same pipeline and batch consumer as `vitrt classify`
-//! (`super::batched`), with the runner's graphs outputting only the chosen pooled vector.
+//! (`vitrt_engine::batched`), with the runner's graphs outputting only the chosen pooled vector.
 
 pub(crate) mod output;
 
-use super::batched::{self, BatchResults, BatchSetup, ImageArgs};
-use super::common::ModelArgs;
+use super::common::{flow_after, ModelArgs};
+use super::images::ImageArgs;
 use crate::output_file::{write_unit, Contents, OutputFile};
-use crate::pipeline::{shown_path, Flow};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use output::{Format, Sink, WriteError};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use vitrt_engine::batched::{self, BatchResults, BatchSetup};
+use vitrt_engine::pipeline::{shown_path, Flow};
+use vitrt_engine::results::normalize;
 use vitrt_model::{Output, OutputSet, Pool, VisionModel};
 use vitrt_runtime::HostTensor;
 
@@ -151,8 +153,8 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
     let (mut runner, dir) = args.model.open()?;
     let pool = choose_pool(args.pool, &runner.model, args.model.name())?;
     runner.set_outputs(OutputSet::of(&[pool.output()]));
-    let pre = batched::preprocessing(&mut runner, &dir, &args.model)?;
-    let setup = BatchSetup::new(&runner, pre, &args.images, inputs.paths.len())?;
+    let pre = batched::preprocessing(&mut runner, &dir, args.model.image_size().is_some())?;
+    let setup = BatchSetup::new(&runner, pre, &args.images.options(), inputs.paths.len())?;
 
     let sink = match format {
         Format::Jsonl => Sink::lines(target.open_streaming()?),
@@ -261,7 +263,7 @@ impl BatchResults for Embedder<'_> {
         let written = self
             .write_rows(first, count, failures, pooled.as_ref(), dim)
             .and_then(|()| self.sink.end_batch());
-        let flow = batched::flow_after(written, "writing the embeddings")?;
+        let flow = flow_after(written, "writing the embeddings")?;
         if self.fail_fast && self.not_finite > not_finite {
             return Ok(Flow::Stop);
         }
@@ -312,33 +314,9 @@ impl Embedder<'_> {
     }
 }
 
-/// Scales `row` to unit L2 norm (summed in f64); a zero vector stays zero.
-fn normalize(row: &mut [f32]) {
-    let norm = row
-        .iter()
-        .map(|&v| f64::from(v) * f64::from(v))
-        .sum::<f64>()
-        .sqrt();
-    if norm > 0.0 {
-        for v in row {
-            *v = (f64::from(*v) / norm) as f32;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn normalize_makes_unit_rows_and_keeps_zero_rows() {
-        let mut row = vec![3.0f32, 4.0];
-        normalize(&mut row);
-        assert_eq!(row, [0.6, 0.8]);
-        let mut zero = vec![0.0f32; 3];
-        normalize(&mut zero);
-        assert_eq!(zero, [0.0; 3]);
-    }
 
     #[test]
     fn format_comes_from_the_flag_then_the_extension() {

@@ -1,13 +1,11 @@
-//! What the commands that run a model over many image files (`vitrt classify`, `vitrt embed`)
-//! share: the image options ([`ImageArgs`]), the preprocessing a checkpoint's images get and
+//! Running a model over many image files (`vitrt classify`, `vitrt embed`, `vitrt
+//! zero-shot`): the image options ([`ImageOptions`]), the preprocessing a checkpoint's images get and
 //! the input size it makes ([`preprocessing`]), the batch plan ([`BatchSetup`]), and the
 //! pipeline's consumer ([`run_batches`]) that submits each batch and collects its outputs one
 //! batch behind, handing them in input order to the command's [`BatchResults`].
 
-use super::common::{ModelArgs, WriteError};
 use crate::pipeline::{self, Batch, Flow, ImageLoad, InputList, PipelineConfig, PipelineStats};
 use anyhow::{bail, Context, Result};
-use clap::Args;
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -57,7 +55,7 @@ fn arena_bytes_per_image(paths: &[PathBuf]) -> usize {
 }
 
 /// Where JPEGs are decoded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecodeOn {
     Cpu,
     Gpu,
@@ -65,70 +63,39 @@ pub enum DecodeOn {
     GpuIdct,
 }
 
-/// The images to run on and how they are read.
-#[derive(Args, Debug)]
-pub struct ImageArgs {
+/// How images are read and batched: what `ImageArgs` of the CLI and the Python `Model`'s
+/// keywords say.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ImageOptions {
     /// Images per forward pass. Default: 64 on a GPU, 8 on the CPU.
-    #[arg(long, value_parser = super::common::parse_batch_size)]
-    batch_size: Option<usize>,
+    pub batch_size: Option<usize>,
     /// Decoding threads. Default: the available cores on a GPU, half of them on the CPU (whose
     /// forward pass needs them too).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    workers: Option<u32>,
-    /// Read more image paths from this file, one a line (`-`: standard input).
-    #[arg(long, value_name = "LIST")]
-    files_from: Option<PathBuf>,
-    /// Stop at the first image that cannot be read (in input order) instead of reporting it
-    /// and going on.
-    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Stop at the first image that cannot be read (in input order).
     pub fail_fast: bool,
-    /// Refuse images of more pixels than this before decoding them (decompression bombs).
-    #[arg(long, default_value_t = ImageLimits::default().max_pixels)]
-    max_pixels: u64,
-    /// Refuse image files larger than this many bytes without reading them whole.
-    #[arg(long, default_value_t = ImageLimits::default().max_file_bytes)]
-    max_file_size: u64,
-    /// Refuse images whose decoded pixels would take more bytes than this (width x height x
-    /// channels x bytes per sample), before decoding them.
-    #[arg(long, default_value_t = ImageLimits::default().max_decoded_bytes)]
-    max_decoded_bytes: u64,
+    /// Pixel, file and decoded-size limits (decompression bombs).
+    pub limits: ImageLimits,
     /// No progress bar (it is shown only when stderr is a terminal).
-    #[arg(long, short)]
-    quiet: bool,
-    /// Where JPEGs are decoded: `gpu` reads the files on the host and decodes them on the GPU
+    pub quiet: bool,
+    /// Where JPEGs are decoded: `Gpu` reads the files on the host and decodes them on the GPU
     /// (Huffman decoding of baseline files, IDCT, upsampling, colour, orientation, resize,
-    /// crop) with the host's exact pixels; `gpu-idct` leaves the Huffman decoding to the host
-    /// and the rest to the GPU; `cpu` decodes everything on the host. Default: `gpu` on a CUDA
-    /// device (files the GPU path cannot decode exactly go through the host decoder), `cpu`
+    /// crop) with the host's exact pixels; `GpuIdct` leaves the Huffman decoding to the host
+    /// and the rest to the GPU; `Cpu` decodes everything on the host. Default: `Gpu` on a CUDA
+    /// device (files the GPU path cannot decode exactly go through the host decoder), `Cpu`
     /// elsewhere.
-    #[arg(long, value_enum)]
-    decode: Option<DecodeOn>,
-    /// Image files (JPEG, PNG, WebP) and folders, walked for .jpg, .jpeg, .png and .webp
-    /// files in name order.
-    images: Vec<PathBuf>,
+    pub decode: Option<DecodeOn>,
 }
 
-impl ImageArgs {
-    /// The images named and listed, in order; an error when there are none.
-    pub fn collect(&self) -> Result<InputList> {
-        let inputs = pipeline::collect_inputs(&self.images, self.files_from.as_deref())?;
-        if inputs.paths.is_empty() {
-            bail!(if self.images.is_empty() && self.files_from.is_none() {
-                "no images given: name image files or folders, or use --files-from".to_string()
-            } else {
-                "no images found (folders are searched for .jpg, .jpeg, .png and .webp files)"
-                    .to_string()
-            });
-        }
-        Ok(inputs)
-    }
-
-    fn limits(&self) -> ImageLimits {
-        ImageLimits {
-            max_pixels: self.max_pixels,
-            max_file_bytes: self.max_file_size,
-            max_decoded_bytes: self.max_decoded_bytes,
-        }
+/// Decoding threads by default: every core on a GPU; half of them on the CPU, whose forward
+/// pass needs them too (decoding on all of them beside it cost 5% on the demo digits with 2
+/// cores, NOTES, 2026-11-24; half of them costs nothing).
+pub fn default_workers(on_gpu: bool) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if on_gpu {
+        cores
+    } else {
+        (cores / 2).max(1)
     }
 }
 
@@ -139,7 +106,7 @@ impl ImageArgs {
 pub fn preprocessing(
     runner: &mut Runner,
     dir: &Path,
-    model: &ModelArgs,
+    size_was_asked: bool,
 ) -> Result<PreprocessConfig> {
     let channels = runner.model.config.num_channels;
     let pre = match PreprocessConfig::of_checkpoint(dir, channels)? {
@@ -150,7 +117,7 @@ pub fn preprocessing(
         }
     };
     if pre.output_size() != runner.model.input_size() {
-        if model.image_size().is_some() {
+        if size_was_asked {
             bail!(
                 "preprocessor_config.json makes {:?} images (height, width, after any center \
                  crop) but --image-size asks for {:?}",
@@ -185,7 +152,7 @@ impl BatchSetup {
     pub fn new(
         runner: &Runner,
         pre: PreprocessConfig,
-        args: &ImageArgs,
+        args: &ImageOptions,
         images: usize,
     ) -> Result<Self> {
         let on_gpu = runner.backend().describe().starts_with("cuda");
@@ -194,16 +161,8 @@ impl BatchSetup {
             .batch_size
             .unwrap_or(if on_gpu { 64 } else { 8 })
             .min(images.max(1));
-        // On the CPU the forward pass needs the cores too: decoding on all of them beside it
-        // cost 5% on the demo digits with 2 cores (NOTES, 2026-11-24), half of them costs
-        // nothing.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let workers = args
-            .workers
-            .map_or(if on_gpu { cores } else { (cores / 2).max(1) }, |w| {
-                w as usize
-            });
-        let limits = args.limits();
+        let workers = args.workers.unwrap_or_else(|| default_workers(on_gpu));
+        let limits = args.limits;
         let image_bytes = ImageLoader::new(&pre, limits).output_bytes();
         if matches!(args.decode, Some(DecodeOn::Gpu | DecodeOn::GpuIdct)) && !on_gpu {
             bail!(
@@ -414,16 +373,6 @@ pub fn check_failures(failed: usize, total: usize, fail_fast: bool, verb: &str) 
     Ok(())
 }
 
-/// Whether the run goes on after a write of results: it stops quietly for a closed output, and
-/// fails for any other error (`what`: what was being written).
-pub fn flow_after(written: Result<(), WriteError>, what: &'static str) -> Result<Flow> {
-    match written {
-        Ok(()) => Ok(Flow::Continue),
-        Err(WriteError::Closed) => Ok(Flow::Stop),
-        Err(WriteError::Failed(e)) => Err(e).context(what),
-    }
-}
-
 /// The device decoding of a batch's images that the workers left to it, if any.
 pub fn device_batch_of(batch: &Batch<'_>, image_bytes: usize) -> Option<DeviceBatch> {
     let on_device: Vec<_> = batch
@@ -618,6 +567,8 @@ fn progress_bar(total: usize, quiet: bool) -> indicatif::ProgressBar {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::{self, Batch, ImageLoad, PipelineConfig};
+    use vitrt_runtime::HostStaging;
 
     #[test]
     fn the_arena_is_sized_from_the_files() {
@@ -640,5 +591,114 @@ mod tests {
             arena_bytes_per_image(&[dir.path().join("missing")]),
             ARENA_BYTES_PER_IMAGE.0
         );
+    }
+
+    /// The pipeline's pixels, from many workers in small batches, expanded through the table,
+    /// are bit for bit what the one-thread host path (`preprocess_file`) gives, for every
+    /// fixture image and filter.
+    #[test]
+    fn pipeline_pixels_equal_the_one_thread_path_bitwise() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/images");
+        let mut images: Vec<PathBuf> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.extension()
+                    .and_then(|e| e.to_str())
+                    .is_some_and(|e| ["jpg", "png", "webp"].contains(&e))
+            })
+            .collect();
+        images.sort();
+        assert!(images.len() >= 6, "{images:?}");
+        // Each image three times, so batches mix them.
+        let paths: Vec<PathBuf> = images
+            .iter()
+            .cycle()
+            .take(images.len() * 3)
+            .cloned()
+            .collect();
+        // Two filters, and a shortest-edge resize whose center crop is wider than the resized
+        // image on the square fixture (zero padding in the staging slot).
+        for json in [
+            r#"{"size": {"height": 40, "width": 56}, "resample": 2}"#,
+            r#"{"size": {"height": 40, "width": 56}, "resample": 3}"#,
+            r#"{"size": {"shortest_edge": 44}, "do_center_crop": true,
+                "crop_size": {"height": 40, "width": 56}, "resample": 3}"#,
+        ] {
+            let pre = PreprocessConfig::from_json_str(json).unwrap();
+            let table = normalization_table(&pre);
+            let limits = ImageLimits::default();
+            let image_bytes = ImageLoader::new(&pre, limits).output_bytes();
+            // Decoded on the host; then with the JPEGs left to device decoding, done here by
+            // the image kernels' CPU twins on the batch the consumer assembles.
+            for arena_bytes in [0, 4 << 20] {
+                let config = PipelineConfig {
+                    batch_size: 4,
+                    depth: 2,
+                    workers: 5,
+                    image_bytes,
+                    fail_fast: false,
+                    arena_bytes,
+                };
+                let mut staging: Vec<HostStaging> =
+                    (0..2).map(|_| HostStaging::heap(4 * image_bytes)).collect();
+                let mut arenas: Vec<HostStaging> =
+                    (0..2).map(|_| HostStaging::heap(arena_bytes)).collect();
+                let make = || {
+                    Box::new(Loader {
+                        images: ImageLoader::new(&pre, limits),
+                        unlisted: Default::default(),
+                    }) as Box<dyn ImageLoad>
+                };
+                let mut checked = 0;
+                let mut on_device = 0;
+                let stats = pipeline::run(
+                    &paths,
+                    config,
+                    &mut staging,
+                    &mut arenas,
+                    &make,
+                    &mut |batch: Batch<'_>| {
+                        assert!(batch.failures.is_empty(), "{:?}", batch.failures);
+                        let mut pixels = batch.pixels.to_vec();
+                        if let Some(device) = device_batch_of(&batch, image_bytes) {
+                            let status =
+                                device.decode(batch.arena).run_on_host(&mut pixels).unwrap();
+                            assert!(status.iter().all(|&s| s == 0), "{status:?}");
+                            on_device += batch.device.len();
+                        }
+                        for k in 0..batch.count {
+                            let bytes = &pixels[k * image_bytes..][..image_bytes];
+                            let mut ours = vec![0f32; image_bytes];
+                            vitrt_model::preprocess::normalize_into(bytes, 3, &table, &mut ours);
+                            let path = &paths[batch.first + k];
+                            let want =
+                                vitrt_model::preprocess::preprocess_file(path, &pre).unwrap();
+                            assert!(
+                                ours.iter()
+                                    .zip(&want)
+                                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                                "{} ({json}) differs",
+                                path.display()
+                            );
+                            checked += 1;
+                        }
+                        Ok(Flow::Continue)
+                    },
+                )
+                .unwrap();
+                assert_eq!(checked, paths.len());
+                let jpegs = paths
+                    .iter()
+                    .filter(|p| p.extension().is_some_and(|e| e == "jpg"))
+                    .count();
+                assert_eq!(
+                    on_device,
+                    if arena_bytes > 0 { jpegs } else { 0 },
+                    "{json}: {:?}",
+                    stats.host_decoded
+                );
+            }
+        }
     }
 }

@@ -1,0 +1,283 @@
+//! `vitrt serve`: an HTTP server over the engine. It listens at once (`GET /health` answers
+//! 503 meanwhile), opens the model on its batching thread, warms it up, and then answers 200;
+//! requests are decoded on a bounded pool of blocking threads, queued (429 past
+//! `--max-queue`), batched across requests (`batcher`) and answered with the engine's typed
+//! results (`routes`). SIGTERM or SIGINT stops accepting, finishes what was accepted, and the
+//! process exits 0.
+
+mod batcher;
+mod error;
+mod inputs;
+mod metrics;
+mod routes;
+
+use anyhow::{Context, Result};
+use batcher::{BatchPolicy, Batcher, Kind};
+use metrics::Metrics;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use vitrt_engine::batched::{default_workers, preprocessing};
+use vitrt_engine::memory::MemoryBatches;
+use vitrt_engine::results::TextTower;
+use vitrt_engine::ModelOptions;
+use vitrt_model::config::ModelConfig;
+use vitrt_model::preprocess::{ImageLimits, PreprocessConfig};
+use vitrt_model::{Head, Pool};
+use vitrt_runtime::backend::Device;
+
+/// What `vitrt serve` was asked to do.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub model: ModelOptions,
+    pub host: String,
+    /// 0: any free port (the one bound is said on stderr).
+    pub port: u16,
+    pub max_batch_size: usize,
+    /// How long the first image of a batch waits for others already admitted.
+    pub max_delay: Duration,
+    /// Images admitted and not yet in a batch, at most.
+    pub max_queue: usize,
+    /// Request bodies larger than this are answered 413.
+    pub max_body_bytes: usize,
+    /// Requests must carry `Authorization: Bearer KEY` (all but `GET /health`).
+    pub api_key: Option<String>,
+    /// A request not answered by then is answered 504.
+    pub request_timeout: Duration,
+    pub limits: ImageLimits,
+    /// Decoding threads. Default: as the pipeline's workers.
+    pub workers: Option<usize>,
+    /// Images may name files under this folder (`file:NAME`); none otherwise.
+    pub allow_local_files: Option<std::path::PathBuf>,
+}
+
+/// What the routes know of the model once it is open.
+pub struct ModelInfo {
+    pub name: String,
+    pub config: ModelConfig,
+    pub pre: PreprocessConfig,
+    /// The model has a classification head (`/v1/classify`).
+    pub classifies: bool,
+    /// The pool `/v1/embeddings` embeds images with (the checkpoint's default).
+    pub pool: Option<Pool>,
+    /// Image embeddings and a text tower of the same width: text inputs and `/v1/zero-shot`.
+    pub text_tower: bool,
+    pub image_bytes: usize,
+}
+
+/// What every route shares.
+pub struct AppState {
+    pub options: ServeOptions,
+    pub queue: batcher::Queue,
+    pub metrics: Arc<Metrics>,
+    /// Set once the model is open (its facts for the routes).
+    pub info: OnceLock<Arc<ModelInfo>>,
+    /// Set once the model has run its warm-up batches.
+    pub ready: Arc<AtomicBool>,
+    /// Decoding permits: images decoded at once.
+    pub decoders: Semaphore,
+    /// The folder `file:NAME` images are read from, if allowed.
+    pub local: Option<inputs::LocalFiles>,
+}
+
+/// Serves until SIGTERM or SIGINT; an error when the address cannot be bound or the model
+/// cannot be opened.
+pub fn serve(options: ServeOptions) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("vitrt-serve")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve_async(options))
+}
+
+async fn serve_async(options: ServeOptions) -> Result<()> {
+    // Before anything else: a SIGTERM while the model loads also stops the server cleanly.
+    let stop_signals = StopSignals::register()?;
+    let local = options
+        .allow_local_files
+        .as_deref()
+        .map(inputs::LocalFiles::new)
+        .transpose()?;
+    let address = format!("{}:{}", options.host, options.port);
+    let listener = tokio::net::TcpListener::bind(&address)
+        .await
+        .with_context(|| format!("listening on {address}"))?;
+    let bound: SocketAddr = listener.local_addr()?;
+    eprintln!(
+        "vitrt serve: listening on http://{bound} (loading {})",
+        options.model.model
+    );
+    if !bound.ip().is_loopback() && options.api_key.is_none() {
+        eprintln!(
+            "vitrt serve: warning: listening beyond this machine without --api-key: anyone who \
+             reaches {bound} can use the model"
+        );
+    }
+
+    let metrics = Arc::new(Metrics::new(options.max_batch_size));
+    let (queue, receiver, queued) = batcher::queue(options.max_queue);
+    let ready = Arc::new(AtomicBool::new(false));
+    let workers = options.workers.unwrap_or_else(|| {
+        let on_gpu = !matches!(options.model.asked_device(), Ok(Some(Device::Cpu)));
+        default_workers(on_gpu)
+    });
+    let state = Arc::new(AppState {
+        options: options.clone(),
+        queue,
+        metrics: Arc::clone(&metrics),
+        info: OnceLock::new(),
+        ready: Arc::clone(&ready),
+        decoders: Semaphore::new(workers),
+        local,
+    });
+
+    let counts = Arc::clone(&metrics);
+    // The model is opened, warmed and run on its own thread (its runner stays there).
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
+    let batching = {
+        let state = Arc::clone(&state);
+        std::thread::Builder::new()
+            .name("vitrt-batcher".to_string())
+            .spawn(move || {
+                let opened =
+                    open_batcher(&state, metrics, queued).and_then(|(mut batcher, kind)| {
+                        batcher.warm_up(&kind).context("warming the model up")?;
+                        Ok(batcher)
+                    });
+                let ready = Arc::clone(&state.ready);
+                // The routes' state holds a handle on the queue: dropped here, so that the
+                // queue closes once the routes are gone.
+                drop(state);
+                match opened {
+                    Ok(batcher) => {
+                        ready.store(true, std::sync::atomic::Ordering::Release);
+                        eprintln!("vitrt serve: ready");
+                        batcher.run(receiver);
+                    }
+                    Err(e) => {
+                        let _ = failed_tx.send(e);
+                    }
+                }
+            })
+            .context("starting the batching thread")?
+    };
+
+    let app = routes::router(Arc::clone(&state));
+    drop(state);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<Option<anyhow::Error>>();
+    tokio::spawn(async move {
+        let failure = tokio::select! {
+            () = stop_signals.recv() => None,
+            Ok(e) = failed_rx => Some(e),
+        };
+        let _ = stop_tx.send(failure);
+    });
+    let (failure_tx, failure_rx) = tokio::sync::oneshot::channel();
+    let shutdown = async move {
+        let failure = stop_rx.await.ok().flatten();
+        if failure.is_none() {
+            eprintln!("vitrt serve: stopping: finishing the requests accepted");
+        }
+        let _ = failure_tx.send(failure);
+    };
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("serving")?;
+    // Every route's handle on the queue is gone: the batching thread answers what it holds
+    // and ends.
+    let _ = tokio::task::spawn_blocking(move || batching.join()).await;
+    let (begun, answered) = counts.begun_and_answered();
+    eprintln!("vitrt serve: stopped: {begun} requests begun, {answered} answered");
+    match failure_rx.await.ok().flatten() {
+        Some(e) => Err(e.context("opening the model")),
+        None => Ok(()),
+    }
+}
+
+/// Opens the model on the batching thread and says what the routes need to know.
+fn open_batcher(
+    state: &AppState,
+    metrics: Arc<Metrics>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+) -> Result<(Batcher, Kind)> {
+    let options = &state.options;
+    let opened = options.model.open()?;
+    let mut runner = opened.runner;
+    let pre = preprocessing(&mut runner, &opened.dir, options.model.image_size.is_some())?;
+    let image_bytes = vitrt_engine::memory::ImageDecoder::new(&pre, options.limits).image_bytes();
+    let classifies = runner.model.head != Head::Base;
+    let pool = Pool::choose(None, &runner.model).ok();
+    let text = match runner.model.image_embeds_width() {
+        Some(width) => TextTower::load(&opened.dir, width).ok(),
+        None => None,
+    };
+    let info = ModelInfo {
+        name: options.model.model.clone(),
+        config: runner.model.config.clone(),
+        pre: pre.clone(),
+        classifies,
+        pool,
+        text_tower: text.is_some(),
+        image_bytes,
+    };
+    let warm_kind = match (classifies, pool) {
+        (true, _) | (false, None) => Kind::Classify,
+        (false, Some(pool)) => Kind::Embed(pool),
+    };
+    let _ = state.info.set(Arc::new(info));
+    let batcher = Batcher {
+        runner,
+        batches: MemoryBatches::new(&pre, image_bytes),
+        text,
+        dir: opened.dir,
+        name: options.model.model.clone(),
+        policy: BatchPolicy {
+            max_batch_size: options.max_batch_size,
+            max_delay: options.max_delay,
+        },
+        metrics,
+        queued,
+        labels: None,
+    };
+    Ok((batcher, warm_kind))
+}
+
+/// SIGTERM and SIGINT (Ctrl-C), their handlers installed when registered.
+struct StopSignals {
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn register() -> Result<StopSignals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(StopSignals {
+                terminate: signal(SignalKind::terminate()).context("handling SIGTERM")?,
+                interrupt: signal(SignalKind::interrupt()).context("handling SIGINT")?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(StopSignals {})
+    }
+
+    /// Waits for either.
+    async fn recv(mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! `vitrt serve`: the model behind HTTP (`vitrt_server`): OpenAI-compatible embeddings,
+//! classification and zero-shot labels, with requests batched together on the device.
+
+use super::common::{parse_batch_size, ModelArgs};
+use super::images::{DecodeArg, LimitArgs};
+use anyhow::{bail, Result};
+use clap::Args;
+use std::process::ExitCode;
+use std::time::Duration;
+use vitrt_server::ServeOptions;
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The address to listen on. Default: loopback only; 0.0.0.0 listens on every interface
+    /// (then use --api-key).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// The port to listen on (0: any free port, said on stderr).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Most images per forward pass, from however many requests.
+    #[arg(long, default_value_t = 64, value_parser = parse_batch_size)]
+    max_batch_size: usize,
+    /// Longest time the first image of a batch waits for images already admitted (being
+    /// decoded), in milliseconds; a request alone runs at once.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    max_delay_ms: u64,
+    /// Most images waiting for a batch; past it, requests are answered 429 with Retry-After.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_queue: u64,
+    /// Largest request body, in bytes; larger ones are answered 413.
+    #[arg(long, default_value_t = 32 << 20, value_parser = clap::value_parser!(u64).range(1..=(1 << 32)))]
+    max_body_bytes: u64,
+    /// Require `Authorization: Bearer KEY` on every route but /health. Also read from the
+    /// VITRT_API_KEY environment variable (which keeps it out of the process list).
+    #[arg(long, env = "VITRT_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// A request not answered within this many milliseconds is answered 504.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    request_timeout_ms: u64,
+    /// Decoding threads. Default: the available cores on a GPU, half of them on the CPU.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    workers: Option<u32>,
+    /// Where JPEGs are decoded: this server decodes them on the host (cpu), the only value
+    /// it takes for now.
+    #[arg(long, value_enum)]
+    decode: Option<DecodeArg>,
+    /// Let requests name image files in this folder as `file:NAME` (relative to it; links
+    /// and `..` that lead outside it are refused). Without it the server reads no local file.
+    #[arg(long, value_name = "DIR")]
+    allow_local_files: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+pub fn run(args: ServeArgs) -> Result<ExitCode> {
+    if args.decode == Some(DecodeArg::Gpu) {
+        bail!(
+            "--decode gpu is not served yet: the server decodes images on the host (--decode \
+             cpu); `vitrt classify` decodes JPEGs on the GPU"
+        );
+    }
+    if args.api_key.as_deref() == Some("") {
+        bail!("--api-key is empty");
+    }
+    vitrt_server::serve(ServeOptions {
+        model: args.model.options(),
+        host: args.host,
+        port: args.port,
+        max_batch_size: args.max_batch_size,
+        max_delay: Duration::from_millis(args.max_delay_ms),
+        max_queue: args.max_queue as usize,
+        max_body_bytes: args.max_body_bytes as usize,
+        api_key: args.api_key,
+        request_timeout: Duration::from_millis(args.request_timeout_ms),
+        limits: args.limits.limits(),
+        workers: args.workers.map(|w| w as usize),
+        allow_local_files: args.allow_local_files,
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
