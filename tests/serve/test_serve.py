@@ -246,6 +246,12 @@ def test_bad_inputs_are_4xx_naming_the_input(digits):
     assert status == 400 and "text tower" in answer["error"]["message"]
     status, answer = digits.post_json("/v1/embeddings", {"input": [[1, 2, 3]]})
     assert status == 400
+    uri = "data:image/png;base64," + base64.b64encode(good).decode()
+    status, answer = digits.post_json("/v1/embeddings", {"input": uri, "dimensions": 7})
+    assert status == 400 and "dimensions" in answer["error"]["message"], answer
+    width = len(digits.post_json("/v1/embeddings", {"input": uri})[1]["data"][0]["embedding"])
+    status, answer = digits.post_json("/v1/embeddings", {"input": uri, "dimensions": width})
+    assert status == 200, answer
     status, answer = digits.post_json("/v1/zero-shot", {"images": [base64.b64encode(good).decode()], "labels": "a,b"})
     assert status == 400
     assert digits.request("GET", "/nowhere")[0] == 404
