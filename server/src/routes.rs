@@ -189,6 +189,7 @@ async fn classify(
         )));
     }
     let read = ImageRequest::read(request, query, state.local.as_ref()).await?;
+    read.check_fields(&["top_k"])?;
     let top_k = read.top_k()?;
     let rows = run_images(&state, &info, Kind::Classify, read.images).await?;
     let scores = Scores::Logits(&info.config);
@@ -210,6 +211,7 @@ async fn zero_shot(
         )));
     }
     let read = ImageRequest::read(request, query, state.local.as_ref()).await?;
+    read.check_fields(&["top_k", "labels", "template", "templates"])?;
     let top_k = read.top_k()?;
     let labels = match read.values("labels").as_deref() {
         None => {

@@ -241,6 +241,14 @@ def test_bad_inputs_are_4xx_naming_the_input(digits):
     assert status == 400
     status, answer = digits.post_json("/v1/classify", {"images": [base64.b64encode(good).decode()], "top_k": 0})
     assert status == 400 and "top_k" in answer["error"]["message"]
+    # A misspelt field is refused, not ignored (in JSON, the query and a form).
+    status, answer = digits.post_json("/v1/classify", {"images": [base64.b64encode(good).decode()], "topk": 3})
+    assert status == 400 and '"topk"' in answer["error"]["message"], answer
+    status, _, _ = digits.request("POST", "/v1/classify?topk=3", good, {"content-type": "image/png"})
+    assert status == 400
+    command = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-F", f"file=@{DIGIT_IMAGES[0]}",
+               "-F", "top-k=3", f"{digits.url}/v1/classify"]
+    assert subprocess.run(command, capture_output=True, text=True, check=True).stdout == "400"
     # Text on a model without a text tower.
     status, answer = digits.post_json("/v1/embeddings", {"input": "a cat"})
     assert status == 400 and "text tower" in answer["error"]["message"]
