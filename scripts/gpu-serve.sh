@@ -42,7 +42,7 @@ python3 scripts/make_photos.py --out "$photos" --count "$count" --size 500x375 >
 for decode in default cpu; do
     name=classify; flags=()
     if [ "$decode" = cpu ]; then name=classify-cpu-decode; flags=(--decode cpu); fi
-    "$vitrt" classify --model "$model" --dtype f16 --batch-size 64 --quiet --format jsonl "${flags[@]}" \
+    "$vitrt" classify --model "$model" --dtype f16 --batch-size 64 --quiet --format jsonl ${flags[@]+"${flags[@]}"} \
         --stats "$logs/$name.json" "$photos" >/dev/null 2>"$logs/$name.log"
     echo "$name: exit $? $(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['images_per_s']), 'images/s')" "$logs/$name.json" 2>/dev/null)"
 done

@@ -543,7 +543,7 @@ impl Model {
                 per_image.extend(
                     logits
                         .chunks(width)
-                        .map(|row| vitrt_model::labels::top_k(row, top_k, &config)),
+                        .map(|row| Scores::Logits(&config).top_k(row, top_k)),
                 );
                 Ok(())
             },

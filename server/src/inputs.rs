@@ -195,6 +195,23 @@ impl ImageRequest {
         self.fields.get(name).cloned()
     }
 
+    /// Refuses a field the route does not take (a misspelt `top_k` would otherwise be
+    /// ignored and its default answered).
+    pub fn check_fields(&self, allowed: &[&str]) -> Result<(), ApiError> {
+        let json_keys = self.json.iter().flat_map(|m| m.keys());
+        let unknown = json_keys
+            .chain(self.fields.keys())
+            .filter(|k| !["images", "image"].contains(&k.as_str()))
+            .find(|k| !allowed.contains(&k.as_str()));
+        match unknown {
+            Some(name) => Err(ApiError::bad_request(format!(
+                "unknown field {name:?}: this route takes images and {}",
+                allowed.join(", ")
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// `top_k`, 1 or more (default 5).
     pub fn top_k(&self) -> Result<usize, ApiError> {
         match self.values("top_k").as_deref() {

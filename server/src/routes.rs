@@ -189,6 +189,7 @@ async fn classify(
         )));
     }
     let read = ImageRequest::read(request, query, state.local.as_ref()).await?;
+    read.check_fields(&["top_k"])?;
     let top_k = read.top_k()?;
     let rows = run_images(&state, &info, Kind::Classify, read.images).await?;
     let scores = Scores::Logits(&info.config);
@@ -210,6 +211,7 @@ async fn zero_shot(
         )));
     }
     let read = ImageRequest::read(request, query, state.local.as_ref()).await?;
+    read.check_fields(&["top_k", "labels", "template", "templates"])?;
     let top_k = read.top_k()?;
     let labels = match read.values("labels").as_deref() {
         None => {
@@ -359,6 +361,16 @@ async fn embeddings(State(state): State<Shared>, body: Bytes) -> Result<Json<Val
             json!({"object": "embedding", "index": index, "embedding": embedding})
         })
         .collect();
+    // OpenAI's `dimensions` shortens its own models' vectors; these have the width they have.
+    if let Some(asked) = document.get("dimensions").filter(|v| !v.is_null()) {
+        let width = image_rows.first().or(text_rows.first()).map_or(0, Vec::len);
+        if asked.as_u64() != Some(width as u64) {
+            return Err(ApiError::bad_request(format!(
+                "dimensions {asked}: {}'s embeddings have {width} values, and are not shortened",
+                info.name
+            )));
+        }
+    }
     let prompt_tokens: usize = tokens.iter().sum();
     Ok(Json(json!({
         "object": "list",

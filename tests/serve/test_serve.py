@@ -241,11 +241,25 @@ def test_bad_inputs_are_4xx_naming_the_input(digits):
     assert status == 400
     status, answer = digits.post_json("/v1/classify", {"images": [base64.b64encode(good).decode()], "top_k": 0})
     assert status == 400 and "top_k" in answer["error"]["message"]
+    # A misspelt field is refused, not ignored (in JSON, the query and a form).
+    status, answer = digits.post_json("/v1/classify", {"images": [base64.b64encode(good).decode()], "topk": 3})
+    assert status == 400 and '"topk"' in answer["error"]["message"], answer
+    status, _, _ = digits.request("POST", "/v1/classify?topk=3", good, {"content-type": "image/png"})
+    assert status == 400
+    command = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-F", f"file=@{DIGIT_IMAGES[0]}",
+               "-F", "top-k=3", f"{digits.url}/v1/classify"]
+    assert subprocess.run(command, capture_output=True, text=True, check=True).stdout == "400"
     # Text on a model without a text tower.
     status, answer = digits.post_json("/v1/embeddings", {"input": "a cat"})
     assert status == 400 and "text tower" in answer["error"]["message"]
     status, answer = digits.post_json("/v1/embeddings", {"input": [[1, 2, 3]]})
     assert status == 400
+    uri = "data:image/png;base64," + base64.b64encode(good).decode()
+    status, answer = digits.post_json("/v1/embeddings", {"input": uri, "dimensions": 7})
+    assert status == 400 and "dimensions" in answer["error"]["message"], answer
+    width = len(digits.post_json("/v1/embeddings", {"input": uri})[1]["data"][0]["embedding"])
+    status, answer = digits.post_json("/v1/embeddings", {"input": uri, "dimensions": width})
+    assert status == 200, answer
     status, answer = digits.post_json("/v1/zero-shot", {"images": [base64.b64encode(good).decode()], "labels": "a,b"})
     assert status == 400
     assert digits.request("GET", "/nowhere")[0] == 404
@@ -452,3 +466,29 @@ def test_sigterm_while_loading_exits_0():
     assert "listening on" in process.stderr.readline()
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == 0, process.stderr.read()
+
+
+def test_requests_of_every_kind_at_once_get_their_own_answers(clip):
+    """Zero-shot against two label sets, image and text embeddings, all at once: batches hold
+    one kind, label sets are encoded as they change, and each answer equals the one the same
+    request gets alone."""
+    auth = {"authorization": "Bearer test-key"}
+    photos = [base64.b64encode(p.read_bytes()).decode() for p in PHOTOS]
+    kinds = []
+    for k, photo in enumerate(photos):
+        kinds.append(("/v1/zero-shot", {"images": [photo], "labels": ["cat", "coffee"], "top_k": 2}))
+        kinds.append(("/v1/zero-shot", {"images": [photo], "labels": "astronaut,dog,car", "top_k": 3}))
+        kinds.append(("/v1/embeddings", {"input": ["data:image/png;base64," + photo], "encoding_format": "base64"}))
+        kinds.append(("/v1/embeddings", {"input": [f"text number {k}"], "encoding_format": "base64"}))
+    alone = [clip.post_json(path, body, auth) for path, body in kinds]
+    assert all(status == 200 for status, _ in alone), alone
+    rng = random.Random(3)
+    plan = [rng.randrange(len(kinds)) for _ in range(400)]
+    with concurrent.futures.ThreadPoolExecutor(32) as pool:
+        got = list(pool.map(lambda i: (i, clip.post_json(*kinds[i], auth)), plan))
+    for i, (status, answer) in got:
+        assert status == 200, answer
+        if "results" in answer:
+            assert answer["results"] == alone[i][1]["results"], kinds[i][0]
+        else:
+            assert answer["data"] == alone[i][1]["data"], kinds[i][0]
