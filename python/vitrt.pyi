@@ -29,6 +29,7 @@ class Model:
         workers: Optional[int] = None,
         cuda_graphs: bool = True,
         residual_dtype: Optional[str] = None,
+        decode: Optional[str] = None,
     ) -> None: ...
     @property
     def device(self) -> str: ...

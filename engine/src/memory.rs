@@ -4,12 +4,16 @@
 //! pass ([`MemoryBatches`]), through the same `Runner::submit_bytes` as the file pipeline: the
 //! table expansion on the device, the captured graph of the batch's size.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use anyhow::{Context, Result};
+use vitrt_model::preprocess::device_batch::device_batch;
 use vitrt_model::preprocess::{
-    normalization_table, ImageLimits, ImageLoader, PreprocessConfig, PreprocessError,
+    normalization_table, ArenaReserve, DeviceImage, ImageLimits, ImageLoader, PreprocessConfig,
+    PreprocessError,
 };
 use vitrt_model::Runner;
-use vitrt_runtime::{HostStaging, PendingOutputs};
+use vitrt_runtime::{HostStaging, HostTensor, PendingOutputs};
 
 /// Decodes images held in memory into the model's input pixels (HWC, 8-bit, the size the
 /// preprocessing makes), as the file pipeline's workers do for files. One per thread: it
@@ -59,12 +63,55 @@ impl ImageDecoder {
 }
 
 /// Gathers decoded images into a staging buffer (page-locked on CUDA, grown to the largest
-/// batch) and queues them as one forward pass.
+/// batch) and queues them as one forward pass; or, with device decoding, JPEGs prepared for
+/// it into a page-locked arena beside the staging buffer, which the device decodes into
+/// their places ([`MemoryBatches::submit_filled_for_device`]).
 pub struct MemoryBatches {
     image_bytes: usize,
     /// Byte value to model input, per channel (see `normalization_table`).
     table: Vec<f32>,
     staging: Option<HostStaging>,
+    /// The device decoding's arena, grown with the batch size.
+    arena: Option<HostStaging>,
+}
+
+/// Arena bytes per image of a batch decoded on the device from memory: room for a
+/// 12-megapixel photo's scan, or a 500x375 progressive JPEG's coefficients twice over. An
+/// image that finds the arena full is decoded on the host.
+const ARENA_BYTES_PER_IMAGE: usize = 1 << 20;
+
+/// An arena as the decoding threads share it: a bump allocator handing out disjoint regions.
+struct SharedArena {
+    base: *mut u8,
+    capacity: usize,
+    used: AtomicUsize,
+}
+
+// SAFETY: regions handed out never overlap (the compare-exchange gives each to one caller),
+// and the arena outlives the threads (scoped by `submit_filled_for_device`).
+unsafe impl Sync for SharedArena {}
+
+impl ArenaReserve for SharedArena {
+    #[allow(clippy::mut_from_ref)] // each reserved region is handed out once
+    fn reserve(&self, bytes: usize) -> Option<(usize, &mut [u8])> {
+        let bytes = bytes.next_multiple_of(16);
+        let mut at = self.used.load(Ordering::Relaxed);
+        loop {
+            let end = at.checked_add(bytes).filter(|&end| end <= self.capacity)?;
+            match self
+                .used
+                .compare_exchange_weak(at, end, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                // SAFETY: [at, end) lies inside the arena and no other region overlaps it.
+                Ok(_) => {
+                    return Some((at, unsafe {
+                        std::slice::from_raw_parts_mut(self.base.add(at), bytes)
+                    }))
+                }
+                Err(now) => at = now,
+            }
+        }
+    }
 }
 
 impl MemoryBatches {
@@ -73,6 +120,7 @@ impl MemoryBatches {
             image_bytes,
             table: normalization_table(pre),
             staging: None,
+            arena: None,
         }
     }
 
@@ -99,6 +147,76 @@ impl MemoryBatches {
         })
     }
 
+    /// As [`MemoryBatches::submit_filled`], with `fill` also given an arena for JPEGs it
+    /// prepares for device decoding (`ImageLoader::load_bytes_for_device`) and returning those
+    /// images by their place in the batch; the device decodes them into their places before
+    /// the pass. Collect the outputs with [`MemoryBatches::finish`], which says whether the
+    /// device marked an image (then the batch must be decoded again on the host).
+    pub fn submit_filled_for_device<E>(
+        &mut self,
+        runner: &mut Runner,
+        count: usize,
+        fill: impl FnOnce(&mut [u8], &(dyn ArenaReserve + Sync)) -> Result<Vec<(usize, DeviceImage)>, E>,
+    ) -> Result<PendingOutputs, E>
+    where
+        E: From<anyhow::Error>,
+    {
+        self.grow_staging(runner, count)?;
+        let arena_bytes = count * ARENA_BYTES_PER_IMAGE;
+        if self.arena.as_ref().is_none_or(|a| a.len() < arena_bytes) {
+            self.arena = None;
+            self.arena = Some(
+                runner
+                    .alloc_staging(arena_bytes)
+                    .context("allocating the staging for device decoding")?,
+            );
+        }
+        let (Some(staging), Some(arena)) = (self.staging.as_mut(), self.arena.as_mut()) else {
+            unreachable!("allocated above")
+        };
+        let pixels = &mut staging.as_mut_slice()[..count * self.image_bytes];
+        let arena = arena.as_mut_slice();
+        let shared = SharedArena {
+            base: arena.as_mut_ptr(),
+            capacity: arena.len(),
+            used: AtomicUsize::new(0),
+        };
+        let mut on_device = fill(pixels, &shared)?;
+        on_device.sort_by_key(|(place, _)| *place);
+        let used = shared.used.into_inner();
+        let images: Vec<(usize, &DeviceImage)> = on_device
+            .iter()
+            .map(|(place, image)| (*place, image))
+            .collect();
+        let batch = (!images.is_empty()).then(|| device_batch(&images, self.image_bytes, used));
+        let decode = batch.as_ref().map(|b| b.decode(&arena[..used]));
+        Ok(runner
+            .submit_decoding(pixels, count, &self.table, decode.as_ref())
+            .map_err(anyhow::Error::from)?)
+    }
+
+    /// Waits for a pass [`MemoryBatches::submit_filled_for_device`] (or another submission)
+    /// queued: its outputs, and whether the device marked one of its images as decoded
+    /// wrongly (data libjpeg would warn about, a block outside the exactness guard), in which
+    /// case the outputs are not to be used and the batch is to be decoded again on the host.
+    pub fn finish(runner: &mut Runner, pending: PendingOutputs) -> Result<(Vec<HostTensor>, bool)> {
+        let (outputs, status) = runner.finish_decoding(pending)?;
+        Ok((outputs, status.iter().any(|&word| word != 0)))
+    }
+
+    fn grow_staging(&mut self, runner: &mut Runner, count: usize) -> Result<()> {
+        let bytes = count * self.image_bytes;
+        if self.staging.as_ref().is_none_or(|s| s.len() < bytes) {
+            self.staging = None; // freed before its successor is allocated
+            self.staging = Some(
+                runner
+                    .alloc_staging(bytes)
+                    .context("allocating the staging buffer")?,
+            );
+        }
+        Ok(())
+    }
+
     /// Queues one forward pass over `count` images that `fill` writes straight into the
     /// staging buffer ([B, H, W, C] bytes, `image_bytes` each: Python's `Model` decodes into it
     /// on its threads). Nothing is queued when `fill` fails; its error is returned as it is.
@@ -112,14 +230,7 @@ impl MemoryBatches {
         E: From<anyhow::Error>,
     {
         let bytes = count * self.image_bytes;
-        if self.staging.as_ref().is_none_or(|s| s.len() < bytes) {
-            self.staging = None; // freed before its successor is allocated
-            self.staging = Some(
-                runner
-                    .alloc_staging(bytes)
-                    .context("allocating the staging buffer")?,
-            );
-        }
+        self.grow_staging(runner, count)?;
         let Some(staging) = self.staging.as_mut() else {
             unreachable!("allocated above")
         };

@@ -6,7 +6,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 use std::path::PathBuf;
-use vitrt_model::preprocess::{ImageLoader, PreprocessError};
+use vitrt_model::preprocess::{ArenaReserve, DeviceImage, ImageLoader, Loaded, PreprocessError};
 
 /// The images argument as a list of image objects: a sequence of images, a uint8 array
 /// [N, H, W, C] (each of its N rows an image), or a one-dimensional numpy array of objects
@@ -200,6 +200,30 @@ impl ImageSource {
             } => loader
                 .load_pixels_into(pixels, (*height, *width), *channels, what, out)
                 .map_err(|error| ImageError { index, error }),
+        }
+    }
+}
+
+impl ImageSource {
+    /// As [`ImageSource::load_into`], or, for a JPEG the device decodes, its data written into
+    /// `arena` and its description returned (`out` then left to the device).
+    pub fn load_for_device(
+        &self,
+        loader: &mut ImageLoader,
+        index: usize,
+        out: &mut [u8],
+        arena: &dyn ArenaReserve,
+    ) -> Result<Option<DeviceImage>, ImageError> {
+        let loaded = match self {
+            ImageSource::File(path) => loader.load_file_for_device(path, out, arena),
+            ImageSource::Encoded(bytes) => {
+                loader.load_bytes_for_device(bytes, "(bytes)", out, arena)
+            }
+            ImageSource::Pixels { .. } => return self.load_into(loader, index, out).map(|()| None),
+        };
+        match loaded.map_err(|error| ImageError { index, error })? {
+            (_, Loaded::Device(image)) => Ok(Some(*image)),
+            (_, Loaded::Host(_)) => Ok(None),
         }
     }
 }

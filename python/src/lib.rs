@@ -26,6 +26,7 @@ use vitrt_engine::memory::MemoryBatches;
 use vitrt_engine::results::{self, Scores};
 use vitrt_engine::{batched, device_name, ModelOptions, OpenError, OpenedModel};
 use vitrt_model::labels::Prediction;
+use vitrt_model::preprocess::jpeg_coefficients::EntropyOn;
 use vitrt_model::preprocess::{ImageLimits, ImageLoader, PreprocessConfig};
 use vitrt_model::{Output, OutputSet, Pool, Runner, VisionModel};
 use vitrt_runtime::backend::Device;
@@ -176,6 +177,8 @@ struct Engine {
     /// The staging of a batch's decoded 8-bit images, [B, H, W, C] (page-locked on CUDA),
     /// grown to the largest batch, and its expansion table: the engine's in-memory batches.
     batches: MemoryBatches,
+    /// JPEGs (files and bytes) are decoded on the device (`decode="gpu"` or `"gpu-idct"`).
+    device_decode: bool,
     /// The label set (labels, templates) the runner scores zero-shot against now.
     zero_shot: Option<(Vec<String>, Vec<String>)>,
 }
@@ -184,7 +187,11 @@ impl Engine {
     /// Resolves and loads the checkpoint, and opens the backend: the engine's
     /// [`ModelOptions::open`], as every front door (the driver warming up while the
     /// parameters are read and encoded).
-    fn open(options: &ModelOptions, workers: Option<usize>) -> Result<Engine> {
+    fn open(
+        options: &ModelOptions,
+        workers: Option<usize>,
+        decode: Option<&str>,
+    ) -> Result<Engine> {
         let OpenedModel {
             mut runner,
             dir,
@@ -197,8 +204,38 @@ impl Engine {
         // set to the size it makes.
         let preprocess = batched::preprocessing(&mut runner, &dir, false).or_value()?;
         let workers = workers.unwrap_or_else(|| batched::default_workers(device != Device::Cpu));
+        let on_gpu = device != Device::Cpu;
+        let (mut device_decode, entropy) = match decode {
+            None => (on_gpu, EntropyOn::Device),
+            Some("cpu") => (false, EntropyOn::Device),
+            Some(gpu @ ("gpu" | "gpu-idct")) if on_gpu => (
+                true,
+                if gpu == "gpu" {
+                    EntropyOn::Device
+                } else {
+                    EntropyOn::Host
+                },
+            ),
+            Some(gpu @ ("gpu" | "gpu-idct")) => {
+                return Err(Failure::Value(anyhow!(
+                    "decode=\"{gpu}\" needs a CUDA device; this model is on the CPU \
+                     (use decode=\"cpu\", or device=\"cuda\")"
+                )))
+            }
+            Some(other) => {
+                return Err(Failure::Value(anyhow!(
+                    "decode: unknown value \"{other}\" (use \"gpu\", \"gpu-idct\" or \"cpu\")"
+                )))
+            }
+        };
+        if device_decode {
+            if let Some(why) = preprocess.device_decode_refusal() {
+                eprintln!("vitrt: decoding on the host: {why}");
+                device_decode = false;
+            }
+        }
         let loaders = (0..workers)
-            .map(|_| ImageLoader::new(&preprocess, ImageLimits::default()))
+            .map(|_| ImageLoader::new(&preprocess, ImageLimits::default()).with_entropy(entropy))
             .collect();
         let batches = MemoryBatches::new(&preprocess, image_bytes_of(&preprocess));
         Ok(Engine {
@@ -208,6 +245,7 @@ impl Engine {
             preprocess,
             loaders,
             batches,
+            device_decode,
             zero_shot: None,
         })
     }
@@ -227,6 +265,90 @@ impl Engine {
     /// input on the device, and run), returning once the buffer may be reused. The error of
     /// the first image that fails is the one raised, before anything is queued.
     fn submit_images(&mut self, images: &[ImageSource], first: usize) -> Result<PendingOutputs> {
+        if self.device_decode {
+            return self.submit_images_for_device(images, first);
+        }
+        self.submit_images_on_host(images, first)
+    }
+
+    /// As [`Engine::submit_images`], the JPEGs (files and bytes) prepared for decoding on the
+    /// device: the threads only read them into the arena.
+    fn submit_images_for_device(
+        &mut self,
+        images: &[ImageSource],
+        first: usize,
+    ) -> Result<PendingOutputs> {
+        let image_bytes = self.loaders[0].output_bytes();
+        let per_thread = images.len().div_ceil(self.loaders.len()).max(1);
+        let loaders = &mut self.loaders;
+        self.batches
+            .submit_filled_for_device(&mut self.runner, images.len(), |pixels, arena| {
+                let prepared: Vec<std::result::Result<Vec<_>, ImageError>> =
+                    std::thread::scope(|scope| {
+                        let threads: Vec<_> = loaders
+                            .iter_mut()
+                            .zip(images.chunks(per_thread))
+                            .zip(pixels.chunks_mut(per_thread * image_bytes))
+                            .enumerate()
+                            .map(|(t, ((loader, images), pixels))| {
+                                scope.spawn(move || {
+                                    let mut on_device = Vec::new();
+                                    let outputs = pixels.chunks_mut(image_bytes);
+                                    for (k, (image, out)) in images.iter().zip(outputs).enumerate()
+                                    {
+                                        let place = t * per_thread + k;
+                                        if let Some(device) = image.load_for_device(
+                                            loader,
+                                            first + place,
+                                            out,
+                                            arena,
+                                        )? {
+                                            on_device.push((place, device));
+                                        }
+                                    }
+                                    Ok(on_device)
+                                })
+                            })
+                            .collect();
+                        threads
+                            .into_iter()
+                            .map(|thread| {
+                                thread
+                                    .join()
+                                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                            })
+                            .collect()
+                    });
+                let mut on_device = Vec::new();
+                for images in prepared {
+                    on_device.extend(images.or_value()?);
+                }
+                Ok(on_device)
+            })
+    }
+
+    /// Waits for a batch's outputs; a batch the device marked an image of (see
+    /// `MemoryBatches::finish`) is decoded again on the host and run again.
+    fn finish(
+        &mut self,
+        pending: PendingOutputs,
+        images: &[ImageSource],
+        first: usize,
+    ) -> Result<Vec<HostTensor>> {
+        let (outputs, marked) = MemoryBatches::finish(&mut self.runner, pending).or_runtime()?;
+        if !marked {
+            return Ok(outputs);
+        }
+        let pending = self.submit_images_on_host(images, first)?;
+        self.runner.finish(pending).map_err(model_failure)
+    }
+
+    /// [`Engine::submit_images`] with every image decoded on the host.
+    fn submit_images_on_host(
+        &mut self,
+        images: &[ImageSource],
+        first: usize,
+    ) -> Result<PendingOutputs> {
         let image_bytes = self.loaders[0].output_bytes();
         let per_thread = images.len().div_ceil(self.loaders.len()).max(1);
         let loaders = &mut self.loaders;
@@ -309,7 +431,7 @@ fn check_top_k(top_k: usize) -> Result<()> {
 /// A Vision Transformer checkpoint loaded on a device.
 ///
 /// `Model(model, device=None, dtype=None, offline=False, revision=None, batch_size=None,
-/// workers=None, cuda_graphs=True, residual_dtype=None)`:
+/// workers=None, cuda_graphs=True, residual_dtype=None, decode=None)`:
 /// `model` is a local folder (config.json and safetensors) or a Hugging Face hub id (from the
 /// local cache only with `offline=True` or `HF_HUB_OFFLINE=1`); `device` is "cpu", "cuda" or
 /// "cuda:N", by default the first CUDA GPU that opens, else the CPU; `dtype` is "f32", "f16"
@@ -318,7 +440,10 @@ fn check_top_k(top_k: usize) -> Result<()> {
 /// (default: every core on a GPU, half of them on the CPU, as the CLI's `--workers`).
 /// `cuda_graphs` replays each forward pass on CUDA as one captured graph, as the CLI does;
 /// `residual_dtype` ("f32" or the dtype) stores the residual stream as the CLI's
-/// `--residual-dtype` does. The model opens as every front door opens it (the engine's
+/// `--residual-dtype` does; `decode` ("gpu", "gpu-idct" or "cpu", by default "gpu" on CUDA
+/// and "cpu" on the CPU) says where JPEG files and bytes are decoded, as the CLI's `--decode`:
+/// on the GPU with the host's exact pixels, a batch the GPU cannot decode exactly being
+/// decoded again on the host. The model opens as every front door opens it (the engine's
 /// `ModelOptions::open`): the GPU's driver starts while the weights are read and encoded.
 ///
 /// A Model may be used from any thread, one call at a time, except on CUDA with
@@ -334,6 +459,10 @@ struct Model {
     name: String,
     batch_size: usize,
 }
+
+/// A batch queued and not yet collected: its first image's index, its count, its pending
+/// outputs and its images (decoded again on the host if the device marks one).
+type InFlight = (usize, usize, PendingOutputs, Vec<ImageSource>);
 
 impl Model {
     /// Runs `images` through the model in batches producing `outputs`, handing each batch's
@@ -353,8 +482,8 @@ impl Model {
         let convert_rgb = preprocess.do_convert_rgb() && preprocess.num_channels() == 3;
         // One batch in flight: batch k + 1 is decoded while the device runs batch k, whose
         // outputs are then collected, and k + 1 queued (as the CLI's pipeline does).
-        let mut in_flight: Option<(usize, usize, PendingOutputs)> = None;
-        let mut step = |in_flight: &mut Option<(usize, usize, PendingOutputs)>,
+        let mut in_flight: Option<InFlight> = None;
+        let mut step = |in_flight: &mut Option<InFlight>,
                         chunk_index: usize,
                         chunk: &[Bound<'_, PyAny>]|
          -> PyResult<()> {
@@ -366,24 +495,19 @@ impl Model {
                 .collect::<PyResult<Vec<_>>>()?;
             let previous = in_flight.take();
             let pinned = SameThread(&mut *engine);
-            let (done, pending) = without_gil(py, move || {
+            let (done, pending, sources) = without_gil(py, move || {
                 let engine = pinned.into_inner();
                 let pending = engine.submit_images(&sources, first);
                 // The previous batch ran meanwhile; its outputs are collected even when this
                 // one failed, so that nothing is left in flight.
-                let done = match previous {
-                    Some((first, count, pending)) => Some((
-                        first,
-                        count,
-                        engine.runner.finish(pending).map_err(model_failure),
-                    )),
-                    None => None,
-                };
-                Ok(SameThread((done, pending)))
+                let done = previous.map(|(first, count, pending, sources)| {
+                    (first, count, engine.finish(pending, &sources, first))
+                });
+                Ok(SameThread((done, pending, sources)))
             })?
             .into_inner();
             let pending = pending?;
-            *in_flight = Some((first, chunk.len(), pending));
+            *in_flight = Some((first, chunk.len(), pending, sources));
             if let Some((first, count, outputs)) = done {
                 each_batch(first, count, outputs?)?;
             }
@@ -397,14 +521,10 @@ impl Model {
             }
         }
         // The last batch; after an error, drained and dropped.
-        if let Some((first, count, pending)) = in_flight.take() {
+        if let Some((first, count, pending, sources)) = in_flight.take() {
             let pinned = SameThread(&mut *engine);
             let outputs = without_gil(py, move || {
-                pinned
-                    .into_inner()
-                    .runner
-                    .finish(pending)
-                    .map_err(model_failure)
+                pinned.into_inner().finish(pending, &sources, first)
             });
             if outcome.is_ok() {
                 outcome = outputs
@@ -421,7 +541,7 @@ impl Model {
     #[new]
     // One argument per keyword of the Python constructor.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (model, device=None, dtype=None, offline=false, revision=None, batch_size=None, workers=None, cuda_graphs=true, residual_dtype=None))]
+    #[pyo3(signature = (model, device=None, dtype=None, offline=false, revision=None, batch_size=None, workers=None, cuda_graphs=true, residual_dtype=None, decode=None))]
     fn new(
         py: Python<'_>,
         model: PathBuf,
@@ -433,6 +553,7 @@ impl Model {
         workers: Option<usize>,
         cuda_graphs: bool,
         residual_dtype: Option<String>,
+        decode: Option<String>,
     ) -> PyResult<Model> {
         let name = model.to_string_lossy().into_owned();
         let parse_dtype = |keyword: &str, s: Option<String>| match s {
@@ -460,8 +581,10 @@ impl Model {
             cuda_graphs,
             ..ModelOptions::new(name.clone())
         };
-        let engine =
-            without_gil(py, || Engine::open(&options, workers).map(SameThread))?.into_inner();
+        let engine = without_gil(py, || {
+            Engine::open(&options, workers, decode.as_deref()).map(SameThread)
+        })?
+        .into_inner();
         let batch_size = batch_size.unwrap_or(match engine.device {
             Device::Cpu => 8,
             Device::Cuda(_) => 64,

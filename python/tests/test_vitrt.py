@@ -474,3 +474,18 @@ def test_residual_dtype_is_the_clis():
         vitrt.Model(DIGITS_MODEL, device="cpu", dtype="f32", residual_dtype="f16")
     with pytest.raises(ValueError, match='residual_dtype: unknown dtype "f8"'):
         vitrt.Model(DIGITS_MODEL, device="cpu", residual_dtype="f8")
+
+
+def test_decode_says_where_jpegs_are_decoded():
+    """`decode=` is the CLI's `--decode`: "cpu" decodes on the host everywhere (the same
+    results as the default on the CPU); "gpu" and "gpu-idct" need a CUDA device, and anything
+    else is refused by name."""
+    jpeg = str(ROOT / "tests" / "fixtures" / "images" / "cat.jpg")
+    default = vitrt.Model(DIGITS_MODEL, device="cpu")
+    on_host = vitrt.Model(DIGITS_MODEL, device="cpu", decode="cpu")
+    assert default.classify([jpeg], top_k=3) == on_host.classify([jpeg], top_k=3)
+    for gpu in ["gpu", "gpu-idct"]:
+        with pytest.raises(ValueError, match=f'decode="{gpu}" needs a CUDA device'):
+            vitrt.Model(DIGITS_MODEL, device="cpu", decode=gpu)
+    with pytest.raises(ValueError, match='decode: unknown value "nvjpeg"'):
+        vitrt.Model(DIGITS_MODEL, device="cpu", decode="nvjpeg")

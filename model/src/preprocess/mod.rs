@@ -240,6 +240,32 @@ impl ImageLoader {
         result
     }
 
+    /// As [`load_file_for_device`](Self::load_file_for_device), for a file's contents
+    /// already in memory; `name` names the image in errors.
+    pub fn load_bytes_for_device(
+        &mut self,
+        bytes: &[u8],
+        name: &str,
+        out: &mut [u8],
+        arena: &dyn ArenaReserve,
+    ) -> Result<(StageTimes, Loaded), PreprocessError> {
+        self.check_output(out, name)?;
+        let decoding = Instant::now();
+        match self.prepare_for_device(bytes, arena) {
+            Ok(image) => Ok((
+                StageTimes {
+                    read: Duration::ZERO,
+                    decode: decoding.elapsed(),
+                    resize: Duration::ZERO,
+                },
+                Loaded::Device(Box::new(image)),
+            )),
+            Err(why) => self
+                .load_named(bytes, name, out)
+                .map(|times| (times, Loaded::Host(why))),
+        }
+    }
+
     fn prepare_for_device(
         &mut self,
         bytes: &[u8],
