@@ -234,6 +234,11 @@ def main() -> None:
                                if (device.get(name) or {}).get("median_ms") is not None)
         print(f"  device, median a batch: {stage('copy_in')}, {decode_stage}{stage('expand')}, {stage('forward')}, "
               f"{stage('copy_out')}; compute stream busy {device['busy_fraction_of_wall']:.0%} of the wall time")
+    memory = v.get("backend_memory")
+    if memory:
+        print(f"  device memory after the run: decoding {memory['decode_bytes'] / 2**20:.0f} MiB, arena "
+              f"{memory['arena_bytes'] / 2**20:.0f} MiB, parameters {memory['params_bytes'] / 2**20:.0f} MiB, "
+              f"peak {memory['peak_bytes'] / 2**20 if memory['peak_bytes'] else float('nan'):.0f} MiB")
     if forward_ms:
         print(f"  forward pass alone (bench model) {forward_ms:.2f} ms a batch")
     if "vitrt_large" in doc:

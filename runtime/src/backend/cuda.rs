@@ -324,6 +324,19 @@ impl Backend for CudaBackend {
             .map(|u| u.bytes.len_bytes())
             .chain(self.pixel_table.iter().map(|(_, b)| b.len_bytes()))
             .sum();
+        let decode_bytes = self
+            .pixel_uploads
+            .iter()
+            .flatten()
+            .filter_map(|u| u.decode_inputs.as_ref())
+            .map(|(data, tables)| data.len_bytes() + tables.len_bytes())
+            .chain(self.decode_scratch.iter().map(|s| {
+                [&s.planes, &s.rgb, &s.mid, &s.states]
+                    .iter()
+                    .map(|b| b.len_bytes())
+                    .sum::<usize>()
+            }))
+            .sum();
         let allocated = self.gpu.allocated_bytes();
         let pinned_host_bytes = self
             .spare_read_buffers
@@ -335,10 +348,11 @@ impl Backend for CudaBackend {
             params_bytes,
             arena_bytes,
             staging_bytes,
+            decode_bytes,
             // Whatever else this Gpu allocated: buffers the kernel families keep themselves.
             workspace_bytes: allocated
                 .live
-                .saturating_sub(params_bytes + arena_bytes + staging_bytes),
+                .saturating_sub(params_bytes + arena_bytes + staging_bytes + decode_bytes),
             pinned_host_bytes,
             peak_bytes: Some(allocated.peak),
             graphs: self.graphs.len(),

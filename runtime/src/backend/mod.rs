@@ -274,6 +274,11 @@ pub struct MemoryAccount {
     /// Buffers the inputs and outputs pass through: on CUDA the device buffers 8-bit pixels
     /// are copied into and the expansion table.
     pub staging_bytes: usize,
+    /// Device decoding's buffers: each pixel slot's uploads of JPEG data and tables (the
+    /// coefficients decoded on the device included), and the image kernels' scratch
+    /// (component planes, upright RGB, the resize's intermediate, the entropy decoder's
+    /// chunk states), each grown to the largest batch so far.
+    pub decode_bytes: usize,
     /// Everything else the backend's allocator holds: the kernels' own scratch (the matmul's
     /// split-K partial tiles and counters).
     pub workspace_bytes: usize,
@@ -288,9 +293,13 @@ pub struct MemoryAccount {
 }
 
 impl MemoryAccount {
-    /// Parameters, arena, staging and workspace: what the backend holds now.
+    /// Parameters, arena, staging, decoding and workspace: what the backend holds now.
     pub fn total_bytes(&self) -> usize {
-        self.params_bytes + self.arena_bytes + self.staging_bytes + self.workspace_bytes
+        self.params_bytes
+            + self.arena_bytes
+            + self.staging_bytes
+            + self.decode_bytes
+            + self.workspace_bytes
     }
 }
 

@@ -19,7 +19,7 @@ use vitrt_engine::pipeline::{shown_path, Flow, InputList, PipelineStats};
 pub(crate) use vitrt_engine::results::Scores;
 use vitrt_model::labels::Prediction;
 use vitrt_model::{Head, Runner};
-use vitrt_runtime::{HostTensor, TimelineSpan, TimelineStage};
+use vitrt_runtime::{HostTensor, MemoryAccount, TimelineSpan, TimelineStage};
 
 #[derive(Args, Debug)]
 pub struct ClassifyArgs {
@@ -139,6 +139,7 @@ pub(crate) fn classify_images(
             batch_marks: &outcome.times.batch_marks,
             timeline: &timeline,
             redone_on_host: outcome.times.redone_on_host,
+            memory: runner.backend().memory_account(),
         };
         write_stats(
             stats_file,
@@ -285,6 +286,8 @@ struct StatsTimes<'a> {
     batch_marks: &'a [[f64; 5]],
     timeline: &'a [TimelineSpan],
     redone_on_host: usize,
+    /// The backend's memory after the run (device memory on CUDA).
+    memory: MemoryAccount,
 }
 
 /// The run's timings as JSON (see `--stats`).
@@ -382,6 +385,16 @@ fn write_stats(
         "redone_on_host": times.redone_on_host,
         "decoded_on_host": stats.host_decoded.iter().map(|(why, images)| serde_json::json!({"why": why.describe(), "images": images})).collect::<Vec<_>>(),
         "max_images_in_flight": stats.max_in_flight,
+        // What the backend holds after the run (device memory on CUDA), by use: the device
+        // decoding's uploads and scratch are `decode_bytes`, grown to the largest batch.
+        "backend_memory": {
+            "params_bytes": times.memory.params_bytes,
+            "arena_bytes": times.memory.arena_bytes,
+            "staging_bytes": times.memory.staging_bytes,
+            "decode_bytes": times.memory.decode_bytes,
+            "workspace_bytes": times.memory.workspace_bytes,
+            "peak_bytes": times.memory.peak_bytes,
+        },
         "peak_rss_bytes": peak_rss_bytes(),
     });
     file.write((serde_json::to_string_pretty(&document)? + "\n").as_bytes())
