@@ -15,10 +15,11 @@
 #      included.
 #   4. invariance.json: /v1/embeddings (base64 float32) for 32 photos alone, then three times
 #      while 64 connections keep the batches full of other photos, compared byte for byte,
-#      and with `vitrt embed --normalize` on the same files. Expected to differ on the GPU
-#      where the kernels choose tiles, split-K or the attention program by batch size
-#      (benchmarks/NOTES.md, 2026-11-27 "Batch invariance on the GPU"); the figure says how
-#      many images differ.
+#      and with `vitrt embed --normalize --batch-invariant` on the same files: the server
+#      chooses its kernels' programs whatever the batch size (benchmarks/NOTES.md, 2026-11-27
+#      "Batch invariance on the GPU"); the figure says how many images differ.
+#   5. classify --batch-invariant at batch 1 and 64 on 64 photos (identical results expected),
+#      and bench model at batch sizes 1, 8, 64 and 256 with and without --batch-invariant.
 # The client runs on the same machine and takes cores the server's decoders could use: its CPU
 # time is in serve-c256.json. Logs and JSON go to LOGS (default $OUT, else
 # benchmarks/raw/gpu-serve, git-ignored).
@@ -81,7 +82,7 @@ print(f"serve at concurrency 1: p50 {c1['latency_ms']['p50']:.2f} ms, p99 {c1['l
 EOF
 
 # 4. Batch invariance through the server, and against vitrt embed.
-"$vitrt" embed --model "$model" --dtype f16 --normalize --quiet -o - "$photos" \
+"$vitrt" embed --model "$model" --dtype f16 --normalize --batch-invariant --quiet -o - "$photos" \
     >"$logs/embed-reference.jsonl" 2>"$logs/embed-reference.log"
 python3 scripts/bench_serve.py invariance --url "http://127.0.0.1:$port" --images "$photos" \
     --count 32 --reference "$logs/embed-reference.jsonl" --json "$logs/invariance.json" >"$logs/invariance.log"
@@ -90,3 +91,27 @@ python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('invariance:'
 kill -TERM $server
 wait $server
 echo "serve: exit $? after SIGTERM (0 expected)"
+
+# 5. The CLI's own invariance and its cost: 64 photos classified at batch 1 and batch 64
+# with --batch-invariant (identical JSON Lines expected), and the forward pass at batch sizes
+# 1, 8, 64 and 256 with and without it.
+ls "$photos"/*.jpg | head -64 >/tmp/invariance-64.txt
+for b in 1 64; do
+    "$vitrt" classify --model "$model" --dtype f16 --batch-invariant --batch-size $b --format jsonl \
+        --quiet --files-from /tmp/invariance-64.txt >"$logs/classify-invariant-b$b.jsonl" 2>/dev/null
+done
+if cmp -s "$logs/classify-invariant-b1.jsonl" "$logs/classify-invariant-b64.jsonl"; then
+    echo "classify --batch-invariant: batch 1 and batch 64 give identical results"
+else
+    echo "classify --batch-invariant: RESULTS DIFFER between batch 1 and batch 64"
+fi
+for mode in "" --batch-invariant; do
+    "$vitrt" bench model --model "$model" --dtype f16 $mode --batch-sizes 1,8,64,256 \
+        --json "$logs/bench-model${mode:+-invariant}.json" >"$logs/bench-model${mode:+-invariant}.log" 2>&1
+done
+python3 - "$logs/bench-model.json" "$logs/bench-model-invariant.json" <<'PY'
+import json, sys
+rows = [{r["batch"]: r["median_ms"] for r in json.load(open(f))["models"]} for f in sys.argv[1:]]
+for batch in sorted(rows[0]):
+    print(f"forward at batch {batch}: {rows[0][batch]:.3f} ms, --batch-invariant {rows[1].get(batch, float('nan')):.3f} ms")
+PY

@@ -32,6 +32,9 @@ pub struct ModelOptions {
     pub fusion: Fusion,
     /// Replay each forward pass as one captured CUDA graph (ignored on the CPU).
     pub cuda_graphs: bool,
+    /// Choose the kernels' programs whatever the batch size, so that an image's outputs do
+    /// not depend on what shares its batch (`Runner::with_batch_invariance`).
+    pub batch_invariant: bool,
     /// Run on images of this (height, width) instead of what the preprocessing makes.
     pub image_size: Option<(usize, usize)>,
     /// Say on standard error which device was chosen when the options did not name one.
@@ -50,6 +53,7 @@ impl ModelOptions {
             residual_dtype: None,
             fusion: Fusion::ALL,
             cuda_graphs: true,
+            batch_invariant: false,
             image_size: None,
             announce_device: false,
         }
@@ -178,7 +182,9 @@ impl ModelOptions {
                 .with_residual(residual)
                 .map_err(|e| OpenError::Input(e.into()))?;
         }
-        let runner = runner.with_graph_replay(self.cuda_graphs);
+        let runner = runner
+            .with_graph_replay(self.cuda_graphs)
+            .with_batch_invariance(self.batch_invariant);
         Ok(OpenedModel {
             runner,
             dir: files.dir,

@@ -121,6 +121,14 @@ impl Runner {
         self
     }
 
+    /// Chooses the kernels' programs whatever the batch size, so that an image's outputs are
+    /// the same bytes whatever else shares its batch (see `Backend::set_batch_invariant`).
+    pub fn with_batch_invariance(mut self, on: bool) -> Runner {
+        self.backend.set_batch_invariant(on);
+        self.executors.clear();
+        self
+    }
+
     /// Stores the residual stream as `residual` (f32, or the backend's dtype) instead.
     pub fn with_residual(mut self, residual: DType) -> Result<Runner, ModelError> {
         self.precision = Precision::new(self.backend.dtype(), residual)?;

@@ -50,6 +50,12 @@ pub struct ModelArgs {
     /// first eager pass; off launches kernel by kernel. Ignored on the CPU.
     #[arg(long, value_enum, default_value_t = Switch::On)]
     cuda_graphs: Switch,
+    /// Choose the GPU kernels' programs whatever the batch size, so that an image's outputs
+    /// are the same bytes alone or in any batch (`vitrt serve` always does); off (default),
+    /// the kernels choose by the batch size, faster at small batches. The CPU is invariant
+    /// either way.
+    #[arg(long)]
+    batch_invariant: bool,
     /// Run the model on images of this size (HEIGHT or HEIGHT,WIDTH; a remainder of less than
     /// a patch is dropped, as transformers' Conv2d drops it), its position embeddings resampled
     /// as transformers' interpolate_pos_encoding.
@@ -144,6 +150,7 @@ impl ModelArgs {
             residual_dtype: self.residual_dtype,
             fusion: self.fusion(),
             cuda_graphs: self.cuda_graphs == Switch::On,
+            batch_invariant: self.batch_invariant,
             image_size: self.image_size,
             announce_device: true,
         }

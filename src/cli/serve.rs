@@ -56,7 +56,7 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
-    if args.decode == Some(DecodeArg::Gpu) {
+    if matches!(args.decode, Some(DecodeArg::Gpu | DecodeArg::GpuIdct)) {
         bail!(
             "--decode gpu is not served yet: the server decodes images on the host (--decode \
              cpu); `vitrt classify` decodes JPEGs on the GPU"
@@ -65,8 +65,13 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     if args.api_key.as_deref() == Some("") {
         bail!("--api-key is empty");
     }
+    // Served outputs are the same bytes whatever else shares their batch: the kernels choose
+    // their programs whatever the batch size (benchmarks/NOTES.md, 2026-11-27 "Batch
+    // invariance on the GPU").
+    let mut model = args.model.options();
+    model.batch_invariant = true;
     vitrt_server::serve(ServeOptions {
-        model: args.model.options(),
+        model,
         host: args.host,
         port: args.port,
         max_batch_size: args.max_batch_size,

@@ -120,6 +120,10 @@ impl AttentionProgram {
     }
 }
 
+/// The batch batch-invariant selection chooses the attention program for (see
+/// `Gpu::batch_invariant`): past every CTA-count threshold of [`AttentionConfig::select`].
+const INVARIANT_BATCH: usize = 1 << 16;
+
 /// Every meta-parameter of one attention instantiation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct AttentionConfig {
@@ -474,6 +478,14 @@ fn launch(
     }
     let cc = gpu.compute_capability();
     let config = match program {
+        // Batch-invariant selection: the program a large batch gets, whatever this one's size.
+        None if gpu.batch_invariant() => {
+            let many = AttentionProblem {
+                batch: p.batch.max(INVARIANT_BATCH),
+                ..*p
+            };
+            AttentionConfig::select(dtype, &many, gpu.multiprocessors(), cc)
+        }
         None => AttentionConfig::select(dtype, p, gpu.multiprocessors(), cc),
         Some(program) => {
             program

@@ -69,6 +69,8 @@ pub struct Gpu {
     pub(super) dependent_launch: AtomicBool,
     /// Kernels are queued on the copy stream (see [`Gpu::launching_on`]).
     pub(super) launch_on_copy_stream: AtomicBool,
+    /// Programs are chosen whatever the batch size (see [`Gpu::set_batch_invariant`]).
+    pub(super) batch_invariant: AtomicBool,
     /// The name of the last kernel queued, for errors that surface at a later wait.
     pub(super) last_kernel: Mutex<String>,
     /// The device memory this Gpu's buffers hold (see [`Gpu::allocated_bytes`]).
@@ -211,6 +213,7 @@ impl Gpu {
             allocations: Arc::new(AllocationCounter::default()),
             kernel_loads: Mutex::new(KernelLoads::default()),
             launch_on_copy_stream: AtomicBool::new(false),
+            batch_invariant: AtomicBool::new(false),
             dependent_launch: AtomicBool::new(
                 major >= 9 && std::env::var_os("VITRT_DEPENDENT_LAUNCH").is_none_or(|v| v != "0"),
             ),
@@ -226,6 +229,20 @@ impl Gpu {
     /// benchmarks/NOTES.md, 2026-11-22 "Programmatic dependent launch".
     pub fn dependent_launch(&self) -> bool {
         self.dependent_launch.load(Ordering::Relaxed)
+    }
+
+    /// Whether the kernels choose their programs whatever the batch size: the matmul's tile
+    /// and program as for a problem of many rows (no tuned tile, no split-K) and the
+    /// attention's program as for a large batch, so that an output row is summed in the same
+    /// order whatever else shares its launch (`vitrt serve`'s batch invariance; its cost at
+    /// small batches: benchmarks/NOTES.md, 2026-11-27 "Batch invariance on the GPU").
+    pub fn batch_invariant(&self) -> bool {
+        self.batch_invariant.load(Ordering::Relaxed)
+    }
+
+    /// Turns batch-invariant selection on or off (see [`Gpu::batch_invariant`]).
+    pub fn set_batch_invariant(&self, on: bool) {
+        self.batch_invariant.store(on, Ordering::Relaxed);
     }
 
     /// Runs `work` with every kernel it launches queued on `stream` (the compute stream

@@ -12,7 +12,7 @@ use crate::cuda::{
 use crate::matmul::config::{program_source, MatmulConfig, GROUP_M, HEADERS};
 use crate::matmul::launch::{split_k_scratch, MatmulLaunch};
 use crate::matmul::problem::WeightLayout;
-use crate::matmul::selection::split_k;
+use crate::matmul::selection::{split_k, SplitK};
 use crate::types::DType;
 
 /// The wrapper's stride parameters, one group per operand view (A, B, C, residual).
@@ -187,7 +187,12 @@ pub(crate) fn launch_args(l: &MatmulLaunch) -> Result<(Vec<KernelArg>, LaunchDim
     } = *l;
     let tile = config.tile;
     let mut args = block_args(l)?;
-    let split = split_k(dtype, p, tile, programs, gpu.multiprocessors());
+    // Split-K sums a row's partials in another order: never with batch-invariant selection.
+    let split = if gpu.batch_invariant() {
+        SplitK::NONE
+    } else {
+        split_k(dtype, p, tile, programs, gpu.multiprocessors())
+    };
     let (partials, counters) = if split.splits > 1 {
         split_k_scratch(gpu)?
     } else {

@@ -468,13 +468,28 @@ pub(crate) fn sm_count(gpu: &Gpu) -> Result<u32, KernelError> {
         .map_err(|e| KernelError::driver("cuDeviceGetAttribute(multiprocessor count)", e))
 }
 
+/// The rows batch-invariant selection chooses a matmul's tile for, whatever its M: enough
+/// for every tile to fill the GPU, so that the cost model's choice depends on N and K alone.
+pub(crate) const INVARIANT_ROWS: usize = 1 << 20;
+
 /// The tile shape [`crate::matmul::gpu::matmul`] picks for `p` on `gpu` by the cost model
-/// (the small tile instead when the operands turn out to need element loads).
+/// (the small tile instead when the operands turn out to need element loads); with
+/// batch-invariant selection on ([`Gpu::batch_invariant`]), as for [`INVARIANT_ROWS`] rows.
 pub fn matmul_tile_for(
     gpu: &Gpu,
     dtype: DType,
     p: &MatmulProblem,
 ) -> Result<MatmulTile, KernelError> {
+    let invariant;
+    let p = if gpu.batch_invariant() {
+        invariant = MatmulProblem {
+            m: INVARIANT_ROWS,
+            ..*p
+        };
+        &invariant
+    } else {
+        p
+    };
     Ok(select_tile(
         dtype,
         p,

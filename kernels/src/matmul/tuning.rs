@@ -399,7 +399,11 @@ pub fn matmul_choice(
     p: &MatmulProblem,
     storage: MatmulStorage,
 ) -> Result<(MatmulTile, TileSource), KernelError> {
-    match tuned_matmul_tile(gpu, dtype, p, storage) {
+    // Batch-invariant selection ignores the tuning table, whose tiles are keyed by M.
+    let tuned = (!gpu.batch_invariant())
+        .then(|| tuned_matmul_tile(gpu, dtype, p, storage))
+        .flatten();
+    match tuned {
         Some(tile) => Ok((tile, TileSource::Tuned)),
         None => Ok((matmul_tile_for(gpu, dtype, p)?, TileSource::Heuristic)),
     }

@@ -692,6 +692,10 @@ impl Backend for CudaBackend {
         }))
     }
 
+    fn set_batch_invariant(&mut self, on: bool) {
+        self.gpu.set_batch_invariant(on);
+    }
+
     fn record_timeline(&mut self, on: bool) {
         self.timeline = on.then(Vec::new);
         self.last_expanded = None;

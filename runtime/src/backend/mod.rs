@@ -483,6 +483,13 @@ pub trait Backend {
         Ok(PendingRead::ready(self.read(src)?))
     }
 
+    /// Chooses kernel programs whatever the batch size (on) or by it (off, the default): see
+    /// `Gpu::set_batch_invariant`. Backends whose kernels never choose by the batch size (the
+    /// CPU's twins) are invariant either way.
+    fn set_batch_invariant(&mut self, on: bool) {
+        let _ = on;
+    }
+
     /// Starts (or stops) recording device timestamps around the steps of `write_pixel_bytes`
     /// and `start_read` and the work between them, for [`Backend::take_timeline`]. Backends
     /// that run everything at once on the host record nothing.
