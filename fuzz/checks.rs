@@ -11,6 +11,8 @@
 use std::cell::RefCell;
 use std::path::PathBuf;
 
+use vitrt_model::preprocess::device_batch::jpeg_batch;
+use vitrt_model::preprocess::jpeg_coefficients::{read_jpeg, EntropyOn};
 use vitrt_model::preprocess::{
     normalization_table, preprocess_bytes, ImageLimits, ImageLoader, PreprocessConfig,
 };
@@ -150,6 +152,11 @@ pub fn check_image_decode(data: &[u8]) {
     let mut loader = ImageLoader::new(&config, FUZZ_IMAGE_LIMITS);
     let mut out = vec![0u8; loader.output_bytes()];
     let _ = loader.load_bytes_into(data, "(fuzz input)", &mut out);
+    // The GPU path's host half: a JPEG read as a scan for the device's entropy decoding, then
+    // entropy-decoded by the kernel's CPU twin (whatever it marks).
+    if let Ok(read) = read_jpeg(data, &FUZZ_IMAGE_LIMITS, EntropyOn::Device) {
+        let _ = jpeg_batch(&[&read]).decoded();
+    }
 }
 
 thread_local! {
