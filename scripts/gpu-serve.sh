@@ -12,7 +12,7 @@
 #      256 (scripts/bench_serve.py load, keep-alive connections over 8 client processes).
 #      Target: at least 80% of classify's images/s.
 #   3. serve-c1.json: concurrency 1, 1,000 requests. Target: p50 at most 5 ms, decoding
-#      included.
+#      included. serve-c256-compiled.json: concurrency 256 again from `vitrt bench serve`.
 #   4. invariance.json: /v1/embeddings (base64 float32) for 32 photos alone, then three times
 #      while 64 connections keep the batches full of other photos, compared byte for byte,
 #      and with `vitrt embed --normalize --batch-invariant` on the same files: the server
@@ -65,6 +65,11 @@ python3 scripts/bench_serve.py load --url "http://127.0.0.1:$port" --images "$ph
     --concurrency 256 --requests $((count * 5)) --json "$logs/serve-c256.json" >"$logs/serve-c256.log"
 python3 scripts/bench_serve.py load --url "http://127.0.0.1:$port" --images "$photos" \
     --concurrency 1 --processes 1 --requests 1000 --json "$logs/serve-c1.json" >"$logs/serve-c1.log"
+# The same load from the compiled client, which keeps all 256 requests in flight (the Python
+# one kept 13-34: benchmarks/NOTES.md, 2026-11-27 "why vitrt serve measured 0.49x classify").
+"$vitrt" bench serve --url "127.0.0.1:$port" --concurrency 256 --requests $((count * 5)) \
+    --json "$logs/serve-c256-compiled.json" "$photos" >"$logs/serve-c256-compiled.log" 2>&1
+echo "serve at concurrency 256, compiled client: $(cat "$logs/serve-c256-compiled.log")"
 curl -s "http://127.0.0.1:$port/metrics" >"$logs/metrics-after-load.txt"
 python3 - "$logs" <<'EOF'
 import json, sys

@@ -8,6 +8,7 @@
 mod batcher;
 mod error;
 mod inputs;
+pub mod load;
 mod metrics;
 mod routes;
 

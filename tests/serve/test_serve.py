@@ -492,3 +492,23 @@ def test_requests_of_every_kind_at_once_get_their_own_answers(clip):
             assert answer["results"] == alone[i][1]["results"], kinds[i][0]
         else:
             assert answer["data"] == alone[i][1]["data"], kinds[i][0]
+
+
+def test_bench_serve_loads_the_server_and_counts_every_answer(digits, tmp_path):
+    """`vitrt bench serve` (the compiled load generator) keeps its connections busy and
+    accounts for every request: all 200 here, with the figures in its JSON; a server that is
+    not there is a one-line error and exit 1."""
+    report = tmp_path / "load.json"
+    subprocess.run(
+        [VITRT, "bench", "serve", "--url", digits.url, "--concurrency", "8", "--requests", "200",
+         "--json", str(report), str(ROOT / "examples" / "digits")],
+        capture_output=True, text=True, check=True,
+    )
+    figures = json.loads(report.read_text())
+    assert figures["statuses"] == {"200": 200}
+    assert figures["images_per_s_answered_200"] > 0
+    assert figures["latency_ms"]["p50"] <= figures["latency_ms"]["p99"]
+    gone = subprocess.run([VITRT, "bench", "serve", "--url", "127.0.0.1:9", "--requests", "1",
+                           str(DIGIT_IMAGES[0])], capture_output=True, text=True)
+    assert gone.returncode == 1
+    assert "connecting to 127.0.0.1:9" in gone.stderr

@@ -5,6 +5,7 @@
 mod cases;
 mod measure;
 mod model;
+mod serve;
 
 use crate::output_file::OutputFile;
 use crate::report::{self, plot, schema, table};
@@ -28,6 +29,9 @@ enum BenchCommand {
     Kernels(KernelsArgs),
     /// Time whole forward passes of a model: latency and images per second per batch size.
     Model(model::ModelBenchArgs),
+    /// Load a running `vitrt serve` with one image a request from many connections: images
+    /// per second and latency percentiles.
+    Serve(serve::ServeBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -65,6 +69,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     match args.command {
         BenchCommand::Kernels(args) => kernels(args),
         BenchCommand::Model(args) => model::run(args),
+        BenchCommand::Serve(args) => serve::run(args),
     }
 }
 
