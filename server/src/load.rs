@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+/// One connection's latencies and answers by status.
+type ConnectionFigures = (Vec<Duration>, BTreeMap<u16, usize>);
+
 /// What one load run measured.
 #[derive(Clone, Debug)]
 pub struct LoadReport {
@@ -60,27 +63,26 @@ pub fn run_load(
         .map_err(|e| format!("starting the client's runtime: {e}"))?;
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
-    let results: Vec<Result<(Vec<Duration>, BTreeMap<u16, usize>), String>> =
-        runtime.block_on(async {
-            let tasks: Vec<_> = (0..concurrency)
-                .map(|_| {
-                    let (next, bodies) = (Arc::clone(&next), Arc::clone(&bodies));
-                    let (address, path) = (address.to_string(), path.to_string());
-                    let content_type = content_type.to_string();
-                    tokio::spawn(async move {
-                        connection(&address, &path, &content_type, &bodies, &next, requests).await
-                    })
+    let results: Vec<Result<ConnectionFigures, String>> = runtime.block_on(async {
+        let tasks: Vec<_> = (0..concurrency)
+            .map(|_| {
+                let (next, bodies) = (Arc::clone(&next), Arc::clone(&bodies));
+                let (address, path) = (address.to_string(), path.to_string());
+                let content_type = content_type.to_string();
+                tokio::spawn(async move {
+                    connection(&address, &path, &content_type, &bodies, &next, requests).await
                 })
-                .collect();
-            let mut out = Vec::with_capacity(tasks.len());
-            for task in tasks {
-                out.push(
-                    task.await
-                        .map_err(|e| format!("a connection's task failed: {e}"))?,
-                );
-            }
-            Ok::<_, String>(out)
-        })?;
+            })
+            .collect();
+        let mut out = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            out.push(
+                task.await
+                    .map_err(|e| format!("a connection's task failed: {e}"))?,
+            );
+        }
+        Ok::<_, String>(out)
+    })?;
     let wall = started.elapsed();
     let mut statuses = BTreeMap::new();
     let mut latencies = Vec::with_capacity(requests);
@@ -109,7 +111,7 @@ async fn connection(
     bodies: &[Vec<u8>],
     next: &AtomicUsize,
     requests: usize,
-) -> Result<(Vec<Duration>, BTreeMap<u16, usize>), String> {
+) -> Result<ConnectionFigures, String> {
     let connect = || async {
         TcpStream::connect(address)
             .await
