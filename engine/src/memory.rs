@@ -4,7 +4,9 @@
 //! pass ([`MemoryBatches`]), through the same `Runner::submit_bytes` as the file pipeline: the
 //! table expansion on the device, the captured graph of the batch's size.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
+
+use crate::pipeline::BumpArena;
 
 use anyhow::{Context, Result};
 use vitrt_model::preprocess::device_batch::device_batch;
@@ -80,40 +82,6 @@ pub struct MemoryBatches {
 /// image that finds the arena full is decoded on the host.
 const ARENA_BYTES_PER_IMAGE: usize = 1 << 20;
 
-/// An arena as the decoding threads share it: a bump allocator handing out disjoint regions.
-struct SharedArena {
-    base: *mut u8,
-    capacity: usize,
-    used: AtomicUsize,
-}
-
-// SAFETY: regions handed out never overlap (the compare-exchange gives each to one caller),
-// and the arena outlives the threads (scoped by `submit_filled_for_device`).
-unsafe impl Sync for SharedArena {}
-
-impl ArenaReserve for SharedArena {
-    #[allow(clippy::mut_from_ref)] // each reserved region is handed out once
-    fn reserve(&self, bytes: usize) -> Option<(usize, &mut [u8])> {
-        let bytes = bytes.next_multiple_of(16);
-        let mut at = self.used.load(Ordering::Relaxed);
-        loop {
-            let end = at.checked_add(bytes).filter(|&end| end <= self.capacity)?;
-            match self
-                .used
-                .compare_exchange_weak(at, end, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                // SAFETY: [at, end) lies inside the arena and no other region overlaps it.
-                Ok(_) => {
-                    return Some((at, unsafe {
-                        std::slice::from_raw_parts_mut(self.base.add(at), bytes)
-                    }))
-                }
-                Err(now) => at = now,
-            }
-        }
-    }
-}
-
 impl MemoryBatches {
     pub fn new(pre: &PreprocessConfig, image_bytes: usize) -> MemoryBatches {
         MemoryBatches {
@@ -176,14 +144,10 @@ impl MemoryBatches {
         };
         let pixels = &mut staging.as_mut_slice()[..count * self.image_bytes];
         let arena = arena.as_mut_slice();
-        let shared = SharedArena {
-            base: arena.as_mut_ptr(),
-            capacity: arena.len(),
-            used: AtomicUsize::new(0),
-        };
-        let mut on_device = fill(pixels, &shared)?;
+        let used = AtomicUsize::new(0);
+        let mut on_device = fill(pixels, &BumpArena::new(arena, &used))?;
         on_device.sort_by_key(|(place, _)| *place);
-        let used = shared.used.into_inner();
+        let used = used.into_inner();
         let images: Vec<(usize, &DeviceImage)> = on_device
             .iter()
             .map(|(place, image)| (*place, image))

@@ -279,51 +279,16 @@ impl Engine {
         first: usize,
     ) -> Result<PendingOutputs> {
         let image_bytes = self.loaders[0].output_bytes();
-        let per_thread = images.len().div_ceil(self.loaders.len()).max(1);
         let loaders = &mut self.loaders;
         self.batches
             .submit_filled_for_device(&mut self.runner, images.len(), |pixels, arena| {
-                let prepared: Vec<std::result::Result<Vec<_>, ImageError>> =
-                    std::thread::scope(|scope| {
-                        let threads: Vec<_> = loaders
-                            .iter_mut()
-                            .zip(images.chunks(per_thread))
-                            .zip(pixels.chunks_mut(per_thread * image_bytes))
-                            .enumerate()
-                            .map(|(t, ((loader, images), pixels))| {
-                                scope.spawn(move || {
-                                    let mut on_device = Vec::new();
-                                    let outputs = pixels.chunks_mut(image_bytes);
-                                    for (k, (image, out)) in images.iter().zip(outputs).enumerate()
-                                    {
-                                        let place = t * per_thread + k;
-                                        if let Some(device) = image.load_for_device(
-                                            loader,
-                                            first + place,
-                                            out,
-                                            arena,
-                                        )? {
-                                            on_device.push((place, device));
-                                        }
-                                    }
-                                    Ok(on_device)
-                                })
-                            })
-                            .collect();
-                        threads
-                            .into_iter()
-                            .map(|thread| {
-                                thread
-                                    .join()
-                                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
-                            })
-                            .collect()
-                    });
-                let mut on_device = Vec::new();
-                for images in prepared {
-                    on_device.extend(images.or_value()?);
-                }
-                Ok(on_device)
+                on_loader_threads(
+                    loaders,
+                    images,
+                    pixels,
+                    image_bytes,
+                    |image, loader, k, out| image.load_for_device(loader, first + k, out, arena),
+                )
             })
     }
 
@@ -350,45 +315,78 @@ impl Engine {
         first: usize,
     ) -> Result<PendingOutputs> {
         let image_bytes = self.loaders[0].output_bytes();
-        let per_thread = images.len().div_ceil(self.loaders.len()).max(1);
         let loaders = &mut self.loaders;
         self.batches
             .submit_filled(&mut self.runner, images.len(), |pixels| {
-                let decoded: Vec<std::result::Result<(), ImageError>> =
-                    std::thread::scope(|scope| {
-                        let threads: Vec<_> = loaders
-                            .iter_mut()
-                            .zip(images.chunks(per_thread))
-                            .zip(pixels.chunks_mut(per_thread * image_bytes))
-                            .enumerate()
-                            .map(|(t, ((loader, images), pixels))| {
-                                scope.spawn(move || {
-                                    let outputs = pixels.chunks_mut(image_bytes);
-                                    for (k, (image, out)) in images.iter().zip(outputs).enumerate()
-                                    {
-                                        image.load_into(loader, first + t * per_thread + k, out)?;
-                                    }
-                                    Ok(())
-                                })
-                            })
-                            .collect();
-                        threads
-                            .into_iter()
-                            // A decoding thread's panic goes on to `without_gil`, which
-                            // reports it.
-                            .map(|thread| {
-                                thread
-                                    .join()
-                                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
-                            })
-                            .collect()
-                    });
-                decoded
-                    .into_iter()
-                    .collect::<std::result::Result<(), _>>()
-                    .or_value()
+                on_loader_threads(
+                    loaders,
+                    images,
+                    pixels,
+                    image_bytes,
+                    |image, loader, k, out| {
+                        image.load_into(loader, first + k, out).map(|()| None::<()>)
+                    },
+                )
+                .map(|_| ())
             })
     }
+}
+
+/// Runs `load` on every image of `images` with its place in `pixels` ([B, H, W, C] bytes,
+/// `image_bytes` each), a run of consecutive images on each loader's thread; returns what it
+/// gave for each image that gave something, by place in the batch. The error of the first
+/// image that fails, in input order, is the one returned.
+fn on_loader_threads<T: Send>(
+    loaders: &mut [ImageLoader],
+    images: &[ImageSource],
+    pixels: &mut [u8],
+    image_bytes: usize,
+    load: impl Fn(
+            &ImageSource,
+            &mut ImageLoader,
+            usize,
+            &mut [u8],
+        ) -> std::result::Result<Option<T>, ImageError>
+        + Sync,
+) -> Result<Vec<(usize, T)>> {
+    let per_thread = images.len().div_ceil(loaders.len()).max(1);
+    let load = &load;
+    let results: Vec<std::result::Result<Vec<(usize, T)>, ImageError>> =
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = loaders
+                .iter_mut()
+                .zip(images.chunks(per_thread))
+                .zip(pixels.chunks_mut(per_thread * image_bytes))
+                .enumerate()
+                .map(|(t, ((loader, images), pixels))| {
+                    scope.spawn(move || {
+                        let mut gave = Vec::new();
+                        let outputs = pixels.chunks_mut(image_bytes);
+                        for (k, (image, out)) in images.iter().zip(outputs).enumerate() {
+                            let place = t * per_thread + k;
+                            if let Some(given) = load(image, loader, place, out)? {
+                                gave.push((place, given));
+                            }
+                        }
+                        Ok(gave)
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                // A decoding thread's panic goes on to `without_gil`, which reports it.
+                .map(|thread| {
+                    thread
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                })
+                .collect()
+        });
+    let mut gave = Vec::new();
+    for result in results {
+        gave.extend(result.or_value()?);
+    }
+    Ok(gave)
 }
 
 /// Bytes of one image as the preprocessing makes it (height x width x channels).

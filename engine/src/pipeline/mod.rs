@@ -27,4 +27,5 @@ mod inputs;
 mod ring;
 
 pub use inputs::{collect_inputs, shown_path, InputList};
+pub(crate) use ring::BumpArena;
 pub use ring::{run, Batch, Consumer, Flow, ImageLoad, PipelineConfig, PipelineStats};

@@ -125,15 +125,27 @@ struct SlotPtr(*mut u8);
 unsafe impl Send for SlotPtr {}
 unsafe impl Sync for SlotPtr {}
 
-/// One slot's arena as a worker sees it: a bump allocator over the slot's bytes; regions
-/// reserved are disjoint, and the consumer resets `used` only when it releases the slot.
-struct SlotArena<'a> {
+/// An arena as the decoding threads share it: a bump allocator over `capacity` bytes from
+/// `base`; regions reserved are disjoint, and its owner resets `used` only when no region is
+/// in use (the ring: when the consumer releases the slot; `memory.rs`: after the batch).
+pub(crate) struct BumpArena<'a> {
     base: SlotPtr,
     capacity: usize,
     used: &'a AtomicUsize,
 }
 
-impl ArenaReserve for SlotArena<'_> {
+impl<'a> BumpArena<'a> {
+    /// An arena over `bytes`, `used` of them already reserved.
+    pub(crate) fn new(bytes: &'a mut [u8], used: &'a AtomicUsize) -> BumpArena<'a> {
+        BumpArena {
+            base: SlotPtr(bytes.as_mut_ptr()),
+            capacity: bytes.len(),
+            used,
+        }
+    }
+}
+
+impl ArenaReserve for BumpArena<'_> {
     #[allow(clippy::mut_from_ref)] // each reserved region is handed out once
     fn reserve(&self, bytes: usize) -> Option<(usize, &mut [u8])> {
         let bytes = bytes.next_multiple_of(16);
@@ -270,7 +282,7 @@ impl Shared<'_> {
                 .filter(|_| self.config.arena_bytes > 0);
             let loaded = catch_unwind(AssertUnwindSafe(|| match arena {
                 Some((base, used)) => {
-                    let arena = SlotArena {
+                    let arena = BumpArena {
                         base: *base,
                         capacity: self.config.arena_bytes,
                         used,

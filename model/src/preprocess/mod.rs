@@ -200,8 +200,8 @@ impl ImageLoader {
         Ok(times)
     }
 
-    /// As [`load_file_into`](Self::load_file_into), or, for a JPEG the coefficient path takes
-    /// and a resize the image kernels do, its coefficients and multipliers written into
+    /// As [`load_file_into`](Self::load_file_into), or, for a JPEG the device path takes and
+    /// a resize the image kernels do, its scan (or coefficients) and multipliers written into
     /// `arena` and described for device decoding (`out` then left as it was). Whichever path
     /// takes it, the 8-bit pixels that end up in the model's input are the same.
     pub fn load_file_for_device(
@@ -216,28 +216,9 @@ impl ImageLoader {
         read_limited(path, self.limits.max_file_bytes, &mut self.file)?;
         let read = start.elapsed();
         let bytes = std::mem::take(&mut self.file);
-        let decoding = Instant::now();
-        let device = self.prepare_for_device(&bytes, arena);
-        let result = match device {
-            Ok(image) => Ok((
-                StageTimes {
-                    read,
-                    decode: decoding.elapsed(),
-                    resize: Duration::ZERO,
-                },
-                Loaded::Device(Box::new(image)),
-            )),
-            Err(why) => self.load_named(&bytes, &name, out).map(|mut times| {
-                times.read = read;
-                // The coefficient reading that gave up counts as decoding.
-                times.decode += decoding
-                    .elapsed()
-                    .saturating_sub(times.decode + times.resize);
-                (times, Loaded::Host(why))
-            }),
-        };
+        let result = self.load_bytes_for_device(&bytes, &name, out, arena);
         self.file = bytes;
-        result
+        result.map(|(times, loaded)| (StageTimes { read, ..times }, loaded))
     }
 
     /// As [`load_file_for_device`](Self::load_file_for_device), for a file's contents
@@ -260,9 +241,13 @@ impl ImageLoader {
                 },
                 Loaded::Device(Box::new(image)),
             )),
-            Err(why) => self
-                .load_named(bytes, name, out)
-                .map(|times| (times, Loaded::Host(why))),
+            Err(why) => self.load_named(bytes, name, out).map(|mut times| {
+                // The coefficient reading that gave up counts as decoding.
+                times.decode += decoding
+                    .elapsed()
+                    .saturating_sub(times.decode + times.resize);
+                (times, Loaded::Host(why))
+            }),
         }
     }
 
