@@ -7,22 +7,22 @@
 # ViT-B/16 classifier (scripts/make_random_vit.py) and COUNT (default 4096) 500x375 JPEG photos
 # (scripts/make_photos.py), then, in f16 on the one GPU:
 #   1. classify.json, classify-cpu-decode.json: `vitrt classify --batch-size 64` on the photos
-#      (--stats), with the default decoding (GPU) and with --decode cpu (the server's).
-#   2. serve-c256.json: `vitrt serve --max-batch-size 64`, one photo per request at concurrency
-#      256 (scripts/bench_serve.py load, keep-alive connections over 8 client processes).
-#      Target: at least 80% of classify's images/s.
-#   3. serve-c1.json: concurrency 1, 1,000 requests. Target: p50 at most 5 ms, decoding
-#      included. serve-c256-compiled.json: concurrency 256 again from `vitrt bench serve`.
-#   4. invariance.json: /v1/embeddings (base64 float32) for 32 photos alone, then three times
+#      (--stats), with the default decoding (GPU) and with --decode cpu.
+#   2. serve-c256.json: `vitrt serve --max-batch-size 64` (its default decoding: the GPU), one
+#      photo per request at concurrency 256 from the compiled client (`vitrt bench serve`).
+#      Target: at least 80% of classify's images/s. serve-c1.json: concurrency 1, 1,000
+#      requests. Target: p50 at most 5 ms, decoding included.
+#   3. invariance.json: /v1/embeddings (base64 float32) for 32 photos alone, then three times
 #      while 64 connections keep the batches full of other photos, compared byte for byte,
-#      and with `vitrt embed --normalize --batch-invariant` on the same files: the server
-#      chooses its kernels' programs whatever the batch size (benchmarks/NOTES.md, 2026-11-27
-#      "Batch invariance on the GPU"); the figure says how many images differ.
-#   5. classify --batch-invariant at batch 1 and 64 on 64 photos (identical results expected),
-#      and bench model at batch sizes 1, 8, 64 and 256 with and without --batch-invariant.
-# The client runs on the same machine and takes cores the server's decoders could use: its CPU
-# time is in serve-c256.json. Logs and JSON go to LOGS (default $OUT, else
-# benchmarks/raw/gpu-serve, git-ignored).
+#      and with `vitrt embed --normalize --batch-invariant` on the same files.
+#   4. A photo with a damaged scan: the device marks its batch, which is decoded again on the
+#      host (the answer and /metrics' redone count are printed).
+#   5. serve-cpu-decode-c256.json: the server with --decode cpu, concurrency 256, for the
+#      decoding's share.
+#   6. `vitrt parity --batch-invariant` (the server's kernel choices) for the ViT-B at batch
+#      16 and 64 in f16 and bf16 against float64 PyTorch references made on the spot.
+# The client runs on the same machine and takes cores the server could use. Logs and JSON go
+# to LOGS (default $OUT, else benchmarks/raw/gpu-serve, git-ignored).
 set -uo pipefail
 dir=${1:?usage: scripts/gpu-serve.sh DIR [LOGS] [COUNT]}
 logs=${2:-${OUT:-benchmarks/raw/gpu-serve}}
@@ -48,75 +48,89 @@ for decode in default cpu; do
     echo "$name: exit $? $(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['images_per_s']), 'images/s')" "$logs/$name.json" 2>/dev/null)"
 done
 
-# 2 and 3. The server.
+# 2. The server, decoding on the GPU.
 port=18080
-"$vitrt" serve --model "$model" --dtype f16 --port $port --max-batch-size 64 --max-delay-ms 2 \
-    --max-queue 4096 2>"$logs/serve.log" &
-server=$!
-for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-    sleep 0.2
-done
-curl -sf "http://127.0.0.1:$port/health" >/dev/null || { echo "the server did not become ready"; tail "$logs/serve.log"; kill $server; exit 1; }
+start_server() {
+    "$vitrt" serve --model "$model" --dtype f16 --port $port --max-batch-size 64 --max-delay-ms 2 \
+        --max-queue 4096 "$@" 2>>"$logs/serve.log" &
+    server=$!
+    for _ in $(seq 600); do
+        curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0
+        sleep 0.2
+    done
+    echo "the server did not become ready"; tail "$logs/serve.log"; kill $server; return 1
+}
+load() { # NAME CONCURRENCY REQUESTS
+    "$vitrt" bench serve --url "127.0.0.1:$port" --concurrency "$2" --requests "$3" \
+        --json "$logs/$1.json" "$photos" >"$logs/$1.log" 2>&1
+    echo "$1: $(cat "$logs/$1.log")"
+}
+start_server || exit 1
 # A short run first: graphs of the batch sizes the load makes are captured on first use.
-python3 scripts/bench_serve.py load --url "http://127.0.0.1:$port" --images "$photos" \
-    --concurrency 256 --requests 4096 >/dev/null
-python3 scripts/bench_serve.py load --url "http://127.0.0.1:$port" --images "$photos" \
-    --concurrency 256 --requests $((count * 5)) --json "$logs/serve-c256.json" >"$logs/serve-c256.log"
-python3 scripts/bench_serve.py load --url "http://127.0.0.1:$port" --images "$photos" \
-    --concurrency 1 --processes 1 --requests 1000 --json "$logs/serve-c1.json" >"$logs/serve-c1.log"
-# The same load from the compiled client, which keeps all 256 requests in flight (the Python
-# one kept 13-34: benchmarks/NOTES.md, 2026-11-27 "why vitrt serve measured 0.49x classify").
-"$vitrt" bench serve --url "127.0.0.1:$port" --concurrency 256 --requests $((count * 5)) \
-    --json "$logs/serve-c256-compiled.json" "$photos" >"$logs/serve-c256-compiled.log" 2>&1
-echo "serve at concurrency 256, compiled client: $(cat "$logs/serve-c256-compiled.log")"
+"$vitrt" bench serve --url "127.0.0.1:$port" --concurrency 256 --requests 4096 "$photos" >/dev/null 2>&1
+load serve-c256 256 $((count * 5))
+load serve-c1 1 1000
 curl -s "http://127.0.0.1:$port/metrics" >"$logs/metrics-after-load.txt"
-python3 - "$logs" <<'EOF'
+python3 - "$logs" <<'PY'
 import json, sys
 logs = sys.argv[1]
-classify = json.load(open(f"{logs}/classify-cpu-decode.json"))["images_per_s"]
-gpu_decode = json.load(open(f"{logs}/classify.json"))["images_per_s"]
+classify = json.load(open(f"{logs}/classify.json"))["images_per_s"]
+cpu_decode = json.load(open(f"{logs}/classify-cpu-decode.json"))["images_per_s"]
 c256 = json.load(open(f"{logs}/serve-c256.json"))
 c1 = json.load(open(f"{logs}/serve-c1.json"))
-print(f"serve at concurrency 256: {c256['images_per_s_answered_200']:.0f} images/s "
-      f"({c256['statuses']}), {c256['images_per_s_answered_200'] / classify:.2f}x classify --decode cpu "
-      f"({classify:.0f}), {c256['images_per_s_answered_200'] / gpu_decode:.2f}x classify ({gpu_decode:.0f}); "
-      f"p50 {c256['latency_ms']['p50']:.1f} ms, p99 {c256['latency_ms']['p99']:.1f} ms; "
-      f"client CPU {c256['client_cpu_s']:.0f} s")
+rate = c256["images_per_s_answered_200"]
+print(f"serve at concurrency 256: {rate:.0f} images/s ({c256['statuses']}), "
+      f"{rate / classify:.2f}x classify ({classify:.0f}), {rate / cpu_decode:.2f}x classify --decode cpu "
+      f"({cpu_decode:.0f}); p50 {c256['latency_ms']['p50']:.1f} ms, p99 {c256['latency_ms']['p99']:.1f} ms")
 print(f"serve at concurrency 1: p50 {c1['latency_ms']['p50']:.2f} ms, p99 {c1['latency_ms']['p99']:.2f} ms ({c1['statuses']})")
-EOF
+PY
+grep -E "^vitrt_(images_decoded_on_device|images_redone_on_host|images)_total" "$logs/metrics-after-load.txt"
 
-# 4. Batch invariance through the server, and against vitrt embed.
+# 3. Batch invariance through the server, and against vitrt embed.
 "$vitrt" embed --model "$model" --dtype f16 --normalize --batch-invariant --quiet -o - "$photos" \
     >"$logs/embed-reference.jsonl" 2>"$logs/embed-reference.log"
 python3 scripts/bench_serve.py invariance --url "http://127.0.0.1:$port" --images "$photos" \
     --count 32 --reference "$logs/embed-reference.jsonl" --json "$logs/invariance.json" >"$logs/invariance.log"
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('invariance:', len(r['differ_under_load']), 'of', r['images'], 'differ under load,', len(r.get('differ_from_cli', [])), 'differ from vitrt embed')" "$logs/invariance.json"
 
+# 4. A damaged scan: 32 bytes from the middle of the entropy-coded data replaced by stuffed
+# 0xFF bytes (a code no Huffman table holds), sent while other photos keep the batches full.
+python3 - "$photos" /tmp/damaged.jpg <<'PY'
+import sys, pathlib
+photo = sorted(pathlib.Path(sys.argv[1]).glob("*.jpg"))[0].read_bytes()
+sos = photo.index(b"\xff\xda")
+start = sos + 2 + int.from_bytes(photo[sos + 2:sos + 4], "big")
+middle = start + (len(photo) - 2 - start) // 2
+damaged = photo[:middle] + b"\xff\x00" * 32 + photo[middle + 64:]
+pathlib.Path(sys.argv[2]).write_bytes(damaged)
+PY
+"$vitrt" bench serve --url "127.0.0.1:$port" --concurrency 64 --requests 2048 "$photos" >/dev/null 2>&1 &
+background=$!
+sleep 0.3
+status=$(curl -s -o "$logs/damaged-answer.json" -w '%{http_code}' --data-binary @/tmp/damaged.jpg \
+    -H 'Content-Type: image/jpeg' "http://127.0.0.1:$port/v1/classify")
+wait $background
+echo "a damaged scan: HTTP $status $(head -c 200 "$logs/damaged-answer.json"); $(curl -s "http://127.0.0.1:$port/metrics" | grep -E '^vitrt_images_redone_on_host_total')"
 kill -TERM $server
 wait $server
 echo "serve: exit $? after SIGTERM (0 expected)"
 
-# 5. The CLI's own invariance and its cost: 64 photos classified at batch 1 and batch 64
-# with --batch-invariant (identical JSON Lines expected), and the forward pass at batch sizes
-# 1, 8, 64 and 256 with and without it.
-ls "$photos"/*.jpg | head -64 >/tmp/invariance-64.txt
-for b in 1 64; do
-    "$vitrt" classify --model "$model" --dtype f16 --batch-invariant --batch-size $b --format jsonl \
-        --quiet --files-from /tmp/invariance-64.txt >"$logs/classify-invariant-b$b.jsonl" 2>/dev/null
+# 5. The same server decoding on the host.
+start_server --decode cpu || exit 1
+"$vitrt" bench serve --url "127.0.0.1:$port" --concurrency 256 --requests 4096 "$photos" >/dev/null 2>&1
+load serve-cpu-decode-c256 256 $((count * 3))
+kill -TERM $server
+wait $server
+
+# 6. Parity of the server's kernel choices (--batch-invariant) against float64 PyTorch.
+for batch in 16 64; do
+    python3 scripts/reference.py --model "$model" --out "$model/reference-b$batch.safetensors" \
+        --random-batch "$batch" --seed 1 --dtype float64 >>"$logs/parity-invariant.log" 2>&1 || {
+        echo "parity: could not make the batch-$batch reference"; continue; }
+    for dtype in f16 bf16; do
+        "$vitrt" parity --model "$model" --reference "$model/reference-b$batch.safetensors" --device cuda \
+            --dtype "$dtype" --batch-invariant >>"$logs/parity-invariant.log" 2>&1
+        rc=$?
+        echo "parity --batch-invariant batch $batch $dtype: exit $rc, $(grep -oE 'worst relative error [^)]*' "$logs/parity-invariant.log" | tail -1)"
+    done
 done
-if cmp -s "$logs/classify-invariant-b1.jsonl" "$logs/classify-invariant-b64.jsonl"; then
-    echo "classify --batch-invariant: batch 1 and batch 64 give identical results"
-else
-    echo "classify --batch-invariant: RESULTS DIFFER between batch 1 and batch 64"
-fi
-for mode in "" --batch-invariant; do
-    "$vitrt" bench model --model "$model" --dtype f16 $mode --batch-sizes 1,8,64,256 \
-        --json "$logs/bench-model${mode:+-invariant}.json" >"$logs/bench-model${mode:+-invariant}.log" 2>&1
-done
-python3 - "$logs/bench-model.json" "$logs/bench-model-invariant.json" <<'PY'
-import json, sys
-rows = [{r["batch"]: r["median_ms"] for r in json.load(open(f))["models"]} for f in sys.argv[1:]]
-for batch in sorted(rows[0]):
-    print(f"forward at batch {batch}: {rows[0][batch]:.3f} ms, --batch-invariant {rows[1].get(batch, float('nan')):.3f} ms")
-PY

@@ -1,10 +1,15 @@
-//! Batches of images already in memory (a server's request bodies): each image decoded and
-//! resized on the caller's thread into the model's 8-bit pixels ([`ImageDecoder`]), then
-//! images from anywhere gathered into one page-locked staging buffer and queued as one forward
-//! pass ([`MemoryBatches`]), through the same `Runner::submit_bytes` as the file pipeline: the
-//! table expansion on the device, the captured graph of the batch's size.
+//! Batches of images already in memory (a server's request bodies): each image made ready on
+//! the caller's thread ([`ImageDecoder`]): decoded and resized into the model's 8-bit pixels,
+//! or, for device decoding, a JPEG read into a region of its own that the device decodes
+//! ([`PreparedImage`]); then images from anywhere gathered into one page-locked staging buffer
+//! (and arena) and queued as one forward pass ([`MemoryBatches`]), through the same
+//! `Runner::submit_decoding` as the file pipeline: the device decoding, the table expansion,
+//! the captured graph of the batch's size.
 
 use std::sync::atomic::AtomicUsize;
+
+use vitrt_model::preprocess::jpeg_coefficients::EntropyOn;
+use vitrt_model::preprocess::Loaded;
 
 use crate::pipeline::BumpArena;
 
@@ -18,16 +23,81 @@ use vitrt_model::Runner;
 use vitrt_runtime::{HostStaging, HostTensor, PendingOutputs};
 
 /// Decodes images held in memory into the model's input pixels (HWC, 8-bit, the size the
-/// preprocessing makes), as the file pipeline's workers do for files. One per thread: it
-/// keeps its buffers from image to image.
+/// preprocessing makes), as the file pipeline's workers do for files, or prepares JPEGs for
+/// the device to decode ([`ImageDecoder::prepare`]). One per thread: it keeps its buffers from
+/// image to image.
 pub struct ImageDecoder {
     loader: ImageLoader,
+    /// Whether [`ImageDecoder::prepare`] leaves JPEGs to the device, and who entropy-decodes
+    /// them; `None`: everything is decoded on the host.
+    device: Option<EntropyOn>,
+}
+
+/// An image of a request made ready for a batch on the request's own thread.
+pub enum PreparedImage {
+    /// Decoded on the host: the model's 8-bit pixels.
+    Pixels(Vec<u8>),
+    /// A JPEG the device decodes.
+    Device(Box<DevicePrepared>),
+}
+
+/// A JPEG read for the device's decoding into a region of its own, which
+/// [`MemoryBatches::submit_prepared`] copies into the batch's arena; the file is kept, to be
+/// decoded on the host if the device marks the batch.
+pub struct DevicePrepared {
+    /// The region: the scan (or coefficients) and tables the device reads, offsets in
+    /// `image` counting from its start.
+    data: Vec<u8>,
+    image: DeviceImage,
+    file: Vec<u8>,
+    /// What errors call the image.
+    name: String,
+}
+
+impl PreparedImage {
+    /// Whether the device decodes it.
+    pub fn on_device(&self) -> bool {
+        matches!(self, PreparedImage::Device(_))
+    }
+
+    /// The image's pixels decoded on the host by `host` (a decoder of the same
+    /// preprocessing): what the device would have made, for a batch it marked.
+    pub fn pixels_on_host(&self, host: &mut ImageDecoder) -> Result<Vec<u8>, PreprocessError> {
+        match self {
+            PreparedImage::Pixels(pixels) => Ok(pixels.clone()),
+            PreparedImage::Device(prepared) => host.decode(&prepared.file, &prepared.name),
+        }
+    }
+}
+
+/// Region bytes a JPEG is first read into by [`ImageDecoder::prepare`] (untouched pages are
+/// never mapped): a baseline scan needs about its file's size, a progressive file read on the
+/// host its coefficients (570 KiB for 500x375 photos). A file that does not fit is decoded on
+/// the host.
+fn region_capacity(file_bytes: usize) -> usize {
+    (2 * file_bytes + (64 << 10)).max(ARENA_BYTES_PER_IMAGE)
 }
 
 impl ImageDecoder {
+    /// A decoder that decodes everything on the host.
     pub fn new(pre: &PreprocessConfig, limits: ImageLimits) -> ImageDecoder {
         ImageDecoder {
             loader: ImageLoader::new(pre, limits),
+            device: None,
+        }
+    }
+
+    /// A decoder whose [`ImageDecoder::prepare`] leaves the JPEGs the device path decodes
+    /// exactly to the device (`entropy`: who reads their Huffman-coded scans), and decodes the
+    /// rest on the host.
+    pub fn for_device(
+        pre: &PreprocessConfig,
+        limits: ImageLimits,
+        entropy: EntropyOn,
+    ) -> ImageDecoder {
+        ImageDecoder {
+            loader: ImageLoader::new(pre, limits).with_entropy(entropy),
+            device: Some(entropy),
         }
     }
 
@@ -40,6 +110,49 @@ impl ImageDecoder {
     /// contents) as a file of them would be; `name` names the image in errors. Larger files
     /// than the limits' `max_file_bytes` are refused as files are.
     pub fn decode(&mut self, bytes: &[u8], name: &str) -> Result<Vec<u8>, PreprocessError> {
+        self.check_file_size(bytes, name)?;
+        let mut out = vec![0u8; self.image_bytes()];
+        self.loader.load_bytes_into(bytes, name, &mut out)?;
+        Ok(out)
+    }
+
+    /// Makes `file` (a JPEG, PNG or WebP file's contents) ready for a batch: with a decoder
+    /// [`for_device`](ImageDecoder::for_device), a JPEG the device decodes exactly is read
+    /// for it (markers, tables, the scan without its stuffed bytes, its resize: a few
+    /// hundredths of a millisecond for a 500x375 photo); anything else is decoded as
+    /// [`ImageDecoder::decode`] does. Errors are those of `decode` for what the host can
+    /// tell; what only decoding finds (damaged entropy-coded data) the device marks, and the
+    /// batch is decoded again on the host ([`PreparedImage::pixels_on_host`]).
+    pub fn prepare(&mut self, file: Vec<u8>, name: &str) -> Result<PreparedImage, PreprocessError> {
+        if self.device.is_none() {
+            return self.decode(&file, name).map(PreparedImage::Pixels);
+        }
+        self.check_file_size(&file, name)?;
+        let mut region = vec![0u8; region_capacity(file.len())];
+        let used = AtomicUsize::new(0);
+        let mut out = vec![0u8; self.image_bytes()];
+        let (_, loaded) = self.loader.load_bytes_for_device(
+            &file,
+            name,
+            &mut out,
+            &BumpArena::new(&mut region, &used),
+        )?;
+        Ok(match loaded {
+            Loaded::Device(image) => {
+                region.truncate(used.into_inner());
+                region.shrink_to_fit();
+                PreparedImage::Device(Box::new(DevicePrepared {
+                    data: region,
+                    image: *image,
+                    file,
+                    name: name.to_string(),
+                }))
+            }
+            Loaded::Host(_) => PreparedImage::Pixels(out),
+        })
+    }
+
+    fn check_file_size(&self, bytes: &[u8], name: &str) -> Result<(), PreprocessError> {
         let limit = self.loader.limits().max_file_bytes;
         if bytes.len() as u64 > limit {
             return Err(PreprocessError::UnsupportedImage {
@@ -50,9 +163,7 @@ impl ImageDecoder {
                 ),
             });
         }
-        let mut out = vec![0u8; self.image_bytes()];
-        self.loader.load_bytes_into(bytes, name, &mut out)?;
-        Ok(out)
+        Ok(())
     }
 
     /// As [`ImageDecoder::decode`], for an image file (read as the file pipeline reads one:
@@ -130,15 +241,7 @@ impl MemoryBatches {
         E: From<anyhow::Error>,
     {
         self.grow_staging(runner, count)?;
-        let arena_bytes = count * ARENA_BYTES_PER_IMAGE;
-        if self.arena.as_ref().is_none_or(|a| a.len() < arena_bytes) {
-            self.arena = None;
-            self.arena = Some(
-                runner
-                    .alloc_staging(arena_bytes)
-                    .context("allocating the staging for device decoding")?,
-            );
-        }
+        self.grow_arena(runner, count * ARENA_BYTES_PER_IMAGE)?;
         let (Some(staging), Some(arena)) = (self.staging.as_mut(), self.arena.as_mut()) else {
             unreachable!("allocated above")
         };
@@ -166,6 +269,71 @@ impl MemoryBatches {
     pub fn finish(runner: &mut Runner, pending: PendingOutputs) -> Result<(Vec<HostTensor>, bool)> {
         let (outputs, status) = runner.finish_decoding(pending)?;
         Ok((outputs, status.iter().any(|&word| word != 0)))
+    }
+
+    /// Queues one forward pass over `images` made ready by [`ImageDecoder::prepare`], in
+    /// order: pixels are copied into the staging buffer, JPEGs' regions into the arena (grown
+    /// to hold them all) for the device to decode into their places. Collect the outputs with
+    /// [`MemoryBatches::finish`]; where it says the device marked an image, decode the batch
+    /// again with [`PreparedImage::pixels_on_host`].
+    pub fn submit_prepared(
+        &mut self,
+        runner: &mut Runner,
+        images: &[&PreparedImage],
+    ) -> Result<PendingOutputs> {
+        let image_bytes = self.image_bytes;
+        let regions: usize = images
+            .iter()
+            .map(|image| match image {
+                PreparedImage::Device(prepared) => prepared.data.len().next_multiple_of(16),
+                PreparedImage::Pixels(_) => 0,
+            })
+            .sum();
+        self.grow_arena(runner, regions)?;
+        self.submit_filled_for_device(runner, images.len(), |pixels, arena| {
+            let mut on_device = Vec::new();
+            for (place, (image, out)) in images
+                .iter()
+                .zip(pixels.chunks_mut(image_bytes))
+                .enumerate()
+            {
+                match image {
+                    PreparedImage::Pixels(decoded) => {
+                        anyhow::ensure!(
+                            decoded.len() == image_bytes,
+                            "a decoded image of {} bytes where the model takes {image_bytes}",
+                            decoded.len()
+                        );
+                        out.copy_from_slice(decoded);
+                    }
+                    PreparedImage::Device(prepared) => {
+                        let (at, region) = arena
+                            .reserve(prepared.data.len())
+                            .context("the arena was sized for the batch's regions")?;
+                        region[..prepared.data.len()].copy_from_slice(&prepared.data);
+                        let image = DeviceImage {
+                            jpeg: prepared.image.jpeg.clone().moved_by(at),
+                            resize: prepared.image.resize.clone(),
+                        };
+                        on_device.push((place, image));
+                    }
+                }
+            }
+            Ok(on_device)
+        })
+    }
+
+    /// Makes the device decoding's arena at least `bytes` long.
+    fn grow_arena(&mut self, runner: &mut Runner, bytes: usize) -> Result<()> {
+        if self.arena.as_ref().is_none_or(|a| a.len() < bytes) {
+            self.arena = None; // freed before its successor is allocated
+            self.arena = Some(
+                runner
+                    .alloc_staging(bytes)
+                    .context("allocating the staging for device decoding")?,
+            );
+        }
+        Ok(())
     }
 
     fn grow_staging(&mut self, runner: &mut Runner, count: usize) -> Result<()> {

@@ -1,12 +1,15 @@
 //! The dynamic batching queue and the one thread that owns the model.
 //!
 //! ```text
-//! requests (decoded images) ──► queue (bounded by images: 429 past --max-queue)
+//! requests (images made ready: decoded, or JPEGs read for the device)
+//!   ──► queue (bounded by images: 429 past --max-queue)
 //!   ──► batching thread: the first job waits at most --max-delay-ms for images already
 //!       admitted (being decoded), none when there are none; images of several requests of
 //!       one kind fill one batch of up to --max-batch-size
-//!   ──► staging (page-locked on CUDA) ──► Runner::submit_bytes (the path of `classify`)
+//!   ──► staging and arena (page-locked on CUDA) ──► Runner::submit_decoding (the path of
+//!       `classify`: the device decodes the JPEGs into their places)
 //!   ──► the previous batch's outputs collected while this one runs ──► rows per request
+//!       (a batch the device marked an image of is decoded again on the host and rerun)
 //! ```
 //!
 //! The runner is not `Send` (its CUDA graphs are bound to a thread), so it is opened on this
@@ -24,8 +27,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-use vitrt_engine::memory::MemoryBatches;
+use vitrt_engine::memory::{ImageDecoder, MemoryBatches, PreparedImage};
 use vitrt_engine::results::{encode_zero_shot_labels, output_rows, TextTower};
+use vitrt_model::preprocess::jpeg_coefficients::EntropyOn;
 use vitrt_model::{Output, OutputSet, Pool, Runner};
 use vitrt_runtime::PendingOutputs;
 
@@ -68,8 +72,8 @@ pub enum Failure {
 pub enum Job {
     Images {
         kind: Kind,
-        /// Decoded images ([`vitrt_engine::memory::ImageDecoder`]).
-        images: Vec<Vec<u8>>,
+        /// Images made ready ([`ImageDecoder::prepare`]).
+        images: Vec<PreparedImage>,
         deadline: Instant,
         reply: oneshot::Sender<Rows>,
     },
@@ -160,6 +164,10 @@ pub struct BatchPolicy {
 pub struct Batcher {
     pub runner: Runner,
     pub batches: MemoryBatches,
+    /// Decodes the images of a batch the device marked again on the host.
+    pub host: ImageDecoder,
+    /// Whether requests' JPEGs come to the device to decode (and who reads their scans).
+    pub device_decode: Option<EntropyOn>,
     pub text: Option<TextTower>,
     /// The checkpoint's folder (the zero-shot labels' text tower).
     pub dir: std::path::PathBuf,
@@ -189,7 +197,7 @@ pub fn queue(max_queue: usize) -> (Queue, Receiver<Job>, Arc<AtomicUsize>) {
 /// A request's images in the batching thread: rows filled as batches come back.
 struct Request {
     kind: Kind,
-    images: Vec<Vec<u8>>,
+    images: Vec<PreparedImage>,
     /// Images already put into a batch.
     taken: usize,
     rows: Vec<Option<Vec<f32>>>,
@@ -202,6 +210,13 @@ struct InFlight {
     kind: Kind,
     rows: Vec<(u64, usize)>,
     pending: PendingOutputs,
+}
+
+/// A batch's outputs once back: its rows (width, data), or the device marked one of its
+/// images and the batch is to be decoded again on the host.
+enum Finished {
+    Rows(usize, Vec<f32>),
+    Marked,
 }
 
 impl Batcher {
@@ -383,26 +398,87 @@ impl Batcher {
     ) -> Result<PendingOutputs, String> {
         let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<PendingOutputs> {
             self.set_kind(kind)?;
-            let images: Vec<&[u8]> = rows
+            let images: Vec<&PreparedImage> = rows
                 .iter()
-                .map(|(id, i)| requests[id].images[*i].as_slice())
+                .map(|(id, i)| &requests[id].images[*i])
                 .collect();
             self.metrics.batch(images.len());
-            self.batches.submit(&mut self.runner, &images)
+            let on_device = images.iter().filter(|image| image.on_device()).count();
+            self.metrics.decoded_on_device(on_device);
+            self.batches.submit_prepared(&mut self.runner, &images)
         }));
         flatten(outcome)
     }
 
-    /// Waits for a batch's outputs and hands each request its rows, answering those complete.
-    fn collect(&mut self, batch: InFlight, requests: &mut HashMap<u64, Request>) {
-        let name = output_of(&batch.kind).name();
-        let count = batch.rows.len();
+    /// Waits for a batch's outputs: its rows, or whether the device marked an image.
+    fn finish(
+        &mut self,
+        kind: &Kind,
+        count: usize,
+        pending: PendingOutputs,
+    ) -> Result<Finished, String> {
+        let name = output_of(kind).name();
+        let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<Finished> {
+            let (outputs, marked) = MemoryBatches::finish(&mut self.runner, pending)?;
+            if marked {
+                return Ok(Finished::Marked);
+            }
+            let (width, data) = output_rows(outputs, name, count)?;
+            Ok(Finished::Rows(width, data))
+        }));
+        flatten(outcome)
+    }
+
+    /// The device marked an image of the batch `rows` (data libjpeg would warn about, a block
+    /// outside the exactness guard): every image is decoded again on the host and the batch
+    /// run again, so that its rows are what host decoding gives; a request whose image the
+    /// host refuses is answered 400 naming it.
+    fn redo_on_host(
+        &mut self,
+        kind: &Kind,
+        rows: &[(u64, usize)],
+        requests: &mut HashMap<u64, Request>,
+    ) {
+        self.metrics.redone_on_host(rows.len());
+        let mut decoded = Vec::with_capacity(rows.len());
+        for &(id, i) in rows {
+            let Some(request) = requests.get(&id) else {
+                continue;
+            };
+            match request.images[i].pixels_on_host(&mut self.host) {
+                Ok(pixels) => decoded.push(((id, i), pixels)),
+                Err(why) => fail_rows(
+                    &[(id, i)],
+                    requests,
+                    Failure::Refused(why.to_string()),
+                    &self.queued,
+                ),
+            }
+        }
+        // Rows of a request refused by another of its images go too.
+        decoded.retain(|((id, _), _)| requests.contains_key(id));
+        if decoded.is_empty() {
+            return;
+        }
+        let kept: Vec<(u64, usize)> = decoded.iter().map(|(row, _)| *row).collect();
+        let name = output_of(kind).name();
         let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<(usize, Vec<f32>)> {
-            let outputs = self.runner.finish(batch.pending)?;
-            output_rows(outputs, name, count)
+            let images: Vec<&[u8]> = decoded.iter().map(|(_, p)| p.as_slice()).collect();
+            let pending = self.batches.submit(&mut self.runner, &images)?;
+            let outputs = self.runner.finish(pending)?;
+            output_rows(outputs, name, images.len())
         }));
         match flatten(outcome) {
-            Ok((width, data)) => self.deliver(&batch.rows, width, &data, requests),
+            Ok((width, data)) => self.deliver(&kept, width, &data, requests),
+            Err(why) => fail_rows(&kept, requests, Failure::Failed(why), &self.queued),
+        }
+    }
+
+    /// Waits for a batch's outputs and hands each request its rows, answering those complete.
+    fn collect(&mut self, batch: InFlight, requests: &mut HashMap<u64, Request>) {
+        match self.finish(&batch.kind, batch.rows.len(), batch.pending) {
+            Ok(Finished::Rows(width, data)) => self.deliver(&batch.rows, width, &data, requests),
+            Ok(Finished::Marked) => self.redo_on_host(&batch.kind, &batch.rows, requests),
             Err(why) => self.run_alone(&batch.kind, &batch.rows, requests, why),
         }
     }
@@ -424,16 +500,12 @@ impl Batcher {
         for id in ids {
             let mine: Vec<(u64, usize)> = rows.iter().filter(|(r, _)| *r == id).copied().collect();
             for chunk in mine.chunks(self.policy.max_batch_size) {
-                let outcome = self.submit(kind, chunk, requests).and_then(|pending| {
-                    let name = output_of(kind).name();
-                    let outcome = catch_unwind(AssertUnwindSafe(|| {
-                        let outputs = self.runner.finish(pending)?;
-                        output_rows(outputs, name, chunk.len())
-                    }));
-                    flatten(outcome)
-                });
+                let outcome = self
+                    .submit(kind, chunk, requests)
+                    .and_then(|pending| self.finish(kind, chunk.len(), pending));
                 match outcome {
-                    Ok((width, data)) => self.deliver(chunk, width, &data, requests),
+                    Ok(Finished::Rows(width, data)) => self.deliver(chunk, width, &data, requests),
+                    Ok(Finished::Marked) => self.redo_on_host(kind, chunk, requests),
                     Err(why) => {
                         fail_rows(chunk, requests, Failure::Failed(why), &self.queued);
                         break;
@@ -518,21 +590,31 @@ impl Batcher {
         let _ = reply.send(outcome);
     }
 
-    /// One batch of a single blank image and one of the largest size, so that the first
-    /// requests find the kernels compiled and their graphs captured.
-    pub fn warm_up(&mut self, kind: &Kind) -> Result<()> {
+    /// One batch of a single image and one of the largest size, so that the first requests
+    /// find the kernels compiled (the device decoding's among them, with `decoder`, one of
+    /// the routes' decoders), their graphs captured and the staging allocated.
+    pub fn warm_up(&mut self, kind: &Kind, decoder: &mut ImageDecoder) -> Result<()> {
         self.set_kind(kind)?;
-        let blank = vec![0u8; self.batches.image_bytes()];
+        let image = match self.device_decode {
+            // A baseline 4:2:0 photo of 240x160, decoded by the device.
+            Some(_) => decoder
+                .prepare(WARM_UP_JPEG.to_vec(), "the warm-up image")
+                .context("preparing the warm-up image")?,
+            None => PreparedImage::Pixels(vec![0u8; self.batches.image_bytes()]),
+        };
         for size in [1, self.policy.max_batch_size] {
-            let images = vec![blank.as_slice(); size];
-            let pending = self.batches.submit(&mut self.runner, &images)?;
-            self.runner
-                .finish(pending)
+            let images = vec![&image; size];
+            let pending = self.batches.submit_prepared(&mut self.runner, &images)?;
+            let (_, marked) = MemoryBatches::finish(&mut self.runner, pending)
                 .with_context(|| format!("a warm-up batch of {size}"))?;
+            anyhow::ensure!(!marked, "the device could not decode the warm-up image");
         }
         Ok(())
     }
 }
+
+/// The image the warm-up batches decode on the device.
+const WARM_UP_JPEG: &[u8] = include_bytes!("../../tests/fixtures/images/cat.jpg");
 
 /// The output a kind reads.
 pub fn output_of(kind: &Kind) -> Output {

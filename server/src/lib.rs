@@ -1,6 +1,7 @@
 //! `vitrt serve`: an HTTP server over the engine. It listens at once (`GET /health` answers
 //! 503 meanwhile), opens the model on its batching thread, warms it up, and then answers 200;
-//! requests are decoded on a bounded pool of blocking threads, queued (429 past
+//! requests' images are made ready on a bounded pool of blocking threads (decoded, or, on a
+//! GPU, JPEGs read for the device to decode in the batch), queued (429 past
 //! `--max-queue`), batched across requests (`batcher`) and answered with the engine's typed
 //! results (`routes`). SIGTERM or SIGINT stops accepting, finishes what was accepted, and the
 //! process exits 0.
@@ -20,11 +21,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::sync::Semaphore;
-use vitrt_engine::batched::{default_workers, preprocessing};
-use vitrt_engine::memory::MemoryBatches;
+use vitrt_engine::batched::{default_workers, preprocessing, DecodeOn};
+use vitrt_engine::memory::{ImageDecoder, MemoryBatches};
 use vitrt_engine::results::TextTower;
 use vitrt_engine::ModelOptions;
 use vitrt_model::config::ModelConfig;
+use vitrt_model::preprocess::jpeg_coefficients::EntropyOn;
 use vitrt_model::preprocess::{ImageLimits, PreprocessConfig};
 use vitrt_model::{Head, Pool};
 use vitrt_runtime::backend::Device;
@@ -52,6 +54,10 @@ pub struct ServeOptions {
     pub workers: Option<usize>,
     /// Images may name files under this folder (`file:NAME`); none otherwise.
     pub allow_local_files: Option<std::path::PathBuf>,
+    /// Where JPEGs are decoded. Default: on the GPU on a CUDA device (the request's thread
+    /// reads the file's markers and scan, the device decodes it in the batch), on the host
+    /// elsewhere.
+    pub decode: Option<DecodeOn>,
 }
 
 /// What the routes know of the model once it is open.
@@ -66,6 +72,19 @@ pub struct ModelInfo {
     /// Image embeddings and a text tower of the same width: text inputs and `/v1/zero-shot`.
     pub text_tower: bool,
     pub image_bytes: usize,
+    /// JPEGs are left to the device, their scans entropy-decoded where this says; `None`:
+    /// images are decoded on the host.
+    pub device_decode: Option<EntropyOn>,
+}
+
+impl ModelInfo {
+    /// A decoder for a request's thread.
+    pub fn decoder(&self, limits: ImageLimits) -> ImageDecoder {
+        match self.device_decode {
+            Some(entropy) => ImageDecoder::for_device(&self.pre, limits, entropy),
+            None => ImageDecoder::new(&self.pre, limits),
+        }
+    }
 }
 
 /// What every route shares.
@@ -145,7 +164,14 @@ async fn serve_async(options: ServeOptions) -> Result<()> {
             .spawn(move || {
                 let opened =
                     open_batcher(&state, metrics, queued).and_then(|(mut batcher, kind)| {
-                        batcher.warm_up(&kind).context("warming the model up")?;
+                        let mut decoder = state
+                            .info
+                            .get()
+                            .expect("set when the model opened")
+                            .decoder(state.options.limits);
+                        batcher
+                            .warm_up(&kind, &mut decoder)
+                            .context("warming the model up")?;
                         Ok(batcher)
                     });
                 let ready = Arc::clone(&state.ready);
@@ -209,7 +235,8 @@ fn open_batcher(
     let opened = options.model.open()?;
     let mut runner = opened.runner;
     let pre = preprocessing(&mut runner, &opened.dir, options.model.image_size.is_some())?;
-    let image_bytes = vitrt_engine::memory::ImageDecoder::new(&pre, options.limits).image_bytes();
+    let image_bytes = ImageDecoder::new(&pre, options.limits).image_bytes();
+    let device_decode = device_decoding(options.decode, &runner, &pre)?;
     let classifies = runner.model.head != Head::Base;
     let pool = Pool::choose(None, &runner.model).ok();
     let text = match runner.model.image_embeds_width() {
@@ -224,6 +251,7 @@ fn open_batcher(
         pool,
         text_tower: text.is_some(),
         image_bytes,
+        device_decode,
     };
     let warm_kind = match (classifies, pool) {
         (true, _) | (false, None) => Kind::Classify,
@@ -233,6 +261,8 @@ fn open_batcher(
     let batcher = Batcher {
         runner,
         batches: MemoryBatches::new(&pre, image_bytes),
+        host: ImageDecoder::new(&pre, options.limits),
+        device_decode,
         text,
         dir: opened.dir,
         name: options.model.model.clone(),
@@ -245,6 +275,36 @@ fn open_batcher(
         labels: None,
     };
     Ok((batcher, warm_kind))
+}
+
+/// Where JPEGs are decoded, as `--decode` asks on `runner`'s backend: on the device by
+/// default on CUDA (entropy-decoded there, or on the host with `gpu-idct`), on the host
+/// elsewhere or where the preprocessing is one the device path does not do.
+fn device_decoding(
+    asked: Option<DecodeOn>,
+    runner: &vitrt_model::Runner,
+    pre: &PreprocessConfig,
+) -> Result<Option<EntropyOn>> {
+    let on_gpu = runner.backend().describe().starts_with("cuda");
+    if matches!(asked, Some(DecodeOn::Gpu | DecodeOn::GpuIdct)) && !on_gpu {
+        anyhow::bail!(
+            "--decode gpu needs a CUDA device; this server runs on {} (use --decode cpu, or \
+             --device cuda)",
+            runner.backend().describe()
+        );
+    }
+    if !on_gpu || asked == Some(DecodeOn::Cpu) {
+        return Ok(None);
+    }
+    if let Some(why) = pre.device_decode_refusal() {
+        eprintln!("vitrt serve: decoding on the host: {why}");
+        return Ok(None);
+    }
+    Ok(Some(if asked == Some(DecodeOn::GpuIdct) {
+        EntropyOn::Host
+    } else {
+        EntropyOn::Device
+    }))
 }
 
 /// SIGTERM and SIGINT (Ctrl-C), their handlers installed when registered.

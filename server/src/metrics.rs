@@ -66,6 +66,10 @@ struct State {
     latency: BTreeMap<&'static str, Histogram>,
     batch_sizes: Histogram,
     images: u64,
+    /// Images the device decoded (JPEGs), and images decoded again on the host because the
+    /// device marked their batch.
+    decoded_on_device: u64,
+    redone_on_host: u64,
     /// Images run per batch, with when, for the images/s gauge.
     recent: VecDeque<(Instant, usize)>,
     /// What the backend held after the last batch (`None`: not yet known).
@@ -126,6 +130,16 @@ impl Metrics {
     pub fn batch(&self, size: usize) {
         let bounds = &self.batch_bounds;
         self.lock().batch_sizes.observe(bounds, size as f64);
+    }
+
+    /// A batch submitted whose device decodes `count` of its images.
+    pub fn decoded_on_device(&self, count: usize) {
+        self.lock().decoded_on_device += count as u64;
+    }
+
+    /// `count` images decoded again on the host (their batch marked by the device).
+    pub fn redone_on_host(&self, count: usize) {
+        self.lock().redone_on_host += count as u64;
     }
 
     /// `count` images' results back.
@@ -191,6 +205,25 @@ impl Metrics {
         out.push_str("# HELP vitrt_images_total Images run through the model.\n");
         out.push_str("# TYPE vitrt_images_total counter\n");
         let _ = writeln!(out, "vitrt_images_total {}", state.images);
+        out.push_str(
+            "# HELP vitrt_images_decoded_on_device_total Images whose JPEG the device decoded.\n",
+        );
+        out.push_str("# TYPE vitrt_images_decoded_on_device_total counter\n");
+        let _ = writeln!(
+            out,
+            "vitrt_images_decoded_on_device_total {}",
+            state.decoded_on_device
+        );
+        out.push_str(
+            "# HELP vitrt_images_redone_on_host_total Images decoded again on the host because \
+             the device marked an image of their batch (damaged data).\n",
+        );
+        out.push_str("# TYPE vitrt_images_redone_on_host_total counter\n");
+        let _ = writeln!(
+            out,
+            "vitrt_images_redone_on_host_total {}",
+            state.redone_on_host
+        );
         let now = Instant::now();
         let recent: usize = state
             .recent

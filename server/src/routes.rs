@@ -22,7 +22,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
-use vitrt_engine::memory::ImageDecoder;
+use vitrt_engine::memory::{ImageDecoder, PreparedImage};
 use vitrt_engine::results::{normalize, Scores};
 use vitrt_model::labels::Prediction;
 use vitrt_model::text::labels::{
@@ -467,13 +467,15 @@ thread_local! {
     static DECODER: RefCell<Option<ImageDecoder>> = const { RefCell::new(None) };
 }
 
-/// Decodes every image on the blocking pool, at most `--workers` at once; the first failure
-/// in input order is a 400 naming the input's index and the reason.
+/// Makes every image ready on the blocking pool, at most `--workers` at once (decoded, or a
+/// JPEG read for the device: `ImageDecoder::prepare`; files named `file:NAME` are decoded on
+/// the host); the first failure in input order is a 400 naming the input's index and the
+/// reason.
 async fn decode_all(
     state: &Shared,
     info: &Arc<ModelInfo>,
     images: Vec<ImageInput>,
-) -> Result<Vec<Vec<u8>>, ApiError> {
+) -> Result<Vec<PreparedImage>, ApiError> {
     let tasks: Vec<_> = images
         .into_iter()
         .enumerate()
@@ -486,16 +488,16 @@ async fn decode_all(
                 tokio::task::spawn_blocking(move || {
                     DECODER.with(|cell| {
                         let mut cell = cell.borrow_mut();
-                        let decoder =
-                            cell.get_or_insert_with(|| ImageDecoder::new(&info.pre, limits));
+                        let decoder = cell.get_or_insert_with(|| info.decoder(limits));
                         // The decoder's messages name the image: "input N" for bytes, the
                         // path for a file (then prefixed with its index).
-                        let decoded = match &image {
+                        let decoded = match image {
                             ImageInput::Bytes(bytes) => decoder
-                                .decode(bytes, &format!("input {index}"))
+                                .prepare(Vec::from(bytes), &format!("input {index}"))
                                 .map_err(|e| e.to_string()),
                             ImageInput::File(path) => decoder
-                                .decode_file(path)
+                                .decode_file(&path)
+                                .map(PreparedImage::Pixels)
                                 .map_err(|e| format!("input {index}: {e}")),
                         };
                         decoded.map_err(ApiError::bad_request)
@@ -561,6 +563,7 @@ mod tests {
                 limits: Default::default(),
                 workers: Some(1),
                 allow_local_files: None,
+                decode: None,
             },
             queue,
             metrics: Arc::new(Metrics::new(4)),

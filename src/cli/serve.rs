@@ -7,6 +7,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use std::process::ExitCode;
 use std::time::Duration;
+use vitrt_engine::batched::DecodeOn;
 use vitrt_server::ServeOptions;
 
 #[derive(Args, Debug)]
@@ -43,8 +44,10 @@ pub struct ServeArgs {
     /// Decoding threads. Default: the available cores on a GPU, half of them on the CPU.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     workers: Option<u32>,
-    /// Where JPEGs are decoded: this server decodes them on the host (cpu), the only value
-    /// it takes for now.
+    /// Where JPEGs are decoded: gpu (default on a CUDA device: each request's thread reads
+    /// the file's markers and scan, the GPU decodes it in the batch, exactly as the host
+    /// would), gpu-idct (the host entropy-decodes, the GPU does the rest) or cpu (everything
+    /// on the host; the default elsewhere).
     #[arg(long, value_enum)]
     decode: Option<DecodeArg>,
     /// Let requests name image files in this folder as `file:NAME` (relative to it; links
@@ -56,12 +59,6 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
-    if matches!(args.decode, Some(DecodeArg::Gpu | DecodeArg::GpuIdct)) {
-        bail!(
-            "--decode gpu is not served yet: the server decodes images on the host (--decode \
-             cpu); `vitrt classify` decodes JPEGs on the GPU"
-        );
-    }
     if args.api_key.as_deref() == Some("") {
         bail!("--api-key is empty");
     }
@@ -83,6 +80,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         limits: args.limits.limits(),
         workers: args.workers.map(|w| w as usize),
         allow_local_files: args.allow_local_files,
+        decode: args.decode.map(DecodeOn::from),
     })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -90,6 +90,24 @@ impl WrittenJpeg {
     pub fn upright_size(&self) -> (usize, usize) {
         upright_size(self.width, self.height, self.orientation)
     }
+
+    /// The same image with its region moved `bytes` (a multiple of 16) further into the
+    /// arena: a region prepared on its own (offsets from 0), then copied into a batch's.
+    pub fn moved_by(mut self, bytes: usize) -> WrittenJpeg {
+        debug_assert_eq!(bytes % 16, 0, "regions are 16-byte aligned");
+        for c in &mut self.components {
+            // A scan's coefficients are decoded into the device's own space (`coefs_at` 0).
+            if self.scan.is_none() {
+                c.coefs_at += bytes;
+            }
+            c.quant_at += bytes;
+        }
+        if let Some(scan) = &mut self.scan {
+            scan.stream_at += bytes;
+            scan.tables_at += bytes;
+        }
+        self
+    }
 }
 
 /// A JPEG read on its own: its description and its region's bytes (offsets from 0).
