@@ -92,6 +92,7 @@ grep -E "^vitrt_(images_decoded_on_device|images_redone_on_host|images)_total" "
 python3 scripts/bench_serve.py invariance --url "http://127.0.0.1:$port" --images "$photos" \
     --count 32 --reference "$logs/embed-reference.jsonl" --json "$logs/invariance.json" >"$logs/invariance.log"
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('invariance:', len(r['differ_under_load']), 'of', r['images'], 'differ under load,', len(r.get('differ_from_cli', [])), 'differ from vitrt embed')" "$logs/invariance.json"
+rm -f "$logs/embed-reference.jsonl" # 8,192 vectors: too large to bring back
 
 # 4. A damaged scan: 32 bytes from the middle of the entropy-coded data replaced by stuffed
 # 0xFF bytes (a code no Huffman table holds), sent while other photos keep the batches full.
@@ -122,15 +123,31 @@ load serve-cpu-decode-c256 256 $((count * 3))
 kill -TERM $server
 wait $server
 
-# 6. Parity of the server's kernel choices (--batch-invariant) against float64 PyTorch.
+# 6. Parity of the server's kernel choices (--batch-invariant) against float64 PyTorch, with
+# PyTorch's own bf16 error on the same inputs (torch-bf16.json, which `vitrt parity` holds bf16
+# to) beside each reference.
 for batch in 16 64; do
-    python3 scripts/reference.py --model "$model" --out "$model/reference-b$batch.safetensors" \
-        --random-batch "$batch" --seed 1 --dtype float64 >>"$logs/parity-invariant.log" 2>&1 || {
-        echo "parity: could not make the batch-$batch reference"; continue; }
+    ref="$model/b$batch"
+    mkdir -p "$ref"
+    {
+        python3 scripts/reference.py --model "$model" --out "$ref/reference.safetensors" \
+            --random-batch "$batch" --seed 1 --dtype float64 &&
+            python3 scripts/reference.py --model "$model" --out "$ref/torch-bf16.safetensors" \
+                --random-batch "$batch" --seed 1 --dtype bfloat16 --device cuda &&
+            python3 - "$ref" <<'PY'
+import json, sys
+from safetensors.torch import load_file
+ref = sys.argv[1]
+want, got = load_file(f"{ref}/reference.safetensors"), load_file(f"{ref}/torch-bf16.safetensors")
+errors = {n: float((got[n].float() - w).abs().max() / w.abs().max().clamp_min(1e-30))
+          for n, w in want.items() if n != "pixel_values"}
+json.dump(errors, open(f"{ref}/torch-bf16.json", "w"), indent=1, sort_keys=True)
+PY
+    } >>"$logs/parity-invariant.log" 2>&1 || { echo "parity: could not make the batch-$batch references"; continue; }
     for dtype in f16 bf16; do
-        "$vitrt" parity --model "$model" --reference "$model/reference-b$batch.safetensors" --device cuda \
+        "$vitrt" parity --model "$model" --reference "$ref/reference.safetensors" --device cuda \
             --dtype "$dtype" --batch-invariant >>"$logs/parity-invariant.log" 2>&1
         rc=$?
-        echo "parity --batch-invariant batch $batch $dtype: exit $rc, $(grep -oE 'worst relative error [^)]*' "$logs/parity-invariant.log" | tail -1)"
+        echo "parity --batch-invariant batch $batch $dtype: exit $rc, $(grep -oE 'worst relative error [^)]*' "$logs/parity-invariant.log" | tail -1)$([ "$dtype" = bf16 ] && python3 -c "import json,sys; print('; PyTorch bf16 worst', '%.3e' % max(json.load(open(sys.argv[1])).values()))" "$ref/torch-bf16.json")"
     done
 done

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
 
 def disable_tf32() -> None:

@@ -3,7 +3,8 @@
 //! (`top_k`, `labels`, `template`) from the JSON document, the multipart text fields or the
 //! query string. The server reads no local paths and fetches no URLs: an input that looks like
 //! one is refused, saying so, unless `--allow-local-files DIR` allows `file:NAME` for files
-//! under DIR ([`LocalFiles`]).
+//! under DIR ([`LocalFiles`]), or `--allow-url-fetch` allows `http://` and `https://` URLs
+//! (fetched by `crate::fetch`).
 
 use crate::error::ApiError;
 use axum::body::Bytes;
@@ -14,12 +15,23 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// One image a request hands in: its file's bytes, or a file under `--allow-local-files`.
+/// One image a request hands in: its file's bytes, a file under `--allow-local-files`, or a
+/// URL under `--allow-url-fetch`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ImageInput {
     Bytes(Bytes),
     /// A file under the allowed folder (resolved, inside it).
     File(PathBuf),
+    /// An `http://` or `https://` URL, fetched before decoding.
+    Url(String),
+}
+
+/// What an image string may name besides the image itself: files in the allowed folder,
+/// URLs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sources<'a> {
+    pub local: Option<&'a LocalFiles>,
+    pub urls: bool,
 }
 
 /// The folder `--allow-local-files` confines `file:NAME` images to.
@@ -84,7 +96,7 @@ impl ImageRequest {
     pub async fn read(
         request: Request,
         query: HashMap<String, String>,
-        local: Option<&LocalFiles>,
+        sources: Sources<'_>,
     ) -> Result<Self, ApiError> {
         let content_type = request
             .headers()
@@ -99,7 +111,7 @@ impl ImageRequest {
             Self::multipart(multipart).await?
         } else if content_type.starts_with("application/json") {
             let body = body_bytes(request).await?;
-            Self::json(&body, local)?
+            Self::json(&body, sources)?
         } else {
             let body = body_bytes(request).await?;
             if body.is_empty() {
@@ -147,7 +159,7 @@ impl ImageRequest {
         Ok(read)
     }
 
-    fn json(body: &[u8], local: Option<&LocalFiles>) -> Result<Self, ApiError> {
+    fn json(body: &[u8], sources: Sources<'_>) -> Result<Self, ApiError> {
         let document: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
         let Value::Object(map) = document else {
@@ -175,7 +187,7 @@ impl ImageRequest {
         };
         for (i, image) in images.iter().enumerate() {
             read.images.push(
-                image_string(image, local)
+                image_string(image, sources)
                     .map_err(|why| ApiError::bad_request(format!("images[{i}]: {why}")))?,
             );
         }
@@ -241,12 +253,16 @@ async fn body_bytes(request: Request) -> Result<Bytes, ApiError> {
 }
 
 /// An image given as a string: a data URI (`data:image/jpeg;base64,...`), plain base64, or,
-/// where `local` allows it, `file:NAME` for a file in its folder. A URL is refused, and so is
-/// `file:` without `local`: the server fetches and reads nothing it was not sent unless told.
-pub fn image_string(text: &str, local: Option<&LocalFiles>) -> Result<ImageInput, String> {
+/// where `sources` allows them, `file:NAME` for a file in the allowed folder and `http(s)://`
+/// URLs. Otherwise a URL or `file:` is refused: the server fetches and reads nothing it was
+/// not sent unless told.
+pub fn image_string(text: &str, sources: Sources<'_>) -> Result<ImageInput, String> {
     let text = text.trim();
-    if let (Some(name), Some(local)) = (text.strip_prefix("file:"), local) {
+    if let (Some(name), Some(local)) = (text.strip_prefix("file:"), sources.local) {
         return local.resolve(name).map(ImageInput::File);
+    }
+    if sources.urls && crate::fetch::is_url(text) {
+        return Ok(ImageInput::Url(text.to_string()));
     }
     decode_image_string(text).map(ImageInput::Bytes)
 }
@@ -270,7 +286,8 @@ pub fn decode_image_string(text: &str) -> Result<Bytes, String> {
         // it is simply not base64, or not an image, and is never opened.)
         return Err(
             "URLs and paths are not read: this server takes the image itself, as base64 or a \
-             data URI (vitrt serve --allow-local-files DIR reads file:NAME under DIR)"
+             data URI (vitrt serve --allow-local-files DIR reads file:NAME under DIR, \
+             --allow-url-fetch fetches http(s) URLs)"
                 .to_string(),
         );
     } else {
@@ -327,8 +344,12 @@ mod tests {
         #[cfg(unix)]
         std::os::unix::fs::symlink(dir.path().join("secret.png"), inside.join("link.png")).unwrap();
         let local = LocalFiles::new(&inside).unwrap();
+        let sources = Sources {
+            local: Some(&local),
+            urls: false,
+        };
         assert_eq!(
-            image_string("file:a.png", Some(&local)).unwrap(),
+            image_string("file:a.png", sources).unwrap(),
             ImageInput::File(inside.canonicalize().unwrap().join("a.png"))
         );
         for bad in [
@@ -340,10 +361,30 @@ mod tests {
             if bad == "file:link.png" && cfg!(not(unix)) {
                 continue;
             }
-            assert!(image_string(bad, Some(&local)).is_err(), "{bad}");
+            assert!(image_string(bad, sources).is_err(), "{bad}");
         }
         // Without the flag, file: is refused outright.
-        let refused = image_string("file:a.png", None).unwrap_err();
+        let refused = image_string("file:a.png", Sources::default()).unwrap_err();
         assert!(refused.contains("not read"), "{refused}");
+    }
+
+    #[test]
+    fn urls_are_taken_only_when_allowed() {
+        let url = "https://example.com/cat.jpg";
+        let refused = image_string(url, Sources::default()).unwrap_err();
+        assert!(refused.contains("--allow-url-fetch"), "{refused}");
+        let allowed = Sources {
+            local: None,
+            urls: true,
+        };
+        assert_eq!(
+            image_string(url, allowed).unwrap(),
+            ImageInput::Url(url.to_string())
+        );
+        // Data URIs and base64 are still the image itself.
+        assert_eq!(
+            image_string("AAEC", allowed).unwrap(),
+            ImageInput::Bytes(Bytes::from_static(&[0, 1, 2]))
+        );
     }
 }

@@ -8,12 +8,14 @@
 
 mod batcher;
 mod error;
+pub mod fetch;
 mod inputs;
 pub mod load;
 mod metrics;
 mod routes;
 
 use anyhow::{Context, Result};
+use axum::serve::ListenerExt;
 use batcher::{BatchPolicy, Batcher, Kind};
 use metrics::Metrics;
 use std::net::SocketAddr;
@@ -58,6 +60,8 @@ pub struct ServeOptions {
     /// reads the file's markers and scan, the device decodes it in the batch), on the host
     /// elsewhere.
     pub decode: Option<DecodeOn>,
+    /// Images may be `http(s)://` URLs, fetched within these limits; none otherwise.
+    pub allow_url_fetch: Option<fetch::FetchOptions>,
 }
 
 /// What the routes know of the model once it is open.
@@ -100,6 +104,18 @@ pub struct AppState {
     pub decoders: Semaphore,
     /// The folder `file:NAME` images are read from, if allowed.
     pub local: Option<inputs::LocalFiles>,
+    /// Fetches `http(s)://` images, if allowed.
+    pub fetcher: Option<Arc<fetch::UrlFetcher>>,
+}
+
+impl AppState {
+    /// What image strings may name besides the image itself.
+    pub fn sources(&self) -> inputs::Sources<'_> {
+        inputs::Sources {
+            local: self.local.as_ref(),
+            urls: self.fetcher.is_some(),
+        }
+    }
 }
 
 /// Serves until SIGTERM or SIGINT; an error when the address cannot be bound or the model
@@ -152,6 +168,9 @@ async fn serve_async(options: ServeOptions) -> Result<()> {
         ready: Arc::clone(&ready),
         decoders: Semaphore::new(workers),
         local,
+        fetcher: options
+            .allow_url_fetch
+            .map(|fetch| Arc::new(fetch::UrlFetcher::new(fetch))),
     });
 
     let counts = Arc::clone(&metrics);
@@ -210,6 +229,12 @@ async fn serve_async(options: ServeOptions) -> Result<()> {
         }
         let _ = failure_tx.send(failure);
     };
+    // No Nagle: an answer written in more than one segment would otherwise wait for the
+    // client's delayed ACK (benchmarks/NOTES.md, 2026-11-27 "The 40 ms the load generator
+    // waited").
+    let listener = listener.tap_io(|stream| {
+        let _ = stream.set_nodelay(true);
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -112,10 +112,17 @@ async fn connection(
     next: &AtomicUsize,
     requests: usize,
 ) -> Result<ConnectionFigures, String> {
+    // No Nagle: a request written while the previous segment is unacknowledged would wait
+    // for the server's delayed ACK, 40 ms (benchmarks/NOTES.md, 2026-11-27 "The 40 ms the
+    // load generator waited").
     let connect = || async {
-        TcpStream::connect(address)
+        let stream = TcpStream::connect(address)
             .await
-            .map_err(|e| format!("connecting to {address}: {e}"))
+            .map_err(|e| format!("connecting to {address}: {e}"))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| format!("TCP_NODELAY on {address}: {e}"))?;
+        Ok::<_, String>(stream)
     };
     let mut stream = BufReader::new(connect().await?);
     let (mut latencies, mut statuses) = (Vec::new(), BTreeMap::new());
@@ -125,16 +132,17 @@ async fn connection(
             return Ok((latencies, statuses));
         }
         let body = &bodies[i % bodies.len()];
-        let head = format!(
+        // The head and the body in one write.
+        let mut request = format!(
             "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: {content_type}\r\n\
              Content-Length: {}\r\n\r\n",
             body.len()
-        );
+        )
+        .into_bytes();
+        request.extend_from_slice(body);
         let started = Instant::now();
         let answer = async {
-            let socket = stream.get_mut();
-            socket.write_all(head.as_bytes()).await?;
-            socket.write_all(body).await?;
+            stream.get_mut().write_all(&request).await?;
             read_answer(&mut stream).await
         }
         .await;

@@ -188,7 +188,7 @@ async fn classify(
             info.name
         )));
     }
-    let read = ImageRequest::read(request, query, state.local.as_ref()).await?;
+    let read = ImageRequest::read(request, query, state.sources()).await?;
     read.check_fields(&["top_k"])?;
     let top_k = read.top_k()?;
     let rows = run_images(&state, &info, Kind::Classify, read.images).await?;
@@ -210,7 +210,7 @@ async fn zero_shot(
             info.name
         )));
     }
-    let read = ImageRequest::read(request, query, state.local.as_ref()).await?;
+    let read = ImageRequest::read(request, query, state.sources()).await?;
     read.check_fields(&["top_k", "labels", "template", "templates"])?;
     let top_k = read.top_k()?;
     let labels = match read.values("labels").as_deref() {
@@ -301,15 +301,19 @@ async fn embeddings(State(state): State<Shared>, body: Bytes) -> Result<Json<Val
             )))
         }
     };
-    // Images are data URIs (or file:NAME where --allow-local-files allows it); everything
-    // else is text.
+    // Images are data URIs (or file:NAME where --allow-local-files allows it, http(s) URLs
+    // where --allow-url-fetch does); everything else is text.
     let mut images = Vec::new();
     let mut texts = Vec::new();
     let mut order = Vec::with_capacity(inputs.len());
     for (i, input) in inputs.iter().enumerate() {
         let start = input.trim_start();
-        if start.starts_with("data:") || (state.local.is_some() && start.starts_with("file:")) {
-            let image = image_string(input, state.local.as_ref())
+        let sources = state.sources();
+        if start.starts_with("data:")
+            || (sources.local.is_some() && start.starts_with("file:"))
+            || (sources.urls && crate::fetch::is_url(start))
+        {
+            let image = image_string(input, sources)
                 .map_err(|why| ApiError::bad_request(format!("input {i}: {why}")))?;
             order.push((true, images.len()));
             images.push(image);
@@ -483,6 +487,32 @@ async fn decode_all(
             let state = Arc::clone(state);
             let info = Arc::clone(info);
             tokio::spawn(async move {
+                // A URL is fetched first, holding no decoding permit while it waits.
+                let image = match image {
+                    ImageInput::Url(url) => {
+                        let Some(fetcher) = state.fetcher.clone() else {
+                            return Err(ApiError::bad_request(format!(
+                                "input {index}: URLs are not fetched (--allow-url-fetch)"
+                            )));
+                        };
+                        let fetched = tokio::task::spawn_blocking(move || fetcher.fetch(&url))
+                            .await
+                            .map_err(|_| {
+                                ApiError::new(
+                                    StatusCode::INTERNAL_SERVER_ERROR,
+                                    format!(
+                                        "input {index}: fetching failed inside (a bug, please \
+                                         report it)"
+                                    ),
+                                )
+                            })?;
+                        let bytes = fetched.map_err(|why| {
+                            ApiError::bad_request(format!("input {index}: {why}"))
+                        })?;
+                        ImageInput::Bytes(Bytes::from(bytes))
+                    }
+                    other => other,
+                };
                 let _permit = state.decoders.acquire().await.map_err(|_| stopping())?;
                 let limits = state.options.limits;
                 tokio::task::spawn_blocking(move || {
@@ -499,6 +529,7 @@ async fn decode_all(
                                 .decode_file(&path)
                                 .map(PreparedImage::Pixels)
                                 .map_err(|e| format!("input {index}: {e}")),
+                            ImageInput::Url(_) => unreachable!("fetched above"),
                         };
                         decoded.map_err(ApiError::bad_request)
                     })
@@ -564,6 +595,7 @@ mod tests {
                 workers: Some(1),
                 allow_local_files: None,
                 decode: None,
+                allow_url_fetch: None,
             },
             queue,
             metrics: Arc::new(Metrics::new(4)),
@@ -571,6 +603,7 @@ mod tests {
             ready: Arc::new(AtomicBool::new(false)),
             decoders: Semaphore::new(1),
             local: None,
+            fetcher: None,
         })
     }
 

@@ -8,7 +8,17 @@ use clap::Args;
 use std::process::ExitCode;
 use std::time::Duration;
 use vitrt_engine::batched::DecodeOn;
+use vitrt_server::fetch::{FetchOptions, Reach};
 use vitrt_server::ServeOptions;
+
+/// Which addresses `--allow-url-fetch` fetches from.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum UrlReach {
+    /// Public addresses only.
+    Public,
+    /// Any address, loopback and private networks included.
+    Any,
+}
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -54,6 +64,16 @@ pub struct ServeArgs {
     /// and `..` that lead outside it are refused). Without it the server reads no local file.
     #[arg(long, value_name = "DIR")]
     allow_local_files: Option<std::path::PathBuf>,
+    /// Let requests name images by http:// or https:// URL, fetched by the server within
+    /// --max-file-size and --url-fetch-timeout-ms. `public` (the default) fetches only from
+    /// public addresses, refusing loopback, private and link-local ones (an internal service
+    /// cannot be reached through the server); `any` fetches from any address. Without it the
+    /// server fetches nothing.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "public", value_name = "REACH")]
+    allow_url_fetch: Option<UrlReach>,
+    /// The longest a URL's fetch may take, redirects (at most 5) included.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    url_fetch_timeout_ms: u64,
     #[command(flatten)]
     limits: LimitArgs,
 }
@@ -65,6 +85,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     // Served outputs are the same bytes whatever else shares their batch: the kernels choose
     // their programs whatever the batch size (benchmarks/NOTES.md, 2026-11-27 "Batch
     // invariance on the GPU").
+    let limits = args.limits.limits();
     let mut model = args.model.options();
     model.batch_invariant = true;
     vitrt_server::serve(ServeOptions {
@@ -77,10 +98,18 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         max_body_bytes: args.max_body_bytes as usize,
         api_key: args.api_key,
         request_timeout: Duration::from_millis(args.request_timeout_ms),
-        limits: args.limits.limits(),
+        limits,
         workers: args.workers.map(|w| w as usize),
         allow_local_files: args.allow_local_files,
         decode: args.decode.map(DecodeOn::from),
+        allow_url_fetch: args.allow_url_fetch.map(|reach| FetchOptions {
+            reach: match reach {
+                UrlReach::Public => Reach::Public,
+                UrlReach::Any => Reach::Any,
+            },
+            max_bytes: limits.max_file_bytes,
+            timeout: Duration::from_millis(args.url_fetch_timeout_ms),
+        }),
     })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -315,6 +315,62 @@ def test_local_files_only_when_allowed_and_only_inside_the_folder():
         assert server.stop() == 0
 
 
+class FileServer:
+    """Python's own HTTP server over a folder, on a loopback port, in a thread."""
+
+    def __init__(self, folder):
+        import functools
+        import http.server
+        import threading
+
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+        handler.log_message = lambda *args: None
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_urls_fetched_only_when_allowed_and_within_reach():
+    files = FileServer(ROOT / "examples")
+    name = DIGIT_IMAGES[0].name
+    url = f"{files.url}/digits/{name}"
+    try:
+        # Without the flag a URL is refused, saying which flag fetches it; with it, the default
+        # reach (public addresses) refuses loopback, saying why.
+        for flags, said in [((), "--allow-url-fetch"), (("--allow-url-fetch",), "not a public address")]:
+            server = Server(DIGITS, *flags)
+            try:
+                status, answer = server.post_json("/v1/classify", {"images": [url]})
+                assert status == 400 and said in answer["error"]["message"], answer
+            finally:
+                assert server.stop() == 0
+        server = Server(DIGITS, "--allow-url-fetch", "any", "--max-file-size", "100000")
+        try:
+            status, by_url = server.post_json("/v1/classify", {"images": [url]})
+            assert status == 200, by_url
+            status, _, by_body = server.request(
+                "POST", "/v1/classify", DIGIT_IMAGES[0].read_bytes(), {"content-type": "image/png"}
+            )
+            assert json.loads(by_body) == by_url
+            status, answer = server.post_json("/v1/embeddings", {"input": [url]})
+            assert status == 200 and len(answer["data"]) == 1, answer
+            # A missing file is a 400 naming the input and the status; a file past
+            # --max-file-size (the model's 600 kB of weights) a 400 naming the limit.
+            status, answer = server.post_json("/v1/classify", {"images": [url, f"{files.url}/digits/missing.png"]})
+            message = answer["error"]["message"]
+            assert status == 400 and "input 1" in message and "404" in message, answer
+            status, answer = server.post_json("/v1/classify", {"images": [f"{files.url}/digits-vit/model.safetensors"]})
+            assert status == 400 and "limit of 100000" in answer["error"]["message"], answer
+        finally:
+            assert server.stop() == 0
+    finally:
+        files.close()
+
+
 def expected_top1():
     """Each digit image's top label by the CLI."""
     rows = cli_lines("classify", "--model", str(DIGITS), *map(str, DIGIT_IMAGES), "--top-k", "1", "--format", "jsonl")
