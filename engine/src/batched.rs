@@ -21,7 +21,7 @@ use vitrt_model::Runner;
 use vitrt_runtime::{HostTensor, PendingOutputs};
 
 /// Staging slots: one batch being filled while one is copied and one computes.
-const STAGING_DEPTH: usize = 3;
+pub(crate) const STAGING_DEPTH: usize = 3;
 
 /// Bounds of the arena bytes per image of a batch for `--decode gpu` (page-locked, one arena
 /// per staging slot), which [`arena_bytes_per_image`] sizes from the input files: a baseline
@@ -136,14 +136,14 @@ pub fn preprocessing(
 pub struct BatchSetup {
     pub batch_size: usize,
     pub workers: usize,
-    pipeline: PipelineConfig,
-    pre: PreprocessConfig,
-    limits: ImageLimits,
+    pub(crate) pipeline: PipelineConfig,
+    pub(crate) pre: PreprocessConfig,
+    pub(crate) limits: ImageLimits,
     /// Where the JPEGs left to the device are entropy-decoded.
-    entropy: EntropyOn,
+    pub(crate) entropy: EntropyOn,
     /// Byte value to model input, per channel (see `normalization_table`).
-    table: Vec<f32>,
-    quiet: bool,
+    pub(crate) table: Vec<f32>,
+    pub(crate) quiet: bool,
 }
 
 impl BatchSetup {
@@ -303,8 +303,7 @@ pub fn run_batches(
         .context("allocating the staging buffers")?;
     let mut pipeline_config = setup.pipeline;
     if pipeline_config.arena_bytes > 0 {
-        pipeline_config.arena_bytes =
-            (setup.batch_size * arena_bytes_per_image(&inputs.paths)).min(ARENA_BYTES_PER_SLOT);
+        pipeline_config.arena_bytes = arena_bytes_per_slot(setup, &inputs.paths);
     }
     let arena_bytes = pipeline_config.arena_bytes;
     let mut arenas = match arena_bytes {
@@ -549,8 +548,13 @@ impl<R: BatchResults> Submitter<'_, R> {
     }
 }
 
+/// Arena bytes of one staging slot for `--decode gpu` over `paths`.
+pub(crate) fn arena_bytes_per_slot(setup: &BatchSetup, paths: &[PathBuf]) -> usize {
+    (setup.batch_size * arena_bytes_per_image(paths)).min(ARENA_BYTES_PER_SLOT)
+}
+
 /// Images done of total, images/s and the time left, on stderr when it is a terminal.
-fn progress_bar(total: usize, quiet: bool) -> indicatif::ProgressBar {
+pub(crate) fn progress_bar(total: usize, quiet: bool) -> indicatif::ProgressBar {
     if quiet || !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
     }

@@ -5,6 +5,7 @@
 //! these results; nothing else.
 
 pub mod batched;
+pub mod devices;
 pub mod memory;
 pub mod open;
 pub mod pipeline;

@@ -147,25 +147,29 @@ impl Drop for DriverWarmUp {
 }
 
 impl Gpu {
-    /// Opens device `ordinal`, and finds NVRTC and the CUDA headers, so that a machine that
-    /// cannot compile kernels fails here rather than at the first op.
-    pub fn new(ordinal: usize) -> Result<Gpu, KernelError> {
+    /// The CUDA devices this process sees (after `CUDA_VISIBLE_DEVICES`); an error where
+    /// there is no driver.
+    pub fn device_count() -> Result<usize, KernelError> {
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err(KernelError::NoDriver(
                 "libcuda.so could not be loaded: is the NVIDIA driver installed?".into(),
             ));
         }
-        let count = match guarded("cuDeviceGetCount", CudaContext::device_count)
+        match guarded("cuDeviceGetCount", CudaContext::device_count)
             .map_err(KernelError::NoDriver)?
         {
-            Ok(count) => count.max(0) as usize,
-            Err(e) if e.0 == CUresult::CUDA_ERROR_NO_DEVICE => 0,
-            Err(e) => {
-                return Err(KernelError::NoDriver(format!(
-                    "the driver would not initialise: {e:?}"
-                )))
-            }
-        };
+            Ok(count) => Ok(count.max(0) as usize),
+            Err(e) if e.0 == CUresult::CUDA_ERROR_NO_DEVICE => Ok(0),
+            Err(e) => Err(KernelError::NoDriver(format!(
+                "the driver would not initialise: {e:?}"
+            ))),
+        }
+    }
+
+    /// Opens device `ordinal`, and finds NVRTC and the CUDA headers, so that a machine that
+    /// cannot compile kernels fails here rather than at the first op.
+    pub fn new(ordinal: usize) -> Result<Gpu, KernelError> {
+        let count = Gpu::device_count()?;
         if ordinal >= count {
             return Err(KernelError::NoDevice { ordinal, count });
         }

@@ -38,6 +38,11 @@ impl Device {
 }
 
 /// Opens a backend for `device` computing in `dtype`.
+/// The CUDA devices this process sees; an error naming why where there is no driver.
+pub fn cuda_device_count() -> Result<usize, RuntimeError> {
+    vitrt_kernels::cuda::Gpu::device_count().map_err(|e| RuntimeError::Backend(e.to_string()))
+}
+
 pub fn open(device: Device, dtype: DType) -> Result<Box<dyn Backend>, RuntimeError> {
     match device {
         // f16 / bf16 on the CPU: f32 arithmetic with every stored value rounded, as the GPU.

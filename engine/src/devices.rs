@@ -1,0 +1,729 @@
+//! One process, several GPUs (`--device cuda:all`, `--device cuda:0,2,3`): a runner per device,
+//! each on a thread of its own (a runner's CUDA graphs stay with the thread that captured
+//! them), fed by one image pipeline; each batch goes to whichever device is free, and the
+//! outputs reach the command in input order.
+//!
+//! ```text
+//! workers ──► the staging ring (page-locked slots, portable across the devices' contexts)
+//!   ──► the dispatcher (the calling thread): the first free device's thread gets the batch
+//!   ──► that thread: submit (the copy, the device decoding, the forward pass), acknowledge
+//!       (the slot goes back to the workers), collect its previous batch's outputs
+//!   ──► the dispatcher puts outputs back in input order ──► BatchResults
+//! ```
+//!
+//! A device that fails (a driver error, lost memory) stops the run: what came before its
+//! first unfinished batch has been handed to the command, and the error names the device.
+
+use crate::batched::{
+    progress_bar, BatchResults, BatchSetup, ConsumerTimes, ImageOptions, Loader, STAGING_DEPTH,
+};
+use crate::pipeline::{self, Batch, Consumer, Flow, ImageLoad, InputList, PipelineStats};
+use crate::ModelOptions;
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vitrt_model::preprocess::device_batch::device_batch;
+use vitrt_model::preprocess::{DeviceImage, ImageLoader};
+use vitrt_model::Runner;
+use vitrt_runtime::backend::Device;
+use vitrt_runtime::{HostStaging, HostTensor, PendingOutputs};
+
+/// The devices `asked` names when it names more than one way: `cuda:all` (every CUDA device
+/// this process sees) or a list, `cuda:0,2,3`. `None` for anything else (one device, or
+/// none), which the single-device path takes as it is.
+pub fn several_devices(asked: Option<&str>) -> Result<Option<Vec<String>>> {
+    let Some(asked) = asked.map(str::trim) else {
+        return Ok(None);
+    };
+    if asked.eq_ignore_ascii_case("cuda:all") {
+        let count = vitrt_runtime::backend::cuda_device_count()
+            .map_err(|e| anyhow!("--device cuda:all: {e}"))?;
+        if count == 0 {
+            bail!("--device cuda:all: this machine has no CUDA device");
+        }
+        return Ok(Some((0..count).map(|i| format!("cuda:{i}")).collect()));
+    }
+    let Some(list) = asked.strip_prefix("cuda:").filter(|l| l.contains(',')) else {
+        return Ok(None);
+    };
+    let mut devices = Vec::new();
+    for ordinal in list.split(',') {
+        let name = format!("cuda:{}", ordinal.trim());
+        Device::parse(&name).map_err(|e| anyhow!("--device {asked}: {e}"))?;
+        if devices.contains(&name) {
+            bail!("--device {asked}: {name} is named twice");
+        }
+        devices.push(name);
+    }
+    Ok(Some(devices))
+}
+
+/// What [`run_on_devices`] runs: the model, opened on each device, and how images are read.
+pub struct DeviceRun<'a> {
+    pub model: &'a ModelOptions,
+    /// Device names as `--device` takes them (`cuda:1`; `cpu` stands a device in for tests).
+    pub devices: &'a [String],
+    pub images: &'a ImageOptions,
+    /// `--image-size` was given (the preprocessing must then agree with it).
+    pub size_was_asked: bool,
+    /// Sets a device's runner up once it is open (its outputs, zero-shot labels), on the
+    /// device's thread.
+    pub prepare: &'a (dyn Fn(&mut Runner) -> Result<()> + Sync),
+    /// Called on a device's thread before each of its submissions with the device's index
+    /// and the batches it has taken so far: an error fails the device as a driver error
+    /// would (tests stand a failing GPU in with it).
+    pub before_submit: Option<&'a (dyn Fn(usize, usize) -> Result<()> + Sync)>,
+}
+
+/// One device's share of a run.
+#[derive(Debug, Default)]
+pub struct DeviceFigures {
+    pub device: String,
+    pub batches: usize,
+    pub images: usize,
+    /// In submissions (which wait for each batch's copy), and in waiting for outputs.
+    pub submitting: Duration,
+    pub collecting: Duration,
+    /// Images the device could not decode exactly, whose batches were decoded again on the
+    /// host.
+    pub redone_on_host: usize,
+}
+
+/// How a run over several devices ended.
+pub struct DevicesOutcome {
+    pub stats: PipelineStats,
+    pub devices: Vec<DeviceFigures>,
+    /// The dispatcher's own time: waiting for a free device, and handing outputs over.
+    pub times: ConsumerTimes,
+    /// The results stopped the run (the reader closed the output).
+    pub stopped: bool,
+}
+
+/// A batch handed to a device: the slot's bytes stay valid until the device acknowledges.
+struct Job {
+    first: usize,
+    count: usize,
+    failures: Vec<(usize, String)>,
+    device: Vec<(usize, DeviceImage)>,
+    pixels: SlotView,
+    arena: SlotView,
+}
+
+/// A slot's bytes lent to a device's thread for one submission: the dispatcher does not
+/// release the slot to the workers before the device has acknowledged the submission, after
+/// which the device no longer reads them.
+#[derive(Clone, Copy)]
+struct SlotView {
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: see the type's note: the bytes are read by one thread at a time, while the slot is
+// held by the dispatcher.
+unsafe impl Send for SlotView {}
+
+impl SlotView {
+    fn of(bytes: &[u8]) -> SlotView {
+        SlotView {
+            ptr: bytes.as_ptr(),
+            len: bytes.len(),
+        }
+    }
+
+    /// SAFETY: only between the job's dispatch and its acknowledgement.
+    unsafe fn bytes<'a>(self) -> &'a [u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        std::slice::from_raw_parts(self.ptr, self.len)
+    }
+}
+
+/// A batch's outputs, collected by a device.
+struct Collected {
+    first: usize,
+    count: usize,
+    failures: Vec<(usize, String)>,
+    outputs: Option<Vec<HostTensor>>,
+}
+
+/// What devices tell the dispatcher.
+enum Event {
+    /// A device is open; the first also lends the ring its staging.
+    Opened(Option<Box<RingParts>>),
+    /// Device `k` may take a batch.
+    Free(usize),
+    Done(Collected),
+    /// Device `k` failed; it takes nothing more.
+    Failed(usize, String),
+    /// Device `k` ended (its jobs channel closed), with its figures.
+    Ended(usize, DeviceFigures),
+}
+
+/// What the ring needs from the first device opened: its staging, and how images are loaded.
+struct RingParts {
+    staging: Vec<HostStaging>,
+    arenas: Vec<HostStaging>,
+    config: pipeline::PipelineConfig,
+    make_loader: Arc<dyn Fn() -> Box<dyn ImageLoad> + Send + Sync>,
+    quiet: bool,
+}
+
+/// Runs every image of `inputs` on `run.devices` (at least two), handing each batch's
+/// outputs to `results` in input order.
+pub fn run_on_devices(
+    run: &DeviceRun<'_>,
+    inputs: &InputList,
+    results: &mut impl BatchResults,
+) -> Result<DevicesOutcome> {
+    anyhow::ensure!(!run.devices.is_empty(), "no device to run on");
+    let (events_tx, events) = channel::<Event>();
+    let mut jobs = Vec::new();
+    let mut acks = Vec::new();
+    std::thread::scope(|scope| {
+        for (k, name) in run.devices.iter().enumerate() {
+            let (job_tx, job_rx) = channel::<Job>();
+            let (ack_tx, ack_rx) = channel::<Result<(), String>>();
+            jobs.push(Some(job_tx));
+            acks.push(ack_rx);
+            let events_tx = events_tx.clone();
+            let paths = &inputs.paths;
+            let unlisted = Arc::new(inputs.unlisted.clone());
+            std::thread::Builder::new()
+                .name(format!("vitrt-{name}"))
+                .spawn_scoped(scope, move || {
+                    let device = DeviceThread {
+                        k,
+                        name,
+                        run,
+                        paths,
+                        unlisted,
+                        events: events_tx.clone(),
+                    };
+                    if let Err(e) = device.serve(job_rx, ack_tx) {
+                        let _ = events_tx.send(Event::Failed(k, format!("{name}: {e:#}")));
+                    }
+                })
+                .context("starting a device's thread")?;
+        }
+        drop(events_tx);
+        let outcome = dispatch(run, inputs, results, &events, &mut jobs, &acks);
+        // Whatever happened, the devices hear that no job comes, finish, and are waited for
+        // (the scope's end joins them).
+        jobs.clear();
+        outcome
+    })
+}
+
+/// The calling thread's part: waits for the devices to open, runs the pipeline with itself
+/// as the consumer, then collects the last outputs.
+fn dispatch(
+    run: &DeviceRun<'_>,
+    inputs: &InputList,
+    results: &mut impl BatchResults,
+    events: &Receiver<Event>,
+    jobs: &mut [Option<Sender<Job>>],
+    acks: &[Receiver<Result<(), String>>],
+) -> Result<DevicesOutcome> {
+    let devices = run.devices.len();
+    let mut dispatcher = Dispatcher {
+        events,
+        jobs,
+        acks,
+        idle: VecDeque::new(),
+        arrived: BTreeMap::new(),
+        next_first: 0,
+        results,
+        failure: None,
+        stopped: false,
+        opened: 0,
+        ring: None,
+        ended: (0..devices).map(|_| None).collect(),
+        progress: indicatif::ProgressBar::hidden(),
+        times: ConsumerTimes::default(),
+    };
+    // Every device opens (in parallel: reading the weights, compiling the kernels).
+    while dispatcher.opened < devices {
+        if !dispatcher.wait_event()? {
+            bail!("the devices' threads ended before opening");
+        }
+        if let Some(failure) = dispatcher.failure.take() {
+            return Err(failure.context("opening the model on every device"));
+        }
+    }
+    let mut ring = *dispatcher
+        .ring
+        .take()
+        .ok_or_else(|| anyhow!("no device lent the pipeline its staging"))?;
+    dispatcher.progress = progress_bar(inputs.paths.len(), ring.quiet);
+    crate::startup::mark("every device open, staging allocated");
+    let make_loader = Arc::clone(&ring.make_loader);
+    let loader = move || make_loader();
+    let stats = pipeline::run(
+        &inputs.paths,
+        ring.config,
+        &mut ring.staging,
+        &mut ring.arenas,
+        &loader,
+        &mut dispatcher,
+    );
+    dispatcher.progress.finish_and_clear();
+    // No more jobs: each device collects its last batch and ends.
+    for job in dispatcher.jobs.iter_mut() {
+        *job = None;
+    }
+    while dispatcher.ended.iter().any(Option::is_none) {
+        if !dispatcher.wait_event()? {
+            break;
+        }
+    }
+    let stats = stats?;
+    if let Some(failure) = dispatcher.failure.take() {
+        return Err(failure);
+    }
+    if !dispatcher.stopped && dispatcher.next_first < stats.images {
+        bail!(
+            "outputs of images {} and later never came back from the devices",
+            dispatcher.next_first
+        );
+    }
+    Ok(DevicesOutcome {
+        stats,
+        devices: dispatcher
+            .ended
+            .into_iter()
+            .enumerate()
+            .map(|(k, figures)| {
+                figures.unwrap_or_else(|| DeviceFigures {
+                    device: run.devices[k].clone(),
+                    ..DeviceFigures::default()
+                })
+            })
+            .collect(),
+        times: dispatcher.times,
+        stopped: dispatcher.stopped,
+    })
+}
+
+/// The pipeline's consumer over several devices.
+struct Dispatcher<'a, R: BatchResults> {
+    events: &'a Receiver<Event>,
+    jobs: &'a mut [Option<Sender<Job>>],
+    acks: &'a [Receiver<Result<(), String>>],
+    /// Devices free to take a batch, in the order they became so.
+    idle: VecDeque<usize>,
+    /// Outputs back before those of earlier images, by their first image.
+    arrived: BTreeMap<usize, Collected>,
+    /// The first image whose outputs the command has not had yet.
+    next_first: usize,
+    results: &'a mut R,
+    /// The first device failure: the run ends with it.
+    failure: Option<anyhow::Error>,
+    stopped: bool,
+    /// Devices open, and the staging the first lent.
+    opened: usize,
+    ring: Option<Box<RingParts>>,
+    /// Per device, its figures once it has ended.
+    ended: Vec<Option<DeviceFigures>>,
+    progress: indicatif::ProgressBar,
+    times: ConsumerTimes,
+}
+
+impl<R: BatchResults> Dispatcher<'_, R> {
+    /// Waits for the next event and takes it in; `false` once every device has ended.
+    fn wait_event(&mut self) -> Result<bool> {
+        match self.events.recv() {
+            Ok(event) => self.absorb(event).map(|()| true),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// Takes every event already there, handing outputs over in order.
+    fn take_arrived(&mut self) -> Result<()> {
+        while let Ok(event) = self.events.try_recv() {
+            self.absorb(event)?;
+        }
+        Ok(())
+    }
+
+    /// Takes in what a device said: outputs go to the command in order; a failure is kept.
+    fn absorb(&mut self, event: Event) -> Result<()> {
+        match event {
+            Event::Opened(parts) => {
+                self.opened += 1;
+                if self.ring.is_none() {
+                    self.ring = parts;
+                }
+            }
+            Event::Free(k) => self.idle.push_back(k),
+            Event::Done(collected) => {
+                self.arrived.insert(collected.first, collected);
+                self.deliver()?;
+            }
+            Event::Failed(k, why) => {
+                self.jobs[k] = None;
+                if self.failure.is_none() {
+                    self.failure = Some(anyhow!("{why}"));
+                }
+            }
+            Event::Ended(k, figures) => self.ended[k] = Some(figures),
+        }
+        Ok(())
+    }
+
+    /// Hands the command every batch whose turn has come.
+    fn deliver(&mut self) -> Result<()> {
+        while let Some(collected) = self.arrived.remove(&self.next_first) {
+            self.next_first += collected.count;
+            if self.stopped {
+                continue;
+            }
+            let started = Instant::now();
+            let flow = self.results.batch(
+                collected.first,
+                collected.count,
+                &collected.failures,
+                collected.outputs,
+            )?;
+            self.times.collecting += started.elapsed();
+            self.progress.inc(collected.count as u64);
+            if flow == Flow::Stop {
+                self.stopped = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for a free device, handing over outputs meanwhile; an error once a device failed.
+    fn free_device(&mut self) -> Result<usize> {
+        loop {
+            if let Some(failure) = self.failure.take() {
+                return Err(failure);
+            }
+            if let Some(k) = self.idle.pop_front() {
+                if self.jobs[k].is_some() {
+                    return Ok(k);
+                }
+                continue;
+            }
+            match self.events.recv() {
+                Ok(event) => self.absorb(event)?,
+                Err(_) => bail!("every device has ended"),
+            }
+        }
+    }
+}
+
+impl<R: BatchResults> Consumer for Dispatcher<'_, R> {
+    fn batch(&mut self, batch: Batch<'_>) -> Result<Flow> {
+        for (_, why) in &batch.failures {
+            eprintln!("vitrt: {why}");
+        }
+        self.take_arrived()?;
+        if self.stopped {
+            return Ok(Flow::Stop);
+        }
+        if batch.failures.len() == batch.count {
+            // Nothing for a device: straight to the command, in its turn.
+            self.absorb(Event::Done(Collected {
+                first: batch.first,
+                count: batch.count,
+                failures: batch.failures,
+                outputs: None,
+            }))?;
+            return Ok(Flow::Continue);
+        }
+        let waiting = Instant::now();
+        let k = self.free_device()?;
+        self.times.submitting += waiting.elapsed();
+        let job = Job {
+            first: batch.first,
+            count: batch.count,
+            failures: batch.failures,
+            device: batch.device,
+            pixels: SlotView::of(batch.pixels),
+            arena: SlotView::of(batch.arena),
+        };
+        let Some(sender) = self.jobs[k].as_ref() else {
+            unreachable!("free_device returns open devices")
+        };
+        if sender.send(job).is_err() {
+            return Err(self
+                .failure
+                .take()
+                .unwrap_or_else(|| anyhow!("{} ended unexpectedly", k)));
+        }
+        // The slot goes back to the workers only once the device has copied it.
+        match self.acks[k].recv() {
+            Ok(Ok(())) => Ok(Flow::Continue),
+            Ok(Err(why)) => {
+                self.jobs[k] = None;
+                Err(anyhow!("{why}"))
+            }
+            Err(_) => {
+                self.jobs[k] = None;
+                // The device failed before acknowledging: its event says why.
+                self.take_arrived()?;
+                Err(self
+                    .failure
+                    .take()
+                    .unwrap_or_else(|| anyhow!("a device ended unexpectedly")))
+            }
+        }
+    }
+
+    fn after_release(&mut self) -> Result<Flow> {
+        self.take_arrived()?;
+        if let Some(failure) = self.failure.take() {
+            return Err(failure);
+        }
+        Ok(if self.stopped {
+            Flow::Stop
+        } else {
+            Flow::Continue
+        })
+    }
+}
+
+/// One device's thread: its runner, opened here and never moved.
+struct DeviceThread<'a> {
+    k: usize,
+    name: &'a str,
+    run: &'a DeviceRun<'a>,
+    paths: &'a [PathBuf],
+    unlisted: Arc<std::collections::HashMap<PathBuf, String>>,
+    events: Sender<Event>,
+}
+
+/// A batch submitted on a device whose outputs are not yet collected.
+struct Submitted {
+    first: usize,
+    count: usize,
+    failures: Vec<(usize, String)>,
+    pending: PendingOutputs,
+    decoded_on_device: bool,
+}
+
+impl DeviceThread<'_> {
+    /// Opens the model on the device, then takes jobs until the channel closes.
+    fn serve(self, jobs: Receiver<Job>, ack: Sender<Result<(), String>>) -> Result<()> {
+        let options = ModelOptions {
+            device: Some(self.name.to_string()),
+            announce_device: false,
+            ..self.run.model.clone()
+        };
+        let opened = options.open()?;
+        let mut runner = opened.runner;
+        let pre = crate::batched::preprocessing(&mut runner, &opened.dir, self.run.size_was_asked)?;
+        (self.run.prepare)(&mut runner)?;
+        let mut setup = BatchSetup::new(&runner, pre, self.run.images, self.paths.len())?;
+        let parts = if self.k == 0 {
+            Some(Box::new(self.ring_parts(&mut runner, &mut setup)?))
+        } else {
+            None
+        };
+        let mut host = Loader {
+            images: ImageLoader::new(&setup.pre, setup.limits),
+            unlisted: Arc::clone(&self.unlisted),
+        };
+        let _ = self.events.send(Event::Opened(parts));
+        let mut figures = DeviceFigures {
+            device: self.name.to_string(),
+            ..DeviceFigures::default()
+        };
+        let mut in_flight: Option<Submitted> = None;
+        let _ = self.events.send(Event::Free(self.k));
+        for job in jobs {
+            if let Some(hook) = self.run.before_submit {
+                if let Err(e) = hook(self.k, figures.batches) {
+                    let _ = ack.send(Err(format!("{}: {e:#}", self.name)));
+                    return Err(e);
+                }
+            }
+            let started = Instant::now();
+            let submitted = self.submit(&mut runner, &setup, &job, figures.batches == 0);
+            figures.submitting += started.elapsed();
+            let _ = ack.send(
+                submitted
+                    .as_ref()
+                    .map(|_| ())
+                    .map_err(|e| format!("{}: {e:#}", self.name)),
+            );
+            figures.batches += 1;
+            figures.images += job.count;
+            let Some(pending) = submitted? else {
+                // Every image failed to load (the dispatcher keeps such batches): nothing ran.
+                let _ = self.events.send(Event::Done(Collected {
+                    first: job.first,
+                    count: job.count,
+                    failures: job.failures,
+                    outputs: None,
+                }));
+                let _ = self.events.send(Event::Free(self.k));
+                continue;
+            };
+            let previous = in_flight.replace(Submitted {
+                first: job.first,
+                count: job.count,
+                decoded_on_device: !job.device.is_empty(),
+                failures: job.failures,
+                pending,
+            });
+            if let Some(previous) = previous {
+                let started = Instant::now();
+                let collected =
+                    self.collect(&mut runner, &setup, &mut host, previous, &mut figures)?;
+                figures.collecting += started.elapsed();
+                let _ = self.events.send(Event::Done(collected));
+            }
+            let _ = self.events.send(Event::Free(self.k));
+        }
+        if let Some(last) = in_flight {
+            let collected = self.collect(&mut runner, &setup, &mut host, last, &mut figures)?;
+            let _ = self.events.send(Event::Done(collected));
+        }
+        let _ = self.events.send(Event::Ended(self.k, figures));
+        Ok(())
+    }
+
+    /// The ring's staging, allocated by this device (page-locked memory any device's context
+    /// copies from at full speed), and how its workers load images.
+    fn ring_parts(&self, runner: &mut Runner, setup: &mut BatchSetup) -> Result<RingParts> {
+        let depth = STAGING_DEPTH + self.run.devices.len() - 1;
+        setup.pipeline.depth = depth;
+        let slot_bytes = setup.batch_size * setup.pipeline.image_bytes;
+        let staging = (0..depth)
+            .map(|_| runner.alloc_staging(slot_bytes))
+            .collect::<Result<Vec<_>, _>>()
+            .context("allocating the staging buffers")?;
+        if setup.pipeline.arena_bytes > 0 {
+            setup.pipeline.arena_bytes = crate::batched::arena_bytes_per_slot(setup, self.paths);
+        }
+        let arenas = match setup.pipeline.arena_bytes {
+            0 => Vec::new(),
+            bytes => (0..depth)
+                .map(|_| runner.alloc_staging(bytes))
+                .collect::<Result<Vec<_>, _>>()
+                .context("allocating the coefficient staging for --decode gpu")?,
+        };
+        let (pre, limits, entropy) = (setup.pre.clone(), setup.limits, setup.entropy);
+        let unlisted = Arc::clone(&self.unlisted);
+        Ok(RingParts {
+            staging,
+            arenas,
+            config: setup.pipeline,
+            make_loader: Arc::new(move || {
+                Box::new(Loader {
+                    images: ImageLoader::new(&pre, limits).with_entropy(entropy),
+                    unlisted: Arc::clone(&unlisted),
+                }) as Box<dyn ImageLoad>
+            }),
+            quiet: setup.quiet,
+        })
+    }
+
+    /// Queues a job's batch (its slot's bytes copied before this returns).
+    fn submit(
+        &self,
+        runner: &mut Runner,
+        setup: &BatchSetup,
+        job: &Job,
+        first: bool,
+    ) -> Result<Option<PendingOutputs>> {
+        if job.failures.len() == job.count {
+            return Ok(None);
+        }
+        if first {
+            runner.prepare(job.count, false)?;
+        }
+        // SAFETY: the dispatcher holds the slot until this job is acknowledged, after this.
+        let (pixels, arena) = unsafe { (job.pixels.bytes(), job.arena.bytes()) };
+        let on_device: Vec<(usize, &DeviceImage)> = job
+            .device
+            .iter()
+            .map(|(index, image)| (index - job.first, image))
+            .collect();
+        let device = (!on_device.is_empty())
+            .then(|| device_batch(&on_device, setup.pipeline.image_bytes, arena.len()));
+        let decode = device.as_ref().map(|d| d.decode(arena));
+        Ok(Some(runner.submit_decoding(
+            &pixels[..job.count * setup.pipeline.image_bytes],
+            job.count,
+            &setup.table,
+            decode.as_ref(),
+        )?))
+    }
+
+    /// Waits for a batch's outputs; a batch the device marked an image of is decoded again on
+    /// the host and run again, as the single-device path does.
+    fn collect(
+        &self,
+        runner: &mut Runner,
+        setup: &BatchSetup,
+        host: &mut Loader,
+        mut batch: Submitted,
+        figures: &mut DeviceFigures,
+    ) -> Result<Collected> {
+        let outputs = if batch.decoded_on_device {
+            let (outputs, status) = runner.finish_decoding(batch.pending)?;
+            let marked = status.iter().filter(|&&word| word != 0).count();
+            if marked == 0 {
+                Some(outputs)
+            } else {
+                figures.redone_on_host += marked;
+                redo_on_host(
+                    runner,
+                    setup,
+                    host,
+                    self.paths,
+                    &mut batch.failures,
+                    batch.first,
+                    batch.count,
+                )?
+            }
+        } else {
+            Some(runner.finish(batch.pending)?)
+        };
+        Ok(Collected {
+            first: batch.first,
+            count: batch.count,
+            failures: batch.failures,
+            outputs,
+        })
+    }
+}
+
+/// Decodes images `first .. first + count` on the host and runs them: the outputs of a batch
+/// the device marked. Images the host refuses join `failures`.
+fn redo_on_host(
+    runner: &mut Runner,
+    setup: &BatchSetup,
+    host: &mut Loader,
+    paths: &[PathBuf],
+    failures: &mut Vec<(usize, String)>,
+    first: usize,
+    count: usize,
+) -> Result<Option<Vec<HostTensor>>> {
+    let image_bytes = setup.pipeline.image_bytes;
+    let mut pixels = vec![0u8; count * image_bytes];
+    for (i, out) in pixels.chunks_exact_mut(image_bytes).enumerate() {
+        let index = first + i;
+        if failures.iter().any(|(failed, _)| *failed == index) {
+            continue;
+        }
+        let path: &Path = &paths[index];
+        if let Err(why) = host.load(path, out) {
+            eprintln!("vitrt: {why}");
+            failures.push((index, why));
+        }
+    }
+    failures.sort_by_key(|(index, _)| *index);
+    if failures.len() == count {
+        return Ok(None);
+    }
+    let pending = runner.submit_decoding(&pixels, count, &setup.table, None)?;
+    Ok(Some(runner.finish(pending)?))
+}
