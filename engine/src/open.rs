@@ -140,29 +140,7 @@ impl ModelOptions {
             Some(Device::Cuda(ordinal)) => DriverWarmUp::start(ordinal),
             None => DriverWarmUp::start(0),
         };
-        let input = |e: anyhow::Error| OpenError::Input(e);
-        let mut model = VisionModel::load(&files.dir)
-            .with_context(|| format!("loading model {}", self.model))
-            .map_err(input)?;
-        crate::startup::mark("model files read (config.json; safetensors opened and checked)");
-        if let Some(size) = self.image_size {
-            model = model
-                .with_input_size(size)
-                .context("--image-size")
-                .map_err(input)?;
-        } else if let Some(size) = preprocessed_size(&files.dir, model.config.num_channels) {
-            // The model runs on what its preprocessing makes: DINOv2's position tables are
-            // for 518 pixels and its processor crops 224.
-            model = model
-                .with_input_size(size)
-                .with_context(|| {
-                    format!(
-                        "the {}x{} images preprocessor_config.json makes",
-                        size.0, size.1
-                    )
-                })
-                .map_err(input)?;
-        }
+        let model = self.load_model_from(&files.dir).map_err(OpenError::Input)?;
         // A CUDA backend stores f16 unless the dtype says otherwise.
         let cuda_dtype = self.dtype.unwrap_or(DType::F16);
         let encoded = warm_up
@@ -190,6 +168,34 @@ impl ModelOptions {
             dir: files.dir,
             device,
         })
+    }
+
+    /// The vision model and its folder, without a backend: what a command needs to know of
+    /// it (head, labels, pools) before a run on several devices opens it on each.
+    pub fn load_model(&self) -> anyhow::Result<(VisionModel, PathBuf)> {
+        let files = self.resolve()?;
+        let model = self.load_model_from(&files.dir)?;
+        Ok((model, files.dir))
+    }
+
+    /// Reads the model in `dir`, at the input size `--image-size` or its preprocessing asks.
+    fn load_model_from(&self, dir: &std::path::Path) -> anyhow::Result<VisionModel> {
+        let mut model =
+            VisionModel::load(dir).with_context(|| format!("loading model {}", self.model))?;
+        crate::startup::mark("model files read (config.json; safetensors opened and checked)");
+        if let Some(size) = self.image_size {
+            model = model.with_input_size(size).context("--image-size")?;
+        } else if let Some(size) = preprocessed_size(dir, model.config.num_channels) {
+            // The model runs on what its preprocessing makes: DINOv2's position tables are
+            // for 518 pixels and its processor crops 224.
+            model = model.with_input_size(size).with_context(|| {
+                format!(
+                    "the {}x{} images preprocessor_config.json makes",
+                    size.0, size.1
+                )
+            })?;
+        }
+        Ok(model)
     }
 
     /// The text tower of the model alone (a CLIP or SigLIP checkpoint with both towers, or a
