@@ -100,6 +100,8 @@ pub struct DevicesOutcome {
     pub times: ConsumerTimes,
     /// The results stopped the run (the reader closed the output).
     pub stopped: bool,
+    pub batch_size: usize,
+    pub workers: usize,
 }
 
 /// A batch handed to a device: the slot's bytes stay valid until the device acknowledges.
@@ -305,6 +307,8 @@ fn dispatch(
             .collect(),
         times: dispatcher.times,
         stopped: dispatcher.stopped,
+        batch_size: ring.config.batch_size,
+        workers: ring.config.workers,
     })
 }
 
@@ -726,4 +730,154 @@ fn redo_on_host(
     }
     let pending = runner.submit_decoding(&pixels, count, &setup.table, None)?;
     Ok(Some(runner.finish(pending)?))
+}
+
+/// Where a command's images run: on the runner it opened, or on several devices, each opened
+/// by the run on its own thread.
+pub enum Placement {
+    One {
+        runner: Box<Runner>,
+        dir: PathBuf,
+    },
+    Several {
+        devices: Vec<String>,
+        options: ModelOptions,
+        /// The model as each device opens it: what the command reads before the run (its
+        /// head, labels, pools).
+        model: Box<vitrt_model::VisionModel>,
+        dir: PathBuf,
+    },
+}
+
+/// What a run over the images measured, on one device or several.
+pub struct Ran {
+    pub stats: PipelineStats,
+    /// The results stopped the run (the reader closed the output).
+    pub stopped: bool,
+    /// One device: the consumer's times; several: the dispatcher's.
+    pub times: ConsumerTimes,
+    /// Several devices: each one's share.
+    pub devices: Vec<DeviceFigures>,
+    pub batch_size: usize,
+    pub workers: usize,
+}
+
+impl Placement {
+    /// Opens the model as `options` say: read here and opened on each device by the run when
+    /// `--device` names several (`cuda:all`, `cuda:0,2`), else opened here on the one device.
+    pub fn open(options: &ModelOptions) -> Result<Placement> {
+        match several_devices(options.device.as_deref())? {
+            Some(devices) if devices.len() > 1 => {
+                let (model, dir) = options.load_model()?;
+                if options.announce_device {
+                    eprintln!(
+                        "vitrt: running on {} devices ({})",
+                        devices.len(),
+                        devices.join(", ")
+                    );
+                }
+                Ok(Placement::Several {
+                    devices,
+                    options: options.clone(),
+                    model: Box::new(model),
+                    dir,
+                })
+            }
+            Some(mut one) => {
+                let options = ModelOptions {
+                    device: one.pop(),
+                    ..options.clone()
+                };
+                Placement::open(&options)
+            }
+            None => {
+                let opened = options.open()?;
+                Ok(Placement::One {
+                    runner: Box::new(opened.runner),
+                    dir: opened.dir,
+                })
+            }
+        }
+    }
+
+    pub fn model(&self) -> &vitrt_model::VisionModel {
+        match self {
+            Placement::One { runner, .. } => &runner.model,
+            Placement::Several { model, .. } => model,
+        }
+    }
+
+    /// The checkpoint's folder.
+    pub fn dir(&self) -> &Path {
+        match self {
+            Placement::One { dir, .. } | Placement::Several { dir, .. } => dir,
+        }
+    }
+
+    /// The one runner, when there is one.
+    pub fn runner(&mut self) -> Option<&mut Runner> {
+        match self {
+            Placement::One { runner, .. } => Some(runner),
+            Placement::Several { .. } => None,
+        }
+    }
+
+    /// The device(s), as outputs name them.
+    pub fn describe(&self) -> String {
+        match self {
+            Placement::One { runner, .. } => runner.backend().describe(),
+            Placement::Several { devices, .. } => devices.join(", "),
+        }
+    }
+
+    /// Runs every image of `inputs`, `prepare` having set each runner up (the one runner, or
+    /// each device's once open), handing the outputs to `results` in input order.
+    pub fn run(
+        &mut self,
+        inputs: &InputList,
+        images: &ImageOptions,
+        size_was_asked: bool,
+        prepare: &(dyn Fn(&mut Runner) -> Result<()> + Sync),
+        results: &mut impl BatchResults,
+        record_timeline: bool,
+    ) -> Result<Ran> {
+        match self {
+            Placement::One { runner, dir } => {
+                let pre = crate::batched::preprocessing(runner, dir, size_was_asked)?;
+                prepare(runner)?;
+                let setup = BatchSetup::new(runner, pre, images, inputs.paths.len())?;
+                let outcome =
+                    crate::batched::run_batches(runner, inputs, &setup, results, record_timeline)?;
+                Ok(Ran {
+                    stats: outcome.stats,
+                    stopped: outcome.stopped,
+                    times: outcome.times,
+                    devices: Vec::new(),
+                    batch_size: setup.batch_size,
+                    workers: setup.workers,
+                })
+            }
+            Placement::Several {
+                devices, options, ..
+            } => {
+                let run = DeviceRun {
+                    model: options,
+                    devices,
+                    images,
+                    size_was_asked,
+                    prepare,
+                    before_submit: None,
+                };
+                let outcome = run_on_devices(&run, inputs, results)?;
+                Ok(Ran {
+                    stats: outcome.stats,
+                    stopped: outcome.stopped,
+                    times: outcome.times,
+                    devices: outcome.devices,
+                    batch_size: outcome.batch_size,
+                    workers: outcome.workers,
+                })
+            }
+        }
+    }
 }
