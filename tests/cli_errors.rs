@@ -160,6 +160,34 @@ fn device_and_dtype_errors_are_clear() {
 }
 
 #[test]
+fn several_devices_are_checked_before_anything_runs() {
+    let dir = temp();
+    let model = fixture("tiny-gelu");
+    let image = root().join("examples/digits/digit-0003-label-3.png");
+    let (m, i) = (model.to_str().unwrap(), image.to_str().unwrap());
+    for (device, said) in [
+        ("cuda:0,0", "cuda:0 is named twice"),
+        ("cuda:0,x", "unknown device"),
+    ] {
+        let o = vitrt(
+            &["classify", "--model", m, "--device", device, i],
+            dir.path(),
+        );
+        assert_clean_failure(&o, said);
+    }
+    // Without a GPU: no driver to count devices with (or, with GPUs, a run on all of them
+    // that this model and image allow). Never a panic.
+    let o = vitrt(
+        &["embed", "--model", m, "--device", "cuda:all", "-o", "-", i],
+        dir.path(),
+    );
+    if !o.status.success() {
+        assert_clean_failure(&o, "");
+        assert!(stderr(&o).contains("cuda"), "{}", stderr(&o));
+    }
+}
+
+#[test]
 fn cuda_graphs_switch_is_accepted_everywhere_and_changes_nothing_on_the_cpu() {
     let dir = temp();
     let model = fixture("tiny-gelu");

@@ -822,6 +822,17 @@ impl Placement {
         }
     }
 
+    /// The dtype the model runs in.
+    pub fn dtype(&self) -> String {
+        match self {
+            Placement::One { runner, .. } => runner.backend().dtype().to_string(),
+            Placement::Several { options, .. } => options
+                .dtype
+                .unwrap_or(vitrt_runtime::DType::F16)
+                .to_string(),
+        }
+    }
+
     /// The device(s), as outputs name them.
     pub fn describe(&self) -> String {
         match self {

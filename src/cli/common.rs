@@ -26,6 +26,9 @@ pub struct ModelArgs {
     #[arg(long)]
     offline: bool,
     /// cpu, cuda or cuda:N. Default: the first usable CUDA GPU, else the CPU (said on stderr).
+    /// `classify`, `embed` and `zero-shot` also take several GPUs, `cuda:all` or a list such as
+    /// `cuda:0,2,3`: one process, a model on each, batches going to whichever is free,
+    /// results in input order.
     #[arg(long)]
     device: Option<String>,
     /// Storage type of weights and activations (accumulation is always f32). Default: f16 on
@@ -182,6 +185,18 @@ impl ModelArgs {
     pub fn open(&self) -> Result<(Runner, PathBuf)> {
         let (runner, dir, _) = self.open_on_device()?;
         Ok((runner, dir))
+    }
+
+    /// The model on the device `--device` names, opened here, or on the several it names
+    /// (`cuda:all`, `cuda:0,2`), read here and opened on each by the run.
+    pub fn placement(&self) -> Result<vitrt_engine::devices::Placement> {
+        let placement = vitrt_engine::devices::Placement::open(&self.options())?;
+        if let (vitrt_engine::devices::Placement::One { runner, .. }, Some(AttentionArg::Fused)) =
+            (&placement, self.attention)
+        {
+            runner.check_graph().context("--attention fused")?;
+        }
+        Ok(placement)
     }
 
     /// As [`ModelArgs::open`], and the device the backend runs on.

@@ -61,32 +61,34 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
         check_template(template)?;
     }
     let inputs = args.images.collect()?;
-    let (mut runner, dir) = args.model.open()?;
-    // The labels, encoded once.
-    let started = std::time::Instant::now();
-    let encoded =
-        encode_zero_shot_labels(&mut runner, &dir, args.model.name(), &labels, &templates)?;
-    eprintln!(
-        "vitrt: {} labels x {} templates encoded by the text tower in {:.2} s",
-        labels.len(),
-        templates.len(),
-        started.elapsed().as_secs_f64()
-    );
-    score_against(&mut runner, encoded)?;
-
+    let mut placement = args.model.placement()?;
+    let dir = placement.dir().to_path_buf();
+    let name = args.model.name();
+    // The labels, encoded by the text tower on each device before its run.
+    let prepare = |runner: &mut vitrt_model::Runner| -> Result<()> {
+        let started = std::time::Instant::now();
+        let encoded = encode_zero_shot_labels(runner, &dir, name, &labels, &templates)?;
+        eprintln!(
+            "vitrt: {} labels x {} templates encoded by the text tower in {:.2} s",
+            labels.len(),
+            templates.len(),
+            started.elapsed().as_secs_f64()
+        );
+        score_against(runner, encoded)
+    };
     let report = Report {
         top_k: args.top_k as usize,
         format: if args.json { Format::Json } else { args.format },
         stats: None,
     };
     classify_images(
-        &mut runner,
-        &dir,
+        &mut placement,
         &args.model,
         &args.images,
         &inputs,
         Scores::Probabilities(&labels),
         &report,
+        &prepare,
     )
 }
 

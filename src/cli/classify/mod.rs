@@ -11,10 +11,11 @@ use crate::output_file::OutputFile;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use output::{Format, Record, RunInfo, Sink, WriteError};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use vitrt_engine::batched::{self, BatchResults, BatchSetup};
+use vitrt_engine::batched::{self, BatchResults};
+use vitrt_engine::devices::{DeviceFigures, Placement};
 use vitrt_engine::pipeline::{shown_path, Flow, InputList, PipelineStats};
 pub(crate) use vitrt_engine::results::Scores;
 use vitrt_model::labels::Prediction;
@@ -63,50 +64,50 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
     if let Some(stats) = &stats {
         stats.check_not_among(&inputs.paths).context("--stats")?;
     }
-    let (mut runner, dir) = args.model.open()?;
-    if runner.model.head == Head::Base {
+    let mut placement = args.model.placement()?;
+    let model = placement.model();
+    if model.head == Head::Base {
         bail!(
             "{} is a {} checkpoint without a classification head; it has no labels to predict. \
              Use `vitrt embed` for its embeddings, `vitrt zero-shot` for CLIP and SigLIP, or \
              `vitrt infer` for its outputs",
             args.model.name(),
-            runner.model.config.family.name()
+            model.config.family.name()
         );
     }
-    let config = runner.model.config.clone();
+    let config = model.config.clone();
     let report = Report {
         top_k: args.top_k as usize,
         format: if args.json { Format::Json } else { args.format },
         stats,
     };
     classify_images(
-        &mut runner,
-        &dir,
+        &mut placement,
         &args.model,
         &args.images,
         &inputs,
         Scores::Logits(&config),
         &report,
+        &|_| Ok(()),
     )
 }
 
-/// Runs `runner` over the images and writes each one's top labels by `scores`: `vitrt
-/// classify`, and `vitrt zero-shot` once its labels are encoded.
+/// Runs the model over the images, on one device or several, and writes each one's top
+/// labels by `scores`: `vitrt classify`, and `vitrt zero-shot`, whose `prepare` encodes its
+/// labels on each device.
 pub(crate) fn classify_images(
-    runner: &mut Runner,
-    dir: &Path,
+    placement: &mut Placement,
     model: &ModelArgs,
     images: &ImageArgs,
     inputs: &InputList,
     scores: Scores<'_>,
     report: &Report,
+    prepare: &(dyn Fn(&mut Runner) -> Result<()> + Sync),
 ) -> Result<ExitCode> {
-    let pre = batched::preprocessing(runner, dir, model.image_size().is_some())?;
-    let setup = BatchSetup::new(runner, pre, &images.options(), inputs.paths.len())?;
     let info = RunInfo {
         model: model.name().to_string(),
-        device: runner.backend().describe(),
-        dtype: runner.backend().dtype().to_string(),
+        device: placement.describe(),
+        dtype: placement.dtype(),
     };
     let stdout = std::io::stdout();
     let sink = match Sink::new(report.format, std::io::BufWriter::new(stdout.lock()), info) {
@@ -123,29 +124,42 @@ pub(crate) fn classify_images(
         not_finite: 0,
     };
 
-    let outcome = batched::run_batches(
-        runner,
+    let outcome = placement.run(
         inputs,
-        &setup,
+        &images.options(),
+        model.image_size().is_some(),
+        prepare,
         &mut classifier,
         report.stats.is_some(),
     )?;
     if let Some(stats_file) = &report.stats {
-        let timeline = runner.take_timeline()?;
+        let (timeline, memory) = match placement.runner() {
+            Some(runner) => (
+                runner.take_timeline()?,
+                Some(runner.backend().memory_account()),
+            ),
+            None => (Vec::new(), None),
+        };
         let times = StatsTimes {
             submitting: outcome.times.submitting,
             collecting: outcome.times.collecting,
             first_submits: &outcome.times.first_submits,
             batch_marks: &outcome.times.batch_marks,
             timeline: &timeline,
-            redone_on_host: outcome.times.redone_on_host,
-            memory: runner.backend().memory_account(),
+            redone_on_host: outcome.times.redone_on_host
+                + outcome
+                    .devices
+                    .iter()
+                    .map(|d| d.redone_on_host)
+                    .sum::<usize>(),
+            memory,
+            devices: &outcome.devices,
         };
         write_stats(
             stats_file,
             &outcome.stats,
-            setup.workers,
-            setup.batch_size,
+            outcome.workers,
+            outcome.batch_size,
             &times,
         )?;
     }
@@ -286,8 +300,10 @@ struct StatsTimes<'a> {
     batch_marks: &'a [[f64; 5]],
     timeline: &'a [TimelineSpan],
     redone_on_host: usize,
-    /// The backend's memory after the run (device memory on CUDA).
-    memory: MemoryAccount,
+    /// The backend's memory after the run (device memory on CUDA); none on several devices.
+    memory: Option<MemoryAccount>,
+    /// Several devices: each one's share.
+    devices: &'a [DeviceFigures],
 }
 
 /// The run's timings as JSON (see `--stats`).
@@ -387,14 +403,24 @@ fn write_stats(
         "max_images_in_flight": stats.max_in_flight,
         // What the backend holds after the run (device memory on CUDA), by use: the device
         // decoding's uploads and scratch are `decode_bytes`, grown to the largest batch.
-        "backend_memory": {
-            "params_bytes": times.memory.params_bytes,
-            "arena_bytes": times.memory.arena_bytes,
-            "staging_bytes": times.memory.staging_bytes,
-            "decode_bytes": times.memory.decode_bytes,
-            "workspace_bytes": times.memory.workspace_bytes,
-            "peak_bytes": times.memory.peak_bytes,
-        },
+        "backend_memory": times.memory.as_ref().map(|memory| serde_json::json!({
+            "params_bytes": memory.params_bytes,
+            "arena_bytes": memory.arena_bytes,
+            "staging_bytes": memory.staging_bytes,
+            "decode_bytes": memory.decode_bytes,
+            "workspace_bytes": memory.workspace_bytes,
+            "peak_bytes": memory.peak_bytes,
+        })),
+        // Several devices: each one's batches, images, and its thread's time submitting
+        // (copies included) and collecting.
+        "devices": times.devices.iter().map(|d| serde_json::json!({
+            "device": d.device,
+            "batches": d.batches,
+            "images": d.images,
+            "submitting_s": d.submitting.as_secs_f64(),
+            "collecting_s": d.collecting.as_secs_f64(),
+            "redone_on_host": d.redone_on_host,
+        })).collect::<Vec<_>>(),
         "peak_rss_bytes": peak_rss_bytes(),
     });
     file.write((serde_json::to_string_pretty(&document)? + "\n").as_bytes())

@@ -12,7 +12,7 @@ use clap::Args;
 use output::{Format, Sink, WriteError};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use vitrt_engine::batched::{self, BatchResults, BatchSetup};
+use vitrt_engine::batched::{self, BatchResults};
 use vitrt_engine::pipeline::{shown_path, Flow};
 use vitrt_engine::results::normalize;
 use vitrt_model::{Output, OutputSet, Pool, VisionModel};
@@ -150,11 +150,12 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
             );
         }
     }
-    let (mut runner, dir) = args.model.open()?;
-    let pool = choose_pool(args.pool, &runner.model, args.model.name())?;
-    runner.set_outputs(OutputSet::of(&[pool.output()]));
-    let pre = batched::preprocessing(&mut runner, &dir, args.model.image_size().is_some())?;
-    let setup = BatchSetup::new(&runner, pre, &args.images.options(), inputs.paths.len())?;
+    let mut placement = args.model.placement()?;
+    let pool = choose_pool(args.pool, placement.model(), args.model.name())?;
+    let outputs = |runner: &mut vitrt_model::Runner| -> Result<()> {
+        runner.set_outputs(OutputSet::of(&[pool.output()]));
+        Ok(())
+    };
 
     let sink = match format {
         Format::Jsonl => Sink::lines(target.open_streaming()?),
@@ -168,7 +169,14 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
         fail_fast: args.images.fail_fast,
         not_finite: 0,
     };
-    let outcome = batched::run_batches(&mut runner, &inputs, &setup, &mut embedder, false)?;
+    let outcome = placement.run(
+        &inputs,
+        &args.images.options(),
+        args.model.image_size().is_some(),
+        &outputs,
+        &mut embedder,
+        false,
+    )?;
     // Stopped by the results: the reader closed the output, unless --fail-fast stopped at an
     // image whose embedding is not finite (the count below fails).
     if outcome.stopped && !(args.images.fail_fast && embedder.not_finite > 0) {
