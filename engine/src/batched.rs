@@ -194,6 +194,7 @@ impl BatchSetup {
                 fail_fast: args.fail_fast,
                 // Sized from the files in run_batches.
                 arena_bytes: usize::from(device_decode),
+                release_lag: 0,
             },
             table: normalization_table(&pre),
             pre,
@@ -643,6 +644,7 @@ mod tests {
                     image_bytes,
                     fail_fast: false,
                     arena_bytes,
+                    release_lag: 0,
                 };
                 let mut staging: Vec<HostStaging> =
                     (0..2).map(|_| HostStaging::heap(4 * image_bytes)).collect();

@@ -236,6 +236,8 @@ fn dispatch(
         jobs,
         acks,
         idle: VecDeque::new(),
+        unacked: VecDeque::new(),
+        lag: devices,
         arrived: BTreeMap::new(),
         next_first: 0,
         results,
@@ -273,6 +275,8 @@ fn dispatch(
         &mut dispatcher,
     );
     dispatcher.progress.finish_and_clear();
+    // Every slot copied before the staging can go, whatever ended the run.
+    let acknowledged = dispatcher.take_acks(0);
     // No more jobs: each device collects its last batch and ends.
     for job in dispatcher.jobs.iter_mut() {
         *job = None;
@@ -283,6 +287,7 @@ fn dispatch(
         }
     }
     let stats = stats?;
+    acknowledged?;
     if let Some(failure) = dispatcher.failure.take() {
         return Err(failure);
     }
@@ -319,6 +324,10 @@ struct Dispatcher<'a, R: BatchResults> {
     acks: &'a [Receiver<Result<(), String>>],
     /// Devices free to take a batch, in the order they became so.
     idle: VecDeque<usize>,
+    /// The device of each job not yet acknowledged (its slot not yet copied), oldest first,
+    /// and how many may be (the ring's release lag).
+    unacked: VecDeque<usize>,
+    lag: usize,
     /// Outputs back before those of earlier images, by their first image.
     arrived: BTreeMap<usize, Collected>,
     /// The first image whose outputs the command has not had yet.
@@ -421,6 +430,42 @@ impl<R: BatchResults> Dispatcher<'_, R> {
     }
 }
 
+impl<R: BatchResults> Dispatcher<'_, R> {
+    /// Takes the devices' acknowledgements of their copies, oldest first: those already
+    /// there, then, waiting, until at most `keep` jobs are unacknowledged.
+    fn take_acks(&mut self, keep: usize) -> Result<()> {
+        while let Some(&k) = self.unacked.front() {
+            let ack = if self.unacked.len() > keep {
+                self.acks[k].recv().map_err(|_| ())
+            } else {
+                match self.acks[k].try_recv() {
+                    Ok(ack) => Ok(ack),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => Err(()),
+                }
+            };
+            self.unacked.pop_front();
+            match ack {
+                Ok(Ok(())) => {}
+                Ok(Err(why)) => {
+                    self.jobs[k] = None;
+                    return Err(anyhow!("{why}"));
+                }
+                Err(()) => {
+                    self.jobs[k] = None;
+                    // The device failed before acknowledging: its event says why.
+                    self.take_arrived()?;
+                    return Err(self
+                        .failure
+                        .take()
+                        .unwrap_or_else(|| anyhow!("a device ended unexpectedly")));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl<R: BatchResults> Consumer for Dispatcher<'_, R> {
     fn batch(&mut self, batch: Batch<'_>) -> Result<Flow> {
         for (_, why) in &batch.failures {
@@ -460,23 +505,11 @@ impl<R: BatchResults> Consumer for Dispatcher<'_, R> {
                 .take()
                 .unwrap_or_else(|| anyhow!("{} ended unexpectedly", k)));
         }
-        // The slot goes back to the workers only once the device has copied it.
-        match self.acks[k].recv() {
-            Ok(Ok(())) => Ok(Flow::Continue),
-            Ok(Err(why)) => {
-                self.jobs[k] = None;
-                Err(anyhow!("{why}"))
-            }
-            Err(_) => {
-                self.jobs[k] = None;
-                // The device failed before acknowledging: its event says why.
-                self.take_arrived()?;
-                Err(self
-                    .failure
-                    .take()
-                    .unwrap_or_else(|| anyhow!("a device ended unexpectedly")))
-            }
-        }
+        // The ring gives the slot back to the workers `lag` batches later; by then the device
+        // has copied it (it acknowledges before it takes another job).
+        self.unacked.push_back(k);
+        self.take_acks(self.lag)?;
+        Ok(Flow::Continue)
     }
 
     fn after_release(&mut self) -> Result<Flow> {
@@ -596,8 +629,12 @@ impl DeviceThread<'_> {
     /// The ring's staging, allocated by this device (page-locked memory any device's context
     /// copies from at full speed), and how its workers load images.
     fn ring_parts(&self, runner: &mut Runner, setup: &mut BatchSetup) -> Result<RingParts> {
-        let depth = STAGING_DEPTH + self.run.devices.len() - 1;
+        // Each device holds a slot from its job's dispatch until its copy is done: the ring
+        // releases slots that many batches late, and has two more for the workers to fill.
+        let devices = self.run.devices.len();
+        let depth = (STAGING_DEPTH - 1 + devices).max(devices + 2);
         setup.pipeline.depth = depth;
+        setup.pipeline.release_lag = devices;
         let slot_bytes = setup.batch_size * setup.pipeline.image_bytes;
         let staging = (0..depth)
             .map(|_| runner.alloc_staging(slot_bytes))

@@ -170,7 +170,7 @@ fn a_device_failing_mid_run_stops_it_with_what_came_before_handed_over() {
         assert_eq!((got.0, got.1), (want.0, want.1));
         assert!(got.3 == want.3);
     }
-    assert!(taken.load(Ordering::Relaxed) >= 2);
+    assert!(taken.load(Ordering::Relaxed) >= 1);
 }
 
 #[test]

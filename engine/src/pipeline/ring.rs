@@ -45,6 +45,11 @@ pub struct PipelineConfig {
     pub fail_fast: bool,
     /// Bytes of each slot's arena for images decoded on the device (0: all on the host).
     pub arena_bytes: usize,
+    /// Batches the consumer may still be reading when it returns: once `batch` returns for
+    /// batch b, the slot of batch b - release_lag goes back to the workers (0: batch b's own).
+    /// Several devices copy their batches at once (`crate::devices`); `depth` must exceed it
+    /// by 2, so that workers always have slots to fill.
+    pub release_lag: usize,
 }
 
 /// One batch handed to the consumer: images `first .. first + count` in input order.
@@ -357,6 +362,12 @@ pub fn run(
         "the pipeline needs a batch size, a depth and workers of at least 1"
     );
     anyhow::ensure!(
+        config.release_lag == 0 || depth >= config.release_lag + 2,
+        "the pipeline needs a depth of at least {} to release its slots {} batches late",
+        config.release_lag + 2,
+        config.release_lag
+    );
+    anyhow::ensure!(
         staging.len() >= depth
             && staging
                 .iter()
@@ -471,7 +482,9 @@ pub fn run(
             stats.consumer_busy += busy.elapsed();
             {
                 let mut state = shared.lock();
-                state.released = number + 1;
+                // The slot's counters are reset now (no worker touches it before it is
+                // released); its bytes go back to the workers `release_lag` batches later.
+                state.released = (number + 1).saturating_sub(config.release_lag);
                 state.done[slot] = 0;
                 if let Some((_, used)) = shared.arenas.get(slot) {
                     used.store(0, Ordering::Relaxed);
@@ -582,6 +595,7 @@ mod tests {
 
     fn config(batch_size: usize, depth: usize, workers: usize) -> PipelineConfig {
         PipelineConfig {
+            release_lag: 0,
             batch_size,
             depth,
             workers,
