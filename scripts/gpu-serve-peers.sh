@@ -33,8 +33,8 @@
 #      infinity costs minutes, not the call, and vitrt's figures are reported whatever it does.
 #   3. A summary: images/s, p50, p99 of each, and the ratios.
 # The client runs on the same machine as each server and takes some of its cores, the same for
-# both. Logs and JSON go to LOGS (default $OUT, else benchmarks/raw/gpu-serve-peers,
-# git-ignored). PEERS_DEVICE=cpu runs the same steps on the CPU in f32 at concurrency
+# both. The JSON files and gpu-serve-peers-logs.tgz (every log) go to LOGS (default $OUT, else
+# benchmarks/raw/gpu-serve-peers, git-ignored). PEERS_DEVICE=cpu runs the same steps on the CPU in f32 at concurrency
 # PEERS_CONCURRENCY (a dry run of the script where there is no GPU; the figures mean nothing).
 set -uo pipefail
 dir=${1:?usage: scripts/gpu-serve-peers.sh DIR [LOGS] [COUNT]}
@@ -181,3 +181,6 @@ for load in ("c256", "c1"):
         print(f"{load}: no infinity figures (it did not start: see infinity-serve.log)")
 EOF
 echo "gpu-serve-peers: $((SECONDS - started)) s in all"
+# The device brings back at most 8 files from $OUT: the logs go into one archive, beside the
+# four JSON files.
+(cd "$logs" && tar czf gpu-serve-peers-logs.tgz --remove-files -- *.log *.txt 2>/dev/null)
