@@ -1,8 +1,11 @@
 //! A load generator for `vitrt serve` (`vitrt bench serve`): `concurrency` keep-alive HTTP/1.1
 //! connections, each posting one image a request (the raw file as the body of
-//! `/v1/classify`) as soon as its last answer came back, on a few threads. A Python client
-//! on the same cores kept only 13-34 requests in flight of 256 asked (benchmarks/NOTES.md,
-//! 2026-11-27 "why vitrt serve measured 0.49x classify"); this one keeps them all.
+//! `/v1/classify`, or an OpenAI-style embeddings request built by [`embeddings_body`]) as
+//! soon as its last answer came back, on a few threads. A Python client on the same cores
+//! kept only 13-34 requests in flight of 256 asked (benchmarks/NOTES.md, 2026-11-27 "why
+//! vitrt serve measured 0.49x classify"); this one keeps them all. It speaks plain HTTP/1.1
+//! (answers with Content-Length or chunked), so it loads other servers too: the same
+//! compiled client measures `vitrt serve` and a peer (scripts/gpu-serve-peers.sh).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,12 +15,44 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+/// The JSON body of an OpenAI-style `POST /v1/embeddings` for one image: `{"model": MODEL,
+/// "input": ["data:image/jpeg;base64,..."], "modality": "image", "encoding_format":
+/// "base64"}`, the media type read from the file's first bytes (JPEG, PNG or WebP; anything
+/// else is sent as `application/octet-stream` and left for the server to refuse).
+/// `modality` is michaelfeil/infinity's extra field, without which it reads a data URI as
+/// text; `vitrt serve` ignores it, as it ignores `model`. Base64 output is what the `openai`
+/// client asks for unless told otherwise, and spares both servers formatting floats.
+pub fn embeddings_body(model: &str, image: &[u8]) -> Vec<u8> {
+    use base64::Engine as _;
+    let media = if image.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        "image/jpeg"
+    } else if image.starts_with(b"\x89PNG\r\n\x1a\n") {
+        "image/png"
+    } else if image.len() >= 12 && &image[..4] == b"RIFF" && &image[8..12] == b"WEBP" {
+        "image/webp"
+    } else {
+        "application/octet-stream"
+    };
+    let uri = format!(
+        "data:{media};base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(image)
+    );
+    let document = serde_json::json!({
+        "model": model,
+        "input": [uri],
+        "modality": "image",
+        "encoding_format": "base64",
+    });
+    serde_json::to_vec(&document).expect("a JSON value always serialises")
+}
+
 /// One connection's latencies and answers by status.
 type ConnectionFigures = (Vec<Duration>, BTreeMap<u16, usize>);
 
 /// What one load run measured.
 #[derive(Clone, Debug)]
 pub struct LoadReport {
+    /// Requests answered: all asked for, or fewer where the time limit stopped the run.
     pub requests: usize,
     pub concurrency: usize,
     /// Answers by HTTP status.
@@ -45,13 +80,16 @@ impl LoadReport {
 
 /// Posts `requests` requests to `path` on `address` (host:port), the bodies taken in turn
 /// from `bodies` (sent as `content_type`), over `concurrency` connections driven by `threads`
-/// runtime threads. A connection that fails is an error naming why.
+/// runtime threads. With a `time_limit`, no request starts after it has passed since the
+/// start (those in flight are still awaited), so a slow server costs a bounded time. A
+/// connection that fails is an error naming why.
 pub fn run_load(
     address: &str,
     path: &str,
     content_type: &str,
     bodies: Arc<Vec<Vec<u8>>>,
     (concurrency, requests, threads): (usize, usize, usize),
+    time_limit: Option<Duration>,
 ) -> Result<LoadReport, String> {
     if bodies.is_empty() || concurrency == 0 {
         return Err("no images to send, or no connections".into());
@@ -63,6 +101,7 @@ pub fn run_load(
         .map_err(|e| format!("starting the client's runtime: {e}"))?;
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
+    let deadline = time_limit.map(|limit| started + limit);
     let results: Vec<Result<ConnectionFigures, String>> = runtime.block_on(async {
         let tasks: Vec<_> = (0..concurrency)
             .map(|_| {
@@ -70,7 +109,8 @@ pub fn run_load(
                 let (address, path) = (address.to_string(), path.to_string());
                 let content_type = content_type.to_string();
                 tokio::spawn(async move {
-                    connection(&address, &path, &content_type, &bodies, &next, requests).await
+                    let last = (requests, deadline);
+                    connection(&address, &path, &content_type, &bodies, &next, last).await
                 })
             })
             .collect();
@@ -95,7 +135,7 @@ pub fn run_load(
     }
     latencies.sort_unstable();
     Ok(LoadReport {
-        requests,
+        requests: latencies.len(),
         concurrency,
         statuses,
         wall,
@@ -103,14 +143,15 @@ pub fn run_load(
     })
 }
 
-/// One keep-alive connection posting requests until `requests` have been taken by all.
+/// One keep-alive connection posting requests until `requests` have been taken by all, or
+/// the deadline has passed.
 async fn connection(
     address: &str,
     path: &str,
     content_type: &str,
     bodies: &[Vec<u8>],
     next: &AtomicUsize,
-    requests: usize,
+    (requests, deadline): (usize, Option<Instant>),
 ) -> Result<ConnectionFigures, String> {
     // No Nagle: a request written while the previous segment is unacknowledged would wait
     // for the server's delayed ACK, 40 ms (benchmarks/NOTES.md, 2026-11-27 "The 40 ms the
@@ -127,6 +168,9 @@ async fn connection(
     let mut stream = BufReader::new(connect().await?);
     let (mut latencies, mut statuses) = (Vec::new(), BTreeMap::new());
     loop {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok((latencies, statuses));
+        }
         let i = next.fetch_add(1, Ordering::Relaxed);
         if i >= requests {
             return Ok((latencies, statuses));
@@ -142,8 +186,14 @@ async fn connection(
         request.extend_from_slice(body);
         let started = Instant::now();
         let answer = async {
-            stream.get_mut().write_all(&request).await?;
-            read_answer(&mut stream).await
+            let sent = stream.get_mut().write_all(&request).await;
+            // A server may answer (a 404, a 413) and close before it has read the whole body:
+            // the write then fails, and the answer is still there to read; the connection is
+            // opened anew after it.
+            match read_answer(&mut stream).await {
+                Ok((status, keep_alive)) => Ok((status, keep_alive && sent.is_ok())),
+                Err(e) => Err(sent.err().unwrap_or(e)),
+            }
         }
         .await;
         let (status, keep_alive) =
@@ -168,7 +218,7 @@ async fn read_answer(stream: &mut BufReader<TcpStream>) -> std::io::Result<(u16,
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| bad("an answer without a status line"))?;
-    let (mut length, mut keep_alive) = (0usize, true);
+    let (mut length, mut keep_alive, mut chunked) = (0usize, true, false);
     loop {
         line.clear();
         if stream.read_line(&mut line).await? == 0 {
@@ -184,10 +234,108 @@ async fn read_answer(stream: &mut BufReader<TcpStream>) -> std::io::Result<(u16,
                 length = value.parse().map_err(|_| bad("a bad Content-Length"))?;
             } else if name == "connection" && value.eq_ignore_ascii_case("close") {
                 keep_alive = false;
+            } else if name == "transfer-encoding" && value.to_ascii_lowercase().contains("chunked")
+            {
+                chunked = true;
             }
         }
     }
-    let mut body = vec![0u8; length];
-    stream.read_exact(&mut body).await?;
-    Ok((status, keep_alive))
+    if !chunked {
+        let mut body = vec![0u8; length];
+        stream.read_exact(&mut body).await?;
+        return Ok((status, keep_alive));
+    }
+    // Chunks: a hexadecimal size line, the data, CRLF; a size of 0 ends them, then trailers
+    // up to an empty line.
+    loop {
+        line.clear();
+        if stream.read_line(&mut line).await? == 0 {
+            return Err(bad("the answer's chunks end early"));
+        }
+        let size = line.trim_end().split(';').next().unwrap_or("").trim();
+        let size = usize::from_str_radix(size, 16).map_err(|_| bad("a bad chunk size"))?;
+        if size == 0 {
+            loop {
+                line.clear();
+                if stream.read_line(&mut line).await? == 0 || line.trim_end().is_empty() {
+                    return Ok((status, keep_alive));
+                }
+            }
+        }
+        let mut chunk = vec![0u8; size + 2];
+        stream.read_exact(&mut chunk).await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    #[test]
+    fn an_embeddings_body_is_one_data_uri_with_its_media_type() {
+        let jpeg = [0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3];
+        let document: serde_json::Value =
+            serde_json::from_slice(&embeddings_body("clip", &jpeg)).unwrap();
+        assert_eq!(document["model"], "clip");
+        assert_eq!(document["modality"], "image");
+        assert_eq!(document["encoding_format"], "base64");
+        assert_eq!(document["input"][0], "data:image/jpeg;base64,/9j/4AECAw==");
+        let png = embeddings_body("m", b"\x89PNG\r\n\x1a\nrest");
+        assert!(String::from_utf8(png)
+            .unwrap()
+            .contains("data:image/png;base64,"));
+    }
+
+    /// A server answering every request with a chunked body (as uvicorn may) on keep-alive
+    /// connections: each answer is read whole, so the next request on the connection is
+    /// answered too.
+    #[test]
+    fn chunked_answers_are_read_whole() {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        runtime.spawn(async move {
+            loop {
+                let (socket, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut socket = BufReader::new(socket);
+                    let mut line = String::new();
+                    loop {
+                        let mut length = 0;
+                        loop {
+                            line.clear();
+                            if socket.read_line(&mut line).await.unwrap() == 0 {
+                                return;
+                            }
+                            let lower = line.trim_end().to_ascii_lowercase();
+                            if lower.is_empty() {
+                                break;
+                            }
+                            if let Some(n) = lower.strip_prefix("content-length:") {
+                                length = n.trim().parse().unwrap();
+                            }
+                        }
+                        let mut body = vec![0u8; length];
+                        socket.read_exact(&mut body).await.unwrap();
+                        let answer = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+                                      5\r\nhello\r\n7;x=y\r\n, world\r\n0\r\n\r\n";
+                        socket.get_mut().write_all(answer.as_bytes()).await.unwrap();
+                    }
+                });
+            }
+        });
+        let bodies = Arc::new(vec![embeddings_body("m", b"\xFF\xD8\xFFjpeg")]);
+        let report = run_load(
+            &address,
+            "/v1/embeddings",
+            "application/json",
+            bodies,
+            (2, 10, 1),
+            None,
+        )
+        .unwrap();
+        assert_eq!(report.statuses.get(&200), Some(&10));
+        assert_eq!(report.latencies.len(), 10);
+    }
 }

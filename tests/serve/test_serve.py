@@ -568,3 +568,47 @@ def test_bench_serve_loads_the_server_and_counts_every_answer(digits, tmp_path):
                            str(DIGIT_IMAGES[0])], capture_output=True, text=True)
     assert gone.returncode == 1
     assert "connecting to 127.0.0.1:9" in gone.stderr
+
+
+def test_bench_serve_posts_embeddings_requests_as_a_peer_server_takes_them(tmp_path):
+    """`vitrt bench serve --embeddings MODEL` (the mode scripts/gpu-serve-peers.sh loads both
+    vitrt serve and infinity_emb with) posts each photo as an OpenAI-style embeddings request
+    with a data URI: every one answered 200 by /v1/embeddings on the CLIP fixture, on the
+    default route and on the one --path names; --time-limit ends a run of many requests early."""
+    server = Server(CLIP)
+    try:
+        report = tmp_path / "embeddings.json"
+        subprocess.run(
+            [VITRT, "bench", "serve", "--url", server.url, "--embeddings", "clip", "--concurrency", "4",
+             "--requests", "30", "--json", str(report), *map(str, PHOTOS)],
+            capture_output=True, text=True, check=True,
+        )
+        figures = json.loads(report.read_text())
+        assert figures["statuses"] == {"200": 30}
+        assert figures["path"] == "/v1/embeddings" and figures["body"] == "embeddings"
+        # The route as named (infinity_emb's is /embeddings).
+        routed = tmp_path / "routed.json"
+        subprocess.run(
+            [VITRT, "bench", "serve", "--url", server.url, "--embeddings", "clip", "--path", "/v1/embeddings",
+             "--concurrency", "2", "--requests", "4", "--json", str(routed), str(PHOTOS[0])],
+            capture_output=True, text=True, check=True,
+        )
+        assert json.loads(routed.read_text())["statuses"] == {"200": 4}
+        refused = subprocess.run(
+            [VITRT, "bench", "serve", "--url", server.url, "--embeddings", "clip", "--path", "v1/embeddings",
+             str(PHOTOS[0])], capture_output=True, text=True,
+        )
+        assert refused.returncode == 1 and "--path" in refused.stderr
+        bounded = tmp_path / "bounded.json"
+        started = time.monotonic()
+        subprocess.run(
+            [VITRT, "bench", "serve", "--url", server.url, "--embeddings", "clip", "--concurrency", "2",
+             "--requests", "1000000", "--time-limit", "1", "--json", str(bounded), str(PHOTOS[0])],
+            capture_output=True, text=True, check=True,
+        )
+        assert time.monotonic() - started < 30
+        figures = json.loads(bounded.read_text())
+        assert 0 < figures["requests"] < 1000000 and figures["requests_asked"] == 1000000
+        assert figures["statuses"] == {"200": figures["requests"]}
+    finally:
+        assert server.stop() == 0
