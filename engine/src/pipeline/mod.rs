@@ -23,9 +23,10 @@
 //! left as they were, and the consumer skips its result); with `fail_fast` no image after the
 //! first failure (in input order) is loaded and the run ends with the batch holding it.
 
+pub mod datasets;
 mod inputs;
 mod ring;
 
-pub use inputs::{collect_inputs, shown_path, InputList};
+pub use inputs::{collect_inputs, collect_inputs_with, shown_path, DatasetOptions, InputList};
 pub(crate) use ring::BumpArena;
 pub use ring::{run, Batch, Consumer, Flow, ImageLoad, PipelineConfig, PipelineStats};
