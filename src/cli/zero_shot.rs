@@ -8,6 +8,7 @@ use super::classify::output::Format;
 use super::classify::{classify_images, Report, Scores};
 use super::common::ModelArgs;
 use super::images::ImageArgs;
+use super::output_dir::OutputDirArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -46,6 +47,10 @@ pub struct ZeroShotArgs {
     /// The same as --format json.
     #[arg(long, conflicts_with = "format")]
     json: bool,
+    /// With --output-dir, each shard is a STEM.parquet of each row's key, source, error, a
+    /// webdataset sample's .json/.txt members, and its top-k labels and probabilities.
+    #[command(flatten)]
+    sharded: OutputDirArgs,
     #[command(flatten)]
     images: ImageArgs,
 }
@@ -78,6 +83,12 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
         top_k: args.top_k as usize,
         format: if args.json { Format::Json } else { args.format },
         stats: None,
+        sharded: args.sharded.clone(),
+        recorded: vec![
+            ("top-k", args.top_k.to_string()),
+            ("labels", labels.join("\n")),
+            ("template", templates.join("\n")),
+        ],
     };
     classify_images(
         &mut runner,

@@ -4,9 +4,11 @@
 //! overlaps the previous batch's forward pass.
 
 pub(crate) mod output;
+mod sharded;
 
 use super::common::{flow_after, ModelArgs};
 use super::images::ImageArgs;
+use super::output_dir::{OutputDir, OutputDirArgs};
 use crate::output_file::OutputFile;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -15,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use vitrt_engine::batched::{self, BatchResults, BatchSetup};
-use vitrt_engine::pipeline::{shown_path, Flow, InputList, PipelineStats};
+use vitrt_engine::pipeline::{Flow, InputList, PipelineStats};
 pub(crate) use vitrt_engine::results::Scores;
 use vitrt_model::labels::Prediction;
 use vitrt_model::{Head, Runner};
@@ -39,6 +41,10 @@ pub struct ClassifyArgs {
     /// JSON to this file (scripts/bench_pipeline.py reads it).
     #[arg(long, value_name = "FILE")]
     stats: Option<PathBuf>,
+    /// With --output-dir, each shard is a STEM.parquet of each row's key, source, error, a
+    /// webdataset sample's .json/.txt members, and its top-k labels and probabilities.
+    #[command(flatten)]
+    sharded: OutputDirArgs,
     #[command(flatten)]
     images: ImageArgs,
 }
@@ -49,6 +55,10 @@ pub(crate) struct Report {
     pub format: Format,
     /// `--stats`: where to write the run's timings (checked before the run).
     pub stats: Option<OutputFile>,
+    /// `--output-dir` and `--shard-size`, and the command's own options that decide the
+    /// results (for the directory's manifest).
+    pub sharded: OutputDirArgs,
+    pub recorded: Vec<(&'static str, String)>,
 }
 
 pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
@@ -78,6 +88,8 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
         top_k: args.top_k as usize,
         format: if args.json { Format::Json } else { args.format },
         stats,
+        sharded: args.sharded.clone(),
+        recorded: vec![("top-k", args.top_k.to_string())],
     };
     classify_images(
         &mut runner,
@@ -102,6 +114,9 @@ pub(crate) fn classify_images(
     report: &Report,
 ) -> Result<ExitCode> {
     let pre = batched::preprocessing(runner, dir, model.image_size().is_some())?;
+    if let Some(out_dir) = &report.sharded.output_dir {
+        return classify_into_shards(runner, pre, model, images, inputs, scores, report, out_dir);
+    }
     let setup = BatchSetup::new(runner, pre, &images.options(), inputs.paths.len())?;
     let info = RunInfo {
         model: model.name().to_string(),
@@ -116,7 +131,7 @@ pub(crate) fn classify_images(
     };
     let mut classifier = Classifier {
         sink,
-        paths: &inputs.paths,
+        inputs,
         scores,
         top_k: report.top_k,
         fail_fast: images.fail_fast,
@@ -165,10 +180,78 @@ pub(crate) fn classify_images(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `classify_images` with `--output-dir`: the shards not yet written, each written as it
+/// completes.
+#[allow(clippy::too_many_arguments)]
+fn classify_into_shards(
+    runner: &mut Runner,
+    pre: vitrt_model::preprocess::PreprocessConfig,
+    model: &ModelArgs,
+    images: &ImageArgs,
+    all: &InputList,
+    scores: Scores<'_>,
+    report: &Report,
+    dir: &Path,
+) -> Result<ExitCode> {
+    let command = match scores {
+        Scores::Logits(_) => "classify",
+        Scores::Probabilities(_) => "zero-shot",
+    };
+    let mut options = model.recorded();
+    options.extend(report.recorded.iter().cloned());
+    options.extend(images.recorded());
+    let out = OutputDir::open(
+        dir,
+        command,
+        &options,
+        all,
+        report.sharded.shard_size as usize,
+        &["parquet"],
+    )?;
+    let to_do = out.to_do();
+    if to_do.is_empty() {
+        eprintln!(
+            "vitrt: {}: all {} shards are written; nothing to do",
+            dir.display(),
+            out.shards.len()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let done = out.shards.len() - to_do.len();
+    if done > 0 {
+        eprintln!(
+            "vitrt: {}: {done} of {} shards already written; doing the other {}",
+            dir.display(),
+            out.shards.len(),
+            to_do.len()
+        );
+    }
+    let ranges: Vec<_> = to_do.iter().map(|s| s.inputs.clone()).collect();
+    let inputs = all.select(&ranges);
+    let setup = BatchSetup::new(runner, pre, &images.options(), inputs.len())?;
+    let mut classifier =
+        sharded::ShardedClassifier::new(&out, &inputs, to_do, scores, report.top_k);
+    batched::run_batches(runner, &inputs, &setup, &mut classifier, false)?;
+    eprintln!(
+        "wrote {} shards to {} ({} of {} inputs could not be classified)",
+        classifier.written,
+        dir.display(),
+        classifier.failed(),
+        inputs.len()
+    );
+    batched::check_failures(
+        classifier.failed(),
+        inputs.len(),
+        images.fail_fast,
+        "classified",
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Writes each image's top-k labels, or why it has none.
 struct Classifier<'a, W: std::io::Write> {
     sink: Sink<W>,
-    paths: &'a [PathBuf],
+    inputs: &'a InputList,
     scores: Scores<'a>,
     top_k: usize,
     /// Stop at the first image that fails, a non-finite score included.
@@ -232,7 +315,7 @@ impl<W: std::io::Write> Classifier<'_, W> {
         };
         for k in 0..count {
             let index = first + k;
-            let image = shown_path(&self.paths[index]);
+            let image = self.inputs.name(index);
             let failure = failures.iter().find(|(i, _)| *i == index);
             match (failure, logits) {
                 (Some((_, why)), _) => {
