@@ -139,6 +139,16 @@ impl ModelArgs {
         self.image_size
     }
 
+    /// These flags with `--batch-invariant` on, as `--output-dir` runs them: a resumed run
+    /// batches the images differently, and its shards must be the bytes an uninterrupted run
+    /// writes (the CPU is invariant either way).
+    pub fn batch_invariant(&self) -> ModelArgs {
+        ModelArgs {
+            batch_invariant: true,
+            ..self.clone()
+        }
+    }
+
     /// The flags that decide the outputs' values, by name, as `--output-dir`'s manifest
     /// records them (a resumed run must agree on each).
     pub fn recorded(&self) -> Vec<(&'static str, String)> {

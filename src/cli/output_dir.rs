@@ -10,8 +10,9 @@
 //! decide the results, and a digest of the input list; a run against a DIR whose manifest
 //! differs is refused, naming what differs. A run then does only the shards not yet done, and
 //! since the shards' contents depend on the inputs and options alone, the files are the same
-//! bytes as an uninterrupted run's (on the CPU, or on a GPU with `--batch-invariant`, whose
-//! results do not depend on how the images are batched).
+//! bytes as an uninterrupted run's: the commands open the model with `--batch-invariant` for
+//! `--output-dir` (see `ModelArgs::batch_invariant`), so an image's results do not depend on
+//! the batch it falls in (the CPU is invariant anyway).
 
 use anyhow::{bail, Context, Result};
 use parquet::basic::Compression;
@@ -289,7 +290,8 @@ pub struct OutputDirArgs {
     /// Write the results as shards in this directory, resumably: one per input tar or Parquet
     /// file, and one per --shard-size plain files, each written whole or not at all, with
     /// manifest.json recording the options. The same command again does only the shards not
-    /// yet written; other options against the directory are refused.
+    /// yet written; other options against the directory are refused. Runs batch-invariant
+    /// (--batch-invariant), so that a resumed run writes the bytes an uninterrupted one does.
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
     /// With --output-dir: plain image files per output shard.

@@ -42,10 +42,10 @@ pub struct ZeroShotArgs {
     /// Output: a table per image, one JSON document, JSON Lines or CSV (the last two are
     /// written and flushed batch by batch). Each label's probability: CLIP's softmax over the
     /// labels, or SigLIP's own sigmoid of each.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
+    #[arg(long, value_enum, default_value_t = Format::Table, conflicts_with = "output_dir")]
     format: Format,
     /// The same as --format json.
-    #[arg(long, conflicts_with = "format")]
+    #[arg(long, conflicts_with_all = ["format", "output_dir"])]
     json: bool,
     /// With --output-dir, each shard is a STEM.parquet of each row's key, source, error, a
     /// webdataset sample's .json/.txt members, and its top-k labels and probabilities.
@@ -66,11 +66,15 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
         check_template(template)?;
     }
     let inputs = args.images.collect()?;
-    let (mut runner, dir) = args.model.open()?;
+    // --output-dir runs batch-invariant (see ModelArgs::batch_invariant).
+    let model = match args.sharded.output_dir {
+        Some(_) => args.model.batch_invariant(),
+        None => args.model.clone(),
+    };
+    let (mut runner, dir) = model.open()?;
     // The labels, encoded once.
     let started = std::time::Instant::now();
-    let encoded =
-        encode_zero_shot_labels(&mut runner, &dir, args.model.name(), &labels, &templates)?;
+    let encoded = encode_zero_shot_labels(&mut runner, &dir, model.name(), &labels, &templates)?;
     eprintln!(
         "vitrt: {} labels x {} templates encoded by the text tower in {:.2} s",
         labels.len(),
@@ -93,7 +97,7 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
     classify_images(
         &mut runner,
         &dir,
-        &args.model,
+        &model,
         &args.images,
         &inputs,
         Scores::Probabilities(&labels),

@@ -32,14 +32,14 @@ pub struct ClassifyArgs {
     top_k: u32,
     /// Output: a table per image, one JSON document, JSON Lines or CSV (the last two are
     /// written and flushed batch by batch).
-    #[arg(long, value_enum, default_value_t = Format::Table)]
+    #[arg(long, value_enum, default_value_t = Format::Table, conflicts_with = "output_dir")]
     format: Format,
     /// The same as --format json.
-    #[arg(long, conflicts_with = "format")]
+    #[arg(long, conflicts_with_all = ["format", "output_dir"])]
     json: bool,
     /// Write the run's timings (per stage, per image; the pipeline's waits; peak memory) as
     /// JSON to this file (scripts/bench_pipeline.py reads it).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "output_dir")]
     stats: Option<PathBuf>,
     /// With --output-dir, each shard is a STEM.parquet of each row's key, source, error, a
     /// webdataset sample's .json/.txt members, and its top-k labels and probabilities.
@@ -73,13 +73,18 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
     if let Some(stats) = &stats {
         stats.check_not_among(&inputs.paths).context("--stats")?;
     }
-    let (mut runner, dir) = args.model.open()?;
+    // --output-dir runs batch-invariant (see ModelArgs::batch_invariant).
+    let model = match args.sharded.output_dir {
+        Some(_) => args.model.batch_invariant(),
+        None => args.model.clone(),
+    };
+    let (mut runner, dir) = model.open()?;
     if runner.model.head == Head::Base {
         bail!(
             "{} is a {} checkpoint without a classification head; it has no labels to predict. \
              Use `vitrt embed` for its embeddings, `vitrt zero-shot` for CLIP and SigLIP, or \
              `vitrt infer` for its outputs",
-            args.model.name(),
+            model.name(),
             runner.model.config.family.name()
         );
     }
@@ -94,7 +99,7 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
     classify_images(
         &mut runner,
         &dir,
-        &args.model,
+        &model,
         &args.images,
         &inputs,
         Scores::Logits(&config),

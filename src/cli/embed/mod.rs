@@ -241,7 +241,8 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
 /// `vitrt embed --output-dir DIR`: the shards not yet written, each written as it completes.
 fn run_sharded(args: &EmbedArgs, dir: &Path) -> Result<ExitCode> {
     let all = args.images.collect()?;
-    let mut options = args.model.recorded();
+    let model = args.model.batch_invariant();
+    let mut options = model.recorded();
     options.push((
         "pool",
         args.pool.map_or("default", |p| p.name()).to_string(),
@@ -276,10 +277,10 @@ fn run_sharded(args: &EmbedArgs, dir: &Path) -> Result<ExitCode> {
     }
     let ranges: Vec<_> = to_do.iter().map(|s| s.inputs.clone()).collect();
     let inputs = all.select(&ranges);
-    let (mut runner, model_dir) = args.model.open()?;
-    let pool = choose_pool(args.pool, &runner.model, args.model.name())?;
+    let (mut runner, model_dir) = model.open()?;
+    let pool = choose_pool(args.pool, &runner.model, model.name())?;
     runner.set_outputs(OutputSet::of(&[pool.output()]));
-    let pre = batched::preprocessing(&mut runner, &model_dir, args.model.image_size().is_some())?;
+    let pre = batched::preprocessing(&mut runner, &model_dir, model.image_size().is_some())?;
     let setup = BatchSetup::new(&runner, pre, &args.images.options(), inputs.len())?;
     let mut embedder =
         sharded::ShardedEmbedder::new(&out, &inputs, to_do, pool.output(), args.normalize);
