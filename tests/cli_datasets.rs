@@ -301,7 +301,7 @@ fn tar_shards_embed_to_shards_and_resume_to_the_same_bytes() {
 }
 
 #[test]
-fn a_pattern_that_matches_nothing_is_an_error() {
+fn a_pattern_that_matches_nothing_and_a_lone_shard_size_are_errors() {
     let home = temp();
     let dir = temp();
     let o = run(
@@ -314,6 +314,18 @@ fn a_pattern_that_matches_nothing_is_an_error() {
         home.path(),
     );
     assert_clean_failure(&o, "matches no file");
+    let o = run(
+        &[
+            "embed".to_string(),
+            "--shard-size".into(),
+            "3".into(),
+            "-o".into(),
+            dir.path().join("x.jsonl").display().to_string(),
+            digits()[0].display().to_string(),
+        ],
+        home.path(),
+    );
+    assert_clean_failure(&o, "--shard-size is for --output-dir");
 }
 
 /// A Parquet file of `images` (None: a null image) in row groups of `per_group` rows: the

@@ -294,10 +294,24 @@ pub struct OutputDirArgs {
     /// (--batch-invariant), so that a resumed run writes the bytes an uninterrupted one does.
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
-    /// With --output-dir: plain image files per output shard.
-    #[arg(long, default_value_t = DEFAULT_SHARD_SIZE as u64, requires = "output_dir",
-          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
-    pub shard_size: u64,
+    /// With --output-dir: plain image files per output shard [default: 10000].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    shard_size: Option<u64>,
+}
+
+impl OutputDirArgs {
+    /// The directory, if one is named; an error for `--shard-size` without it.
+    pub fn dir(&self) -> Result<Option<&Path>> {
+        if self.output_dir.is_none() && self.shard_size.is_some() {
+            bail!("--shard-size is for --output-dir: name the directory, or leave it out");
+        }
+        Ok(self.output_dir.as_deref())
+    }
+
+    /// Plain image files per output shard.
+    pub fn shard_size(&self) -> usize {
+        self.shard_size.map_or(DEFAULT_SHARD_SIZE, |n| n as usize)
+    }
 }
 
 /// Gathers the rows of the output shards being done, in order, and hands each shard over

@@ -67,7 +67,7 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
     }
     let inputs = args.images.collect()?;
     // --output-dir runs batch-invariant (see ModelArgs::batch_invariant).
-    let model = match args.sharded.output_dir {
+    let model = match args.sharded.dir()? {
         Some(_) => args.model.batch_invariant(),
         None => args.model.clone(),
     };

@@ -74,7 +74,7 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
         stats.check_not_among(&inputs.paths).context("--stats")?;
     }
     // --output-dir runs batch-invariant (see ModelArgs::batch_invariant).
-    let model = match args.sharded.output_dir {
+    let model = match args.sharded.dir()? {
         Some(_) => args.model.batch_invariant(),
         None => args.model.clone(),
     };
@@ -119,7 +119,7 @@ pub(crate) fn classify_images(
     report: &Report,
 ) -> Result<ExitCode> {
     let pre = batched::preprocessing(runner, dir, model.image_size().is_some())?;
-    if let Some(out_dir) = &report.sharded.output_dir {
+    if let Some(out_dir) = report.sharded.dir()? {
         return classify_into_shards(runner, pre, model, images, inputs, scores, report, out_dir);
     }
     let setup = BatchSetup::new(runner, pre, &images.options(), inputs.paths.len())?;
@@ -210,7 +210,7 @@ fn classify_into_shards(
         command,
         &options,
         all,
-        report.sharded.shard_size as usize,
+        report.sharded.shard_size(),
         &["parquet"],
     )?;
     let to_do = out.to_do();

@@ -120,7 +120,7 @@ pub(crate) fn names_file(npy: &Path, what: &str) -> PathBuf {
 }
 
 pub fn run(args: EmbedArgs) -> Result<ExitCode> {
-    let output = match (&args.output, &args.sharded.output_dir) {
+    let output = match (&args.output, args.sharded.dir()?) {
         (_, Some(dir)) => return run_sharded(&args, dir),
         (Some(output), None) => output.clone(),
         (None, None) => bail!("name an --output file or an --output-dir"),
@@ -254,7 +254,7 @@ fn run_sharded(args: &EmbedArgs, dir: &Path) -> Result<ExitCode> {
         "embed",
         &options,
         &all,
-        args.sharded.shard_size as usize,
+        args.sharded.shard_size(),
         &["npy", "parquet"],
     )?;
     let to_do = out.to_do();
