@@ -106,7 +106,8 @@ impl ImageArgs {
             bail!(if self.images.is_empty() && self.files_from.is_none() {
                 "no images given: name image files or folders, or use --files-from".to_string()
             } else {
-                "no images found (folders are searched for .jpg, .jpeg, .png and .webp files)"
+                "no images found (folders are searched for .jpg, .jpeg, .png and .webp files; \
+                 .tar and .parquet shards give their samples)"
                     .to_string()
             });
         }
