@@ -551,3 +551,86 @@ fn classify_names_samples_by_shard_and_key() {
     }
     assert!(rows[5].get_string(2).unwrap().contains("no image member"));
 }
+
+#[test]
+fn zero_shot_writes_label_probabilities_per_shard_and_refuses_other_labels() {
+    let home = temp();
+    let dir = temp();
+    let images: Vec<Option<Vec<u8>>> = ["cat.jpg", "coffee.png", "astronaut.webp"]
+        .iter()
+        .map(|name| Some(std::fs::read(root().join("tests/fixtures/images").join(name)).unwrap()))
+        .collect();
+    let shard = dir.path().join("photos.parquet");
+    write_parquet(&shard, &images, 2, false);
+    let out = dir.path().join("out");
+    let zero_shot = |labels: &str, extra: &[&str]| {
+        let clip = fixture("clip-zero-shot");
+        let mut args = vec![
+            "zero-shot",
+            "--device",
+            "cpu",
+            "--model",
+            clip.to_str().unwrap(),
+            "--labels",
+            labels,
+            "--top-k",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        args.push(shard.to_str().unwrap());
+        vitrt(&args, home.path())
+    };
+    let o = zero_shot("cat,dog,cup of coffee", &["--format", "jsonl"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let o = zero_shot(
+        "cat,dog,cup of coffee",
+        &["--output-dir", out.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let reader =
+        SerializedFileReader::new(std::fs::File::open(out.join("00000-photos.parquet")).unwrap())
+            .unwrap();
+    let rows: Vec<parquet::record::Row> = reader
+        .get_row_iter(None)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(rows.len(), 3);
+    for (row, line) in rows.iter().zip(&lines) {
+        assert_eq!(
+            line["image"],
+            format!("{}/{}", shard.display(), row.get_string(0).unwrap())
+        );
+        let labels = row.get_list(5).unwrap();
+        let probabilities = row.get_list(6).unwrap();
+        assert_eq!(labels.len(), 2);
+        for k in 0..2 {
+            let want = &line["predictions"][k];
+            assert_eq!(labels.get_string(k).unwrap(), &want["label"]);
+            let p = f64::from(probabilities.get_float(k).unwrap());
+            assert!((p - want["probability"].as_f64().unwrap()).abs() < 1e-6);
+        }
+    }
+    let manifest = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    assert!(
+        manifest.contains("\"command\": \"zero-shot\""),
+        "{manifest}"
+    );
+    // Done: the same command again loads no model.
+    let o = zero_shot(
+        "cat,dog,cup of coffee",
+        &["--output-dir", out.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("nothing to do"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("encoded"), "{}", stderr(&o));
+    let o = zero_shot("cat,dog", &["--output-dir", out.to_str().unwrap()]);
+    assert_clean_failure(
+        &o,
+        r#"--labels (["cat","dog","cup of coffee"] then, ["cat","dog"] now)"#,
+    );
+}

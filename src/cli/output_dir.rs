@@ -186,6 +186,11 @@ impl OutputDir {
         })
     }
 
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
     fn file(&self, stem: &str, extension: &str) -> PathBuf {
         self.dir.join(format!("{stem}.{extension}"))
     }
@@ -204,6 +209,26 @@ impl OutputDir {
             .filter(|s| !self.is_done(s))
             .cloned()
             .collect()
+    }
+
+    /// Says on stderr how many shards are written already; whether any is left to do.
+    pub fn announce(&self) -> bool {
+        let to_do = self.to_do().len();
+        let done = self.shards.len() - to_do;
+        if to_do == 0 {
+            eprintln!(
+                "vitrt: {}: all {} shards are written; nothing to do",
+                self.dir.display(),
+                self.shards.len()
+            );
+        } else if done > 0 {
+            eprintln!(
+                "vitrt: {}: {done} of {} shards already written; doing the other {to_do}",
+                self.dir.display(),
+                self.shards.len()
+            );
+        }
+        to_do > 0
     }
 
     /// Writes one shard's files (each under a temporary name, then renamed), in the order of

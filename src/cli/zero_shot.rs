@@ -5,7 +5,7 @@
 //! labels (`vitrt_model::Output::ZeroShotProbs`).
 
 use super::classify::output::Format;
-use super::classify::{classify_images, Report, Scores};
+use super::classify::{classify_images, open_output_dir, Report, Scores};
 use super::common::ModelArgs;
 use super::images::ImageArgs;
 use super::output_dir::OutputDirArgs;
@@ -71,6 +71,21 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
         Some(_) => args.model.batch_invariant(),
         None => args.model.clone(),
     };
+    let Ok(sharded) = open_output_dir(
+        &args.sharded,
+        "zero-shot",
+        &model,
+        vec![
+            ("top-k", args.top_k.to_string()),
+            ("labels", serde_json::to_string(&labels)?),
+            ("template", serde_json::to_string(&templates)?),
+        ],
+        &args.images,
+        &inputs,
+    )?
+    else {
+        return Ok(ExitCode::SUCCESS);
+    };
     let (mut runner, dir) = model.open()?;
     // The labels, encoded once.
     let started = std::time::Instant::now();
@@ -87,12 +102,7 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
         top_k: args.top_k as usize,
         format: if args.json { Format::Json } else { args.format },
         stats: None,
-        sharded: args.sharded.clone(),
-        recorded: vec![
-            ("top-k", args.top_k.to_string()),
-            ("labels", labels.join("\n")),
-            ("template", templates.join("\n")),
-        ],
+        sharded,
     };
     classify_images(
         &mut runner,

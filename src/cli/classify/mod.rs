@@ -55,10 +55,40 @@ pub(crate) struct Report {
     pub format: Format,
     /// `--stats`: where to write the run's timings (checked before the run).
     pub stats: Option<OutputFile>,
-    /// `--output-dir` and `--shard-size`, and the command's own options that decide the
-    /// results (for the directory's manifest).
-    pub sharded: OutputDirArgs,
-    pub recorded: Vec<(&'static str, String)>,
+    /// `--output-dir`, opened before the model (see [`open_output_dir`]).
+    pub sharded: Option<OutputDir>,
+}
+
+/// `--output-dir`, if named, opened before the model is: a directory written with other
+/// options is refused before any work, and a run with every shard written needs no model
+/// (then `Ok(Err(()))`). `own`: the command's options that decide its results.
+pub(crate) fn open_output_dir(
+    sharded: &OutputDirArgs,
+    command: &str,
+    model: &ModelArgs,
+    own: Vec<(&'static str, String)>,
+    images: &ImageArgs,
+    inputs: &InputList,
+) -> Result<Result<Option<OutputDir>, ()>> {
+    let Some(dir) = sharded.dir()? else {
+        return Ok(Ok(None));
+    };
+    let mut options = model.recorded();
+    options.extend(own);
+    options.extend(images.recorded());
+    let out = OutputDir::open(
+        dir,
+        command,
+        &options,
+        inputs,
+        sharded.shard_size(),
+        &["parquet"],
+    )?;
+    Ok(if out.announce() {
+        Ok(Some(out))
+    } else {
+        Err(())
+    })
 }
 
 pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
@@ -78,6 +108,17 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
         Some(_) => args.model.batch_invariant(),
         None => args.model.clone(),
     };
+    let Ok(sharded) = open_output_dir(
+        &args.sharded,
+        "classify",
+        &model,
+        vec![("top-k", args.top_k.to_string())],
+        &args.images,
+        &inputs,
+    )?
+    else {
+        return Ok(ExitCode::SUCCESS);
+    };
     let (mut runner, dir) = model.open()?;
     if runner.model.head == Head::Base {
         bail!(
@@ -93,8 +134,7 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
         top_k: args.top_k as usize,
         format: if args.json { Format::Json } else { args.format },
         stats,
-        sharded: args.sharded.clone(),
-        recorded: vec![("top-k", args.top_k.to_string())],
+        sharded,
     };
     classify_images(
         &mut runner,
@@ -119,8 +159,8 @@ pub(crate) fn classify_images(
     report: &Report,
 ) -> Result<ExitCode> {
     let pre = batched::preprocessing(runner, dir, model.image_size().is_some())?;
-    if let Some(out_dir) = report.sharded.dir()? {
-        return classify_into_shards(runner, pre, model, images, inputs, scores, report, out_dir);
+    if let Some(out) = &report.sharded {
+        return classify_into_shards(runner, pre, images, inputs, scores, report.top_k, out);
     }
     let setup = BatchSetup::new(runner, pre, &images.options(), inputs.paths.len())?;
     let info = RunInfo {
@@ -187,60 +227,25 @@ pub(crate) fn classify_images(
 
 /// `classify_images` with `--output-dir`: the shards not yet written, each written as it
 /// completes.
-#[allow(clippy::too_many_arguments)]
 fn classify_into_shards(
     runner: &mut Runner,
     pre: vitrt_model::preprocess::PreprocessConfig,
-    model: &ModelArgs,
     images: &ImageArgs,
     all: &InputList,
     scores: Scores<'_>,
-    report: &Report,
-    dir: &Path,
+    top_k: usize,
+    out: &OutputDir,
 ) -> Result<ExitCode> {
-    let command = match scores {
-        Scores::Logits(_) => "classify",
-        Scores::Probabilities(_) => "zero-shot",
-    };
-    let mut options = model.recorded();
-    options.extend(report.recorded.iter().cloned());
-    options.extend(images.recorded());
-    let out = OutputDir::open(
-        dir,
-        command,
-        &options,
-        all,
-        report.sharded.shard_size(),
-        &["parquet"],
-    )?;
     let to_do = out.to_do();
-    if to_do.is_empty() {
-        eprintln!(
-            "vitrt: {}: all {} shards are written; nothing to do",
-            dir.display(),
-            out.shards.len()
-        );
-        return Ok(ExitCode::SUCCESS);
-    }
-    let done = out.shards.len() - to_do.len();
-    if done > 0 {
-        eprintln!(
-            "vitrt: {}: {done} of {} shards already written; doing the other {}",
-            dir.display(),
-            out.shards.len(),
-            to_do.len()
-        );
-    }
     let ranges: Vec<_> = to_do.iter().map(|s| s.inputs.clone()).collect();
     let inputs = all.select(&ranges);
     let setup = BatchSetup::new(runner, pre, &images.options(), inputs.len())?;
-    let mut classifier =
-        sharded::ShardedClassifier::new(&out, &inputs, to_do, scores, report.top_k);
+    let mut classifier = sharded::ShardedClassifier::new(out, &inputs, to_do, scores, top_k);
     batched::run_batches(runner, &inputs, &setup, &mut classifier, false)?;
     eprintln!(
         "wrote {} shards to {} ({} of {} inputs could not be classified)",
         classifier.written,
-        dir.display(),
+        out.path().display(),
         classifier.failed(),
         inputs.len()
     );

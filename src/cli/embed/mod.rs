@@ -257,24 +257,10 @@ fn run_sharded(args: &EmbedArgs, dir: &Path) -> Result<ExitCode> {
         args.sharded.shard_size(),
         &["npy", "parquet"],
     )?;
-    let to_do = out.to_do();
-    let done = out.shards.len() - to_do.len();
-    if to_do.is_empty() {
-        eprintln!(
-            "vitrt: {}: all {} shards are written; nothing to do",
-            dir.display(),
-            out.shards.len()
-        );
+    if !out.announce() {
         return Ok(ExitCode::SUCCESS);
     }
-    if done > 0 {
-        eprintln!(
-            "vitrt: {}: {done} of {} shards already written; doing the other {}",
-            dir.display(),
-            out.shards.len(),
-            to_do.len()
-        );
-    }
+    let to_do = out.to_do();
     let ranges: Vec<_> = to_do.iter().map(|s| s.inputs.clone()).collect();
     let inputs = all.select(&ranges);
     let (mut runner, model_dir) = model.open()?;
