@@ -164,7 +164,13 @@ impl OutputDir {
                 check_same(&before, &manifest, dir)?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if fs::read_dir(dir)?.next().is_some() {
+                // Empty but for a temporary file of ours (a run killed while writing the
+                // manifest).
+                let foreign = fs::read_dir(dir)?.filter_map(|e| e.ok()).any(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    !(name.starts_with('.') && name.ends_with(".tmp"))
+                });
+                if foreign {
                     bail!(
                         "--output-dir {} holds files but no manifest.json: name a new or empty \
                          directory",
@@ -603,6 +609,11 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(error.contains("no manifest.json"), "{error}");
+        // A manifest half written by a killed run is no obstacle.
+        let killed = tempfile::tempdir().unwrap();
+        fs::write(killed.path().join(".manifest.json.tmp"), "{").unwrap();
+        OutputDir::open(killed.path(), "embed", &[], &files(1), 10, &["npy"]).unwrap();
+        assert!(killed.path().join("manifest.json").is_file());
     }
 
     #[test]
