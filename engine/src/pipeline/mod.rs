@@ -1,6 +1,8 @@
 //! The image pipeline behind `vitrt classify` and `vitrt embed`: many image files in, batches
 //! of preprocessed 8-bit pixels out, in input order, with the host's decoding spread over a
-//! pool of workers and overlapped with the consumer (the forward pass).
+//! pool of workers and overlapped with the consumer (the forward pass). An input may also be a
+//! sample of a dataset shard (`datasets/`): its worker reads the sample's bytes from the shard
+//! and decodes them as a file's.
 //!
 //! ```text
 //! paths ─► workers (decode + resize, each with its own reusable loader)
