@@ -227,6 +227,19 @@ fn parquet_rows_are_read_by_row_group_with_null_images_as_errors() {
     assert_eq!(read[2].as_ref().unwrap_err(), "the image is null");
     assert_eq!(read[3].as_deref().unwrap(), b"d");
     assert_eq!(read[4].as_deref().unwrap(), b"e");
+    // Read again (a batch decoded again on the host) after every row was taken once.
+    let groups = RowGroupCache::default();
+    let mut reader = SampleReader::new(&inputs.shards, &groups, u64::MAX);
+    let mut bytes = Vec::new();
+    for i in 0..inputs.len() {
+        let _ = reader.read(inputs.sample(i).unwrap(), false, &mut bytes);
+    }
+    for (i, want) in [(3, b"d"), (0, b"a"), (4, b"e")] {
+        reader
+            .read(inputs.sample(i).unwrap(), true, &mut bytes)
+            .unwrap();
+        assert_eq!(&bytes, want);
+    }
 
     // The caption column is text, not images: naming it is refused, naming the struct works.
     let named = |column: &str| {

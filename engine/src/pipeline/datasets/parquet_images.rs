@@ -264,17 +264,45 @@ struct Group {
 }
 
 /// The row groups the workers are reading, shared by them: each is read once, by the first
-/// worker to need it, and dropped when its last row is taken.
+/// worker to need it, and dropped when its last row is taken. A row read again (a batch
+/// decoded again on the host) comes from the group if it is still held, else from the one
+/// group kept for such reads, so memory stays bounded.
 #[derive(Default)]
 pub struct RowGroupCache {
     groups: Mutex<HashMap<(usize, usize), Arc<Group>>>,
+    /// The group last read for rows read again.
+    again: Mutex<Option<KeptGroup>>,
+}
+
+/// A row group's images by (shard, group).
+type KeptGroup = ((usize, usize), Arc<GroupImages>);
+
+/// Copies `row` of a row group's images into `out`.
+fn copy_row(
+    images: &GroupImages,
+    group: usize,
+    row: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    match images {
+        Ok(images) => match images.get(row) {
+            Some(Some(bytes)) => {
+                out.clear();
+                out.extend_from_slice(bytes.data());
+                Ok(())
+            }
+            Some(None) => Err("the image is null".to_string()),
+            None => Err(format!("row group {group} has no row {row}")),
+        },
+        Err(why) => Err(why.clone()),
+    }
 }
 
 impl RowGroupCache {
     /// Copies the image bytes of `row` of `group` of shard `shard` (the file at `path`,
     /// `rows` rows in that group) into `out`; an error for a null image or an unreadable row
-    /// group. `again`: the row was taken before (a batch decoded again on the host), so it
-    /// does not count towards dropping the group.
+    /// group. `again`: the row was taken before, so it does not count towards dropping the
+    /// group.
     pub fn read(
         &self,
         (shard, path): (usize, &Path),
@@ -283,39 +311,51 @@ impl RowGroupCache {
         again: bool,
         out: &mut Vec<u8>,
     ) -> Result<(), String> {
+        let key = (shard, group);
+        if again {
+            let held = self
+                .groups
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&key)
+                .cloned();
+            if let Some(entry) = held {
+                let images = entry
+                    .images
+                    .get_or_init(|| read_group(path, column, group, rows));
+                return copy_row(images, group, row, out);
+            }
+            let mut kept = self.again.lock().unwrap_or_else(|p| p.into_inner());
+            let images = match &*kept {
+                Some((at, images)) if *at == key => Arc::clone(images),
+                _ => {
+                    let images = Arc::new(read_group(path, column, group, rows));
+                    *kept = Some((key, Arc::clone(&images)));
+                    images
+                }
+            };
+            return copy_row(&images, group, row, out);
+        }
         let entry = {
             let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-            Arc::clone(groups.entry((shard, group)).or_insert_with(|| {
+            Arc::clone(groups.entry(key).or_insert_with(|| {
                 Arc::new(Group {
                     images: OnceLock::new(),
-                    untaken: Mutex::new(if again { usize::MAX } else { rows }),
+                    untaken: Mutex::new(rows),
                 })
             }))
         };
         let images = entry
             .images
             .get_or_init(|| read_group(path, column, group, rows));
-        let result = match images {
-            Ok(images) => match images.get(row) {
-                Some(Some(bytes)) => {
-                    out.clear();
-                    out.extend_from_slice(bytes.data());
-                    Ok(())
-                }
-                Some(None) => Err("the image is null".to_string()),
-                None => Err(format!("row group {group} has no row {row}")),
-            },
-            Err(why) => Err(why.clone()),
-        };
-        if !again {
-            let mut untaken = entry.untaken.lock().unwrap_or_else(|p| p.into_inner());
-            *untaken = untaken.saturating_sub(1);
-            if *untaken == 0 {
-                self.groups
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&(shard, group));
-            }
+        let result = copy_row(images, group, row, out);
+        let mut untaken = entry.untaken.lock().unwrap_or_else(|p| p.into_inner());
+        *untaken = untaken.saturating_sub(1);
+        if *untaken == 0 {
+            self.groups
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&key);
         }
         result
     }
