@@ -204,10 +204,11 @@ impl<'a> SampleReader<'a> {
             }
             (ImageAt::Parquet { group, row }, ShardKind::Parquet { column, row_groups }) => {
                 let rows = row_groups.get(*group).copied().unwrap_or(0);
+                let next_rows = row_groups.get(group + 1).copied();
                 self.groups.read(
                     (sample.shard, &shard.path),
                     column,
-                    (*group, *row, rows),
+                    (*group, *row, rows, next_rows),
                     again,
                     out,
                 )?;

@@ -6,7 +6,9 @@
 //! The file is read one row group at a time and only the columns needed: the scan reads the
 //! footer and the key column, the workers the image column of the row group they need (the
 //! first worker to need a row group decodes it, the others wait for it, and it is dropped once
-//! every row of it has been taken), so memory holds a few row groups' images, never the file.
+//! every row of it has been taken; the first worker to take a row of a group reads the next
+//! group ahead, so that the workers do not all wait at each boundary), so memory holds a few
+//! row groups' images, never the file.
 
 use super::{ImageAt, Sample};
 use parquet::basic::{ConvertedType, LogicalType, Type as PhysicalType};
@@ -259,6 +261,8 @@ fn read_group(path: &Path, column: &ImageColumn, group: usize, rows: usize) -> G
 /// One row group being read by the workers.
 struct Group {
     images: OnceLock<GroupImages>,
+    /// Whether a worker took a row of it yet (the first one reads the next group ahead).
+    started: std::sync::atomic::AtomicBool,
     /// Rows not yet taken: the group is dropped when none are left.
     untaken: Mutex<usize>,
 }
@@ -300,14 +304,14 @@ fn copy_row(
 
 impl RowGroupCache {
     /// Copies the image bytes of `row` of `group` of shard `shard` (the file at `path`,
-    /// `rows` rows in that group) into `out`; an error for a null image or an unreadable row
-    /// group. `again`: the row was taken before, so it does not count towards dropping the
-    /// group.
+    /// `rows` rows in that group, `next_rows` in the next if there is one) into `out`; an
+    /// error for a null image or an unreadable row group. `again`: the row was taken before,
+    /// so it does not count towards dropping the group.
     pub fn read(
         &self,
         (shard, path): (usize, &Path),
         column: &ImageColumn,
-        (group, row, rows): (usize, usize, usize),
+        (group, row, rows, next_rows): (usize, usize, usize, Option<usize>),
         again: bool,
         out: &mut Vec<u8>,
     ) -> Result<(), String> {
@@ -336,27 +340,43 @@ impl RowGroupCache {
             };
             return copy_row(&images, group, row, out);
         }
-        let entry = {
-            let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-            Arc::clone(groups.entry(key).or_insert_with(|| {
-                Arc::new(Group {
-                    images: OnceLock::new(),
-                    untaken: Mutex::new(rows),
-                })
-            }))
-        };
+        let entry = self.entry(key, rows);
+        let first = !entry
+            .started
+            .swap(true, std::sync::atomic::Ordering::Relaxed);
         let images = entry
             .images
             .get_or_init(|| read_group(path, column, group, rows));
         let result = copy_row(images, group, row, out);
-        let mut untaken = entry.untaken.lock().unwrap_or_else(|p| p.into_inner());
-        *untaken = untaken.saturating_sub(1);
-        if *untaken == 0 {
-            self.groups
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&key);
+        {
+            let mut untaken = entry.untaken.lock().unwrap_or_else(|p| p.into_inner());
+            *untaken = untaken.saturating_sub(1);
+            if *untaken == 0 {
+                self.groups
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&key);
+            }
+        }
+        // The first worker to take a row of this group reads the next one now, while the
+        // others decode this one's images: the workers do not all wait at the boundary.
+        if let (true, Some(next_rows)) = (first, next_rows) {
+            let next = self.entry((shard, group + 1), next_rows);
+            next.images
+                .get_or_init(|| read_group(path, column, group + 1, next_rows));
         }
         result
+    }
+
+    /// The entry of `key` (a group of `rows` rows), made if need be.
+    fn entry(&self, key: (usize, usize), rows: usize) -> Arc<Group> {
+        let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(groups.entry(key).or_insert_with(|| {
+            Arc::new(Group {
+                images: OnceLock::new(),
+                started: Default::default(),
+                untaken: Mutex::new(rows),
+            })
+        }))
     }
 }
