@@ -155,15 +155,14 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
         paths_target.check_not_among(&inputs.paths)?;
     }
     if format == Format::Npy {
-        if let Some(path) = inputs
-            .paths
-            .iter()
-            .find(|p| p.as_os_str().as_encoded_bytes().contains(&b'\n'))
+        // The names the paths file holds: a file's path, a sample's shard and key.
+        if let Some(name) = (0..inputs.len())
+            .map(|i| inputs.name(i))
+            .find(|name| name.contains('\n'))
         {
             bail!(
-                "{:?} holds a line break, which the .npy's paths file (one a line) cannot hold: \
-                 use .safetensors or .jsonl",
-                path
+                "{name:?} holds a line break, which the .npy's paths file (one a line) cannot \
+                 hold: use .safetensors or .jsonl"
             );
         }
     }
