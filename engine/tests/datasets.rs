@@ -9,7 +9,7 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use vitrt_engine::pipeline::datasets::{ImageAt, RowGroupCache, SampleReader};
+use vitrt_engine::pipeline::datasets::{ImageAt, RowGroupCache, SampleReader, SidecarReader};
 use vitrt_engine::pipeline::{collect_inputs, collect_inputs_with, DatasetOptions, InputList};
 
 fn write_tar(path: &Path, members: &[(&str, &[u8])]) {
@@ -68,12 +68,13 @@ fn tar_members_are_grouped_by_key_in_order() {
     assert_eq!(inputs.paths, vec![path.clone(); 4]);
     assert_eq!(inputs.name(0), format!("{}/s/002", path.display()));
     let first = inputs.sample(0).unwrap();
+    let mut sidecars = SidecarReader::new(&inputs.shards);
+    assert_eq!(sidecars.read(first, "json").as_deref(), Some("{\"x\": 1}"));
+    assert_eq!(sidecars.read(first, "txt").as_deref(), Some("caption"));
+    assert_eq!(sidecars.read(inputs.sample(1).unwrap(), "txt"), None);
     assert_eq!(
-        first.sidecars,
-        [
-            ("json".to_string(), "{\"x\": 1}".to_string()),
-            ("txt".to_string(), "caption".to_string())
-        ]
+        sidecars.read(inputs.sample(2).unwrap(), "txt").as_deref(),
+        Some("nothing else")
     );
     let bytes = read_all(&inputs);
     assert_eq!(bytes[0].as_deref().unwrap(), b"jpeg of 002");

@@ -28,6 +28,7 @@ use std::io::Write;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use vitrt_engine::pipeline::datasets::SidecarReader;
 use vitrt_engine::pipeline::{shown_path, InputList};
 
 /// Output shards of plain files hold this many by default (`--shard-size`).
@@ -404,26 +405,17 @@ pub struct RowMeta {
 }
 
 impl RowMeta {
-    /// Input `index`'s key, source and sidecars.
-    pub fn of(inputs: &InputList, index: usize) -> RowMeta {
+    /// Input `index`'s key, source and sidecars (read through `sidecars`).
+    pub fn of(inputs: &InputList, index: usize, sidecars: &mut SidecarReader<'_>) -> RowMeta {
         let source = shown_path(&inputs.paths[index]);
         match inputs.sample(index) {
-            Some(sample) => {
-                let sidecar = |extension: &str| {
-                    sample
-                        .sidecars
-                        .iter()
-                        .find(|(e, _)| e == extension)
-                        .map(|(_, text)| text.clone())
-                };
-                RowMeta {
-                    key: sample.key.clone(),
-                    source,
-                    error: None,
-                    json: sidecar("json"),
-                    txt: sidecar("txt"),
-                }
-            }
+            Some(sample) => RowMeta {
+                key: sample.key.clone(),
+                source,
+                error: None,
+                json: sidecars.read(sample, "json"),
+                txt: sidecars.read(sample, "txt"),
+            },
             None => RowMeta {
                 key: source.clone(),
                 source,

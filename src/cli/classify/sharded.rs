@@ -10,6 +10,7 @@ use crate::cli::output_dir::{
 };
 use anyhow::{Context, Result};
 use vitrt_engine::batched::BatchResults;
+use vitrt_engine::pipeline::datasets::SidecarReader;
 use vitrt_engine::pipeline::{Flow, InputList};
 use vitrt_model::labels::Prediction;
 use vitrt_runtime::HostTensor;
@@ -17,6 +18,8 @@ use vitrt_runtime::HostTensor;
 pub struct ShardedClassifier<'a> {
     out: &'a OutputDir,
     inputs: &'a InputList,
+    /// Reads the webdataset samples' `.json` and `.txt` members as their rows are written.
+    sidecars: SidecarReader<'a>,
     rows: ShardRows<Vec<Prediction>>,
     scores: Scores<'a>,
     top_k: usize,
@@ -35,6 +38,7 @@ impl<'a> ShardedClassifier<'a> {
         ShardedClassifier {
             out,
             inputs,
+            sidecars: SidecarReader::new(&inputs.shards),
             rows: ShardRows::new(shards),
             scores,
             top_k,
@@ -92,7 +96,7 @@ impl BatchResults for ShardedClassifier<'_> {
         };
         for k in 0..count {
             let index = first + k;
-            let mut meta = RowMeta::of(self.inputs, index);
+            let mut meta = RowMeta::of(self.inputs, index, &mut self.sidecars);
             if let Some((_, why)) = failures.iter().find(|(i, _)| *i == index) {
                 meta.error = Some(why.clone());
                 self.push(meta, Vec::new())?;

@@ -9,6 +9,7 @@ use crate::cli::output_dir::{
 };
 use anyhow::{bail, Context, Result};
 use vitrt_engine::batched::BatchResults;
+use vitrt_engine::pipeline::datasets::SidecarReader;
 use vitrt_engine::pipeline::{Flow, InputList};
 use vitrt_engine::results::normalize;
 use vitrt_model::Output;
@@ -19,6 +20,8 @@ pub struct ShardedEmbedder<'a> {
     out: &'a OutputDir,
     /// The inputs being run: the shards to do, one after the other.
     inputs: &'a InputList,
+    /// Reads the webdataset samples' `.json` and `.txt` members as their rows are written.
+    sidecars: SidecarReader<'a>,
     rows: ShardRows<Option<Vec<f32>>>,
     output: Output,
     normalize: bool,
@@ -41,6 +44,7 @@ impl<'a> ShardedEmbedder<'a> {
         ShardedEmbedder {
             out,
             inputs,
+            sidecars: SidecarReader::new(&inputs.shards),
             rows: ShardRows::new(shards),
             output,
             normalize,
@@ -123,7 +127,7 @@ impl BatchResults for ShardedEmbedder<'_> {
         }
         for k in 0..count {
             let index = first + k;
-            let mut meta = RowMeta::of(self.inputs, index);
+            let mut meta = RowMeta::of(self.inputs, index, &mut self.sidecars);
             if let Some((_, why)) = failures.iter().find(|(i, _)| *i == index) {
                 meta.error = Some(why.clone());
                 self.push(meta, None)?;

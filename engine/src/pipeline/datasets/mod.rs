@@ -3,7 +3,7 @@
 //! (`shards/{00000..00099}.tar`, `braces.rs`).
 //!
 //! Each shard is scanned when the inputs are listed: its samples (key, where the image bytes
-//! are, the small sidecars) join the input list in shard order, so a run knows its length,
+//! and the small sidecars are) join the input list in shard order, so a run knows its length,
 //! its order and its output shards before the first image is decoded. The decoding workers
 //! then fetch each sample's bytes themselves ([`SampleReader`]): a tar member by its offset
 //! (positional reads, in input order, so a shard is read front to back), a Parquet row from its
@@ -64,8 +64,51 @@ pub struct Sample {
     /// column or `<file stem>/<row>`.
     pub key: String,
     pub image: ImageAt,
-    /// The sample's text members by extension (`json`, `txt`), in member order.
-    pub sidecars: Vec<(String, String)>,
+    /// Where the sample's small text members (`json`, `txt`) are, in member order.
+    pub sidecars: Vec<Sidecar>,
+}
+
+/// A webdataset sample's text member: `size` bytes from `offset` of its tar.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sidecar {
+    /// `json` or `txt`.
+    pub extension: String,
+    pub offset: u64,
+    pub size: u64,
+}
+
+/// Reads samples' sidecars (for the metadata of `--output-dir`), keeping the tar it read last
+/// open.
+pub struct SidecarReader<'a> {
+    shards: &'a [Shard],
+    open_tar: Option<(usize, File)>,
+}
+
+impl<'a> SidecarReader<'a> {
+    pub fn new(shards: &'a [Shard]) -> Self {
+        SidecarReader {
+            shards,
+            open_tar: None,
+        }
+    }
+
+    /// The text of `sample`'s sidecar of `extension` (as UTF-8, invalid bytes replaced), if
+    /// it has one and it can be read.
+    pub fn read(&mut self, sample: &Sample, extension: &str) -> Option<String> {
+        let sidecar = sample.sidecars.iter().find(|s| s.extension == extension)?;
+        if self
+            .open_tar
+            .as_ref()
+            .is_none_or(|(open, _)| *open != sample.shard)
+        {
+            let file = File::open(&self.shards.get(sample.shard)?.path).ok()?;
+            self.open_tar = Some((sample.shard, file));
+        }
+        let (_, file) = self.open_tar.as_ref()?;
+        let mut bytes = vec![0; sidecar.size as usize];
+        read_exact_at(file, &mut bytes, sidecar.offset).ok()?;
+        Some(String::from_utf8_lossy(&bytes).into_owned())
+    }
 }
 
 /// What a path names as an input, by its extension.

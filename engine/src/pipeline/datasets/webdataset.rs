@@ -2,13 +2,14 @@
 //! A member's key is its path up to the first dot of its file name, its extension the rest,
 //! lowercased (`a/b/000123.seg.png`: key `a/b/000123`, extension `seg.png`); consecutive
 //! members with the same key make one sample. The shard is scanned once, header by header
-//! (the data is skipped by seeking), to learn its samples, where each image's bytes lie, and
-//! the small `.json`/`.txt` sidecars; the decoding workers then read each image's bytes at its
-//! offset.
+//! (the data is skipped by seeking), to learn its samples and where each image's bytes and
+//! each small `.json`/`.txt` sidecar lie; the decoding workers then read each image's bytes
+//! at its offset, and the writers of `--output-dir` the sidecars (so that the run does not
+//! hold every sample's text in memory).
 
-use super::{ImageAt, Sample, IMAGE_EXTENSIONS};
+use super::{ImageAt, Sample, Sidecar, IMAGE_EXTENSIONS};
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::BufReader;
 use std::path::Path;
 
 /// Sidecars larger than this are not kept (a caption or a metadata record is far smaller).
@@ -58,12 +59,12 @@ pub fn scan(path: &Path, shard: usize) -> Result<TarScan, String> {
     let mut scan = TarScan::default();
     let mut key: Option<String> = None;
     let mut members: Vec<Member> = Vec::new();
-    let mut sidecars: Vec<(String, String)> = Vec::new();
+    let mut sidecars: Vec<Sidecar> = Vec::new();
     let mut read_to = 0u64;
     // Where the reading stopped early, and why.
     let mut stopped: Option<(u64, String)> = None;
     for entry in entries {
-        let mut entry = match entry {
+        let entry = match entry {
             Ok(entry) => entry,
             Err(error) => {
                 stopped = Some((read_to, error.to_string()));
@@ -97,13 +98,11 @@ pub fn scan(path: &Path, shard: usize) -> Result<TarScan, String> {
             key = Some(member_key.to_string());
         }
         if matches!(extension.as_str(), "json" | "txt") && size <= MAX_SIDECAR_BYTES {
-            let mut text = Vec::with_capacity(size as usize);
-            if entry.read_to_end(&mut text).is_ok() {
-                sidecars.push((
-                    extension.clone(),
-                    String::from_utf8_lossy(&text).into_owned(),
-                ));
-            }
+            sidecars.push(Sidecar {
+                extension: extension.clone(),
+                offset,
+                size,
+            });
         }
         members.push(Member {
             extension,
@@ -126,12 +125,7 @@ pub fn scan(path: &Path, shard: usize) -> Result<TarScan, String> {
 /// The sample of `members`: its image is the first member with an image extension (in the
 /// order of [`IMAGE_EXTENSIONS`]); a sample with none, or with two members of one extension, is
 /// an error record.
-fn sample(
-    shard: usize,
-    key: String,
-    members: &[Member],
-    sidecars: Vec<(String, String)>,
-) -> Sample {
+fn sample(shard: usize, key: String, members: &[Member], sidecars: Vec<Sidecar>) -> Sample {
     let mut image = None;
     for wanted in IMAGE_EXTENSIONS {
         if let Some(m) = members.iter().find(|m| m.extension == wanted) {
