@@ -4,12 +4,11 @@
 //! pipeline's consumer ([`run_batches`]) that submits each batch and collects its outputs one
 //! batch behind, handing them in input order to the command's [`BatchResults`].
 
+use crate::pipeline::datasets::{ImageAt, RowGroupCache, SampleReader};
 use crate::pipeline::{self, Batch, Flow, ImageLoad, InputList, PipelineConfig, PipelineStats};
 use anyhow::{bail, Context, Result};
-use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 use std::time::{Duration, Instant};
 use vitrt_model::preprocess::device_batch::{device_batch, DeviceBatch};
 use vitrt_model::preprocess::jpeg_coefficients::EntropyOn;
@@ -33,16 +32,22 @@ const ARENA_BYTES_PER_IMAGE: (usize, usize) = (256 << 10, 16 << 20);
 /// The most one slot's arena takes, whatever the batch size and files.
 const ARENA_BYTES_PER_SLOT: usize = 1 << 30;
 
-/// Arena bytes per image for `paths`: one and a half times the median size of up to 64 of
-/// the files (spread over the list), within [`ARENA_BYTES_PER_IMAGE`]; pinning page-locked
-/// memory costs start-up time (0.5 s a GiB), so photos of 50 KB get the floor and
-/// 12-megapixel ones room for their scans.
-fn arena_bytes_per_image(paths: &[PathBuf]) -> usize {
-    let step = paths.len().div_ceil(64).max(1);
-    let mut sizes: Vec<u64> = paths
-        .iter()
+/// Arena bytes per image for `inputs`: one and a half times the median size of up to 64 of
+/// the files or tar members (spread over the list), within [`ARENA_BYTES_PER_IMAGE`]; pinning
+/// page-locked memory costs start-up time (0.5 s a GiB), so photos of 50 KB get the floor and
+/// 12-megapixel ones room for their scans. Parquet rows, whose sizes are known only once read,
+/// count as nothing.
+fn arena_bytes_per_image(inputs: &InputList) -> usize {
+    let step = inputs.len().div_ceil(64).max(1);
+    let mut sizes: Vec<u64> = (0..inputs.len())
         .step_by(step)
-        .filter_map(|p| std::fs::metadata(p).ok().map(|m| m.len()))
+        .filter_map(|i| match inputs.sample(i) {
+            Some(sample) => match sample.image {
+                ImageAt::Tar { size, .. } => Some(size),
+                _ => None,
+            },
+            None => std::fs::metadata(&inputs.paths[i]).ok().map(|m| m.len()),
+        })
         .collect();
     sizes.sort_unstable();
     let median = sizes.get(sizes.len() / 2).copied().unwrap_or(0) as usize;
@@ -206,16 +211,58 @@ impl BatchSetup {
 }
 
 /// The preprocessing loader as the pipeline calls it. An entry of a folder that could not be
-/// listed fails here, in its place, with why.
-pub struct Loader {
+/// listed fails here, in its place, with why; a dataset sample's bytes are read from its
+/// shard, then decoded as a file's would be.
+pub struct Loader<'a> {
     pub images: ImageLoader,
-    pub unlisted: Arc<HashMap<PathBuf, String>>,
+    inputs: &'a InputList,
+    samples: SampleReader<'a>,
+    /// Whether the images were read before in this run (a batch decoded again on the host).
+    pub(crate) again: bool,
+    /// A sample's bytes, kept from image to image.
+    bytes: Vec<u8>,
 }
 
-impl ImageLoad for Loader {
-    fn load(&mut self, path: &Path, out: &mut [u8]) -> Result<StageTimes, String> {
-        if let Some(why) = self.unlisted.get(path) {
+impl<'a> Loader<'a> {
+    /// A loader of `inputs` (Parquet row groups shared through `groups`).
+    pub fn new(images: ImageLoader, inputs: &'a InputList, groups: &'a RowGroupCache) -> Self {
+        let max_bytes = images.limits().max_file_bytes;
+        Loader {
+            images,
+            inputs,
+            samples: SampleReader::new(&inputs.shards, groups, max_bytes),
+            again: false,
+            bytes: Vec::new(),
+        }
+    }
+
+    /// Reads sample `index`'s bytes into `self.bytes`: the time it took, or why it failed
+    /// (naming the sample).
+    fn read_sample(&mut self, index: usize) -> Option<Result<Duration, String>> {
+        let sample = self.inputs.sample(index)?;
+        let started = Instant::now();
+        Some(
+            self.samples
+                .read(sample, self.again, &mut self.bytes)
+                .map(|()| started.elapsed())
+                .map_err(|why| format!("{}: {why}", self.inputs.name(index))),
+        )
+    }
+}
+
+impl ImageLoad for Loader<'_> {
+    fn load(&mut self, index: usize, path: &Path, out: &mut [u8]) -> Result<StageTimes, String> {
+        if let Some(why) = self.inputs.unlisted.get(path) {
             return Err(format!("{}: {why}", path.display()));
+        }
+        if let Some(read) = self.read_sample(index) {
+            let read = read?;
+            let name = self.inputs.name(index);
+            return self
+                .images
+                .load_bytes_into(&self.bytes, &name, out)
+                .map(|times| StageTimes { read, ..times })
+                .map_err(|e| format!("{:#}", anyhow::Error::new(e)));
         }
         // The whole chain: a read error's cause ("a socket, not a regular file") is its source.
         self.images
@@ -225,12 +272,22 @@ impl ImageLoad for Loader {
 
     fn load_for_device(
         &mut self,
+        index: usize,
         path: &Path,
         out: &mut [u8],
         arena: &dyn ArenaReserve,
     ) -> Result<(StageTimes, Loaded), String> {
-        if let Some(why) = self.unlisted.get(path) {
+        if let Some(why) = self.inputs.unlisted.get(path) {
             return Err(format!("{}: {why}", path.display()));
+        }
+        if let Some(read) = self.read_sample(index) {
+            let read = read?;
+            let name = self.inputs.name(index);
+            return self
+                .images
+                .load_bytes_for_device(&self.bytes, &name, out, arena)
+                .map(|(times, loaded)| (StageTimes { read, ..times }, loaded))
+                .map_err(|e| format!("{:#}", anyhow::Error::new(e)));
         }
         self.images
             .load_file_for_device(path, out, arena)
@@ -304,7 +361,7 @@ pub fn run_batches(
         .context("allocating the staging buffers")?;
     let mut pipeline_config = setup.pipeline;
     if pipeline_config.arena_bytes > 0 {
-        pipeline_config.arena_bytes = arena_bytes_per_slot(setup, &inputs.paths);
+        pipeline_config.arena_bytes = arena_bytes_per_slot(setup, inputs);
     }
     let arena_bytes = pipeline_config.arena_bytes;
     let mut arenas = match arena_bytes {
@@ -316,17 +373,24 @@ pub fn run_batches(
     };
     crate::startup::mark("preprocessing read, staging buffers allocated");
     runner.record_timeline(record_timeline);
-    let unlisted = Arc::new(inputs.unlisted.clone());
+    let groups = RowGroupCache::default();
     let make_loader = || {
-        Box::new(Loader {
-            images: ImageLoader::new(&setup.pre, setup.limits).with_entropy(setup.entropy),
-            unlisted: Arc::clone(&unlisted),
-        }) as Box<dyn ImageLoad>
+        Box::new(Loader::new(
+            ImageLoader::new(&setup.pre, setup.limits).with_entropy(setup.entropy),
+            inputs,
+            &groups,
+        )) as Box<dyn ImageLoad + '_>
     };
+    let mut host_loader = Loader::new(
+        ImageLoader::new(&setup.pre, setup.limits).with_entropy(setup.entropy),
+        inputs,
+        &groups,
+    );
+    host_loader.again = true;
     let mut submitter = Submitter {
         runner,
         paths: &inputs.paths,
-        host_loader: make_loader(),
+        host_loader: Box::new(host_loader),
         table: &setup.table,
         image_bytes: setup.pipeline.image_bytes,
         results,
@@ -338,7 +402,7 @@ pub fn run_batches(
         collected_any: false,
     };
     let stats = pipeline::run(
-        &inputs.paths,
+        inputs,
         pipeline_config,
         &mut staging,
         &mut arenas,
@@ -403,8 +467,8 @@ struct Submitter<'a, R: BatchResults> {
     runner: &'a mut Runner,
     /// The run's inputs, and a host loader: a batch with an image the device could not decode
     /// exactly is decoded again on the host.
-    paths: &'a [PathBuf],
-    host_loader: Box<dyn ImageLoad>,
+    paths: &'a [std::path::PathBuf],
+    host_loader: Box<dyn ImageLoad + 'a>,
     table: &'a [f32],
     /// Bytes of one preprocessed image.
     image_bytes: usize,
@@ -495,7 +559,7 @@ impl<R: BatchResults> Submitter<'_, R> {
             if batch.failures.iter().any(|(failed, _)| *failed == index) {
                 continue;
             }
-            if let Err(why) = self.host_loader.load(&self.paths[index], out) {
+            if let Err(why) = self.host_loader.load(index, &self.paths[index], out) {
                 eprintln!("vitrt: {why}");
                 batch.failures.push((index, why));
             }
@@ -550,8 +614,8 @@ impl<R: BatchResults> Submitter<'_, R> {
 }
 
 /// Arena bytes of one staging slot for `--decode gpu` over `paths`.
-pub(crate) fn arena_bytes_per_slot(setup: &BatchSetup, paths: &[PathBuf]) -> usize {
-    (setup.batch_size * arena_bytes_per_image(paths)).min(ARENA_BYTES_PER_SLOT)
+pub(crate) fn arena_bytes_per_slot(setup: &BatchSetup, inputs: &InputList) -> usize {
+    (setup.batch_size * arena_bytes_per_image(inputs)).min(ARENA_BYTES_PER_SLOT)
 }
 
 /// Images done of total, images/s and the time left, on stderr when it is a terminal.
@@ -573,7 +637,15 @@ pub(crate) fn progress_bar(total: usize, quiet: bool) -> indicatif::ProgressBar 
 mod tests {
     use super::*;
     use crate::pipeline::{self, Batch, ImageLoad, PipelineConfig};
+    use std::path::PathBuf;
     use vitrt_runtime::HostStaging;
+
+    fn listed(paths: &[PathBuf]) -> InputList {
+        InputList {
+            paths: paths.to_vec(),
+            ..InputList::default()
+        }
+    }
 
     #[test]
     fn the_arena_is_sized_from_the_files() {
@@ -586,14 +658,20 @@ mod tests {
         // Small photos get the floor; 4 MB ones one and a half times their size; huge ones
         // the ceiling.
         let small: Vec<_> = (0..5).map(|i| write(&format!("s{i}"), 40_000)).collect();
-        assert_eq!(arena_bytes_per_image(&small), ARENA_BYTES_PER_IMAGE.0);
+        assert_eq!(
+            arena_bytes_per_image(&listed(&small)),
+            ARENA_BYTES_PER_IMAGE.0
+        );
         let large: Vec<_> = (0..5).map(|i| write(&format!("l{i}"), 4 << 20)).collect();
-        assert_eq!(arena_bytes_per_image(&large), 6 << 20);
+        assert_eq!(arena_bytes_per_image(&listed(&large)), 6 << 20);
         let huge = vec![write("h", 100 << 20)];
-        assert_eq!(arena_bytes_per_image(&huge), ARENA_BYTES_PER_IMAGE.1);
+        assert_eq!(
+            arena_bytes_per_image(&listed(&huge)),
+            ARENA_BYTES_PER_IMAGE.1
+        );
         // Files that cannot be read count as nothing.
         assert_eq!(
-            arena_bytes_per_image(&[dir.path().join("missing")]),
+            arena_bytes_per_image(&listed(&[dir.path().join("missing")])),
             ARENA_BYTES_PER_IMAGE.0
         );
     }
@@ -622,6 +700,21 @@ mod tests {
             .take(images.len() * 3)
             .cloned()
             .collect();
+        // The same images as files and as the samples of a webdataset tar, whose bytes the
+        // workers read from the shard.
+        let files = listed(&paths);
+        let dir = tempfile::tempdir().unwrap();
+        let tar_path = dir.path().join("images.tar");
+        let mut tar = tar::Builder::new(std::fs::File::create(&tar_path).unwrap());
+        for (i, path) in paths.iter().enumerate() {
+            let extension = path.extension().unwrap().to_str().unwrap();
+            tar.append_path_with_name(path, format!("{i:04}.{extension}"))
+                .unwrap();
+        }
+        tar.finish().unwrap();
+        drop(tar);
+        let shard = pipeline::collect_inputs(&[tar_path], None).unwrap();
+        assert_eq!(shard.len(), paths.len());
         // Two filters, and a shortest-edge resize whose center crop is wider than the resized
         // image on the square fixture (zero padding in the staging slot).
         for json in [
@@ -636,7 +729,12 @@ mod tests {
             let image_bytes = ImageLoader::new(&pre, limits).output_bytes();
             // Decoded on the host; then with the JPEGs left to device decoding, done here by
             // the image kernels' CPU twins on the batch the consumer assembles.
-            for arena_bytes in [0, 4 << 20] {
+            for (inputs, arena_bytes) in [
+                (&files, 0),
+                (&files, 4 << 20),
+                (&shard, 0),
+                (&shard, 4 << 20),
+            ] {
                 let config = PipelineConfig {
                     batch_size: 4,
                     depth: 2,
@@ -650,16 +748,15 @@ mod tests {
                     (0..2).map(|_| HostStaging::heap(4 * image_bytes)).collect();
                 let mut arenas: Vec<HostStaging> =
                     (0..2).map(|_| HostStaging::heap(arena_bytes)).collect();
+                let groups = RowGroupCache::default();
                 let make = || {
-                    Box::new(Loader {
-                        images: ImageLoader::new(&pre, limits),
-                        unlisted: Default::default(),
-                    }) as Box<dyn ImageLoad>
+                    Box::new(Loader::new(ImageLoader::new(&pre, limits), inputs, &groups))
+                        as Box<dyn ImageLoad + '_>
                 };
                 let mut checked = 0;
                 let mut on_device = 0;
                 let stats = pipeline::run(
-                    &paths,
+                    inputs,
                     config,
                     &mut staging,
                     &mut arenas,

@@ -17,13 +17,13 @@
 use crate::batched::{
     progress_bar, BatchResults, BatchSetup, ConsumerTimes, ImageOptions, Loader, STAGING_DEPTH,
 };
+use crate::pipeline::datasets::RowGroupCache;
 use crate::pipeline::{self, Batch, Consumer, Flow, ImageLoad, InputList, PipelineStats};
 use crate::ModelOptions;
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vitrt_model::preprocess::device_batch::device_batch;
 use vitrt_model::preprocess::{DeviceImage, ImageLoader};
@@ -170,7 +170,10 @@ struct RingParts {
     staging: Vec<HostStaging>,
     arenas: Vec<HostStaging>,
     config: pipeline::PipelineConfig,
-    make_loader: Arc<dyn Fn() -> Box<dyn ImageLoad> + Send + Sync>,
+    /// How the workers decode: the preprocessing, its limits, who reads JPEG scans.
+    pre: vitrt_model::preprocess::PreprocessConfig,
+    limits: vitrt_model::preprocess::ImageLimits,
+    entropy: vitrt_model::preprocess::jpeg_coefficients::EntropyOn,
     quiet: bool,
 }
 
@@ -192,8 +195,6 @@ pub fn run_on_devices(
             jobs.push(Some(job_tx));
             acks.push(ack_rx);
             let events_tx = events_tx.clone();
-            let paths = &inputs.paths;
-            let unlisted = Arc::new(inputs.unlisted.clone());
             std::thread::Builder::new()
                 .name(format!("vitrt-{name}"))
                 .spawn_scoped(scope, move || {
@@ -201,8 +202,7 @@ pub fn run_on_devices(
                         k,
                         name,
                         run,
-                        paths,
-                        unlisted,
+                        inputs,
                         events: events_tx.clone(),
                     };
                     if let Err(e) = device.serve(job_rx, ack_tx) {
@@ -264,10 +264,17 @@ fn dispatch(
         .ok_or_else(|| anyhow!("no device lent the pipeline its staging"))?;
     dispatcher.progress = progress_bar(inputs.paths.len(), ring.quiet);
     crate::startup::mark("every device open, staging allocated");
-    let make_loader = Arc::clone(&ring.make_loader);
-    let loader = move || make_loader();
+    let groups = RowGroupCache::default();
+    let (pre, limits, entropy) = (&ring.pre, ring.limits, ring.entropy);
+    let loader = || {
+        Box::new(Loader::new(
+            ImageLoader::new(pre, limits).with_entropy(entropy),
+            inputs,
+            &groups,
+        )) as Box<dyn ImageLoad + '_>
+    };
     let stats = pipeline::run(
-        &inputs.paths,
+        inputs,
         ring.config,
         &mut ring.staging,
         &mut ring.arenas,
@@ -530,8 +537,7 @@ struct DeviceThread<'a> {
     k: usize,
     name: &'a str,
     run: &'a DeviceRun<'a>,
-    paths: &'a [PathBuf],
-    unlisted: Arc<std::collections::HashMap<PathBuf, String>>,
+    inputs: &'a InputList,
     events: Sender<Event>,
 }
 
@@ -556,16 +562,20 @@ impl DeviceThread<'_> {
         let mut runner = opened.runner;
         let pre = crate::batched::preprocessing(&mut runner, &opened.dir, self.run.size_was_asked)?;
         (self.run.prepare)(&mut runner)?;
-        let mut setup = BatchSetup::new(&runner, pre, self.run.images, self.paths.len())?;
+        let mut setup = BatchSetup::new(&runner, pre, self.run.images, self.inputs.len())?;
         let parts = if self.k == 0 {
             Some(Box::new(self.ring_parts(&mut runner, &mut setup)?))
         } else {
             None
         };
-        let mut host = Loader {
-            images: ImageLoader::new(&setup.pre, setup.limits),
-            unlisted: Arc::clone(&self.unlisted),
-        };
+        // A batch the device marked is decoded again on the host, reading its samples again.
+        let groups = RowGroupCache::default();
+        let mut host = Loader::new(
+            ImageLoader::new(&setup.pre, setup.limits),
+            self.inputs,
+            &groups,
+        );
+        host.again = true;
         let _ = self.events.send(Event::Opened(parts));
         let mut figures = DeviceFigures {
             device: self.name.to_string(),
@@ -641,7 +651,7 @@ impl DeviceThread<'_> {
             .collect::<Result<Vec<_>, _>>()
             .context("allocating the staging buffers")?;
         if setup.pipeline.arena_bytes > 0 {
-            setup.pipeline.arena_bytes = crate::batched::arena_bytes_per_slot(setup, self.paths);
+            setup.pipeline.arena_bytes = crate::batched::arena_bytes_per_slot(setup, self.inputs);
         }
         let arenas = match setup.pipeline.arena_bytes {
             0 => Vec::new(),
@@ -650,18 +660,13 @@ impl DeviceThread<'_> {
                 .collect::<Result<Vec<_>, _>>()
                 .context("allocating the coefficient staging for --decode gpu")?,
         };
-        let (pre, limits, entropy) = (setup.pre.clone(), setup.limits, setup.entropy);
-        let unlisted = Arc::clone(&self.unlisted);
         Ok(RingParts {
             staging,
             arenas,
             config: setup.pipeline,
-            make_loader: Arc::new(move || {
-                Box::new(Loader {
-                    images: ImageLoader::new(&pre, limits).with_entropy(entropy),
-                    unlisted: Arc::clone(&unlisted),
-                }) as Box<dyn ImageLoad>
-            }),
+            pre: setup.pre.clone(),
+            limits: setup.limits,
+            entropy: setup.entropy,
             quiet: setup.quiet,
         })
     }
@@ -719,7 +724,7 @@ impl DeviceThread<'_> {
                     runner,
                     setup,
                     host,
-                    self.paths,
+                    self.inputs,
                     &mut batch.failures,
                     batch.first,
                     batch.count,
@@ -743,7 +748,7 @@ fn redo_on_host(
     runner: &mut Runner,
     setup: &BatchSetup,
     host: &mut Loader,
-    paths: &[PathBuf],
+    inputs: &InputList,
     failures: &mut Vec<(usize, String)>,
     first: usize,
     count: usize,
@@ -755,8 +760,7 @@ fn redo_on_host(
         if failures.iter().any(|(failed, _)| *failed == index) {
             continue;
         }
-        let path: &Path = &paths[index];
-        if let Err(why) = host.load(path, out) {
+        if let Err(why) = host.load(index, &inputs.paths[index], out) {
             eprintln!("vitrt: {why}");
             failures.push((index, why));
         }
@@ -893,7 +897,7 @@ impl Placement {
             Placement::One { runner, dir } => {
                 let pre = crate::batched::preprocessing(runner, dir, size_was_asked)?;
                 prepare(runner)?;
-                let setup = BatchSetup::new(runner, pre, images, inputs.paths.len())?;
+                let setup = BatchSetup::new(runner, pre, images, inputs.len())?;
                 let outcome =
                     crate::batched::run_batches(runner, inputs, &setup, results, record_timeline)?;
                 Ok(Ran {

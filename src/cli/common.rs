@@ -142,6 +142,39 @@ impl ModelArgs {
         self.image_size
     }
 
+    /// These flags with `--batch-invariant` on, as `--output-dir` runs them: a resumed run
+    /// batches the images differently, and its shards must be the bytes an uninterrupted run
+    /// writes (the CPU is invariant either way).
+    pub fn batch_invariant(&self) -> ModelArgs {
+        ModelArgs {
+            batch_invariant: true,
+            ..self.clone()
+        }
+    }
+
+    /// The flags that decide the outputs' values, by name, as `--output-dir`'s manifest
+    /// records them (a resumed run must agree on each).
+    pub fn recorded(&self) -> Vec<(&'static str, String)> {
+        let shown = |v: Option<String>| v.unwrap_or_else(|| "default".to_string());
+        vec![
+            ("model", self.model.clone()),
+            ("revision", shown(self.revision.clone())),
+            ("device", shown(self.device.clone())),
+            ("dtype", shown(self.dtype.map(|d| format!("{d:?}")))),
+            (
+                "residual-dtype",
+                shown(self.residual_dtype.map(|d| format!("{d:?}"))),
+            ),
+            ("fusion", format!("{:?}", self.fusion)),
+            ("attention", shown(self.attention.map(|a| format!("{a:?}")))),
+            ("batch-invariant", self.batch_invariant.to_string()),
+            (
+                "image-size",
+                shown(self.image_size.map(|(h, w)| format!("{h},{w}"))),
+            ),
+        ]
+    }
+
     /// The engine's options for what the flags say.
     pub fn options(&self) -> ModelOptions {
         ModelOptions {

@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
 use vitrt_engine::batched::{DecodeOn, ImageOptions};
-use vitrt_engine::pipeline::{self, InputList};
+use vitrt_engine::pipeline::{self, DatasetOptions, InputList};
 use vitrt_model::preprocess::ImageLimits;
 
 /// Where JPEGs are decoded (`--decode`).
@@ -57,8 +57,14 @@ pub struct ImageArgs {
     /// elsewhere.
     #[arg(long, value_enum)]
     decode: Option<DecodeArg>,
+    /// The Parquet column of the images: a struct with a binary `bytes` field (Hugging Face
+    /// `datasets`) or a binary column (img2dataset). Default: the first such column.
+    #[arg(long, value_name = "NAME")]
+    image_column: Option<String>,
     /// Image files (JPEG, PNG, WebP) and folders, walked for .jpg, .jpeg, .png and .webp
-    /// files in name order.
+    /// files in name order; webdataset shards (.tar: each sample's .jpg, .jpeg, .png or .webp
+    /// member) and Parquet files of image bytes (.parquet), by path, glob or brace range
+    /// (`shards/{00000..00099}.tar`, quoted so that the shell leaves it to vitrt).
     images: Vec<PathBuf>,
 }
 
@@ -91,16 +97,38 @@ impl LimitArgs {
 impl ImageArgs {
     /// The images named and listed, in order; an error when there are none.
     pub fn collect(&self) -> Result<InputList> {
-        let inputs = pipeline::collect_inputs(&self.images, self.files_from.as_deref())?;
+        let datasets = DatasetOptions {
+            image_column: self.image_column.clone(),
+        };
+        let inputs =
+            pipeline::collect_inputs_with(&self.images, self.files_from.as_deref(), &datasets)?;
         if inputs.paths.is_empty() {
             bail!(if self.images.is_empty() && self.files_from.is_none() {
                 "no images given: name image files or folders, or use --files-from".to_string()
             } else {
-                "no images found (folders are searched for .jpg, .jpeg, .png and .webp files)"
+                "no images found (folders are searched for .jpg, .jpeg, .png and .webp files; \
+                 .tar and .parquet shards give their samples)"
                     .to_string()
             });
         }
         Ok(inputs)
+    }
+
+    /// The flags that decide which inputs are read and how, by name, for `--output-dir`'s
+    /// manifest (the inputs themselves are recorded by their names).
+    pub fn recorded(&self) -> Vec<(&'static str, String)> {
+        let limits = self.limits.limits();
+        vec![
+            (
+                "image-column",
+                self.image_column
+                    .clone()
+                    .unwrap_or_else(|| "default".into()),
+            ),
+            ("max-pixels", limits.max_pixels.to_string()),
+            ("max-file-size", limits.max_file_bytes.to_string()),
+            ("max-decoded-bytes", limits.max_decoded_bytes.to_string()),
+        ]
     }
 
     /// The engine's options for what the flags say.

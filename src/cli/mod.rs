@@ -19,6 +19,7 @@ mod embed;
 mod embed_text;
 mod images;
 mod infer;
+mod output_dir;
 mod parity;
 mod profile;
 mod serve;

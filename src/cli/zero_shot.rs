@@ -5,9 +5,10 @@
 //! labels (`vitrt_model::Output::ZeroShotProbs`).
 
 use super::classify::output::Format;
-use super::classify::{classify_images, Report, Scores};
+use super::classify::{classify_images, open_output_dir, Report, Scores};
 use super::common::ModelArgs;
 use super::images::ImageArgs;
+use super::output_dir::OutputDirArgs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -41,11 +42,15 @@ pub struct ZeroShotArgs {
     /// Output: a table per image, one JSON document, JSON Lines or CSV (the last two are
     /// written and flushed batch by batch). Each label's probability: CLIP's softmax over the
     /// labels, or SigLIP's own sigmoid of each.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
+    #[arg(long, value_enum, default_value_t = Format::Table, conflicts_with = "output_dir")]
     format: Format,
     /// The same as --format json.
-    #[arg(long, conflicts_with = "format")]
+    #[arg(long, conflicts_with_all = ["format", "output_dir"])]
     json: bool,
+    /// With --output-dir, each shard is a STEM.parquet of each row's key, source, error, a
+    /// webdataset sample's .json/.txt members, and its top-k labels and probabilities.
+    #[command(flatten)]
+    sharded: OutputDirArgs,
     #[command(flatten)]
     images: ImageArgs,
 }
@@ -61,9 +66,29 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
         check_template(template)?;
     }
     let inputs = args.images.collect()?;
-    let mut placement = args.model.placement()?;
+    // --output-dir runs batch-invariant (see ModelArgs::batch_invariant).
+    let model = match args.sharded.dir()? {
+        Some(_) => args.model.batch_invariant(),
+        None => args.model.clone(),
+    };
+    let Ok(sharded) = open_output_dir(
+        &args.sharded,
+        "zero-shot",
+        &model,
+        vec![
+            ("top-k", args.top_k.to_string()),
+            ("labels", serde_json::to_string(&labels)?),
+            ("template", serde_json::to_string(&templates)?),
+        ],
+        &args.images,
+        &inputs,
+    )?
+    else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let mut placement = model.placement()?;
     let dir = placement.dir().to_path_buf();
-    let name = args.model.name();
+    let name = model.name();
     // The labels, encoded by the text tower on each device before its run.
     let prepare = |runner: &mut vitrt_model::Runner| -> Result<()> {
         let started = std::time::Instant::now();
@@ -80,10 +105,11 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
         top_k: args.top_k as usize,
         format: if args.json { Format::Json } else { args.format },
         stats: None,
+        sharded,
     };
     classify_images(
         &mut placement,
-        &args.model,
+        &model,
         &args.images,
         &inputs,
         Scores::Probabilities(&labels),

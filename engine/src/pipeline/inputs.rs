@@ -1,11 +1,14 @@
 //! What to classify: files, directories (walked recursively, images by extension, each
-//! directory's entries sorted by name so the order is the same on every run) and lists of
+//! directory's entries sorted by name so the order is the same on every run), lists of
 //! paths (`--files-from`, a path a line, `-` for standard input; any bytes but a line break
-//! make a path).
+//! make a path), and dataset shards (`.tar` webdataset shards and `.parquet` files, by path,
+//! glob or brace range; see `datasets/`), whose samples join the list in shard order.
 
+use super::datasets::{self, ImageAt, Sample, Shard};
 use anyhow::{Context, Result};
 use std::collections::HashMap;
 use std::io::BufRead;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// The extensions of the formats the preprocessing reads, compared without case.
@@ -14,10 +17,108 @@ pub const IMAGE_EXTENSIONS: [&str; 4] = ["jpg", "jpeg", "png", "webp"];
 /// The inputs in order. An entry of a folder that could not be listed (an unreadable folder,
 /// a dangling link, a loop) keeps its place among them, and `unlisted` says why: it fails as
 /// an image that cannot be read would, in input order.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct InputList {
+    /// Per input: the image file, or the shard that holds the sample.
     pub paths: Vec<PathBuf>,
     pub unlisted: HashMap<PathBuf, String>,
+    /// Per input, its sample when it comes from a dataset shard; empty when every input is a
+    /// file.
+    pub samples: Vec<Option<Sample>>,
+    /// The dataset shards named, in order (their samples refer to them by index).
+    pub shards: Vec<Shard>,
+}
+
+/// How dataset shards are read.
+#[derive(Clone, Debug, Default)]
+pub struct DatasetOptions {
+    /// The Parquet column of the images (`--image-column`); default: the first that holds
+    /// image bytes.
+    pub image_column: Option<String>,
+}
+
+impl InputList {
+    pub fn len(&self) -> usize {
+        self.paths.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty()
+    }
+
+    /// Input `index`'s sample, when it comes from a dataset shard.
+    pub fn sample(&self, index: usize) -> Option<&Sample> {
+        self.samples.get(index).and_then(Option::as_ref)
+    }
+
+    /// Input `index` as outputs name it: a file's path (see [`shown_path`]), a sample's shard
+    /// and key (`shards/00001.tar/000123`).
+    pub fn name(&self, index: usize) -> String {
+        let shown = shown_path(&self.paths[index]);
+        match self.sample(index) {
+            Some(sample) if !sample.key.is_empty() => format!("{shown}/{}", sample.key),
+            _ => shown,
+        }
+    }
+
+    /// The inputs of `ranges` (in order, not overlapping), with the same shards.
+    pub fn select(&self, ranges: &[Range<usize>]) -> InputList {
+        let mut list = InputList {
+            shards: self.shards.clone(),
+            ..InputList::default()
+        };
+        for range in ranges {
+            list.paths.extend_from_slice(&self.paths[range.clone()]);
+            if !self.samples.is_empty() {
+                list.samples.extend_from_slice(&self.samples[range.clone()]);
+            }
+            for path in &self.paths[range.clone()] {
+                if let Some(why) = self.unlisted.get(path) {
+                    list.unlisted.insert(path.clone(), why.clone());
+                }
+            }
+        }
+        list
+    }
+
+    fn push_file(&mut self, path: PathBuf) {
+        if !self.samples.is_empty() {
+            self.samples.push(None);
+        }
+        self.paths.push(path);
+    }
+
+    fn push_sample(&mut self, path: &Path, sample: Sample) {
+        if self.samples.is_empty() {
+            self.samples.resize(self.paths.len(), None);
+        }
+        self.paths.push(path.to_path_buf());
+        self.samples.push(Some(sample));
+    }
+
+    /// Scans the shard at `path` and adds its samples; a shard that cannot be read, or a tar
+    /// that ends early, adds an error record (an empty key) where its reading stopped, and is
+    /// reported on stderr.
+    fn add_shard(&mut self, path: &Path, options: &DatasetOptions) {
+        let index = self.shards.len();
+        let (shard, samples) = datasets::scan_shard(path, index, options.image_column.as_deref());
+        for sample in samples {
+            self.push_sample(path, sample);
+        }
+        if let Some(problem) = &shard.problem {
+            eprintln!("vitrt: {problem}");
+            self.push_sample(
+                path,
+                Sample {
+                    shard: index,
+                    key: String::new(),
+                    image: ImageAt::Missing(problem.clone()),
+                    sidecars: Vec::new(),
+                },
+            );
+        }
+        self.shards.push(shard);
+    }
 }
 
 /// A path as outputs show it: as it is when it is UTF-8, else with each byte that is not
@@ -52,9 +153,28 @@ pub fn is_image_path(path: &Path) -> bool {
 /// input). A named file is taken whatever its extension (a file that is no image fails when
 /// it is decoded); a directory contributes the images under it.
 pub fn collect_inputs(args: &[PathBuf], files_from: Option<&Path>) -> Result<InputList> {
+    collect_inputs_with(args, files_from, &DatasetOptions::default())
+}
+
+/// As [`collect_inputs`], with dataset shards read as `options` say. An argument that is not a
+/// path and holds braces or glob characters is a pattern (`shards/{00000..00099}.tar`,
+/// `data/*.parquet`); a malformed pattern, or one that matches nothing, is an error.
+pub fn collect_inputs_with(
+    args: &[PathBuf],
+    files_from: Option<&Path>,
+    options: &DatasetOptions,
+) -> Result<InputList> {
     let mut list = InputList::default();
     for arg in args {
-        add(&mut list, arg);
+        match arg.to_str() {
+            Some(pattern) if !arg.exists() && datasets::is_pattern(pattern) => {
+                let paths = datasets::expand_pattern(pattern).map_err(anyhow::Error::msg)?;
+                for path in paths {
+                    add(&mut list, &path, options);
+                }
+            }
+            _ => add(&mut list, arg, options),
+        }
     }
     if let Some(source) = files_from {
         let reader: Box<dyn BufRead> = if source == Path::new("-") {
@@ -71,7 +191,7 @@ pub fn collect_inputs(args: &[PathBuf], files_from: Option<&Path>) -> Result<Inp
                 line.with_context(|| format!("reading --files-from {}", source.display()))?;
             let line = line.strip_suffix(b"\r").unwrap_or(&line);
             if !line.iter().all(u8::is_ascii_whitespace) {
-                add(&mut list, &path_of_bytes(line));
+                add(&mut list, &path_of_bytes(line), options);
             }
         }
     }
@@ -91,9 +211,13 @@ fn path_of_bytes(bytes: &[u8]) -> PathBuf {
     }
 }
 
-fn add(list: &mut InputList, path: &Path) {
+fn add(list: &mut InputList, path: &Path, options: &DatasetOptions) {
+    if datasets::shard_kind_of(path).is_some() && !path.is_dir() {
+        list.add_shard(path, options);
+        return;
+    }
     if !path.is_dir() {
-        list.paths.push(path.to_path_buf());
+        list.push_file(path.to_path_buf());
         return;
     }
     for entry in walkdir::WalkDir::new(path)
@@ -102,7 +226,7 @@ fn add(list: &mut InputList, path: &Path) {
     {
         match entry {
             Ok(entry) if entry.file_type().is_file() && is_image_path(entry.path()) => {
-                list.paths.push(entry.into_path());
+                list.push_file(entry.into_path());
             }
             Ok(_) => {}
             // In its place among the others, so that it is reported in name order and a
@@ -113,7 +237,7 @@ fn add(list: &mut InputList, path: &Path) {
                     Some(io) => io.to_string(),
                     None => error.to_string(),
                 };
-                list.paths.push(at.clone());
+                list.push_file(at.clone());
                 list.unlisted.insert(at, format!("cannot list: {reason}"));
             }
         }

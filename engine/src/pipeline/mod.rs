@@ -1,6 +1,8 @@
 //! The image pipeline behind `vitrt classify` and `vitrt embed`: many image files in, batches
 //! of preprocessed 8-bit pixels out, in input order, with the host's decoding spread over a
-//! pool of workers and overlapped with the consumer (the forward pass).
+//! pool of workers and overlapped with the consumer (the forward pass). An input may also be a
+//! sample of a dataset shard (`datasets/`): its worker reads the sample's bytes from the shard
+//! and decodes them as a file's.
 //!
 //! ```text
 //! paths ─► workers (decode + resize, each with its own reusable loader)
@@ -23,9 +25,10 @@
 //! left as they were, and the consumer skips its result); with `fail_fast` no image after the
 //! first failure (in input order) is loaded and the run ends with the batch holding it.
 
+pub mod datasets;
 mod inputs;
 mod ring;
 
-pub use inputs::{collect_inputs, shown_path, InputList};
+pub use inputs::{collect_inputs, collect_inputs_with, shown_path, DatasetOptions, InputList};
 pub(crate) use ring::BumpArena;
 pub use ring::{run, Batch, Consumer, Flow, ImageLoad, PipelineConfig, PipelineStats};

@@ -2,9 +2,10 @@
 //! staging slots of `batch_size` images; the calling thread consumes whole batches in order.
 //! See the module note in `mod.rs` for the layout and the bounds it gives.
 
+use super::InputList;
 use anyhow::Result;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -14,20 +15,25 @@ use vitrt_runtime::HostStaging;
 /// Loads one image into its place: the preprocessing loader in the CLI, mocks in tests. Each
 /// worker owns one, so it may keep buffers from image to image.
 pub trait ImageLoad: Send {
-    /// Writes exactly `out.len()` bytes of `path`'s preprocessed pixels into `out`, or says
-    /// why it cannot (the message names the file).
-    fn load(&mut self, path: &Path, out: &mut [u8]) -> Result<StageTimes, String>;
+    /// Writes exactly `out.len()` bytes of input `index`'s preprocessed pixels into `out`, or
+    /// says why it cannot (the message names the input). `path` is the input's path: the
+    /// file, or the dataset shard holding the sample.
+    fn load(&mut self, index: usize, path: &Path, out: &mut [u8]) -> Result<StageTimes, String>;
 
     /// As [`ImageLoad::load`], or prepares the image for device decoding in `arena` (then
     /// `out` is left as it was).
     fn load_for_device(
         &mut self,
+        index: usize,
         path: &Path,
         out: &mut [u8],
         arena: &dyn ArenaReserve,
     ) -> Result<(StageTimes, Loaded), String> {
         let _ = arena;
-        Ok((self.load(path, out)?, Loaded::Host(HostDecoded::NotJpeg)))
+        Ok((
+            self.load(index, path, out)?,
+            Loaded::Host(HostDecoded::NotJpeg),
+        ))
     }
 }
 
@@ -203,7 +209,7 @@ struct State {
 /// the lock afterwards. The consumer reads a slot only once every image of its batch is done,
 /// and releases it (under the lock) before any worker of batch b + depth may write it.
 struct Shared<'a> {
-    paths: &'a [PathBuf],
+    inputs: &'a InputList,
     config: PipelineConfig,
     slots: Vec<SlotPtr>,
     /// Per slot: its arena and the bytes of it reserved so far (reset when it is released).
@@ -223,7 +229,7 @@ impl Shared<'_> {
 
     fn batch_len(&self, batch: usize) -> usize {
         let first = batch * self.config.batch_size;
-        self.config.batch_size.min(self.paths.len() - first)
+        self.config.batch_size.min(self.inputs.len() - first)
     }
 
     fn work(&self, loader: &mut dyn ImageLoad) {
@@ -236,7 +242,7 @@ impl Shared<'_> {
         } = self.config;
         loop {
             let index = self.next.fetch_add(1, Ordering::Relaxed);
-            if index >= self.paths.len() {
+            if index >= self.inputs.len() {
                 return;
             }
             let batch = index / batch_size;
@@ -280,7 +286,7 @@ impl Shared<'_> {
                 )
             };
             let started = Instant::now();
-            let path = &self.paths[index];
+            let path = &self.inputs.paths[index];
             let arena = self
                 .arenas
                 .get(slot)
@@ -293,12 +299,12 @@ impl Shared<'_> {
                         used,
                     };
                     loader
-                        .load_for_device(path, out, &arena)
+                        .load_for_device(index, path, out, &arena)
                         .map(|(times, loaded)| (times, Some(loaded)))
                 }
-                None => loader.load(path, out).map(|times| (times, None)),
+                None => loader.load(index, path, out).map(|times| (times, None)),
             }))
-            .unwrap_or_else(|_| Err(format!("{}: the decoder panicked", path.display())));
+            .unwrap_or_else(|_| Err(format!("{}: the decoder panicked", self.inputs.name(index))));
             let busy = started.elapsed();
             let mut state = self.lock();
             state.worker_busy += busy;
@@ -338,16 +344,16 @@ impl Shared<'_> {
     }
 }
 
-/// Loads every path with `workers` threads (each with a loader from `make_loader`) into the
+/// Loads every input with `workers` threads (each with a loader from `make_loader`) into the
 /// `staging` slots (at least `depth`, each of at least `batch_size * image_bytes` bytes) and
 /// hands each batch, in order, to `consumer` on the calling thread. The consumer may keep
 /// nothing of a batch's pixels past its `batch` call: the slot is refilled after it returns.
-pub fn run(
-    paths: &[PathBuf],
+pub fn run<'l>(
+    inputs: &InputList,
     config: PipelineConfig,
     staging: &mut [HostStaging],
     arenas: &mut [HostStaging],
-    make_loader: &(dyn Fn() -> Box<dyn ImageLoad> + Sync),
+    make_loader: &(dyn Fn() -> Box<dyn ImageLoad + 'l> + Sync),
     consumer: &mut dyn Consumer,
 ) -> Result<PipelineStats> {
     let PipelineConfig {
@@ -382,7 +388,7 @@ pub fn run(
     );
     let start = Instant::now();
     let shared = Shared {
-        paths,
+        inputs,
         config,
         slots: staging
             .iter_mut()
@@ -415,9 +421,9 @@ pub fn run(
         batch_done: Condvar::new(),
     };
     let mut stats = PipelineStats::default();
-    let batches = paths.len().div_ceil(batch_size);
+    let batches = inputs.len().div_ceil(batch_size);
     let outcome = std::thread::scope(|scope| -> Result<()> {
-        for _ in 0..workers.min(paths.len().max(1)) {
+        for _ in 0..workers.min(inputs.len().max(1)) {
             let shared = &shared;
             scope.spawn(move || {
                 let mut loader = make_loader();
@@ -525,13 +531,14 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     /// Fills an image with its index (from the path "img-<i>"), after a delay that varies
     /// with the index so workers finish out of order; paths with "bad" fail, "boom" panics.
     struct Mock;
 
     impl ImageLoad for Mock {
-        fn load(&mut self, path: &Path, out: &mut [u8]) -> Result<StageTimes, String> {
+        fn load(&mut self, _: usize, path: &Path, out: &mut [u8]) -> Result<StageTimes, String> {
             let name = path.to_string_lossy();
             let index: usize = name.rsplit('-').next().unwrap().parse().unwrap();
             std::thread::sleep(Duration::from_micros((index * 7919 % 13) as u64 * 50));
@@ -558,6 +565,13 @@ mod tests {
             .collect()
     }
 
+    fn listed(paths: &[PathBuf]) -> InputList {
+        InputList {
+            paths: paths.to_vec(),
+            ..InputList::default()
+        }
+    }
+
     /// Per image consumed: its index, and its first byte or why it failed.
     type Seen = Vec<(usize, Result<u8, String>)>;
 
@@ -569,7 +583,7 @@ mod tests {
             .collect();
         let mut seen = Vec::new();
         let stats = run(
-            paths,
+            &listed(paths),
             config,
             &mut staging,
             &mut [],
@@ -688,7 +702,7 @@ mod tests {
         let mut staging: Vec<HostStaging> = (0..2).map(|_| HostStaging::heap(4 * 64)).collect();
         let mut calls = 0;
         let error = run(
-            &list,
+            &listed(&list),
             cfg,
             &mut staging,
             &mut [],

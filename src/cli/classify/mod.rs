@@ -4,9 +4,11 @@
 //! overlaps the previous batch's forward pass.
 
 pub(crate) mod output;
+mod sharded;
 
 use super::common::{flow_after, ModelArgs};
 use super::images::ImageArgs;
+use super::output_dir::{OutputDir, OutputDirArgs};
 use crate::output_file::OutputFile;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -16,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use vitrt_engine::batched::{self, BatchResults};
 use vitrt_engine::devices::{DeviceFigures, Placement};
-use vitrt_engine::pipeline::{shown_path, Flow, InputList, PipelineStats};
+use vitrt_engine::pipeline::{Flow, InputList, PipelineStats};
 pub(crate) use vitrt_engine::results::Scores;
 use vitrt_model::labels::Prediction;
 use vitrt_model::{Head, Runner};
@@ -31,15 +33,19 @@ pub struct ClassifyArgs {
     top_k: u32,
     /// Output: a table per image, one JSON document, JSON Lines or CSV (the last two are
     /// written and flushed batch by batch).
-    #[arg(long, value_enum, default_value_t = Format::Table)]
+    #[arg(long, value_enum, default_value_t = Format::Table, conflicts_with = "output_dir")]
     format: Format,
     /// The same as --format json.
-    #[arg(long, conflicts_with = "format")]
+    #[arg(long, conflicts_with_all = ["format", "output_dir"])]
     json: bool,
     /// Write the run's timings (per stage, per image; the pipeline's waits; peak memory) as
     /// JSON to this file (scripts/bench_pipeline.py reads it).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "output_dir")]
     stats: Option<PathBuf>,
+    /// With --output-dir, each shard is a STEM.parquet of each row's key, source, error, a
+    /// webdataset sample's .json/.txt members, and its top-k labels and probabilities.
+    #[command(flatten)]
+    sharded: OutputDirArgs,
     #[command(flatten)]
     images: ImageArgs,
 }
@@ -50,6 +56,40 @@ pub(crate) struct Report {
     pub format: Format,
     /// `--stats`: where to write the run's timings (checked before the run).
     pub stats: Option<OutputFile>,
+    /// `--output-dir`, opened before the model (see [`open_output_dir`]).
+    pub sharded: Option<OutputDir>,
+}
+
+/// `--output-dir`, if named, opened before the model is: a directory written with other
+/// options is refused before any work, and a run with every shard written needs no model
+/// (then `Ok(Err(()))`). `own`: the command's options that decide its results.
+pub(crate) fn open_output_dir(
+    sharded: &OutputDirArgs,
+    command: &str,
+    model: &ModelArgs,
+    own: Vec<(&'static str, String)>,
+    images: &ImageArgs,
+    inputs: &InputList,
+) -> Result<Result<Option<OutputDir>, ()>> {
+    let Some(dir) = sharded.dir()? else {
+        return Ok(Ok(None));
+    };
+    let mut options = model.recorded();
+    options.extend(own);
+    options.extend(images.recorded());
+    let out = OutputDir::open(
+        dir,
+        command,
+        &options,
+        inputs,
+        sharded.shard_size(),
+        &["parquet"],
+    )?;
+    Ok(if out.announce() {
+        Ok(Some(out))
+    } else {
+        Err(())
+    })
 }
 
 pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
@@ -64,26 +104,43 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
     if let Some(stats) = &stats {
         stats.check_not_among(&inputs.paths).context("--stats")?;
     }
-    let mut placement = args.model.placement()?;
-    let model = placement.model();
-    if model.head == Head::Base {
+    // --output-dir runs batch-invariant (see ModelArgs::batch_invariant).
+    let model = match args.sharded.dir()? {
+        Some(_) => args.model.batch_invariant(),
+        None => args.model.clone(),
+    };
+    let Ok(sharded) = open_output_dir(
+        &args.sharded,
+        "classify",
+        &model,
+        vec![("top-k", args.top_k.to_string())],
+        &args.images,
+        &inputs,
+    )?
+    else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let mut placement = model.placement()?;
+    let vision = placement.model();
+    if vision.head == Head::Base {
         bail!(
             "{} is a {} checkpoint without a classification head; it has no labels to predict. \
              Use `vitrt embed` for its embeddings, `vitrt zero-shot` for CLIP and SigLIP, or \
              `vitrt infer` for its outputs",
-            args.model.name(),
-            model.config.family.name()
+            model.name(),
+            vision.config.family.name()
         );
     }
-    let config = model.config.clone();
+    let config = vision.config.clone();
     let report = Report {
         top_k: args.top_k as usize,
         format: if args.json { Format::Json } else { args.format },
         stats,
+        sharded,
     };
     classify_images(
         &mut placement,
-        &args.model,
+        &model,
         &args.images,
         &inputs,
         Scores::Logits(&config),
@@ -104,6 +161,15 @@ pub(crate) fn classify_images(
     report: &Report,
     prepare: &(dyn Fn(&mut Runner) -> Result<()> + Sync),
 ) -> Result<ExitCode> {
+    if let Some(out) = &report.sharded {
+        let run = ShardedRun {
+            model,
+            images,
+            top_k: report.top_k,
+            prepare,
+        };
+        return classify_into_shards(placement, &run, inputs, scores, out);
+    }
     let info = RunInfo {
         model: model.name().to_string(),
         device: placement.describe(),
@@ -117,7 +183,7 @@ pub(crate) fn classify_images(
     };
     let mut classifier = Classifier {
         sink,
-        paths: &inputs.paths,
+        inputs,
         scores,
         top_k: report.top_k,
         fail_fast: images.fail_fast,
@@ -179,10 +245,56 @@ pub(crate) fn classify_images(
     Ok(ExitCode::SUCCESS)
 }
 
+/// What a sharded run needs besides its inputs and scores.
+struct ShardedRun<'a> {
+    model: &'a ModelArgs,
+    images: &'a ImageArgs,
+    top_k: usize,
+    prepare: &'a (dyn Fn(&mut Runner) -> Result<()> + Sync),
+}
+
+/// `classify_images` with `--output-dir`: the shards not yet written, each written as it
+/// completes.
+fn classify_into_shards(
+    placement: &mut Placement,
+    run: &ShardedRun<'_>,
+    all: &InputList,
+    scores: Scores<'_>,
+    out: &OutputDir,
+) -> Result<ExitCode> {
+    let images = run.images;
+    let to_do = out.to_do();
+    let ranges: Vec<_> = to_do.iter().map(|s| s.inputs.clone()).collect();
+    let inputs = all.select(&ranges);
+    let mut classifier = sharded::ShardedClassifier::new(out, &inputs, to_do, scores, run.top_k);
+    placement.run(
+        &inputs,
+        &images.options(),
+        run.model.image_size().is_some(),
+        run.prepare,
+        &mut classifier,
+        false,
+    )?;
+    eprintln!(
+        "wrote {} shards to {} ({} of {} inputs could not be classified)",
+        classifier.written,
+        out.path().display(),
+        classifier.failed(),
+        inputs.len()
+    );
+    batched::check_failures(
+        classifier.failed(),
+        inputs.len(),
+        images.fail_fast,
+        "classified",
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Writes each image's top-k labels, or why it has none.
 struct Classifier<'a, W: std::io::Write> {
     sink: Sink<W>,
-    paths: &'a [PathBuf],
+    inputs: &'a InputList,
     scores: Scores<'a>,
     top_k: usize,
     /// Stop at the first image that fails, a non-finite score included.
@@ -246,7 +358,7 @@ impl<W: std::io::Write> Classifier<'_, W> {
         };
         for k in 0..count {
             let index = first + k;
-            let image = shown_path(&self.paths[index]);
+            let image = self.inputs.name(index);
             let failure = failures.iter().find(|(i, _)| *i == index);
             match (failure, logits) {
                 (Some((_, why)), _) => {

@@ -3,9 +3,11 @@
 //! (`vitrt_engine::batched`), with the runner's graphs outputting only the chosen pooled vector.
 
 pub(crate) mod output;
+mod sharded;
 
 use super::common::{flow_after, ModelArgs};
 use super::images::ImageArgs;
+use super::output_dir::{OutputDir, OutputDirArgs};
 use crate::output_file::{write_unit, Contents, OutputFile};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
@@ -13,7 +15,7 @@ use output::{Format, Sink, WriteError};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use vitrt_engine::batched::{self, BatchResults};
-use vitrt_engine::pipeline::{shown_path, Flow};
+use vitrt_engine::pipeline::{Flow, InputList};
 use vitrt_engine::results::normalize;
 use vitrt_model::{Output, OutputSet, Pool, VisionModel};
 use vitrt_runtime::HostTensor;
@@ -32,16 +34,26 @@ pub struct EmbedArgs {
     normalize: bool,
     /// Where to write the embeddings; the extension (.safetensors, .npy, .jsonl) gives the
     /// format unless --format does. `-`: standard output (JSON Lines unless --format says).
-    #[arg(long, short)]
-    output: PathBuf,
+    #[arg(
+        long,
+        short,
+        required_unless_present = "output_dir",
+        conflicts_with = "output_dir"
+    )]
+    output: Option<PathBuf>,
+    /// With --output-dir, each shard is a STEM.npy of [n, D] f32 (zeros for an input that
+    /// could not be embedded) and a STEM.parquet of each row's key, source, error and a
+    /// webdataset sample's .json/.txt members.
+    #[command(flatten)]
+    sharded: OutputDirArgs,
     /// safetensors: `embeddings` [N, D] f32 and the image paths in its metadata; npy: the
     /// [N, D] array and FILE.images.txt with one path a row; jsonl: one line per image
     /// (embedding or error), written batch by batch. The first two are written whole when
     /// the run ends, holding the images that could be embedded.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, conflicts_with = "output_dir")]
     format: Option<Format>,
     /// Replace --output (and the .npy's paths file) even if read-only.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "output_dir")]
     force: bool,
     #[command(flatten)]
     images: ImageArgs,
@@ -108,24 +120,29 @@ pub(crate) fn names_file(npy: &Path, what: &str) -> PathBuf {
 }
 
 pub fn run(args: EmbedArgs) -> Result<ExitCode> {
+    let output = match (&args.output, args.sharded.dir()?) {
+        (_, Some(dir)) => return run_sharded(&args, dir),
+        (Some(output), None) => output.clone(),
+        (None, None) => bail!("name an --output file or an --output-dir"),
+    };
     // Before any work: a run that cannot keep its result should not start.
-    let format = Format::of(args.format, &args.output)?;
+    let format = Format::of(args.format, &output)?;
     let target = match format {
-        Format::Jsonl => OutputFile::check(&args.output, Contents::Text, true, args.force)?,
-        Format::Safetensors => OutputFile::check(&args.output, Contents::Binary, true, args.force)?,
+        Format::Jsonl => OutputFile::check(&output, Contents::Text, true, args.force)?,
+        Format::Safetensors => OutputFile::check(&output, Contents::Binary, true, args.force)?,
         Format::Npy => {
-            if args.output.as_os_str() == "-" {
+            if output.as_os_str() == "-" {
                 bail!(
                     "--format npy cannot go to `-`: it writes a second file beside the array \
                      (FILE.images.txt); name a file"
                 );
             }
-            OutputFile::check(&args.output, Contents::Binary, false, args.force)?
+            OutputFile::check(&output, Contents::Binary, false, args.force)?
         }
     };
     let paths_target = match format {
         Format::Npy => Some(OutputFile::check(
-            &paths_file(&args.output),
+            &paths_file(&output),
             Contents::Text,
             false,
             args.force,
@@ -138,15 +155,14 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
         paths_target.check_not_among(&inputs.paths)?;
     }
     if format == Format::Npy {
-        if let Some(path) = inputs
-            .paths
-            .iter()
-            .find(|p| p.as_os_str().as_encoded_bytes().contains(&b'\n'))
+        // The names the paths file holds: a file's path, a sample's shard and key.
+        if let Some(name) = (0..inputs.len())
+            .map(|i| inputs.name(i))
+            .find(|name| name.contains('\n'))
         {
             bail!(
-                "{:?} holds a line break, which the .npy's paths file (one a line) cannot hold: \
-                 use .safetensors or .jsonl",
-                path
+                "{name:?} holds a line break, which the .npy's paths file (one a line) cannot \
+                 hold: use .safetensors or .jsonl"
             );
         }
     }
@@ -163,7 +179,7 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
     };
     let mut embedder = Embedder {
         sink,
-        paths: &inputs.paths,
+        inputs: &inputs,
         output: pool.output(),
         normalize: args.normalize,
         fail_fast: args.images.fail_fast,
@@ -229,10 +245,71 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `vitrt embed --output-dir DIR`: the shards not yet written, each written as it completes.
+fn run_sharded(args: &EmbedArgs, dir: &Path) -> Result<ExitCode> {
+    let all = args.images.collect()?;
+    let model = args.model.batch_invariant();
+    let mut options = model.recorded();
+    options.push((
+        "pool",
+        args.pool.map_or("default", |p| p.name()).to_string(),
+    ));
+    options.push(("normalize", args.normalize.to_string()));
+    options.extend(args.images.recorded());
+    let out = OutputDir::open(
+        dir,
+        "embed",
+        &options,
+        &all,
+        args.sharded.shard_size(),
+        &["npy", "parquet"],
+    )?;
+    if !out.announce() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let to_do = out.to_do();
+    let ranges: Vec<_> = to_do.iter().map(|s| s.inputs.clone()).collect();
+    let inputs = all.select(&ranges);
+    let mut placement = model.placement()?;
+    let pool = choose_pool(args.pool, placement.model(), model.name())?;
+    let outputs = |runner: &mut vitrt_model::Runner| -> Result<()> {
+        runner.set_outputs(OutputSet::of(&[pool.output()]));
+        Ok(())
+    };
+    let mut embedder =
+        sharded::ShardedEmbedder::new(&out, &inputs, to_do, pool.output(), args.normalize);
+    let outcome = placement.run(
+        &inputs,
+        &args.images.options(),
+        model.image_size().is_some(),
+        &outputs,
+        &mut embedder,
+        false,
+    )?;
+    if !outcome.stopped {
+        embedder.finish()?;
+    }
+    eprintln!(
+        "wrote {} shards to {} ({} of {} inputs could not be embedded, --pool {})",
+        embedder.written,
+        dir.display(),
+        embedder.failed(),
+        inputs.len(),
+        pool.name()
+    );
+    batched::check_failures(
+        embedder.failed(),
+        inputs.len(),
+        args.images.fail_fast,
+        "embedded",
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Turns each image's pooled vector into its embedding and hands it to the sink.
 struct Embedder<'a> {
     sink: Sink<'a>,
-    paths: &'a [PathBuf],
+    inputs: &'a InputList,
     output: Output,
     normalize: bool,
     /// Stop at the first image that fails, a non-finite embedding included.
@@ -290,7 +367,7 @@ impl Embedder<'_> {
     ) -> Result<(), WriteError> {
         for k in 0..count {
             let index = first + k;
-            let image = shown_path(&self.paths[index]);
+            let image = self.inputs.name(index);
             if let Some((_, why)) = failures.iter().find(|(i, _)| *i == index) {
                 self.sink.failed(&image, why)?;
                 continue;
