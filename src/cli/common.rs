@@ -159,7 +159,9 @@ impl ModelArgs {
         vec![
             ("model", self.model.clone()),
             ("revision", shown(self.revision.clone())),
-            ("device", shown(self.device.clone())),
+            // The kind of device, not which: a run on cuda:all resumes on cuda:0 (or on two
+            // GPUs) with the same bytes, its kernels chosen whatever the batch.
+            ("device", shown(self.device.as_deref().map(device_kind))),
             ("dtype", shown(self.dtype.map(|d| format!("{d:?}")))),
             (
                 "residual-dtype",
@@ -239,6 +241,17 @@ impl ModelArgs {
             opened.runner.check_graph().context("--attention fused")?;
         }
         Ok((opened.runner, opened.dir, opened.device))
+    }
+}
+
+/// `cpu`, or `cuda` for any GPU or set of GPUs (`cuda:1`, `cuda:all`, `cuda:0,2`): what an
+/// `--output-dir` manifest records of `--device`.
+fn device_kind(device: &str) -> String {
+    let device = device.trim().to_ascii_lowercase();
+    if device.starts_with("cuda") || device.starts_with("gpu") {
+        "cuda".to_string()
+    } else {
+        device
     }
 }
 
@@ -360,5 +373,21 @@ pub fn flow_after(
         Ok(()) => Ok(vitrt_engine::pipeline::Flow::Continue),
         Err(WriteError::Closed) => Ok(vitrt_engine::pipeline::Flow::Stop),
         Err(WriteError::Failed(e)) => Err(e).context(what),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::device_kind;
+
+    #[test]
+    fn a_manifest_records_the_kind_of_device_not_which() {
+        for gpus in [
+            "cuda", "cuda:0", "cuda:3", "cuda:all", "cuda:0,2", "CUDA:1", "gpu",
+        ] {
+            assert_eq!(device_kind(gpus), "cuda", "{gpus}");
+        }
+        assert_eq!(device_kind("cpu"), "cpu");
+        assert_eq!(device_kind("tpu"), "tpu");
     }
 }
