@@ -111,6 +111,46 @@ pub struct OutputDir {
     /// The extensions of each shard's files (`npy`, `parquet`).
     extensions: &'static [&'static str],
     pub shards: Vec<OutputShard>,
+    /// Held for the run: a second run on the directory is refused while this one writes it.
+    _lock: fs::File,
+}
+
+/// The lock file a run holds on its directory (released by the system when the process ends,
+/// however it ends).
+const LOCK_FILE: &str = ".vitrt.lock";
+
+/// Whether `dir` holds anything but our lock and temporary files (a run killed while writing
+/// the manifest leaves one).
+fn holds_other_files(dir: &Path) -> Result<bool> {
+    Ok(fs::read_dir(dir)
+        .with_context(|| format!("cannot list --output-dir {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .any(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            !(name == LOCK_FILE || name.starts_with('.') && name.ends_with(".tmp"))
+        }))
+}
+
+/// Takes `dir`'s lock, or says that another run holds it.
+fn lock_dir(dir: &Path) -> Result<fs::File> {
+    let path = dir.join(LOCK_FILE);
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(fs::TryLockError::WouldBlock) => bail!(
+            "another vitrt run is writing --output-dir {} (it holds {}): wait for it to end",
+            dir.display(),
+            path.display()
+        ),
+        Err(fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {}", path.display()))
+        }
+    }
 }
 
 fn digest_of(inputs: &InputList) -> String {
@@ -153,6 +193,14 @@ impl OutputDir {
         fs::create_dir_all(dir)
             .with_context(|| format!("cannot create --output-dir {}", dir.display()))?;
         let path = dir.join("manifest.json");
+        if !path.exists() && holds_other_files(dir)? {
+            bail!(
+                "--output-dir {} holds files but no manifest.json: name a new or empty \
+                 directory",
+                dir.display()
+            );
+        }
+        let lock = lock_dir(dir)?;
         match fs::read(&path) {
             Ok(bytes) => {
                 let before: Manifest = serde_json::from_slice(&bytes).with_context(|| {
@@ -165,19 +213,7 @@ impl OutputDir {
                 check_same(&before, &manifest, dir)?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                // Empty but for a temporary file of ours (a run killed while writing the
-                // manifest).
-                let foreign = fs::read_dir(dir)?.filter_map(|e| e.ok()).any(|e| {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    !(name.starts_with('.') && name.ends_with(".tmp"))
-                });
-                if foreign {
-                    bail!(
-                        "--output-dir {} holds files but no manifest.json: name a new or empty \
-                         directory",
-                        dir.display()
-                    );
-                }
+                // Empty (checked above) but for our lock and temporary files.
                 let mut json = serde_json::to_vec_pretty(&manifest)?;
                 json.push(b'\n');
                 write_atomically(&path, &json)?;
@@ -190,6 +226,7 @@ impl OutputDir {
             dir: dir.to_path_buf(),
             extensions,
             shards,
+            _lock: lock,
         })
     }
 
@@ -606,6 +643,20 @@ mod tests {
         fs::write(killed.path().join(".manifest.json.tmp"), "{").unwrap();
         OutputDir::open(killed.path(), "embed", &[], &files(1), 10, &["npy"]).unwrap();
         assert!(killed.path().join("manifest.json").is_file());
+    }
+
+    #[test]
+    fn a_second_run_on_a_directory_being_written_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = OutputDir::open(dir.path(), "embed", &[], &files(2), 10, &["npy"]).unwrap();
+        let error = OutputDir::open(dir.path(), "embed", &[], &files(2), 10, &["npy"])
+            .err()
+            .expect("refused while the first holds the directory")
+            .to_string();
+        assert!(error.contains("another vitrt run"), "{error}");
+        // Once the first run is over (its lock released), the directory opens again.
+        drop(first);
+        OutputDir::open(dir.path(), "embed", &[], &files(2), 10, &["npy"]).unwrap();
     }
 
     #[test]
