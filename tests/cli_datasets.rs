@@ -212,6 +212,7 @@ fn tar_shards_embed_to_shards_and_resume_to_the_same_bytes() {
     assert_eq!(
         names,
         [
+            ".vitrt.lock",
             "00000-shard-0.npy",
             "00000-shard-0.parquet",
             "00001-shard-1.npy",
