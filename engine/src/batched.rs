@@ -553,25 +553,14 @@ impl<R: BatchResults> Submitter<'_, R> {
     /// the exactness guard), whose outputs are then what `--decode cpu` gives. Images the host
     /// refuses join the batch's failures.
     fn redo_on_host(&mut self, batch: &mut InFlight) -> Result<Option<Vec<HostTensor>>> {
-        let mut pixels = vec![0u8; batch.count * self.image_bytes];
-        for (i, out) in pixels.chunks_exact_mut(self.image_bytes).enumerate() {
-            let index = batch.first + i;
-            if batch.failures.iter().any(|(failed, _)| *failed == index) {
-                continue;
-            }
-            if let Err(why) = self.host_loader.load(index, &self.paths[index], out) {
-                eprintln!("vitrt: {why}");
-                batch.failures.push((index, why));
-            }
-        }
-        batch.failures.sort_by_key(|(index, _)| *index);
-        if batch.failures.len() == batch.count {
-            return Ok(None);
-        }
-        let pending = self
-            .runner
-            .submit_decoding(&pixels, batch.count, self.table, None)?;
-        Ok(Some(self.runner.finish(pending)?))
+        redo_on_host(
+            self.runner,
+            (self.table, self.image_bytes),
+            self.host_loader.as_mut(),
+            self.paths,
+            &mut batch.failures,
+            (batch.first, batch.count),
+        )
     }
 
     /// Waits for a batch's outputs and hands them to the results.
@@ -611,6 +600,37 @@ impl<R: BatchResults> Submitter<'_, R> {
         }
         flow
     }
+}
+
+/// Decodes images `first .. first + count` (of `paths`) again with the host loader `host`
+/// and runs them (`table`: byte to model input; `image_bytes`: one image's): the outputs of a
+/// batch the device marked, then what `--decode cpu` gives. Images the host refuses join
+/// `failures`; `None` when every image failed.
+pub(crate) fn redo_on_host(
+    runner: &mut Runner,
+    (table, image_bytes): (&[f32], usize),
+    host: &mut dyn ImageLoad,
+    paths: &[std::path::PathBuf],
+    failures: &mut Vec<(usize, String)>,
+    (first, count): (usize, usize),
+) -> Result<Option<Vec<HostTensor>>> {
+    let mut pixels = vec![0u8; count * image_bytes];
+    for (i, out) in pixels.chunks_exact_mut(image_bytes).enumerate() {
+        let index = first + i;
+        if failures.iter().any(|(failed, _)| *failed == index) {
+            continue;
+        }
+        if let Err(why) = host.load(index, &paths[index], out) {
+            eprintln!("vitrt: {why}");
+            failures.push((index, why));
+        }
+    }
+    failures.sort_by_key(|(index, _)| *index);
+    if failures.len() == count {
+        return Ok(None);
+    }
+    let pending = runner.submit_decoding(&pixels, count, table, None)?;
+    Ok(Some(runner.finish(pending)?))
 }
 
 /// Arena bytes of one staging slot for `--decode gpu` over `paths`.

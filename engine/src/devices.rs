@@ -720,14 +720,13 @@ impl DeviceThread<'_> {
                 Some(outputs)
             } else {
                 figures.redone_on_host += marked;
-                redo_on_host(
+                crate::batched::redo_on_host(
                     runner,
-                    setup,
+                    (&setup.table, setup.pipeline.image_bytes),
                     host,
-                    self.inputs,
+                    &self.inputs.paths,
                     &mut batch.failures,
-                    batch.first,
-                    batch.count,
+                    (batch.first, batch.count),
                 )?
             }
         } else {
@@ -740,37 +739,6 @@ impl DeviceThread<'_> {
             outputs,
         })
     }
-}
-
-/// Decodes images `first .. first + count` on the host and runs them: the outputs of a batch
-/// the device marked. Images the host refuses join `failures`.
-fn redo_on_host(
-    runner: &mut Runner,
-    setup: &BatchSetup,
-    host: &mut Loader,
-    inputs: &InputList,
-    failures: &mut Vec<(usize, String)>,
-    first: usize,
-    count: usize,
-) -> Result<Option<Vec<HostTensor>>> {
-    let image_bytes = setup.pipeline.image_bytes;
-    let mut pixels = vec![0u8; count * image_bytes];
-    for (i, out) in pixels.chunks_exact_mut(image_bytes).enumerate() {
-        let index = first + i;
-        if failures.iter().any(|(failed, _)| *failed == index) {
-            continue;
-        }
-        if let Err(why) = host.load(index, &inputs.paths[index], out) {
-            eprintln!("vitrt: {why}");
-            failures.push((index, why));
-        }
-    }
-    failures.sort_by_key(|(index, _)| *index);
-    if failures.len() == count {
-        return Ok(None);
-    }
-    let pending = runner.submit_decoding(&pixels, count, &setup.table, None)?;
-    Ok(Some(runner.finish(pending)?))
 }
 
 /// Where a command's images run: on the runner it opened, or on several devices, each opened

@@ -51,10 +51,7 @@ pub fn output_rows(
     name: &str,
     count: usize,
 ) -> Result<(usize, Vec<f32>)> {
-    let tensor = outputs
-        .into_iter()
-        .find(|t| t.name == name)
-        .with_context(|| format!("the model produced no {name}"))?;
+    let tensor = named_output(outputs, name)?;
     match tensor.shape[..] {
         [rows, width] if rows == count => Ok((width, tensor.data)),
         _ => bail!(
@@ -62,6 +59,14 @@ pub fn output_rows(
             tensor.shape
         ),
     }
+}
+
+/// The output called `name` among a batch's outputs.
+pub fn named_output(outputs: Vec<HostTensor>, name: &str) -> Result<HostTensor> {
+    outputs
+        .into_iter()
+        .find(|t| t.name == name)
+        .with_context(|| format!("the model produced no {name}"))
 }
 
 /// Scales `row` to unit L2 norm (summed in f64); a zero vector stays zero.

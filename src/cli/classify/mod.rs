@@ -19,6 +19,7 @@ use std::time::Duration;
 use vitrt_engine::batched::{self, BatchResults};
 use vitrt_engine::devices::{DeviceFigures, Placement};
 use vitrt_engine::pipeline::{Flow, InputList, PipelineStats};
+use vitrt_engine::results::named_output;
 pub(crate) use vitrt_engine::results::Scores;
 use vitrt_model::labels::Prediction;
 use vitrt_model::{Head, Runner};
@@ -312,15 +313,7 @@ impl<W: std::io::Write> BatchResults for Classifier<'_, W> {
         outputs: Option<Vec<HostTensor>>,
     ) -> Result<Flow> {
         let wanted = self.scores.output();
-        let logits = match outputs {
-            Some(outputs) => Some(
-                outputs
-                    .into_iter()
-                    .find(|t| t.name == wanted)
-                    .with_context(|| format!("the model produced no {wanted}"))?,
-            ),
-            None => None,
-        };
+        let logits = outputs.map(|o| named_output(o, wanted)).transpose()?;
         let not_finite = self.not_finite;
         let written = self
             .write_records(first, count, failures, logits.as_ref())

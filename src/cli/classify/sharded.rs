@@ -8,10 +8,11 @@ use super::Scores;
 use crate::cli::output_dir::{
     metadata_parquet, OutputDir, OutputShard, ResultColumn, RowMeta, ShardRows,
 };
-use anyhow::{Context, Result};
+use anyhow::Result;
 use vitrt_engine::batched::BatchResults;
 use vitrt_engine::pipeline::datasets::SidecarReader;
 use vitrt_engine::pipeline::{Flow, InputList};
+use vitrt_engine::results::named_output;
 use vitrt_model::labels::Prediction;
 use vitrt_runtime::HostTensor;
 
@@ -85,15 +86,7 @@ impl BatchResults for ShardedClassifier<'_> {
         outputs: Option<Vec<HostTensor>>,
     ) -> Result<Flow> {
         let wanted = self.scores.output();
-        let logits = match outputs {
-            Some(outputs) => Some(
-                outputs
-                    .into_iter()
-                    .find(|t| t.name == wanted)
-                    .with_context(|| format!("the model produced no {wanted}"))?,
-            ),
-            None => None,
-        };
+        let logits = outputs.map(|o| named_output(o, wanted)).transpose()?;
         for k in 0..count {
             let index = first + k;
             let mut meta = RowMeta::of(self.inputs, index, &mut self.sidecars);

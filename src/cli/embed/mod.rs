@@ -9,14 +9,14 @@ use super::common::{flow_after, ModelArgs};
 use super::images::ImageArgs;
 use super::output_dir::{OutputDir, OutputDirArgs};
 use crate::output_file::{write_unit, Contents, OutputFile};
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use output::{Format, Sink, WriteError};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use vitrt_engine::batched::{self, BatchResults};
 use vitrt_engine::pipeline::{Flow, InputList};
-use vitrt_engine::results::normalize;
+use vitrt_engine::results::{named_output, normalize};
 use vitrt_model::{Output, OutputSet, Pool, VisionModel};
 use vitrt_runtime::HostTensor;
 
@@ -318,6 +318,25 @@ struct Embedder<'a> {
     not_finite: usize,
 }
 
+/// A batch's pooled vectors, `[count, dim]`, and `dim` (0 when no image of the batch ran).
+pub(crate) fn pooled_rows(
+    outputs: Option<Vec<HostTensor>>,
+    output: Output,
+    count: usize,
+) -> Result<(Option<HostTensor>, usize)> {
+    let name = output.name();
+    let pooled = outputs.map(|o| named_output(o, name)).transpose()?;
+    let dim = match &pooled {
+        Some(t) if t.shape.len() == 2 && t.shape[0] == count => t.shape[1],
+        Some(t) => bail!(
+            "the model's {name} has shape {:?}, not [{count}, dim]",
+            t.shape
+        ),
+        None => 0,
+    };
+    Ok((pooled, dim))
+}
+
 impl BatchResults for Embedder<'_> {
     fn batch(
         &mut self,
@@ -326,24 +345,7 @@ impl BatchResults for Embedder<'_> {
         failures: &[(usize, String)],
         outputs: Option<Vec<HostTensor>>,
     ) -> Result<Flow> {
-        let name = self.output.name();
-        let pooled = match outputs {
-            Some(outputs) => Some(
-                outputs
-                    .into_iter()
-                    .find(|t| t.name == name)
-                    .with_context(|| format!("the model produced no {name}"))?,
-            ),
-            None => None,
-        };
-        let dim = match &pooled {
-            Some(t) if t.shape.len() == 2 && t.shape[0] == count => t.shape[1],
-            Some(t) => bail!(
-                "the model's {name} has shape {:?}, not [{count}, dim]",
-                t.shape
-            ),
-            None => 0,
-        };
+        let (pooled, dim) = pooled_rows(outputs, self.output, count)?;
         let not_finite = self.not_finite;
         let written = self
             .write_rows(first, count, failures, pooled.as_ref(), dim)

@@ -7,7 +7,7 @@ use super::output::Whole;
 use crate::cli::output_dir::{
     metadata_parquet, FullShard, OutputDir, OutputShard, RowMeta, ShardRows,
 };
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use vitrt_engine::batched::BatchResults;
 use vitrt_engine::pipeline::datasets::SidecarReader;
 use vitrt_engine::pipeline::{Flow, InputList};
@@ -104,24 +104,7 @@ impl BatchResults for ShardedEmbedder<'_> {
         failures: &[(usize, String)],
         outputs: Option<Vec<HostTensor>>,
     ) -> Result<Flow> {
-        let name = self.output.name();
-        let pooled = match outputs {
-            Some(outputs) => Some(
-                outputs
-                    .into_iter()
-                    .find(|t| t.name == name)
-                    .with_context(|| format!("the model produced no {name}"))?,
-            ),
-            None => None,
-        };
-        let dim = match &pooled {
-            Some(t) if t.shape.len() == 2 && t.shape[0] == count => t.shape[1],
-            Some(t) => bail!(
-                "the model's {name} has shape {:?}, not [{count}, dim]",
-                t.shape
-            ),
-            None => 0,
-        };
+        let (pooled, dim) = super::pooled_rows(outputs, self.output, count)?;
         if pooled.is_some() && self.dim.is_none() {
             self.dim = Some(dim);
         }
