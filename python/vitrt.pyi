@@ -21,7 +21,8 @@ class Model:
     def __init__(
         self,
         model: Union[str, os.PathLike],
-        device: Optional[str] = None,
+        # "cpu", "cuda", "cuda:N", several: "cuda:all", "cuda:0,2", or a list of names.
+        device: Optional[Union[str, Sequence[str]]] = None,
         dtype: Optional[str] = None,
         offline: bool = False,
         revision: Optional[str] = None,
@@ -33,6 +34,8 @@ class Model:
     ) -> None: ...
     @property
     def device(self) -> str: ...
+    @property
+    def devices(self) -> List[str]: ...
     @property
     def dtype(self) -> str: ...
     @property

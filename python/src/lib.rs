@@ -11,6 +11,7 @@
 mod dlpack;
 mod failure;
 mod images;
+mod several;
 mod zero_shot;
 
 use failure::{model_failure, FailAs, Failure, Result};
@@ -187,10 +188,13 @@ impl Engine {
     /// Resolves and loads the checkpoint, and opens the backend: the engine's
     /// [`ModelOptions::open`], as every front door (the driver warming up while the
     /// parameters are read and encoded).
+    /// `announce`: say on stderr when JPEGs are decoded on the host instead of the device (one
+    /// engine of several says it for all).
     fn open(
         options: &ModelOptions,
         workers: Option<usize>,
         decode: Option<&str>,
+        announce: bool,
     ) -> Result<Engine> {
         let OpenedModel {
             mut runner,
@@ -230,7 +234,9 @@ impl Engine {
         };
         if device_decode {
             if let Some(why) = preprocess.device_decode_refusal() {
-                eprintln!("vitrt: decoding on the host: {why}");
+                if announce {
+                    eprintln!("vitrt: decoding on the host: {why}");
+                }
                 device_decode = false;
             }
         }
@@ -444,18 +450,41 @@ fn check_top_k(top_k: usize) -> Result<()> {
 /// decoded again on the host. The model opens as every front door opens it (the engine's
 /// `ModelOptions::open`): the GPU's driver starts while the weights are read and encoded.
 ///
-/// A Model may be used from any thread, one call at a time, except on CUDA with
-/// `cuda_graphs=True`: its graphs stay on the thread that created it (another thread gets a
+/// `device` may name several devices: `"cuda:all"` (every GPU this process sees),
+/// `"cuda:0,2"`, or a list of names; an engine is opened on each, on a thread of its own, and
+/// each batch goes to the device with the fewest outstanding (`workers` shared among them),
+/// the results coming back in input order; `forward` cuts a batch's rows over the devices (a
+/// CUDA tensor runs on its own device). `device` then joins the names with commas; `devices`
+/// lists them.
+///
+/// A Model may be used from any thread, one call at a time (on several devices always), except
+/// on one CUDA device with `cuda_graphs=True`: its graphs stay on the thread that created it (another thread gets a
 /// RuntimeError); pass `cuda_graphs=False` to use it from other threads (Ray Data's actors
 /// call from another thread than the one that created them).
 #[pyclass(module = "vitrt", name = "Model")]
 struct Model {
-    engine: Pinned,
-    device: Device,
+    placed: Placed,
+    /// The devices it runs on, by name ("cpu", "cuda:N").
+    devices: Vec<String>,
     dtype: DType,
     image_size: (usize, usize),
     name: String,
     batch_size: usize,
+}
+
+/// Where a `Model`'s engines are: one, used on the calling thread, or one per device, each on
+/// a thread of its own (`several`).
+enum Placed {
+    One(Box<Pinned>),
+    Several(Box<several::SeveralEngines>),
+}
+
+/// The vision model (its head, labels, pools), as every device opened it.
+fn vision_model(placed: &mut Placed) -> Result<&VisionModel> {
+    match placed {
+        Placed::One(pinned) => Ok(&pinned.get()?.runner.model),
+        Placed::Several(engines) => Ok(&engines.model),
+    }
 }
 
 /// A batch queued and not yet collected: its first image's index, its count, its pending
@@ -463,6 +492,32 @@ struct Model {
 type InFlight = (usize, usize, PendingOutputs, Vec<ImageSource>);
 
 impl Model {
+    /// The `top_k` zero-shot labels of each image, against the labels set on the engines.
+    fn zero_shot_scores<'py>(
+        &mut self,
+        py: Python<'py>,
+        images: &Bound<'py, PyAny>,
+        labels: &[String],
+        top_k: usize,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let mut per_image = Vec::new();
+        self.run_batches(
+            py,
+            images,
+            OutputSet::of(&[Output::ZeroShotProbs]),
+            |_, count, outputs| {
+                let (width, probs) = output_rows(outputs, Output::ZeroShotProbs.name(), count)?;
+                per_image.extend(
+                    probs
+                        .chunks(width)
+                        .map(|row| Scores::Probabilities(labels).top_k(row, top_k)),
+                );
+                Ok(())
+            },
+        )?;
+        predictions_to_python(py, &per_image)
+    }
+
     /// Runs `images` through the model in batches producing `outputs`, handing each batch's
     /// outputs to `each_batch` with the index of its first image and its image count.
     fn run_batches(
@@ -474,7 +529,14 @@ impl Model {
     ) -> PyResult<()> {
         let images = images::collect(images)?;
         let batch_size = self.batch_size;
-        let engine = self.engine.get()?;
+        let engine = match &mut self.placed {
+            Placed::One(pinned) => pinned.get()?,
+            Placed::Several(engines) => {
+                return run_batches_on_devices(
+                    py, engines, &images, batch_size, outputs, each_batch,
+                )
+            }
+        };
         engine.prepare_for_images(outputs)?;
         let preprocess = &engine.preprocess;
         let convert_rgb = preprocess.do_convert_rgb() && preprocess.num_channels() == 3;
@@ -534,6 +596,97 @@ impl Model {
     }
 }
 
+/// `Model.run_batches` on several devices: each batch dealt to a device's thread, the outputs
+/// handed to `each_batch` in input order. The first error, in input order, is raised once
+/// every batch dealt has come back.
+fn run_batches_on_devices(
+    py: Python<'_>,
+    engines: &mut several::SeveralEngines,
+    images: &[Bound<'_, PyAny>],
+    batch_size: usize,
+    outputs: OutputSet,
+    mut each_batch: impl FnMut(usize, usize, Vec<HostTensor>) -> Result<()>,
+) -> PyResult<()> {
+    engines.prepare_for_images(py, outputs)?;
+    let convert_rgb = engines.convert_rgb;
+    let mut dealer = engines.dealer();
+    let mut outcome: PyResult<()> = Ok(());
+    let mut hand_on = |ready: Vec<several::InOrder>, outcome: &mut PyResult<()>| {
+        for (first, count, outputs) in ready {
+            if outcome.is_ok() {
+                *outcome = outputs
+                    .and_then(|o| each_batch(first, count, o))
+                    .map_err(PyErr::from);
+            }
+        }
+    };
+    for (chunk_index, chunk) in images.chunks(batch_size).enumerate() {
+        if outcome.is_err() || dealer.failed {
+            break;
+        }
+        let first = chunk_index * batch_size;
+        let sources = chunk
+            .iter()
+            .enumerate()
+            .map(|(k, image)| ImageSource::of(py, image, first + k, convert_rgb))
+            .collect::<PyResult<Vec<_>>>();
+        match sources.and_then(|sources| Ok(dealer.deal(py, first, sources)?)) {
+            Ok(ready) => hand_on(ready, &mut outcome),
+            Err(e) => outcome = Err(e),
+        }
+    }
+    // What is in flight comes back before anything is raised: nothing is left on a device.
+    match dealer.drain(py) {
+        Ok(ready) => hand_on(ready, &mut outcome),
+        Err(e) if outcome.is_ok() => outcome = Err(e.into()),
+        Err(_) => {}
+    }
+    outcome
+}
+
+/// The devices `device=` names when it names several: a list of names (`["cuda:0",
+/// "cuda:2"]`; `"cpu"` may stand a device in, more than once), `"cuda:all"` or `"cuda:0,2"`.
+/// `None` for one device or none, which `ModelOptions` takes as it is (in `single`).
+fn several_devices(
+    device: Option<&Bound<'_, PyAny>>,
+    single: &mut Option<String>,
+) -> PyResult<Option<Vec<String>>> {
+    let Some(device) = device.filter(|d| !d.is_none()) else {
+        return Ok(None);
+    };
+    if let Ok(name) = device.extract::<String>() {
+        let devices = vitrt_engine::devices::several_devices(Some(&name))
+            .map_err(|e| PyValueError::new_err(format!("device={name:?}: {e:#}")))?;
+        *single = Some(name);
+        return Ok(devices.filter(|d| d.len() > 1));
+    }
+    let names: Vec<String> = device.extract().map_err(|_| {
+        PyValueError::new_err(
+            "device must be a name (\"cpu\", \"cuda\", \"cuda:N\", \"cuda:all\", \
+             \"cuda:0,2\") or a list of names",
+        )
+    })?;
+    if names.is_empty() {
+        return Err(PyValueError::new_err(
+            "device=[]: name at least one device, or leave device out",
+        ));
+    }
+    for (k, name) in names.iter().enumerate() {
+        let parsed = Device::parse(name)
+            .map_err(|e| PyValueError::new_err(format!("device[{k}]={name:?}: {e}")))?;
+        if parsed != Device::Cpu && names[..k].contains(name) {
+            return Err(PyValueError::new_err(format!(
+                "device: {name} is named twice"
+            )));
+        }
+    }
+    if names.len() == 1 {
+        *single = names.into_iter().next();
+        return Ok(None);
+    }
+    Ok(Some(names))
+}
+
 #[pymethods]
 impl Model {
     #[new]
@@ -543,7 +696,7 @@ impl Model {
     fn new(
         py: Python<'_>,
         model: PathBuf,
-        device: Option<String>,
+        device: Option<&Bound<'_, PyAny>>,
         dtype: Option<String>,
         offline: bool,
         revision: Option<String>,
@@ -570,17 +723,38 @@ impl Model {
         if workers == Some(0) {
             return Err(PyValueError::new_err("workers must be at least 1"));
         }
+        let mut single = None;
+        let several = several_devices(device, &mut single)?;
         let options = ModelOptions {
             revision,
             offline,
-            device,
+            device: single,
             dtype,
             residual_dtype,
             cuda_graphs,
             ..ModelOptions::new(name.clone())
         };
+        if let Some(devices) = several {
+            // Each device's engine decodes with its share of the threads.
+            let on_gpu = devices.iter().any(|d| d != "cpu");
+            let workers = workers.unwrap_or_else(|| batched::default_workers(on_gpu));
+            let workers = (workers / devices.len()).max(1);
+            let engines = without_gil(py, || {
+                several::SeveralEngines::open(&options, &devices, workers, decode.as_deref())
+                    .map(SameThread)
+            })?
+            .into_inner();
+            return Ok(Model {
+                devices: engines.names(),
+                dtype: engines.dtype,
+                image_size: engines.image_size,
+                placed: Placed::Several(Box::new(engines)),
+                name,
+                batch_size: batch_size.unwrap_or(if on_gpu { 64 } else { 8 }),
+            });
+        }
         let engine = without_gil(py, || {
-            Engine::open(&options, workers, decode.as_deref()).map(SameThread)
+            Engine::open(&options, workers, decode.as_deref(), true).map(SameThread)
         })?
         .into_inner();
         let batch_size = batch_size.unwrap_or(match engine.device {
@@ -590,19 +764,26 @@ impl Model {
         // Graphs are only captured on CUDA (the CPU backend runs op by op).
         let movable = engine.device == Device::Cpu || !cuda_graphs;
         Ok(Model {
-            device: engine.device,
+            devices: vec![device_name(engine.device)],
             dtype: engine.runner.backend().dtype(),
             image_size: engine.preprocess.output_size(),
-            engine: Pinned::new(engine, movable),
+            placed: Placed::One(Box::new(Pinned::new(engine, movable))),
             name,
             batch_size,
         })
     }
 
-    /// The device the model runs on: "cpu" or "cuda:N".
+    /// The device the model runs on: "cpu" or "cuda:N"; on several, their names joined by
+    /// commas ("cuda:0,cuda:1").
     #[getter]
     fn device(&self) -> String {
-        device_name(self.device)
+        self.devices.join(",")
+    }
+
+    /// The devices the model runs on, by name: one, or each of several.
+    #[getter]
+    fn devices(&self) -> Vec<String> {
+        self.devices.clone()
     }
 
     /// The storage type of weights and activations: "f32", "f16" or "bf16".
@@ -644,7 +825,7 @@ impl Model {
         top_k: usize,
     ) -> PyResult<Bound<'py, PyList>> {
         check_top_k(top_k)?;
-        let model = &self.engine.get()?.runner.model;
+        let model = vision_model(&mut self.placed)?;
         if model.num_labels().is_none() {
             return Err(PyValueError::new_err(format!(
                 "{} is a {} checkpoint without a classification head: use embed(), or \
@@ -683,7 +864,7 @@ impl Model {
         pool: Option<&str>,
         normalize: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let model = &self.engine.get()?.runner.model;
+        let model = vision_model(&mut self.placed)?;
         let pool = choose_pool(pool, model, &self.name)?;
         let mut dim = match pool {
             Pool::Projected => model
@@ -740,7 +921,21 @@ impl Model {
         let labels = zero_shot::check_labels(labels)?;
         let templates = zero_shot::check_templates(templates)?;
         let asked = (labels.clone(), templates);
-        let engine = self.engine.get()?;
+        let engine = match &mut self.placed {
+            Placed::One(pinned) => pinned.get()?,
+            Placed::Several(engines) => {
+                if engines.zero_shot.as_ref() != Some(&asked) {
+                    // Each device encodes the labels with its own text tower.
+                    let (name, (labels, templates)) = (self.name.clone(), asked.clone());
+                    engines.on_each(py, move |engine| {
+                        let dir = engine.dir.clone();
+                        zero_shot::set_labels(&mut engine.runner, &dir, &name, &labels, &templates)
+                    })?;
+                    engines.zero_shot = Some(asked);
+                }
+                return self.zero_shot_scores(py, images, &labels, top_k);
+            }
+        };
         if engine.zero_shot.as_ref() != Some(&asked) {
             let pinned = SameThread(&mut *engine);
             let name = &self.name;
@@ -752,22 +947,7 @@ impl Model {
             })?;
             engine.zero_shot = Some(asked);
         }
-        let mut per_image = Vec::new();
-        self.run_batches(
-            py,
-            images,
-            OutputSet::of(&[Output::ZeroShotProbs]),
-            |_, count, outputs| {
-                let (width, probs) = output_rows(outputs, Output::ZeroShotProbs.name(), count)?;
-                per_image.extend(
-                    probs
-                        .chunks(width)
-                        .map(|row| Scores::Probabilities(&labels).top_k(row, top_k)),
-                );
-                Ok(())
-            },
-        )?;
-        predictions_to_python(py, &per_image)
+        self.zero_shot_scores(py, images, &labels, top_k)
     }
 
     /// Runs `pixel_values`, float32 [B, C, H, W] already preprocessed, through the model;
@@ -830,7 +1010,19 @@ impl Model {
         let shape = array.shape().to_vec();
         let (pixels, first_bad) = images::checked_pixels(&array.as_array());
         drop(array);
-        let engine = SameThread(self.engine.get()?);
+        let engine = match &mut self.placed {
+            Placed::One(pinned) => SameThread(pinned.get()?),
+            Placed::Several(engines) => {
+                // The shape is checked whole (the first device takes its height and width),
+                // then each device runs its rows.
+                let whole = shape.clone();
+                engines.on_device(py, 0, move |engine| {
+                    check_pixel_shape(&mut engine.runner, &whole)
+                })?;
+                refuse_non_finite(&shape, &pixels, first_bad)?;
+                return Ok(engines.forward_host(py, shape, pixels)?);
+            }
+        };
         Ok(without_gil(py, move || {
             forward_pixels(&mut engine.into_inner().runner, &shape, &pixels, first_bad)
         })?)
@@ -847,7 +1039,36 @@ impl Model {
         pixel_values: &Bound<'py, PyAny>,
         device_id: i32,
     ) -> PyResult<Vec<HostTensor>> {
-        let engine = self.engine.get()?;
+        let engine = match &mut self.placed {
+            Placed::One(pinned) => pinned.get()?,
+            Placed::Several(engines) => {
+                let Some(k) = engines.device_of_ordinal(device_id) else {
+                    return Err(Failure::Value(anyhow!(
+                        "pixel_values is on cuda:{device_id}; this model runs on {}",
+                        self.devices.join(", ")
+                    ))
+                    .into());
+                };
+                let stream = engines.on_device(py, k, |engine| {
+                    Ok(engine
+                        .runner
+                        .device_input_stream()
+                        .map(|(_, stream)| stream))
+                })?;
+                let stream = stream.ok_or_else(|| {
+                    Failure::Runtime(anyhow!("cuda:{device_id} has no input stream"))
+                })?;
+                let tensor = dlpack::cuda_f32_tensor(pixel_values, stream)?;
+                let input = DeviceInput {
+                    ptr: tensor.ptr,
+                    len: tensor.shape.iter().product(),
+                };
+                let outputs = engines.forward_device(py, k, tensor.shape.clone(), input);
+                // The tensor is released only after its device has run it.
+                drop(tensor);
+                return Ok(outputs?);
+            }
+        };
         let Some((ordinal, stream)) = engine.runner.device_input_stream() else {
             return Err(Failure::Value(anyhow!(
                 "pixel_values is a CUDA tensor (cuda:{device_id}), but this model runs on the CPU: \
@@ -895,6 +1116,15 @@ fn forward_pixels(
     first_bad: Option<usize>,
 ) -> Result<Vec<HostTensor>> {
     check_pixel_shape(runner, shape)?;
+    refuse_non_finite(shape, pixels, first_bad)?;
+    let outputs = runner.model.model_outputs();
+    runner.set_outputs(outputs);
+    runner.run(pixels, shape[0], false).map_err(model_failure)
+}
+
+/// Refuses the first value of `pixels` ([B, C, H, W] of `shape`) that is not finite
+/// (`first_bad`, from `images::checked_pixels`), naming its place.
+fn refuse_non_finite(shape: &[usize], pixels: &[f32], first_bad: Option<usize>) -> Result<()> {
     if let Some(at) = first_bad {
         let (c, h, w) = (shape[1], shape[2], shape[3]);
         let index = [at / (c * h * w), at / (h * w) % c, at / w % h, at % w];
@@ -903,9 +1133,7 @@ fn forward_pixels(
             pixels[at]
         )));
     }
-    let outputs = runner.model.model_outputs();
-    runner.set_outputs(outputs);
-    runner.run(pixels, shape[0], false).map_err(model_failure)
+    Ok(())
 }
 
 /// Checks pixel_values of `shape` against the model, taking their height and width (as

@@ -489,3 +489,70 @@ def test_decode_says_where_jpegs_are_decoded():
             vitrt.Model(DIGITS_MODEL, device="cpu", decode=gpu)
     with pytest.raises(ValueError, match='decode: unknown value "nvjpeg"'):
         vitrt.Model(DIGITS_MODEL, device="cpu", decode="nvjpeg")
+
+
+# --- several devices -------------------------------------------------------------------------
+# A list of devices runs an engine per device on a thread of its own, as `--device cuda:all`
+# does; "cpu" named twice stands two devices in here (the GPU check runs cuda:all).
+
+
+def test_several_devices_give_one_devices_results_in_input_order(tmp_path):
+    paths = [str(p) for p in digit_paths()]
+    one = vitrt.Model(DIGITS_MODEL, device="cpu", batch_size=2)
+    two = vitrt.Model(DIGITS_MODEL, device=["cpu", "cpu"], batch_size=2, workers=2)
+    assert two.devices == ["cpu", "cpu"] and two.device == "cpu,cpu"
+    assert one.devices == ["cpu"]
+    assert two.dtype == "f32" and two.image_size == (32, 32) and two.batch_size == 2
+    # Many batches of two, dealt over both devices, come back in order.
+    many = paths * 3
+    assert two.classify(many, top_k=3) == one.classify(many, top_k=3)
+    assert two.classify([]) == []
+    # The first bad image in input order is the one raised, whichever device read it.
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    with_broken = paths[:5] + [str(broken)] + paths[5:] + [str(broken)]
+    with pytest.raises(ValueError, match=r"images\[5\]: .*broken\.png"):
+        two.classify(with_broken)
+    # The engines are whole after an error.
+    assert two.classify(paths[:3], top_k=3) == one.classify(paths[:3], top_k=3)
+
+
+def test_several_devices_embed_zero_shot_and_forward_as_one_does():
+    images = [str(IMAGES / "cat.jpg"), str(IMAGES / "coffee.png"), str(IMAGES / "astronaut.webp")]
+    one = vitrt.Model(MODELS / "clip-zero-shot", device="cpu", batch_size=1)
+    three = vitrt.Model(MODELS / "clip-zero-shot", device=["cpu"] * 3, batch_size=1)
+    np.testing.assert_array_equal(three.embed(images), one.embed(images))
+    np.testing.assert_array_equal(
+        three.embed(images, pool="cls", normalize=True),
+        one.embed(images, pool="cls", normalize=True),
+    )
+    labels = ["cat", "dog", "a cup of coffee"]
+    assert three.zero_shot(images, labels) == one.zero_shot(images, labels)
+    assert three.zero_shot(images, ["bird", "car"]) == one.zero_shot(images, ["bird", "car"])
+    # forward: the batch's rows are cut over the devices and joined again.
+    reference = read_safetensors(MODELS / "clip-zero-shot" / "reference.safetensors")
+    pixels = np.concatenate([reference["pixel_values"].astype(np.float32)] * 3)
+    want, got = one.forward(pixels), three.forward(pixels)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+    with pytest.raises(ValueError, match="this model takes"):
+        three.forward(pixels[:, :2])
+    pixels[4, 1, 2, 3] = np.nan
+    with pytest.raises(ValueError, match=r"pixel_values\[4, 1, 2, 3\].* is NaN"):
+        three.forward(pixels)
+    with pytest.raises(ValueError, match="runs on cpu, cpu, cpu"):
+        three.forward(CudaTensorStub())
+
+
+def test_device_lists_are_checked():
+    with pytest.raises(ValueError, match="at least one device"):
+        vitrt.Model(DIGITS_MODEL, device=[])
+    with pytest.raises(ValueError, match=r"device\[1\]=\"tpu\""):
+        vitrt.Model(DIGITS_MODEL, device=["cpu", "tpu"])
+    with pytest.raises(ValueError, match="cuda:1 is named twice"):
+        vitrt.Model(DIGITS_MODEL, device=["cuda:1", "cuda:1"])
+    with pytest.raises(ValueError, match="list of names"):
+        vitrt.Model(DIGITS_MODEL, device=3)
+    # One name in a list is that device.
+    assert vitrt.Model(DIGITS_MODEL, device=["cpu"]).device == "cpu"
