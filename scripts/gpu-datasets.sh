@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Embedding a webdataset on every GPU of the host, resumably (the dataset issue's targets).
 #
-#   scripts/gpu-datasets.sh DIR [LOGS] [SHARDS] [PER_SHARD]
+#   scripts/gpu-datasets.sh DIR [LOGS] [SHARDS] [PER_SHARD] [REPEAT]
 #
-# DIR holds what `scripts/gpu-check.sh stage DIR` built (vitrt.bin, release). Makes a random
-# ViT-B/16 (scripts/make_random_vit.py) and SHARDS (default 32) webdataset tars of PER_SHARD
-# (default 2048) 500x375 JPEG photos with a .json sidecar each (scripts/make_photos.py makes
-# the photos; the tars hold each photo 1 to 4 times under different keys), then, in f16,
-# batch 256, `vitrt embed --normalize --output-dir` (which runs batch-invariant):
+# DIR holds what `scripts/gpu-check.sh stage DIR` built (vitrt.bin, release), and the Python
+# module's wheel if one is staged there (`maturin build --release`). Makes a random ViT-B/16
+# (scripts/make_random_vit.py) and SHARDS (default 32) webdataset tars of PER_SHARD (default
+# 2048) 500x375 JPEG photos with a .json sidecar each (scripts/make_photos.py makes the
+# photos; the tars hold each photo 1 to 4 times under different keys), the dataset being
+# those tars REPEAT times over (default 4; links under other names, so that a dataset of
+# 262,144 images costs no disk), then, in f16, batch 256, `vitrt embed --normalize
+# --output-dir` (which runs batch-invariant):
 #   1. on cuda:0, on 2 devices, on every device: images/s of the whole process, start-up
-#      included. Targets: 1.9x one GPU on 2, 3.6x on 4.
+#      included. Targets: 1.9x one GPU on 2, 3.6x on 4. Beside it the PyTorch peer
+#      (scripts/torch_shards_embed.py: nvJPEG, ViTModel with SDPA, one process per GPU as
+#      clip-retrieval runs) on the same shards.
 #   2. the shards of 1 are byte-identical in every run (the manifests differ by --device).
 #   3. the run on every device killed (-9) once about half of its shards are written, then the
 #      same command again: the shards it wrote, and the final directory byte-identical to the
@@ -20,6 +25,7 @@ dir=${1:?usage: scripts/gpu-datasets.sh DIR [LOGS] [SHARDS] [PER_SHARD]}
 logs=${2:-${OUT:-benchmarks/raw/gpu-datasets}}
 shards=${3:-32}
 per_shard=${4:-2048}
+repeat=${5:-4}
 mkdir -p "$logs"
 export VITRT_CACHE_DIR=${VITRT_CACHE_DIR:-$(mktemp -d)}
 vitrt="$dir/vitrt.bin"
@@ -51,7 +57,15 @@ for s in range(shards):
             n += 1
 print(f"{shards} shards of {per} samples")
 PY
-pattern="$data/{00000..$(printf '%05d' $((shards - 1)))}.tar"
+# The dataset: the tars REPEAT times over, as links.
+rm -rf "$data/repeated" && mkdir -p "$data/repeated"
+for ((r = 0; r < repeat; r++)); do
+    for ((s = 0; s < shards; s++)); do
+        ln -s "$data/$(printf '%05d' $s).tar" "$data/repeated/$(printf '%05d' $((r * shards + s))).tar"
+    done
+done
+shards=$((shards * repeat))
+pattern="$data/repeated/{00000..$(printf '%05d' $((shards - 1)))}.tar"
 images=$((shards * per_shard))
 
 devices_for() { # N -> the --device value
@@ -80,6 +94,14 @@ for n in "${counts[@]}"; do
     end=$(date +%s.%N)
     python3 -c "import sys; n, rc, s, e, i = sys.argv[1:]; w = float(e) - float(s); print(f'embed --output-dir on {n} device(s): exit {rc}; {int(i) / w:.0f} images/s, whole process ({w:.2f} s for {i} images)')" \
         "$n" "$rc" "$start" "$end" "$images"
+done
+# The PyTorch peer on the same shards, one process per GPU.
+for n in "${counts[@]}"; do
+    rm -rf "/tmp/torch-$n"
+    python3 scripts/torch_shards_embed.py --model "$model" --out "/tmp/torch-$n" --world "$n" \
+        --batch-size 256 "$data"/repeated/*.tar >"$logs/torch-$n.json" 2>"$logs/torch-$n.log" ||
+        { echo "torch peer on $n GPU(s) failed:"; tail -3 "$logs/torch-$n.log"; }
+    echo "torch peer (nvJPEG, SDPA, one process per GPU) on $n GPU(s): $(cat "$logs/torch-$n.json")"
 done
 for n in "${counts[@]}"; do
     [ "$n" = 1 ] && continue
@@ -126,3 +148,12 @@ for n in 1 "${counts[-1]}"; do
         2>"$logs/startup-$n.log"
     echo "start-up on $n device(s):"; grep -vE '^$' "$logs/startup-$n.log" | tail -14
 done
+
+# The Python module on every device, where its wheel is staged.
+if ls "$dir"/vitrt-*.whl >/dev/null 2>&1; then
+    rm -rf /tmp/pyv
+    python3 -m pip install --quiet --no-deps --target /tmp/pyv "$dir"/vitrt-*.whl >"$logs/pip.log" 2>&1 ||
+        { echo "the wheel did not install:"; tail -3 "$logs/pip.log"; }
+    PYTHONPATH=/tmp/pyv python3 scripts/gpu_python_devices.py "$model" "$photos" 2>"$logs/python-devices.log" ||
+        { echo "python on every device failed:"; tail -5 "$logs/python-devices.log"; }
+fi

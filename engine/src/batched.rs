@@ -308,6 +308,12 @@ pub trait BatchResults {
         failures: &[(usize, String)],
         outputs: Option<Vec<HostTensor>>,
     ) -> Result<Flow>;
+
+    /// What the progress bar shows beside the count of images (`--output-dir`: the shards
+    /// written of the whole dataset's), asked after each batch.
+    fn progress_note(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Host time of the consumer, for `--stats`.
@@ -587,6 +593,9 @@ impl<R: BatchResults> Submitter<'_, R> {
         let flow = self
             .results
             .batch(batch.first, batch.count, &batch.failures, outputs);
+        if let Some(note) = self.results.progress_note() {
+            self.progress.set_message(note);
+        }
         let marks = [started, arrived, Instant::now()].map(|t| self.times.ms(t));
         if let Some(m) = self.times.batch_marks.get_mut(batch.number) {
             m[2..].copy_from_slice(&marks);
@@ -646,7 +655,7 @@ pub(crate) fn progress_bar(total: usize, quiet: bool) -> indicatif::ProgressBar 
     let bar = indicatif::ProgressBar::new(total as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
-            "{bar:30} {pos}/{len} images  {per_sec}  ETA {eta}",
+            "{bar:30} {pos}/{len} images  {per_sec}  ETA {eta}  {msg}",
         )
         .expect("a valid template"),
     );

@@ -31,6 +31,28 @@ use vitrt_model::Runner;
 use vitrt_runtime::backend::Device;
 use vitrt_runtime::{HostStaging, HostTensor, PendingOutputs};
 
+/// How many CUDA devices this process sees, counted once. Counting starts the driver (0.9 s
+/// on a host of four H200s, benchmarks/NOTES.md 2026-11-27 "Every GPU of the host in one
+/// process"), which [`count_cuda_devices_ahead`] overlaps with the listing of the inputs.
+static CUDA_DEVICES: std::sync::OnceLock<Result<usize, String>> = std::sync::OnceLock::new();
+
+fn cuda_devices() -> Result<usize, String> {
+    CUDA_DEVICES
+        .get_or_init(|| vitrt_runtime::backend::cuda_device_count().map_err(|e| e.to_string()))
+        .clone()
+}
+
+/// Starts counting the CUDA devices on a thread of its own when `asked` is `cuda:all`, so
+/// that the driver starts while the command lists its inputs; [`several_devices`] then takes
+/// the count (waiting for it if it is not done).
+pub fn count_cuda_devices_ahead(asked: Option<&str>) {
+    if asked.is_some_and(|a| a.trim().eq_ignore_ascii_case("cuda:all")) {
+        std::thread::spawn(|| {
+            let _ = cuda_devices();
+        });
+    }
+}
+
 /// The devices `asked` names when it names more than one way: `cuda:all` (every CUDA device
 /// this process sees) or a list, `cuda:0,2,3`. `None` for anything else (one device, or
 /// none), which the single-device path takes as it is.
@@ -39,8 +61,7 @@ pub fn several_devices(asked: Option<&str>) -> Result<Option<Vec<String>>> {
         return Ok(None);
     };
     if asked.eq_ignore_ascii_case("cuda:all") {
-        let count = vitrt_runtime::backend::cuda_device_count()
-            .map_err(|e| anyhow!("--device cuda:all: {e}"))?;
+        let count = cuda_devices().map_err(|e| anyhow!("--device cuda:all: {e}"))?;
         if count == 0 {
             bail!("--device cuda:all: this machine has no CUDA device");
         }
@@ -410,6 +431,9 @@ impl<R: BatchResults> Dispatcher<'_, R> {
             )?;
             self.times.collecting += started.elapsed();
             self.progress.inc(collected.count as u64);
+            if let Some(note) = self.results.progress_note() {
+                self.progress.set_message(note);
+            }
             if flow == Flow::Stop {
                 self.stopped = true;
             }

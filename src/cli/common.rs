@@ -222,6 +222,12 @@ impl ModelArgs {
         Ok((runner, dir))
     }
 
+    /// With `--device cuda:all`, starts counting the devices (which starts the driver) while
+    /// the command goes on reading its inputs.
+    pub fn count_devices_ahead(&self) {
+        vitrt_engine::devices::count_cuda_devices_ahead(self.device.as_deref());
+    }
+
     /// The model on the device `--device` names, opened here, or on the several it names
     /// (`cuda:all`, `cuda:0,2`), read here and opened on each by the run.
     pub fn placement(&self) -> Result<vitrt_engine::devices::Placement> {

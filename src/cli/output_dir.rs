@@ -409,6 +409,13 @@ impl<T> ShardRows<T> {
         }
     }
 
+    /// "N of M shards written": `total` is the whole dataset's, those written by earlier runs
+    /// counted.
+    pub fn progress_note(&self, total: usize) -> String {
+        let written = total - (self.shards.len() - self.current);
+        format!("{written} of {total} shards written")
+    }
+
     /// Adds the next row; the shard it completes, if it does.
     pub fn push(&mut self, meta: RowMeta, row: T) -> Option<FullShard<T>> {
         self.failed += usize::from(meta.error.is_some());
@@ -600,6 +607,21 @@ mod tests {
         assert_eq!(ranges, [0..10, 10..20, 20..25]);
         assert_eq!(shards[2].stem, "00002-files");
         assert!(plan(&files(0), 10).is_empty());
+    }
+
+    #[test]
+    fn the_progress_note_counts_the_shards_of_earlier_runs() {
+        // Shards 3 and 4 of five are left to do, of two files each.
+        let shards = plan(&files(10), 2);
+        let mut rows = ShardRows::new(shards[3..].to_vec());
+        assert_eq!(rows.progress_note(5), "3 of 5 shards written");
+        assert!(rows.push(RowMeta::default(), ()).is_none());
+        assert_eq!(rows.progress_note(5), "3 of 5 shards written");
+        assert!(rows.push(RowMeta::default(), ()).is_some());
+        assert_eq!(rows.progress_note(5), "4 of 5 shards written");
+        rows.push(RowMeta::default(), ());
+        rows.push(RowMeta::default(), ());
+        assert_eq!(rows.progress_note(5), "5 of 5 shards written");
     }
 
     #[test]

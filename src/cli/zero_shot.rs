@@ -56,6 +56,7 @@ pub struct ZeroShotArgs {
 }
 
 pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
+    args.model.count_devices_ahead();
     let labels = read_labels(args.labels.as_deref(), args.labels_file.as_deref())?;
     let templates = if args.template.is_empty() {
         vec![DEFAULT_TEMPLATE.to_string()]

@@ -94,6 +94,7 @@ pub(crate) fn open_output_dir(
 }
 
 pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
+    args.model.count_devices_ahead();
     // Before any work: a run that cannot keep its timings should not start.
     let stats = args
         .stats

@@ -78,6 +78,10 @@ impl<'a> ShardedClassifier<'a> {
 }
 
 impl BatchResults for ShardedClassifier<'_> {
+    fn progress_note(&self) -> Option<String> {
+        Some(self.rows.progress_note(self.out.shards.len()))
+    }
+
     fn batch(
         &mut self,
         first: usize,

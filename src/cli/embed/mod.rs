@@ -120,6 +120,7 @@ pub(crate) fn names_file(npy: &Path, what: &str) -> PathBuf {
 }
 
 pub fn run(args: EmbedArgs) -> Result<ExitCode> {
+    args.model.count_devices_ahead();
     let output = match (&args.output, args.sharded.dir()?) {
         (_, Some(dir)) => return run_sharded(&args, dir),
         (Some(output), None) => output.clone(),

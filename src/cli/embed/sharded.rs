@@ -97,6 +97,10 @@ impl<'a> ShardedEmbedder<'a> {
 }
 
 impl BatchResults for ShardedEmbedder<'_> {
+    fn progress_note(&self) -> Option<String> {
+        Some(self.rows.progress_note(self.out.shards.len()))
+    }
+
     fn batch(
         &mut self,
         first: usize,
