@@ -90,15 +90,46 @@ pub struct CudaF32Tensor<'py> {
     _capsule: Bound<'py, PyCapsule>,
 }
 
+/// Runs `export` with torch's current device set to `device_id` when `object` is a torch
+/// tensor: torch exports a CUDA tensor with a stream only from its own device ("Can't export
+/// tensors on a different CUDA device index"), and a model on cuda:1 (or a Model on several
+/// devices) takes tensors on devices other than the caller's current one.
+fn on_torch_device<'py, T>(
+    object: &Bound<'py, PyAny>,
+    device_id: i32,
+    export: impl FnOnce() -> PyResult<T>,
+) -> PyResult<T> {
+    let module: String = object.get_type().getattr("__module__")?.extract()?;
+    if module != "torch" && !module.starts_with("torch.") {
+        return export();
+    }
+    let guard = object
+        .py()
+        .import("torch")?
+        .getattr("cuda")?
+        .call_method1("device", (device_id,))?;
+    guard.call_method0("__enter__")?;
+    let exported = export();
+    let none = object.py().None();
+    guard.call_method1("__exit__", (&none, &none, &none))?;
+    exported
+}
+
 /// Takes `object`'s DLPack capsule, asking its producer to order the tensor's writes before
 /// `stream` (a CUstream handle), and reads a float32, compact row-major CUDA tensor out of
-/// it; anything else is a `ValueError` saying what to change.
-pub fn cuda_f32_tensor<'py>(object: &Bound<'py, PyAny>, stream: u64) -> Result<CudaF32Tensor<'py>> {
+/// it; anything else is a `ValueError` saying what to change. `device_id` is the CUDA device
+/// the object said it is on (`__dlpack_device__`).
+pub fn cuda_f32_tensor<'py>(
+    object: &Bound<'py, PyAny>,
+    stream: u64,
+    device_id: i32,
+) -> Result<CudaF32Tensor<'py>> {
     let kwargs = PyDict::new(object.py());
     kwargs.set_item("stream", stream).or_runtime()?;
-    let capsule = object
-        .call_method("__dlpack__", (), Some(&kwargs))
-        .map_err(|e| Failure::Value(anyhow!("__dlpack__(stream=...) failed: {e}")))?;
+    let capsule = on_torch_device(object, device_id, || {
+        object.call_method("__dlpack__", (), Some(&kwargs))
+    })
+    .map_err(|e| Failure::Value(anyhow!("__dlpack__(stream=...) failed: {e}")))?;
     let capsule = capsule
         .downcast_into::<PyCapsule>()
         .map_err(|_| Failure::Value(anyhow!("__dlpack__() did not return a capsule")))?;

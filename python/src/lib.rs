@@ -1058,7 +1058,7 @@ impl Model {
                 let stream = stream.ok_or_else(|| {
                     Failure::Runtime(anyhow!("cuda:{device_id} has no input stream"))
                 })?;
-                let tensor = dlpack::cuda_f32_tensor(pixel_values, stream)?;
+                let tensor = dlpack::cuda_f32_tensor(pixel_values, stream, device_id)?;
                 let input = DeviceInput {
                     ptr: tensor.ptr,
                     len: tensor.shape.iter().product(),
@@ -1082,7 +1082,7 @@ impl Model {
             ))
             .into());
         }
-        let tensor = dlpack::cuda_f32_tensor(pixel_values, stream)?;
+        let tensor = dlpack::cuda_f32_tensor(pixel_values, stream, device_id)?;
         let shape = tensor.shape.clone();
         let ptr = tensor.ptr;
         let engine = SameThread(engine);
