@@ -1,7 +1,7 @@
 //! What `vitrt bench kernels` relies on besides the ops: cuBLAS computes the GEMM we compare
 //! with (with the transposes and leading dimensions right, and no TF32 in f32), the copy
 //! moves exactly the bytes asked for, the spin kernel holds the stream, and the device facts
-//! are sane. The bias-plus-activation kernel is tested against its twin in gpu_kernels.rs.
+//! are sane. The bias-plus-activation kernel is tested against its twin in gpu_kernels/activation.rs.
 //!
 //! Needs a CUDA GPU: `cargo test --release -p vitrt-kernels --test gpu_bench_support -- --ignored`.
 

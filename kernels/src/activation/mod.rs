@@ -8,7 +8,7 @@
 //! - [`cpu::bias_activation`], [`cpu::swiglu`]: the CPU twins, one program per row (a
 //!   standalone activation on the CPU is [`crate::Activation::apply`] per element).
 //!
-//! Tests: kernels/tests/gpu_kernels.rs (`bias_activation_matches_its_twin`,
+//! Tests: kernels/tests/gpu_kernels/activation.rs (`bias_activation_matches_its_twin`,
 //! `swiglu_and_token_mean_match_their_twins`). Bench: the cuBLAS
 //! comparison of the `matmul` cases (src/cli/bench/measure.rs) times cuBLAS plus
 //! [`gpu::bias_activation`].

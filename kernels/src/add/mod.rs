@@ -5,7 +5,7 @@
 //!   operand may be added into an f32 residual stream.
 //! - [`cpu::add`]: the CPU twin, one program per chunk.
 //!
-//! Tests: kernels/tests/gpu_kernels.rs (`add_matches_its_twin_exactly`,
+//! Tests: kernels/tests/gpu_kernels/add.rs (`add_matches_its_twin_exactly`,
 //! `add_into_an_f32_stream_matches_its_twin_exactly`). Bench case: `add` in
 //! src/cli/bench/cases.rs.
 

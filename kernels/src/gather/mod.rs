@@ -10,7 +10,7 @@
 //! - a text tower's pooled token, the row of each sequence at the position an [`EndToken`]
 //!   rule picks from its ids: [`gpu::end_token_rows`] and its twin [`cpu::end_token_rows`].
 //!
-//! Tests: kernels/tests/gpu_kernels.rs (`token_embedding_matches_its_twin`,
+//! Tests: kernels/tests/gpu_kernels/gather.rs (`token_embedding_matches_its_twin`,
 //! `end_token_rows_match_their_twin`); `gather_rows` through the runtime's CUDA backend. No
 //! bench case.
 

@@ -5,7 +5,7 @@
 //!   `crate::rows`; the input may be the f32 residual stream of a half-precision run.
 //! - [`cpu::layernorm`]: the CPU twin, one program per row.
 //!
-//! Tests: kernels/tests/gpu_kernels.rs (`layernorm_matches_its_twin`,
+//! Tests: kernels/tests/gpu_kernels/layernorm.rs (`layernorm_matches_its_twin`,
 //! `layernorm_in_place_matches_its_twin`). Bench case: `layernorm` in src/cli/bench/cases.rs.
 
 pub mod cpu;

@@ -6,7 +6,7 @@
 //!   f32, the output in the run's dtype or f32.
 //! - [`cpu::l2_normalize`]: the CPU twin, the same lane-strided sums and shuffle tree.
 //!
-//! Tests: kernels/tests/gpu_kernels.rs (`l2_normalize_matches_its_twin`). No bench case: one
+//! Tests: kernels/tests/gpu_kernels/normalize.rs (`l2_normalize_matches_its_twin`). No bench case: one
 //! row per image or label, microseconds.
 
 pub mod cpu;

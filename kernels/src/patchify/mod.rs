@@ -6,7 +6,7 @@
 //! - [`gpu::patchify_with_prefix`]: patchify.cu, both in one launch.
 //! - [`cpu::patchify`] and [`cpu::write_prefix_rows`]: the CPU twins, one each.
 //!
-//! Tests: kernels/tests/gpu_kernels.rs (`patchify_with_prefix_matches_its_twins_exactly`). Bench
+//! Tests: kernels/tests/gpu_kernels/patchify.rs (`patchify_with_prefix_matches_its_twins_exactly`). Bench
 //! case: `patch` in src/cli/bench/cases.rs.
 
 pub mod cpu;

@@ -7,7 +7,7 @@
 //!   dtype or in f32 (a residual stream kept in f32), the mean in the run's dtype.
 //! - [`cpu::token_mean`]: the CPU twin, same summation order.
 //!
-//! Tests: kernels/tests/gpu_kernels.rs (`swiglu_and_token_mean_match_their_twins`). No bench case: one
+//! Tests: kernels/tests/gpu_kernels/activation.rs (`swiglu_and_token_mean_match_their_twins`). No bench case: one
 //! read of the last hidden state, a few microseconds at batch 256.
 
 pub mod cpu;

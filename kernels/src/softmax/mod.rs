@@ -8,7 +8,7 @@
 //!   tower's unfused attention (row r is query `r % queries`; its columns past the query are
 //!   exactly 0), the same programs built with the mask.
 //!
-//! Tests: kernels/tests/gpu_kernels.rs (`softmax_matches_its_twin`,
+//! Tests: kernels/tests/gpu_kernels/softmax.rs (`softmax_matches_its_twin`,
 //! `softmax_in_place_matches_its_twin`, `causal_softmax_matches_its_twin`). Bench case:
 //! `softmax` in src/cli/bench/cases.rs.
 
