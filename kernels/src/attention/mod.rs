@@ -12,14 +12,31 @@
 //! the causal mask: on the GPU the `_causal` instantiations of the same program, which skip
 //! the key blocks past the rows.
 //!
+//! - problem.rs: what an attention computes ([`AttentionProblem`]), the head dims and dtypes
+//!   the fused kernel takes and the alignment its copies need.
+//! - program.rs: the two programs ([`gpu::AttentionProgram`]) and the shapes each takes.
+//! - config.rs: one instantiation's meta-parameters, the program chosen for a problem on a
+//!   GPU, and the instantiation NVRTC compiles (attention.cu or attention_wgmma.cu).
+//! - launch.rs: the launch: checks, arguments (strides, or the Hopper program's tensor maps)
+//!   and grid.
+//! - gpu.rs: the entry points and every instantiation they can pick; cpu.rs: the twin;
+//!   tests.rs: the selection's and the launcher's unit tests.
+//!
+//! Dependencies run one way: problem, program, config, launch, gpu.
+//!
 //! Tests: kernels/tests/gpu_attention.rs (every program on every case). Bench case: `attention`
 //! in src/cli/bench/cases.rs (non-causal); the causal kernel at CLIP's text shapes:
 //! `bench_causal_attention_at_clip_text_shapes`, and every program on the model families'
 //! shapes against PyTorch's SDPA: `bench_attention_programs_at_model_shapes` (in
 //! kernels/tests/gpu_attention.rs) with scripts/bench_attention.py.
 
+mod config;
 pub mod cpu;
 pub mod gpu;
+mod launch;
 mod problem;
+mod program;
+#[cfg(test)]
+mod tests;
 
 pub use problem::AttentionProblem;

@@ -1,6 +1,6 @@
 //! What one fused attention computes: the shapes, the scale and the strided views of Q, K, V and O.
 
-use crate::types::Operand;
+use crate::types::{DType, Operand};
 
 /// Fused attention over strided heads: for every (batch, head),
 /// `O = softmax(scale · Q·Kᵀ) · V`, the softmax over the keys, where Q, K, V and O are
@@ -92,4 +92,41 @@ impl AttentionProblem {
         }
         Ok(())
     }
+}
+
+/// The head dims the kernel is instantiated for: every multiple of 16 up to 128 (16 for the
+/// small test fixtures). A multiple of 16 is what one m16n8k16 step of Q·Kᵀ takes; past 128
+/// the output accumulator (head_dim / 2 registers per thread) and the Q fragments would
+/// spill (128 already takes 243 registers on sm_90).
+pub const ATTENTION_HEAD_DIMS: [usize; 8] = [16, 32, 48, 64, 80, 96, 112, 128];
+
+/// Whether the fused kernel takes `dtype` and `head_dim`; the reason when it does not. What the
+/// runtime asks before it fuses attention for a CUDA run.
+pub fn fused_attention_support(dtype: DType, head_dim: usize) -> Result<(), String> {
+    if dtype == DType::F32 {
+        return Err("the fused attention kernel has no f32 variant (f16 and bf16 only)".into());
+    }
+    if !ATTENTION_HEAD_DIMS.contains(&head_dim) {
+        return Err(format!(
+            "the fused attention kernel takes head dims {ATTENTION_HEAD_DIMS:?}, not {head_dim}"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether every row a walk over (batch, heads, tokens) of `view` touches starts 16 bytes
+/// after a 16-byte boundary: what the kernel's 16-byte copies need. Strides of dimensions of
+/// extent 1 are never used, so they do not count.
+pub fn attention_rows_aligned(
+    base: u64,
+    dtype: DType,
+    view: &Operand,
+    (batch, heads, tokens): (usize, usize, usize),
+) -> bool {
+    let size = dtype.size_bytes();
+    let elements = 16 / size;
+    (base + (view.offset * size) as u64).is_multiple_of(16)
+        && (tokens <= 1 || view.row_stride.is_multiple_of(elements))
+        && (batch <= 1 || view.batch_stride.is_multiple_of(elements))
+        && (heads <= 1 || view.head_stride.is_multiple_of(elements))
 }

@@ -1,0 +1,240 @@
+//! Every meta-parameter of one attention instantiation ([`AttentionConfig`]): its selection
+//! for a problem on a GPU, and the instantiation (source, parameters, architecture) NVRTC
+//! compiles.
+
+use super::problem::AttentionProblem;
+use super::program::*;
+use crate::cuda::{ArchRequirement, Instantiation, KernelParam, ParamKind};
+use crate::types::DType;
+
+pub(super) const SOURCE: &str = include_str!("attention.cu");
+pub(super) const WGMMA_SOURCE: &str = include_str!("attention_wgmma.cu");
+
+/// The batch batch-invariant selection chooses the attention program for (see
+/// `Gpu::batch_invariant`): past every CTA-count threshold of [`AttentionConfig::select`].
+pub(super) const INVARIANT_BATCH: usize = 1 << 16;
+
+/// Every meta-parameter of one attention instantiation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct AttentionConfig {
+    pub dtype: DType,
+    pub head_dim: u32,
+    pub program: AttentionProgram,
+    /// Query row i attends to keys 0..=i only (`AttentionProblem::causal`).
+    pub causal: bool,
+}
+
+impl AttentionConfig {
+    /// The configuration for `p` on a GPU of `multiprocessors` SMs of compute capability `cc`.
+    pub(super) fn select(
+        dtype: DType,
+        p: &AttentionProblem,
+        multiprocessors: u32,
+        cc: (u32, u32),
+    ) -> AttentionConfig {
+        let base = AttentionConfig {
+            dtype,
+            head_dim: p.head_dim as u32,
+            program: AttentionProgram::WGMMA,
+            causal: p.causal,
+        };
+        // The Hopper program where it can run with two CTAs an SM (head dims up to 80, four
+        // K/V stages) and has work for them: at least 4 CTAs an SM, or long sequences (CLIP
+        // L/14 at 336 and SigLIP so400m at 384 gain from batch 1). Below that, and above head
+        // dim 80 (three stages, one CTA an SM), the mma.sync program was as fast or faster
+        // (benchmarks/NOTES.md, 2026-11-25 "Hopper attention").
+        let hopper_ctas = (p.batch as u64)
+            .saturating_mul(p.heads as u64)
+            .saturating_mul(p.tokens.div_ceil(base.block_m() as usize) as u64);
+        if AttentionProgram::WGMMA
+            .check(p.head_dim, p.causal, cc)
+            .is_ok()
+            && base.wgmma_stages() == 4
+            && (hopper_ctas >= WGMMA_MIN_CTAS_PER_SM * multiprocessors as u64
+                || p.tokens >= WGMMA_LONG_SEQUENCE)
+        {
+            return base;
+        }
+        let two_groups = AttentionConfig {
+            program: AttentionProgram::MmaSync { row_groups: 2 },
+            ..base
+        };
+        let ctas = (p.batch as u64)
+            .saturating_mul(p.heads as u64)
+            .saturating_mul(p.tokens.div_ceil(two_groups.block_m() as usize) as u64);
+        let row_groups = if two_groups.head_dim <= TWO_ROW_GROUPS_UP_TO
+            && ctas >= TWO_ROW_GROUPS_MIN_CTAS_PER_SM * multiprocessors as u64
+        {
+            2
+        } else {
+            1
+        };
+        AttentionConfig {
+            program: AttentionProgram::MmaSync { row_groups },
+            ..base
+        }
+    }
+
+    pub(super) fn threads(&self) -> u32 {
+        match self.program {
+            AttentionProgram::MmaSync { .. } => WARPS * 32,
+            AttentionProgram::Wgmma { warpgroups, .. } => warpgroups * 128,
+        }
+    }
+
+    /// Query rows per CTA.
+    pub(super) fn block_m(&self) -> u32 {
+        match self.program {
+            AttentionProgram::MmaSync { row_groups } => WARPS * 16 * row_groups,
+            AttentionProgram::Wgmma { warpgroups, .. } => warpgroups * 64,
+        }
+    }
+
+    /// K/V buffers of the Hopper program: 4 where a CTA still takes at most ~100 KiB (two
+    /// CTAs an SM), else 3, the fewest it runs with (attention_wgmma.cu).
+    pub(super) fn wgmma_stages(&self) -> u32 {
+        let AttentionProgram::Wgmma { block_n, .. } = self.program else {
+            return 0;
+        };
+        let bytes = |stages: u32| (self.block_m() + 2 * stages * block_n) * self.head_dim * 2;
+        if bytes(4) <= 100 * 1024 {
+            4
+        } else {
+            3
+        }
+    }
+
+    /// mma.sync: Q, then two K and two V buffers, rows padded by 8 elements (as attention.cu).
+    /// Hopper: Q, then the K and V rings unpadded, the mbarriers, and 256 bytes to align the
+    /// tiles to the swizzle's period (as attention_wgmma.cu).
+    pub(super) fn shared_bytes(&self) -> u32 {
+        let size = self.dtype.size_bytes() as u32;
+        match self.program {
+            AttentionProgram::MmaSync { .. } => {
+                (self.block_m() + 4 * BLOCK_N) * (self.head_dim + 8) * size
+            }
+            AttentionProgram::Wgmma { block_n, .. } => {
+                let stages = self.wgmma_stages();
+                (self.block_m() + 2 * stages * block_n) * self.head_dim * size
+                    + 8 * (1 + 2 * stages)
+                    + 256
+            }
+        }
+    }
+
+    /// The wrapper's parameters: Q, K and V as pointers and views (mma.sync) or as tensor
+    /// maps (Hopper), then O as a pointer and a view, the extents and the scale.
+    pub(super) fn params(&self) -> Vec<KernelParam> {
+        let hopper = matches!(self.program, AttentionProgram::Wgmma { .. });
+        let mut params: Vec<KernelParam> = match hopper {
+            true => ["q_map", "k_map", "v_map"]
+                .map(|name| KernelParam::new(name, ParamKind::TensorMap))
+                .to_vec(),
+            false => ["q", "k", "v"]
+                .map(|name| KernelParam::new(name, ParamKind::ConstPtr(self.dtype)))
+                .to_vec(),
+        };
+        params.push(KernelParam::new("o", ParamKind::MutPtr(self.dtype)));
+        params.push(KernelParam::new("heads", ParamKind::I32));
+        params.push(KernelParam::new("tokens", ParamKind::I32));
+        let views: &[[&str; 4]] = match hopper {
+            true => &VIEW_PARAM_NAMES[3..],
+            false => &VIEW_PARAM_NAMES,
+        };
+        for names in views {
+            params.extend(
+                names
+                    .iter()
+                    .map(|&name| KernelParam::new(name, ParamKind::I64)),
+            );
+        }
+        params.push(KernelParam::new("scale", ParamKind::F32));
+        params
+    }
+
+    pub fn instantiation(&self) -> Instantiation {
+        let params = self.params();
+        let causal = if self.causal { "_causal" } else { "" };
+        let dtype = self.dtype.name();
+        let head_dim = self.head_dim;
+        match self.program {
+            AttentionProgram::MmaSync { row_groups } => Instantiation {
+                name: format!(
+                    "attention_{dtype}_d{head_dim}_bn{BLOCK_N}_w{WARPS}_g{row_groups}{causal}"
+                ),
+                family: "attention",
+                source: SOURCE,
+                headers: &[],
+                function: "attention_block",
+                template_args: vec![
+                    self.dtype.cuda_type().into(),
+                    head_dim.to_string(),
+                    BLOCK_N.to_string(),
+                    WARPS.to_string(),
+                    row_groups.to_string(),
+                    self.causal.to_string(),
+                ],
+                params,
+                block_threads: self.threads(),
+                min_blocks_per_sm: 0,
+                // cp.async, ldmatrix and bf16 mma.sync need sm_80.
+                arch: ArchRequirement::AtLeast(8, 0),
+            },
+            AttentionProgram::Wgmma {
+                warpgroups,
+                block_n,
+            } => {
+                let stages = self.wgmma_stages();
+                Instantiation {
+                    name: format!(
+                        "attention_wgmma_{dtype}_d{head_dim}_bn{block_n}_wg{warpgroups}_s{stages}"
+                    ),
+                    family: "attention",
+                    source: WGMMA_SOURCE,
+                    headers: &[],
+                    function: "attention_wgmma_block",
+                    template_args: vec![
+                        self.dtype.cuda_type().into(),
+                        head_dim.to_string(),
+                        block_n.to_string(),
+                        warpgroups.to_string(),
+                        stages.to_string(),
+                    ],
+                    params,
+                    block_threads: self.threads(),
+                    min_blocks_per_sm: 0,
+                    // wgmma and TMA exist on sm_90a only.
+                    arch: ArchRequirement::Exactly(9, 0),
+                }
+            }
+        }
+    }
+}
+
+/// The wrapper's stride parameters, one group per view (Q, K, V, O).
+pub(super) const VIEW_PARAM_NAMES: [[&str; 4]; 4] = [
+    [
+        "q_offset",
+        "q_row_stride",
+        "q_batch_stride",
+        "q_head_stride",
+    ],
+    [
+        "k_offset",
+        "k_row_stride",
+        "k_batch_stride",
+        "k_head_stride",
+    ],
+    [
+        "v_offset",
+        "v_row_stride",
+        "v_batch_stride",
+        "v_head_stride",
+    ],
+    [
+        "o_offset",
+        "o_row_stride",
+        "o_batch_stride",
+        "o_head_stride",
+    ],
+];

@@ -1,0 +1,154 @@
+//! The attention's launch: the configuration chosen (or forced) for a problem, its checks,
+//! its arguments (strides, or the Hopper program's tensor maps) and the grid.
+
+use super::config::*;
+use super::problem::{attention_rows_aligned, fused_attention_support, AttentionProblem};
+use super::program::AttentionProgram;
+use crate::cuda::{
+    encode_tiled, invalid, to_i32, to_i64, DevPtr, Gpu, KernelArg, KernelError, LaunchDims, Swizzle,
+};
+use crate::types::{DType, Operand};
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn launch(
+    gpu: &Gpu,
+    dtype: DType,
+    p: &AttentionProblem,
+    program: Option<AttentionProgram>,
+    q: DevPtr,
+    k: DevPtr,
+    v: DevPtr,
+    o: DevPtr,
+) -> Result<(), KernelError> {
+    fused_attention_support(dtype, p.head_dim).map_err(KernelError::InvalidArgument)?;
+    for (what, view) in [("Q", q), ("K", k), ("V", v), ("O", o)] {
+        view.expect(&format!("attention {what}"), dtype, 0)?;
+    }
+    p.check_bounds(q.len, k.len, v.len, o.len)
+        .map_err(KernelError::InvalidArgument)?;
+    if !p.scale.is_finite() {
+        return Err(invalid!("attention scale must be finite, got {}", p.scale));
+    }
+    if p.batch == 0 || p.heads == 0 || p.tokens == 0 {
+        return Ok(());
+    }
+    let extents = (p.batch, p.heads, p.tokens);
+    for (what, ptr, view) in [
+        ("Q", q, &p.q),
+        ("K", k, &p.k),
+        ("V", v, &p.v),
+        ("O", o, &p.o),
+    ] {
+        if !attention_rows_aligned(ptr.ptr, dtype, view, extents) {
+            return Err(invalid!(
+                "fused attention needs every {what} row on a 16-byte boundary \
+                 (offset {}, strides {}/{}/{} elements of {dtype})",
+                view.offset,
+                view.row_stride,
+                view.batch_stride,
+                view.head_stride
+            ));
+        }
+    }
+    let cc = gpu.compute_capability();
+    let config = match program {
+        // Batch-invariant selection: the program a large batch gets, whatever this one's size.
+        None if gpu.batch_invariant() => {
+            let many = AttentionProblem {
+                batch: p.batch.max(INVARIANT_BATCH),
+                ..*p
+            };
+            AttentionConfig::select(dtype, &many, gpu.multiprocessors(), cc)
+        }
+        None => AttentionConfig::select(dtype, p, gpu.multiprocessors(), cc),
+        Some(program) => {
+            program
+                .check(p.head_dim, p.causal, cc)
+                .map_err(KernelError::InvalidArgument)?;
+            AttentionConfig {
+                dtype,
+                head_dim: p.head_dim as u32,
+                program,
+                causal: p.causal,
+            }
+        }
+    };
+    let programs = (p.batch as u64)
+        .checked_mul(p.heads as u64)
+        .and_then(|x| x.checked_mul(p.tokens.div_ceil(config.block_m() as usize) as u64))
+        .filter(|&x| x <= i32::MAX as u64)
+        .ok_or_else(|| {
+            invalid!(
+                "attention over {} x {} heads of {} tokens needs more than 2^31 programs",
+                p.batch,
+                p.heads,
+                p.tokens
+            )
+        })?;
+    let hopper = matches!(config.program, AttentionProgram::Wgmma { .. });
+    let mut args = Vec::new();
+    for (ptr, view) in [(q, &p.q), (k, &p.k), (v, &p.v)] {
+        args.push(match hopper {
+            true => KernelArg::TensorMap(view_tensor_map(dtype, ptr, view, p.head_dim, extents)?),
+            false => KernelArg::Ptr(ptr.ptr),
+        });
+    }
+    args.push(KernelArg::Ptr(o.ptr));
+    args.push(KernelArg::I32(to_i32(p.heads, "attention heads")?));
+    args.push(KernelArg::I32(to_i32(p.tokens, "attention tokens")?));
+    let views = match hopper {
+        true => vec![&p.o],
+        false => vec![&p.q, &p.k, &p.v, &p.o],
+    };
+    for view in views {
+        for value in [
+            view.offset,
+            view.row_stride,
+            view.batch_stride,
+            view.head_stride,
+        ] {
+            args.push(KernelArg::I64(to_i64(value)?));
+        }
+    }
+    args.push(KernelArg::F32(p.scale));
+    gpu.launch(
+        &config.instantiation(),
+        LaunchDims {
+            grid: (programs as u32, 1, 1),
+            block: config.threads(),
+            shared_bytes: config.shared_bytes(),
+            cluster: 1,
+        },
+        &args,
+    )
+}
+
+/// The Hopper program's tensor map over a Q, K or V view: 4-D, [batch][head][token][dim]
+/// innermost last, read in boxes of 64 tokens x 16 dims in the 32-byte swizzle
+/// (attention_wgmma.cu), tokens past the view's read as zeros. Strides of dimensions of extent
+/// 1 are never used and may be anything: they are given as 16 bytes, which TMA accepts.
+pub(super) fn view_tensor_map(
+    dtype: DType,
+    ptr: DevPtr,
+    view: &Operand,
+    head_dim: usize,
+    (batch, heads, tokens): (usize, usize, usize),
+) -> Result<[u64; 16], KernelError> {
+    let size = dtype.size_bytes() as u64;
+    let stride = |extent: usize, elements: usize| match extent {
+        0 | 1 => 16,
+        _ => elements as u64 * size,
+    };
+    encode_tiled(
+        dtype,
+        ptr.ptr + view.offset as u64 * size,
+        &[head_dim as u64, tokens as u64, heads as u64, batch as u64],
+        &[
+            stride(tokens, view.row_stride),
+            stride(heads, view.head_stride),
+            stride(batch, view.batch_stride),
+        ],
+        &[16, 64, 1, 1],
+        Swizzle::Bytes32,
+    )
+}

@@ -1,0 +1,98 @@
+//! Which attention program runs a problem, and the shapes each takes: the mma.sync program
+//! (attention.cu) and the Hopper one (attention_wgmma.cu).
+
+/// Keys per streamed K/V tile of the mma.sync program.
+pub(super) const BLOCK_N: u32 = 64;
+/// The Hopper program's shape: warpgroups (of 64 query rows) a CTA and keys a K/V tile.
+/// Measured: benchmarks/NOTES.md, 2026-11-25 "Hopper attention".
+pub(super) const WGMMA_WARPGROUPS: u32 = 2;
+pub(super) const WGMMA_BLOCK_N: u32 = 64;
+/// The Hopper program is taken from this many CTAs an SM, or from this many tokens.
+pub(super) const WGMMA_MIN_CTAS_PER_SM: u64 = 4;
+pub(super) const WGMMA_LONG_SEQUENCE: usize = 512;
+/// Warps per CTA.
+pub(super) const WARPS: u32 = 4;
+/// Head dims up to this can give each warp two groups of 16 query rows (FlashAttention-2's
+/// shape: each K and V fragment feeds two MMAs); larger ones take one group, since two would
+/// hold 2 x head_dim / 2 accumulator registers a thread besides the scores and spill (d64
+/// with two groups already takes 255 registers on sm_90).
+pub(super) const TWO_ROW_GROUPS_UP_TO: u32 = 64;
+/// Two row groups halve the CTAs, each twice as long: taken when they still give at least
+/// this many CTAs an SM. On ViT-B/16 they win at batches 64 and 256 (1536 and 6144 CTAs of
+/// two groups on 132 SMs) and lose at batches 8 and 1 (192 and 24 CTAs). Measured:
+/// benchmarks/NOTES.md, 2026-11-24 "Attention, two row groups a warp".
+pub(super) const TWO_ROW_GROUPS_MIN_CTAS_PER_SM: u64 = 4;
+
+/// Which program runs an attention, and its shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttentionProgram {
+    /// attention.cu (mma.sync, sm_80 and later): 4 warps, each owning `row_groups` groups of
+    /// 16 query rows (1, or 2 for head dims up to 64).
+    MmaSync { row_groups: u32 },
+    /// attention_wgmma.cu (sm_90a, not causal): `warpgroups` warpgroups of 64 query rows a
+    /// CTA, K and V streamed in tiles of `block_n` keys (64 or 128).
+    Wgmma { warpgroups: u32, block_n: u32 },
+}
+
+impl AttentionProgram {
+    /// The Hopper program as the launcher picks it.
+    pub const WGMMA: AttentionProgram = AttentionProgram::Wgmma {
+        warpgroups: WGMMA_WARPGROUPS,
+        block_n: WGMMA_BLOCK_N,
+    };
+
+    /// Whether this program can run an attention of `head_dim` (one of
+    /// [`ATTENTION_HEAD_DIMS`](super::problem::ATTENTION_HEAD_DIMS)), causal or not, on a GPU of compute capability `cc`; the
+    /// reason when it cannot.
+    pub fn check(self, head_dim: usize, causal: bool, cc: (u32, u32)) -> Result<(), String> {
+        match self {
+            AttentionProgram::MmaSync { row_groups: 1 } => Ok(()),
+            AttentionProgram::MmaSync { row_groups: 2 }
+                if head_dim as u32 <= TWO_ROW_GROUPS_UP_TO =>
+            {
+                Ok(())
+            }
+            AttentionProgram::MmaSync { row_groups } => Err(format!(
+                "the mma.sync attention takes 1 row group a warp, or 2 for head dims up to \
+                 {TWO_ROW_GROUPS_UP_TO}; not {row_groups} at head dim {head_dim}"
+            )),
+            AttentionProgram::Wgmma { .. } if causal => {
+                Err("the Hopper attention has no causal mask".into())
+            }
+            AttentionProgram::Wgmma { .. } if cc != (9, 0) => Err(format!(
+                "the Hopper attention needs compute capability 9.0 (wgmma), not {}.{}",
+                cc.0, cc.1
+            )),
+            // Key tiles of 128 were slower at every measured shape (benchmarks/NOTES.md,
+            // 2026-11-25 "Hopper attention"): only 64 is instantiated.
+            AttentionProgram::Wgmma {
+                warpgroups: 1 | 2,
+                block_n: 64,
+            } => Ok(()),
+            AttentionProgram::Wgmma {
+                warpgroups,
+                block_n,
+            } => Err(format!(
+                "the Hopper attention takes 1 or 2 warpgroups and key tiles of 64, not \
+                 {warpgroups} and {block_n}"
+            )),
+        }
+    }
+
+    /// Every program that can run an attention of `head_dim` on compute capability `cc`: for
+    /// tests and benchmarks that compare them.
+    pub fn all_for(head_dim: usize, causal: bool, cc: (u32, u32)) -> Vec<AttentionProgram> {
+        let mut all = vec![
+            AttentionProgram::MmaSync { row_groups: 1 },
+            AttentionProgram::MmaSync { row_groups: 2 },
+        ];
+        for warpgroups in [1, 2] {
+            all.push(AttentionProgram::Wgmma {
+                warpgroups,
+                block_n: 64,
+            });
+        }
+        all.retain(|program| program.check(head_dim, causal, cc).is_ok());
+        all
+    }
+}
