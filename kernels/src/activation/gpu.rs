@@ -3,13 +3,43 @@
 //! times cuBLAS followed by the epilogue it cannot fuse).
 
 use crate::cuda::{
-    invalid, to_i32, to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
-    KernelParam, LaunchDims, ParamKind,
+    invalid, kernel_params, to_i32, to_i64, ArchRequirement, DevPtr, Gpu, Instantiation,
+    KernelError, LaunchDims,
 };
 use crate::types::{Activation, DType};
 
 const SOURCE: &str = include_str!("activation.cu");
 const THREADS: u32 = 256;
+
+kernel_params! {
+    /// activation_program's parameters.
+    struct ActivationParams {
+        x: const_ptr,
+        out: mut_ptr,
+        n: i64,
+    }
+}
+
+kernel_params! {
+    /// bias_activation_program's parameters.
+    struct BiasActivationParams {
+        x: const_ptr,
+        bias: const_ptr,
+        out: mut_ptr,
+        rows: i32,
+        cols: i32,
+    }
+}
+
+kernel_params! {
+    /// swiglu_program's parameters.
+    struct SwigluParams {
+        x: const_ptr,
+        out: mut_ptr,
+        rows: i64,
+        cols: i32,
+    }
+}
 
 fn activation_instantiation(dtype: DType, act: Activation) -> Instantiation {
     Instantiation {
@@ -19,11 +49,12 @@ fn activation_instantiation(dtype: DType, act: Activation) -> Instantiation {
         headers: &[],
         function: "activation_program",
         template_args: vec![dtype.cuda_type().into(), act.cuda_name().into()],
-        params: vec![
-            KernelParam::new("x", ParamKind::ConstPtr(dtype)),
-            KernelParam::new("out", ParamKind::MutPtr(dtype)),
-            KernelParam::new("n", ParamKind::I64),
-        ],
+        params: ActivationParams {
+            x: DevPtr::of_type(dtype),
+            out: DevPtr::of_type(dtype),
+            n: 0,
+        }
+        .params(),
         block_threads: THREADS,
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
@@ -70,13 +101,14 @@ impl BiasActivationConfig {
                 self.act.cuda_name().into(),
                 self.vec.to_string(),
             ],
-            params: vec![
-                KernelParam::new("x", ParamKind::ConstPtr(d)),
-                KernelParam::new("bias", ParamKind::ConstPtr(d)),
-                KernelParam::new("out", ParamKind::MutPtr(d)),
-                KernelParam::new("rows", ParamKind::I32),
-                KernelParam::new("cols", ParamKind::I32),
-            ],
+            params: BiasActivationParams {
+                x: DevPtr::of_type(d),
+                bias: DevPtr::of_type(d),
+                out: DevPtr::of_type(d),
+                rows: 0,
+                cols: 0,
+            }
+            .params(),
             block_threads: THREADS,
             min_blocks_per_sm: 0,
             arch: ArchRequirement::AtLeast(7, 0),
@@ -92,12 +124,13 @@ fn swiglu_instantiation(dtype: DType) -> Instantiation {
         headers: &[],
         function: "swiglu_program",
         template_args: vec![dtype.cuda_type().into()],
-        params: vec![
-            KernelParam::new("x", ParamKind::ConstPtr(dtype)),
-            KernelParam::new("out", ParamKind::MutPtr(dtype)),
-            KernelParam::new("rows", ParamKind::I64),
-            KernelParam::new("cols", ParamKind::I32),
-        ],
+        params: SwigluParams {
+            x: DevPtr::of_type(dtype),
+            out: DevPtr::of_type(dtype),
+            rows: 0,
+            cols: 0,
+        }
+        .params(),
         block_threads: THREADS,
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
@@ -142,11 +175,12 @@ pub fn activation(
             shared_bytes: 0,
             cluster: 1,
         },
-        &[
-            KernelArg::Ptr(x.ptr),
-            KernelArg::Ptr(out.ptr),
-            KernelArg::I64(to_i64(n)?),
-        ],
+        &ActivationParams {
+            x,
+            out,
+            n: to_i64(n)?,
+        }
+        .args(),
     )
 }
 
@@ -177,12 +211,13 @@ pub fn swiglu(
             shared_bytes: 0,
             cluster: 1,
         },
-        &[
-            KernelArg::Ptr(x.ptr),
-            KernelArg::Ptr(out.ptr),
-            KernelArg::I64(to_i64(rows)?),
-            KernelArg::I32(to_i32(cols, "swiglu columns")?),
-        ],
+        &SwigluParams {
+            x,
+            out,
+            rows: to_i64(rows)?,
+            cols: to_i32(cols, "swiglu columns")?,
+        }
+        .args(),
     )
 }
 
@@ -223,13 +258,14 @@ pub fn bias_activation(
             shared_bytes: 0,
             cluster: 1,
         },
-        &[
-            KernelArg::Ptr(x.ptr),
-            KernelArg::Ptr(bias.ptr),
-            KernelArg::Ptr(out.ptr),
-            KernelArg::I32(rows_i32),
-            KernelArg::I32(cols_i32),
-        ],
+        &BiasActivationParams {
+            x,
+            bias,
+            out,
+            rows: rows_i32,
+            cols: cols_i32,
+        }
+        .args(),
     )
 }
 

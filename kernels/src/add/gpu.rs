@@ -1,8 +1,8 @@
 //! Element-wise add: `out = a + b`, any n, 16-byte vectors where every pointer allows.
 
 use crate::cuda::{
-    invalid, to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
-    KernelParam, LaunchDims, ParamKind,
+    invalid, kernel_params, to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelError,
+    LaunchDims,
 };
 use crate::types::DType;
 
@@ -10,6 +10,16 @@ const SOURCE: &str = include_str!("add.cu");
 const THREADS: u32 = 256;
 /// Vectors per thread: four 16-byte loads of each input in flight.
 const UNROLL: u32 = 4;
+
+kernel_params! {
+    /// add_program's parameters.
+    struct AddParams {
+        a: const_ptr,
+        b: const_ptr,
+        out: mut_ptr,
+        n: i64,
+    }
+}
 
 /// (a, b, out) storage types: one dtype throughout, or a half-precision branch added into an
 /// f32 residual stream, either way round.
@@ -73,12 +83,13 @@ impl AddConfig {
                 THREADS.to_string(),
                 UNROLL.to_string(),
             ],
-            params: vec![
-                KernelParam::new("a", ParamKind::ConstPtr(a)),
-                KernelParam::new("b", ParamKind::ConstPtr(b)),
-                KernelParam::new("out", ParamKind::MutPtr(out)),
-                KernelParam::new("n", ParamKind::I64),
-            ],
+            params: AddParams {
+                a: DevPtr::of_type(a),
+                b: DevPtr::of_type(b),
+                out: DevPtr::of_type(out),
+                n: 0,
+            }
+            .params(),
             block_threads: THREADS,
             min_blocks_per_sm: 0,
             arch: ArchRequirement::AtLeast(7, 0),
@@ -133,12 +144,13 @@ pub fn add(
             shared_bytes: 0,
             cluster: 1,
         },
-        &[
-            KernelArg::Ptr(a.ptr),
-            KernelArg::Ptr(b.ptr),
-            KernelArg::Ptr(out.ptr),
-            KernelArg::I64(to_i64(n)?),
-        ],
+        &AddParams {
+            a,
+            b,
+            out,
+            n: to_i64(n)?,
+        }
+        .args(),
     )
 }
 

@@ -149,6 +149,16 @@ pub struct DevPtr {
 }
 
 impl DevPtr {
+    /// A view that only says its storage type (address 0, no elements): what an
+    /// instantiation's declaration reads of a pointer parameter (`kernel_params!`).
+    pub fn of_type(dtype: DType) -> DevPtr {
+        DevPtr {
+            ptr: 0,
+            len: 0,
+            dtype,
+        }
+    }
+
     /// Whether the address is a multiple of `bytes` (vector loads need 16).
     pub fn is_aligned(&self, bytes: u64) -> bool {
         self.ptr.is_multiple_of(bytes)

@@ -3,8 +3,8 @@
 
 use super::EndToken;
 use crate::cuda::{
-    invalid, to_i32, to_i64, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
-    KernelParam, LaunchDims, ParamKind,
+    invalid, kernel_params, to_i32, to_i64, ArchRequirement, DevPtr, Gpu, Instantiation,
+    KernelError, LaunchDims,
 };
 use crate::types::DType;
 
@@ -18,6 +18,42 @@ const END_TOKEN_THREADS: u32 = 128;
 /// The largest vocabulary whose ids are all exact in f32.
 pub const MAX_VOCAB: usize = 1 << 24;
 
+kernel_params! {
+    /// gather_rows_program's parameters.
+    struct GatherRowsParams {
+        src: const_ptr,
+        out: mut_ptr,
+        src_row_stride: i64,
+        src_offset: i64,
+        cols: i32,
+    }
+}
+
+kernel_params! {
+    /// token_embedding_program's parameters.
+    struct TokenEmbeddingParams {
+        ids: const_ptr,
+        table: const_ptr,
+        positions: const_ptr,
+        out: mut_ptr,
+        tokens: i32,
+        dim: i32,
+        vocab: i32,
+    }
+}
+
+kernel_params! {
+    /// end_token_rows_program's parameters.
+    struct EndTokenParams {
+        hidden: const_ptr,
+        ids: const_ptr,
+        out: mut_ptr,
+        tokens: i32,
+        dim: i32,
+        end_id: f32,
+    }
+}
+
 fn gather_instantiation(dtype: DType) -> Instantiation {
     Instantiation {
         name: format!("gather_rows_{}", dtype.name()),
@@ -26,13 +62,14 @@ fn gather_instantiation(dtype: DType) -> Instantiation {
         headers: &[],
         function: "gather_rows_program",
         template_args: vec![dtype.cuda_type().into()],
-        params: vec![
-            KernelParam::new("src", ParamKind::ConstPtr(dtype)),
-            KernelParam::new("out", ParamKind::MutPtr(dtype)),
-            KernelParam::new("src_row_stride", ParamKind::I64),
-            KernelParam::new("src_offset", ParamKind::I64),
-            KernelParam::new("cols", ParamKind::I32),
-        ],
+        params: GatherRowsParams {
+            src: DevPtr::of_type(dtype),
+            out: DevPtr::of_type(dtype),
+            src_row_stride: 0,
+            src_offset: 0,
+            cols: 0,
+        }
+        .params(),
         block_threads: THREADS,
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
@@ -53,15 +90,16 @@ fn token_embedding_instantiation(table: DType, out: DType) -> Instantiation {
         headers: &[],
         function: "token_embedding_program",
         template_args: vec![table.cuda_type().into(), out.cuda_type().into()],
-        params: vec![
-            KernelParam::new("ids", ParamKind::ConstPtr(DType::F32)),
-            KernelParam::new("table", ParamKind::ConstPtr(table)),
-            KernelParam::new("positions", ParamKind::ConstPtr(table)),
-            KernelParam::new("out", ParamKind::MutPtr(out)),
-            KernelParam::new("tokens", ParamKind::I32),
-            KernelParam::new("dim", ParamKind::I32),
-            KernelParam::new("vocab", ParamKind::I32),
-        ],
+        params: TokenEmbeddingParams {
+            ids: DevPtr::of_type(DType::F32),
+            table: DevPtr::of_type(table),
+            positions: DevPtr::of_type(table),
+            out: DevPtr::of_type(out),
+            tokens: 0,
+            dim: 0,
+            vocab: 0,
+        }
+        .params(),
         block_threads: EMBEDDING_THREADS,
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
@@ -81,14 +119,15 @@ fn end_token_instantiation(dtype: DType, rule: EndToken) -> Instantiation {
         headers: &[],
         function: "end_token_rows_program",
         template_args: vec![dtype.cuda_type().into(), highest.to_string()],
-        params: vec![
-            KernelParam::new("hidden", ParamKind::ConstPtr(dtype)),
-            KernelParam::new("ids", ParamKind::ConstPtr(DType::F32)),
-            KernelParam::new("out", ParamKind::MutPtr(dtype)),
-            KernelParam::new("tokens", ParamKind::I32),
-            KernelParam::new("dim", ParamKind::I32),
-            KernelParam::new("end_id", ParamKind::F32),
-        ],
+        params: EndTokenParams {
+            hidden: DevPtr::of_type(dtype),
+            ids: DevPtr::of_type(DType::F32),
+            out: DevPtr::of_type(dtype),
+            tokens: 0,
+            dim: 0,
+            end_id: 0.0,
+        }
+        .params(),
         block_threads: END_TOKEN_THREADS,
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
@@ -150,13 +189,14 @@ pub fn gather_rows(
             shared_bytes: 0,
             cluster: 1,
         },
-        &[
-            KernelArg::Ptr(src.ptr),
-            KernelArg::Ptr(out.ptr),
-            KernelArg::I64(to_i64(src_row_stride)?),
-            KernelArg::I64(to_i64(src_offset)?),
-            KernelArg::I32(i32::try_from(cols).map_err(|_| invalid!("gather of {cols} columns"))?),
-        ],
+        &GatherRowsParams {
+            src,
+            out,
+            src_row_stride: to_i64(src_row_stride)?,
+            src_offset: to_i64(src_offset)?,
+            cols: i32::try_from(cols).map_err(|_| invalid!("gather of {cols} columns"))?,
+        }
+        .args(),
     )
 }
 
@@ -208,15 +248,16 @@ pub fn token_embedding(
             shared_bytes: 0,
             cluster: 1,
         },
-        &[
-            KernelArg::Ptr(ids.ptr),
-            KernelArg::Ptr(table.ptr),
-            KernelArg::Ptr(positions.ptr),
-            KernelArg::Ptr(out.ptr),
-            KernelArg::I32(to_i32(tokens, "token embedding tokens")?),
-            KernelArg::I32(to_i32(dim, "token embedding width")?),
-            KernelArg::I32(to_i32(vocab, "token embedding vocabulary")?),
-        ],
+        &TokenEmbeddingParams {
+            ids,
+            table,
+            positions,
+            out,
+            tokens: to_i32(tokens, "token embedding tokens")?,
+            dim: to_i32(dim, "token embedding width")?,
+            vocab: to_i32(vocab, "token embedding vocabulary")?,
+        }
+        .args(),
     )
 }
 
@@ -297,14 +338,15 @@ pub fn end_token_rows(
             shared_bytes: 0,
             cluster: 1,
         },
-        &[
-            KernelArg::Ptr(hidden.ptr),
-            KernelArg::Ptr(ids.ptr),
-            KernelArg::Ptr(out.ptr),
-            KernelArg::I32(to_i32(tokens, "end token sequence length")?),
-            KernelArg::I32(to_i32(dim, "end token width")?),
-            KernelArg::F32(end_id),
-        ],
+        &EndTokenParams {
+            hidden,
+            ids,
+            out,
+            tokens: to_i32(tokens, "end token sequence length")?,
+            dim: to_i32(dim, "end token width")?,
+            end_id,
+        }
+        .args(),
     )
 }
 

@@ -5,13 +5,26 @@
 //! says why).
 
 use crate::cuda::{
-    invalid, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
-    KernelParam, LaunchDims, ParamKind,
+    invalid, kernel_params, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelError,
+    LaunchDims,
 };
 use crate::rows::{row_input_dtype, RowConfig, ROW_STORAGE};
 use crate::types::DType;
 
 const SOURCE: &str = include_str!("layernorm.cu");
+
+kernel_params! {
+    /// layernorm_rows's parameters.
+    struct LayernormParams {
+        x: const_ptr,
+        gamma: const_ptr,
+        beta: const_ptr,
+        out: mut_ptr,
+        rows: i32,
+        cols: i32,
+        eps: f32,
+    }
+}
 
 /// The type whose 16 bytes set the vector width: the wider of input and output.
 fn widest(input: DType, dtype: DType) -> DType {
@@ -37,15 +50,16 @@ fn instantiation(input: DType, dtype: DType, config: RowConfig) -> Instantiation
         headers: &[],
         function: "layernorm_rows",
         template_args,
-        params: vec![
-            KernelParam::new("x", ParamKind::ConstPtr(input)),
-            KernelParam::new("gamma", ParamKind::ConstPtr(DType::F32)),
-            KernelParam::new("beta", ParamKind::ConstPtr(DType::F32)),
-            KernelParam::new("out", ParamKind::MutPtr(dtype)),
-            KernelParam::new("rows", ParamKind::I32),
-            KernelParam::new("cols", ParamKind::I32),
-            KernelParam::new("eps", ParamKind::F32),
-        ],
+        params: LayernormParams {
+            x: DevPtr::of_type(input),
+            gamma: DevPtr::of_type(DType::F32),
+            beta: DevPtr::of_type(DType::F32),
+            out: DevPtr::of_type(dtype),
+            rows: 0,
+            cols: 0,
+            eps: 0.0,
+        }
+        .params(),
         block_threads: config.block_threads(),
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
@@ -114,14 +128,15 @@ pub fn layernorm(
             shared_bytes: 0,
             cluster: 1,
         },
-        &[
-            KernelArg::Ptr(x.ptr),
-            KernelArg::Ptr(gamma.ptr),
-            KernelArg::Ptr(beta.ptr),
-            KernelArg::Ptr(out.ptr),
-            KernelArg::I32(rows_i32),
-            KernelArg::I32(cols_i32),
-            KernelArg::F32(eps),
-        ],
+        &LayernormParams {
+            x,
+            gamma,
+            beta,
+            out,
+            rows: rows_i32,
+            cols: cols_i32,
+            eps,
+        }
+        .args(),
     )
 }

@@ -1,13 +1,23 @@
 //! The row-normalisation launcher: normalize.cu, 8 rows (warps) a block.
 
 use crate::cuda::{
-    invalid, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
-    KernelParam, LaunchDims, ParamKind,
+    invalid, kernel_params, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelError,
+    LaunchDims,
 };
 use crate::types::DType;
 
 const SOURCE: &str = include_str!("normalize.cu");
 const WARPS: u32 = 8;
+
+kernel_params! {
+    /// l2_normalize_rows's parameters.
+    struct NormalizeParams {
+        x: const_ptr,
+        out: mut_ptr,
+        rows: i32,
+        cols: i32,
+    }
+}
 
 fn instantiation(input: DType, output: DType) -> Instantiation {
     let name = if input == output {
@@ -22,12 +32,13 @@ fn instantiation(input: DType, output: DType) -> Instantiation {
         headers: &[],
         function: "l2_normalize_rows",
         template_args: vec![input.cuda_type().into(), output.cuda_type().into()],
-        params: vec![
-            KernelParam::new("x", ParamKind::ConstPtr(input)),
-            KernelParam::new("out", ParamKind::MutPtr(output)),
-            KernelParam::new("rows", ParamKind::I32),
-            KernelParam::new("cols", ParamKind::I32),
-        ],
+        params: NormalizeParams {
+            x: DevPtr::of_type(input),
+            out: DevPtr::of_type(output),
+            rows: 0,
+            cols: 0,
+        }
+        .params(),
         block_threads: WARPS * 32,
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
@@ -98,11 +109,12 @@ pub fn l2_normalize(
             shared_bytes: 0,
             cluster: 1,
         },
-        &[
-            KernelArg::Ptr(x.ptr),
-            KernelArg::Ptr(out.ptr),
-            KernelArg::I32(to_i32(rows, "rows")?),
-            KernelArg::I32(to_i32(cols, "columns")?),
-        ],
+        &NormalizeParams {
+            x,
+            out,
+            rows: to_i32(rows, "rows")?,
+            cols: to_i32(cols, "columns")?,
+        }
+        .args(),
     )
 }

@@ -1,8 +1,8 @@
 //! Patchify + prefix rows launcher.
 
 use crate::cuda::{
-    invalid, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
-    KernelParam, LaunchDims, ParamKind,
+    invalid, kernel_params, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelError,
+    LaunchDims,
 };
 use crate::types::DType;
 
@@ -10,6 +10,25 @@ const SOURCE: &str = include_str!("patchify.cu");
 const THREADS: u32 = 256;
 /// Enough blocks to fill any current GPU several times over; grid-stride loops do the rest.
 const MAX_BLOCKS: usize = 4096;
+
+kernel_params! {
+    /// patchify_with_prefix's parameters.
+    struct PatchifyParams {
+        pixels: const_ptr,
+        batch: i32,
+        channels: i32,
+        height: i32,
+        width: i32,
+        patch: i32,
+        prefix: const_ptr,
+        prefix_rows: i32,
+        pos: const_ptr,
+        hidden: i32,
+        tokens_per_image: i32,
+        patches: mut_ptr,
+        tokens: mut_ptr,
+    }
+}
 
 /// The pixel tensor's shape and the patch size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,21 +72,22 @@ fn instantiation(dtype: DType, tokens: DType, vec: u32) -> Instantiation {
             vec.to_string(),
             THREADS.to_string(),
         ],
-        params: vec![
-            KernelParam::new("pixels", ParamKind::ConstPtr(DType::F32)),
-            KernelParam::new("batch", ParamKind::I32),
-            KernelParam::new("channels", ParamKind::I32),
-            KernelParam::new("height", ParamKind::I32),
-            KernelParam::new("width", ParamKind::I32),
-            KernelParam::new("patch", ParamKind::I32),
-            KernelParam::new("prefix", ParamKind::ConstPtr(dtype)),
-            KernelParam::new("prefix_rows", ParamKind::I32),
-            KernelParam::new("pos", ParamKind::ConstPtr(dtype)),
-            KernelParam::new("hidden", ParamKind::I32),
-            KernelParam::new("tokens_per_image", ParamKind::I32),
-            KernelParam::new("patches", ParamKind::MutPtr(dtype)),
-            KernelParam::new("tokens", ParamKind::MutPtr(tokens)),
-        ],
+        params: PatchifyParams {
+            pixels: DevPtr::of_type(DType::F32),
+            batch: 0,
+            channels: 0,
+            height: 0,
+            width: 0,
+            patch: 0,
+            prefix: DevPtr::of_type(dtype),
+            prefix_rows: 0,
+            pos: DevPtr::of_type(dtype),
+            hidden: 0,
+            tokens_per_image: 0,
+            patches: DevPtr::of_type(dtype),
+            tokens: DevPtr::of_type(tokens),
+        }
+        .params(),
         block_threads: THREADS,
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
@@ -252,21 +272,22 @@ fn launch(
             shared_bytes: 0,
             cluster: 1,
         },
-        &[
-            KernelArg::Ptr(pixels.ptr),
-            KernelArg::I32(to_i32(batch, "batch")?),
-            KernelArg::I32(to_i32(channels, "channels")?),
-            KernelArg::I32(to_i32(height, "height")?),
-            KernelArg::I32(to_i32(width, "width")?),
-            KernelArg::I32(to_i32(patch, "patch")?),
-            KernelArg::Ptr(prefix.rows.ptr),
-            KernelArg::I32(to_i32(prefix.count, "prefix rows")?),
-            KernelArg::Ptr(pos.ptr),
-            KernelArg::I32(to_i32(hidden, "hidden")?),
-            KernelArg::I32(to_i32(tokens_per_image, "tokens per image")?),
-            KernelArg::Ptr(patches.ptr),
-            KernelArg::Ptr(tokens.ptr),
-        ],
+        &PatchifyParams {
+            pixels,
+            batch: to_i32(batch, "batch")?,
+            channels: to_i32(channels, "channels")?,
+            height: to_i32(height, "height")?,
+            width: to_i32(width, "width")?,
+            patch: to_i32(patch, "patch")?,
+            prefix: prefix.rows,
+            prefix_rows: to_i32(prefix.count, "prefix rows")?,
+            pos,
+            hidden: to_i32(hidden, "hidden")?,
+            tokens_per_image: to_i32(tokens_per_image, "tokens per image")?,
+            patches,
+            tokens,
+        }
+        .args(),
     )
 }
 

@@ -3,8 +3,8 @@
 
 use super::batch::PixelBatch;
 use crate::cuda::{
-    invalid, to_i32, ArchRequirement, DevPtr, DeviceBuffer, Gpu, Instantiation, KernelArg,
-    KernelError, KernelParam, LaunchDims, ParamKind,
+    invalid, kernel_params, to_i32, ArchRequirement, DevPtr, DeviceBuffer, Gpu, Instantiation,
+    KernelError, LaunchDims,
 };
 use crate::types::DType;
 
@@ -12,6 +12,16 @@ const SOURCE: &str = include_str!("pixels.cu");
 const THREADS: u32 = 256;
 /// Channel counts the models take: greyscale and RGB.
 const CHANNELS: [usize; 2] = [1, 3];
+
+kernel_params! {
+    /// expand_pixels's parameters.
+    struct ExpandPixelsParams {
+        src: byte_ptr,
+        table: const_ptr,
+        dst: mut_ptr,
+        plane: i32,
+    }
+}
 
 fn instantiation(channels: usize, vec: u32) -> Instantiation {
     Instantiation {
@@ -21,12 +31,13 @@ fn instantiation(channels: usize, vec: u32) -> Instantiation {
         headers: &[],
         function: "expand_pixels",
         template_args: vec![channels.to_string(), vec.to_string(), THREADS.to_string()],
-        params: vec![
-            KernelParam::new("src", ParamKind::BytePtr),
-            KernelParam::new("table", ParamKind::ConstPtr(DType::F32)),
-            KernelParam::new("dst", ParamKind::MutPtr(DType::F32)),
-            KernelParam::new("plane", ParamKind::I32),
-        ],
+        params: ExpandPixelsParams {
+            src: 0,
+            table: DevPtr::of_type(DType::F32),
+            dst: DevPtr::of_type(DType::F32),
+            plane: 0,
+        }
+        .params(),
         block_threads: THREADS,
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
@@ -104,12 +115,13 @@ pub fn expand_pixels(
             shared_bytes: 0,
             cluster: 1,
         },
-        &[
-            KernelArg::Ptr(src.ptr),
-            KernelArg::Ptr(table.ptr),
-            KernelArg::Ptr(dst.ptr),
-            KernelArg::I32(to_i32(plane, "pixels per image")?),
-        ],
+        &ExpandPixelsParams {
+            src: src.ptr,
+            table,
+            dst,
+            plane: to_i32(plane, "pixels per image")?,
+        }
+        .args(),
     )
 }
 

@@ -1,13 +1,24 @@
 //! The token-mean launcher: a block of threads per 256 columns of one image.
 
 use crate::cuda::{
-    invalid, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
-    KernelParam, LaunchDims, ParamKind,
+    invalid, kernel_params, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelError,
+    LaunchDims,
 };
 use crate::types::DType;
 
 const SOURCE: &str = include_str!("pool.cu");
 const THREADS: u32 = 256;
+
+kernel_params! {
+    /// token_mean_program's parameters.
+    struct TokenMeanParams {
+        x: const_ptr,
+        out: mut_ptr,
+        tokens: i32,
+        start: i32,
+        cols: i32,
+    }
+}
 
 /// `input`: the tokens' type, `dtype` or f32 (a residual stream kept in f32).
 fn token_mean_instantiation(input: DType, dtype: DType) -> Instantiation {
@@ -23,13 +34,14 @@ fn token_mean_instantiation(input: DType, dtype: DType) -> Instantiation {
         headers: &[],
         function: "token_mean_program",
         template_args: vec![input.cuda_type().into(), dtype.cuda_type().into()],
-        params: vec![
-            KernelParam::new("x", ParamKind::ConstPtr(input)),
-            KernelParam::new("out", ParamKind::MutPtr(dtype)),
-            KernelParam::new("tokens", ParamKind::I32),
-            KernelParam::new("start", ParamKind::I32),
-            KernelParam::new("cols", ParamKind::I32),
-        ],
+        params: TokenMeanParams {
+            x: DevPtr::of_type(input),
+            out: DevPtr::of_type(dtype),
+            tokens: 0,
+            start: 0,
+            cols: 0,
+        }
+        .params(),
         block_threads: THREADS,
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
@@ -96,12 +108,13 @@ pub fn token_mean(
             shared_bytes: 0,
             cluster: 1,
         },
-        &[
-            KernelArg::Ptr(x.ptr),
-            KernelArg::Ptr(out.ptr),
-            KernelArg::I32(to_i32(tokens, "tokens")?),
-            KernelArg::I32(to_i32(start, "start token")?),
-            KernelArg::I32(to_i32(cols, "columns")?),
-        ],
+        &TokenMeanParams {
+            x,
+            out,
+            tokens: to_i32(tokens, "tokens")?,
+            start: to_i32(start, "start token")?,
+            cols: to_i32(cols, "columns")?,
+        }
+        .args(),
     )
 }
