@@ -3,7 +3,7 @@
 //! first batch decoded, plan and weights, the first pass queued, its results back), the
 //! kernels compiled by NVRTC or loaded from the disk cache and the host time each took, and
 //! the teardown after the command's work. For cold-start measurements
-//! (scripts/cold_start.py); off, every call here returns at once.
+//! (scripts/bench/cold_start.py); off, every call here returns at once.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

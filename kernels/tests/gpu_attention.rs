@@ -431,7 +431,7 @@ const MODEL_SHAPES: [(&str, usize, usize, usize); 7] = [
 /// Every program on the model families' attention shapes at batches 1, 8, 64 and 256, f16 (and bf16
 /// for ViT-B/16), over the fused QKV activation as the runtime lowers it: CUDA events, 5
 /// warm-up launches, the median of 7 samples of 20 launches. Prints one tab-separated `ATTN`
-/// line a measurement, each program's and then the launcher's pick as `chosen` (scripts/bench_attention.py joins them with PyTorch's SDPA on the same
+/// line a measurement, each program's and then the launcher's pick as `chosen` (scripts/bench/bench_attention.py joins them with PyTorch's SDPA on the same
 /// shapes) and each kernel's registers.
 #[test]
 #[ignore = "needs a CUDA GPU; a benchmark"]

@@ -1,7 +1,7 @@
 //! A kernel that faults while running (here: an add through unmapped addresses) is an error at
 //! the next wait that says a kernel failed, names the last one queued and says the context is
 //! lost; never a hang or a panic. The fault poisons the process's context, so this file holds
-//! this one test. Run on the GPU machine (scripts/gpu-check.sh).
+//! this one test. Run on the GPU machine (scripts/gpu/gpu-check.sh).
 
 mod common;
 

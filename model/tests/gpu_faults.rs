@@ -1,5 +1,5 @@
 //! GPU faults end in clear errors, never a hang or a panic. Run on the GPU machine
-//! (scripts/gpu-check.sh).
+//! (scripts/gpu/gpu-check.sh).
 
 mod common;
 

@@ -1,7 +1,7 @@
 //! CUDA graph replay against eager launches on the GPU: a forward pass replayed from a
 //! captured graph must give exactly the bits of the same pass launched kernel by kernel, for
 //! plans that alternate on one backend and after the arena has grown under them. Run on the
-//! GPU machine (scripts/gpu-check.sh).
+//! GPU machine (scripts/gpu/gpu-check.sh).
 
 mod common;
 

@@ -5,7 +5,7 @@
 //! must give the twins' coefficients, status words and bytes (and so the host decoder's,
 //! which model/tests/jpeg_coefficients.rs checks in CI); and blocks at the exactness guard's
 //! limit, where the kernels' 32-bit sums are closest to overflowing, and past it. Run on the
-//! GPU machine (scripts/gpu-check.sh).
+//! GPU machine (scripts/gpu/gpu-check.sh).
 
 mod common;
 

@@ -1,6 +1,6 @@
 //! Every committed fixture on the CUDA backend in f32, f16 and bf16, fused and unfused,
 //! against PyTorch's float64 reference, layer by layer. Run on the GPU machine
-//! (scripts/gpu-check.sh).
+//! (scripts/gpu/gpu-check.sh).
 
 use std::path::{Path, PathBuf};
 use vitrt_model::parity::{compare, tolerance};
@@ -11,7 +11,7 @@ use vitrt_runtime::{DType, HostTensor};
 
 fn fixtures() -> Vec<PathBuf> {
     // On the GPU machine the executable runs from a copy of the repository elsewhere:
-    // scripts/gpu-check.sh points VITRT_REPO_ROOT at it.
+    // scripts/gpu/gpu-check.sh points VITRT_REPO_ROOT at it.
     let repo = std::env::var_os("VITRT_REPO_ROOT")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));

@@ -1,8 +1,8 @@
 //! PIL's verdict on real-world files: every JPEG, PNG and WebP of Pillow's own test images
-//! (fetched by scripts/fetch_pil_corpus.py into target/pil-corpus, or the folder
+//! (fetched by scripts/fixtures/fetch_pil_corpus.py into target/pil-corpus, or the folder
 //! VITRT_PIL_CORPUS names) is decoded as `vitrt` decodes a file, and checked against what
 //! Pillow made of it through transformers' `load_image` (open, `exif_transpose`,
-//! `convert("RGB")`), as scripts/record_pil_verdicts.py recorded it in
+//! `convert("RGB")`), as scripts/fixtures/record_pil_verdicts.py recorded it in
 //! tests/fixtures/pil_corpus/verdicts.json: refused by both, or the same size and the same
 //! pixels (SHA-256 of the RGB bytes). Files where vitrt deliberately differs carry a
 //! `vitrt_differs` object: the reason, and the outcome vitrt must give instead ("refused").
@@ -12,8 +12,9 @@
 //!
 //! The image fuzzer's committed corpus (fuzz/corpus/image_decode) is checked the same way,
 //! against tests/fixtures/pil_corpus/fuzz_image_decode.json. Any other folder of files can be:
-//! record it with `scripts/record_pil_verdicts.py --every-file --corpus DIR --out DIR.json`,
-//! then run this test with VITRT_PIL_CORPUS=DIR VITRT_PIL_VERDICTS=DIR.json.
+//! record it with
+//! `scripts/fixtures/record_pil_verdicts.py --every-file --corpus DIR --out DIR.json`, then run
+//! this test with VITRT_PIL_CORPUS=DIR VITRT_PIL_VERDICTS=DIR.json.
 
 mod common;
 
@@ -104,7 +105,7 @@ fn every_pil_test_image_gets_pils_verdict() {
     let dir = corpus_dir();
     if !dir.is_dir() {
         let message = format!(
-            "the PIL corpus is not at {}: run `python3 scripts/fetch_pil_corpus.py` \
+            "the PIL corpus is not at {}: run `python3 scripts/fixtures/fetch_pil_corpus.py` \
              (or point VITRT_PIL_CORPUS at it)",
             dir.display()
         );
@@ -160,7 +161,7 @@ fn check_corpus(dir: &Path, record_path: &Path, every_file: bool) {
         files,
         recorded,
         "the files at {} are not those {record} was recorded for (Pillow {}): record them \
-         with scripts/record_pil_verdicts.py",
+         with scripts/fixtures/record_pil_verdicts.py",
         dir.display(),
         record_json["pillow"]
     );

@@ -2,7 +2,7 @@
 //! whose copies overlap the previous forward pass must give exactly the bits of the plain
 //! path (host expansion through the same table, `Runner::run`), in f32 and f16, on one- and
 //! three-channel models, with batch sizes that change under the staging buffers. Run on the
-//! GPU machine (scripts/gpu-check.sh).
+//! GPU machine (scripts/gpu/gpu-check.sh).
 
 mod common;
 

@@ -1,7 +1,7 @@
 //! Preprocessing against Hugging Face and timm: every (config, image) pair in
 //! tests/fixtures/images/reference_pixel_values.safetensors (made by
-//! scripts/make_image_fixtures.py with the slow image processors of transformers, each config
-//! through the class its image_processor_type names (ViT's by default), with timm's eval
+//! scripts/fixtures/make_image_fixtures.py with the slow image processors of transformers, each
+//! config through the class its image_processor_type names (ViT's by default), with timm's eval
 //! transform for the timm_* configs, and Pillow 13) is run through `preprocess_file` and
 //! compared value by value; then the class defaults, the timm configs' reading, and the errors.
 
@@ -40,7 +40,7 @@ fn timm_config(path: &Path) -> Result<PreprocessConfig, PreprocessError> {
 fn compare_with_hf() -> Vec<Comparison> {
     let dir = fixtures();
     let bytes = std::fs::read(dir.join("reference_pixel_values.safetensors"))
-        .expect("reference_pixel_values.safetensors: run scripts/make_image_fixtures.py");
+        .expect("reference_pixel_values.safetensors: run scripts/fixtures/make_image_fixtures.py");
     let references = SafeTensors::deserialize(&bytes).expect("readable safetensors");
     let mut keys: Vec<String> = references.names().into_iter().map(String::from).collect();
     keys.sort();

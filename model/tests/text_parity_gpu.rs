@@ -1,9 +1,9 @@
 //! The CLIP and SigLIP zero-shot fixtures, and the real-size random dual towers
-//! VITRT_TEXT_MODELS names (scripts/gpu-zero-shot.sh), on the CUDA backend in f32, f16 and
+//! VITRT_TEXT_MODELS names (scripts/gpu/gpu-zero-shot.sh), on the CUDA backend in f32, f16 and
 //! bf16, fused and unfused (see common/text.rs), against PyTorch's float64 reference; in bf16
 //! each real-size hidden state and embedding also no worse than PyTorch's own bf16
 //! (torch-bf16-text.json), the scores reported beside it. Run on
-//! the GPU machine (scripts/gpu-check.sh, scripts/gpu-zero-shot.sh).
+//! the GPU machine (scripts/gpu/gpu-check.sh, scripts/gpu/gpu-zero-shot.sh).
 
 mod common;
 

@@ -5,7 +5,7 @@
 //! kept only 13-34 requests in flight of 256 asked (benchmarks/NOTES.md, 2026-11-27 "why
 //! vitrt serve measured 0.49x classify"); this one keeps them all. It speaks plain HTTP/1.1
 //! (answers with Content-Length or chunked), so it loads other servers too: the same
-//! compiled client measures `vitrt serve` and a peer (scripts/gpu-serve-peers.sh).
+//! compiled client measures `vitrt serve` and a peer (scripts/gpu/gpu-serve-peers.sh).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

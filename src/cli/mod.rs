@@ -59,7 +59,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run a model on `pixel_values` from a safetensors file and write its outputs.
     Infer(infer::InferArgs),
-    /// Compare a model's outputs, layer by layer, with a reference written by scripts/reference.py.
+    /// Compare a model's outputs, layer by layer, with a reference written by
+    /// scripts/fixtures/reference.py.
     Parity(parity::ParityArgs),
     /// Benchmarks: `vitrt bench kernels` times our kernels against cuBLAS and a memory copy.
     Bench(bench::BenchArgs),

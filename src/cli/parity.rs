@@ -13,7 +13,8 @@ use vitrt_model::{Output, OutputSet};
 pub struct ParityArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// A safetensors file from scripts/reference.py: pixel_values and the expected outputs.
+    /// A safetensors file from scripts/fixtures/reference.py: pixel_values and the expected
+    /// outputs.
     #[arg(long)]
     reference: PathBuf,
     /// The largest relative error accepted (default: 1e-4 for f32, 1e-2 for f16 and bf16).
@@ -131,7 +132,7 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
 }
 
 /// PyTorch's own bf16 relative error per tensor, from torch-bf16.json beside the reference
-/// (scripts/make_family_fixtures.py and make_random_family.py write it), if there is one.
+/// (scripts/fixtures/make_family_fixtures.py and make_random_family.py write it), if there is one.
 fn torch_bf16_errors(reference: &std::path::Path) -> Result<Option<BTreeMap<String, f64>>> {
     let path = reference.with_file_name("torch-bf16.json");
     if !path.exists() {

@@ -571,7 +571,7 @@ def test_bench_serve_loads_the_server_and_counts_every_answer(digits, tmp_path):
 
 
 def test_bench_serve_posts_embeddings_requests_as_a_peer_server_takes_them(tmp_path):
-    """`vitrt bench serve --embeddings MODEL` (the mode scripts/gpu-serve-peers.sh loads both
+    """`vitrt bench serve --embeddings MODEL` (the mode scripts/gpu/gpu-serve-peers.sh loads both
     vitrt serve and infinity_emb with) posts each photo as an OpenAI-style embeddings request
     with a data URI: every one answered 200 by /v1/embeddings on the CLIP fixture, on the
     default route and on the one --path names; --time-limit ends a run of many requests early."""

@@ -28,7 +28,7 @@
 //! in src/cli/bench/cases.rs (non-causal); the causal kernel at CLIP's text shapes:
 //! `bench_causal_attention_at_clip_text_shapes`, and every program on the model families'
 //! shapes against PyTorch's SDPA: `bench_attention_programs_at_model_shapes` (in
-//! kernels/tests/gpu_attention.rs) with scripts/bench_attention.py.
+//! kernels/tests/gpu_attention.rs) with scripts/bench/bench_attention.py.
 
 mod config;
 pub mod cpu;

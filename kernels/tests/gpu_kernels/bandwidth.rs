@@ -1,6 +1,6 @@
 //! Throughput, for the record (prints; asserts only that the kernels run). Bytes are the
 //! fewest the op must move: each input read once, each output written once. Tests named
-//! bench_* must run alone (scripts/gpu-check.sh does: `bench_ --ignored --test-threads=1`):
+//! bench_* must run alone (scripts/gpu/gpu-check.sh does: `bench_ --ignored --test-threads=1`):
 //! run beside the other tests, they time the GPU shared with them.
 
 use super::*;

@@ -687,7 +687,8 @@ mod tests {
     }
 
     /// tests/fixtures/pil_corpus/exif_blocks.json: the EXIF blocks of the PIL corpus and seeded
-    /// mutations of them, each with what Pillow 13.0.0 read (scripts/record_exif_verdicts.py).
+    /// mutations of them, each with what Pillow 13.0.0 read
+    /// (scripts/fixtures/record_exif_verdicts.py).
     #[test]
     fn every_recorded_exif_block_reads_as_pillow_read_it() {
         let path = concat!(

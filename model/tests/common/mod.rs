@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use vitrt_runtime::HostTensor;
 
 /// The repository root: where the tests were built, unless VITRT_REPO_ROOT points elsewhere
-/// (scripts/gpu-check.sh runs the executables from a copy of the repository on the GPU
+/// (scripts/gpu/gpu-check.sh runs the executables from a copy of the repository on the GPU
 /// machine).
 pub fn repo_root() -> PathBuf {
     std::env::var_os("VITRT_REPO_ROOT")

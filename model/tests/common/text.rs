@@ -1,7 +1,7 @@
 //! The zero-shot fixtures' parity check, shared by the CPU test (text_parity.rs) and the GPU
 //! test (text_parity_gpu.rs): the text tower layer by layer from the reference's token ids
-//! (text-reference.safetensors, written by scripts/make_text_fixtures.py), then the scores of
-//! the reference's images against those texts.
+//! (text-reference.safetensors, written by scripts/fixtures/make_text_fixtures.py), then the
+//! scores of the reference's images against those texts.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,7 +12,7 @@ use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::{Backend, DType, HostTensor, Precision};
 
 /// The two zero-shot fixtures, then the folders VITRT_TEXT_MODELS names (separated by `:`;
-/// the GPU check's real-size random models, scripts/make_random_dual_tower.py).
+/// the GPU check's real-size random models, scripts/fixtures/make_random_dual_tower.py).
 pub fn fixtures() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = ["clip-zero-shot", "siglip-zero-shot"]
         .iter()

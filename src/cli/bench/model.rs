@@ -1,7 +1,7 @@
 //! `vitrt bench model`: latency and images per second of whole forward passes, per batch size.
 //! Each pass is timed on the device between two events around its kernels (host time on the
 //! CPU backend), on pixels written once beforehand: the figure PyTorch's benchmark
-//! (scripts/bench_torch.py) takes around `model(pixels)`, host launch overhead included.
+//! (scripts/bench/bench_torch.py) takes around `model(pixels)`, host launch overhead included.
 //!
 //! Memory, per batch size, two ways. The account: what the backend allocated itself (weights
 //! as uploaded, the arena, staging buffers, kernels' scratch) and the most of it held at once,

@@ -4,7 +4,7 @@
 //! each post the next request as soon as the last is answered (`vitrt_server::load`): answers
 //! by status, images/s and latency percentiles, on standard output and optionally as JSON.
 //! The embeddings mode loads other servers as well (michaelfeil/infinity's `/embeddings`):
-//! the same client measures both (scripts/gpu-serve-peers.sh).
+//! the same client measures both (scripts/gpu/gpu-serve-peers.sh).
 
 use anyhow::{bail, Context, Result};
 use clap::Args;

@@ -40,7 +40,7 @@ pub struct ClassifyArgs {
     #[arg(long, conflicts_with_all = ["format", "output_dir"])]
     json: bool,
     /// Write the run's timings (per stage, per image; the pipeline's waits; peak memory) as
-    /// JSON to this file (scripts/bench_pipeline.py reads it).
+    /// JSON to this file (scripts/bench/bench_pipeline.py reads it).
     #[arg(long, value_name = "FILE", conflicts_with = "output_dir")]
     stats: Option<PathBuf>,
     /// With --output-dir, each shard is a STEM.parquet of each row's key, source, error, a
