@@ -121,17 +121,20 @@ where
     });
     match outcome.into_inner() {
         Ok(result) => result,
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "(no message)".to_string());
-            Err(Failure::Runtime(anyhow!(
-                "vitrt failed inside (a bug, please report it): {message}"
-            )))
-        }
+        Err(panic) => Err(Failure::Runtime(anyhow!(
+            "vitrt failed inside (a bug, please report it): {}",
+            panic_message(panic.as_ref())
+        ))),
     }
+}
+
+/// What a caught panic says: its `&str` or `String` payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_string())
 }
 
 /// The pool named `asked` (`Model.embed`'s `pool=`), if the checkpoint has it, else the

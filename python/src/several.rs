@@ -14,7 +14,7 @@
 
 use crate::failure::{model_failure, Failure, Result};
 use crate::images::ImageSource;
-use crate::{without_gil, Engine, SameThread};
+use crate::{panic_message, without_gil, Engine, SameThread};
 use anyhow::anyhow;
 use pyo3::prelude::*;
 use std::collections::BTreeMap;
@@ -78,13 +78,9 @@ pub struct SeveralEngines {
 /// Runs `work`, turning a panic into a `RuntimeError` naming the device.
 fn guarded<T>(device: &str, work: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|panic| {
-        let message = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "(no message)".to_string());
         Err(Failure::Runtime(anyhow!(
-            "vitrt failed inside on {device} (a bug, please report it): {message}"
+            "vitrt failed inside on {device} (a bug, please report it): {}",
+            panic_message(panic.as_ref())
         )))
     })
 }
@@ -96,6 +92,28 @@ fn on_device(device: &str, error: Failure) -> Failure {
         Failure::Value(e) => Failure::Value(e),
         Failure::Runtime(e) => Failure::Runtime(e.context(device.to_string())),
     }
+}
+
+/// The error for work whose device thread ended without reporting it.
+fn thread_ended() -> Failure {
+    Failure::Runtime(anyhow!("a device's thread ended before finishing its work"))
+}
+
+/// Waits, without the GIL, for the `expected` results `done` brings (each tagged with its
+/// device's place), and returns them in the devices' order.
+fn every_result<T: Send>(
+    py: Python<'_>,
+    done: Receiver<(usize, Result<T>)>,
+    expected: usize,
+) -> Result<Vec<Result<T>>> {
+    let done = SameThread(done);
+    let mut results: Vec<(usize, Result<T>)> =
+        without_gil(py, move || Ok(done.into_inner().into_iter().collect()))?;
+    if results.len() != expected {
+        return Err(thread_ended());
+    }
+    results.sort_by_key(|(k, _)| *k);
+    Ok(results.into_iter().map(|(_, r)| r).collect())
 }
 
 impl SeveralEngines {
@@ -223,16 +241,9 @@ impl SeveralEngines {
             )?;
         }
         drop(done_tx);
-        let done_rx = SameThread(done_rx);
-        let mut results: Vec<(usize, Result<T>)> =
-            without_gil(py, move || Ok(done_rx.into_inner().into_iter().collect()))?;
-        if results.len() != self.devices.len() {
-            return Err(Failure::Runtime(anyhow!(
-                "a device's thread ended before finishing its work"
-            )));
-        }
-        results.sort_by_key(|(k, _)| *k);
-        results.into_iter().map(|(_, r)| r).collect()
+        every_result(py, done_rx, self.devices.len())?
+            .into_iter()
+            .collect()
     }
 
     /// Sets every device up for images as the preprocessing makes them, producing `outputs`.
@@ -292,17 +303,8 @@ impl SeveralEngines {
             parts += 1;
         }
         drop(done_tx);
-        let done_rx = SameThread(done_rx);
-        let mut results: Vec<(usize, Result<Vec<HostTensor>>)> =
-            without_gil(py, move || Ok(done_rx.into_inner().into_iter().collect()))?;
-        if results.len() != parts {
-            return Err(Failure::Runtime(anyhow!(
-                "a device's thread ended before finishing its work"
-            )));
-        }
-        results.sort_by_key(|(k, _)| *k);
         let mut joined: Vec<HostTensor> = Vec::new();
-        for (_, outputs) in results {
+        for outputs in every_result(py, done_rx, parts)? {
             let outputs = outputs?;
             if joined.is_empty() {
                 joined = outputs;
@@ -340,11 +342,10 @@ impl SeveralEngines {
         )?;
         let result = SameThread(result);
         without_gil(py, move || {
-            result.into_inner().recv().unwrap_or_else(|_| {
-                Err(Failure::Runtime(anyhow!(
-                    "a device's thread ended before finishing its work"
-                )))
-            })
+            result
+                .into_inner()
+                .recv()
+                .unwrap_or_else(|_| Err(thread_ended()))
         })
     }
 
@@ -481,9 +482,7 @@ impl BatchDealer<'_> {
     fn receive(&mut self, py: Python<'_>) -> Result<()> {
         let finished = SameThread(&self.finished);
         let report = without_gil(py, move || {
-            finished.into_inner().0.recv().map_err(|_| {
-                Failure::Runtime(anyhow!("a device's thread ended before finishing its work"))
-            })
+            finished.into_inner().0.recv().map_err(|_| thread_ended())
         })?;
         self.outstanding[report.device] -= 1;
         self.failed |= report.outputs.is_err();
