@@ -17,8 +17,10 @@
 //! ```
 //!
 //! Kinds: `const_ptr` and `mut_ptr` (a [`DevPtr`](crate::cuda::DevPtr) of a storage type),
-//! `byte_ptr` and `mut_byte_ptr` (8-bit data, a `u64` address), `i32`, `u32`, `i64`, `u64`,
-//! `f32`.
+//! `byte_ptr`, `mut_byte_ptr` and `counter_ptr` (8-bit data or device counters, a `u64`
+//! address), `i32`, `u32`, `i64`, `u64`, `f32`, and `optional_i32` (an `Option<i32>`: a
+//! parameter only the instantiations given `Some` take, as softmax's causal programs take the
+//! query count).
 
 /// Declares a kernel's parameters once; see the module's documentation.
 macro_rules! kernel_params {
@@ -37,17 +39,27 @@ macro_rules! kernel_params {
         impl $name {
             /// The parameters as the instantiation declares them, in order.
             pub fn params(&self) -> Vec<$crate::cuda::KernelParam> {
-                vec![$(
-                    $crate::cuda::KernelParam::new(
-                        stringify!($field),
-                        kernel_params!(@kind $kind, self.$field),
-                    ),
-                )*]
+                let mut params = Vec::new();
+                $(
+                    if kernel_params!(@present $kind, self.$field) {
+                        params.push($crate::cuda::KernelParam::new(
+                            stringify!($field),
+                            kernel_params!(@kind $kind, self.$field),
+                        ));
+                    }
+                )*
+                params
             }
 
             /// The launch's arguments, in the same order.
             pub fn args(&self) -> Vec<$crate::cuda::KernelArg> {
-                vec![$(kernel_params!(@arg $kind, self.$field),)*]
+                let mut args = Vec::new();
+                $(
+                    if kernel_params!(@present $kind, self.$field) {
+                        args.push(kernel_params!(@arg $kind, self.$field));
+                    }
+                )*
+                args
             }
         }
     };
@@ -60,6 +72,10 @@ macro_rules! kernel_params {
     (@type i64) => { i64 };
     (@type u64) => { u64 };
     (@type f32) => { f32 };
+    (@type counter_ptr) => { u64 };
+    (@type optional_i32) => { Option<i32> };
+    (@present optional_i32, $value:expr) => { $value.is_some() };
+    (@present $kind:ident, $value:expr) => { true };
     (@kind const_ptr, $value:expr) => { $crate::cuda::ParamKind::ConstPtr($value.dtype) };
     (@kind mut_ptr, $value:expr) => { $crate::cuda::ParamKind::MutPtr($value.dtype) };
     (@kind byte_ptr, $value:expr) => { $crate::cuda::ParamKind::BytePtr };
@@ -69,6 +85,8 @@ macro_rules! kernel_params {
     (@kind i64, $value:expr) => { $crate::cuda::ParamKind::I64 };
     (@kind u64, $value:expr) => { $crate::cuda::ParamKind::U64 };
     (@kind f32, $value:expr) => { $crate::cuda::ParamKind::F32 };
+    (@kind counter_ptr, $value:expr) => { $crate::cuda::ParamKind::CounterPtr };
+    (@kind optional_i32, $value:expr) => { $crate::cuda::ParamKind::I32 };
     (@arg const_ptr, $value:expr) => { $crate::cuda::KernelArg::Ptr($value.ptr) };
     (@arg mut_ptr, $value:expr) => { $crate::cuda::KernelArg::Ptr($value.ptr) };
     (@arg byte_ptr, $value:expr) => { $crate::cuda::KernelArg::Ptr($value) };
@@ -78,6 +96,8 @@ macro_rules! kernel_params {
     (@arg i64, $value:expr) => { $crate::cuda::KernelArg::I64($value) };
     (@arg u64, $value:expr) => { $crate::cuda::KernelArg::U64($value) };
     (@arg f32, $value:expr) => { $crate::cuda::KernelArg::F32($value) };
+    (@arg counter_ptr, $value:expr) => { $crate::cuda::KernelArg::Ptr($value) };
+    (@arg optional_i32, $value:expr) => { $crate::cuda::KernelArg::I32($value.unwrap_or(0)) };
 }
 
 pub(crate) use kernel_params;
@@ -99,6 +119,8 @@ mod tests {
             c: i64,
             d: u64,
             e: f32,
+            status: counter_ptr,
+            queries: optional_i32,
         }
     }
 
@@ -118,6 +140,8 @@ mod tests {
             c: -3,
             d: 4,
             e: 0.5,
+            status: 0x400,
+            queries: Some(7),
         };
         let want = [
             ("x", ParamKind::ConstPtr(DType::BF16)),
@@ -129,6 +153,8 @@ mod tests {
             ("c", ParamKind::I64),
             ("d", ParamKind::U64),
             ("e", ParamKind::F32),
+            ("status", ParamKind::CounterPtr),
+            ("queries", ParamKind::I32),
         ];
         let params: Vec<KernelParam> = want
             .iter()
@@ -147,7 +173,16 @@ mod tests {
                 KernelArg::I64(-3),
                 KernelArg::U64(4),
                 KernelArg::F32(0.5),
+                KernelArg::Ptr(0x400),
+                KernelArg::I32(7),
             ]
         );
+        // Without the optional parameter, neither declared nor passed.
+        let without = Every {
+            queries: None,
+            ..every
+        };
+        assert_eq!(without.params(), params[..params.len() - 1]);
+        assert_eq!(without.args().len(), every.args().len() - 1);
     }
 }

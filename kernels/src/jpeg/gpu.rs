@@ -4,8 +4,8 @@
 
 use super::batch::{JpegBatch, JpegData, COMPONENT_RECORD_BYTES, IMAGE_RECORD_BYTES};
 use crate::cuda::{
-    invalid, ArchRequirement, DeviceBuffer, Gpu, Instantiation, KernelArg, KernelError,
-    KernelParam, LaunchDims, ParamKind,
+    invalid, kernel_params, ArchRequirement, DeviceBuffer, Gpu, Instantiation, KernelError,
+    LaunchDims,
 };
 
 const SOURCE: &str = include_str!("jpeg.cu");
@@ -15,6 +15,27 @@ const THREADS: u32 = 256;
 /// CTAs a launch strides with over the largest component or image (each CTA loops).
 const MAX_CTAS_PER_ITEM: usize = 1024;
 
+kernel_params! {
+    /// jpeg_idct's parameters.
+    struct IdctParams {
+        components: byte_ptr,
+        coefs: byte_ptr,
+        quant: byte_ptr,
+        planes: mut_byte_ptr,
+        status: counter_ptr,
+    }
+}
+
+kernel_params! {
+    /// jpeg_colour's parameters.
+    struct ColourParams {
+        images: byte_ptr,
+        components: byte_ptr,
+        planes: byte_ptr,
+        rgb: mut_byte_ptr,
+    }
+}
+
 fn idct_instantiation() -> Instantiation {
     Instantiation {
         name: format!("jpeg_idct_t{THREADS}"),
@@ -23,13 +44,14 @@ fn idct_instantiation() -> Instantiation {
         headers: &[RECORDS_HEADER],
         function: "jpeg_idct",
         template_args: vec![THREADS.to_string()],
-        params: vec![
-            KernelParam::new("components", ParamKind::BytePtr),
-            KernelParam::new("coefs", ParamKind::BytePtr),
-            KernelParam::new("quant", ParamKind::BytePtr),
-            KernelParam::new("planes", ParamKind::MutBytePtr),
-            KernelParam::new("status", ParamKind::CounterPtr),
-        ],
+        params: IdctParams {
+            components: 0,
+            coefs: 0,
+            quant: 0,
+            planes: 0,
+            status: 0,
+        }
+        .params(),
         block_threads: THREADS,
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
@@ -44,12 +66,13 @@ fn colour_instantiation() -> Instantiation {
         headers: &[RECORDS_HEADER],
         function: "jpeg_colour",
         template_args: vec![THREADS.to_string()],
-        params: vec![
-            KernelParam::new("images", ParamKind::BytePtr),
-            KernelParam::new("components", ParamKind::BytePtr),
-            KernelParam::new("planes", ParamKind::BytePtr),
-            KernelParam::new("rgb", ParamKind::MutBytePtr),
-        ],
+        params: ColourParams {
+            images: 0,
+            components: 0,
+            planes: 0,
+            rgb: 0,
+        }
+        .params(),
         block_threads: THREADS,
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
@@ -198,13 +221,14 @@ pub fn decode(
             shared_bytes: 0,
             cluster: 1,
         },
-        &[
-            KernelArg::Ptr(tables.ptr + at.components_at as u64),
-            KernelArg::Ptr(data.ptr + at.coefs_at as u64),
-            KernelArg::Ptr(data.ptr + at.quant_at as u64),
-            KernelArg::Ptr(planes.ptr),
-            KernelArg::Ptr(tables.ptr + at.status_at as u64),
-        ],
+        &IdctParams {
+            components: tables.ptr + at.components_at as u64,
+            coefs: data.ptr + at.coefs_at as u64,
+            quant: data.ptr + at.quant_at as u64,
+            planes: planes.ptr,
+            status: tables.ptr + at.status_at as u64,
+        }
+        .args(),
     )?;
     let most_pixels = batch
         .images
@@ -226,11 +250,12 @@ pub fn decode(
             shared_bytes: 0,
             cluster: 1,
         },
-        &[
-            KernelArg::Ptr(tables.ptr + at.images_at as u64),
-            KernelArg::Ptr(tables.ptr + at.components_at as u64),
-            KernelArg::Ptr(planes.ptr),
-            KernelArg::Ptr(rgb.ptr),
-        ],
+        &ColourParams {
+            images: tables.ptr + at.images_at as u64,
+            components: tables.ptr + at.components_at as u64,
+            planes: planes.ptr,
+            rgb: rgb.ptr,
+        }
+        .args(),
     )
 }

@@ -2,13 +2,27 @@
 
 use super::batch::{ScanBatch, ScanTables, CHUNK_STATE_BYTES, THREADS};
 use crate::cuda::{
-    invalid, ArchRequirement, DeviceBuffer, Gpu, Instantiation, KernelArg, KernelError,
-    KernelParam, LaunchDims, ParamKind,
+    invalid, kernel_params, ArchRequirement, DeviceBuffer, Gpu, Instantiation, KernelError,
+    LaunchDims,
 };
 use crate::jpeg::batch::JpegBatch;
 use crate::jpeg::gpu::{JpegInputs, RECORDS_HEADER};
 
 const SOURCE: &str = include_str!("scan.cu");
+
+kernel_params! {
+    /// jpeg_scan's parameters.
+    struct ScanParams {
+        images: byte_ptr,
+        segments: byte_ptr,
+        chunks: byte_ptr,
+        components: byte_ptr,
+        data: byte_ptr,
+        states: mut_byte_ptr,
+        coefs: mut_byte_ptr,
+        status: counter_ptr,
+    }
+}
 
 fn instantiation() -> Instantiation {
     Instantiation {
@@ -18,16 +32,17 @@ fn instantiation() -> Instantiation {
         headers: &[RECORDS_HEADER],
         function: "jpeg_scan",
         template_args: vec![THREADS.to_string()],
-        params: vec![
-            KernelParam::new("images", ParamKind::BytePtr),
-            KernelParam::new("segments", ParamKind::BytePtr),
-            KernelParam::new("chunks", ParamKind::BytePtr),
-            KernelParam::new("components", ParamKind::BytePtr),
-            KernelParam::new("data", ParamKind::BytePtr),
-            KernelParam::new("states", ParamKind::MutBytePtr),
-            KernelParam::new("coefs", ParamKind::MutBytePtr),
-            KernelParam::new("status", ParamKind::CounterPtr),
-        ],
+        params: ScanParams {
+            images: 0,
+            segments: 0,
+            chunks: 0,
+            components: 0,
+            data: 0,
+            states: 0,
+            coefs: 0,
+            status: 0,
+        }
+        .params(),
         block_threads: THREADS as u32,
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
@@ -90,15 +105,16 @@ pub fn decode_scans(
             shared_bytes: 0,
             cluster: 1,
         },
-        &[
-            KernelArg::Ptr(tables.ptr + scan_at.images_at as u64),
-            KernelArg::Ptr(tables.ptr + scan_at.segments_at as u64),
-            KernelArg::Ptr(tables.ptr + scan_at.chunks_at as u64),
-            KernelArg::Ptr(tables.ptr + jpeg_at.components_at as u64),
-            KernelArg::Ptr(data.ptr),
-            KernelArg::Ptr(states.ptr),
-            KernelArg::Ptr(data.ptr + jpeg_at.coefs_at as u64),
-            KernelArg::Ptr(tables.ptr + jpeg_at.status_at as u64),
-        ],
+        &ScanParams {
+            images: tables.ptr + scan_at.images_at as u64,
+            segments: tables.ptr + scan_at.segments_at as u64,
+            chunks: tables.ptr + scan_at.chunks_at as u64,
+            components: tables.ptr + jpeg_at.components_at as u64,
+            data: data.ptr,
+            states: states.ptr,
+            coefs: data.ptr + jpeg_at.coefs_at as u64,
+            status: tables.ptr + jpeg_at.status_at as u64,
+        }
+        .args(),
     )
 }

@@ -6,8 +6,8 @@
 //! with an f16 or bf16 output (a bf16 run's unfused attention scores) takes the row program.
 
 use crate::cuda::{
-    invalid, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelArg, KernelError,
-    KernelParam, LaunchDims, ParamKind,
+    invalid, kernel_params, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelError,
+    KernelParam, LaunchDims,
 };
 use crate::rows::{row_input_dtype, RowConfig, ROW_STORAGE};
 use crate::types::DType;
@@ -75,20 +75,30 @@ impl SpanConfig {
     }
 }
 
-/// The wrapper's parameters (x in `input`, out in `dtype`); the causal programs take the query
-/// count last.
-fn params(input: DType, dtype: DType, causal: bool) -> Vec<KernelParam> {
-    let mut params = vec![
-        KernelParam::new("x", ParamKind::ConstPtr(input)),
-        KernelParam::new("out", ParamKind::MutPtr(dtype)),
-        KernelParam::new("rows", ParamKind::I32),
-        KernelParam::new("cols", ParamKind::I32),
-        KernelParam::new("scale", ParamKind::F32),
-    ];
-    if causal {
-        params.push(KernelParam::new("queries", ParamKind::I32));
+kernel_params! {
+    /// The programs' parameters (softmax_rows and softmax_spans take the same); the causal
+    /// programs take the query count last.
+    struct SoftmaxParams {
+        x: const_ptr,
+        out: mut_ptr,
+        rows: i32,
+        cols: i32,
+        scale: f32,
+        queries: optional_i32,
     }
-    params
+}
+
+/// The wrapper's parameters (x in `input`, out in `dtype`), `queries` with `causal`.
+fn params(input: DType, dtype: DType, causal: bool) -> Vec<KernelParam> {
+    SoftmaxParams {
+        x: DevPtr::of_type(input),
+        out: DevPtr::of_type(dtype),
+        rows: 0,
+        cols: 0,
+        scale: 0.0,
+        queries: causal.then_some(0),
+    }
+    .params()
 }
 
 /// The name suffix of the causal programs.
@@ -249,16 +259,15 @@ fn launch(
     x.expect("softmax input", input, elements)?;
     out.expect("softmax output", dtype, elements)?;
     let (rows_i32, cols_i32) = (to_i32(rows, "softmax rows")?, to_i32(cols, "softmax cols")?);
-    let mut args = vec![
-        KernelArg::Ptr(x.ptr),
-        KernelArg::Ptr(out.ptr),
-        KernelArg::I32(rows_i32),
-        KernelArg::I32(cols_i32),
-        KernelArg::F32(scale),
-    ];
-    if let Some(queries) = queries {
-        args.push(KernelArg::I32(to_i32(queries, "softmax queries")?));
+    let args = SoftmaxParams {
+        x,
+        out,
+        rows: rows_i32,
+        cols: cols_i32,
+        scale,
+        queries: queries.map(|q| to_i32(q, "softmax queries")).transpose()?,
     }
+    .args();
     let causal = queries.is_some();
     let span = match input == dtype {
         true => SpanConfig::select(dtype, cols, &[x, out], gpu.compute_capability()),
