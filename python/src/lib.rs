@@ -259,6 +259,12 @@ impl Engine {
         })
     }
 
+    /// Whether PIL images are converted to RGB before decoding: the processor's
+    /// `do_convert_rgb`, for an RGB model.
+    fn converts_to_rgb(&self) -> bool {
+        self.preprocess.do_convert_rgb() && self.preprocess.num_channels() == 3
+    }
+
     /// Sets the runner up for images as the preprocessing makes them, producing `outputs`.
     fn prepare_for_images(&mut self, outputs: OutputSet) -> Result<()> {
         self.runner
@@ -541,8 +547,7 @@ impl Model {
             }
         };
         engine.prepare_for_images(outputs)?;
-        let preprocess = &engine.preprocess;
-        let convert_rgb = preprocess.do_convert_rgb() && preprocess.num_channels() == 3;
+        let convert_rgb = engine.converts_to_rgb();
         // One batch in flight: batch k + 1 is decoded while the device runs batch k, whose
         // outputs are then collected, and k + 1 queued (as the CLI's pipeline does).
         let mut in_flight: Option<InFlight> = None;
@@ -1062,11 +1067,7 @@ impl Model {
                     Failure::Runtime(anyhow!("cuda:{device_id} has no input stream"))
                 })?;
                 let tensor = dlpack::cuda_f32_tensor(pixel_values, stream, device_id)?;
-                let input = DeviceInput {
-                    ptr: tensor.ptr,
-                    len: tensor.shape.iter().product(),
-                };
-                let outputs = engines.forward_device(py, k, tensor.shape.clone(), input);
+                let outputs = engines.forward_device(py, k, tensor.shape.clone(), tensor.ptr);
                 // The tensor is released only after its device has run it.
                 drop(tensor);
                 return Ok(outputs?);
@@ -1090,22 +1091,36 @@ impl Model {
         let ptr = tensor.ptr;
         let engine = SameThread(engine);
         let outputs = without_gil(py, move || {
-            let runner = &mut engine.into_inner().runner;
-            check_pixel_shape(runner, &shape)?;
-            let outputs = runner.model.model_outputs();
-            runner.set_outputs(outputs);
-            let input = DeviceInput {
-                ptr,
-                len: shape.iter().product(),
-            };
             // SAFETY: `tensor` (its capsule) keeps the memory alive until after this returns,
-            // and the producer ordered its writes before the runner's stream; the runner
-            // checks the device.
-            unsafe { runner.run_from_device(input, shape[0], false) }.map_err(model_failure)
+            // and the producer ordered its writes before the runner's stream.
+            unsafe { forward_device_pixels(&mut engine.into_inner().runner, &shape, ptr) }
         });
         drop(tensor);
         Ok(outputs?)
     }
+}
+
+/// `forward`'s work on a CUDA tensor's pixels (f32 [B, C, H, W] of `shape` from device
+/// address `ptr`): checks the shape against the model as [`forward_pixels`] does and runs
+/// them, copied into the model's input on the device (the runner checks the device).
+///
+/// # Safety
+/// The memory must stay alive until this returns, its writes ordered before the runner's
+/// stream.
+unsafe fn forward_device_pixels(
+    runner: &mut Runner,
+    shape: &[usize],
+    ptr: u64,
+) -> Result<Vec<HostTensor>> {
+    check_pixel_shape(runner, shape)?;
+    let outputs = runner.model.model_outputs();
+    runner.set_outputs(outputs);
+    let input = DeviceInput {
+        ptr,
+        len: shape.iter().product(),
+    };
+    // SAFETY: as the caller promises.
+    unsafe { runner.run_from_device(input, shape[0], false) }.map_err(model_failure)
 }
 
 /// `forward`'s work on host pixels in standard order: checks `pixels` of `shape` against the

@@ -12,7 +12,7 @@
 //! submitted, or when the call drains), so a device's decoding overlaps its forward pass as
 //! on one device.
 
-use crate::failure::{model_failure, Failure, Result};
+use crate::failure::{Failure, Result};
 use crate::images::ImageSource;
 use crate::{panic_message, without_gil, Engine, SameThread};
 use anyhow::anyhow;
@@ -22,7 +22,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread::JoinHandle;
 use vitrt_engine::ModelOptions;
 use vitrt_model::{OutputSet, VisionModel};
-use vitrt_runtime::{DType, DeviceInput, HostTensor, PendingOutputs};
+use vitrt_runtime::{DType, HostTensor, PendingOutputs};
 
 /// Work for a device's thread, run there on its state.
 type Work = Box<dyn FnOnce(&mut DeviceState) + Send>;
@@ -150,10 +150,10 @@ impl SeveralEngines {
                             let described = (
                                 engine.runner.backend().dtype(),
                                 engine.preprocess.output_size(),
-                                engine.preprocess.do_convert_rgb()
-                                    && engine.preprocess.num_channels() == 3,
+                                engine.converts_to_rgb(),
                             );
                             let _ = opened.send((k, Ok(described)));
+                            drop(opened);
                             DeviceState {
                                 engine,
                                 in_flight: None,
@@ -185,8 +185,8 @@ impl SeveralEngines {
             zero_shot: None,
         };
         let mut first_error: Option<(usize, Failure)> = None;
-        // Each thread says once how its opening went (and keeps its sender while it runs).
-        for (k, opened) in opened_rx.iter().take(devices.len()) {
+        // Each thread says once how its opening went.
+        for (k, opened) in opened_rx {
             match opened {
                 Ok((dtype, size, convert_rgb)) if k == 0 => {
                     engines.dtype = dtype;
@@ -222,23 +222,34 @@ impl SeveralEngines {
             .ok_or_else(|| Failure::Runtime(anyhow!("{}: its thread has ended", device.name)))
     }
 
+    /// Queues `work` on device `k`'s engine; its result, tagged with `k`, goes to `done` (a
+    /// panic, or a failure of the device or the runtime, naming the device).
+    fn queue<T: Send + 'static>(
+        &self,
+        k: usize,
+        done: &Sender<(usize, Result<T>)>,
+        work: impl FnOnce(&mut Engine) -> Result<T> + Send + 'static,
+    ) -> Result<()> {
+        let (done, name) = (done.clone(), self.devices[k].name.clone());
+        self.send(
+            k,
+            Box::new(move |state: &mut DeviceState| {
+                let result = guarded(&name, || work(&mut state.engine));
+                let _ = done.send((k, result.map_err(|e| on_device(&name, e))));
+            }),
+        )
+    }
+
     /// Runs `work` on every device at once, waiting for all; the first device's error (in the
     /// order given) is the one returned.
     pub fn on_each<T: Send + 'static>(
         &self,
         py: Python<'_>,
-        work: impl Fn(&mut Engine) -> Result<T> + Send + Sync + Clone + 'static,
+        work: impl Fn(&mut Engine) -> Result<T> + Send + Clone + 'static,
     ) -> Result<Vec<T>> {
         let (done_tx, done_rx) = channel();
-        for (k, device) in self.devices.iter().enumerate() {
-            let (done, work, name) = (done_tx.clone(), work.clone(), device.name.clone());
-            self.send(
-                k,
-                Box::new(move |state: &mut DeviceState| {
-                    let result = guarded(&name, || work(&mut state.engine));
-                    let _ = done.send((k, result.map_err(|e| on_device(&name, e))));
-                }),
-            )?;
+        for k in 0..self.devices.len() {
+            self.queue(k, &done_tx, work.clone())?;
         }
         drop(done_tx);
         every_result(py, done_rx, self.devices.len())?
@@ -285,21 +296,11 @@ impl SeveralEngines {
             let end = (start + per_device).min(rows);
             let mut part_shape = shape.clone();
             part_shape[0] = end - start;
-            let (done, pixels, name) = (
-                done_tx.clone(),
-                pixels.clone(),
-                self.devices[k].name.clone(),
-            );
-            self.send(
-                k,
-                Box::new(move |state: &mut DeviceState| {
-                    let part = &pixels[start * per_row..end * per_row];
-                    let result = guarded(&name, || {
-                        crate::forward_pixels(&mut state.engine.runner, &part_shape, part, None)
-                    });
-                    let _ = done.send((k, result.map_err(|e| on_device(&name, e))));
-                }),
-            )?;
+            let pixels = pixels.clone();
+            self.queue(k, &done_tx, move |engine| {
+                let part = &pixels[start * per_row..end * per_row];
+                crate::forward_pixels(&mut engine.runner, &part_shape, part, None)
+            })?;
             parts += 1;
         }
         drop(done_tx);
@@ -332,39 +333,26 @@ impl SeveralEngines {
         work: impl FnOnce(&mut Engine) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let (done, result) = channel();
-        let name = self.devices[k].name.clone();
-        self.send(
-            k,
-            Box::new(move |state: &mut DeviceState| {
-                let outcome = guarded(&name, || work(&mut state.engine));
-                let _ = done.send(outcome.map_err(|e| on_device(&name, e)));
-            }),
-        )?;
-        let result = SameThread(result);
-        without_gil(py, move || {
-            result
-                .into_inner()
-                .recv()
-                .unwrap_or_else(|_| Err(thread_ended()))
-        })
+        self.queue(k, &done, work)?;
+        drop(done);
+        every_result(py, result, 1)?
+            .pop()
+            .unwrap_or_else(|| Err(thread_ended()))
     }
 
-    /// [`DeviceInput`] pixels of `shape` run on device `k`: see `Model.forward`.
+    /// A CUDA tensor's pixels (f32 [B, C, H, W] of `shape` from device address `ptr`) run on
+    /// device `k`: see `Model.forward`.
     pub fn forward_device(
         &self,
         py: Python<'_>,
         k: usize,
         shape: Vec<usize>,
-        input: DeviceInput,
+        ptr: u64,
     ) -> Result<Vec<HostTensor>> {
         self.on_device(py, k, move |engine| {
-            let runner = &mut engine.runner;
-            crate::check_pixel_shape(runner, &shape)?;
-            let outputs = runner.model.model_outputs();
-            runner.set_outputs(outputs);
             // SAFETY: the caller keeps the tensor alive until this returns (it waits), and
             // its producer ordered its writes before this device's stream.
-            unsafe { runner.run_from_device(input, shape[0], false) }.map_err(model_failure)
+            unsafe { crate::forward_device_pixels(&mut engine.runner, &shape, ptr) }
         })
     }
 }
