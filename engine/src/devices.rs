@@ -304,7 +304,7 @@ fn dispatch(
     );
     dispatcher.progress.finish_and_clear();
     // Every slot copied before the staging can go, whatever ended the run.
-    let acknowledged = dispatcher.take_acks(0);
+    let acknowledged = dispatcher.settle_acks();
     // No more jobs: each device collects its last batch and ends.
     for job in dispatcher.jobs.iter_mut() {
         *job = None;
@@ -494,6 +494,19 @@ impl<R: BatchResults> Dispatcher<'_, R> {
             }
         }
         Ok(())
+    }
+
+    /// Waits for every job's acknowledgement, whatever each says (a device that failed reads
+    /// nothing more): after this no device reads the staging. The first error is returned.
+    fn settle_acks(&mut self) -> Result<()> {
+        let mut first = Ok(());
+        while !self.unacked.is_empty() {
+            // Each call takes at least the oldest acknowledgement, so this ends.
+            if let Err(e) = self.take_acks(0) {
+                first = first.and(Err(e));
+            }
+        }
+        first
     }
 }
 

@@ -75,8 +75,9 @@ pub struct Batch<'a> {
 
 /// What takes the batches, on the calling thread.
 pub trait Consumer {
-    /// Takes one batch. Its slot is handed back to the workers when this returns, so the
-    /// pixels must have been copied (or used) by then.
+    /// Takes one batch. Its slot is handed back to the workers when this returns (or
+    /// `release_lag` batches later), so the pixels must have been copied (or used) by then.
+    /// An error hands no slot back: the run ends with the staging as the consumer left it.
     fn batch(&mut self, batch: Batch<'_>) -> Result<Flow>;
 
     /// Called after each batch's slot has been handed back, before waiting for the next batch:
@@ -486,6 +487,15 @@ pub fn run<'l>(
                 arena,
             });
             stats.consumer_busy += busy.elapsed();
+            let flow = match flow {
+                Ok(flow) => flow,
+                Err(error) => {
+                    // The consumer did not say it is done with its slots (a device may still
+                    // be reading one): nothing is released, and the workers stop.
+                    finish(&shared);
+                    return Err(error);
+                }
+            };
             {
                 let mut state = shared.lock();
                 // The slot's counters are reset now (no worker touches it before it is
@@ -498,12 +508,10 @@ pub fn run<'l>(
                 state.in_flight -= std::mem::take(&mut state.started[slot]);
                 shared.slot_free.notify_all();
             }
-            let flow = flow.and_then(|flow| {
-                let after = Instant::now();
-                let next = consumer.after_release();
-                stats.consumer_after_release += after.elapsed();
-                next.map(|next| if flow == Flow::Stop { flow } else { next })
-            });
+            let after = Instant::now();
+            let next = consumer.after_release();
+            stats.consumer_after_release += after.elapsed();
+            let flow = next.map(|next| if flow == Flow::Stop { flow } else { next });
             match flow {
                 Ok(Flow::Continue) if stop.is_none() => {}
                 Ok(_) => break,
