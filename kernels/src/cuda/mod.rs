@@ -64,7 +64,10 @@ pub use events::GpuEvent;
 pub use memory::{AllocatedBytes, DevPtr, DeviceBuffer};
 pub(crate) use params::kernel_params;
 pub(crate) use registry::COMMON_HEADER;
-pub use registry::{Arch, ArchRequirement, Instantiation, KernelArg, KernelParam, ParamKind};
+pub use registry::{
+    Arch, ArchRequirement, Instantiation, KernelArg, KernelParam, ParamKind, ParamStruct,
+    StructType, STRUCT_ARG_BYTES,
+};
 pub use staging::{PinnedBuffer, Stream, StreamEvent};
 pub(crate) use tensor_map::{encode_tiled, Swizzle};
 pub use timing::{copies_beyond_l2, copy_for_rep, slot_offset, Timer};

@@ -43,7 +43,47 @@ pub enum ParamKind {
     F32,
     /// A TMA tensor map (`CUtensorMap`, 128 bytes), passed by value as `__grid_constant__`.
     TensorMap,
+    /// A struct of a program's parameters, passed by value as `__grid_constant__` (read in
+    /// place, never copied), built on the host as a [`ParamStruct`].
+    Struct(StructType),
 }
+
+/// A C++ struct a wrapper takes by value: its name as the program's source spells it, and its
+/// size, which the host-side struct must have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StructType {
+    pub cuda_name: &'static str,
+    pub bytes: usize,
+}
+
+/// A host-side mirror of a program's parameter struct ([`ParamKind::Struct`]), passed as
+/// [`KernelArg::Struct`].
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` structs of integers, floats and device addresses with no
+/// padding, laid out as the C++ struct they mirror: their bytes are handed to the driver as is.
+pub unsafe trait ParamStruct: Copy {
+    const TYPE: StructType;
+
+    /// The struct as a launch argument.
+    fn arg(&self) -> KernelArg {
+        const { assert!(std::mem::size_of::<Self>() <= STRUCT_ARG_BYTES) };
+        assert_eq!(std::mem::size_of::<Self>(), Self::TYPE.bytes);
+        let mut words = [0u64; STRUCT_ARG_BYTES / 8];
+        // SAFETY: the trait's contract: `Self` is plain bytes without padding, and fits.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (self as *const Self).cast::<u8>(),
+                words.as_mut_ptr().cast::<u8>(),
+                std::mem::size_of::<Self>(),
+            );
+        }
+        KernelArg::Struct(Self::TYPE, words)
+    }
+}
+
+/// The largest parameter struct a launch passes.
+pub const STRUCT_ARG_BYTES: usize = 256;
 
 impl ParamKind {
     fn declaration(self) -> String {
@@ -59,6 +99,7 @@ impl ParamKind {
             ParamKind::U64 => "unsigned long long".into(),
             ParamKind::F32 => "float".into(),
             ParamKind::TensorMap => "const __grid_constant__ TmaDescriptor".into(),
+            ParamKind::Struct(t) => format!("const __grid_constant__ {}", t.cuda_name),
         }
     }
 }
@@ -87,11 +128,13 @@ pub enum KernelArg {
     F32(f32),
     /// The 128 opaque bytes cuTensorMapEncodeTiled wrote.
     TensorMap([u64; 16]),
+    /// A parameter struct's bytes (see [`ParamStruct::arg`]), zero past its size.
+    Struct(StructType, [u64; STRUCT_ARG_BYTES / 8]),
 }
 
 /// One launch parameter's bytes, aligned as the widest parameter (a tensor map) needs.
 #[repr(C, align(64))]
-pub(crate) struct ParamSlot(pub [u64; 16]);
+pub(crate) struct ParamSlot(pub [u64; STRUCT_ARG_BYTES / 8]);
 
 impl KernelArg {
     fn fits(self, kind: ParamKind) -> bool {
@@ -110,20 +153,24 @@ impl KernelArg {
                 | (KernelArg::U64(_), ParamKind::U64)
                 | (KernelArg::F32(_), ParamKind::F32)
                 | (KernelArg::TensorMap(_), ParamKind::TensorMap)
-        )
+        ) || matches!((self, kind), (KernelArg::Struct(given, _), ParamKind::Struct(wanted)) if given == wanted)
     }
 
     /// The argument's bytes in a slot, as cuLaunchKernel reads them (little-endian, value
     /// first: the driver reads as many bytes as the parameter is wide).
     pub(crate) fn to_slot(self) -> ParamSlot {
-        let mut slot = [0u64; 16];
+        let mut slot = [0u64; STRUCT_ARG_BYTES / 8];
         slot[0] = match self {
             KernelArg::Ptr(v) | KernelArg::U64(v) => v,
             KernelArg::I64(v) => v as u64,
             KernelArg::I32(v) => v as u32 as u64,
             KernelArg::U32(v) => v as u64,
             KernelArg::F32(v) => v.to_bits() as u64,
-            KernelArg::TensorMap(map) => return ParamSlot(map),
+            KernelArg::TensorMap(map) => {
+                slot[..16].copy_from_slice(&map);
+                return ParamSlot(slot);
+            }
+            KernelArg::Struct(_, words) => return ParamSlot(words),
         };
         ParamSlot(slot)
     }

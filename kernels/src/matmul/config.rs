@@ -36,6 +36,7 @@ pub(crate) const HEADERS: &[(&str, &str)] = &[
     ("copy.cuh", include_str!("copy.cuh")),
     ("wgmma.cuh", include_str!("wgmma.cuh")),
     ("tma.cuh", include_str!("tma.cuh")),
+    ("params.cuh", include_str!("params.cuh")),
 ];
 
 /// Every source and header of the matmul, in one order: what its tuning entries hash.

@@ -4,9 +4,10 @@
 //! - problem.rs: what a matmul computes ([`MatmulProblem`], [`Epilogue`], [`WeightLayout`]).
 //! - selection.rs: the tile tables and the cost model that picks a tile; split-K.
 //! - config.rs: one instantiation's meta-parameters and its program (one `.cu` a program,
-//!   sharing epilogue.cuh, copy.cuh, wgmma.cuh and tma.cuh); the configuration for a launch.
+//!   sharing epilogue.cuh, copy.cuh, wgmma.cuh, tma.cuh and params.cuh); the configuration for a launch.
 //! - tuning.rs: the tuning table and its file; the tuned tile wins over the cost model's.
 //! - launch.rs: what the programs' launches share (split-K scratch, tensor maps).
+//! - params.rs: the block programs' one parameter, `MatmulParams`, mirroring params.cuh.
 //! - one `.rs` beside each program's `.cu`, building its instantiation and, next to it, its
 //!   arguments and grid for a problem: mma_sync.rs (mma_sync.cu and fma.cu, one entry point),
 //!   wgmma.rs, tma_cooperative.rs, tma_pingpong.rs.
@@ -15,15 +16,16 @@
 //!   the tile tables.
 //! - tune.rs: the tuner that fills the table.
 //!
-//! Dependencies run one way: problem, selection, config, tuning, launch, mma_sync, wgmma,
-//! tma_cooperative, tma_pingpong, gpu, tune; each file uses only those before it (and the
-//! device layer, `crate::cuda`).
+//! Dependencies run one way: problem, selection, config, tuning, launch, params, mma_sync,
+//! wgmma, tma_cooperative, tma_pingpong, gpu, tune; each file uses only those before it (and
+//! the device layer, `crate::cuda`).
 
 mod config;
 pub mod cpu;
 pub mod gpu;
 mod launch;
 mod mma_sync;
+mod params;
 mod problem;
 pub mod selection;
 #[cfg(test)]

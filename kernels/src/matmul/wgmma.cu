@@ -21,6 +21,7 @@
 
 #include "copy.cuh"
 #include "wgmma.cuh"
+#include "params.cuh"
 
 namespace vitrt_matmul {
 
@@ -183,26 +184,14 @@ __device__ __forceinline__ void matmul_wgmma(const T* __restrict__ a, const T* _
 // per warpgroup), BLOCK_N (128, 192 or 256), BLOCK_K (64), GROUP_M, STAGES (at least 3),
 // activation.
 template <typename T, typename TR, typename TC, int BM, int BN, int BK, int GROUP_M, int STAGES, Act ACT>
-__device__ __forceinline__ void matmul_block_wgmma(const T* __restrict__ a, const T* __restrict__ b, const T* bias,
-                                                   const TR* residual, TC* c, int heads, int m, int n, int k,
-                                                   long long a_offset, long long a_row_stride,
-                                                   long long a_batch_stride, long long a_head_stride,
-                                                   long long b_offset, long long b_row_stride,
-                                                   long long b_batch_stride, long long b_head_stride,
-                                                   long long c_offset, long long c_row_stride,
-                                                   long long c_batch_stride, long long c_head_stride,
-                                                   long long r_offset, long long r_row_stride,
-                                                   long long r_batch_stride, long long r_head_stride, float alpha,
-                                                   int vector_epilogue) {
+__device__ __forceinline__ void matmul_block_wgmma(const vitrt_matmul::MatmulParams& p) {
     using namespace vitrt_matmul;
     static_assert(!is_f32<T>::value, "wgmma instantiations are f16 or bf16");
 #if VITRT_HAS_WGMMA
-    const View av{a_offset, a_row_stride, a_batch_stride, a_head_stride};
-    const View bv{b_offset, b_row_stride, b_batch_stride, b_head_stride};
-    const View cv{c_offset, c_row_stride, c_batch_stride, c_head_stride};
-    const View rv{r_offset, r_row_stride, r_batch_stride, r_head_stride};
-    matmul_wgmma<T, TR, TC, BM, BN, BK, GROUP_M, STAGES, ACT>(a, b, bias, residual, c, heads, m, n, k, av, bv, cv,
-                                                               rv, alpha, vector_epilogue);
+    const Operands<T, TR, TC> o(p);
+    matmul_wgmma<T, TR, TC, BM, BN, BK, GROUP_M, STAGES, ACT>(o.a, o.b, o.bias, o.residual, o.c, p.heads, p.m, p.n,
+                                                               p.k, p.a_view, p.b_view, p.c_view, p.r_view, p.alpha,
+                                                               p.vector_epilogue);
 #else
     // Compiled for a target without wgmma: the launcher never picks this instantiation there.
     __trap();

@@ -1,11 +1,11 @@
-//! The Hopper cp.async body `matmul_block_wgmma` (wgmma.cu): its parameters and its arguments,
-//! each beside the other. Both are `matmul_block`'s first part (mma_sync.rs), without the
-//! split-K parameters: Hopper tiles never split.
+//! The Hopper cp.async body `matmul_block_wgmma` (wgmma.cu): its instantiation and its
+//! arguments, each beside the other. It takes `matmul_block`'s parameter, the launch's
+//! [`MatmulParams`] (params.rs), never split: Hopper tiles never split.
 
 use crate::cuda::{ArchRequirement, Instantiation, KernelArg, KernelError, LaunchDims};
 use crate::matmul::config::{program_source, MatmulConfig, GROUP_M, HEADERS};
 use crate::matmul::launch::MatmulLaunch;
-use crate::matmul::mma_sync::block_args;
+use crate::matmul::params::MatmulParams;
 
 impl MatmulConfig {
     /// The wgmma instantiation (`matmul_block_wgmma`). `layout` names B's layout, `mixed` R's
@@ -22,7 +22,6 @@ impl MatmulConfig {
             t.stages,
             self.activation.short_name(),
         );
-        let params = self.block_params();
         let mut template_args = self.block_template_args();
         template_args.push(self.activation.cuda_name().into());
         Instantiation {
@@ -32,7 +31,7 @@ impl MatmulConfig {
             headers: HEADERS,
             function: "matmul_block_wgmma",
             template_args,
-            params,
+            params: vec![MatmulParams::param()],
             block_threads: t.threads(),
             // Tiles meant to share an SM must fit its registers twice.
             min_blocks_per_sm: if t.ctas_per_sm > 1 { t.ctas_per_sm } else { 0 },
@@ -45,7 +44,7 @@ impl MatmulConfig {
 /// The arguments to [`MatmulConfig::wgmma_instantiation`]'s parameters, and its grid: one CTA
 /// per output tile (`split_k` splits the small mma.sync tiles only).
 pub(crate) fn launch_args(l: &MatmulLaunch) -> Result<(Vec<KernelArg>, LaunchDims), KernelError> {
-    let args = block_args(l)?;
+    let args = MatmulParams::of(l)?.args();
     let dims = LaunchDims {
         grid: (l.programs as u32, 1, 1),
         block: l.config.tile.threads(),

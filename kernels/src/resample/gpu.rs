@@ -2,8 +2,8 @@
 
 use super::batch::{ResampleBatch, RESAMPLE_RECORD_BYTES};
 use crate::cuda::{
-    invalid, ArchRequirement, DeviceBuffer, Gpu, Instantiation, KernelArg, KernelError,
-    KernelParam, LaunchDims, ParamKind,
+    invalid, kernel_params, ArchRequirement, DeviceBuffer, Gpu, Instantiation, KernelError,
+    KernelParam, LaunchDims,
 };
 
 const SOURCE: &str = include_str!("resample.cu");
@@ -11,7 +11,29 @@ const THREADS: u32 = 256;
 /// CTAs a launch strides with over the largest image (each CTA loops).
 const MAX_CTAS_PER_IMAGE: usize = 1024;
 
-fn instantiation(function: &'static str, from: &'static str, to: &'static str) -> Instantiation {
+kernel_params! {
+    /// resample_first's parameters: the records, the taps, the images in and the intermediate
+    /// (resized along x) out.
+    struct FirstPassParams {
+        images: byte_ptr,
+        taps: byte_ptr,
+        src: byte_ptr,
+        mid: mut_byte_ptr,
+    }
+}
+
+kernel_params! {
+    /// resample_second's parameters: the records, the taps, the intermediate in and the
+    /// images out.
+    struct SecondPassParams {
+        images: byte_ptr,
+        taps: byte_ptr,
+        mid: byte_ptr,
+        dst: mut_byte_ptr,
+    }
+}
+
+fn instantiation(function: &'static str, params: Vec<KernelParam>) -> Instantiation {
     Instantiation {
         name: format!("{function}_t{THREADS}"),
         family: "resample",
@@ -19,12 +41,7 @@ fn instantiation(function: &'static str, from: &'static str, to: &'static str) -
         headers: &[],
         function,
         template_args: vec![THREADS.to_string()],
-        params: vec![
-            KernelParam::new("images", ParamKind::BytePtr),
-            KernelParam::new("taps", ParamKind::BytePtr),
-            KernelParam::new(from, ParamKind::BytePtr),
-            KernelParam::new(to, ParamKind::MutBytePtr),
-        ],
+        params,
         block_threads: THREADS,
         min_blocks_per_sm: 0,
         arch: ArchRequirement::AtLeast(7, 0),
@@ -32,11 +49,23 @@ fn instantiation(function: &'static str, from: &'static str, to: &'static str) -
 }
 
 fn first_instantiation() -> Instantiation {
-    instantiation("resample_first", "src", "mid")
+    let params = FirstPassParams {
+        images: 0,
+        taps: 0,
+        src: 0,
+        mid: 0,
+    };
+    instantiation("resample_first", params.params())
 }
 
 fn second_instantiation() -> Instantiation {
-    instantiation("resample_second", "mid", "dst")
+    let params = SecondPassParams {
+        images: 0,
+        taps: 0,
+        mid: 0,
+        dst: 0,
+    };
+    instantiation("resample_second", params.params())
 }
 
 pub(crate) fn instantiations() -> Vec<Instantiation> {
@@ -130,21 +159,23 @@ pub fn resample(
     gpu.launch(
         &first_instantiation(),
         grid(most(|i| i.intermediate_len())),
-        &[
-            KernelArg::Ptr(images),
-            KernelArg::Ptr(taps),
-            KernelArg::Ptr(src.ptr),
-            KernelArg::Ptr(mid.ptr),
-        ],
+        &FirstPassParams {
+            images,
+            taps,
+            src: src.ptr,
+            mid: mid.ptr,
+        }
+        .args(),
     )?;
     gpu.launch(
         &second_instantiation(),
         grid(most(|i| i.output_len())),
-        &[
-            KernelArg::Ptr(images),
-            KernelArg::Ptr(taps),
-            KernelArg::Ptr(mid.ptr),
-            KernelArg::Ptr(dst.ptr),
-        ],
+        &SecondPassParams {
+            images,
+            taps,
+            mid: mid.ptr,
+            dst: dst.ptr,
+        }
+        .args(),
     )
 }
