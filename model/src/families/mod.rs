@@ -1,0 +1,195 @@
+//! The model families vitrt runs, one file each, on the shared config reader, tensor names
+//! and graph builder. A family's file holds what sets its checkpoints apart, as a
+//! [`FamilyRules`]: the `model_type`s it answers to, its config's defaults and own fields.
+//!
+//! Adding a family: its file here, its variant of [`Family`], and its line in [`Family::ALL`]
+//! and [`Family::rules`].
+
+mod clip;
+mod deit;
+mod dinov2;
+mod siglip;
+mod timm;
+mod vit;
+
+use crate::config::{Fields, Mlp, ModelConfig};
+use serde_json::{Map, Value};
+
+/// The model families vitrt builds graphs for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// `ViTModel`, `ViTForImageClassification`.
+    Vit,
+    /// `DeiTModel`, `DeiTForImageClassification`, `DeiTForImageClassificationWithTeacher`.
+    Deit,
+    /// `Dinov2Model`, `Dinov2ForImageClassification`, and the same with registers.
+    Dinov2,
+    /// The vision tower of CLIP: `CLIPVisionModel(WithProjection)`, `CLIPModel`,
+    /// `CLIPForImageClassification`.
+    Clip,
+    /// The vision tower of SigLIP: `SiglipVisionModel`, `SiglipModel`,
+    /// `SiglipForImageClassification`.
+    Siglip,
+    /// timm's own `vit_*` checkpoints (`config.json` with `architecture` and
+    /// `pretrained_cfg`): the plain ViT with a CLS token, its Q, K and V in one tensor.
+    Timm,
+}
+
+impl Family {
+    /// Every family, in the order messages list them.
+    pub(crate) const ALL: [Family; 6] = [
+        Family::Vit,
+        Family::Deit,
+        Family::Dinov2,
+        Family::Clip,
+        Family::Siglip,
+        Family::Timm,
+    ];
+
+    /// The registry: each family's rules.
+    pub(crate) fn rules(self) -> &'static FamilyRules {
+        match self {
+            Family::Vit => &vit::VIT,
+            Family::Deit => &deit::DEIT,
+            Family::Dinov2 => &dinov2::DINOV2,
+            Family::Clip => &clip::CLIP,
+            Family::Siglip => &siglip::SIGLIP,
+            Family::Timm => &timm::TIMM,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.rules().name
+    }
+
+    /// The family whose configs have `model_type`, how they are read, and where.
+    pub(crate) fn of_model_type(
+        model_type: &str,
+    ) -> Option<(Family, &'static TransformersConfig, &'static ModelType)> {
+        Family::ALL.into_iter().find_map(|family| {
+            let ConfigFormat::Transformers(config) = &family.rules().config else {
+                return None;
+            };
+            let found = config.model_types.iter().find(|t| t.name == model_type)?;
+            Some((family, config, found))
+        })
+    }
+
+    /// The reader of `top` when it is a family's own config format (one without
+    /// `model_type`).
+    pub(crate) fn own_config_reader(top: &Map<String, Value>) -> Option<&'static OwnConfig> {
+        Family::ALL
+            .into_iter()
+            .find_map(|family| match &family.rules().config {
+                ConfigFormat::Own(own) if top.contains_key(own.key) => Some(own),
+                _ => None,
+            })
+    }
+}
+
+/// The `model_type`s vitrt reads, for messages.
+pub(crate) fn supported_model_types() -> String {
+    let types = Family::ALL
+        .into_iter()
+        .flat_map(|family| match &family.rules().config {
+            ConfigFormat::Transformers(config) => config.model_types,
+            ConfigFormat::Own(_) => &[],
+        });
+    types.map(|t| t.name).collect::<Vec<_>>().join(", ")
+}
+
+/// What sets one family's checkpoints apart from the others'.
+pub(crate) struct FamilyRules {
+    /// The family's name in messages.
+    pub name: &'static str,
+    /// How its `config.json` is recognised and read.
+    pub config: ConfigFormat,
+}
+
+pub(crate) enum ConfigFormat {
+    /// transformers' `config.json`, read by the shared reader (`ModelConfig::from_json_str`).
+    Transformers(TransformersConfig),
+    /// A format of the family's own (timm's).
+    Own(OwnConfig),
+}
+
+/// How the shared reader reads a family's transformers config.
+pub(crate) struct TransformersConfig {
+    /// The `model_type`s the family answers to, in the order messages list them.
+    pub model_types: &'static [ModelType],
+    /// The values of the fields a config may leave out (transformers' configuration classes).
+    pub defaults: Defaults,
+    /// Whether the configs have `qkv_bias` (CLIP's and SigLIP's always have the biases and no
+    /// such field).
+    pub has_qkv_bias: bool,
+    pub read_mlp: ReadMlp,
+    /// Reads the fields only this family's configs have into the config read so far, given
+    /// its `model_type`; they are read after every shared field.
+    pub read_own_fields: fn(&str, &Fields, &mut ModelConfig) -> Result<(), String>,
+}
+
+/// Reads the MLP's width and kind from a config's fields, given `hidden_size`.
+pub(crate) type ReadMlp = fn(&Fields, usize) -> Result<(usize, Mlp), String>;
+
+/// A `model_type` a family answers to.
+pub(crate) struct ModelType {
+    pub name: &'static str,
+    /// The config is a dual tower's: the vision tower's fields are under `vision_config`.
+    pub vision_config: bool,
+}
+
+/// A family's defaults for the fields its config may leave out.
+pub(crate) struct Defaults {
+    pub patch_size: usize,
+    pub hidden_act: &'static str,
+    pub layer_norm_eps: f64,
+}
+
+/// A family's own `config.json` format: one without `model_type` that has `key`, read whole
+/// by `read`.
+pub(crate) struct OwnConfig {
+    pub key: &'static str,
+    pub read: fn(&Map<String, Value>) -> Result<ModelConfig, String>,
+}
+
+/// The plain MLP: `intermediate_size` wide (3072 when the config leaves it out).
+pub(crate) fn read_standard_mlp(
+    fields: &Fields,
+    _hidden_size: usize,
+) -> Result<(usize, Mlp), String> {
+    Ok((fields.int("intermediate_size", Some(3072))?, Mlp::Standard))
+}
+
+/// For a family whose configs have no fields of their own.
+pub(crate) fn no_own_fields(_: &str, _: &Fields, _: &mut ModelConfig) -> Result<(), String> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_list_every_model_type_in_order() {
+        assert_eq!(
+            supported_model_types(),
+            "vit, deit, dinov2, dinov2_with_registers, clip, clip_vision_model, siglip, \
+             siglip_vision_model"
+        );
+    }
+
+    #[test]
+    fn every_model_type_leads_to_its_family() {
+        for family in Family::ALL {
+            let ConfigFormat::Transformers(config) = &family.rules().config else {
+                continue;
+            };
+            for model_type in config.model_types {
+                assert_eq!(
+                    Family::of_model_type(model_type.name).map(|(f, _, _)| f),
+                    Some(family)
+                );
+            }
+        }
+    }
+}
