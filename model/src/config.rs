@@ -193,12 +193,14 @@ impl ModelConfig {
     /// Tokens ahead of the patches: the CLS token (not in SigLIP), DeiT's distillation token,
     /// DINOv2's registers.
     pub fn prefix_tokens(&self) -> usize {
-        match self.family {
-            Family::Vit | Family::Clip | Family::Timm => 1,
-            Family::Deit => 2,
-            Family::Dinov2 => 1 + self.num_register_tokens,
-            Family::Siglip => 0,
-        }
+        let tensors = &self.family.rules().tensors;
+        let registers = match tensors.register_tokens {
+            Some(_) => self.num_register_tokens,
+            None => 0,
+        };
+        usize::from(tensors.class_token.is_some())
+            + usize::from(tensors.distillation_token.is_some())
+            + registers
     }
 
     /// Sequence length at the config's image size: the prefix tokens and the patches.

@@ -1,6 +1,7 @@
 //! The model families vitrt runs, one file each, on the shared config reader, tensor names
 //! and graph builder. A family's file holds what sets its checkpoints apart, as a
-//! [`FamilyRules`]: the `model_type`s it answers to, its config's defaults and own fields.
+//! [`FamilyRules`]: the `model_type`s it answers to, its config's defaults and own fields,
+//! its tensor names, the tokens ahead of the patches, its pooler, projection and classifier.
 //!
 //! Adding a family: its file here, its variant of [`Family`], and its line in [`Family::ALL`]
 //! and [`Family::rules`].
@@ -13,6 +14,9 @@ mod timm;
 mod vit;
 
 use crate::config::{Fields, Mlp, ModelConfig};
+use crate::model::ClassifierInput;
+use crate::names::LayerPart;
+use crate::positions::Resampling;
 use serde_json::{Map, Value};
 
 /// The model families vitrt builds graphs for.
@@ -104,6 +108,18 @@ pub(crate) struct FamilyRules {
     pub name: &'static str,
     /// How its `config.json` is recognised and read.
     pub config: ConfigFormat,
+    /// Where its encoder's tensors live and what they are called.
+    pub tensors: TensorRules,
+    /// The pooler (`pooler_output`), if the family has one.
+    pub pooler: Option<PoolerKind>,
+    /// The projection of the pooled output into the embedding space shared with the text
+    /// tower: a bias-free linear layer beside the towers' tensors (CLIP's
+    /// `visual_projection`), used where the checkpoint holds it.
+    pub image_projection: Option<&'static str>,
+    /// The classifier of its `*ForImageClassification` checkpoints.
+    pub classifier: ClassifierRules,
+    /// How the position table is resampled for another image size.
+    pub position_resampling: fn(&ModelConfig) -> Resampling,
 }
 
 pub(crate) enum ConfigFormat {
@@ -150,6 +166,77 @@ pub(crate) struct Defaults {
 pub(crate) struct OwnConfig {
     pub key: &'static str,
     pub read: fn(&Map<String, Value>) -> Result<ModelConfig, String>,
+}
+
+/// The names of a family's encoder tensors, each after the prefix the checkpoint's class puts
+/// in front of them.
+pub(crate) struct TensorRules {
+    /// The prefixes its checkpoints' classes put in front of every encoder tensor, tried in
+    /// order ("" for the bare models).
+    pub prefixes: &'static [&'static str],
+    /// The patch projection (a Conv2d's weight) and its bias, if it has one.
+    pub patch_weight: &'static str,
+    pub patch_bias: Option<&'static str>,
+    /// The tokens ahead of the patches, in this order: the CLS token, DeiT's distillation
+    /// token, DINOv2's register tokens (as many as the config says).
+    pub class_token: Option<&'static str>,
+    pub distillation_token: Option<&'static str>,
+    pub register_tokens: Option<&'static str>,
+    /// The position table.
+    pub positions: &'static str,
+    /// How the CLS token and the position table are stored.
+    pub embedding_layout: EmbeddingLayout,
+    /// The layernorm between the embeddings and the encoder.
+    pub pre_norm: Option<&'static str>,
+    /// The layernorm after the encoder, applied to every token.
+    pub final_norm: Option<&'static str>,
+    /// What every encoder block's tensor names start with, before the block's index.
+    pub layers: &'static str,
+    /// The candidate names of a block's weight after `{layers}{index}.` (`.weight`, `.bias`
+    /// or a bare parameter is up to the caller), most common first; none for a part the
+    /// family's blocks lack.
+    pub layer_part: fn(LayerPart) -> &'static [&'static str],
+    /// Q, K and V are stored as one tensor of 3·hidden rows, in that order.
+    pub fused_qkv: bool,
+}
+
+/// How the CLS token and the position table are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EmbeddingLayout {
+    /// `[1, 1, hidden]` and `[1, T, hidden]`.
+    Batched,
+    /// `[hidden]` and `[T, hidden]`: a bare vector and an embedding table.
+    Unbatched,
+}
+
+/// What a family's pooler computes; the tensor names are under the encoder's prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PoolerKind {
+    /// activation(dense(CLS token)), where the checkpoint holds the dense layer.
+    Dense(&'static str),
+    /// The CLS token of the final hidden states.
+    ClassToken,
+    /// The CLS token through a layernorm of its own.
+    NormedClassToken(&'static str),
+    /// An attention-pooling head (a learned query attends over the tokens, then a residual
+    /// MLP), where the config uses it (`vision_use_head`) and the checkpoint holds it.
+    AttentionPool(&'static str),
+}
+
+/// A family's classifier.
+pub(crate) struct ClassifierRules {
+    /// The base name of its tensors, beside the towers' tensors.
+    pub name: &'static str,
+    /// What it reads.
+    pub input: ClassifierInput,
+    /// Two heads, on the CLS token and on the distillation token, whose mean is the logits:
+    /// their base names, looked for before `name`.
+    pub with_teacher: Option<[&'static str; 2]>,
+}
+
+/// The plain resampling of the position table: bicubic, as `interpolate_pos_encoding`.
+pub(crate) fn bicubic(_: &ModelConfig) -> Resampling {
+    Resampling::Bicubic
 }
 
 /// The plain MLP: `intermediate_size` wide (3072 when the config leaves it out).

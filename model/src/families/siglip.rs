@@ -4,8 +4,12 @@
 //! CLS token; CLIP's encoder and tensor names, a layernorm on every token after it, an
 //! attention-pooling head, a classifier on the mean of every token.
 
-use super::{ConfigFormat, Defaults, FamilyRules, ModelType, TransformersConfig};
+use super::{
+    ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules, ModelType, PoolerKind,
+    TensorRules, TransformersConfig,
+};
 use crate::config::{Fields, ModelConfig};
+use crate::model::ClassifierInput;
 
 pub(crate) const SIGLIP: FamilyRules = FamilyRules {
     name: "SigLIP",
@@ -29,6 +33,29 @@ pub(crate) const SIGLIP: FamilyRules = FamilyRules {
         read_mlp: super::read_standard_mlp,
         read_own_fields,
     }),
+    tensors: TensorRules {
+        prefixes: &["vision_model.", ""],
+        patch_weight: "embeddings.patch_embedding.weight",
+        patch_bias: Some("embeddings.patch_embedding.bias"),
+        class_token: None,
+        distillation_token: None,
+        register_tokens: None,
+        positions: "embeddings.position_embedding.weight",
+        embedding_layout: EmbeddingLayout::Unbatched,
+        pre_norm: None,
+        final_norm: Some("post_layernorm"),
+        layers: "encoder.layers.",
+        layer_part: super::clip::layer_part,
+        fused_qkv: false,
+    },
+    pooler: Some(PoolerKind::AttentionPool("head")),
+    image_projection: None,
+    classifier: ClassifierRules {
+        name: "classifier",
+        input: ClassifierInput::TokenMean,
+        with_teacher: None,
+    },
+    position_resampling: super::bicubic,
 };
 
 /// Whether the attention-pooling head is part of the model (`vision_use_head`, true by

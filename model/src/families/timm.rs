@@ -3,8 +3,12 @@
 //! and its kin). The plain ViT with a CLS token read by the head, its Q, K and V in one
 //! tensor; the sizes come from the architecture's name.
 
-use super::{ConfigFormat, Family, FamilyRules, OwnConfig};
+use super::{
+    ClassifierRules, ConfigFormat, EmbeddingLayout, Family, FamilyRules, OwnConfig, TensorRules,
+};
 use crate::config::{Mlp, ModelConfig};
+use crate::model::ClassifierInput;
+use crate::names::LayerPart;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use vitrt_runtime::Activation;
@@ -16,7 +20,47 @@ pub(crate) const TIMM: FamilyRules = FamilyRules {
         key: "architecture",
         read: read_config,
     }),
+    tensors: TensorRules {
+        prefixes: &[""],
+        patch_weight: "patch_embed.proj.weight",
+        patch_bias: Some("patch_embed.proj.bias"),
+        class_token: Some("cls_token"),
+        distillation_token: None,
+        register_tokens: None,
+        positions: "pos_embed",
+        embedding_layout: EmbeddingLayout::Batched,
+        pre_norm: None,
+        final_norm: Some("norm"),
+        layers: "blocks.",
+        layer_part,
+        fused_qkv: true,
+    },
+    pooler: None,
+    image_projection: None,
+    classifier: ClassifierRules {
+        name: "head",
+        input: ClassifierInput::ClassToken,
+        with_teacher: None,
+    },
+    position_resampling: super::bicubic,
 };
+
+/// The names of a timm block's weights.
+fn layer_part(part: LayerPart) -> &'static [&'static str] {
+    use LayerPart::*;
+    match part {
+        NormBefore => &["norm1"],
+        // Q, K and V are rows of one tensor (`TensorRules::fused_qkv`).
+        Query | Key | Value => &["attn.qkv"],
+        AttentionOutput => &["attn.proj"],
+        AttentionScale => &["ls1.gamma"],
+        NormAfter => &["norm2"],
+        Up => &["mlp.fc1"],
+        Down => &["mlp.fc2"],
+        MlpScale => &["ls2.gamma"],
+        SwiGluIn | SwiGluGate | SwiGluUp | SwiGluOut => &[],
+    }
+}
 
 /// The plain ViT sizes timm names: (width, depth, heads).
 fn timm_size(name: &str) -> Option<(usize, usize, usize)> {

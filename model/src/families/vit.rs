@@ -2,8 +2,13 @@
 //! `ViTForImageClassification` (`google/vit-base-patch16-224` and its kin). A CLS token ahead
 //! of the patches, a dense pooler with an activation, a classifier on the CLS token.
 
-use super::{ConfigFormat, Defaults, FamilyRules, ModelType, TransformersConfig};
+use super::{
+    ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules, ModelType, PoolerKind,
+    TensorRules, TransformersConfig,
+};
 use crate::config::{Fields, ModelConfig};
+use crate::model::ClassifierInput;
+use crate::names::LayerPart;
 
 pub(crate) const VIT: FamilyRules = FamilyRules {
     name: "ViT",
@@ -21,6 +26,29 @@ pub(crate) const VIT: FamilyRules = FamilyRules {
         read_mlp: super::read_standard_mlp,
         read_own_fields: read_pooler_act,
     }),
+    tensors: TensorRules {
+        prefixes: &["vit.", ""],
+        patch_weight: "embeddings.patch_embeddings.projection.weight",
+        patch_bias: Some("embeddings.patch_embeddings.projection.bias"),
+        class_token: Some("embeddings.cls_token"),
+        distillation_token: None,
+        register_tokens: None,
+        positions: "embeddings.position_embeddings",
+        embedding_layout: EmbeddingLayout::Batched,
+        pre_norm: None,
+        final_norm: Some("layernorm"),
+        layers: "encoder.layer.",
+        layer_part,
+        fused_qkv: false,
+    },
+    pooler: Some(PoolerKind::Dense("pooler.dense")),
+    image_projection: None,
+    classifier: ClassifierRules {
+        name: "classifier",
+        input: ClassifierInput::ClassToken,
+        with_teacher: None,
+    },
+    position_resampling: super::bicubic,
 };
 
 /// The pooler's activation (`pooler_act`, tanh by default): ViT's and DeiT's.
@@ -31,4 +59,20 @@ pub(super) fn read_pooler_act(
 ) -> Result<(), String> {
     (config.pooler_act, _) = fields.activation("pooler_act", "tanh")?;
     Ok(())
+}
+
+/// The names of a ViT block's weights: ViT's and DeiT's.
+pub(super) fn layer_part(part: LayerPart) -> &'static [&'static str] {
+    use LayerPart::*;
+    match part {
+        NormBefore => &["layernorm_before"],
+        Query => &["attention.attention.query"],
+        Key => &["attention.attention.key"],
+        Value => &["attention.attention.value"],
+        AttentionOutput => &["attention.output.dense"],
+        NormAfter => &["layernorm_after"],
+        Up => &["intermediate.dense"],
+        Down => &["output.dense"],
+        AttentionScale | MlpScale | SwiGluIn | SwiGluGate | SwiGluUp | SwiGluOut => &[],
+    }
 }
