@@ -1,10 +1,11 @@
 //! The model families vitrt runs, one file each, on the shared config reader, tensor names
 //! and graph builder. A family's file holds what sets its checkpoints apart, as a
 //! [`FamilyRules`]: the `model_type`s it answers to, its config's defaults and own fields,
-//! its tensor names, the tokens ahead of the patches, its pooler, projection and classifier.
+//! its tensor names, the tokens ahead of the patches, its pooler, projection and classifier;
+//! and for a family with a text tower (CLIP, SigLIP), the tower's as a [`TextTowerRules`].
 //!
 //! Adding a family: its file here, its variant of [`Family`], and its line in [`Family::ALL`]
-//! and [`Family::rules`].
+//! and [`Family::rules`] (for a text tower, the same in [`TextFamily`]).
 
 mod clip;
 mod deit;
@@ -18,6 +19,7 @@ use crate::model::ClassifierInput;
 use crate::names::LayerPart;
 use crate::positions::Resampling;
 use serde_json::{Map, Value};
+use std::fmt;
 
 /// The model families vitrt builds graphs for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -89,6 +91,76 @@ impl Family {
                 _ => None,
             })
     }
+}
+
+/// The families with a text tower.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TextFamily {
+    /// Byte-level BPE, `<|startoftext|>` text `<|endoftext|>`; causal attention, pooled at
+    /// the end-of-text token, a bias-free `text_projection`; scores are a softmax over the
+    /// labels.
+    Clip,
+    /// SentencePiece Unigram, text `</s>`, no start token; full attention over a sequence
+    /// padded to its length, pooled at the last token, a `head` with a bias; each label's
+    /// score is a sigmoid.
+    Siglip,
+}
+
+impl TextFamily {
+    /// Every family with a text tower, in the order messages list them.
+    pub(crate) const ALL: [TextFamily; 2] = [TextFamily::Clip, TextFamily::Siglip];
+
+    /// The registry of text towers: each one's rules.
+    pub(crate) fn rules(self) -> &'static TextTowerRules {
+        match self {
+            TextFamily::Clip => &clip::CLIP_TEXT,
+            TextFamily::Siglip => &siglip::SIGLIP_TEXT,
+        }
+    }
+
+    /// The family whose configs have `model_type`, and whether the config is a dual tower's.
+    pub(crate) fn of_model_type(model_type: &str) -> Option<(TextFamily, bool)> {
+        TextFamily::ALL.into_iter().find_map(|family| {
+            let rules = family.rules();
+            if model_type == rules.dual_model_type {
+                Some((family, true))
+            } else if model_type == rules.text_model_type {
+                Some((family, false))
+            } else {
+                None
+            }
+        })
+    }
+
+    /// The token that ends every sequence (CLIP pools its text tower at it).
+    pub fn end_token(self) -> &'static str {
+        self.rules().end_token
+    }
+
+    /// The pad token of transformers' tokenizer class of the family (`CLIPTokenizer`,
+    /// `SiglipTokenizer`), used when the checkpoint's tokenizer files name none.
+    pub fn default_pad_token(self) -> &'static str {
+        self.rules().default_pad_token
+    }
+
+    pub fn name(self) -> &'static str {
+        self.rules().family.name()
+    }
+}
+
+impl fmt::Display for TextFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The `model_type`s with a text tower, for messages.
+pub(crate) fn text_model_types() -> String {
+    let types = TextFamily::ALL.into_iter().flat_map(|family| {
+        let rules = family.rules();
+        [rules.dual_model_type, rules.text_model_type]
+    });
+    types.collect::<Vec<_>>().join(", ")
 }
 
 /// The `model_type`s vitrt reads, for messages.
@@ -234,6 +306,76 @@ pub(crate) struct ClassifierRules {
     pub with_teacher: Option<[&'static str; 2]>,
 }
 
+/// What sets one family's text tower apart from the other's.
+pub(crate) struct TextTowerRules {
+    /// The family whose vision tower it pairs with: its name, and its blocks' tensor names.
+    pub family: Family,
+    /// The dual tower's `model_type` (the text tower's fields under `text_config`), and the
+    /// text model's own.
+    pub dual_model_type: &'static str,
+    pub text_model_type: &'static str,
+    /// The values of the fields a config may leave out.
+    pub defaults: TextDefaults,
+    pub read_projection_size: ReadProjectionSize,
+    /// Each token attends only to itself and the tokens before it.
+    pub causal: bool,
+    /// The token that ends every sequence, and the tokenizer class's pad token.
+    pub end_token: &'static str,
+    pub default_pad_token: &'static str,
+    /// A checkpoint without `tokenizer.json` may ship SentencePiece's `spiece.model` instead,
+    /// tokenized as transformers' slow tokenizer class does.
+    pub reads_spiece_model: bool,
+    /// The token whose final hidden state is pooled.
+    pub pooled_token: PooledToken,
+    pub projection: TextProjection,
+    /// How image-text similarities become scores.
+    pub scores: ScoreKind,
+}
+
+/// A text tower's defaults for the fields its config may leave out.
+pub(crate) struct TextDefaults {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    pub hidden_act: &'static str,
+    pub layer_norm_eps: f64,
+    pub max_position_embeddings: usize,
+}
+
+/// Reads the width of the text embeddings from the text tower's fields and the whole config's,
+/// given whether the config is a dual tower's and the tower's `hidden_size`.
+pub(crate) type ReadProjectionSize = fn(&Fields, &Fields, bool, usize) -> Result<usize, String>;
+
+/// The token a text tower pools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PooledToken {
+    /// The end-of-text token (`TextConfig::eos_token_id`).
+    EndToken,
+    /// The last token of the padded sequence.
+    LastToken,
+}
+
+/// The linear layer that takes a text tower's pooled token into the embedding space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TextProjection {
+    /// A bias-free layer beside the towers' tensors, after the pooler (`pooler_output` is the
+    /// pooled token), used where the checkpoint holds it.
+    AfterPooler(&'static str),
+    /// A layer with a bias under the text tower's prefix, the pooler's last step
+    /// (`pooler_output` is its output).
+    Head(&'static str),
+}
+
+/// How a dual tower turns the image-text cosine similarities into scores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ScoreKind {
+    /// A softmax over the labels of `exp(logit_scale) · cos`.
+    Softmax,
+    /// Each label's own sigmoid of `exp(logit_scale) · cos + logit_bias`.
+    Sigmoid,
+}
+
 /// The plain resampling of the position table: bicubic, as `interpolate_pos_encoding`.
 pub(crate) fn bicubic(_: &ModelConfig) -> Resampling {
     Resampling::Bicubic
@@ -262,6 +404,14 @@ mod tests {
             supported_model_types(),
             "vit, deit, dinov2, dinov2_with_registers, clip, clip_vision_model, siglip, \
              siglip_vision_model"
+        );
+    }
+
+    #[test]
+    fn messages_list_every_text_model_type_in_order() {
+        assert_eq!(
+            text_model_types(),
+            "clip, clip_text_model, siglip, siglip_text_model"
         );
     }
 

@@ -2,11 +2,15 @@
 //! `SiglipVisionModel`, `SiglipModel` and `SiglipForImageClassification`
 //! (`google/siglip-base-patch16-224`, `google/siglip-so400m-patch14-384` and their kin). No
 //! CLS token; CLIP's encoder and tensor names, a layernorm on every token after it, an
-//! attention-pooling head, a classifier on the mean of every token.
+//! attention-pooling head, a classifier on the mean of every token. Its text tower
+//! (`SiglipTextModel`, and in `SiglipModel`) tokenizes with SentencePiece Unigram, attends
+//! over the whole sequence padded to its context, pools the last token through a `head`; each
+//! label's score is a sigmoid.
 
 use super::{
-    ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules, ModelType, PoolerKind,
-    TensorRules, TransformersConfig,
+    ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, Family, FamilyRules, ModelType,
+    PooledToken, PoolerKind, ScoreKind, TensorRules, TextDefaults, TextProjection, TextTowerRules,
+    TransformersConfig,
 };
 use crate::config::{Fields, ModelConfig};
 use crate::model::ClassifierInput;
@@ -58,6 +62,30 @@ pub(crate) const SIGLIP: FamilyRules = FamilyRules {
     position_resampling: super::bicubic,
 };
 
+pub(crate) const SIGLIP_TEXT: TextTowerRules = TextTowerRules {
+    family: Family::Siglip,
+    dual_model_type: "siglip",
+    text_model_type: "siglip_text_model",
+    defaults: TextDefaults {
+        vocab_size: 32000,
+        hidden_size: 768,
+        num_attention_heads: 12,
+        intermediate_size: 3072,
+        hidden_act: "gelu_pytorch_tanh",
+        layer_norm_eps: 1e-6,
+        max_position_embeddings: 64,
+    },
+    read_projection_size: read_text_projection_size,
+    causal: false,
+    end_token: "</s>",
+    default_pad_token: "</s>",
+    // Released SigLIP checkpoints ship SentencePiece's model file alone.
+    reads_spiece_model: true,
+    pooled_token: PooledToken::LastToken,
+    projection: TextProjection::Head("head"),
+    scores: ScoreKind::Sigmoid,
+};
+
 /// Whether the attention-pooling head is part of the model (`vision_use_head`, true by
 /// default).
 fn read_own_fields(
@@ -67,4 +95,15 @@ fn read_own_fields(
 ) -> Result<(), String> {
     config.vision_use_head = fields.flag("vision_use_head", true)?;
     Ok(())
+}
+
+/// The width of the text embeddings: the head's output, `projection_size` (the tower's
+/// `hidden_size` by default).
+fn read_text_projection_size(
+    text: &Fields,
+    _top: &Fields,
+    _dual_tower: bool,
+    hidden_size: usize,
+) -> Result<usize, String> {
+    text.int("projection_size", Some(hidden_size))
 }
