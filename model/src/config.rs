@@ -1,6 +1,7 @@
 //! `config.json` of a Hugging Face ViT-family checkpoint, read and checked: everything the
 //! graph builder needs, and nothing it would have to guess. Each family's missing fields take
-//! that family's defaults (transformers saves only what differs from them).
+//! that family's defaults (transformers saves only what differs from them), which its file in
+//! `families/` gives with the rest of what sets the family apart.
 
 use crate::error::ModelError;
 use crate::families::{self, TransformersConfig};

@@ -93,76 +93,6 @@ impl Family {
     }
 }
 
-/// The families with a text tower.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TextFamily {
-    /// Byte-level BPE, `<|startoftext|>` text `<|endoftext|>`; causal attention, pooled at
-    /// the end-of-text token, a bias-free `text_projection`; scores are a softmax over the
-    /// labels.
-    Clip,
-    /// SentencePiece Unigram, text `</s>`, no start token; full attention over a sequence
-    /// padded to its length, pooled at the last token, a `head` with a bias; each label's
-    /// score is a sigmoid.
-    Siglip,
-}
-
-impl TextFamily {
-    /// Every family with a text tower, in the order messages list them.
-    pub(crate) const ALL: [TextFamily; 2] = [TextFamily::Clip, TextFamily::Siglip];
-
-    /// The registry of text towers: each one's rules.
-    pub(crate) fn rules(self) -> &'static TextTowerRules {
-        match self {
-            TextFamily::Clip => &clip::CLIP_TEXT,
-            TextFamily::Siglip => &siglip::SIGLIP_TEXT,
-        }
-    }
-
-    /// The family whose configs have `model_type`, and whether the config is a dual tower's.
-    pub(crate) fn of_model_type(model_type: &str) -> Option<(TextFamily, bool)> {
-        TextFamily::ALL.into_iter().find_map(|family| {
-            let rules = family.rules();
-            if model_type == rules.dual_model_type {
-                Some((family, true))
-            } else if model_type == rules.text_model_type {
-                Some((family, false))
-            } else {
-                None
-            }
-        })
-    }
-
-    /// The token that ends every sequence (CLIP pools its text tower at it).
-    pub fn end_token(self) -> &'static str {
-        self.rules().end_token
-    }
-
-    /// The pad token of transformers' tokenizer class of the family (`CLIPTokenizer`,
-    /// `SiglipTokenizer`), used when the checkpoint's tokenizer files name none.
-    pub fn default_pad_token(self) -> &'static str {
-        self.rules().default_pad_token
-    }
-
-    pub fn name(self) -> &'static str {
-        self.rules().family.name()
-    }
-}
-
-impl fmt::Display for TextFamily {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// The `model_type`s with a text tower, for messages.
-pub(crate) fn text_model_types() -> String {
-    let types = TextFamily::ALL.into_iter().flat_map(|family| {
-        let rules = family.rules();
-        [rules.dual_model_type, rules.text_model_type]
-    });
-    types.collect::<Vec<_>>().join(", ")
-}
-
 /// The `model_type`s vitrt reads, for messages.
 pub(crate) fn supported_model_types() -> String {
     let types = Family::ALL
@@ -194,6 +124,7 @@ pub(crate) struct FamilyRules {
     pub position_resampling: fn(&ModelConfig) -> Resampling,
 }
 
+/// How a family's `config.json` is recognised and read.
 pub(crate) enum ConfigFormat {
     /// transformers' `config.json`, read by the shared reader (`ModelConfig::from_json_str`).
     Transformers(TransformersConfig),
@@ -306,6 +237,94 @@ pub(crate) struct ClassifierRules {
     pub with_teacher: Option<[&'static str; 2]>,
 }
 
+/// The plain resampling of the position table: bicubic, as `interpolate_pos_encoding`.
+pub(crate) fn bicubic(_: &ModelConfig) -> Resampling {
+    Resampling::Bicubic
+}
+
+/// The plain MLP: `intermediate_size` wide (3072 when the config leaves it out).
+pub(crate) fn read_standard_mlp(
+    fields: &Fields,
+    _hidden_size: usize,
+) -> Result<(usize, Mlp), String> {
+    Ok((fields.int("intermediate_size", Some(3072))?, Mlp::Standard))
+}
+
+/// For a family whose configs have no fields of their own.
+pub(crate) fn no_own_fields(_: &str, _: &Fields, _: &mut ModelConfig) -> Result<(), String> {
+    Ok(())
+}
+
+/// The families with a text tower.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TextFamily {
+    /// Byte-level BPE, `<|startoftext|>` text `<|endoftext|>`; causal attention, pooled at
+    /// the end-of-text token, a bias-free `text_projection`; scores are a softmax over the
+    /// labels.
+    Clip,
+    /// SentencePiece Unigram, text `</s>`, no start token; full attention over a sequence
+    /// padded to its length, pooled at the last token, a `head` with a bias; each label's
+    /// score is a sigmoid.
+    Siglip,
+}
+
+impl TextFamily {
+    /// Every family with a text tower, in the order messages list them.
+    pub(crate) const ALL: [TextFamily; 2] = [TextFamily::Clip, TextFamily::Siglip];
+
+    /// The registry of text towers: each one's rules.
+    pub(crate) fn rules(self) -> &'static TextTowerRules {
+        match self {
+            TextFamily::Clip => &clip::CLIP_TEXT,
+            TextFamily::Siglip => &siglip::SIGLIP_TEXT,
+        }
+    }
+
+    /// The family whose configs have `model_type`, and whether the config is a dual tower's.
+    pub(crate) fn of_model_type(model_type: &str) -> Option<(TextFamily, bool)> {
+        TextFamily::ALL.into_iter().find_map(|family| {
+            let rules = family.rules();
+            if model_type == rules.dual_model_type {
+                Some((family, true))
+            } else if model_type == rules.text_model_type {
+                Some((family, false))
+            } else {
+                None
+            }
+        })
+    }
+
+    /// The token that ends every sequence (CLIP pools its text tower at it).
+    pub fn end_token(self) -> &'static str {
+        self.rules().end_token
+    }
+
+    /// The pad token of transformers' tokenizer class of the family (`CLIPTokenizer`,
+    /// `SiglipTokenizer`), used when the checkpoint's tokenizer files name none.
+    pub fn default_pad_token(self) -> &'static str {
+        self.rules().default_pad_token
+    }
+
+    pub fn name(self) -> &'static str {
+        self.rules().family.name()
+    }
+}
+
+impl fmt::Display for TextFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The `model_type`s with a text tower, for messages.
+pub(crate) fn text_model_types() -> String {
+    let types = TextFamily::ALL.into_iter().flat_map(|family| {
+        let rules = family.rules();
+        [rules.dual_model_type, rules.text_model_type]
+    });
+    types.collect::<Vec<_>>().join(", ")
+}
+
 /// What sets one family's text tower apart from the other's.
 pub(crate) struct TextTowerRules {
     /// The family whose vision tower it pairs with: its name, and its blocks' tensor names.
@@ -374,24 +393,6 @@ pub(crate) enum ScoreKind {
     Softmax,
     /// Each label's own sigmoid of `exp(logit_scale) · cos + logit_bias`.
     Sigmoid,
-}
-
-/// The plain resampling of the position table: bicubic, as `interpolate_pos_encoding`.
-pub(crate) fn bicubic(_: &ModelConfig) -> Resampling {
-    Resampling::Bicubic
-}
-
-/// The plain MLP: `intermediate_size` wide (3072 when the config leaves it out).
-pub(crate) fn read_standard_mlp(
-    fields: &Fields,
-    _hidden_size: usize,
-) -> Result<(usize, Mlp), String> {
-    Ok((fields.int("intermediate_size", Some(3072))?, Mlp::Standard))
-}
-
-/// For a family whose configs have no fields of their own.
-pub(crate) fn no_own_fields(_: &str, _: &Fields, _: &mut ModelConfig) -> Result<(), String> {
-    Ok(())
 }
 
 #[cfg(test)]
