@@ -5,6 +5,7 @@
 pub mod config;
 mod encoder;
 mod error;
+mod families;
 pub mod labels;
 pub mod limits;
 pub mod model;

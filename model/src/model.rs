@@ -9,15 +9,15 @@
 //!   and patch mean; CLIP's and SigLIP's token means), ViT's and DeiT's pooler, SigLIP's
 //!   attention-pooling head, CLIP's projection.
 
-use crate::config::{Family, ModelConfig};
+use crate::config::ModelConfig;
 use crate::encoder::{
     self, attention, collect_layers, encoder_block, layer_norm, linear, make_param, stacked_rows,
     LayerKeys, LinearKeys, NormKeys, ParamMap, ParamTable,
 };
 use crate::error::ModelError;
+use crate::families::{EmbeddingLayout, PoolerKind};
 use crate::names::TensorNames;
 use crate::params::{PositionTable, Recipe};
-use crate::positions::Resampling;
 use crate::text::ScoreRule;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -753,10 +753,9 @@ fn collect_params(
     };
     let mut prefix_tensors = Vec::new();
     if let Some(cls) = names.class_token() {
-        let stored: &[usize] = if c.family == Family::Clip {
-            &[d]
-        } else {
-            &[1, 1, d]
+        let stored: &[usize] = match names.embedding_layout() {
+            EmbeddingLayout::Batched => &[1, 1, d],
+            EmbeddingLayout::Unbatched => &[d],
         };
         t.check(&cls, stored)?;
         prefix_tensors.push(cls);
@@ -778,9 +777,9 @@ fn collect_params(
     let table_grid = (c.image_size.0 / p, c.image_size.1 / p);
     let table_rows = table_prefix + table_grid.0 * table_grid.1;
     let positions_name = names.positions();
-    let stored: Vec<usize> = match c.family {
-        Family::Clip | Family::Siglip => vec![table_rows, d],
-        _ => vec![1, table_rows, d],
+    let stored: Vec<usize> = match names.embedding_layout() {
+        EmbeddingLayout::Batched => vec![1, table_rows, d],
+        EmbeddingLayout::Unbatched => vec![table_rows, d],
     };
     t.check(&positions_name, &stored)?;
     let table = PositionTable {
@@ -790,11 +789,7 @@ fn collect_params(
         zero_rows: c.num_register_tokens,
         table_grid,
         input_grid: (input_size.0 / p, input_size.1 / p),
-        resampling: if c.model_type == "dinov2_with_registers" {
-            Resampling::BicubicAntialiased
-        } else {
-            Resampling::Bicubic
-        },
+        resampling: (c.family.rules().position_resampling)(c),
     };
     let rows = table.rows();
     let positions = t.derived(
@@ -818,9 +813,10 @@ fn collect_params(
     };
 
     // Heads.
-    let pooler = match c.family {
-        Family::Vit | Family::Deit => {
-            let base = format!("{}pooler.dense", names.prefix);
+    let rules = c.family.rules();
+    let pooler = match rules.pooler {
+        Some(PoolerKind::Dense(dense)) => {
+            let base = format!("{}{dense}", names.prefix);
             match checkpoint.shape(&format!("{base}.weight")) {
                 Some(shape) if shape.len() == 2 => {
                     Some(PoolerKeys::Dense(t.linear(&base, shape[0], d, true)?))
@@ -833,13 +829,12 @@ fn collect_params(
                 None => None,
             }
         }
-        Family::Dinov2 => Some(PoolerKeys::ClassToken),
-        Family::Timm => None,
-        Family::Clip => Some(PoolerKeys::NormedClassToken(
-            t.norm(&names.pooled_norm().unwrap_or_default(), d)?,
+        Some(PoolerKind::ClassToken) => Some(PoolerKeys::ClassToken),
+        Some(PoolerKind::NormedClassToken(norm)) => Some(PoolerKeys::NormedClassToken(
+            t.norm(&format!("{}{norm}", names.prefix), d)?,
         )),
-        Family::Siglip => {
-            let base = format!("{}head", names.prefix);
+        Some(PoolerKind::AttentionPool(head)) => {
+            let base = format!("{}{head}", names.prefix);
             if c.vision_use_head && checkpoint.contains(&format!("{base}.probe")) {
                 Some(PoolerKeys::AttentionPool(Box::new(attention_pool_keys(
                     &mut t, &base, c,
@@ -848,17 +843,23 @@ fn collect_params(
                 None
             }
         }
+        None => None,
     };
-    let projection = match checkpoint.shape("visual_projection.weight") {
-        Some(shape) if c.family == Family::Clip && shape.len() == 2 => {
-            Some(t.linear("visual_projection", shape[0], d, false)?)
-        }
-        _ => None,
+    let projection = match rules.image_projection {
+        Some(name) => match checkpoint.shape(&format!("{name}.weight")) {
+            Some(shape) if shape.len() == 2 => Some(t.linear(name, shape[0], d, false)?),
+            _ => None,
+        },
+        None => None,
     };
     let classifier = match head {
         Head::Base => None,
         Head::Classifier { num_labels, input } => Some(match input {
             ClassifierInput::ClassAndDistillationTokens => {
+                let [cls_head, distillation_head] = rules
+                    .classifier
+                    .with_teacher
+                    .ok_or_else(|| ModelError::Usage("inconsistent classifier".into()))?;
                 let half = |t: &mut ParamTable, base: &str| -> Result<LinearKeys, ModelError> {
                     let (w, b) = (format!("{base}.weight"), format!("{base}.bias"));
                     t.check(&w, &[num_labels, d])?;
@@ -874,13 +875,11 @@ fn collect_params(
                         k: d,
                     })
                 };
-                ClassifierKeys::Two(
-                    half(&mut t, "cls_classifier")?,
-                    half(&mut t, "distillation_classifier")?,
-                )
+                ClassifierKeys::Two(half(&mut t, cls_head)?, half(&mut t, distillation_head)?)
             }
             ClassifierInput::ClassTokenAndPatchMean => {
-                let (w, b) = ("classifier.weight".to_string(), "classifier.bias");
+                let classifier = names.classifier();
+                let (w, b) = (format!("{classifier}.weight"), format!("{classifier}.bias"));
                 t.check(&w, &[num_labels, 2 * d])?;
                 let columns = |start| Recipe::Columns {
                     tensor: w.clone(),
@@ -890,7 +889,7 @@ fn collect_params(
                 };
                 let cls = LinearKeys {
                     weight: t.derived(format!("{w}[:, :{d}]"), columns(0), &[num_labels, d]),
-                    bias: Some(t.tensor(b, &[num_labels], &[num_labels])?),
+                    bias: Some(t.tensor(&b, &[num_labels], &[num_labels])?),
                     n: num_labels,
                     k: d,
                 };
@@ -930,29 +929,22 @@ fn detect_head(config: &ModelConfig, checkpoint: &Checkpoint) -> Result<Head, Mo
             ))),
         }
     };
-    if config.family == Family::Deit {
-        if let Some(num_labels) = rows("cls_classifier.weight")? {
+    let classifier = &config.family.rules().classifier;
+    if let Some([cls_head, _]) = classifier.with_teacher {
+        if let Some(num_labels) = rows(&format!("{cls_head}.weight"))? {
             return Ok(Head::Classifier {
                 num_labels,
                 input: ClassifierInput::ClassAndDistillationTokens,
             });
         }
     }
-    let head = if config.family == Family::Timm {
-        "head.weight"
-    } else {
-        "classifier.weight"
-    };
-    let Some(num_labels) = rows(head)? else {
+    let Some(num_labels) = rows(&format!("{}.weight", classifier.name))? else {
         return Ok(Head::Base);
     };
-    let input = match config.family {
-        Family::Vit | Family::Deit | Family::Timm => ClassifierInput::ClassToken,
-        Family::Dinov2 => ClassifierInput::ClassTokenAndPatchMean,
-        Family::Clip => ClassifierInput::PatchMean,
-        Family::Siglip => ClassifierInput::TokenMean,
-    };
-    Ok(Head::Classifier { num_labels, input })
+    Ok(Head::Classifier {
+        num_labels,
+        input: classifier.input,
+    })
 }
 
 fn attention_pool_keys(

@@ -1,8 +1,10 @@
 //! Where each tensor of a ViT-family checkpoint lives: the names each family's checkpoints
-//! use on the Hub (and, where transformers 5 renamed them in memory, the new spelling too),
-//! under the prefix the checkpoint's class puts in front of them.
+//! use on the Hub (and, where transformers 5 renamed them in memory, the new spelling too;
+//! each family's file in `families/` lists them), under the prefix the checkpoint's class puts
+//! in front of them.
 
 use crate::config::{Family, Mlp, ModelConfig};
+use crate::families::{EmbeddingLayout, TensorRules};
 use vitrt_weights::Checkpoint;
 
 /// One weight of an encoder block.
@@ -47,14 +49,7 @@ impl TensorNames {
     /// projection; None when the checkpoint holds no such tensor under any prefix the family
     /// uses.
     pub fn find(family: Family, checkpoint: &Checkpoint) -> Option<TensorNames> {
-        let candidates: &[&str] = match family {
-            Family::Vit => &["vit.", ""],
-            Family::Deit => &["deit.", ""],
-            Family::Dinov2 => &["dinov2.", "dinov2_with_registers.", ""],
-            Family::Clip | Family::Siglip => &["vision_model.", ""],
-            Family::Timm => &[""],
-        };
-        candidates.iter().find_map(|prefix| {
+        family.rules().tensors.prefixes.iter().find_map(|prefix| {
             let names = TensorNames {
                 family,
                 prefix: prefix.to_string(),
@@ -63,95 +58,65 @@ impl TensorNames {
         })
     }
 
+    /// The family's tensor names, without the prefix.
+    fn rules(&self) -> &'static TensorRules {
+        &self.family.rules().tensors
+    }
+
     fn name(&self, suffix: &str) -> String {
         format!("{}{suffix}", self.prefix)
     }
 
-    fn clip_like(&self) -> bool {
-        matches!(self.family, Family::Clip | Family::Siglip)
-    }
-
     pub fn patch_weight(&self) -> String {
-        if self.family == Family::Timm {
-            self.name("patch_embed.proj.weight")
-        } else if self.clip_like() {
-            self.name("embeddings.patch_embedding.weight")
-        } else {
-            self.name("embeddings.patch_embeddings.projection.weight")
-        }
+        self.name(self.rules().patch_weight)
     }
 
-    /// CLIP's patch projection has no bias.
+    /// None where the patch projection has no bias (CLIP).
     pub fn patch_bias(&self) -> Option<String> {
-        match self.family {
-            Family::Clip => None,
-            Family::Siglip => Some(self.name("embeddings.patch_embedding.bias")),
-            Family::Timm => Some(self.name("patch_embed.proj.bias")),
-            _ => Some(self.name("embeddings.patch_embeddings.projection.bias")),
-        }
+        self.rules().patch_bias.map(|suffix| self.name(suffix))
     }
 
-    /// The CLS token: `[1, 1, hidden]`, or `[hidden]` in CLIP; SigLIP has none.
+    /// The CLS token (SigLIP has none), stored as the family's [`EmbeddingLayout`] says.
     pub fn class_token(&self) -> Option<String> {
-        match self.family {
-            Family::Clip => Some(self.name("embeddings.class_embedding")),
-            Family::Siglip => None,
-            Family::Timm => Some(self.name("cls_token")),
-            _ => Some(self.name("embeddings.cls_token")),
-        }
+        self.rules().class_token.map(|suffix| self.name(suffix))
     }
 
     pub fn distillation_token(&self) -> Option<String> {
-        (self.family == Family::Deit).then(|| self.name("embeddings.distillation_token"))
+        self.rules()
+            .distillation_token
+            .map(|suffix| self.name(suffix))
     }
 
     pub fn register_tokens(&self, config: &ModelConfig) -> Option<String> {
-        (config.num_register_tokens > 0).then(|| self.name("embeddings.register_tokens"))
+        let suffix = self.rules().register_tokens?;
+        (config.num_register_tokens > 0).then(|| self.name(suffix))
     }
 
-    /// The position table: `[1, T, hidden]`, or `[T, hidden]` in CLIP and SigLIP.
+    /// The position table, stored as the family's [`EmbeddingLayout`] says.
     pub fn positions(&self) -> String {
-        if self.family == Family::Timm {
-            self.name("pos_embed")
-        } else if self.clip_like() {
-            self.name("embeddings.position_embedding.weight")
-        } else {
-            self.name("embeddings.position_embeddings")
-        }
+        self.name(self.rules().positions)
     }
 
-    /// CLIP's layernorm between the embeddings and the encoder (spelt `pre_layrnorm`).
+    /// How the CLS token and the position table are stored.
+    pub fn embedding_layout(&self) -> EmbeddingLayout {
+        self.rules().embedding_layout
+    }
+
+    /// The layernorm between the embeddings and the encoder (CLIP's `pre_layrnorm`).
     pub fn pre_norm(&self) -> Option<String> {
-        (self.family == Family::Clip).then(|| self.name("pre_layrnorm"))
+        self.rules().pre_norm.map(|suffix| self.name(suffix))
     }
 
     /// The layernorm after the encoder, applied to every token: `layernorm` (ViT, DeiT,
-    /// DINOv2) or SigLIP's `post_layernorm`. CLIP's `post_layernorm` normalises the pooled
-    /// token only: [`TensorNames::pooled_norm`].
+    /// DINOv2), timm's `norm` or SigLIP's `post_layernorm`. CLIP's `post_layernorm`
+    /// normalises the pooled token only: its pooler's.
     pub fn final_norm(&self) -> Option<String> {
-        match self.family {
-            Family::Clip => None,
-            Family::Siglip => Some(self.name("post_layernorm")),
-            Family::Timm => Some(self.name("norm")),
-            _ => Some(self.name("layernorm")),
-        }
+        self.rules().final_norm.map(|suffix| self.name(suffix))
     }
 
-    pub fn pooled_norm(&self) -> Option<String> {
-        (self.family == Family::Clip).then(|| self.name("post_layernorm"))
-    }
-
-    /// The candidate names of a block's weight (`.weight`, `.bias` or a bare parameter is up
-    /// to the caller), most common first.
     /// What every encoder block's tensor names start with, before the block's index.
     fn layers_prefix(&self) -> String {
-        if self.family == Family::Timm {
-            self.name("blocks.")
-        } else if self.clip_like() {
-            self.name("encoder.layers.")
-        } else {
-            self.name("encoder.layer.")
-        }
+        self.name(self.rules().layers)
     }
 
     /// How many encoder blocks the checkpoint holds tensors of: one more than the highest
@@ -167,64 +132,22 @@ impl TensorNames {
             .unwrap_or(0)
     }
 
+    /// The candidate names of a block's weight (`.weight`, `.bias` or a bare parameter is up
+    /// to the caller), most common first.
     pub fn layer(&self, layer: usize, part: LayerPart) -> Vec<String> {
-        use LayerPart::*;
         let base = format!("{}{layer}.", self.layers_prefix());
-        let suffixes: &[&str] = match (self.family, part) {
-            (Family::Clip | Family::Siglip, NormBefore) => &["layer_norm1"],
-            (Family::Clip | Family::Siglip, Query) => &["self_attn.q_proj"],
-            (Family::Clip | Family::Siglip, Key) => &["self_attn.k_proj"],
-            (Family::Clip | Family::Siglip, Value) => &["self_attn.v_proj"],
-            (Family::Clip | Family::Siglip, AttentionOutput) => &["self_attn.out_proj"],
-            (Family::Clip | Family::Siglip, NormAfter) => &["layer_norm2"],
-            (Family::Clip | Family::Siglip | Family::Dinov2, Up) => &["mlp.fc1"],
-            (Family::Clip | Family::Siglip | Family::Dinov2, Down) => &["mlp.fc2"],
-            (Family::Vit | Family::Deit, NormBefore) => &["layernorm_before"],
-            (Family::Vit | Family::Deit, NormAfter) => &["layernorm_after"],
-            (Family::Vit | Family::Deit, Up) => &["intermediate.dense"],
-            (Family::Vit | Family::Deit, Down) => &["output.dense"],
-            (Family::Dinov2, NormBefore) => &["norm1"],
-            (Family::Dinov2, NormAfter) => &["norm2"],
-            (Family::Dinov2, AttentionScale) => &["layer_scale1.lambda1"],
-            (Family::Dinov2, MlpScale) => &["layer_scale2.lambda1"],
-            (Family::Dinov2, SwiGluIn) => &["mlp.weights_in"],
-            (Family::Dinov2, SwiGluGate) => &["mlp.gate_proj"],
-            (Family::Dinov2, SwiGluUp) => &["mlp.up_proj"],
-            (Family::Dinov2, SwiGluOut) => &["mlp.weights_out", "mlp.down_proj"],
-            (Family::Dinov2, Query) => &["attention.attention.query", "attention.q_proj"],
-            (Family::Dinov2, Key) => &["attention.attention.key", "attention.k_proj"],
-            (Family::Dinov2, Value) => &["attention.attention.value", "attention.v_proj"],
-            (Family::Dinov2, AttentionOutput) => &["attention.output.dense", "attention.o_proj"],
-            (Family::Timm, NormBefore) => &["norm1"],
-            (Family::Timm, NormAfter) => &["norm2"],
-            // Q, K and V are rows of one tensor (see `TensorNames::fused_qkv`).
-            (Family::Timm, Query | Key | Value) => &["attn.qkv"],
-            (Family::Timm, AttentionOutput) => &["attn.proj"],
-            (Family::Timm, AttentionScale) => &["ls1.gamma"],
-            (Family::Timm, MlpScale) => &["ls2.gamma"],
-            (Family::Timm, Up) => &["mlp.fc1"],
-            (Family::Timm, Down) => &["mlp.fc2"],
-            (Family::Vit | Family::Deit, Query) => &["attention.attention.query"],
-            (Family::Vit | Family::Deit, Key) => &["attention.attention.key"],
-            (Family::Vit | Family::Deit, Value) => &["attention.attention.value"],
-            (Family::Vit | Family::Deit, AttentionOutput) => &["attention.output.dense"],
-            _ => &[],
-        };
+        let suffixes = (self.rules().layer_part)(part);
         suffixes.iter().map(|s| format!("{base}{s}")).collect()
     }
 
     /// Whether Q, K and V are stored as one tensor of 3·hidden rows, in that order (timm).
     pub fn fused_qkv(&self) -> bool {
-        self.family == Family::Timm
+        self.rules().fused_qkv
     }
 
     /// The classifier's base name.
     pub fn classifier(&self) -> &'static str {
-        if self.family == Family::Timm {
-            "head"
-        } else {
-            "classifier"
-        }
+        self.family.rules().classifier.name
     }
 
     /// Whether blocks use the MLP `mlp`'s weights as this checkpoint stores them: for SwiGLU,

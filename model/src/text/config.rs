@@ -5,60 +5,12 @@
 
 use crate::config::{EncoderConfig, Fields, Mlp};
 use crate::error::ModelError;
+use crate::families;
 use serde_json::{Map, Value};
-use std::fmt;
 use std::path::Path;
 use vitrt_runtime::Activation;
 
-/// The families with a text tower.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TextFamily {
-    /// Byte-level BPE, `<|startoftext|>` text `<|endoftext|>`; causal attention, pooled at
-    /// the end-of-text token, a bias-free `text_projection`; scores are a softmax over the
-    /// labels.
-    Clip,
-    /// SentencePiece Unigram, text `</s>`, no start token; full attention over a sequence
-    /// padded to its length, pooled at the last token, a `head` with a bias; each label's
-    /// score is a sigmoid.
-    Siglip,
-}
-
-impl TextFamily {
-    /// The token that ends every sequence (CLIP pools its text tower at it).
-    pub fn end_token(self) -> &'static str {
-        match self {
-            TextFamily::Clip => "<|endoftext|>",
-            TextFamily::Siglip => "</s>",
-        }
-    }
-
-    /// The pad token of transformers' tokenizer class of the family (`CLIPTokenizer`,
-    /// `SiglipTokenizer`), used when the checkpoint's tokenizer files name none.
-    pub fn default_pad_token(self) -> &'static str {
-        match self {
-            TextFamily::Clip => "<|endoftext|>",
-            TextFamily::Siglip => "</s>",
-        }
-    }
-}
-
-impl TextFamily {
-    pub fn name(self) -> &'static str {
-        match self {
-            TextFamily::Clip => "CLIP",
-            TextFamily::Siglip => "SigLIP",
-        }
-    }
-}
-
-impl fmt::Display for TextFamily {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// The model types with a text tower, for messages.
-pub const TEXT_MODEL_TYPES: &str = "clip, clip_text_model, siglip, siglip_text_model";
+pub use crate::families::TextFamily;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct TextConfig {
@@ -104,18 +56,12 @@ impl TextConfig {
             _ => "(none)",
         };
         let empty = Map::new();
-        let (family, dual_tower) = match model_type {
-            "clip" => (TextFamily::Clip, true),
-            "siglip" => (TextFamily::Siglip, true),
-            "clip_text_model" => (TextFamily::Clip, false),
-            "siglip_text_model" => (TextFamily::Siglip, false),
-            other => {
-                return Err(format!(
-                    "model_type \"{other}\" has no text tower: text embeddings and zero-shot \
-                     labels need a CLIP or SigLIP checkpoint with both towers (supported: \
-                     {TEXT_MODEL_TYPES})"
-                ))
-            }
+        let Some((family, dual_tower)) = TextFamily::of_model_type(model_type) else {
+            return Err(format!(
+                "model_type \"{model_type}\" has no text tower: text embeddings and zero-shot \
+                 labels need a CLIP or SigLIP checkpoint with both towers (supported: {})",
+                families::text_model_types()
+            ));
         };
         let obj = if dual_tower {
             match top.get("text_config") {
@@ -126,44 +72,29 @@ impl TextConfig {
         } else {
             top
         };
+        let rules = family.rules();
+        let defaults = &rules.defaults;
         let f = Fields(obj);
-        let clip = family == TextFamily::Clip;
-        let hidden_size = f.int("hidden_size", Some(if clip { 512 } else { 768 }))?;
-        let (hidden_act, _) = f.activation(
-            "hidden_act",
-            if clip {
-                "quick_gelu"
-            } else {
-                "gelu_pytorch_tanh"
-            },
-        )?;
+        let hidden_size = f.int("hidden_size", Some(defaults.hidden_size))?;
+        let (hidden_act, _) = f.activation("hidden_act", defaults.hidden_act)?;
         let eos_token_id = f.count("eos_token_id", 49407)?;
-        let projection_size = if clip {
-            // The projection's width is the dual config's; a text model with projection
-            // keeps its own.
-            let outer = Fields(top);
-            let own = f.int("projection_dim", Some(512))?;
-            if dual_tower {
-                outer.int("projection_dim", Some(512))?
-            } else {
-                own
-            }
-        } else {
-            f.int("projection_size", Some(hidden_size))?
-        };
+        let projection_size =
+            (rules.read_projection_size)(&f, &Fields(top), dual_tower, hidden_size)?;
         let config = TextConfig {
             family,
             dual_tower,
-            vocab_size: f.int("vocab_size", Some(if clip { 49408 } else { 32000 }))?,
+            vocab_size: f.int("vocab_size", Some(defaults.vocab_size))?,
             hidden_size,
             num_hidden_layers: f.int("num_hidden_layers", Some(12))?,
-            num_attention_heads: f.int("num_attention_heads", Some(if clip { 8 } else { 12 }))?,
-            intermediate_size: f.int("intermediate_size", Some(if clip { 2048 } else { 3072 }))?,
+            num_attention_heads: f
+                .int("num_attention_heads", Some(defaults.num_attention_heads))?,
+            intermediate_size: f.int("intermediate_size", Some(defaults.intermediate_size))?,
             hidden_act,
-            layer_norm_eps: f.positive_number("layer_norm_eps", if clip { 1e-5 } else { 1e-6 })?
-                as f32,
-            max_position_embeddings: f
-                .int("max_position_embeddings", Some(if clip { 77 } else { 64 }))?,
+            layer_norm_eps: f.positive_number("layer_norm_eps", defaults.layer_norm_eps)? as f32,
+            max_position_embeddings: f.int(
+                "max_position_embeddings",
+                Some(defaults.max_position_embeddings),
+            )?,
             eos_token_id: u32::try_from(eos_token_id)
                 .map_err(|_| format!("\"eos_token_id\" {eos_token_id} is out of range"))?,
             projection_size,
@@ -192,7 +123,7 @@ impl TextConfig {
             qkv_bias: true,
             layer_scale: false,
             mlp: Mlp::Standard,
-            causal: self.family == TextFamily::Clip,
+            causal: self.family.rules().causal,
         }
     }
 }

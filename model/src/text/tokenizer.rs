@@ -106,12 +106,13 @@ impl TextTokenizer {
     ) -> Result<TextTokenizer, ModelError> {
         let path = dir.join("tokenizer.json");
         let spiece = dir.join("spiece.model");
-        let siglip_prefix = !path.is_file() && family == TextFamily::Siglip;
+        let reads_spiece_model = family.rules().reads_spiece_model;
+        let siglip_prefix = !path.is_file() && reads_spiece_model;
         let (mut tokenizer, path) = if path.is_file() {
             let tokenizer = Tokenizer::from_file(&path)
                 .map_err(|e| tokenizer_error(&path, format!("not a readable tokenizer: {e}")))?;
             (tokenizer, path)
-        } else if family == TextFamily::Siglip && spiece.is_file() {
+        } else if reads_spiece_model && spiece.is_file() {
             // Released SigLIP checkpoints ship SentencePiece's model file alone.
             (sentencepiece_tokenizer(dir, &spiece, family)?, spiece)
         } else {

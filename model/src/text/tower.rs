@@ -4,13 +4,13 @@
 //! `head`). Also the scores' parameters of a dual tower (`logit_scale`, SigLIP's
 //! `logit_bias`).
 
-use super::config::{TextConfig, TextFamily};
-use crate::config::Family;
+use super::config::TextConfig;
 use crate::encoder::{
     self, collect_layers, encoder_block, layer_norm, linear, make_param, LayerKeys, LinearKeys,
     NormKeys, ParamMap, ParamTable,
 };
 use crate::error::ModelError;
+use crate::families::{PooledToken, ScoreKind, TextProjection};
 use crate::names::TensorNames;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -108,22 +108,20 @@ impl TextModel {
             &[p, d],
             &[p, d],
         )?;
+        let rules = c.family.rules();
         let names = TensorNames {
-            family: match c.family {
-                TextFamily::Clip => Family::Clip,
-                TextFamily::Siglip => Family::Siglip,
-            },
+            family: rules.family,
             prefix: PREFIX.into(),
         };
         let layers = collect_layers(&mut t, &c.encoder(), &names, &checkpoint)?;
         let final_norm = t.norm(&format!("{PREFIX}final_layer_norm"), d)?;
-        let projection = match c.family {
-            TextFamily::Clip if checkpoint.contains("text_projection.weight") => {
-                Some(t.linear("text_projection", c.projection_size, d, false)?)
+        let projection = match rules.projection {
+            TextProjection::AfterPooler(name) if checkpoint.contains(&format!("{name}.weight")) => {
+                Some(t.linear(name, c.projection_size, d, false)?)
             }
-            TextFamily::Clip => None,
-            TextFamily::Siglip => {
-                Some(t.linear(&format!("{PREFIX}head"), c.projection_size, d, true)?)
+            TextProjection::AfterPooler(_) => None,
+            TextProjection::Head(head) => {
+                Some(t.linear(&format!("{PREFIX}{head}"), c.projection_size, d, true)?)
             }
         };
         let params = t.params;
@@ -172,11 +170,11 @@ impl TextModel {
                 ))),
             }
         };
-        Ok(match self.config.family {
-            TextFamily::Clip => ScoreRule::Softmax {
+        Ok(match self.config.family.rules().scores {
+            ScoreKind::Softmax => ScoreRule::Softmax {
                 logit_scale: scalar("logit_scale")?,
             },
-            TextFamily::Siglip => ScoreRule::Sigmoid {
+            ScoreKind::Sigmoid => ScoreRule::Sigmoid {
                 logit_scale: scalar("logit_scale")?,
                 logit_bias: scalar("logit_bias")?,
             },
@@ -205,7 +203,7 @@ impl TextModel {
         fusion: Fusion,
         supports: passes::Supports,
     ) -> Option<usize> {
-        let causal = self.config.family == TextFamily::Clip;
+        let causal = self.config.family.rules().causal;
         let shape = (batch, self.context());
         let encoder = self.config.encoder();
         encoder::padded_head_dim(&self.keys.layers, &encoder, shape, causal, fusion, supports)
@@ -249,27 +247,28 @@ impl TextModel {
             &k.final_norm,
             c.layer_norm_eps,
         )?;
-        let pooled = match c.family {
-            TextFamily::Clip => g.add_node(
+        let rules = c.family.rules();
+        let pooled = match rules.pooled_token {
+            PooledToken::EndToken => g.add_node(
                 "text.pooled",
                 Op::SelectEndToken {
                     rule: self.end_token(),
                 },
                 &[last, ids],
             )?,
-            TextFamily::Siglip => g.add_node(
+            PooledToken::LastToken => g.add_node(
                 "text.pooled",
                 Op::SelectToken { index: context - 1 },
                 &[last],
             )?,
         };
         // SigLIP's pooler output is the head's; CLIP's is the pooled token.
-        let (pooler_output, embeds) = match (&k.projection, c.family) {
-            (Some(head), TextFamily::Siglip) => {
+        let (pooler_output, embeds) = match (&k.projection, rules.projection) {
+            (Some(head), TextProjection::Head(_)) => {
                 let out = linear(&mut g, "text.head", pooled, head)?;
                 (out, out)
             }
-            (Some(projection), TextFamily::Clip) => {
+            (Some(projection), TextProjection::AfterPooler(_)) => {
                 let out = linear(&mut g, "text.projection", pooled, projection)?;
                 (pooled, out)
             }

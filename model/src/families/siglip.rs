@@ -1,0 +1,109 @@
+//! SigLIP, Google's image-text model trained with a sigmoid loss: the vision tower of
+//! `SiglipVisionModel`, `SiglipModel` and `SiglipForImageClassification`
+//! (`google/siglip-base-patch16-224`, `google/siglip-so400m-patch14-384` and their kin). No
+//! CLS token; CLIP's encoder and tensor names, a layernorm on every token after it, an
+//! attention-pooling head, a classifier on the mean of every token. Its text tower
+//! (`SiglipTextModel`, and in `SiglipModel`) tokenizes with SentencePiece Unigram, attends
+//! over the whole sequence padded to its context, pools the last token through a `head`; each
+//! label's score is a sigmoid.
+
+use super::{
+    ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, Family, FamilyRules, ModelType,
+    PooledToken, PoolerKind, ScoreKind, TensorRules, TextDefaults, TextProjection, TextTowerRules,
+    TransformersConfig,
+};
+use crate::config::{Fields, ModelConfig};
+use crate::model::ClassifierInput;
+
+pub(crate) const SIGLIP: FamilyRules = FamilyRules {
+    name: "SigLIP",
+    config: ConfigFormat::Transformers(TransformersConfig {
+        model_types: &[
+            ModelType {
+                name: "siglip",
+                vision_config: true,
+            },
+            ModelType {
+                name: "siglip_vision_model",
+                vision_config: false,
+            },
+        ],
+        defaults: Defaults {
+            patch_size: 16,
+            hidden_act: "gelu_pytorch_tanh",
+            layer_norm_eps: 1e-6,
+        },
+        has_qkv_bias: false,
+        read_mlp: super::read_standard_mlp,
+        read_own_fields,
+    }),
+    tensors: TensorRules {
+        prefixes: &["vision_model.", ""],
+        patch_weight: "embeddings.patch_embedding.weight",
+        patch_bias: Some("embeddings.patch_embedding.bias"),
+        class_token: None,
+        distillation_token: None,
+        register_tokens: None,
+        positions: "embeddings.position_embedding.weight",
+        embedding_layout: EmbeddingLayout::Unbatched,
+        pre_norm: None,
+        final_norm: Some("post_layernorm"),
+        layers: "encoder.layers.",
+        layer_part: super::clip::layer_part,
+        fused_qkv: false,
+    },
+    pooler: Some(PoolerKind::AttentionPool("head")),
+    image_projection: None,
+    classifier: ClassifierRules {
+        name: "classifier",
+        input: ClassifierInput::TokenMean,
+        with_teacher: None,
+    },
+    position_resampling: super::bicubic,
+};
+
+pub(crate) const SIGLIP_TEXT: TextTowerRules = TextTowerRules {
+    family: Family::Siglip,
+    dual_model_type: "siglip",
+    text_model_type: "siglip_text_model",
+    defaults: TextDefaults {
+        vocab_size: 32000,
+        hidden_size: 768,
+        num_attention_heads: 12,
+        intermediate_size: 3072,
+        hidden_act: "gelu_pytorch_tanh",
+        layer_norm_eps: 1e-6,
+        max_position_embeddings: 64,
+    },
+    read_projection_size: read_text_projection_size,
+    causal: false,
+    end_token: "</s>",
+    default_pad_token: "</s>",
+    // Released SigLIP checkpoints ship SentencePiece's model file alone.
+    reads_spiece_model: true,
+    pooled_token: PooledToken::LastToken,
+    projection: TextProjection::Head("head"),
+    scores: ScoreKind::Sigmoid,
+};
+
+/// Whether the attention-pooling head is part of the model (`vision_use_head`, true by
+/// default).
+fn read_own_fields(
+    _model_type: &str,
+    fields: &Fields,
+    config: &mut ModelConfig,
+) -> Result<(), String> {
+    config.vision_use_head = fields.flag("vision_use_head", true)?;
+    Ok(())
+}
+
+/// The width of the text embeddings: the head's output, `projection_size` (the tower's
+/// `hidden_size` by default).
+fn read_text_projection_size(
+    text: &Fields,
+    _top: &Fields,
+    _dual_tower: bool,
+    hidden_size: usize,
+) -> Result<usize, String> {
+    text.int("projection_size", Some(hidden_size))
+}
