@@ -21,7 +21,9 @@
 #                                      Run it from the repository root.
 #
 # Each executable runs under a timeout (GPU_CHECK_TIMEOUT seconds, default 240), so a hung
-# kernel costs one row of the table, not the whole call. Kernels compile into a fresh cache
+# kernel costs one row of the table, not the whole call. GPU_CHECK_PARTS picks the parts that
+# run, of `tests parity classify` (default: all three), so that a check longer than one device
+# call can be split over two. Kernels compile into a fresh cache
 # (a new temporary VITRT_CACHE_DIR unless one is set) so that every run exercises NVRTC.
 set -uo pipefail
 
@@ -214,7 +216,9 @@ run() {
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$logs/gpu.txt" 2>&1
     local summary=()
     local failed=0
+    local parts=" ${GPU_CHECK_PARTS:-tests parity classify} "
     for exe in "$dir"/*; do
+        [[ $parts == *" tests "* ]] || break
         [ -f "$exe" ] && [ -x "$exe" ] || continue
         # Only the test executables `stage` copies (named after their crate), not the vitrt
         # binary or anything else staged beside them.
@@ -230,8 +234,8 @@ run() {
             record "$name (bench)" $? "$logs/$name.bench.log" "$start"
         fi
     done
-    parity "$logs"
-    classify_rows "$logs"
+    [[ $parts == *" parity "* ]] && parity "$logs"
+    [[ $parts == *" classify "* ]] && classify_rows "$logs"
     echo
     echo "== failures =="
     grep -hE -A4 "panicked at" "$logs"/*.log | grep -v -E "^(stack backtrace|   [0-9]+:)" | head -60
