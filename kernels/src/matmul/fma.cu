@@ -3,7 +3,7 @@
 // mma.sync program (mma_sync.cu): grouped tile order, strided views, masked edges, and the
 // staged epilogue of epilogue.cuh; its entry point has the same name and parameters.
 
-#include "epilogue.cuh"
+#include "params.cuh"
 
 namespace vitrt_matmul {
 
@@ -147,29 +147,17 @@ __device__ __forceinline__ void matmul_fma_f32(const float* __restrict__ a, cons
 
 }  // namespace vitrt_matmul
 
-// The entry point every generated wrapper of an f32 matmul calls: the same template and
-// function parameters as mma_sync.cu's `matmul_block` (documented there; the launcher builds
-// one parameter list for both, matmul/mma_sync.rs). The f32 body fixes 2 register-staged
-// buffers, 8 warps and element loads, and never splits K.
+// The entry point every generated wrapper of an f32 matmul calls: the same template
+// parameters as mma_sync.cu's `matmul_block` (documented there) and the same MatmulParams. The
+// f32 body fixes 2 register-staged buffers, 8 warps and element loads, and never splits K.
 template <typename T, typename TR, typename TC, int BM, int BN, int BK, int GROUP_M, int STAGES, int WARPS_M,
           int WARPS_N, Act ACT, bool B_KN, bool VEC16>
-__device__ __forceinline__ void matmul_block(const T* __restrict__ a, const T* __restrict__ b, const T* bias,
-                                             const TR* residual, TC* c, int heads, int m, int n, int k,
-                                             long long a_offset, long long a_row_stride, long long a_batch_stride,
-                                             long long a_head_stride, long long b_offset, long long b_row_stride,
-                                             long long b_batch_stride, long long b_head_stride, long long c_offset,
-                                             long long c_row_stride, long long c_batch_stride,
-                                             long long c_head_stride, long long r_offset, long long r_row_stride,
-                                             long long r_batch_stride, long long r_head_stride, float alpha,
-                                             int vector_epilogue, int splits, int split_k, float* split_partials,
-                                             unsigned* split_counters) {
+__device__ __forceinline__ void matmul_block(const vitrt_matmul::MatmulParams& p) {
     using namespace vitrt_matmul;
-    const View av{a_offset, a_row_stride, a_batch_stride, a_head_stride};
-    const View bv{b_offset, b_row_stride, b_batch_stride, b_head_stride};
-    const View cv{c_offset, c_row_stride, c_batch_stride, c_head_stride};
-    const View rv{r_offset, r_row_stride, r_batch_stride, r_head_stride};
     static_assert(STAGES == 2 && WARPS_M * WARPS_N == 8 && !VEC16, "the f32 body is fixed at 2 stages, 8 warps");
     static_assert(is_f32<TR>::value && is_f32<TC>::value, "an f32 matmul keeps every operand in f32");
-    matmul_fma_f32<BM, BN, BK, GROUP_M, ACT, B_KN>(a, b, bias, residual, c, heads, m, n, k, av, bv, cv, rv, alpha,
-                                                   vector_epilogue);
+    const Operands<T, TR, TC> o(p);
+    matmul_fma_f32<BM, BN, BK, GROUP_M, ACT, B_KN>(o.a, o.b, o.bias, o.residual, o.c, p.heads, p.m, p.n, p.k,
+                                                   p.a_view, p.b_view, p.c_view, p.r_view, p.alpha,
+                                                   p.vector_epilogue);
 }

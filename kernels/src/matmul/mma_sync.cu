@@ -15,21 +15,17 @@
 // The tile shapes and what they measured: selection.rs.
 
 #include "copy.cuh"
+#include "params.cuh"
 
 namespace vitrt_matmul {
 
-// Split-K, for problems whose tiles leave most SMs idle (batch 1: M = 197 makes 48 tiles of
-// 64 x 64 for N = 768, and fc2's K = 3072 then streams its weights through a third of the
-// GPU). Each split writes its fp32 partial tile to `partials` ([program][split][BM x BN]) and
-// counts itself in `counters[program]`; the CTA that counts last adds the partials in split
-// order (so the sum does not depend on which CTA finishes last) and runs the epilogue. It also
-// resets the counter, which is how the next launch finds it zero.
-struct SplitK {
-    int splits;  // 1: no split, and the other fields are unused
-    int k;       // k-columns per split, a multiple of BLOCK_K
-    float* partials;
-    unsigned* counters;
-};
+// Split-K (SplitK in params.cuh), for problems whose tiles leave most SMs idle (batch 1:
+// M = 197 makes 48 tiles of 64 x 64 for N = 768, and fc2's K = 3072 then streams its weights
+// through a third of the GPU). Each split writes its fp32 partial tile to `partials`
+// ([program][split][BM x BN]) and counts itself in `counters[program]`; the CTA that counts
+// last adds the partials in split order (so the sum does not depend on which CTA finishes
+// last) and runs the epilogue. It also resets the counter, which is how the next launch finds
+// it zero.
 
 // Run `run` (four columns) of the staged tile, whose rows are kPitch floats apart. A partial
 // tile in the scratch is the same runs packed: run r is its r-th float4.
@@ -323,39 +319,23 @@ __device__ __forceinline__ void matmul_tensor_core(const T* __restrict__ a, cons
 
 }  // namespace vitrt_matmul
 
-// The entry point every generated wrapper calls. Template arguments, in order: the storage
-// type of A, B and the bias; the residual's; C's (f32 for a residual stream kept in f32 while
-// the operands are f16/bf16: the epilogue converts once, at the load and the store); BLOCK_M,
-// BLOCK_N, BLOCK_K, GROUP_M, STAGES, WARPS_M, WARPS_N, activation, B layout is KN, 16-byte
-// loads. f32 instantiations are the FMA program (fma.cu), whose entry point takes the same
-// parameters.
+// The entry point every generated wrapper calls, with the launch's parameters (params.cuh).
+// Template arguments, in order: the storage type of A, B and the bias; the residual's; C's
+// (f32 for a residual stream kept in f32 while the operands are f16/bf16: the epilogue
+// converts once, at the load and the store); BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES,
+// WARPS_M, WARPS_N, activation, B layout is KN, 16-byte loads. f32 instantiations are the FMA
+// program (fma.cu), whose entry point has the same name and parameters.
 //
 // Bias and residual are run-time choices (null when absent), not template flags: the epilogue
 // is a loop that runs once per tile, where a uniform branch costs nothing measurable, while
 // two more flags would quadruple the instantiations NVRTC has to build.
-// `vector_epilogue`: C (and R and the bias, when present) rows start on four-element
-// boundaries, so runs of four columns can be read and written as one access.
-// `splits` > 1 (tensor-core bodies only, single matrices): split-K, see SplitK; `split_k` is
-// the k-columns per split, `split_partials` and `split_counters` the launcher's scratch.
 template <typename T, typename TR, typename TC, int BM, int BN, int BK, int GROUP_M, int STAGES, int WARPS_M,
           int WARPS_N, Act ACT, bool B_KN, bool VEC16>
-__device__ __forceinline__ void matmul_block(const T* __restrict__ a, const T* __restrict__ b, const T* bias,
-                                             const TR* residual, TC* c, int heads, int m, int n, int k,
-                                             long long a_offset, long long a_row_stride, long long a_batch_stride,
-                                             long long a_head_stride, long long b_offset, long long b_row_stride,
-                                             long long b_batch_stride, long long b_head_stride, long long c_offset,
-                                             long long c_row_stride, long long c_batch_stride,
-                                             long long c_head_stride, long long r_offset, long long r_row_stride,
-                                             long long r_batch_stride, long long r_head_stride, float alpha,
-                                             int vector_epilogue, int splits, int split_k, float* split_partials,
-                                             unsigned* split_counters) {
+__device__ __forceinline__ void matmul_block(const vitrt_matmul::MatmulParams& p) {
     using namespace vitrt_matmul;
-    const View av{a_offset, a_row_stride, a_batch_stride, a_head_stride};
-    const View bv{b_offset, b_row_stride, b_batch_stride, b_head_stride};
-    const View cv{c_offset, c_row_stride, c_batch_stride, c_head_stride};
-    const View rv{r_offset, r_row_stride, r_batch_stride, r_head_stride};
     static_assert(!is_f32<T>::value, "f32 instantiations are the FMA program (fma.cu)");
+    const Operands<T, TR, TC> o(p);
     matmul_tensor_core<T, TR, TC, BM, BN, BK, GROUP_M, STAGES, WARPS_M, WARPS_N, ACT, B_KN, VEC16>(
-        a, b, bias, residual, c, heads, m, n, k, av, bv, cv, rv, alpha, vector_epilogue,
-        SplitK{splits, split_k, split_partials, split_counters});
+        o.a, o.b, o.bias, o.residual, o.c, p.heads, p.m, p.n, p.k, p.a_view, p.b_view, p.c_view, p.r_view, p.alpha,
+        p.vector_epilogue, p.split);
 }
