@@ -18,7 +18,8 @@
 //!
 //! Kinds: `const_ptr` and `mut_ptr` (a [`DevPtr`](crate::cuda::DevPtr) of a storage type),
 //! `byte_ptr`, `mut_byte_ptr` and `counter_ptr` (8-bit data or device counters, a `u64`
-//! address), `i32`, `u32`, `i64`, `u64`, `f32`, and `optional_i32` (an `Option<i32>`: a
+//! address), `i32`, `u32`, `i64`, `u64`, `f32`, `tensor_map` (a TMA tensor map's 128 bytes,
+//! `[u64; 16]`, declared `__grid_constant__`), and `optional_i32` (an `Option<i32>`: a
 //! parameter only the instantiations given `Some` take, as softmax's causal programs take the
 //! query count).
 
@@ -74,6 +75,7 @@ macro_rules! kernel_params {
     (@type f32) => { f32 };
     (@type counter_ptr) => { u64 };
     (@type optional_i32) => { Option<i32> };
+    (@type tensor_map) => { [u64; 16] };
     (@present optional_i32, $value:expr) => { $value.is_some() };
     (@present $kind:ident, $value:expr) => { true };
     (@kind const_ptr, $value:expr) => { $crate::cuda::ParamKind::ConstPtr($value.dtype) };
@@ -87,6 +89,7 @@ macro_rules! kernel_params {
     (@kind f32, $value:expr) => { $crate::cuda::ParamKind::F32 };
     (@kind counter_ptr, $value:expr) => { $crate::cuda::ParamKind::CounterPtr };
     (@kind optional_i32, $value:expr) => { $crate::cuda::ParamKind::I32 };
+    (@kind tensor_map, $value:expr) => { $crate::cuda::ParamKind::TensorMap };
     (@arg const_ptr, $value:expr) => { $crate::cuda::KernelArg::Ptr($value.ptr) };
     (@arg mut_ptr, $value:expr) => { $crate::cuda::KernelArg::Ptr($value.ptr) };
     (@arg byte_ptr, $value:expr) => { $crate::cuda::KernelArg::Ptr($value) };
@@ -98,6 +101,7 @@ macro_rules! kernel_params {
     (@arg f32, $value:expr) => { $crate::cuda::KernelArg::F32($value) };
     (@arg counter_ptr, $value:expr) => { $crate::cuda::KernelArg::Ptr($value) };
     (@arg optional_i32, $value:expr) => { $crate::cuda::KernelArg::I32($value.unwrap_or(0)) };
+    (@arg tensor_map, $value:expr) => { $crate::cuda::KernelArg::TensorMap($value) };
 }
 
 pub(crate) use kernel_params;

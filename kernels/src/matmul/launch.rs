@@ -2,8 +2,8 @@
 //! ([`MatmulLaunch`]), the split-K scratch, the TMA tensor maps and the persistent grid.
 
 use crate::cuda::{
-    encode_tiled, to_i32, DevPtr, DeviceBuffer, Gpu, Instantiation, KernelArg, KernelError,
-    LaunchDims, Swizzle,
+    encode_tiled, to_i32, DevPtr, DeviceBuffer, Gpu, Instantiation, KernelError, LaunchDims,
+    Swizzle,
 };
 use crate::matmul::config::MatmulConfig;
 use crate::matmul::problem::MatmulProblem;
@@ -54,20 +54,24 @@ pub(crate) fn split_k_scratch(gpu: &Gpu) -> Result<(u64, u64), KernelError> {
     Ok((partials.ptr, counters.ptr))
 }
 
-/// The arguments both TMA programs take alike, each in its place in their lists.
-pub(crate) struct TmaArgs {
-    pub a_map: KernelArg,
-    pub b_map: KernelArg,
-    pub bias: KernelArg,
-    pub m: KernelArg,
-    pub n: KernelArg,
-    pub k: KernelArg,
-    pub alpha: KernelArg,
+/// What both TMA programs take alike: A and B as tensor maps, the bias (a view of no elements
+/// at address 0 where the epilogue reads none), the sizes and alpha.
+pub(crate) struct TmaOperands {
+    pub a_map: [u64; 16],
+    pub b_map: [u64; 16],
+    pub bias: DevPtr,
+    pub m: i32,
+    pub n: i32,
+    pub k: i32,
+    pub alpha: f32,
 }
 
-/// A and B as tensor maps of one matrix each (boxes of the tile's rows), the bias pointer,
-/// the sizes and alpha.
-pub(crate) fn tma_args(l: &MatmulLaunch) -> Result<TmaArgs, KernelError> {
+/// A tensor map's place in an instantiation's declared parameters (its bytes are the launch's).
+pub(crate) const DECLARED_MAP: [u64; 16] = [0; 16];
+
+/// A and B as tensor maps of one matrix each (boxes of the tile's rows), the bias, the sizes
+/// and alpha.
+pub(crate) fn tma_operands(l: &MatmulLaunch) -> Result<TmaOperands, KernelError> {
     let MatmulLaunch {
         dtype,
         p,
@@ -88,7 +92,6 @@ pub(crate) fn tma_args(l: &MatmulLaunch) -> Result<TmaArgs, KernelError> {
             row_stride,
             box_rows,
         )
-        .map(KernelArg::TensorMap)
     };
     // A clustered tile's CTAs load half of A's box each (`load_stages` in tma.cuh).
     let a_map = map(
@@ -99,21 +102,14 @@ pub(crate) fn tma_args(l: &MatmulLaunch) -> Result<TmaArgs, KernelError> {
         tile.block_m / tile.cluster,
     )?;
     let b_map = map(b.ptr, p.b.offset, p.n, p.b.row_stride, tile.block_n)?;
-    let bias = KernelArg::Ptr(bias.map_or(0, |v| v.ptr));
-    let (m, n, k) = (
-        KernelArg::I32(to_i32(p.m, "matmul m")?),
-        KernelArg::I32(to_i32(p.n, "matmul n")?),
-        KernelArg::I32(to_i32(p.k, "matmul k")?),
-    );
-    let alpha = KernelArg::F32(p.epilogue.alpha);
-    Ok(TmaArgs {
+    Ok(TmaOperands {
         a_map,
         b_map,
-        bias,
-        m,
-        n,
-        k,
-        alpha,
+        bias: bias.unwrap_or(DevPtr::of_type(dtype)),
+        m: to_i32(p.m, "matmul m")?,
+        n: to_i32(p.n, "matmul n")?,
+        k: to_i32(p.k, "matmul k")?,
+        alpha: p.epilogue.alpha,
     })
 }
 

@@ -1,13 +1,35 @@
-//! The Hopper TMA cooperative program `matmul_block_tma` (tma_cooperative.cu): its parameters
-//! and its arguments, each beside the other. A and B are tensor maps of one matrix each; C and
-//! the residual are pointers with their offsets and row strides.
+//! The Hopper TMA cooperative program `matmul_block_tma` (tma_cooperative.cu): its parameters,
+//! declared once, and its instantiation and arguments. A and B are tensor maps of one matrix
+//! each; C and the residual are pointers with their offsets and row strides.
 
 use crate::cuda::{
-    to_i64, ArchRequirement, Instantiation, KernelArg, KernelError, KernelParam, LaunchDims,
-    ParamKind,
+    kernel_params, to_i64, ArchRequirement, DevPtr, Instantiation, KernelArg, KernelError,
+    LaunchDims,
 };
 use crate::matmul::config::{program_source, MatmulConfig, GROUP_M, HEADERS};
-use crate::matmul::launch::{persistent_dims, tma_args, MatmulLaunch, TmaArgs};
+use crate::matmul::launch::{
+    persistent_dims, tma_operands, MatmulLaunch, TmaOperands, DECLARED_MAP,
+};
+
+kernel_params! {
+    /// matmul_block_tma's parameters.
+    struct TmaCooperativeParams {
+        a_map: tensor_map,
+        b_map: tensor_map,
+        bias: const_ptr,
+        residual: const_ptr,
+        c: mut_ptr,
+        m: i32,
+        n: i32,
+        k: i32,
+        c_offset: i64,
+        c_row_stride: i64,
+        r_offset: i64,
+        r_row_stride: i64,
+        alpha: f32,
+        vector_epilogue: i32,
+    }
+}
 
 impl MatmulConfig {
     /// The TMA cooperative Hopper instantiation: A and B as tensor maps, one [N, K] matrix.
@@ -22,22 +44,22 @@ impl MatmulConfig {
             t.stages,
             self.activation.short_name(),
         );
-        let params = vec![
-            KernelParam::new("a_map", ParamKind::TensorMap),
-            KernelParam::new("b_map", ParamKind::TensorMap),
-            KernelParam::new("bias", ParamKind::ConstPtr(d)),
-            KernelParam::new("residual", ParamKind::ConstPtr(self.residual)),
-            KernelParam::new("c", ParamKind::MutPtr(self.output)),
-            KernelParam::new("m", ParamKind::I32),
-            KernelParam::new("n", ParamKind::I32),
-            KernelParam::new("k", ParamKind::I32),
-            KernelParam::new("c_offset", ParamKind::I64),
-            KernelParam::new("c_row_stride", ParamKind::I64),
-            KernelParam::new("r_offset", ParamKind::I64),
-            KernelParam::new("r_row_stride", ParamKind::I64),
-            KernelParam::new("alpha", ParamKind::F32),
-            KernelParam::new("vector_epilogue", ParamKind::I32),
-        ];
+        let declared = TmaCooperativeParams {
+            a_map: DECLARED_MAP,
+            b_map: DECLARED_MAP,
+            bias: DevPtr::of_type(d),
+            residual: DevPtr::of_type(self.residual),
+            c: DevPtr::of_type(self.output),
+            m: 0,
+            n: 0,
+            k: 0,
+            c_offset: 0,
+            c_row_stride: 0,
+            r_offset: 0,
+            r_row_stride: 0,
+            alpha: 0.0,
+            vector_epilogue: 0,
+        };
         Instantiation {
             name,
             family: "matmul",
@@ -53,7 +75,7 @@ impl MatmulConfig {
                 GROUP_M.to_string(),
                 self.activation.cuda_name().into(),
             ],
-            params,
+            params: declared.params(),
             block_threads: t.threads(),
             // setmaxnreg moves registers between the warpgroups only under a cap at entry.
             min_blocks_per_sm: 1,
@@ -66,12 +88,13 @@ impl MatmulConfig {
 pub(crate) fn launch_args(l: &MatmulLaunch) -> Result<(Vec<KernelArg>, LaunchDims), KernelError> {
     let MatmulLaunch {
         p,
+        config,
         residual,
         c,
         vector_epilogue,
         ..
     } = *l;
-    let TmaArgs {
+    let TmaOperands {
         a_map,
         b_map,
         bias,
@@ -79,22 +102,22 @@ pub(crate) fn launch_args(l: &MatmulLaunch) -> Result<(Vec<KernelArg>, LaunchDim
         n,
         k,
         alpha,
-    } = tma_args(l)?;
-    let args = vec![
+    } = tma_operands(l)?;
+    let params = TmaCooperativeParams {
         a_map,
         b_map,
         bias,
-        KernelArg::Ptr(residual.map_or(0, |v| v.ptr)),
-        KernelArg::Ptr(c.ptr),
+        residual: residual.unwrap_or(DevPtr::of_type(config.residual)),
+        c,
         m,
         n,
         k,
-        KernelArg::I64(to_i64(p.c.offset)?),
-        KernelArg::I64(to_i64(p.c.row_stride)?),
-        KernelArg::I64(to_i64(p.r.offset)?),
-        KernelArg::I64(to_i64(p.r.row_stride)?),
+        c_offset: to_i64(p.c.offset)?,
+        c_row_stride: to_i64(p.c.row_stride)?,
+        r_offset: to_i64(p.r.offset)?,
+        r_row_stride: to_i64(p.r.row_stride)?,
         alpha,
-        KernelArg::I32(vector_epilogue as i32),
-    ];
-    Ok((args, persistent_dims(l)?))
+        vector_epilogue: vector_epilogue as i32,
+    };
+    Ok((params.args(), persistent_dims(l)?))
 }

@@ -1,60 +1,138 @@
-//! The Hopper TMA ping-pong programs (tma_pingpong.cu): their parameters and their arguments,
-//! each beside the other, for its three entry points: `matmul_block_tma_pingpong` (C through a
-//! tensor map, no residual), `matmul_block_tma_pingpong_residual` (the f32 residual stream: R
-//! through a tensor map, C a pointer) and `matmul_block_tma_pingpong_stream16` (a residual in
-//! the operands' type: R and C through tensor maps).
+//! The Hopper TMA ping-pong programs (tma_pingpong.cu): their parameters, declared once, and
+//! their instantiations and arguments, for its three entry points: `matmul_block_tma_pingpong`
+//! (C through a tensor map, no residual), `matmul_block_tma_pingpong_residual` (the f32
+//! residual stream: R through a tensor map, C a pointer) and
+//! `matmul_block_tma_pingpong_stream16` (a residual in the operands' type: R and C through
+//! tensor maps).
 
 use crate::cuda::{
-    to_i64, ArchRequirement, Instantiation, KernelArg, KernelError, KernelParam, LaunchDims,
-    ParamKind,
+    kernel_params, to_i64, ArchRequirement, DevPtr, Instantiation, KernelArg, KernelError,
+    KernelParam, LaunchDims,
 };
 use crate::matmul::config::{program_source, MatmulConfig, GROUP_M, HEADERS};
-use crate::matmul::launch::{persistent_dims, tensor_map, tma_args, MatmulLaunch, TmaArgs};
+use crate::matmul::launch::{
+    persistent_dims, tensor_map, tma_operands, MatmulLaunch, TmaOperands, DECLARED_MAP,
+};
 use crate::types::DType;
 
+kernel_params! {
+    /// matmul_block_tma_pingpong's parameters: no residual, C through a tensor map.
+    struct PingPongParams {
+        a_map: tensor_map,
+        b_map: tensor_map,
+        c_map: tensor_map,
+        bias: const_ptr,
+        m: i32,
+        n: i32,
+        k: i32,
+        alpha: f32,
+    }
+}
+
+kernel_params! {
+    /// matmul_block_tma_pingpong_residual's parameters: the f32 residual stream, R through a
+    /// tensor map and C (f32, from its first element) a pointer with its row stride.
+    struct PingPongResidualParams {
+        a_map: tensor_map,
+        b_map: tensor_map,
+        r_map: tensor_map,
+        bias: const_ptr,
+        c: mut_ptr,
+        c_row_stride: i64,
+        m: i32,
+        n: i32,
+        k: i32,
+        alpha: f32,
+    }
+}
+
+kernel_params! {
+    /// matmul_block_tma_pingpong_stream16's parameters: a residual in the operands' type, R
+    /// and C through tensor maps.
+    struct PingPongStream16Params {
+        a_map: tensor_map,
+        b_map: tensor_map,
+        r_map: tensor_map,
+        c_map: tensor_map,
+        bias: const_ptr,
+        m: i32,
+        n: i32,
+        k: i32,
+        alpha: f32,
+    }
+}
+
+/// Which of the three entry points a configuration is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PingPongEntry {
+    Plain,
+    Residual,
+    Stream16,
+}
+
 impl MatmulConfig {
+    fn pingpong_entry(&self) -> PingPongEntry {
+        match (self.pingpong_residual(), self.output) {
+            (false, _) => PingPongEntry::Plain,
+            (true, DType::F32) => PingPongEntry::Residual,
+            (true, _) => PingPongEntry::Stream16,
+        }
+    }
+
+    /// The entry point's parameters, as its instantiation declares them.
+    fn pingpong_params(&self) -> Vec<KernelParam> {
+        let bias = DevPtr::of_type(self.dtype);
+        match self.pingpong_entry() {
+            PingPongEntry::Plain => PingPongParams {
+                a_map: DECLARED_MAP,
+                b_map: DECLARED_MAP,
+                c_map: DECLARED_MAP,
+                bias,
+                m: 0,
+                n: 0,
+                k: 0,
+                alpha: 0.0,
+            }
+            .params(),
+            PingPongEntry::Residual => PingPongResidualParams {
+                a_map: DECLARED_MAP,
+                b_map: DECLARED_MAP,
+                r_map: DECLARED_MAP,
+                bias,
+                c: DevPtr::of_type(DType::F32),
+                c_row_stride: 0,
+                m: 0,
+                n: 0,
+                k: 0,
+                alpha: 0.0,
+            }
+            .params(),
+            PingPongEntry::Stream16 => PingPongStream16Params {
+                a_map: DECLARED_MAP,
+                b_map: DECLARED_MAP,
+                r_map: DECLARED_MAP,
+                c_map: DECLARED_MAP,
+                bias,
+                m: 0,
+                n: 0,
+                k: 0,
+                alpha: 0.0,
+            }
+            .params(),
+        }
+    }
+
     /// The ping-pong Hopper instantiation: A, B and C as tensor maps, one matrix, no residual,
     /// C in the operands' type; or R as a tensor map and C as a pointer for the f32 residual
     /// stream (see `pingpong_takes` for what the launcher sends it).
     pub(crate) fn pingpong_instantiation(&self) -> Instantiation {
         let d = self.dtype;
         let t = &self.tile;
-        let residual = self.pingpong_residual();
-        let stages = if residual {
+        let stages = if self.pingpong_residual() {
             self.pingpong_residual_stages()
         } else {
             t.stages
         };
-        let mut params = vec![
-            KernelParam::new("a_map", ParamKind::TensorMap),
-            KernelParam::new("b_map", ParamKind::TensorMap),
-        ];
-        let stream16 = residual && self.output != DType::F32;
-        if stream16 {
-            params.extend([
-                KernelParam::new("r_map", ParamKind::TensorMap),
-                KernelParam::new("c_map", ParamKind::TensorMap),
-                KernelParam::new("bias", ParamKind::ConstPtr(d)),
-            ]);
-        } else if residual {
-            params.extend([
-                KernelParam::new("r_map", ParamKind::TensorMap),
-                KernelParam::new("bias", ParamKind::ConstPtr(d)),
-                KernelParam::new("c", ParamKind::MutPtr(DType::F32)),
-                KernelParam::new("c_row_stride", ParamKind::I64),
-            ]);
-        } else {
-            params.extend([
-                KernelParam::new("c_map", ParamKind::TensorMap),
-                KernelParam::new("bias", ParamKind::ConstPtr(d)),
-            ]);
-        }
-        params.extend([
-            KernelParam::new("m", ParamKind::I32),
-            KernelParam::new("n", ParamKind::I32),
-            KernelParam::new("k", ParamKind::I32),
-            KernelParam::new("alpha", ParamKind::F32),
-        ]);
         Instantiation {
             name: format!(
                 "matmul_{}_tmapp_bn{}_s{stages}_g{GROUP_M}{}_{}_nk{}",
@@ -66,21 +144,19 @@ impl MatmulConfig {
                     String::new()
                 },
                 self.activation.short_name(),
-                match (residual, self.output) {
-                    (false, _) => "",
-                    (true, DType::F32) => "_rf32_cf32",
-                    (true, _) => "_res",
+                match self.pingpong_entry() {
+                    PingPongEntry::Plain => "",
+                    PingPongEntry::Residual => "_rf32_cf32",
+                    PingPongEntry::Stream16 => "_res",
                 },
             ),
             family: "matmul",
             source: program_source(t.program),
             headers: HEADERS,
-            function: if stream16 {
-                "matmul_block_tma_pingpong_stream16"
-            } else if residual {
-                "matmul_block_tma_pingpong_residual"
-            } else {
-                "matmul_block_tma_pingpong"
+            function: match self.pingpong_entry() {
+                PingPongEntry::Plain => "matmul_block_tma_pingpong",
+                PingPongEntry::Residual => "matmul_block_tma_pingpong_residual",
+                PingPongEntry::Stream16 => "matmul_block_tma_pingpong_stream16",
             },
             template_args: vec![
                 d.cuda_type().into(),
@@ -90,7 +166,7 @@ impl MatmulConfig {
                 self.activation.cuda_name().into(),
                 t.cluster.to_string(),
             ],
-            params,
+            params: self.pingpong_params(),
             block_threads: self.threads(),
             min_blocks_per_sm: 1,
             arch: ArchRequirement::Exactly(9, 0),
@@ -98,8 +174,8 @@ impl MatmulConfig {
     }
 }
 
-/// The arguments to [`MatmulConfig::pingpong_instantiation`]'s parameters, in the same three
-/// cases, and its persistent grid.
+/// The arguments to [`MatmulConfig::pingpong_instantiation`]'s parameters, for each entry
+/// point, and its persistent grid.
 pub(crate) fn launch_args(l: &MatmulLaunch) -> Result<(Vec<KernelArg>, LaunchDims), KernelError> {
     let MatmulLaunch {
         dtype,
@@ -111,7 +187,7 @@ pub(crate) fn launch_args(l: &MatmulLaunch) -> Result<(Vec<KernelArg>, LaunchDim
     } = *l;
     let tile = config.tile;
     let size = dtype.size_bytes() as u64;
-    let TmaArgs {
+    let TmaOperands {
         a_map,
         b_map,
         bias,
@@ -119,8 +195,8 @@ pub(crate) fn launch_args(l: &MatmulLaunch) -> Result<(Vec<KernelArg>, LaunchDim
         n,
         k,
         alpha,
-    } = tma_args(l)?;
-    // C written through a tensor map of boxes of 64 columns x 128 rows.
+    } = tma_operands(l)?;
+    // C (and a 16-bit R) through tensor maps of boxes of 64 columns x 128 rows.
     let c_map = || {
         tensor_map(
             dtype,
@@ -130,45 +206,70 @@ pub(crate) fn launch_args(l: &MatmulLaunch) -> Result<(Vec<KernelArg>, LaunchDim
             p.c.row_stride,
             tile.block_m,
         )
-        .map(KernelArg::TensorMap)
     };
-    let args = if config.pingpong_residual() && c.dtype != DType::F32 {
-        // A 16-bit stream: R and C both through tensor maps, as C's layout.
-        let r = residual.expect("a residual variant has R");
-        let r_map = KernelArg::TensorMap(tensor_map(
-            dtype,
-            r.ptr + p.r.offset as u64 * size,
-            p.m,
-            p.n,
-            p.r.row_stride,
-            tile.block_m,
-        )?);
-        vec![a_map, b_map, r_map, c_map()?, bias, m, n, k, alpha]
-    } else if config.pingpong_residual() {
-        let (r, c_row_stride) = (residual.expect("a residual variant has R"), p.c.row_stride);
-        // R is read through a tensor map of boxes of 32 columns x 128 rows.
-        let r_map = KernelArg::TensorMap(tensor_map(
-            DType::F32,
-            r.ptr + p.r.offset as u64 * 4,
-            p.m,
-            p.n,
-            p.r.row_stride,
-            tile.block_m,
-        )?);
-        vec![
+    let args = match config.pingpong_entry() {
+        PingPongEntry::Plain => PingPongParams {
             a_map,
             b_map,
-            r_map,
+            c_map: c_map()?,
             bias,
-            KernelArg::Ptr(c.ptr + p.c.offset as u64 * 4),
-            KernelArg::I64(to_i64(c_row_stride)?),
             m,
             n,
             k,
             alpha,
-        ]
-    } else {
-        vec![a_map, b_map, c_map()?, bias, m, n, k, alpha]
+        }
+        .args(),
+        PingPongEntry::Stream16 => {
+            let r = residual.expect("a residual variant has R");
+            let r_map = tensor_map(
+                dtype,
+                r.ptr + p.r.offset as u64 * size,
+                p.m,
+                p.n,
+                p.r.row_stride,
+                tile.block_m,
+            )?;
+            PingPongStream16Params {
+                a_map,
+                b_map,
+                r_map,
+                c_map: c_map()?,
+                bias,
+                m,
+                n,
+                k,
+                alpha,
+            }
+            .args()
+        }
+        PingPongEntry::Residual => {
+            let r = residual.expect("a residual variant has R");
+            // R is read through a tensor map of boxes of 32 columns x 128 rows.
+            let r_map = tensor_map(
+                DType::F32,
+                r.ptr + p.r.offset as u64 * 4,
+                p.m,
+                p.n,
+                p.r.row_stride,
+                tile.block_m,
+            )?;
+            PingPongResidualParams {
+                a_map,
+                b_map,
+                r_map,
+                bias,
+                c: DevPtr {
+                    ptr: c.ptr + p.c.offset as u64 * 4,
+                    ..c
+                },
+                c_row_stride: to_i64(p.c.row_stride)?,
+                m,
+                n,
+                k,
+                alpha,
+            }
+            .args()
+        }
     };
     Ok((args, persistent_dims(l)?))
 }
