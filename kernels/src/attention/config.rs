@@ -4,7 +4,7 @@
 
 use super::problem::AttentionProblem;
 use super::program::*;
-use crate::cuda::{ArchRequirement, Instantiation, KernelParam, ParamKind};
+use crate::cuda::{kernel_params, ArchRequirement, DevPtr, Instantiation, KernelParam};
 use crate::types::DType;
 
 pub(super) const SOURCE: &str = include_str!("attention.cu");
@@ -125,31 +125,17 @@ impl AttentionConfig {
     /// The wrapper's parameters: Q, K and V as pointers and views (mma.sync) or as tensor
     /// maps (Hopper), then O as a pointer and a view, the extents and the scale.
     pub(super) fn params(&self) -> Vec<KernelParam> {
-        let hopper = matches!(self.program, AttentionProgram::Wgmma { .. });
-        let mut params: Vec<KernelParam> = match hopper {
-            true => ["q_map", "k_map", "v_map"]
-                .map(|name| KernelParam::new(name, ParamKind::TensorMap))
-                .to_vec(),
-            false => ["q", "k", "v"]
-                .map(|name| KernelParam::new(name, ParamKind::ConstPtr(self.dtype)))
-                .to_vec(),
-        };
-        params.push(KernelParam::new("o", ParamKind::MutPtr(self.dtype)));
-        params.push(KernelParam::new("heads", ParamKind::I32));
-        params.push(KernelParam::new("tokens", ParamKind::I32));
-        let views: &[[&str; 4]] = match hopper {
-            true => &VIEW_PARAM_NAMES[3..],
-            false => &VIEW_PARAM_NAMES,
-        };
-        for names in views {
-            params.extend(
-                names
-                    .iter()
-                    .map(|&name| KernelParam::new(name, ParamKind::I64)),
-            );
+        let o = DevPtr::of_type(self.dtype);
+        match self.program {
+            AttentionProgram::MmaSync { .. } => {
+                let q = DevPtr::of_type(self.dtype);
+                let view = [0; 4];
+                AttentionParams::new([q, q, q], o, [0, 0], [view; 4], 0.0).params()
+            }
+            AttentionProgram::Wgmma { .. } => {
+                HopperAttentionParams::new([[0; 16]; 3], o, [0, 0], [0; 4], 0.0).params()
+            }
         }
-        params.push(KernelParam::new("scale", ParamKind::F32));
-        params
     }
 
     pub fn instantiation(&self) -> Instantiation {
@@ -211,30 +197,114 @@ impl AttentionConfig {
     }
 }
 
-/// The wrapper's stride parameters, one group per view (Q, K, V, O).
-pub(super) const VIEW_PARAM_NAMES: [[&str; 4]; 4] = [
-    [
-        "q_offset",
-        "q_row_stride",
-        "q_batch_stride",
-        "q_head_stride",
-    ],
-    [
-        "k_offset",
-        "k_row_stride",
-        "k_batch_stride",
-        "k_head_stride",
-    ],
-    [
-        "v_offset",
-        "v_row_stride",
-        "v_batch_stride",
-        "v_head_stride",
-    ],
-    [
-        "o_offset",
-        "o_row_stride",
-        "o_batch_stride",
-        "o_head_stride",
-    ],
-];
+kernel_params! {
+    /// attention_block's parameters (attention.cu): Q, K, V and O as pointers, the extents,
+    /// each view's offset and strides (elements), the scale.
+    pub(super) struct AttentionParams {
+        q: const_ptr,
+        k: const_ptr,
+        v: const_ptr,
+        o: mut_ptr,
+        heads: i32,
+        tokens: i32,
+        q_offset: i64,
+        q_row_stride: i64,
+        q_batch_stride: i64,
+        q_head_stride: i64,
+        k_offset: i64,
+        k_row_stride: i64,
+        k_batch_stride: i64,
+        k_head_stride: i64,
+        v_offset: i64,
+        v_row_stride: i64,
+        v_batch_stride: i64,
+        v_head_stride: i64,
+        o_offset: i64,
+        o_row_stride: i64,
+        o_batch_stride: i64,
+        o_head_stride: i64,
+        scale: f32,
+    }
+}
+
+kernel_params! {
+    /// attention_wgmma_block's parameters (attention_wgmma.cu): Q, K and V as tensor maps, O
+    /// as a pointer with its view, the extents, the scale.
+    pub(super) struct HopperAttentionParams {
+        q_map: tensor_map,
+        k_map: tensor_map,
+        v_map: tensor_map,
+        o: mut_ptr,
+        heads: i32,
+        tokens: i32,
+        o_offset: i64,
+        o_row_stride: i64,
+        o_batch_stride: i64,
+        o_head_stride: i64,
+        scale: f32,
+    }
+}
+
+impl AttentionParams {
+    /// From Q, K, V and O, the (heads, tokens) extents, each view's (offset, row, batch and
+    /// head strides) in that order, and the scale.
+    pub(super) fn new(
+        [q, k, v]: [DevPtr; 3],
+        o: DevPtr,
+        [heads, tokens]: [i32; 2],
+        [qv, kv, vv, ov]: [[i64; 4]; 4],
+        scale: f32,
+    ) -> AttentionParams {
+        AttentionParams {
+            q,
+            k,
+            v,
+            o,
+            heads,
+            tokens,
+            q_offset: qv[0],
+            q_row_stride: qv[1],
+            q_batch_stride: qv[2],
+            q_head_stride: qv[3],
+            k_offset: kv[0],
+            k_row_stride: kv[1],
+            k_batch_stride: kv[2],
+            k_head_stride: kv[3],
+            v_offset: vv[0],
+            v_row_stride: vv[1],
+            v_batch_stride: vv[2],
+            v_head_stride: vv[3],
+            o_offset: ov[0],
+            o_row_stride: ov[1],
+            o_batch_stride: ov[2],
+            o_head_stride: ov[3],
+            scale,
+        }
+    }
+}
+
+impl HopperAttentionParams {
+    /// From Q's, K's and V's tensor maps, O and its view (offset, row, batch and head
+    /// strides), the (heads, tokens) extents and the scale.
+    pub(super) fn new(
+        [q_map, k_map, v_map]: [[u64; 16]; 3],
+        o: DevPtr,
+        [heads, tokens]: [i32; 2],
+        ov: [i64; 4],
+        scale: f32,
+    ) -> HopperAttentionParams {
+        HopperAttentionParams {
+            q_map,
+            k_map,
+            v_map,
+            o,
+            heads,
+            tokens,
+            o_offset: ov[0],
+            o_row_stride: ov[1],
+            o_batch_stride: ov[2],
+            o_head_stride: ov[3],
+            scale,
+        }
+    }
+}

@@ -5,7 +5,7 @@ use super::config::*;
 use super::problem::{attention_rows_aligned, fused_attention_support, AttentionProblem};
 use super::program::AttentionProgram;
 use crate::cuda::{
-    encode_tiled, invalid, to_i32, to_i64, DevPtr, Gpu, KernelArg, KernelError, LaunchDims, Swizzle,
+    encode_tiled, invalid, to_i32, to_i64, DevPtr, Gpu, KernelError, LaunchDims, Swizzle,
 };
 use crate::types::{DType, Operand};
 
@@ -85,32 +85,39 @@ pub(super) fn launch(
                 p.tokens
             )
         })?;
-    let hopper = matches!(config.program, AttentionProgram::Wgmma { .. });
-    let mut args = Vec::new();
-    for (ptr, view) in [(q, &p.q), (k, &p.k), (v, &p.v)] {
-        args.push(match hopper {
-            true => KernelArg::TensorMap(view_tensor_map(dtype, ptr, view, p.head_dim, extents)?),
-            false => KernelArg::Ptr(ptr.ptr),
-        });
-    }
-    args.push(KernelArg::Ptr(o.ptr));
-    args.push(KernelArg::I32(to_i32(p.heads, "attention heads")?));
-    args.push(KernelArg::I32(to_i32(p.tokens, "attention tokens")?));
-    let views = match hopper {
-        true => vec![&p.o],
-        false => vec![&p.q, &p.k, &p.v, &p.o],
+    let view = |o: &Operand| -> Result<[i64; 4], KernelError> {
+        Ok([
+            to_i64(o.offset)?,
+            to_i64(o.row_stride)?,
+            to_i64(o.batch_stride)?,
+            to_i64(o.head_stride)?,
+        ])
     };
-    for view in views {
-        for value in [
-            view.offset,
-            view.row_stride,
-            view.batch_stride,
-            view.head_stride,
-        ] {
-            args.push(KernelArg::I64(to_i64(value)?));
+    let extents_arg = [
+        to_i32(p.heads, "attention heads")?,
+        to_i32(p.tokens, "attention tokens")?,
+    ];
+    let args = match config.program {
+        AttentionProgram::MmaSync { .. } => AttentionParams::new(
+            [q, k, v],
+            o,
+            extents_arg,
+            [view(&p.q)?, view(&p.k)?, view(&p.v)?, view(&p.o)?],
+            p.scale,
+        )
+        .args(),
+        AttentionProgram::Wgmma { .. } => {
+            let map = |ptr, view| view_tensor_map(dtype, ptr, view, p.head_dim, extents);
+            HopperAttentionParams::new(
+                [map(q, &p.q)?, map(k, &p.k)?, map(v, &p.v)?],
+                o,
+                extents_arg,
+                view(&p.o)?,
+                p.scale,
+            )
+            .args()
         }
-    }
-    args.push(KernelArg::F32(p.scale));
+    };
     gpu.launch(
         &config.instantiation(),
         LaunchDims {
