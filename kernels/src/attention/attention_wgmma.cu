@@ -572,9 +572,13 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
         fence_accumulators(acc);
     }
 
-    // O = acc / sum, cast once, stored from registers: rows g and g + 8 of the warp's 16, two
-    // adjacent columns of every n8 block a thread (4-byte stores; a quad covers 16 bytes of a
-    // row per block). The row sums are first reduced over the quad.
+    // O = acc / sum, cast once. The row sums are first reduced over the quad. The warpgroup's
+    // Q tile is free (its last S has finished): O is staged there as [64 rows][HEAD_DIM]
+    // (4-byte stores straight from the registers kept L1 busy: benchmarks/NOTES.md,
+    // 2026-11-27 "O written in 16-byte stores"),
+    // each row's 16-byte chunks rotated by the row (chunk c of row r at (c + r) % kChunks, so
+    // the 8 rows a warp writes at once fall in different banks), then written out in 16-byte
+    // stores, a row's chunks by consecutive threads. Rows past T are not written.
     float inv_sum[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -583,17 +587,39 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         inv_sum[r] = 1.0f / sum;
     }
-    T* o_head = o + o_offset + (long long)batch * o_batch_stride + (long long)head * o_head_stride;
-    const int row0 = m0 + warpgroup * 64 + warp * 16 + quad_row;
+    constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks a row
+    const int warpgroup_thread = threadIdx.x & 127;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const int token = row0 + 8 * r;
-        if (token < tokens) {
-            T* out = o_head + (long long)token * o_row_stride + quad_col;
+        const int row = warp * 16 + quad_row + 8 * r;
 #pragma unroll
-            for (int j = 0; j < kDimFrags; ++j)
-                *reinterpret_cast<unsigned*>(out + j * 8) =
-                    pack_pair<T>(acc[4 * j + 2 * r] * inv_sum[r], acc[4 * j + 2 * r + 1] * inv_sum[r]);
+        for (int j = 0; j < kDimFrags; ++j) {
+            const unsigned at = q_tile + row * HEAD_DIM * 2 + ((j + row) % kChunks) * 16 + quad_col * 2;
+            const unsigned packed =
+                pack_pair<T>(acc[4 * j + 2 * r] * inv_sum[r], acc[4 * j + 2 * r + 1] * inv_sum[r]);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(packed) : "memory");
+        }
+    }
+    // The warpgroup's own named barrier (1 or 2; 0 is __syncthreads): immediates, so that
+    // ptxas reserves two barriers, not all sixteen.
+    static_assert(WARPGROUPS <= 2, "a named barrier each for at most two warpgroups");
+    if (warpgroup == 0) {
+        asm volatile("bar.sync 1, 128;\n" ::: "memory");
+    } else {
+        asm volatile("bar.sync 2, 128;\n" ::: "memory");
+    }
+    T* o_head = o + o_offset + (long long)batch * o_batch_stride + (long long)head * o_head_stride;
+    const int first_row = m0 + warpgroup * 64;
+#pragma unroll
+    for (int i = warpgroup_thread; i < 64 * kChunks; i += 128) {
+        const int row = i / kChunks, chunk = i % kChunks;
+        if (first_row + row < tokens) {
+            const unsigned at = q_tile + row * HEAD_DIM * 2 + ((chunk + row) % kChunks) * 16;
+            uint4 value;
+            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
+                         : "r"(at));
+            *reinterpret_cast<uint4*>(o_head + (long long)(first_row + row) * o_row_stride + chunk * 8) = value;
         }
     }
 #endif
