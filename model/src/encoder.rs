@@ -5,8 +5,9 @@
 
 use crate::config::{EncoderConfig, Mlp};
 use crate::error::ModelError;
-use crate::names::{LayerPart, TensorNames};
+use crate::names::TensorNames;
 use crate::params::Recipe;
+use crate::rules::LayerPart;
 use std::collections::BTreeMap;
 use vitrt_runtime::passes::{self, AttentionFusion, Fusion};
 use vitrt_runtime::{Epilogue, Graph, HeadSlice, Op, RuntimeError, ValueId};

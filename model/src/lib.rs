@@ -6,6 +6,7 @@ pub mod config;
 mod encoder;
 mod error;
 mod families;
+mod family;
 pub mod labels;
 pub mod limits;
 pub mod model;
@@ -15,6 +16,8 @@ pub mod parity;
 pub mod pool;
 pub mod positions;
 pub mod preprocess;
+mod read_config;
+mod rules;
 pub mod runner;
 pub mod text;
 

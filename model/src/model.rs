@@ -15,9 +15,9 @@ use crate::encoder::{
     LayerKeys, LinearKeys, NormKeys, ParamMap, ParamTable,
 };
 use crate::error::ModelError;
-use crate::families::{EmbeddingLayout, PoolerKind};
 use crate::names::TensorNames;
 use crate::params::{PositionTable, Recipe};
+use crate::rules::{EmbeddingLayout, PoolerKind};
 use crate::text::ScoreRule;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,21 +25,7 @@ use vitrt_runtime::passes::{self, Fusion};
 use vitrt_runtime::{Activation, Epilogue, Graph, Op, ParamStore, RuntimeError, ValueId};
 use vitrt_weights::Checkpoint;
 
-/// What the classifier reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClassifierInput {
-    /// The CLS token after the final layernorm (ViT, DeiT without teacher).
-    ClassToken,
-    /// DeiT with teacher: the mean of a head on the CLS token and one on the distillation
-    /// token.
-    ClassAndDistillationTokens,
-    /// DINOv2: the CLS token and the mean of the patch tokens, side by side.
-    ClassTokenAndPatchMean,
-    /// CLIP: the mean of the patch tokens of the encoder's output (no layernorm).
-    PatchMean,
-    /// SigLIP: the mean of every token after the final layernorm.
-    TokenMean,
-}
+pub use crate::rules::ClassifierInput;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Head {

@@ -4,35 +4,8 @@
 //! in front of them.
 
 use crate::config::{Family, Mlp, ModelConfig};
-use crate::families::{EmbeddingLayout, TensorRules};
+use crate::rules::{EmbeddingLayout, LayerPart, TensorRules};
 use vitrt_weights::Checkpoint;
-
-/// One weight of an encoder block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LayerPart {
-    NormBefore,
-    Query,
-    Key,
-    Value,
-    AttentionOutput,
-    /// DINOv2's `layer_scale1.lambda1`.
-    AttentionScale,
-    NormAfter,
-    /// fc1 (Standard MLP).
-    Up,
-    /// fc2 (Standard MLP).
-    Down,
-    /// SwiGLU: the gate and up projections stored as one `weights_in` tensor (the Hub's
-    /// spelling) ...
-    SwiGluIn,
-    /// ... or as two (transformers 5's).
-    SwiGluGate,
-    SwiGluUp,
-    /// SwiGLU's down projection.
-    SwiGluOut,
-    /// DINOv2's `layer_scale2.lambda1`.
-    MlpScale,
-}
 
 /// The names of one family's tensors in one checkpoint.
 #[derive(Clone, Debug)]

@@ -6,14 +6,13 @@
 //! `CLIPTextModelWithProjection`, and in `CLIPModel`) tokenizes with byte-level BPE, attends
 //! causally, pools the end-of-text token; its scores are a softmax over the labels.
 
-use super::{
-    ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, Family, FamilyRules, ModelType,
-    PooledToken, PoolerKind, ScoreKind, TensorRules, TextDefaults, TextProjection, TextTowerRules,
-    TransformersConfig,
-};
 use crate::config::Fields;
-use crate::model::ClassifierInput;
-use crate::names::LayerPart;
+use crate::family::Family;
+use crate::rules::{
+    ClassifierInput, ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules,
+    LayerPart, ModelType, PooledToken, PoolerKind, ScoreKind, TensorRules, TextDefaults,
+    TextProjection, TextTowerRules, TransformersConfig,
+};
 
 pub(crate) const CLIP: FamilyRules = FamilyRules {
     name: "CLIP",
@@ -34,8 +33,8 @@ pub(crate) const CLIP: FamilyRules = FamilyRules {
             layer_norm_eps: 1e-5,
         },
         has_qkv_bias: false,
-        read_mlp: super::read_standard_mlp,
-        read_own_fields: super::no_own_fields,
+        read_mlp: crate::rules::read_standard_mlp,
+        read_own_fields: crate::rules::no_own_fields,
     }),
     tensors: TensorRules {
         prefixes: &["vision_model.", ""],
@@ -61,7 +60,7 @@ pub(crate) const CLIP: FamilyRules = FamilyRules {
         input: ClassifierInput::PatchMean,
         with_teacher: None,
     },
-    position_resampling: super::bicubic,
+    position_resampling: crate::rules::bicubic,
 };
 
 pub(crate) const CLIP_TEXT: TextTowerRules = TextTowerRules {

@@ -3,11 +3,10 @@
 //! its kin). ViT's encoder and tensor names with a distillation token after the CLS token;
 //! the distilled checkpoints classify with the mean of a head on each of the two tokens.
 
-use super::{
-    ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules, ModelType, PoolerKind,
-    TensorRules, TransformersConfig,
+use crate::rules::{
+    ClassifierInput, ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules,
+    ModelType, PoolerKind, TensorRules, TransformersConfig,
 };
-use crate::model::ClassifierInput;
 
 pub(crate) const DEIT: FamilyRules = FamilyRules {
     name: "DeiT",
@@ -22,7 +21,7 @@ pub(crate) const DEIT: FamilyRules = FamilyRules {
             layer_norm_eps: 1e-12,
         },
         has_qkv_bias: true,
-        read_mlp: super::read_standard_mlp,
+        read_mlp: crate::rules::read_standard_mlp,
         read_own_fields: super::vit::read_pooler_act,
     }),
     tensors: TensorRules {
@@ -47,5 +46,5 @@ pub(crate) const DEIT: FamilyRules = FamilyRules {
         input: ClassifierInput::ClassToken,
         with_teacher: Some(["cls_classifier", "distillation_classifier"]),
     },
-    position_resampling: super::bicubic,
+    position_resampling: crate::rules::bicubic,
 };

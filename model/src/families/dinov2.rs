@@ -4,14 +4,12 @@
 //! (no position embedding of their own), a learned scale of each block's attention and MLP
 //! outputs, a SwiGLU MLP in the giant model, a classifier on the CLS token and the patch mean.
 
-use super::{
-    ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules, ModelType, PoolerKind,
-    TensorRules, TransformersConfig,
-};
 use crate::config::{Fields, Mlp, ModelConfig};
-use crate::model::ClassifierInput;
-use crate::names::LayerPart;
 use crate::positions::Resampling;
+use crate::rules::{
+    ClassifierInput, ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules,
+    LayerPart, ModelType, PoolerKind, TensorRules, TransformersConfig,
+};
 
 pub(crate) const DINOV2: FamilyRules = FamilyRules {
     name: "DINOv2",

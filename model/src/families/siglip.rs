@@ -7,13 +7,13 @@
 //! over the whole sequence padded to its context, pools the last token through a `head`; each
 //! label's score is a sigmoid.
 
-use super::{
-    ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, Family, FamilyRules, ModelType,
-    PooledToken, PoolerKind, ScoreKind, TensorRules, TextDefaults, TextProjection, TextTowerRules,
-    TransformersConfig,
-};
 use crate::config::{Fields, ModelConfig};
-use crate::model::ClassifierInput;
+use crate::family::Family;
+use crate::rules::{
+    ClassifierInput, ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules,
+    ModelType, PooledToken, PoolerKind, ScoreKind, TensorRules, TextDefaults, TextProjection,
+    TextTowerRules, TransformersConfig,
+};
 
 pub(crate) const SIGLIP: FamilyRules = FamilyRules {
     name: "SigLIP",
@@ -34,7 +34,7 @@ pub(crate) const SIGLIP: FamilyRules = FamilyRules {
             layer_norm_eps: 1e-6,
         },
         has_qkv_bias: false,
-        read_mlp: super::read_standard_mlp,
+        read_mlp: crate::rules::read_standard_mlp,
         read_own_fields,
     }),
     tensors: TensorRules {
@@ -59,7 +59,7 @@ pub(crate) const SIGLIP: FamilyRules = FamilyRules {
         input: ClassifierInput::TokenMean,
         with_teacher: None,
     },
-    position_resampling: super::bicubic,
+    position_resampling: crate::rules::bicubic,
 };
 
 pub(crate) const SIGLIP_TEXT: TextTowerRules = TextTowerRules {

@@ -3,12 +3,12 @@
 //! and its kin). The plain ViT with a CLS token read by the head, its Q, K and V in one
 //! tensor; the sizes come from the architecture's name.
 
-use super::{
-    ClassifierRules, ConfigFormat, EmbeddingLayout, Family, FamilyRules, OwnConfig, TensorRules,
-};
 use crate::config::{Mlp, ModelConfig};
-use crate::model::ClassifierInput;
-use crate::names::LayerPart;
+use crate::family::Family;
+use crate::rules::{
+    ClassifierInput, ClassifierRules, ConfigFormat, EmbeddingLayout, FamilyRules, LayerPart,
+    OwnConfig, TensorRules,
+};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use vitrt_runtime::Activation;
@@ -42,7 +42,7 @@ pub(crate) const TIMM: FamilyRules = FamilyRules {
         input: ClassifierInput::ClassToken,
         with_teacher: None,
     },
-    position_resampling: super::bicubic,
+    position_resampling: crate::rules::bicubic,
 };
 
 /// The names of a timm block's weights.

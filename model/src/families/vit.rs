@@ -2,13 +2,11 @@
 //! `ViTForImageClassification` (`google/vit-base-patch16-224` and its kin). A CLS token ahead
 //! of the patches, a dense pooler with an activation, a classifier on the CLS token.
 
-use super::{
-    ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules, ModelType, PoolerKind,
-    TensorRules, TransformersConfig,
-};
 use crate::config::{Fields, ModelConfig};
-use crate::model::ClassifierInput;
-use crate::names::LayerPart;
+use crate::rules::{
+    ClassifierInput, ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules,
+    LayerPart, ModelType, PoolerKind, TensorRules, TransformersConfig,
+};
 
 pub(crate) const VIT: FamilyRules = FamilyRules {
     name: "ViT",
@@ -23,7 +21,7 @@ pub(crate) const VIT: FamilyRules = FamilyRules {
             layer_norm_eps: 1e-12,
         },
         has_qkv_bias: true,
-        read_mlp: super::read_standard_mlp,
+        read_mlp: crate::rules::read_standard_mlp,
         read_own_fields: read_pooler_act,
     }),
     tensors: TensorRules {
@@ -48,7 +46,7 @@ pub(crate) const VIT: FamilyRules = FamilyRules {
         input: ClassifierInput::ClassToken,
         with_teacher: None,
     },
-    position_resampling: super::bicubic,
+    position_resampling: crate::rules::bicubic,
 };
 
 /// The pooler's activation (`pooler_act`, tanh by default): ViT's and DeiT's.

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use std::path::Path;
 use vitrt_runtime::Activation;
 
-pub use crate::families::TextFamily;
+pub use crate::family::TextFamily;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct TextConfig {

@@ -10,8 +10,8 @@ use crate::encoder::{
     NormKeys, ParamMap, ParamTable,
 };
 use crate::error::ModelError;
-use crate::families::{PooledToken, ScoreKind, TextProjection};
 use crate::names::TensorNames;
+use crate::rules::{PooledToken, ScoreKind, TextProjection};
 use std::collections::BTreeMap;
 use std::path::Path;
 use vitrt_runtime::passes::{self, Fusion};

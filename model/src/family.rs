@@ -1,0 +1,36 @@
+//! The families vitrt runs, by name: the vocabulary that configs, rules and messages speak
+//! of. What sets each family apart (its rules), and the registry that finds them, are in
+//! `families/`.
+
+/// The model families vitrt builds graphs for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// `ViTModel`, `ViTForImageClassification`.
+    Vit,
+    /// `DeiTModel`, `DeiTForImageClassification`, `DeiTForImageClassificationWithTeacher`.
+    Deit,
+    /// `Dinov2Model`, `Dinov2ForImageClassification`, and the same with registers.
+    Dinov2,
+    /// The vision tower of CLIP: `CLIPVisionModel(WithProjection)`, `CLIPModel`,
+    /// `CLIPForImageClassification`.
+    Clip,
+    /// The vision tower of SigLIP: `SiglipVisionModel`, `SiglipModel`,
+    /// `SiglipForImageClassification`.
+    Siglip,
+    /// timm's own `vit_*` checkpoints (`config.json` with `architecture` and
+    /// `pretrained_cfg`): the plain ViT with a CLS token, its Q, K and V in one tensor.
+    Timm,
+}
+
+/// The families with a text tower.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TextFamily {
+    /// Byte-level BPE, `<|startoftext|>` text `<|endoftext|>`; causal attention, pooled at
+    /// the end-of-text token, a bias-free `text_projection`; scores are a softmax over the
+    /// labels.
+    Clip,
+    /// SentencePiece Unigram, text `</s>`, no start token; full attention over a sequence
+    /// padded to its length, pooled at the last token, a `head` with a bias; each label's
+    /// score is a sigmoid.
+    Siglip,
+}
