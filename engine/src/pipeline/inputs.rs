@@ -11,8 +11,7 @@ use std::io::BufRead;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-/// The extensions of the formats the preprocessing reads, compared without case.
-pub const IMAGE_EXTENSIONS: [&str; 4] = ["jpg", "jpeg", "png", "webp"];
+pub use super::datasets::IMAGE_EXTENSIONS;
 
 /// The inputs in order. An entry of a folder that could not be listed (an unreadable folder,
 /// a dangling link, a loop) keeps its place among them, and `unlisted` says why: it fails as

@@ -37,6 +37,15 @@ pub struct LoadedKernel {
     pub local_bytes: u32,
 }
 
+/// Which of the Gpu's streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    /// Kernels, the forward pass, downloads.
+    Compute,
+    /// Uploads from page-locked memory.
+    Copy,
+}
+
 /// One CUDA device: a context, one stream every op is queued on, NVRTC, and the kernels
 /// loaded so far.
 pub struct Gpu {
@@ -255,10 +264,10 @@ impl Gpu {
     /// dependent launches, and none may happen during a capture.
     pub fn launching_on<T>(
         &self,
-        stream: super::staging::Stream,
+        stream: Stream,
         work: impl FnOnce() -> Result<T, KernelError>,
     ) -> Result<T, KernelError> {
-        let copy = stream == super::staging::Stream::Copy;
+        let copy = stream == Stream::Copy;
         if copy {
             self.refuse_while_capturing("launching on the copy stream")?;
         }

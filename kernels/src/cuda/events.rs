@@ -3,8 +3,8 @@
 //! done, so the timing adds no synchronisation between nodes.
 
 use super::device::Gpu;
+use super::device::Stream;
 use super::error::KernelError;
-use super::staging::Stream;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaEvent;
 

@@ -56,7 +56,7 @@ pub(crate) use compile::fnv_checksum;
 pub use compile::{parse_ptxas_report, CompiledKernel, Compiler, KernelResources};
 pub use cublas::Cublas;
 pub(crate) use device::{to_i32, to_i64, LaunchDims};
-pub use device::{DriverWarmUp, Gpu, KernelLoads, LoadedKernel};
+pub use device::{DriverWarmUp, Gpu, KernelLoads, LoadedKernel, Stream};
 pub use discovery::{cuda_include_dir, load_nvrtc, NvrtcLibrary};
 pub(crate) use error::invalid;
 pub use error::KernelError;
@@ -68,6 +68,6 @@ pub use registry::{
     Arch, ArchRequirement, Instantiation, KernelArg, KernelParam, ParamKind, ParamStruct,
     StructType, STRUCT_ARG_BYTES,
 };
-pub use staging::{PinnedBuffer, Stream, StreamEvent};
+pub use staging::{PinnedBuffer, StreamEvent};
 pub(crate) use tensor_map::{encode_tiled, Swizzle};
 pub use timing::{copies_beyond_l2, copy_for_rep, slot_offset, Timer};

@@ -6,7 +6,7 @@
 //! Copies from ordinary (pageable) memory are correct too, but the driver stages them and they
 //! do not overlap.
 
-use super::device::Gpu;
+use super::device::{Gpu, Stream};
 use super::error::KernelError;
 use cudarc::driver::sys::{CUevent_flags, CU_MEMHOSTALLOC_PORTABLE};
 use cudarc::driver::{CudaEvent, PinnedHostSlice};
@@ -96,15 +96,6 @@ impl StreamEvent {
             .try_is_complete()
             .map_err(|e| KernelError::driver("cuEventQuery", e))
     }
-}
-
-/// Which of the Gpu's streams.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stream {
-    /// Kernels, the forward pass, downloads.
-    Compute,
-    /// Uploads from page-locked memory.
-    Copy,
 }
 
 impl Gpu {

@@ -19,7 +19,10 @@ pub use braces::expand as expand_braces;
 pub use parquet_images::{ImageColumn, RowGroupCache};
 pub use webdataset::key_and_extension;
 
-use super::inputs::IMAGE_EXTENSIONS;
+/// The extensions of the formats the preprocessing reads, compared without case: a folder's
+/// images and a tar's image members alike.
+pub const IMAGE_EXTENSIONS: [&str; 4] = ["jpg", "jpeg", "png", "webp"];
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
