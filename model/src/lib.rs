@@ -19,6 +19,7 @@ pub mod preprocess;
 mod read_config;
 mod rules;
 pub mod runner;
+mod sequence;
 pub mod text;
 
 pub use config::{Family, ModelConfig};
