@@ -3,9 +3,10 @@
 //! its kin). ViT's encoder and tensor names with a distillation token after the CLS token;
 //! the distilled checkpoints classify with the mean of a head on each of the two tokens.
 
+use super::vit::VIT;
 use crate::rules::{
-    ClassifierInput, ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules,
-    ModelType, PoolerKind, TensorRules, TransformersConfig,
+    ClassifierRules, ConfigFormat, Defaults, FamilyRules, ModelType, TensorRules,
+    TransformersConfig,
 };
 
 pub(crate) const DEIT: FamilyRules = FamilyRules {
@@ -24,27 +25,16 @@ pub(crate) const DEIT: FamilyRules = FamilyRules {
         read_mlp: crate::rules::read_standard_mlp,
         read_own_fields: super::vit::read_pooler_act,
     }),
+    // ViT's tensors, pooler and classifier, with the distillation token and the teacher's
+    // two heads.
     tensors: TensorRules {
         prefixes: &["deit.", ""],
-        patch_weight: "embeddings.patch_embeddings.projection.weight",
-        patch_bias: Some("embeddings.patch_embeddings.projection.bias"),
-        class_token: Some("embeddings.cls_token"),
         distillation_token: Some("embeddings.distillation_token"),
-        register_tokens: None,
-        positions: "embeddings.position_embeddings",
-        embedding_layout: EmbeddingLayout::Batched,
-        pre_norm: None,
-        final_norm: Some("layernorm"),
-        layers: "encoder.layer.",
-        layer_part: super::vit::layer_part,
-        fused_qkv: false,
+        ..VIT.tensors
     },
-    pooler: Some(PoolerKind::Dense("pooler.dense")),
-    image_projection: None,
     classifier: ClassifierRules {
-        name: "classifier",
-        input: ClassifierInput::ClassToken,
         with_teacher: Some(["cls_classifier", "distillation_classifier"]),
+        ..VIT.classifier
     },
-    position_resampling: crate::rules::bicubic,
+    ..VIT
 };
