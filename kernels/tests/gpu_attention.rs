@@ -144,7 +144,7 @@ fn run_case(
     for program in programs {
         let case = format!("{case} {program:?}");
         gpu().upload(&ob, 0, &vec![POISON; total]).unwrap();
-        attention::gpu::attention_with_program(
+        let launched = attention::gpu::attention_with_program(
             gpu(),
             dtype,
             &p,
@@ -153,8 +153,20 @@ fn run_case(
             kb.view(0, k.len(), dtype).unwrap(),
             vb.view(0, v.len(), dtype).unwrap(),
             ob.view(GUARD_BYTES, o_len, dtype).unwrap(),
-        )
-        .unwrap_or_else(|e| panic!("{case}: {e}"));
+        );
+        // A program whose keys would not stay resident refuses the case, and writes nothing.
+        if program.check_tokens(head_dim, tokens).is_err() {
+            let e = launched.expect_err(&format!("{case}: ran keys it cannot hold"));
+            assert!(e.to_string().contains("resident"), "{case}: {e}");
+            let mut raw = vec![0u8; total];
+            gpu().download(&ob, 0, &mut raw).unwrap();
+            assert!(
+                raw.iter().all(|&b| b == POISON),
+                "{case}: refused but wrote"
+            );
+            continue;
+        }
+        launched.unwrap_or_else(|e| panic!("{case}: {e}"));
         let mut raw = vec![0u8; total];
         gpu().download(&ob, 0, &mut raw).unwrap();
         let guards_hold = raw[..GUARD_BYTES]
@@ -197,6 +209,63 @@ fn run_case(
         );
     }
     worst
+}
+
+/// The Hopper program's two query passes reorder nothing inside a row: at every length where
+/// its keys stay resident, its output is the one-pass program's, bit for bit (so the launcher
+/// may pick either by batch size without moving a result: `Gpu::batch_invariant`).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn two_query_passes_give_the_bits_of_one() {
+    if gpu().compute_capability() != (9, 0) {
+        return;
+    }
+    let mut rng = SmallRng::seed_from_u64(29);
+    let one = AttentionProgram::Wgmma {
+        warpgroups: 2,
+        block_n: 64,
+        query_passes: 1,
+    };
+    let two = AttentionProgram::Wgmma {
+        warpgroups: 2,
+        block_n: 64,
+        query_passes: 2,
+    };
+    let (batch, heads) = (3, 5);
+    for dtype in [DType::F16, DType::BF16] {
+        for head_dim in [16, 32, 48, 64] {
+            for tokens in [100, 129, 192, 193, 197, 255, 256] {
+                let width = 3 * heads * head_dim;
+                let qkv = random(&mut rng, batch * tokens * width, -2.0, 2.0, dtype);
+                let (qb, qv) = upload(gpu(), dtype, &qkv, 0);
+                let p = AttentionProblem::over_fused_qkv(batch, heads, tokens, head_dim, false);
+                let o_bytes = batch * tokens * heads * head_dim * dtype.size_bytes();
+                let run = |program| {
+                    let o = gpu().alloc(o_bytes).unwrap();
+                    let ov = o.view(0, batch * tokens * heads * head_dim, dtype).unwrap();
+                    attention::gpu::attention_with_program(
+                        gpu(),
+                        dtype,
+                        &p,
+                        program,
+                        qv,
+                        qv,
+                        qv,
+                        ov,
+                    )
+                    .unwrap();
+                    let mut raw = vec![0u8; o_bytes];
+                    gpu().download(&o, 0, &mut raw).unwrap();
+                    raw
+                };
+                assert!(
+                    run(one) == run(two),
+                    "{dtype} d{head_dim} T={tokens}: two passes differ from one"
+                );
+                drop(qb);
+            }
+        }
+    }
 }
 
 #[test]
@@ -472,7 +541,9 @@ fn bench_attention_programs_at_model_shapes() {
                     .unwrap();
                 let ov = o.view(0, batch * tokens * hidden, dtype).unwrap();
                 let p = AttentionProblem::over_fused_qkv(batch, heads, tokens, head_dim, false);
-                let programs = AttentionProgram::all_for(head_dim, false, g.compute_capability());
+                let mut programs =
+                    AttentionProgram::all_for(head_dim, false, g.compute_capability());
+                programs.retain(|program| program.check_tokens(head_dim, tokens).is_ok());
                 // Every program, then the launcher's own pick (as "chosen").
                 for program in programs.into_iter().map(Some).chain([None]) {
                     let ms = time(&|| {

@@ -1,6 +1,6 @@
 // Fused attention on Hopper (sm_90a), FlashAttention-3's structure: O = softmax(scale ·
-// Q·Kᵀ) · V for one (batch, head) and one block of 64 · WARPGROUPS query rows per CTA, both
-// products on warpgroup MMAs (`wgmma.mma_async`), the tiles loaded by TMA.
+// Q·Kᵀ) · V for one (batch, head) and PASSES blocks of 64 · WARPGROUPS query rows per CTA,
+// both products on warpgroup MMAs (`wgmma.mma_async`), the tiles loaded by TMA.
 //
 // A warpgroup (4 warps, 128 threads) owns 64 query rows and every key:
 // - S = Q·Kᵀ: m64nNk16 wgmmas, A (Q) and B (K, [key][dim]: K-major, no transpose) read from
@@ -24,6 +24,13 @@
 // with rows has finished the P·V that read it, and thread 0 then refills it with the block
 // STAGES later. With the next block's S issued early, three blocks are in use at once: STAGES
 // is at least 3.
+//
+// Passes: with PASSES 2 the CTA takes two consecutive query blocks of its (batch, head), one
+// after the other, against the same keys, which must all fit its stages (ViT-B/16's 197 keys
+// in four stages of 64; the launcher checks): K and V are loaded once for both, and every Q
+// tile at the start, so no stage is ever refilled. One CTA then does the work of two, with
+// half the K/V traffic from L2 and one prologue (benchmarks/NOTES.md, 2026-11-28 "Two query
+// blocks a CTA").
 //
 // Shared layout: every tile (Q, K, V) is stored as HEAD_DIM / 16 panels of 16 columns, each
 // panel [rows][16 elements] = 32-byte rows in the 32-byte swizzle (16-byte chunk c of row r at
@@ -330,7 +337,7 @@ __device__ __forceinline__ void context_of_live_steps(float (&acc)[HEAD_DIM / 2]
 // Dynamic shared memory: (BLOCK_M + 2 · STAGES · BLOCK_N) · HEAD_DIM elements (Q, then STAGES
 // K and STAGES V buffers), 8 · (1 + 2 · STAGES) bytes of mbarriers, and 256 bytes to align the
 // tiles to the swizzle's period.
-template <typename T, int HEAD_DIM, int BLOCK_N, int WARPGROUPS, int STAGES>
+template <typename T, int HEAD_DIM, int BLOCK_N, int WARPGROUPS, int STAGES, int PASSES>
 __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map, const TmaDescriptor& k_map,
                                                       const TmaDescriptor& v_map, T* o, int heads, int tokens,
                                                       long long o_offset, long long o_row_stride,
@@ -339,10 +346,12 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
     static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 128, "HEAD_DIM is a multiple of 16 up to 128");
     static_assert(BLOCK_N == 64 || BLOCK_N == 128, "full key blocks take m64n64 wgmmas, and boxes are 64 rows");
     static_assert(STAGES >= 3, "three key blocks are in use at once");
+    static_assert(PASSES == 1 || PASSES == 2, "one or two query blocks a CTA");
 #if !VITRT_HAS_WGMMA
     __trap();
 #else
-    constexpr int kBlockM = 64 * WARPGROUPS;
+    constexpr int kBlockM = 64 * WARPGROUPS;    // query rows a pass
+    constexpr int kCtaRows = kBlockM * PASSES;  // query rows a CTA
     constexpr int kDimSteps = HEAD_DIM / 16;      // k16 steps of Q·Kᵀ, 16-column panels
     constexpr int kDimFrags = HEAD_DIM / 8;       // n8 blocks of O
     constexpr int kKeySteps = BLOCK_N / 16;       // k16 steps of P·V, n16 pieces of S
@@ -356,20 +365,22 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
 
     extern __shared__ __align__(128) unsigned char shared_raw[];
     const unsigned smem = (shared_address(shared_raw) + 255) & ~255u;
-    const unsigned q_tiles = smem;                                   // [WARPGROUPS]
-    const unsigned k_stages = q_tiles + WARPGROUPS * kTileBytesQ;    // [STAGES]
+    const unsigned q_tiles = smem;                                        // [PASSES][WARPGROUPS]
+    const unsigned k_stages = q_tiles + PASSES * WARPGROUPS * kTileBytesQ;  // [STAGES]
     const unsigned v_stages = k_stages + STAGES * kTileBytesKV;      // [STAGES]
     const unsigned q_full = v_stages + STAGES * kTileBytesKV;
     const unsigned full = q_full + 8;                                // [STAGES]
     const unsigned empty = full + 8 * STAGES;                        // [STAGES]
 
-    const int query_blocks = (tokens + kBlockM - 1) / kBlockM;
+    const int query_blocks = (tokens + kCtaRows - 1) / kCtaRows;
     const int program = blockIdx.x;
     const int matrix = program / query_blocks;
-    const int m0 = (program - matrix * query_blocks) * kBlockM;
+    const int m0 = (program - matrix * query_blocks) * kCtaRows;
     const int batch = matrix / heads;
     const int head = matrix - batch * heads;
     const int key_blocks = (tokens + BLOCK_N - 1) / BLOCK_N;
+    // Two passes keep every key resident: no stage is ever refilled (the launcher checks).
+    if (PASSES > 1 && key_blocks > STAGES) __trap();
     // Warpgroups with at least one row below T: the ones that run, and release stages.
     const int live_groups = min(WARPGROUPS, (tokens - m0 + 63) / 64);
 
@@ -397,11 +408,13 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
             mbarrier_init(empty + 8 * stage, live_groups);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        mbarrier_arrive_expect_tx(q_full, live_groups * kTileBytesQ);
-        for (int group = 0; group < live_groups; ++group)
+        // Every pass's Q tiles with a row below T, at once.
+        const int q_tile_count = min(PASSES * WARPGROUPS, (tokens - m0 + 63) / 64);
+        mbarrier_arrive_expect_tx(q_full, q_tile_count * kTileBytesQ);
+        for (int tile = 0; tile < q_tile_count; ++tile)
 #pragma unroll
             for (int panel = 0; panel < kDimSteps; ++panel)
-                tma_load_4d(q_tiles + group * kTileBytesQ + panel * kBoxBytes, &q_map, panel * 16, m0 + group * 64,
+                tma_load_4d(q_tiles + tile * kTileBytesQ + panel * kBoxBytes, &q_map, panel * 16, m0 + tile * 64,
                             head, batch, q_full);
         for (int block = 0; block < min(STAGES, key_blocks); ++block) load_block(block);
     }
@@ -413,15 +426,14 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
     const int lane = threadIdx.x & 31;
     const int quad_row = lane >> 2;           // g: rows g and g + 8 of the warp's 16
     const int quad_col = (lane & 3) * 2;      // 2q: columns 2q, 2q + 1 of every n8 block
-    const unsigned q_tile = q_tiles + warpgroup * kTileBytesQ;
+    // This pass's Q tile (its rows: pass · kBlockM + 64 · warpgroup onwards), set by the pass loop.
+    unsigned q_tile = q_tiles + warpgroup * kTileBytesQ;
 
     float acc[HEAD_DIM / 2];  // O, unnormalised: n8 block j holds acc[4j .. 4j + 3]
-#pragma unroll
-    for (int i = 0; i < HEAD_DIM / 2; ++i) acc[i] = 0.0f;
     // Rows g and g + 8: the running maximum of the scaled scores and this thread's share of
     // the running sum (the quad's four shares are added at the end).
-    float row_max[2] = {-infinity(), -infinity()};
-    float row_sum[2] = {0.0f, 0.0f};
+    float row_max[2];
+    float row_sum[2];
 
     // Issues a full block's S into `s` (one wgmma group; the caller waits).
     auto issue_full_scores = [&](float (&s)[BLOCK_N / 2], int block) {
@@ -499,9 +511,10 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
         }
     };
 
-    // Block `done`'s P·V has finished: the warpgroup releases its stage.
+    // Block `done`'s P·V has finished: the warpgroup releases its stage (two passes never
+    // refill one).
     auto release = [&](int done) {
-        if ((threadIdx.x & 127) == 0) mbarrier_arrive(empty + 8 * (done % STAGES));
+        if (PASSES == 1 && (threadIdx.x & 127) == 0) mbarrier_arrive(empty + 8 * (done % STAGES));
     };
     // Thread 0 refills block `done`'s stage with the block STAGES later once every warpgroup
     // has released it. Called a block after the release, so that a warpgroup a little behind
@@ -525,101 +538,115 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
     float correction[2];
     unsigned p[kKeySteps][4];
     mbarrier_wait(q_full, 0);
-    if (full_blocks > 0) {
-        mbarrier_wait(full, 0);
-        issue_full_scores(s, 0);
-        wgmma_wait<0>();
-        fence_accumulators(s);
-        softmax(false, s, BLOCK_N, correction);
-        pack(false, s, BLOCK_N, p);
-        int block = 0;
-        for (; block + 1 < full_blocks; ++block) {
-            const int next = block + 1;
-            mbarrier_wait(full + 8 * (next % STAGES), (next / STAGES) & 1);
-            issue_full_scores(s, next);
-            rescale(correction);
-            issue_full_context(p, block);
-            wgmma_wait<1>();  // the next S has finished; this block's P·V may still run
+    // Each pass takes the next kBlockM query rows against the same resident keys; it ends with
+    // nothing in flight, as the key loop does.
+#pragma unroll 1
+    for (int pass = 0; pass < PASSES; ++pass) {
+        const int first_row = m0 + pass * kBlockM + warpgroup * 64;
+        if (first_row >= tokens) break;
+        q_tile = q_tiles + (pass * WARPGROUPS + warpgroup) * kTileBytesQ;
+#pragma unroll
+        for (int i = 0; i < HEAD_DIM / 2; ++i) acc[i] = 0.0f;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            row_max[r] = -infinity();
+            row_sum[r] = 0.0f;
+        }
+        if (full_blocks > 0) {
+            mbarrier_wait(full, 0);
+            issue_full_scores(s, 0);
+            wgmma_wait<0>();
             fence_accumulators(s);
             softmax(false, s, BLOCK_N, correction);
+            pack(false, s, BLOCK_N, p);
+            int block = 0;
+            for (; block + 1 < full_blocks; ++block) {
+                const int next = block + 1;
+                mbarrier_wait(full + 8 * (next % STAGES), (next / STAGES) & 1);
+                issue_full_scores(s, next);
+                rescale(correction);
+                issue_full_context(p, block);
+                wgmma_wait<1>();  // the next S has finished; this block's P·V may still run
+                fence_accumulators(s);
+                softmax(false, s, BLOCK_N, correction);
+                wgmma_wait<0>();
+                fence_accumulators(acc);
+                release(block);
+                if (block > 0) refill(block - 1);
+                pack(false, s, BLOCK_N, p);
+            }
+            // The last full block.
+            rescale(correction);
+            issue_full_context(p, block);
             wgmma_wait<0>();
             fence_accumulators(acc);
-            release(block);
-            if (block > 0) refill(block - 1);
-            pack(false, s, BLOCK_N, p);
         }
-        // The last full block.
-        rescale(correction);
-        issue_full_context(p, block);
-        wgmma_wait<0>();
-        fence_accumulators(acc);
-    }
-    if (full_blocks < key_blocks) {
-        // The partial last block (nothing waits on its stage: every refill came before it).
-        const int last = full_blocks;
-        const int live_keys = tokens - last * BLOCK_N;
-        mbarrier_wait(full + 8 * (last % STAGES), (last / STAGES) & 1);
+        if (full_blocks < key_blocks) {
+            // The partial last block (nothing waits on its stage: every refill came before it).
+            const int last = full_blocks;
+            const int live_keys = tokens - last * BLOCK_N;
+            mbarrier_wait(full + 8 * (last % STAGES), (last / STAGES) & 1);
 #pragma unroll
-        for (int i = 0; i < BLOCK_N / 2; ++i) s[i] = 0.0f;
-        scores_of_live_pieces<T, HEAD_DIM, BLOCK_N>(s, q_tile, k_stages + (last % STAGES) * kTileBytesKV,
-                                                    (live_keys + 15) / 16);
-        fence_accumulators(s);
-        softmax(true, s, live_keys, correction);
-        pack(true, s, live_keys, p);
-        rescale(correction);
-        context_of_live_steps<T, HEAD_DIM, BLOCK_N>(acc, p, v_stages + (last % STAGES) * kTileBytesKV,
-                                                    (live_keys + 15) / 16);
-        fence_accumulators(acc);
-    }
+            for (int i = 0; i < BLOCK_N / 2; ++i) s[i] = 0.0f;
+            scores_of_live_pieces<T, HEAD_DIM, BLOCK_N>(s, q_tile, k_stages + (last % STAGES) * kTileBytesKV,
+                                                        (live_keys + 15) / 16);
+            fence_accumulators(s);
+            softmax(true, s, live_keys, correction);
+            pack(true, s, live_keys, p);
+            rescale(correction);
+            context_of_live_steps<T, HEAD_DIM, BLOCK_N>(acc, p, v_stages + (last % STAGES) * kTileBytesKV,
+                                                        (live_keys + 15) / 16);
+            fence_accumulators(acc);
+        }
 
-    // O = acc / sum, cast once. The row sums are first reduced over the quad. The warpgroup's
-    // Q tile is free (its last S has finished): O is staged there as [64 rows][HEAD_DIM]
-    // (4-byte stores straight from the registers kept L1 busy: benchmarks/NOTES.md,
-    // 2026-11-27 "O written in 16-byte stores"),
-    // each row's 16-byte chunks rotated by the row (chunk c of row r at (c + r) % kChunks, so
-    // the 8 rows a warp writes at once fall in different banks), then written out in 16-byte
-    // stores, a row's chunks by consecutive threads. Rows past T are not written.
-    float inv_sum[2];
+        // O = acc / sum, cast once. The row sums are first reduced over the quad. The warpgroup's
+        // Q tile is free (its last S has finished): O is staged there as [64 rows][HEAD_DIM]
+        // (4-byte stores straight from the registers kept L1 busy: benchmarks/NOTES.md,
+        // 2026-11-27 "O written in 16-byte stores"),
+        // each row's 16-byte chunks rotated by the row (chunk c of row r at (c + r) % kChunks, so
+        // the 8 rows a warp writes at once fall in different banks), then written out in 16-byte
+        // stores, a row's chunks by consecutive threads. Rows past T are not written.
+        float inv_sum[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float sum = row_sum[r];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        inv_sum[r] = 1.0f / sum;
-    }
-    constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks a row
-    const int warpgroup_thread = threadIdx.x & 127;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int row = warp * 16 + quad_row + 8 * r;
-#pragma unroll
-        for (int j = 0; j < kDimFrags; ++j) {
-            const unsigned at = q_tile + row * HEAD_DIM * 2 + ((j + row) % kChunks) * 16 + quad_col * 2;
-            const unsigned packed =
-                pack_pair<T>(acc[4 * j + 2 * r] * inv_sum[r], acc[4 * j + 2 * r + 1] * inv_sum[r]);
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(packed) : "memory");
+        for (int r = 0; r < 2; ++r) {
+            float sum = row_sum[r];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            inv_sum[r] = 1.0f / sum;
         }
-    }
-    // The warpgroup's own named barrier (1 or 2; 0 is __syncthreads): immediates, so that
-    // ptxas reserves two barriers, not all sixteen.
-    static_assert(WARPGROUPS <= 2, "a named barrier each for at most two warpgroups");
-    if (warpgroup == 0) {
-        asm volatile("bar.sync 1, 128;\n" ::: "memory");
-    } else {
-        asm volatile("bar.sync 2, 128;\n" ::: "memory");
-    }
-    T* o_head = o + o_offset + (long long)batch * o_batch_stride + (long long)head * o_head_stride;
-    const int first_row = m0 + warpgroup * 64;
+        constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks a row
+        const int warpgroup_thread = threadIdx.x & 127;
 #pragma unroll
-    for (int i = warpgroup_thread; i < 64 * kChunks; i += 128) {
-        const int row = i / kChunks, chunk = i % kChunks;
-        if (first_row + row < tokens) {
-            const unsigned at = q_tile + row * HEAD_DIM * 2 + ((chunk + row) % kChunks) * 16;
-            uint4 value;
-            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                         : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
-                         : "r"(at));
-            *reinterpret_cast<uint4*>(o_head + (long long)(first_row + row) * o_row_stride + chunk * 8) = value;
+        for (int r = 0; r < 2; ++r) {
+            const int row = warp * 16 + quad_row + 8 * r;
+#pragma unroll
+            for (int j = 0; j < kDimFrags; ++j) {
+                const unsigned at = q_tile + row * HEAD_DIM * 2 + ((j + row) % kChunks) * 16 + quad_col * 2;
+                const unsigned packed =
+                    pack_pair<T>(acc[4 * j + 2 * r] * inv_sum[r], acc[4 * j + 2 * r + 1] * inv_sum[r]);
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(packed) : "memory");
+            }
+        }
+        // The warpgroup's own named barrier (1 or 2; 0 is __syncthreads): immediates, so that
+        // ptxas reserves two barriers, not all sixteen.
+        static_assert(WARPGROUPS <= 2, "a named barrier each for at most two warpgroups");
+        if (warpgroup == 0) {
+            asm volatile("bar.sync 1, 128;\n" ::: "memory");
+        } else {
+            asm volatile("bar.sync 2, 128;\n" ::: "memory");
+        }
+        T* o_head = o + o_offset + (long long)batch * o_batch_stride + (long long)head * o_head_stride;
+#pragma unroll
+        for (int i = warpgroup_thread; i < 64 * kChunks; i += 128) {
+            const int row = i / kChunks, chunk = i % kChunks;
+            if (first_row + row < tokens) {
+                const unsigned at = q_tile + row * HEAD_DIM * 2 + ((chunk + row) % kChunks) * 16;
+                uint4 value;
+                asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                             : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
+                             : "r"(at));
+                *reinterpret_cast<uint4*>(o_head + (long long)(first_row + row) * o_row_stride + chunk * 8) = value;
+            }
         }
     }
 #endif

@@ -53,6 +53,29 @@ impl AttentionConfig {
             && (hopper_ctas >= WGMMA_MIN_CTAS_PER_SM * multiprocessors as u64
                 || p.tokens >= WGMMA_LONG_SEQUENCE)
         {
+            // Two query blocks a CTA where there are two and every key stays resident, while
+            // enough CTAs remain to fill the SMs.
+            let two_passes = AttentionConfig {
+                program: AttentionProgram::Wgmma {
+                    warpgroups: WGMMA_WARPGROUPS,
+                    block_n: WGMMA_BLOCK_N,
+                    query_passes: 2,
+                },
+                ..base
+            };
+            let two_pass_ctas = (p.batch as u64)
+                .saturating_mul(p.heads as u64)
+                .saturating_mul(p.tokens.div_ceil(two_passes.block_m() as usize) as u64);
+            if p.tokens > base.block_m() as usize
+                && two_passes.program.check(p.head_dim, p.causal, cc).is_ok()
+                && two_passes
+                    .program
+                    .check_tokens(p.head_dim, p.tokens)
+                    .is_ok()
+                && two_pass_ctas >= WGMMA_TWO_PASSES_MIN_CTAS_PER_SM * multiprocessors as u64
+            {
+                return two_passes;
+            }
             return base;
         }
         let two_groups = AttentionConfig {
@@ -86,22 +109,17 @@ impl AttentionConfig {
     pub(super) fn block_m(&self) -> u32 {
         match self.program {
             AttentionProgram::MmaSync { row_groups } => WARPS * 16 * row_groups,
-            AttentionProgram::Wgmma { warpgroups, .. } => warpgroups * 64,
+            AttentionProgram::Wgmma {
+                warpgroups,
+                query_passes,
+                ..
+            } => warpgroups * 64 * query_passes,
         }
     }
 
-    /// K/V buffers of the Hopper program: 4 where a CTA still takes at most ~100 KiB (two
-    /// CTAs an SM), else 3, the fewest it runs with (attention_wgmma.cu).
+    /// K/V buffers of the Hopper program ([`AttentionProgram::wgmma_stages`]).
     pub(super) fn wgmma_stages(&self) -> u32 {
-        let AttentionProgram::Wgmma { block_n, .. } = self.program else {
-            return 0;
-        };
-        let bytes = |stages: u32| (self.block_m() + 2 * stages * block_n) * self.head_dim * 2;
-        if bytes(4) <= 100 * 1024 {
-            4
-        } else {
-            3
-        }
+        self.program.wgmma_stages(self.head_dim as usize)
     }
 
     /// mma.sync: Q, then two K and two V buffers, rows padded by 8 elements (as attention.cu).
@@ -169,11 +187,16 @@ impl AttentionConfig {
             AttentionProgram::Wgmma {
                 warpgroups,
                 block_n,
+                query_passes,
             } => {
                 let stages = self.wgmma_stages();
+                let passes = match query_passes {
+                    1 => String::new(),
+                    n => format!("_p{n}"),
+                };
                 Instantiation {
                     name: format!(
-                        "attention_wgmma_{dtype}_d{head_dim}_bn{block_n}_wg{warpgroups}_s{stages}"
+                        "attention_wgmma_{dtype}_d{head_dim}_bn{block_n}_wg{warpgroups}_s{stages}{passes}"
                     ),
                     family: "attention",
                     source: WGMMA_SOURCE,
@@ -185,6 +208,7 @@ impl AttentionConfig {
                         block_n.to_string(),
                         warpgroups.to_string(),
                         stages.to_string(),
+                        query_passes.to_string(),
                     ],
                     params,
                     block_threads: self.threads(),

@@ -7,6 +7,13 @@ pub(super) const BLOCK_N: u32 = 64;
 /// Measured: benchmarks/NOTES.md, 2026-11-25 "Hopper attention".
 pub(super) const WGMMA_WARPGROUPS: u32 = 2;
 pub(super) const WGMMA_BLOCK_N: u32 = 64;
+/// The Hopper program takes two query blocks a CTA (`query_passes: 2`) where every key fits
+/// its stages and this leaves at least this many CTAs an SM. Measured: benchmarks/NOTES.md,
+/// 2026-11-28 "Two query blocks a CTA".
+pub(super) const WGMMA_TWO_PASSES_MIN_CTAS_PER_SM: u64 = 2;
+/// Two query passes are instantiated up to this head dim: at 80 they take three stages and
+/// 179 registers (one CTA an SM, against 120 and two with one pass).
+pub(super) const WGMMA_TWO_PASSES_UP_TO: u32 = 64;
 /// The Hopper program is taken from this many CTAs an SM, or from this many tokens.
 pub(super) const WGMMA_MIN_CTAS_PER_SM: u64 = 4;
 pub(super) const WGMMA_LONG_SEQUENCE: usize = 512;
@@ -30,8 +37,14 @@ pub enum AttentionProgram {
     /// 16 query rows (1, or 2 for head dims up to 64).
     MmaSync { row_groups: u32 },
     /// attention_wgmma.cu (sm_90a, not causal): `warpgroups` warpgroups of 64 query rows a
-    /// CTA, K and V streamed in tiles of `block_n` keys (64 or 128).
-    Wgmma { warpgroups: u32, block_n: u32 },
+    /// CTA, K and V streamed in tiles of `block_n` keys (64 or 128); with `query_passes` 2
+    /// the CTA takes two such blocks of query rows in turn against keys loaded once, which
+    /// must all fit its K/V stages ([`AttentionProgram::check_tokens`]).
+    Wgmma {
+        warpgroups: u32,
+        block_n: u32,
+        query_passes: u32,
+    },
 }
 
 impl AttentionProgram {
@@ -39,6 +52,7 @@ impl AttentionProgram {
     pub const WGMMA: AttentionProgram = AttentionProgram::Wgmma {
         warpgroups: WGMMA_WARPGROUPS,
         block_n: WGMMA_BLOCK_N,
+        query_passes: 1,
     };
 
     /// Whether this program can run an attention of `head_dim` (one of
@@ -68,28 +82,87 @@ impl AttentionProgram {
             AttentionProgram::Wgmma {
                 warpgroups: 1 | 2,
                 block_n: 64,
+                query_passes: 1,
             } => Ok(()),
+            AttentionProgram::Wgmma {
+                warpgroups: 2,
+                block_n: 64,
+                query_passes: 2,
+            } if head_dim as u32 <= WGMMA_TWO_PASSES_UP_TO => Ok(()),
+            AttentionProgram::Wgmma {
+                query_passes: 2, ..
+            } if head_dim as u32 > WGMMA_TWO_PASSES_UP_TO => Err(format!(
+                "the Hopper attention takes two query passes up to head dim \
+                 {WGMMA_TWO_PASSES_UP_TO} (two CTAs an SM), not {head_dim}"
+            )),
             AttentionProgram::Wgmma {
                 warpgroups,
                 block_n,
+                query_passes,
             } => Err(format!(
-                "the Hopper attention takes 1 or 2 warpgroups and key tiles of 64, not \
-                 {warpgroups} and {block_n}"
+                "the Hopper attention takes 1 or 2 warpgroups, key tiles of 64 and 1 query \
+                 pass (2 with 2 warpgroups), not {warpgroups}, {block_n} and {query_passes}"
             )),
         }
     }
 
-    /// Every program that can run an attention of `head_dim` on compute capability `cc`: for
-    /// tests and benchmarks that compare them.
+    /// K/V buffers of the Hopper program at `head_dim`: 4 where a CTA still takes at most
+    /// ~100 KiB of 16-bit tiles (two CTAs an SM), else 3, the fewest it runs with
+    /// (attention_wgmma.cu); 0 for mma.sync.
+    pub fn wgmma_stages(self, head_dim: usize) -> u32 {
+        let AttentionProgram::Wgmma {
+            warpgroups,
+            block_n,
+            query_passes,
+        } = self
+        else {
+            return 0;
+        };
+        let query_rows = 64 * warpgroups * query_passes;
+        let bytes = |stages: u32| (query_rows + 2 * stages * block_n) as usize * head_dim * 2;
+        if bytes(4) <= 100 * 1024 {
+            4
+        } else {
+            3
+        }
+    }
+
+    /// Whether this program runs sequences of `tokens` at `head_dim`: two query passes keep
+    /// every key resident, so the keys must fit the stages; the reason when they do not.
+    pub fn check_tokens(self, head_dim: usize, tokens: usize) -> Result<(), String> {
+        match self {
+            AttentionProgram::Wgmma {
+                block_n,
+                query_passes,
+                ..
+            } if query_passes > 1 => {
+                let resident = self.wgmma_stages(head_dim) as usize * block_n as usize;
+                if tokens <= resident {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "the Hopper attention with {query_passes} query passes keeps every key \
+                         resident: at most {resident} tokens at head dim {head_dim}, not {tokens}"
+                    ))
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Every program that can run an attention of `head_dim` on compute capability `cc`
+    /// (each still subject to [`AttentionProgram::check_tokens`]): for tests and benchmarks
+    /// that compare them.
     pub fn all_for(head_dim: usize, causal: bool, cc: (u32, u32)) -> Vec<AttentionProgram> {
         let mut all = vec![
             AttentionProgram::MmaSync { row_groups: 1 },
             AttentionProgram::MmaSync { row_groups: 2 },
         ];
-        for warpgroups in [1, 2] {
+        for (warpgroups, query_passes) in [(1, 1), (2, 1), (2, 2)] {
             all.push(AttentionProgram::Wgmma {
                 warpgroups,
                 block_n: 64,
+                query_passes,
             });
         }
         all.retain(|program| program.check(head_dim, causal, cc).is_ok());

@@ -56,8 +56,8 @@ fn every_supported_case_is_registered() {
         }
     }
     // mma.sync: every head dim with one row group, those up to 64 also with two, causal or
-    // not; wgmma: non-causal, two CTA sizes for every head dim.
-    assert_eq!(registered.len(), 2 * (2 * (8 + 4) + 8 * 2));
+    // not; wgmma: non-causal, two CTA sizes for every head dim, and two query passes up to 64.
+    assert_eq!(registered.len(), 2 * (2 * (8 + 4) + 8 * 2 + 4));
 }
 
 #[test]
@@ -89,7 +89,7 @@ fn programs_are_named_apart() {
     let instantiation = hopper.instantiation();
     // Q 32 KiB and four K and V stages of 64 keys, 128 KiB: over 100 KiB, so three.
     assert_eq!(instantiation.name, "attention_wgmma_bf16_d128_bn64_wg2_s3");
-    assert_eq!(instantiation.template_args[2..], ["64", "2", "3"]);
+    assert_eq!(instantiation.template_args[2..], ["64", "2", "3", "1"]);
     assert_eq!(
         instantiation.params[..3]
             .iter()
@@ -124,12 +124,27 @@ fn hopper_takes_wgmma_where_it_was_measured_faster() {
         AttentionConfig::select(DType::F16, &p, 132, cc).program
     };
     let wgmma = |batch, tokens, head_dim| {
-        program(batch, tokens, head_dim, false, HOPPER) == AttentionProgram::WGMMA
+        matches!(
+            program(batch, tokens, head_dim, false, HOPPER),
+            AttentionProgram::Wgmma { .. }
+        )
+    };
+    let passes = |batch, tokens, head_dim| match program(batch, tokens, head_dim, false, HOPPER) {
+        AttentionProgram::Wgmma { query_passes, .. } => query_passes,
+        other => panic!("{other:?}"),
     };
     // ViT-B/16 (12 heads, 197 tokens): 1536 and 6144 CTAs of 128 rows at batches 64 and
     // 256, 192 and 24 at 8 and 1.
     assert!(wgmma(64, 197, 64) && wgmma(256, 197, 64));
     assert!(!wgmma(8, 197, 64) && !wgmma(1, 197, 64));
+    // Its 197 keys fit four stages of 64: two query blocks a CTA (768 and 3072 CTAs).
+    assert_eq!(passes(64, 197, 64), 2);
+    assert_eq!(passes(256, 197, 64), 2);
+    // One query block (nothing to share), or keys past the stages (DINOv2's 257).
+    assert_eq!(passes(256, 128, 64), 1);
+    assert_eq!(passes(256, 257, 64), 1);
+    assert_eq!(passes(1, 577, 64), 1);
+    assert_eq!(passes(256, 160, 80), 1, "two passes only up to head dim 64");
     // ViT-H/14 (head dim 80): the same rule; head dim 96 and up never (one CTA an SM).
     assert!(wgmma(64, 257, 80) && !wgmma(8, 257, 80));
     assert!(!wgmma(256, 197, 96) && !wgmma(256, 577, 128));
@@ -157,10 +172,17 @@ fn hopper_takes_wgmma_where_it_was_measured_faster() {
         let odd = AttentionProgram::Wgmma {
             warpgroups: odd.0,
             block_n: odd.1,
+            query_passes: 1,
         };
         assert!(odd.check(64, false, HOPPER).is_err());
     }
-    assert_eq!(AttentionProgram::all_for(64, false, HOPPER).len(), 4);
+    let one_group_two_passes = AttentionProgram::Wgmma {
+        warpgroups: 1,
+        block_n: 64,
+        query_passes: 2,
+    };
+    assert!(one_group_two_passes.check(64, false, HOPPER).is_err());
+    assert_eq!(AttentionProgram::all_for(64, false, HOPPER).len(), 5);
     assert_eq!(AttentionProgram::all_for(80, false, HOPPER).len(), 3);
     assert_eq!(AttentionProgram::all_for(64, true, HOPPER).len(), 2);
     assert_eq!(AttentionProgram::all_for(64, false, AMPERE).len(), 2);
@@ -186,6 +208,24 @@ fn two_row_groups_only_for_small_heads_and_many_ctas() {
     assert_eq!(groups(256, 64), 2);
     assert_eq!(groups(256, 80), 1, "two groups of 80 would spill");
     assert_eq!(groups(256, 128), 1);
+}
+
+#[test]
+fn two_passes_need_every_key_resident() {
+    let two_passes = AttentionProgram::Wgmma {
+        warpgroups: 2,
+        block_n: 64,
+        query_passes: 2,
+    };
+    // Head dim 64: four stages of 64 keys.
+    assert_eq!(two_passes.wgmma_stages(64), 4);
+    assert!(two_passes.check_tokens(64, 256).is_ok());
+    let e = two_passes.check_tokens(64, 257).unwrap_err();
+    assert!(e.contains("256") && e.contains("257"), "{e}");
+    assert!(two_passes.check(64, false, HOPPER).is_ok());
+    let e = two_passes.check(80, false, HOPPER).unwrap_err();
+    assert!(e.contains("80"), "{e}");
+    assert!(AttentionProgram::WGMMA.check_tokens(64, 100_000).is_ok());
 }
 
 #[test]
