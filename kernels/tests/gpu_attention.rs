@@ -487,13 +487,14 @@ fn bench_causal_attention_at_clip_text_shapes() {
 
 /// The attention shapes of the model families, for the programs' benchmark: (name, heads,
 /// tokens, head dim as the runtime runs it; SigLIP so400m's 72 is padded to 80).
-const MODEL_SHAPES: [(&str, usize, usize, usize); 7] = [
+const MODEL_SHAPES: [(&str, usize, usize, usize); 8] = [
     ("vit-b16-224", 12, 197, 64),
     ("dinov2-b14-224", 12, 257, 64),
     ("dinov2-l14-224", 16, 257, 64),
     ("clip-l14-336", 16, 577, 64),
     ("vit-h14-224", 16, 257, 80),
     ("so400m-14-384", 16, 729, 80),
+    ("siglip2-g16-256", 16, 256, 96),
     ("d128-t577", 8, 577, 128),
 ];
 

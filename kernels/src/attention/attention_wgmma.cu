@@ -18,12 +18,20 @@
 //   The warpgroups of a CTA run independently (no CTA-wide barrier in the key loop), and two
 //   CTAs share an SM.
 //
-// Loads: thread 0 issues TMA copies (4-D tensor maps over [batch][head][token][dim], boxes of
-// 64 rows x 16 columns; rows past T read as zeros) into a ring of STAGES K/V buffers; a stage's
-// `full` mbarrier completes when its bytes have landed, its `empty` one when every warpgroup
-// with rows has finished the P·V that read it, and thread 0 then refills it with the block
-// STAGES later. With the next block's S issued early, three blocks are in use at once: STAGES
-// is at least 3.
+// Loads: TMA copies (4-D tensor maps over [batch][head][token][dim], boxes of 64 rows x 16
+// columns; rows past T read as zeros) into a ring of STAGES K/V buffers. Thread 0 issues Q's
+// and the first STAGES blocks'. A stage's `full` mbarrier completes when its bytes have
+// landed, its `empty` one when every warpgroup with rows has finished the P·V that read it;
+// the stage is then refilled with the block STAGES later. With the next block's S issued
+// early, three blocks are in use at once: STAGES is at least 3. Who refills:
+// - two CTAs an SM (four stages; head dims up to 80): thread 0, a block after the release, so
+//   that a warpgroup a little behind the first does not hold it up; the block refilled is
+//   needed a block later still. A producer warp there costs the registers of the second CTA
+//   (127 a thread at d64; bounded to 2 x 288 threads, ptxas spills and serialises the wgmmas);
+// - one CTA an SM (PRODUCER_WARP; head dims 96 to 128, three stages): a producer warp of its
+//   own (the CTA's last 32 threads), at once. Thread 0's late refill left the load no slack
+//   there (each refilled block was the next one waited for).
+// benchmarks/NOTES.md, 2026-11-28 "A producer warp for the Hopper attention".
 //
 // Passes: with PASSES 2 the CTA takes two consecutive query blocks of its (batch, head), one
 // after the other, against the same keys, which must all fit its stages (ViT-B/16's 197 keys
@@ -337,7 +345,7 @@ __device__ __forceinline__ void context_of_live_steps(float (&acc)[HEAD_DIM / 2]
 // Dynamic shared memory: (BLOCK_M + 2 · STAGES · BLOCK_N) · HEAD_DIM elements (Q, then STAGES
 // K and STAGES V buffers), 8 · (1 + 2 · STAGES) bytes of mbarriers, and 256 bytes to align the
 // tiles to the swizzle's period.
-template <typename T, int HEAD_DIM, int BLOCK_N, int WARPGROUPS, int STAGES, int PASSES>
+template <typename T, int HEAD_DIM, int BLOCK_N, int WARPGROUPS, int STAGES, int PASSES, bool PRODUCER_WARP>
 __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map, const TmaDescriptor& k_map,
                                                       const TmaDescriptor& v_map, T* o, int heads, int tokens,
                                                       long long o_offset, long long o_row_stride,
@@ -385,7 +393,7 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
     const int live_groups = min(WARPGROUPS, (tokens - m0 + 63) / 64);
 
     // Block `block`'s K and V into stage block % STAGES: HEAD_DIM / 16 panels of BLOCK_N / 64
-    // boxes each. Thread 0 only.
+    // boxes each. Thread 0, or the producer warp.
     auto load_block = [&](int block) {
         const int stage = block % STAGES;
         const unsigned bar = full + 8 * stage;
@@ -421,6 +429,19 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
     __syncthreads();  // the barriers are initialised before anyone waits on them
 
     const int warpgroup = threadIdx.x >> 7;
+    constexpr bool kProducerWarp = PRODUCER_WARP;
+    if (kProducerWarp && warpgroup == WARPGROUPS) {
+        // The producer warp: each later block into its stage once every warpgroup has
+        // released the block STAGES earlier (with PASSES 2 there is none: every key is resident).
+        if (threadIdx.x == WARPGROUPS * 128) {
+            for (int block = STAGES; block < key_blocks; ++block) {
+                const int done = block - STAGES;
+                mbarrier_wait(empty + 8 * (done % STAGES), (done / STAGES) & 1);
+                load_block(block);
+            }
+        }
+        return;
+    }
     if (warpgroup >= live_groups) return;
     const int warp = (threadIdx.x >> 5) & 3;  // within the warpgroup: rows 16·warp ..
     const int lane = threadIdx.x & 31;
@@ -516,11 +537,10 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
     auto release = [&](int done) {
         if (PASSES == 1 && (threadIdx.x & 127) == 0) mbarrier_arrive(empty + 8 * (done % STAGES));
     };
-    // Thread 0 refills block `done`'s stage with the block STAGES later once every warpgroup
-    // has released it. Called a block after the release, so that a warpgroup a little behind
-    // the first does not hold it up.
+    // Without a producer warp, thread 0 refills block `done`'s stage with the block STAGES
+    // later once every warpgroup has released it (called a block after the release).
     auto refill = [&](int done) {
-        if (threadIdx.x == 0 && done + STAGES < key_blocks) {
+        if (!kProducerWarp && threadIdx.x == 0 && done + STAGES < key_blocks) {
             mbarrier_wait(empty + 8 * (done % STAGES), (done / STAGES) & 1);
             load_block(done + STAGES);
         }

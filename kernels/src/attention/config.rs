@@ -38,18 +38,17 @@ impl AttentionConfig {
             program: AttentionProgram::WGMMA,
             causal: p.causal,
         };
-        // The Hopper program where it can run with two CTAs an SM (head dims up to 80, four
-        // K/V stages) and has work for them: at least 4 CTAs an SM, or long sequences (CLIP
-        // L/14 at 336 and SigLIP so400m at 384 gain from batch 1). Below that, and above head
-        // dim 80 (three stages, one CTA an SM), the mma.sync program was as fast or faster
-        // (benchmarks/NOTES.md, 2026-11-25 "Hopper attention").
+        // The Hopper program where it has work: at least 4 CTAs an SM, or long sequences (CLIP
+        // L/14 at 336 and SigLIP so400m at 384 gain from batch 1). Below that the mma.sync
+        // program was as fast or faster (benchmarks/NOTES.md, 2026-11-25 "Hopper attention").
+        // Above head dim 80 (three stages, one CTA an SM) it takes the Hopper program since
+        // that has a producer warp (2026-11-28 "A producer warp for the Hopper attention").
         let hopper_ctas = (p.batch as u64)
             .saturating_mul(p.heads as u64)
             .saturating_mul(p.tokens.div_ceil(base.block_m() as usize) as u64);
         if AttentionProgram::WGMMA
             .check(p.head_dim, p.causal, cc)
             .is_ok()
-            && base.wgmma_stages() == 4
             && (hopper_ctas >= WGMMA_MIN_CTAS_PER_SM * multiprocessors as u64
                 || p.tokens >= WGMMA_LONG_SEQUENCE)
         {
@@ -101,7 +100,10 @@ impl AttentionConfig {
     pub(super) fn threads(&self) -> u32 {
         match self.program {
             AttentionProgram::MmaSync { .. } => WARPS * 32,
-            AttentionProgram::Wgmma { warpgroups, .. } => warpgroups * 128,
+            // The warpgroups, then with one CTA an SM the producer warp (attention_wgmma.cu).
+            AttentionProgram::Wgmma { warpgroups, .. } => {
+                warpgroups * 128 + if self.wgmma_producer_warp() { 32 } else { 0 }
+            }
         }
     }
 
@@ -120,6 +122,13 @@ impl AttentionConfig {
     /// K/V buffers of the Hopper program ([`AttentionProgram::wgmma_stages`]).
     pub(super) fn wgmma_stages(&self) -> u32 {
         self.program.wgmma_stages(self.head_dim as usize)
+    }
+
+    /// Whether the Hopper program loads through a producer warp: where it holds an SM alone
+    /// ([`AttentionProgram::wgmma_two_ctas_an_sm`]).
+    pub(super) fn wgmma_producer_warp(&self) -> bool {
+        matches!(self.program, AttentionProgram::Wgmma { .. })
+            && !self.program.wgmma_two_ctas_an_sm(self.head_dim as usize)
     }
 
     /// mma.sync: Q, then two K and two V buffers, rows padded by 8 elements (as attention.cu).
@@ -194,9 +203,11 @@ impl AttentionConfig {
                     1 => String::new(),
                     n => format!("_p{n}"),
                 };
+                let producer_warp = self.wgmma_producer_warp();
+                let producer = if producer_warp { "_pw" } else { "" };
                 Instantiation {
                     name: format!(
-                        "attention_wgmma_{dtype}_d{head_dim}_bn{block_n}_wg{warpgroups}_s{stages}{passes}"
+                        "attention_wgmma_{dtype}_d{head_dim}_bn{block_n}_wg{warpgroups}_s{stages}{passes}{producer}"
                     ),
                     family: "attention",
                     source: WGMMA_SOURCE,
@@ -209,6 +220,7 @@ impl AttentionConfig {
                         warpgroups.to_string(),
                         stages.to_string(),
                         query_passes.to_string(),
+                        producer_warp.to_string(),
                     ],
                     params,
                     block_threads: self.threads(),

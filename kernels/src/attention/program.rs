@@ -106,10 +106,27 @@ impl AttentionProgram {
         }
     }
 
-    /// K/V buffers of the Hopper program at `head_dim`: 4 where a CTA still takes at most
-    /// ~100 KiB of 16-bit tiles (two CTAs an SM), else 3, the fewest it runs with
-    /// (attention_wgmma.cu); 0 for mma.sync.
+    /// Whether two CTAs of the Hopper program share an SM at `head_dim`: four K/V stages and
+    /// its Q tiles in at most ~100 KiB (head dims up to 80 with two warpgroups). Otherwise one
+    /// CTA holds the SM, with three stages and a producer warp (attention_wgmma.cu).
+    pub fn wgmma_two_ctas_an_sm(self, head_dim: usize) -> bool {
+        self.wgmma_bytes(head_dim, 4) <= 100 * 1024
+    }
+
+    /// K/V buffers of the Hopper program at `head_dim`: 4 where two CTAs share an SM, else 3,
+    /// the fewest it runs with (five or six, with the producer warp, measured no faster:
+    /// benchmarks/NOTES.md, 2026-11-28 "A producer warp for the Hopper attention"); 0 for
+    /// mma.sync.
     pub fn wgmma_stages(self, head_dim: usize) -> u32 {
+        match self {
+            AttentionProgram::MmaSync { .. } => 0,
+            _ if self.wgmma_two_ctas_an_sm(head_dim) => 4,
+            _ => 3,
+        }
+    }
+
+    /// The Hopper program's 16-bit Q tiles and `stages` K/V buffers, in bytes.
+    fn wgmma_bytes(self, head_dim: usize, stages: u32) -> usize {
         let AttentionProgram::Wgmma {
             warpgroups,
             block_n,
@@ -119,12 +136,7 @@ impl AttentionProgram {
             return 0;
         };
         let query_rows = 64 * warpgroups * query_passes;
-        let bytes = |stages: u32| (query_rows + 2 * stages * block_n) as usize * head_dim * 2;
-        if bytes(4) <= 100 * 1024 {
-            4
-        } else {
-            3
-        }
+        (query_rows + 2 * stages * block_n) as usize * head_dim * 2
     }
 
     /// Whether this program runs sequences of `tokens` at `head_dim`: two query passes keep

@@ -87,9 +87,16 @@ fn programs_are_named_apart() {
         ..config
     };
     let instantiation = hopper.instantiation();
-    // Q 32 KiB and four K and V stages of 64 keys, 128 KiB: over 100 KiB, so three.
-    assert_eq!(instantiation.name, "attention_wgmma_bf16_d128_bn64_wg2_s3");
-    assert_eq!(instantiation.template_args[2..], ["64", "2", "3", "1"]);
+    // Q 32 KiB and four K and V stages of 64 keys, 128 KiB: over 100 KiB, so one CTA an
+    // SM, with three stages and a producer warp.
+    assert_eq!(
+        instantiation.name,
+        "attention_wgmma_bf16_d128_bn64_wg2_s3_pw"
+    );
+    assert_eq!(
+        instantiation.template_args[2..],
+        ["64", "2", "3", "1", "true"]
+    );
     assert_eq!(
         instantiation.params[..3]
             .iter()
@@ -109,7 +116,9 @@ fn programs_are_named_apart() {
         vit_b.instantiation().name,
         "attention_wgmma_bf16_d64_bn64_wg2_s4"
     );
-    assert_eq!(instantiation.block_threads, 256);
+    // Two warpgroups and, with three stages, the producer warp; with four, none.
+    assert_eq!(instantiation.block_threads, 288);
+    assert_eq!(vit_b.instantiation().block_threads, 256);
     assert_eq!(instantiation.arch, ArchRequirement::Exactly(9, 0));
 }
 
@@ -145,9 +154,11 @@ fn hopper_takes_wgmma_where_it_was_measured_faster() {
     assert_eq!(passes(256, 257, 64), 1);
     assert_eq!(passes(1, 577, 64), 1);
     assert_eq!(passes(256, 160, 80), 1, "two passes only up to head dim 64");
-    // ViT-H/14 (head dim 80): the same rule; head dim 96 and up never (one CTA an SM).
+    // ViT-H/14 (head dim 80) and head dims 96 to 128 (three stages and a producer warp):
+    // the same rule.
     assert!(wgmma(64, 257, 80) && !wgmma(8, 257, 80));
-    assert!(!wgmma(256, 197, 96) && !wgmma(256, 577, 128));
+    assert!(wgmma(256, 197, 96) && wgmma(64, 577, 128) && wgmma(8, 577, 128));
+    assert!(!wgmma(8, 197, 128));
     // Long sequences from batch 1 (CLIP L/14 at 336: 577 tokens).
     assert!(wgmma(1, 577, 64) && !wgmma(1, 511, 64));
     for batch in [1, 64, 256] {
