@@ -21,6 +21,34 @@ pub enum Mlp {
     SwiGlu,
 }
 
+/// Which of the tokens ahead of the patches have rows in the position table; the others get
+/// none (zeros).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrefixPositions {
+    /// The CLS and distillation tokens do, register tokens do not (transformers' families;
+    /// DINOv2's registers are inserted after the positions are added).
+    AllButRegisters,
+    /// Every prefix token, registers included (timm's default, `no_embed_class=False`).
+    All,
+    /// None: the table covers the patches only (timm's `no_embed_class=True`).
+    None,
+}
+
+/// How the pooler of a family whose pooler is configured per checkpoint
+/// (`PoolerKind::GlobalPool`: timm's `global_pool`) makes one vector of an image's tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GlobalPool {
+    /// Token 0, the CLS token (`token`).
+    ClassToken,
+    /// The mean of the patch tokens, after the prefix tokens (`avg`).
+    PatchMean,
+    /// The mean of every token, prefix tokens included (`avg` with `pool_include_prefix`).
+    TokenMean,
+    /// The attention-pooling head: a learned query attends over every token, then a residual
+    /// MLP (`map`).
+    AttentionPool,
+}
+
 /// What the encoder's blocks are made of: the part of a tower's config every family's
 /// encoder reads (vision towers through [`ModelConfig::encoder`], text towers through
 /// `TextConfig::encoder`).
@@ -70,6 +98,25 @@ pub struct ModelConfig {
     pub mlp: Mlp,
     /// SigLIP: the attention-pooling head is part of the model.
     pub vision_use_head: bool,
+    /// The family's CLS token (`TensorRules::class_token`), where it has one, leads the
+    /// sequence: always in the families read from transformers' configs; timm's
+    /// `class_token=False` drops it.
+    pub class_token: bool,
+    /// Which prefix tokens have rows in the position table.
+    pub prefix_positions: PrefixPositions,
+    /// The patch projection's bias (`TensorRules::patch_bias`), where the family names one,
+    /// is part of the model (timm's has none with `pre_norm`).
+    pub patch_bias: bool,
+    /// The family's layernorm before the encoder (`TensorRules::pre_norm`), where it names
+    /// one, is part of the model: CLIP's always, timm's with `pre_norm`.
+    pub pre_norm: bool,
+    /// The family's layernorm after the encoder (`TensorRules::final_norm`), where it names
+    /// one, is part of the model: timm has none with `fc_norm` or `final_norm=False`.
+    pub final_norm: bool,
+    /// How a configured pooler (`PoolerKind::GlobalPool`, timm's) pools the tokens.
+    pub global_pool: GlobalPool,
+    /// A configured pooler's vector goes through a layernorm of its own (timm's `fc_norm`).
+    pub fc_norm: bool,
     /// ViT and DeiT: the pooler's activation.
     pub pooler_act: Activation,
     /// Class index to label, when the config has one.

@@ -183,16 +183,18 @@ impl ParamTable<'_> {
     }
 }
 
-/// Q, K and V as rows of one stacked projection `base` (`[3·d, d]`, bias `[3·d]`), in that
-/// order: timm's `attn.qkv`, torch's `MultiheadAttention.in_proj_*`.
-pub(crate) fn stacked_rows(
+/// Projections stored as rows of one stacked tensor (`[N·d, d]`, bias `[N·d]`), one `d`-row
+/// block each, named by `parts` in their order: Q, K and V in timm's `attn.qkv` and torch's
+/// `MultiheadAttention.in_proj_*`; K and V in timm's attention pool's `kv`.
+pub(crate) fn stacked_rows<const N: usize>(
     t: &mut ParamTable,
     (weight, bias): (&str, Option<&str>),
     d: usize,
-) -> Result<[LinearKeys; 3], ModelError> {
-    t.check(weight, &[3 * d, d])?;
+    parts: [&str; N],
+) -> Result<[LinearKeys; N], ModelError> {
+    t.check(weight, &[N * d, d])?;
     if let Some(bias) = bias {
-        t.check(bias, &[3 * d])?;
+        t.check(bias, &[N * d])?;
     }
     let mut projection = |i: usize, what: &str| LinearKeys {
         weight: t.derived(
@@ -220,7 +222,11 @@ pub(crate) fn stacked_rows(
         n: d,
         k: d,
     };
-    Ok([projection(0, "q"), projection(1, "k"), projection(2, "v")])
+    let mut index = 0;
+    Ok(parts.map(|what| {
+        index += 1;
+        projection(index - 1, what)
+    }))
 }
 
 pub(crate) fn stacked_projections(
@@ -230,7 +236,12 @@ pub(crate) fn stacked_projections(
     bias: bool,
 ) -> Result<[LinearKeys; 3], ModelError> {
     let (weight, bias_name) = (format!("{base}.weight"), format!("{base}.bias"));
-    stacked_rows(t, (&weight, bias.then_some(bias_name.as_str())), d)
+    stacked_rows(
+        t,
+        (&weight, bias.then_some(bias_name.as_str())),
+        d,
+        ["q", "k", "v"],
+    )
 }
 
 /// Q, K, V and output projections with every head padded with zeros to the next multiple of

@@ -18,7 +18,9 @@ pub enum Family {
     /// `SiglipForImageClassification`.
     Siglip,
     /// timm's own `vit_*` checkpoints (`config.json` with `architecture` and
-    /// `pretrained_cfg`): the plain ViT with a CLS token, its Q, K and V in one tensor.
+    /// `pretrained_cfg`) built as its `VisionTransformer`: Q, K and V in one tensor; the CLS
+    /// token, registers, `norm_pre`, the pool (`token`, `avg`, `map`) and `fc_norm` as the
+    /// architecture's registered arguments and the checkpoint's `model_args` say.
     Timm,
 }
 

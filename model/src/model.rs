@@ -1,15 +1,19 @@
 //! A ViT-family checkpoint as a graph. One encoder (pre-norm blocks of attention and MLP)
 //! serves every family; what differs is around it and is read from the config and the
 //! checkpoint's tensors:
-//! - the tokens ahead of the patches (CLS; DeiT's distillation token; DINOv2's registers;
-//!   none in SigLIP) and the position table, resampled for the input size;
-//! - CLIP's layernorm before the encoder; DINOv2's layer scale and SwiGLU MLP;
-//! - the layernorm after it (on every token, or CLIP's on the pooled token only);
+//! - the tokens ahead of the patches (CLS; DeiT's distillation token; DINOv2's and timm's
+//!   registers; none in SigLIP) and the position table (covering the prefix tokens or not),
+//!   resampled for the input size;
+//! - CLIP's (and timm's `pre_norm`) layernorm before the encoder; DINOv2's layer scale and
+//!   SwiGLU MLP;
+//! - the layernorm after it (on every token, or CLIP's on the pooled token only; timm's
+//!   `fc_norm` on its pooled vector);
 //! - the heads: a classifier (on the CLS token; DeiT's mean of two heads; DINOv2's CLS token
-//!   and patch mean; CLIP's and SigLIP's token means), ViT's and DeiT's pooler, SigLIP's
-//!   attention-pooling head, CLIP's projection.
+//!   and patch mean; CLIP's and SigLIP's token means; timm's pooled vector), ViT's and DeiT's
+//!   pooler, SigLIP's attention-pooling head, timm's `global_pool` (the CLS token, the patch
+//!   mean or an attention-pooling head), CLIP's projection.
 
-use crate::config::ModelConfig;
+use crate::config::{GlobalPool, ModelConfig};
 use crate::encoder::{
     self, attention, collect_layers, encoder_block, layer_norm, linear, make_param, stacked_rows,
     LayerKeys, LinearKeys, NormKeys, ParamMap, ParamTable,
@@ -17,7 +21,7 @@ use crate::encoder::{
 use crate::error::ModelError;
 use crate::names::TensorNames;
 use crate::params::{PositionTable, Recipe};
-use crate::rules::{EmbeddingLayout, PoolerKind};
+use crate::rules::{AttentionPoolNames, AttentionPoolProjections, EmbeddingLayout, PoolerKind};
 use crate::text::ScoreRule;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -44,7 +48,8 @@ pub enum Output {
     Logits,
     LastHiddenState,
     /// transformers' `pooler_output`: ViT's and DeiT's pooler, DINOv2's CLS token, CLIP's
-    /// normalised CLS token, SigLIP's attention-pooling head.
+    /// normalised CLS token, SigLIP's attention-pooling head; timm's pre-logits features
+    /// (`forward_head(x, pre_logits=True)`: its `global_pool`, then `fc_norm`).
     PoolerOutput,
     /// CLIP's projected `pooler_output`; SigLIP's `pooler_output` (its image features).
     ImageEmbeds,
@@ -131,10 +136,12 @@ impl Default for GraphOptions {
     }
 }
 
-/// SigLIP's attention-pooling head: a learned query attends over the tokens, then a residual
-/// MLP.
+/// An attention-pooling head (SigLIP's; timm's `map` pool): a learned query attends over the
+/// tokens, then a residual MLP.
 #[derive(Clone, Debug)]
 struct AttentionPoolKeys {
+    /// The head's base name, which its graph nodes are named after.
+    base: String,
     probe: String,
     query: LinearKeys,
     key: LinearKeys,
@@ -155,6 +162,13 @@ enum PoolerKeys {
     NormedClassToken(NormKeys),
     /// SigLIP.
     AttentionPool(Box<AttentionPoolKeys>),
+    /// timm: the pool its config names (the attention-pooling head's keys with `map`), then
+    /// `fc_norm` where it has one.
+    GlobalPool {
+        pool: GlobalPool,
+        attention_pool: Option<Box<AttentionPoolKeys>>,
+        fc_norm: Option<NormKeys>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -344,7 +358,7 @@ impl VisionModel {
     /// Every output this model can produce.
     pub fn available_outputs(&self) -> OutputSet {
         let mut outputs = vec![Output::LastHiddenState, Output::PatchMean];
-        if self.config.prefix_tokens() > 0 {
+        if self.config.has_class_token() {
             outputs.push(Output::ClassToken);
         }
         if self.keys.classifier.is_some() {
@@ -483,7 +497,20 @@ impl VisionModel {
             };
             let value = match output {
                 Output::LastHiddenState => last,
-                Output::Logits => self.classifier(&mut g, encoded, last)?,
+                Output::Logits => {
+                    // A classifier on the pooled output shares the pooler's nodes.
+                    let pooled_input = match self.head {
+                        Head::Classifier {
+                            input: ClassifierInput::PooledOutput,
+                            ..
+                        } => Some(match pooled {
+                            Some(v) => v,
+                            None => *pooled.insert(self.pooler(&mut g, last)?),
+                        }),
+                        _ => None,
+                    };
+                    self.classifier(&mut g, encoded, last, pooled_input)?
+                }
                 Output::PoolerOutput => match pooled {
                     Some(v) => v,
                     None => *pooled.insert(self.pooler(&mut g, last)?),
@@ -517,11 +544,13 @@ impl VisionModel {
         Ok(g)
     }
 
+    /// The logits; `pooled` is the pooler's output where the classifier reads it.
     fn classifier(
         &self,
         g: &mut Graph,
         encoded: ValueId,
         last: ValueId,
+        pooled: Option<ValueId>,
     ) -> Result<ValueId, ModelError> {
         let Head::Classifier { input, .. } = self.head else {
             return Err(ModelError::Usage(
@@ -570,6 +599,11 @@ impl VisionModel {
                     &[encoded],
                 )?;
                 linear(g, "classifier", mean, head)?
+            }
+            (ClassifierInput::PooledOutput, ClassifierKeys::One(head)) => {
+                let pooled =
+                    pooled.ok_or_else(|| ModelError::Usage("inconsistent classifier".into()))?;
+                linear(g, "classifier", pooled, head)?
             }
             (ClassifierInput::TokenMean, ClassifierKeys::One(head)) => {
                 let mean = g.add_node(
@@ -685,26 +719,72 @@ impl VisionModel {
                 let cls = g.add_node("pooler.cls_token", Op::SelectToken { index: 0 }, &[last])?;
                 layer_norm(g, "post_layernorm", cls, norm, c.layer_norm_eps)?
             }
-            PoolerKeys::AttentionPool(head) => {
-                let d = c.hidden_size;
-                // The probe is one query shared by every image: [1, 1, d].
-                let probe = g.add_param(&head.probe, &[1, 1, d]);
-                let q = linear(g, "head.attention.query", probe, &head.query)?;
-                let k = linear(g, "head.attention.key", last, &head.key)?;
-                let v = linear(g, "head.attention.value", last, &head.value)?;
-                let heads = (c.num_attention_heads, c.head_dim());
-                let scale = 1.0 / (c.head_dim() as f32).sqrt();
-                let context = attention(g, "head.attention", (q, k, v), heads, scale, false)?;
-                let attended = linear(g, "head.attention.output", context, &head.output)?;
-                let normed =
-                    layer_norm(g, "head.layernorm", attended, &head.norm, c.layer_norm_eps)?;
-                let up = linear(g, "head.mlp.fc1", normed, &head.up)?;
-                let act = g.add_node("head.mlp.act", Op::Activation(c.hidden_act), &[up])?;
-                let down = linear(g, "head.mlp.fc2", act, &head.down)?;
-                let pooled = g.add_node("head.residual", Op::Add, &[down, attended])?;
-                g.add_node("head.pooled", Op::SelectToken { index: 0 }, &[pooled])?
+            PoolerKeys::AttentionPool(head) => self.attention_pool(g, last, head)?,
+            PoolerKeys::GlobalPool {
+                pool,
+                attention_pool,
+                fc_norm,
+            } => {
+                let pooled = match (pool, attention_pool) {
+                    (GlobalPool::ClassToken, _) => {
+                        g.add_node("pool.cls_token", Op::SelectToken { index: 0 }, &[last])?
+                    }
+                    (GlobalPool::PatchMean, _) => g.add_node(
+                        "pool.patch_mean",
+                        Op::MeanTokens {
+                            start: c.prefix_tokens(),
+                        },
+                        &[last],
+                    )?,
+                    (GlobalPool::TokenMean, _) => {
+                        g.add_node("pool.token_mean", Op::MeanTokens { start: 0 }, &[last])?
+                    }
+                    (GlobalPool::AttentionPool, Some(head)) => {
+                        self.attention_pool(g, last, head)?
+                    }
+                    (GlobalPool::AttentionPool, None) => {
+                        return Err(ModelError::Usage("inconsistent pooler".into()))
+                    }
+                };
+                match fc_norm {
+                    Some(norm) => layer_norm(g, "fc_norm", pooled, norm, c.layer_norm_eps)?,
+                    None => pooled,
+                }
             }
         })
+    }
+
+    /// An attention-pooling head over every token of `last`: one vector per image.
+    fn attention_pool(
+        &self,
+        g: &mut Graph,
+        last: ValueId,
+        head: &AttentionPoolKeys,
+    ) -> Result<ValueId, ModelError> {
+        let c = &self.config;
+        let d = c.hidden_size;
+        let node = |what: &str| format!("{}.{what}", head.base);
+        // The probe is one query shared by every image: [1, 1, d].
+        let probe = g.add_param(&head.probe, &[1, 1, d]);
+        let q = linear(g, &node("attention.query"), probe, &head.query)?;
+        let k = linear(g, &node("attention.key"), last, &head.key)?;
+        let v = linear(g, &node("attention.value"), last, &head.value)?;
+        let heads = (c.num_attention_heads, c.head_dim());
+        let scale = 1.0 / (c.head_dim() as f32).sqrt();
+        let context = attention(g, &node("attention"), (q, k, v), heads, scale, false)?;
+        let attended = linear(g, &node("attention.output"), context, &head.output)?;
+        let normed = layer_norm(
+            g,
+            &node("layernorm"),
+            attended,
+            &head.norm,
+            c.layer_norm_eps,
+        )?;
+        let up = linear(g, &node("mlp.fc1"), normed, &head.up)?;
+        let act = g.add_node(&node("mlp.act"), Op::Activation(c.hidden_act), &[up])?;
+        let down = linear(g, &node("mlp.fc2"), act, &head.down)?;
+        let pooled = g.add_node(&node("residual"), Op::Add, &[down, attended])?;
+        Ok(g.add_node(&node("pooled"), Op::SelectToken { index: 0 }, &[pooled])?)
     }
 }
 
@@ -727,7 +807,7 @@ fn collect_params(
     // Embeddings.
     let patch_weight = names.patch_weight();
     let weight = t.tensor(&patch_weight, &[d, ch, p, p], &[d, patch_len])?;
-    let bias = match names.patch_bias() {
+    let bias = match names.patch_bias().filter(|_| c.patch_bias) {
         Some(b) => t.tensor(&b, &[d], &[d])?,
         None => t.derived("zeros(patch bias)".into(), Recipe::Zeros(d), &[d]),
     };
@@ -738,7 +818,7 @@ fn collect_params(
         k: patch_len,
     };
     let mut prefix_tensors = Vec::new();
-    if let Some(cls) = names.class_token() {
+    if let Some(cls) = names.class_token().filter(|_| c.has_class_token()) {
         let stored: &[usize] = match names.embedding_layout() {
             EmbeddingLayout::Batched => &[1, 1, d],
             EmbeddingLayout::Unbatched => &[d],
@@ -759,7 +839,7 @@ fn collect_params(
         let key = format!("stack({})", prefix_tensors.join(","));
         t.derived(key, Recipe::Stack(prefix_tensors), &[prefix_rows, d])
     });
-    let table_prefix = prefix_rows - c.num_register_tokens;
+    let table_prefix = c.positioned_prefix_tokens();
     let table_grid = (c.image_size.0 / p, c.image_size.1 / p);
     let table_rows = table_prefix + table_grid.0 * table_grid.1;
     let positions_name = names.positions();
@@ -772,7 +852,7 @@ fn collect_params(
         tensor: positions_name.clone(),
         hidden: d,
         table_prefix,
-        zero_rows: c.num_register_tokens,
+        zero_rows: prefix_rows - table_prefix,
         table_grid,
         input_grid: (input_size.0 / p, input_size.1 / p),
         resampling: (c.family.rules().position_resampling)(c),
@@ -786,14 +866,14 @@ fn collect_params(
         Recipe::Positions(table),
         &[rows, d],
     );
-    let pre_norm = match names.pre_norm() {
+    let pre_norm = match names.pre_norm().filter(|_| c.pre_norm) {
         Some(base) => Some(t.norm(&base, d)?),
         None => None,
     };
 
     // Encoder blocks.
     let layers = collect_layers(&mut t, &c.encoder(), names, checkpoint)?;
-    let final_norm = match names.final_norm() {
+    let final_norm = match names.final_norm().filter(|_| c.final_norm) {
         Some(base) => Some(t.norm(&base, d)?),
         None => None,
     };
@@ -820,15 +900,37 @@ fn collect_params(
             t.norm(&format!("{}{norm}", names.prefix), d)?,
         )),
         Some(PoolerKind::AttentionPool(head)) => {
-            let base = format!("{}{head}", names.prefix);
-            if c.vision_use_head && checkpoint.contains(&format!("{base}.probe")) {
+            let probe = format!("{}{}.{}", names.prefix, head.base, head.query_token);
+            if c.vision_use_head && checkpoint.contains(&probe) {
                 Some(PoolerKeys::AttentionPool(Box::new(attention_pool_keys(
-                    &mut t, &base, c,
+                    &mut t,
+                    &names.prefix,
+                    &head,
+                    c,
                 )?)))
             } else {
                 None
             }
         }
+        Some(PoolerKind::GlobalPool {
+            attention_pool,
+            fc_norm,
+        }) => Some(PoolerKeys::GlobalPool {
+            pool: c.global_pool,
+            attention_pool: match c.global_pool {
+                GlobalPool::AttentionPool => Some(Box::new(attention_pool_keys(
+                    &mut t,
+                    &names.prefix,
+                    &attention_pool,
+                    c,
+                )?)),
+                _ => None,
+            },
+            fc_norm: match c.fc_norm {
+                true => Some(t.norm(&format!("{}{fc_norm}", names.prefix), d)?),
+                false => None,
+            },
+        }),
         None => None,
     };
     let projection = match rules.image_projection {
@@ -933,28 +1035,45 @@ fn detect_head(config: &ModelConfig, checkpoint: &Checkpoint) -> Result<Head, Mo
     })
 }
 
+/// The keys of an attention-pooling head named as `names` says, under `prefix`.
 fn attention_pool_keys(
     t: &mut ParamTable,
-    base: &str,
+    prefix: &str,
+    names: &AttentionPoolNames,
     c: &ModelConfig,
 ) -> Result<AttentionPoolKeys, ModelError> {
     let d = c.hidden_size;
-    let probe = t.tensor(&format!("{base}.probe"), &[1, 1, d], &[1, 1, d])?;
-    let (in_w, in_b) = (
-        format!("{base}.attention.in_proj_weight"),
-        format!("{base}.attention.in_proj_bias"),
-    );
-    // torch's MultiheadAttention stacks the Q, K and V projections in that order.
-    let [query, key, value] = stacked_rows(t, (&in_w, Some(&in_b)), d)?;
+    let base = format!("{prefix}{}", names.base);
+    let name = |part: &str| format!("{base}.{part}");
+    let probe = t.tensor(&name(names.query_token), &[1, 1, d], &[1, 1, d])?;
+    let [query, key, value] = match names.projections {
+        AttentionPoolProjections::Stacked(in_proj) => {
+            let (w, b) = (
+                name(&format!("{in_proj}_weight")),
+                name(&format!("{in_proj}_bias")),
+            );
+            stacked_rows(t, (&w, Some(&b)), d, ["q", "k", "v"])?
+        }
+        AttentionPoolProjections::QueryAndKeyValue { query, key_value } => {
+            let query = t.linear(&name(query), d, d, true)?;
+            let (w, b) = (
+                name(&format!("{key_value}.weight")),
+                name(&format!("{key_value}.bias")),
+            );
+            let [key, value] = stacked_rows(t, (&w, Some(&b)), d, ["k", "v"])?;
+            [query, key, value]
+        }
+    };
     Ok(AttentionPoolKeys {
+        base: names.base.to_string(),
         probe,
         query,
         key,
         value,
-        output: t.linear(&format!("{base}.attention.out_proj"), d, d, true)?,
-        norm: t.norm(&format!("{base}.layernorm"), d)?,
-        up: t.linear(&format!("{base}.mlp.fc1"), c.intermediate_size, d, true)?,
-        down: t.linear(&format!("{base}.mlp.fc2"), d, c.intermediate_size, true)?,
+        output: t.linear(&name(names.output), d, d, true)?,
+        norm: t.norm(&name(names.norm), d)?,
+        up: t.linear(&name(names.up), c.intermediate_size, d, true)?,
+        down: t.linear(&name(names.down), d, c.intermediate_size, true)?,
     })
 }
 

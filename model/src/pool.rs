@@ -7,7 +7,7 @@ use crate::model::{Output, VisionModel};
 pub enum Pool {
     /// CLIP's projected `pooler_output`, SigLIP's attention-pooling head (`image_embeds`).
     Projected,
-    /// transformers' `pooler_output`.
+    /// transformers' `pooler_output` (timm's pre-logits features).
     Pooler,
     /// Token 0 of `last_hidden_state`.
     Cls,

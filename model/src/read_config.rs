@@ -5,7 +5,7 @@
 //! are read by its rules. The config itself, and the field reader the rules use, are in
 //! `config.rs`, below the families.
 
-use crate::config::{Fields, ModelConfig};
+use crate::config::{Fields, GlobalPool, ModelConfig, PrefixPositions};
 use crate::error::ModelError;
 use crate::families;
 use crate::family::Family;
@@ -161,6 +161,14 @@ fn parse_vision(
         layer_scale: false,
         mlp,
         vision_use_head: false,
+        // As the family's rules name them: transformers' configs have no switches for these.
+        class_token: true,
+        prefix_positions: PrefixPositions::AllButRegisters,
+        patch_bias: true,
+        pre_norm: true,
+        final_norm: true,
+        global_pool: GlobalPool::ClassToken,
+        fc_norm: false,
         pooler_act: Activation::Tanh,
         id2label: BTreeMap::new(),
     };

@@ -24,6 +24,9 @@ pub enum ClassifierInput {
     PatchMean,
     /// SigLIP: the mean of every token after the final layernorm.
     TokenMean,
+    /// timm: the pooler's output (its `global_pool`, then `fc_norm`): what timm calls the
+    /// pre-logits features.
+    PooledOutput,
 }
 
 /// One weight of an encoder block.
@@ -172,7 +175,44 @@ pub(crate) enum PoolerKind {
     NormedClassToken(&'static str),
     /// An attention-pooling head (a learned query attends over the tokens, then a residual
     /// MLP), where the config uses it (`vision_use_head`) and the checkpoint holds it.
-    AttentionPool(&'static str),
+    AttentionPool(AttentionPoolNames),
+    /// The pool the config names (`ModelConfig::global_pool`: the CLS token, a mean of tokens
+    /// or an attention-pooling head of these names), then a layernorm of this name where the
+    /// config has one (`ModelConfig::fc_norm`): timm's `global_pool` and `fc_norm`.
+    GlobalPool {
+        attention_pool: AttentionPoolNames,
+        fc_norm: &'static str,
+    },
+}
+
+/// The tensor names of an attention-pooling head, each after `base.` (itself under the
+/// encoder's prefix).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AttentionPoolNames {
+    pub base: &'static str,
+    /// The learned query, `[1, 1, hidden]`.
+    pub query_token: &'static str,
+    pub projections: AttentionPoolProjections,
+    /// The attention's output projection.
+    pub output: &'static str,
+    /// The layernorm before the MLP.
+    pub norm: &'static str,
+    /// The MLP's two linear layers (`intermediate_size` wide, the encoder's activation).
+    pub up: &'static str,
+    pub down: &'static str,
+}
+
+/// How an attention-pooling head stores its Q, K and V projections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AttentionPoolProjections {
+    /// torch's `MultiheadAttention`: Q, K and V stacked in that order in one in-projection,
+    /// `{name}_weight` and `{name}_bias` (SigLIP's `attention.in_proj`).
+    Stacked(&'static str),
+    /// The query's own projection, then K and V stacked in one (timm's `q` and `kv`).
+    QueryAndKeyValue {
+        query: &'static str,
+        key_value: &'static str,
+    },
 }
 
 /// A family's classifier.

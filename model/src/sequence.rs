@@ -2,20 +2,36 @@
 //! sequence length at any image size, and the work of one image's forward pass. Above the
 //! families (it asks the registry), below everything that builds or times a graph.
 
-use crate::config::{Mlp, ModelConfig};
+use crate::config::{Mlp, ModelConfig, PrefixPositions};
 
 impl ModelConfig {
-    /// Tokens ahead of the patches: the CLS token (not in SigLIP), DeiT's distillation token,
-    /// DINOv2's registers.
+    /// Tokens ahead of the patches: the CLS token (not in SigLIP, nor in timm's models with
+    /// `class_token=False`), DeiT's distillation token, DINOv2's and timm's registers.
     pub fn prefix_tokens(&self) -> usize {
         let tensors = &self.family.rules().tensors;
         let registers = match tensors.register_tokens {
             Some(_) => self.num_register_tokens,
             None => 0,
         };
-        usize::from(tensors.class_token.is_some())
+        usize::from(self.has_class_token())
             + usize::from(tensors.distillation_token.is_some())
             + registers
+    }
+
+    /// Whether token 0 is a CLS token.
+    pub fn has_class_token(&self) -> bool {
+        self.class_token && self.family.rules().tensors.class_token.is_some()
+    }
+
+    /// The prefix tokens that have rows in the position table (the first ones; the rest get
+    /// zeros).
+    pub fn positioned_prefix_tokens(&self) -> usize {
+        let prefix = self.prefix_tokens();
+        match self.prefix_positions {
+            PrefixPositions::AllButRegisters => prefix - self.num_register_tokens.min(prefix),
+            PrefixPositions::All => prefix,
+            PrefixPositions::None => 0,
+        }
     }
 
     /// Sequence length at the config's image size: the prefix tokens and the patches.

@@ -873,3 +873,30 @@ fn timm_pretrained_cfgs_vitrt_cannot_reproduce_are_errors() {
         }
     }
 }
+
+#[test]
+fn every_timm_fixture_checkpoint_is_preprocessed_to_its_models_input_size() {
+    // The timm fixtures' config.json (made by timm's save_for_hf) hold the pretrained_cfg the
+    // checkpoint is preprocessed by: center and squash crops, bicubic and bilinear.
+    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models");
+    let mut seen = Vec::new();
+    for entry in std::fs::read_dir(&models).unwrap() {
+        let dir = entry.unwrap().path();
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("timm-") {
+            continue;
+        }
+        let model = vitrt_model::ModelConfig::from_file(&dir.join("config.json"))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let pre = PreprocessConfig::of_checkpoint(&dir, model.num_channels)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .unwrap_or_else(|| panic!("{name}: no pretrained_cfg"));
+        assert_eq!(pre.output_size(), model.image_size, "{name}");
+        seen.push((name, pre.resample()));
+    }
+    assert!(seen.len() >= 7, "{seen:?}");
+    assert!(
+        seen.iter().any(|(_, r)| *r == Resample::Bilinear),
+        "{seen:?}"
+    );
+}

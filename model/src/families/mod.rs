@@ -15,6 +15,7 @@ mod deit;
 mod dinov2;
 mod siglip;
 mod timm;
+mod timm_architectures;
 mod vit;
 
 use crate::family::{Family, TextFamily};

@@ -10,9 +10,9 @@
 use crate::config::{Fields, ModelConfig};
 use crate::family::Family;
 use crate::rules::{
-    ClassifierInput, ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules,
-    ModelType, PooledToken, PoolerKind, ScoreKind, TensorRules, TextDefaults, TextProjection,
-    TextTowerRules, TransformersConfig,
+    AttentionPoolNames, AttentionPoolProjections, ClassifierInput, ClassifierRules, ConfigFormat,
+    Defaults, EmbeddingLayout, FamilyRules, ModelType, PooledToken, PoolerKind, ScoreKind,
+    TensorRules, TextDefaults, TextProjection, TextTowerRules, TransformersConfig,
 };
 
 pub(crate) const SIGLIP: FamilyRules = FamilyRules {
@@ -52,7 +52,15 @@ pub(crate) const SIGLIP: FamilyRules = FamilyRules {
         layer_part: super::clip::layer_part,
         fused_qkv: false,
     },
-    pooler: Some(PoolerKind::AttentionPool("head")),
+    pooler: Some(PoolerKind::AttentionPool(AttentionPoolNames {
+        base: "head",
+        query_token: "probe",
+        projections: AttentionPoolProjections::Stacked("attention.in_proj"),
+        output: "attention.out_proj",
+        norm: "layernorm",
+        up: "mlp.fc1",
+        down: "mlp.fc2",
+    })),
     image_projection: None,
     classifier: ClassifierRules {
         name: "classifier",
