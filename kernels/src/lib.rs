@@ -27,6 +27,7 @@ pub mod pixels;
 pub mod pool;
 mod registry;
 pub mod resample;
+pub mod rope;
 pub(crate) mod rows;
 pub mod softmax;
 mod types;

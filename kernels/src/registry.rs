@@ -16,6 +16,7 @@ pub fn all_instantiations() -> Vec<Instantiation> {
     all.extend(crate::jpeg::gpu::instantiations());
     all.extend(crate::jpeg_scan::gpu::instantiations());
     all.extend(crate::resample::gpu::instantiations());
+    all.extend(crate::rope::gpu::instantiations());
     all.extend(crate::matmul::instantiations());
     all.extend(crate::activation::gpu::instantiations());
     all.extend(crate::gather::gpu::instantiations());

@@ -42,4 +42,5 @@ mod gather;
 mod layernorm;
 mod normalize;
 mod patchify;
+mod rope;
 mod softmax;
