@@ -3,6 +3,7 @@
 
 use crate::error::RuntimeError;
 use vitrt_kernels::gather::EndToken;
+use vitrt_kernels::rope::RopeGrid;
 use vitrt_kernels::{Activation, Epilogue};
 
 pub type ValueId = usize;
@@ -125,6 +126,14 @@ pub enum Op {
     /// Each row over the last dimension divided by its Euclidean norm (CLIP's and SigLIP's
     /// embeddings before their cosine similarities).
     L2Normalize,
+    /// Input [B, T, heads·head_dim] (Q or K); output the same with every head of every patch
+    /// token rotated by its position on `grid` (DINOv3's rotary embeddings: the formulas are
+    /// vitrt_kernels::rope's), the tokens ahead of the patches copied.
+    Rope {
+        heads: usize,
+        head_dim: usize,
+        grid: RopeGrid,
+    },
 }
 
 impl Op {
@@ -145,6 +154,7 @@ impl Op {
             Op::TokenEmbedding => "token_embedding",
             Op::SelectEndToken { .. } => "select_end_token",
             Op::L2Normalize => "l2_normalize",
+            Op::Rope { .. } => "rope",
         }
     }
 
@@ -359,6 +369,24 @@ impl Op {
                     return Err(format!("mean of tokens {start}.. of {t}"));
                 }
                 Ok(vec![*b, *c])
+            }
+            Op::Rope {
+                heads,
+                head_dim,
+                grid,
+            } => {
+                arity(1)?;
+                let [_, t, c] = inputs[0] else {
+                    return Err(format!("rope needs [B,T,C], got {:?}", inputs[0]));
+                };
+                if *c != heads * head_dim {
+                    return Err(format!(
+                        "rope over {heads} heads of {head_dim} needs {} columns, got {c}",
+                        heads * head_dim
+                    ));
+                }
+                grid.check(*t, *head_dim)?;
+                Ok(inputs[0].to_vec())
             }
             Op::SwiGlu => {
                 arity(1)?;

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use vitrt_kernels::DType;
 use vitrt_kernels::{
-    activation, add, attention, gather, layernorm, matmul, normalize, patchify, pool, softmax,
+    activation, add, attention, gather, layernorm, matmul, normalize, patchify, pool, rope, softmax,
 };
 
 pub struct CpuBackend {
@@ -391,6 +391,11 @@ fn run_simple(
             pool::cpu::token_mean(ins[0], s[1], *start, s[2], out);
         }
         Op::SwiGlu => activation::cpu::swiglu(ins[0], last(&bindings[0].shape) / 2, out),
+        Op::Rope {
+            heads,
+            head_dim,
+            grid,
+        } => rope::cpu::rope(ins[0], bindings[0].shape[1], *heads, *head_dim, grid, out),
         Op::TokenEmbedding => {
             let (ids, table) = (&bindings[0].shape, &bindings[1].shape);
             let (tokens, vocab, dim) = (ids[1], table[0], table[1]);

@@ -20,7 +20,7 @@ use vitrt_kernels::jpeg_scan::batch::CHUNK_STATE_BYTES;
 use vitrt_kernels::patchify::gpu::PrefixRows;
 use vitrt_kernels::{
     activation, add, attention, gather, jpeg, jpeg_scan, layernorm, matmul, normalize, patchify,
-    pixels, pool, resample, softmax,
+    pixels, pool, resample, rope, softmax,
 };
 use vitrt_kernels::{DType, PixelBatch};
 
@@ -935,6 +935,14 @@ impl CudaBackend {
             Op::MeanTokens { start } => {
                 let s = &inputs[0].shape;
                 pool::gpu::token_mean(gpu, d, ins[0], s[0], s[1], *start, s[2], out)
+            }
+            Op::Rope {
+                heads,
+                head_dim,
+                grid,
+            } => {
+                let s = &inputs[0].shape;
+                rope::gpu::rope(gpu, d, ins[0], s[0], s[1], *heads, *head_dim, grid, out)
             }
             Op::SwiGlu => {
                 let half = last(&inputs[0].shape) / 2;
