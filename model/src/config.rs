@@ -61,11 +61,16 @@ pub struct EncoderConfig {
     pub hidden_act: Activation,
     pub layer_norm_eps: f32,
     pub qkv_bias: bool,
+    /// With `qkv_bias`, whether the key projection has its bias too (DINOv3's has none).
+    pub key_bias: bool,
     /// DINOv2's per-channel scale of each block's attention and MLP outputs.
     pub layer_scale: bool,
     pub mlp: Mlp,
     /// Each token attends only to itself and the tokens before it (CLIP's text tower).
     pub causal: bool,
+    /// DINOv3: Q and K are rotated by their patch's position on the grid before attention
+    /// (`rope_theta`, the base period); the encoder has no position table.
+    pub rope_theta: Option<f32>,
 }
 
 impl EncoderConfig {
@@ -91,6 +96,12 @@ pub struct ModelConfig {
     pub patch_size: usize,
     pub num_channels: usize,
     pub qkv_bias: bool,
+    /// With `qkv_bias`, whether the key projection has its bias too (DINOv3's
+    /// `key_bias=False`: none).
+    pub key_bias: bool,
+    /// DINOv3: rotary position embeddings on the patch grid (`rope_theta`) instead of a
+    /// position table.
+    pub rope_theta: Option<f32>,
     /// DINOv2 with registers: register tokens after the CLS token (no position embedding).
     pub num_register_tokens: usize,
     /// DINOv2: each block's attention and MLP outputs are scaled per channel (`lambda1`).
@@ -138,9 +149,11 @@ impl ModelConfig {
             hidden_act: self.hidden_act,
             layer_norm_eps: self.layer_norm_eps,
             qkv_bias: self.qkv_bias,
+            key_bias: self.key_bias,
             layer_scale: self.layer_scale,
             mlp: self.mlp,
             causal: false,
+            rope_theta: self.rope_theta,
         }
     }
 

@@ -10,7 +10,7 @@ use crate::params::Recipe;
 use crate::rules::LayerPart;
 use std::collections::BTreeMap;
 use vitrt_runtime::passes::{self, AttentionFusion, Fusion};
-use vitrt_runtime::{Epilogue, Graph, HeadSlice, Op, RuntimeError, ValueId};
+use vitrt_runtime::{Epilogue, Graph, HeadSlice, Op, RopeGrid, RuntimeError, ValueId};
 use vitrt_weights::Checkpoint;
 
 /// A linear layer's parameter keys.
@@ -363,9 +363,14 @@ pub(crate) fn collect_layers(
             let qkv = part(t, LayerPart::Query);
             stacked_projections(t, &qkv, d, c.qkv_bias)?
         } else {
+            let mut key = t.linear(&part(t, LayerPart::Key), d, d, c.qkv_bias && c.key_bias)?;
+            if c.qkv_bias && !c.key_bias {
+                // Zeros, so that the three projections stay alike (fused into one matmul).
+                key.bias = Some(t.derived(format!("zeros({d})"), Recipe::Zeros(d), &[d]));
+            }
             [
                 t.linear(&part(t, LayerPart::Query), d, d, c.qkv_bias)?,
-                t.linear(&part(t, LayerPart::Key), d, d, c.qkv_bias)?,
+                key,
                 t.linear(&part(t, LayerPart::Value), d, d, c.qkv_bias)?,
             ]
         };
@@ -440,6 +445,8 @@ pub(crate) fn collect_layers(
     Ok(layers)
 }
 
+/// One encoder block over `x`. `rope`: the patch grid Q and K are rotated on (DINOv3's
+/// rotary embeddings, `EncoderConfig::rope_theta`); it rules out `pad`.
 pub(crate) fn encoder_block(
     g: &mut Graph,
     c: &EncoderConfig,
@@ -447,6 +454,7 @@ pub(crate) fn encoder_block(
     layer: &LayerKeys,
     x: ValueId,
     pad: bool,
+    rope: Option<RopeGrid>,
 ) -> Result<ValueId, ModelError> {
     let n = |s: &str| format!("{name}.{s}");
     let normed = layer_norm(
@@ -459,7 +467,7 @@ pub(crate) fn encoder_block(
     // Padded heads compute the same scores (the zero columns add nothing to Q·Kᵀ, scaled by
     // the true head dim) and the same output (the zero columns of the context meet zero
     // columns of the output projection).
-    let (query, key, value, output, head_dim) = match (&layer.padded, pad) {
+    let (query, key, value, output, head_dim) = match (&layer.padded, pad && rope.is_none()) {
         (Some(p), true) => (&p.query, &p.key, &p.value, &p.attention_output, p.head_dim),
         _ => (
             &layer.query,
@@ -469,9 +477,18 @@ pub(crate) fn encoder_block(
             c.head_dim(),
         ),
     };
-    let q = linear(g, &n("attention.query"), normed, query)?;
-    let k = linear(g, &n("attention.key"), normed, key)?;
+    let mut q = linear(g, &n("attention.query"), normed, query)?;
+    let mut k = linear(g, &n("attention.key"), normed, key)?;
     let v = linear(g, &n("attention.value"), normed, value)?;
+    if let Some(grid) = rope {
+        let op = Op::Rope {
+            heads: c.num_attention_heads,
+            head_dim,
+            grid,
+        };
+        q = g.add_node(&n("attention.query.rope"), op.clone(), &[q])?;
+        k = g.add_node(&n("attention.key.rope"), op, &[k])?;
+    }
     let scale = 1.0 / (c.head_dim() as f32).sqrt();
     let heads = (c.num_attention_heads, head_dim);
     let context = attention(g, &n("attention"), (q, k, v), heads, scale, c.causal)?;

@@ -11,6 +11,8 @@ pub enum Family {
     Deit,
     /// `Dinov2Model`, `Dinov2ForImageClassification`, and the same with registers.
     Dinov2,
+    /// `DINOv3ViTModel` (and `DINOv3ViTBackbone`'s tensors): rotary position embeddings.
+    Dinov3,
     /// The vision tower of CLIP: `CLIPVisionModel(WithProjection)`, `CLIPModel`,
     /// `CLIPForImageClassification`.
     Clip,

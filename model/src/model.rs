@@ -26,7 +26,7 @@ use crate::text::ScoreRule;
 use std::collections::BTreeMap;
 use std::path::Path;
 use vitrt_runtime::passes::{self, Fusion};
-use vitrt_runtime::{Activation, Epilogue, Graph, Op, ParamStore, RuntimeError, ValueId};
+use vitrt_runtime::{Activation, Epilogue, Graph, Op, ParamStore, RopeGrid, RuntimeError, ValueId};
 use vitrt_weights::Checkpoint;
 
 pub use crate::rules::ClassifierInput;
@@ -439,8 +439,14 @@ impl VisionModel {
             .padded_head_dim(batch, options.fusion, supports)
             .is_some();
         let encoder = c.encoder();
+        let rope = c.rope_theta.map(|theta| RopeGrid {
+            prefix_tokens: prefix_rows,
+            rows: h / c.patch_size,
+            cols: w / c.patch_size,
+            theta,
+        });
         for (l, layer) in k.layers.iter().enumerate() {
-            x = encoder_block(&mut g, &encoder, &format!("layer.{l}"), layer, x, pad)?;
+            x = encoder_block(&mut g, &encoder, &format!("layer.{l}"), layer, x, pad, rope)?;
             if options.hidden_states {
                 g.mark_output(&format!("hidden_states.{}", l + 1), x);
             }
@@ -839,33 +845,46 @@ fn collect_params(
         let key = format!("stack({})", prefix_tensors.join(","));
         t.derived(key, Recipe::Stack(prefix_tensors), &[prefix_rows, d])
     });
-    let table_prefix = c.positioned_prefix_tokens();
-    let table_grid = (c.image_size.0 / p, c.image_size.1 / p);
-    let table_rows = table_prefix + table_grid.0 * table_grid.1;
-    let positions_name = names.positions();
-    let stored: Vec<usize> = match names.embedding_layout() {
-        EmbeddingLayout::Batched => vec![1, table_rows, d],
-        EmbeddingLayout::Unbatched => vec![table_rows, d],
+    let input_grid = (input_size.0 / p, input_size.1 / p);
+    let positions = match names.positions() {
+        Some(positions_name) => {
+            let table_prefix = c.positioned_prefix_tokens();
+            let table_grid = (c.image_size.0 / p, c.image_size.1 / p);
+            let table_rows = table_prefix + table_grid.0 * table_grid.1;
+            let stored: Vec<usize> = match names.embedding_layout() {
+                EmbeddingLayout::Batched => vec![1, table_rows, d],
+                EmbeddingLayout::Unbatched => vec![table_rows, d],
+            };
+            t.check(&positions_name, &stored)?;
+            let table = PositionTable {
+                tensor: positions_name.clone(),
+                hidden: d,
+                table_prefix,
+                zero_rows: prefix_rows - table_prefix,
+                table_grid,
+                input_grid,
+                resampling: (c.family.rules().position_resampling)(c),
+            };
+            let rows = table.rows();
+            t.derived(
+                format!(
+                    "positions({positions_name}, {}x{})",
+                    input_size.0, input_size.1
+                ),
+                Recipe::Positions(table),
+                &[rows, d],
+            )
+        }
+        // No table (DINOv3: rotary embeddings in the attention): the patch embedding adds zeros.
+        None => {
+            let rows = prefix_rows + input_grid.0 * input_grid.1;
+            t.derived(
+                format!("zeros({rows}x{d})"),
+                Recipe::Zeros(rows * d),
+                &[rows, d],
+            )
+        }
     };
-    t.check(&positions_name, &stored)?;
-    let table = PositionTable {
-        tensor: positions_name.clone(),
-        hidden: d,
-        table_prefix,
-        zero_rows: prefix_rows - table_prefix,
-        table_grid,
-        input_grid: (input_size.0 / p, input_size.1 / p),
-        resampling: (c.family.rules().position_resampling)(c),
-    };
-    let rows = table.rows();
-    let positions = t.derived(
-        format!(
-            "positions({positions_name}, {}x{})",
-            input_size.0, input_size.1
-        ),
-        Recipe::Positions(table),
-        &[rows, d],
-    );
     let pre_norm = match names.pre_norm().filter(|_| c.pre_norm) {
         Some(base) => Some(t.norm(&base, d)?),
         None => None,

@@ -65,9 +65,10 @@ impl TensorNames {
         (config.num_register_tokens > 0).then(|| self.name(suffix))
     }
 
-    /// The position table, stored as the family's [`EmbeddingLayout`] says.
-    pub fn positions(&self) -> String {
-        self.name(self.rules().positions)
+    /// The position table, stored as the family's [`EmbeddingLayout`] says, where the family
+    /// has one.
+    pub fn positions(&self) -> Option<String> {
+        self.rules().positions.map(|name| self.name(name))
     }
 
     /// How the CLS token and the position table are stored.

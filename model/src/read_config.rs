@@ -157,6 +157,8 @@ fn parse_vision(
         patch_size: patch_h,
         num_channels,
         qkv_bias,
+        key_bias: true,
+        rope_theta: None,
         num_register_tokens: 0,
         layer_scale: false,
         mlp,

@@ -137,8 +137,9 @@ pub(crate) struct TensorRules {
     pub class_token: Option<&'static str>,
     pub distillation_token: Option<&'static str>,
     pub register_tokens: Option<&'static str>,
-    /// The position table.
-    pub positions: &'static str,
+    /// The position table; none where positions enter otherwise (DINOv3's rotary
+    /// embeddings).
+    pub positions: Option<&'static str>,
     /// How the CLS token and the position table are stored.
     pub embedding_layout: EmbeddingLayout,
     /// The layernorm between the embeddings and the encoder.

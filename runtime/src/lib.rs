@@ -24,6 +24,7 @@ pub use graph::{Graph, HeadSlice, Op, ParamSource, ValueId, ValueKind};
 pub use image_decode::DeviceDecode;
 pub use plan::{Plan, Precision};
 pub use vitrt_kernels::gather::EndToken;
+pub use vitrt_kernels::rope::RopeGrid;
 pub use vitrt_kernels::{Activation, DType, Epilogue, PixelBatch};
 
 /// The image kernels' batch descriptions and CPU twins (JPEG entropy decoding, JPEG from

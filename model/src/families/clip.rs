@@ -43,7 +43,7 @@ pub(crate) const CLIP: FamilyRules = FamilyRules {
         class_token: Some("embeddings.class_embedding"),
         distillation_token: None,
         register_tokens: None,
-        positions: "embeddings.position_embedding.weight",
+        positions: Some("embeddings.position_embedding.weight"),
         embedding_layout: EmbeddingLayout::Unbatched,
         // Spelt so in CLIP's checkpoints.
         pre_norm: Some("pre_layrnorm"),

@@ -40,7 +40,7 @@ pub(crate) const DINOV2: FamilyRules = FamilyRules {
         class_token: Some("embeddings.cls_token"),
         distillation_token: None,
         register_tokens: Some("embeddings.register_tokens"),
-        positions: "embeddings.position_embeddings",
+        positions: Some("embeddings.position_embeddings"),
         embedding_layout: EmbeddingLayout::Batched,
         pre_norm: None,
         final_norm: Some("layernorm"),

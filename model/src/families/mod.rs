@@ -13,6 +13,7 @@
 mod clip;
 mod deit;
 mod dinov2;
+mod dinov3;
 mod siglip;
 mod timm;
 mod timm_architectures;
@@ -27,10 +28,11 @@ use std::fmt;
 
 impl Family {
     /// Every family, in the order messages list them.
-    pub(crate) const ALL: [Family; 6] = [
+    pub(crate) const ALL: [Family; 7] = [
         Family::Vit,
         Family::Deit,
         Family::Dinov2,
+        Family::Dinov3,
         Family::Clip,
         Family::Siglip,
         Family::Timm,
@@ -42,6 +44,7 @@ impl Family {
             Family::Vit => &vit::VIT,
             Family::Deit => &deit::DEIT,
             Family::Dinov2 => &dinov2::DINOV2,
+            Family::Dinov3 => &dinov3::DINOV3,
             Family::Clip => &clip::CLIP,
             Family::Siglip => &siglip::SIGLIP,
             Family::Timm => &timm::TIMM,

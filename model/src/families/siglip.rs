@@ -44,7 +44,7 @@ pub(crate) const SIGLIP: FamilyRules = FamilyRules {
         class_token: None,
         distillation_token: None,
         register_tokens: None,
-        positions: "embeddings.position_embedding.weight",
+        positions: Some("embeddings.position_embedding.weight"),
         embedding_layout: EmbeddingLayout::Unbatched,
         pre_norm: None,
         final_norm: Some("post_layernorm"),

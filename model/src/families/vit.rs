@@ -31,7 +31,7 @@ pub(crate) const VIT: FamilyRules = FamilyRules {
         class_token: Some("embeddings.cls_token"),
         distillation_token: None,
         register_tokens: None,
-        positions: "embeddings.position_embeddings",
+        positions: Some("embeddings.position_embeddings"),
         embedding_layout: EmbeddingLayout::Batched,
         pre_norm: None,
         final_norm: Some("layernorm"),

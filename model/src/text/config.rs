@@ -121,6 +121,8 @@ impl TextConfig {
             hidden_act: self.hidden_act,
             layer_norm_eps: self.layer_norm_eps,
             qkv_bias: true,
+            key_bias: true,
+            rope_theta: None,
             layer_scale: false,
             mlp: Mlp::Standard,
             causal: self.family.rules().causal,

@@ -235,7 +235,15 @@ impl TextModel {
         }
         let encoder = c.encoder();
         for (l, layer) in k.layers.iter().enumerate() {
-            x = encoder_block(&mut g, &encoder, &format!("text.layer.{l}"), layer, x, pad)?;
+            x = encoder_block(
+                &mut g,
+                &encoder,
+                &format!("text.layer.{l}"),
+                layer,
+                x,
+                pad,
+                None,
+            )?;
             if options.all_outputs {
                 g.mark_output(&format!("hidden_states.{}", l + 1), x);
             }
