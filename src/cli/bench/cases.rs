@@ -53,6 +53,11 @@ pub enum Kind {
     Attention {
         batch: usize,
     },
+    /// DINOv3's rotary embeddings of one of Q or K, [b, 197, 768] as 12 heads of 64 on a
+    /// 14x14 grid after the CLS token.
+    Rope {
+        batch: usize,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,6 +76,7 @@ impl Case {
             Kind::Add { .. } => "add",
             Kind::Patch { .. } => "patch",
             Kind::Attention { .. } => "attention",
+            Kind::Rope { .. } => "rope",
         }
     }
 
@@ -82,7 +88,9 @@ impl Case {
             Kind::LayerNorm { rows, cols } | Kind::Softmax { rows, cols } => vec![rows, cols],
             Kind::Add { n } => vec![n],
             Kind::Patch { batch } => vec![batch, CHANNELS, IMAGE, IMAGE, PATCH],
-            Kind::Attention { batch } => vec![batch, HEADS, TOKENS, HEAD_DIM],
+            Kind::Attention { batch } | Kind::Rope { batch } => {
+                vec![batch, HEADS, TOKENS, HEAD_DIM]
+            }
         };
         shape.into_iter().map(|d| d as u64).collect()
     }
@@ -104,6 +112,7 @@ impl Case {
     ///   the two kernels and the weights are left out).
     /// - attention: read Q, K and V, write the context: 4·b·197·768·size (the scores and
     ///   probabilities between the kernels are left out: a fused kernel would not move them).
+    /// - rope: read Q, write it rotated: 2·b·197·768·size.
     pub fn bytes(&self, dtype: DType) -> Option<u64> {
         let size = dtype.size_bytes();
         let bytes = match self.kind {
@@ -114,6 +123,7 @@ impl Case {
                 batch * CHANNELS * IMAGE * IMAGE * 4 + batch * TOKENS * HIDDEN * size
             }
             Kind::Attention { batch } => 4 * batch * TOKENS * HIDDEN * size,
+            Kind::Rope { batch } => 2 * batch * TOKENS * HIDDEN * size,
         };
         Some(bytes as u64)
     }
@@ -158,7 +168,7 @@ pub fn catalogue() -> Vec<Case> {
             kind: Kind::Matmul { m: s, n: s, k: s },
         });
     }
-    let memory_bound: [fn(usize) -> Kind; 5] = [
+    let memory_bound: [fn(usize) -> Kind; 6] = [
         |b| Kind::LayerNorm {
             rows: b * TOKENS,
             cols: HIDDEN,
@@ -172,6 +182,7 @@ pub fn catalogue() -> Vec<Case> {
         },
         |batch| Kind::Patch { batch },
         |batch| Kind::Attention { batch },
+        |batch| Kind::Rope { batch },
     ];
     for kind in memory_bound {
         for b in BATCHES {
@@ -200,7 +211,7 @@ mod tests {
         let all = catalogue();
         let count = |op: &str| all.iter().filter(|c| c.op() == op).count();
         assert_eq!(count("matmul"), 4 * 4 + 6);
-        for op in ["layernorm", "softmax", "add", "patch", "attention"] {
+        for op in ["layernorm", "softmax", "add", "patch", "attention", "rope"] {
             assert_eq!(count(op), 4, "{op}");
         }
         let names: Vec<String> = all
@@ -211,8 +222,8 @@ mod tests {
         assert_eq!(unique.len(), names.len(), "every case has its own name");
         assert_eq!(
             all.iter().map(Case::measurements).sum::<usize>(),
-            // Matmuls 4 each; attention (4 batches) 3; the other 16 memory-bound cases 2.
-            22 * 4 + 4 * 3 + 16 * 2
+            // Matmuls 4 each; attention (4 batches) 3; the other 20 memory-bound cases 2.
+            22 * 4 + 4 * 3 + 20 * 2
         );
     }
 
@@ -244,6 +255,9 @@ mod tests {
         let attention = find("vit-b16/b64", "attention");
         assert_eq!(attention.shape(), [64, 12, 197, 64]);
         assert_eq!(attention.bytes(DType::F16), Some(4 * 64 * 197 * 768 * 2));
+        let rope = find("vit-b16/b256", "rope");
+        assert_eq!(rope.shape(), [256, 12, 197, 64]);
+        assert_eq!(rope.bytes(DType::BF16), Some(2 * 256 * 197 * 768 * 2));
     }
 
     #[test]
@@ -257,7 +271,7 @@ mod tests {
         assert_eq!(keep("qkv"), 4);
         assert_eq!(keep("softmax"), 4);
         assert_eq!(keep("square/8192"), 1);
-        assert_eq!(keep("b64"), 4 + 5);
+        assert_eq!(keep("b64"), 4 + 6);
         assert_eq!(keep("matmul/vit-b16"), 16);
         assert_eq!(keep("no such case"), 0);
         assert!(catalogue().iter().all(|c| c.matches(None)));

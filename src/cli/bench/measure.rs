@@ -12,6 +12,7 @@ use vitrt_kernels::cuda::{
     copies_beyond_l2, slot_offset, Cublas, DevPtr, DeviceBuffer, Gpu, KernelError, Timer,
 };
 use vitrt_kernels::patchify::gpu::PrefixRows;
+use vitrt_kernels::rope::{self, RopeGrid};
 use vitrt_kernels::{activation, add, attention, layernorm, matmul, patchify, softmax};
 use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem};
 use vitrt_runtime::lowering::{self, HeadSource};
@@ -562,6 +563,31 @@ impl Bench<'_> {
                 })
             }
             Kind::Attention { batch } => self.time_attention(batch, true),
+            Kind::Rope { batch } => {
+                let n = batch * TOKENS * HIDDEN;
+                let copies = self.copies(2 * n * size);
+                let x = self.input(d, n, copies, 3.0)?;
+                let out = self.output(n, copies)?;
+                let grid = RopeGrid {
+                    prefix_tokens: 1,
+                    rows: IMAGE / PATCH,
+                    cols: IMAGE / PATCH,
+                    theta: 100.0,
+                };
+                self.measure(copies, |i| {
+                    rope::gpu::rope(
+                        gpu,
+                        d,
+                        x.view(i)?,
+                        batch,
+                        TOKENS,
+                        HEADS,
+                        HEAD_DIM,
+                        &grid,
+                        out.view(i)?,
+                    )
+                })
+            }
             Kind::Matmul { .. } => Err(KernelError::InvalidArgument(
                 "matmuls are timed by Bench::matmul".into(),
             )),
