@@ -725,7 +725,7 @@ impl VisionModel {
                 let cls = g.add_node("pooler.cls_token", Op::SelectToken { index: 0 }, &[last])?;
                 layer_norm(g, "post_layernorm", cls, norm, c.layer_norm_eps)?
             }
-            PoolerKeys::AttentionPool(head) => self.attention_pool(g, last, head)?,
+            PoolerKeys::AttentionPool(head) => self.attention_pool(g, last, head, false)?,
             PoolerKeys::GlobalPool {
                 pool,
                 attention_pool,
@@ -745,8 +745,9 @@ impl VisionModel {
                     (GlobalPool::TokenMean, _) => {
                         g.add_node("pool.token_mean", Op::MeanTokens { start: 0 }, &[last])?
                     }
+                    // timm's head reads the pool's vector as a matmul operand.
                     (GlobalPool::AttentionPool, Some(head)) => {
-                        self.attention_pool(g, last, head)?
+                        self.attention_pool(g, last, head, true)?
                     }
                     (GlobalPool::AttentionPool, None) => {
                         return Err(ModelError::Usage("inconsistent pooler".into()))
@@ -760,12 +761,17 @@ impl VisionModel {
         })
     }
 
-    /// An attention-pooling head over every token of `last`: one vector per image.
+    /// An attention-pooling head over every token of `last`: one vector per image. Its
+    /// residual sum is in the residual stream's type (f32 in bf16 runs); `for_a_matmul`: the
+    /// vector is taken out as the mean of its one token, which writes the compute type that a
+    /// matmul reading it needs, with the same value, rounded once (the token selection keeps
+    /// the stream's type, as SigLIP's `pooler_output` is best kept).
     fn attention_pool(
         &self,
         g: &mut Graph,
         last: ValueId,
         head: &AttentionPoolKeys,
+        for_a_matmul: bool,
     ) -> Result<ValueId, ModelError> {
         let c = &self.config;
         let d = c.hidden_size;
@@ -790,7 +796,12 @@ impl VisionModel {
         let act = g.add_node(&node("mlp.act"), Op::Activation(c.hidden_act), &[up])?;
         let down = linear(g, &node("mlp.fc2"), act, &head.down)?;
         let pooled = g.add_node(&node("residual"), Op::Add, &[down, attended])?;
-        Ok(g.add_node(&node("pooled"), Op::SelectToken { index: 0 }, &[pooled])?)
+        let squeeze = if for_a_matmul {
+            Op::MeanTokens { start: 0 }
+        } else {
+            Op::SelectToken { index: 0 }
+        };
+        Ok(g.add_node(&node("pooled"), squeeze, &[pooled])?)
     }
 }
 
