@@ -1,5 +1,6 @@
 //! `vitrt zero-shot` and `vitrt embed-text` end to end on the CPU, with the tiny CLIP and
-//! SigLIP fixtures (tests/fixtures/models/ZERO-SHOT.md): the labels' probabilities equal what
+//! SigLIP fixtures (tests/fixtures/models/ZERO-SHOT.md) and open_clip's
+//! (tests/fixtures/models/OPEN-CLIP.md): the labels' probabilities equal what
 //! the library computes from the same files (tokenizer, text tower, the vision graph's
 //! scores), templates are averaged, text embeddings match PyTorch's reference, and bad labels,
 //! templates and checkpoints are clear errors.
@@ -97,7 +98,12 @@ fn zero_shot(model: &Path, extra: &[&str], home: &Path) -> std::process::Output 
 fn zero_shot_probabilities_are_the_librarys() {
     let home = temp();
     let labels = ["cat", "dog", "cup of coffee"];
-    for name in ["clip-zero-shot", "siglip-zero-shot"] {
+    for name in [
+        "clip-zero-shot",
+        "siglip-zero-shot",
+        "open-clip-vit",
+        "open-clip-quickgelu-avg",
+    ] {
         let dir = fixture(name);
         let o = zero_shot(
             &dir,
@@ -123,12 +129,12 @@ fn zero_shot_probabilities_are_the_librarys() {
                 );
             }
         }
-        if name == "clip-zero-shot" {
+        if name != "siglip-zero-shot" {
             for row in &ours {
                 let sum: f32 = row.iter().sum();
                 assert!(
                     (sum - 1.0).abs() < 1e-5,
-                    "CLIP's softmax over the labels: {sum}"
+                    "{name}: CLIP's softmax over the labels: {sum}"
                 );
             }
         }
@@ -193,7 +199,12 @@ fn bad_labels_templates_and_checkpoints_are_clear_errors() {
 fn embed_text_matches_pytorch_and_normalizes() {
     let home = temp();
     let work = temp();
-    for name in ["clip-zero-shot", "siglip-zero-shot"] {
+    for name in [
+        "clip-zero-shot",
+        "siglip-zero-shot",
+        "open-clip-vit",
+        "open-clip-quickgelu-avg",
+    ] {
         let dir = fixture(name);
         // The reference's first three prompts and their text embeddings.
         let bytes = std::fs::read(dir.join("text-reference.safetensors")).unwrap();

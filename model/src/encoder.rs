@@ -7,7 +7,7 @@ use crate::config::{EncoderConfig, Mlp};
 use crate::error::ModelError;
 use crate::names::TensorNames;
 use crate::params::Recipe;
-use crate::rules::LayerPart;
+use crate::rules::{LayerPart, QkvLayout};
 use std::collections::BTreeMap;
 use vitrt_runtime::passes::{self, AttentionFusion, Fusion};
 use vitrt_runtime::{Epilogue, Graph, HeadSlice, Op, RopeGrid, RuntimeError, ValueId};
@@ -185,7 +185,8 @@ impl ParamTable<'_> {
 
 /// Projections stored as rows of one stacked tensor (`[N·d, d]`, bias `[N·d]`), one `d`-row
 /// block each, named by `parts` in their order: Q, K and V in timm's `attn.qkv` and torch's
-/// `MultiheadAttention.in_proj_*`; K and V in timm's attention pool's `kv`.
+/// `MultiheadAttention.in_proj_*` (SigLIP's head, open_clip's blocks); K and V in timm's
+/// attention pool's `kv`.
 pub(crate) fn stacked_rows<const N: usize>(
     t: &mut ParamTable,
     (weight, bias): (&str, Option<&str>),
@@ -359,20 +360,29 @@ pub(crate) fn collect_layers(
     for l in 0..c.num_hidden_layers {
         let part = |t: &ParamTable, part| t.pick(&names.layer(l, part));
         let norm_before = t.norm(&part(t, LayerPart::NormBefore), d)?;
-        let [query, key, value] = if names.fused_qkv() {
-            let qkv = part(t, LayerPart::Query);
-            stacked_projections(t, &qkv, d, c.qkv_bias)?
-        } else {
-            let mut key = t.linear(&part(t, LayerPart::Key), d, d, c.qkv_bias && c.key_bias)?;
-            if c.qkv_bias && !c.key_bias {
-                // Zeros, so that the three projections stay alike (fused into one matmul).
-                key.bias = Some(t.derived(format!("zeros({d})"), Recipe::Zeros(d), &[d]));
+        let [query, key, value] = match names.qkv() {
+            QkvLayout::Stacked => {
+                let qkv = part(t, LayerPart::Query);
+                stacked_projections(t, &qkv, d, c.qkv_bias)?
             }
-            [
-                t.linear(&part(t, LayerPart::Query), d, d, c.qkv_bias)?,
-                key,
-                t.linear(&part(t, LayerPart::Value), d, d, c.qkv_bias)?,
-            ]
+            QkvLayout::InProjection => {
+                let in_proj = part(t, LayerPart::Query);
+                let (weight, bias) = (format!("{in_proj}_weight"), format!("{in_proj}_bias"));
+                let bias = c.qkv_bias.then_some(bias.as_str());
+                stacked_rows(t, (&weight, bias), d, ["q", "k", "v"])?
+            }
+            QkvLayout::Separate => {
+                let mut key = t.linear(&part(t, LayerPart::Key), d, d, c.qkv_bias && c.key_bias)?;
+                if c.qkv_bias && !c.key_bias {
+                    // Zeros, so that the three projections stay alike (fused into one matmul).
+                    key.bias = Some(t.derived(format!("zeros({d})"), Recipe::Zeros(d), &[d]));
+                }
+                [
+                    t.linear(&part(t, LayerPart::Query), d, d, c.qkv_bias)?,
+                    key,
+                    t.linear(&part(t, LayerPart::Value), d, d, c.qkv_bias)?,
+                ]
+            }
         };
         let attention_output_base = part(t, LayerPart::AttentionOutput);
         let attention_output = if c.layer_scale {

@@ -24,6 +24,11 @@ pub enum Family {
     /// token, registers, `norm_pre`, the pool (`token`, `avg`, `map`) and `fc_norm` as the
     /// architecture's registered arguments and the checkpoint's `model_args` say.
     Timm,
+    /// open_clip's own CLIP checkpoints (`open_clip_config.json` beside
+    /// `open_clip_model.safetensors`: LAION's, DFN's, MetaCLIP's ViT-B/L/H/bigG): the vision
+    /// transformer of `open_clip.CLIP`, Q, K and V in torch's `MultiheadAttention` in-projection,
+    /// the projection stored as the matrix of `x @ W`.
+    OpenClip,
 }
 
 /// The families with a text tower.
@@ -37,4 +42,8 @@ pub enum TextFamily {
     /// padded to its length, pooled at the last token, a `head` with a bias; each label's
     /// score is a sigmoid.
     Siglip,
+    /// open_clip's CLIP text tower: CLIP's byte-level BPE and causal blocks, pooled at the
+    /// highest token id (the end-of-text token), `text_projection` as the matrix of `x @ W`;
+    /// scores are a softmax over the labels.
+    OpenClip,
 }

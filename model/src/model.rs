@@ -21,7 +21,9 @@ use crate::encoder::{
 use crate::error::ModelError;
 use crate::names::TensorNames;
 use crate::params::{PositionTable, Recipe};
-use crate::rules::{AttentionPoolNames, AttentionPoolProjections, EmbeddingLayout, PoolerKind};
+use crate::rules::{
+    AttentionPoolNames, AttentionPoolProjections, EmbeddingLayout, ImageProjection, PoolerKind,
+};
 use crate::text::ScoreRule;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -220,10 +222,11 @@ pub struct ZeroShotLabels {
 static LABEL_SETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl VisionModel {
-    /// Reads `config.json` and the safetensors weights of a model folder and checks that every
-    /// tensor the graph needs is there with the right shape.
+    /// Reads the config (`config.json`, or a family's own file such as open_clip's
+    /// `open_clip_config.json`) and the safetensors weights of a model folder and checks that
+    /// every tensor the graph needs is there with the right shape.
     pub fn load(dir: &Path) -> Result<VisionModel, ModelError> {
-        let config = ModelConfig::from_file(&dir.join("config.json"))?;
+        let config = ModelConfig::from_file(&crate::families::config_file(dir))?;
         let checkpoint = Checkpoint::open(dir)?;
         VisionModel::from_parts(config, checkpoint)
     }
@@ -947,13 +950,19 @@ fn collect_params(
             fc_norm,
         }) => Some(PoolerKeys::GlobalPool {
             pool: c.global_pool,
-            attention_pool: match c.global_pool {
-                GlobalPool::AttentionPool => Some(Box::new(attention_pool_keys(
+            attention_pool: match (c.global_pool, attention_pool) {
+                (GlobalPool::AttentionPool, Some(head)) => Some(Box::new(attention_pool_keys(
                     &mut t,
                     &names.prefix,
-                    &attention_pool,
+                    &head,
                     c,
                 )?)),
+                (GlobalPool::AttentionPool, None) => {
+                    return Err(ModelError::Usage(format!(
+                        "{} has no attention-pooling head",
+                        c.family.name()
+                    )))
+                }
                 _ => None,
             },
             fc_norm: match c.fc_norm {
@@ -964,10 +973,24 @@ fn collect_params(
         None => None,
     };
     let projection = match rules.image_projection {
-        Some(name) => match checkpoint.shape(&format!("{name}.weight")) {
+        Some(ImageProjection::Linear(name)) => match checkpoint.shape(&format!("{name}.weight")) {
             Some(shape) if shape.len() == 2 => Some(t.linear(name, shape[0], d, false)?),
             _ => None,
         },
+        Some(ImageProjection::Matrix(name)) => {
+            let name = format!("{}{name}", names.prefix);
+            match checkpoint.shape(&name) {
+                Some(&[rows, embed]) if rows == d => {
+                    Some(transposed_matrix(&mut t, &name, d, embed))
+                }
+                Some(shape) => {
+                    return Err(ModelError::Checkpoint(format!(
+                        "{name} has shape {shape:?}, expected [{d}, embedding size]"
+                    )))
+                }
+                None => None,
+            }
+        }
         None => None,
     };
     let classifier = match head {
@@ -1034,6 +1057,26 @@ fn collect_params(
         classifier,
     };
     Ok((keys, t.params))
+}
+
+/// A bias-free projection stored as the `[k, n]` matrix of `x @ W` (open_clip's `proj` and
+/// `text_projection`), as a linear layer's `[n, k]` weight.
+pub(crate) fn transposed_matrix(t: &mut ParamTable, name: &str, k: usize, n: usize) -> LinearKeys {
+    let weight = t.derived(
+        format!("transpose({name})"),
+        Recipe::Transposed {
+            tensor: name.into(),
+            rows: k,
+            cols: n,
+        },
+        &[n, k],
+    );
+    LinearKeys {
+        weight,
+        bias: None,
+        n,
+        k,
+    }
 }
 
 /// The classifier a checkpoint holds, from its tensors.

@@ -4,7 +4,7 @@
 //! in front of them.
 
 use crate::config::{Family, Mlp, ModelConfig};
-use crate::rules::{EmbeddingLayout, LayerPart, TensorRules};
+use crate::rules::{EmbeddingLayout, LayerPart, QkvLayout, TensorRules};
 use vitrt_weights::Checkpoint;
 
 /// The names of one family's tensors in one checkpoint.
@@ -114,9 +114,10 @@ impl TensorNames {
         suffixes.iter().map(|s| format!("{base}{s}")).collect()
     }
 
-    /// Whether Q, K and V are stored as one tensor of 3·hidden rows, in that order (timm).
-    pub fn fused_qkv(&self) -> bool {
-        self.rules().fused_qkv
+    /// How Q, K and V are stored: three tensors, or one of 3·hidden rows in that order
+    /// (timm's `attn.qkv`, open_clip's `attn.in_proj_weight`).
+    pub(crate) fn qkv(&self) -> QkvLayout {
+        self.rules().qkv
     }
 
     /// The classifier's base name.

@@ -29,6 +29,13 @@ pub enum Recipe {
         start: usize,
         len: usize,
     },
+    /// The transpose of a `[rows, cols]` tensor: open_clip's projections, stored as the
+    /// `[in, out]` matrix of `x @ W`, as the `[out, in]` weight of a linear layer.
+    Transposed {
+        tensor: String,
+        rows: usize,
+        cols: usize,
+    },
     /// Every value times `factor` (an exact power of two where used: DeiT's two heads halved).
     Scaled {
         tensor: String,
@@ -103,6 +110,13 @@ impl Recipe {
                 .chunks(*cols)
                 .flat_map(|row| row[*start..start + len].iter().copied())
                 .collect(),
+            Recipe::Transposed { tensor, rows, cols } => {
+                let values = load(tensor)?;
+                (0..*cols)
+                    .flat_map(|c| (0..*rows).map(move |r| (r, c)))
+                    .map(|(r, c)| values[r * cols + c])
+                    .collect()
+            }
             Recipe::Scaled { tensor, factor } => {
                 load(tensor)?.into_iter().map(|v| v * factor).collect()
             }
@@ -190,6 +204,24 @@ impl PositionTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transposed_tensors_swap_rows_and_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.safetensors");
+        let values: Vec<f32> = (0..6).map(|v| v as f32).collect();
+        vitrt_weights::write_f32_tensors(&path, &[("w".into(), vec![2, 3], values)]).unwrap();
+        let checkpoint = Checkpoint::open(&path).unwrap();
+        let recipe = Recipe::Transposed {
+            tensor: "w".into(),
+            rows: 2,
+            cols: 3,
+        };
+        assert_eq!(
+            recipe.make(&checkpoint).unwrap(),
+            vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]
+        );
+    }
 
     #[test]
     fn position_tables_keep_the_prefix_and_zero_the_registers() {

@@ -8,6 +8,7 @@
 use crate::config::{Fields, Mlp, ModelConfig};
 use crate::family::Family;
 use crate::positions::Resampling;
+use crate::text::TextConfig;
 use serde_json::{Map, Value};
 
 /// What the classifier reads.
@@ -67,20 +68,31 @@ pub(crate) struct FamilyRules {
     /// The pooler (`pooler_output`), if the family has one.
     pub pooler: Option<PoolerKind>,
     /// The projection of the pooled output into the embedding space shared with the text
-    /// tower: a bias-free linear layer beside the towers' tensors (CLIP's
-    /// `visual_projection`), used where the checkpoint holds it.
-    pub image_projection: Option<&'static str>,
+    /// tower, used where the checkpoint holds it.
+    pub image_projection: Option<ImageProjection>,
     /// The classifier of its `*ForImageClassification` checkpoints.
     pub classifier: ClassifierRules,
     /// How the position table is resampled for another image size.
     pub position_resampling: fn(&ModelConfig) -> Resampling,
 }
 
+/// The bias-free projection of a vision tower's pooled output into the embedding space it
+/// shares with the text tower.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ImageProjection {
+    /// An `nn.Linear` beside the towers' tensors, `{name}.weight` `[embed, hidden]` (CLIP's
+    /// `visual_projection`).
+    Linear(&'static str),
+    /// A bare `[hidden, embed]` matrix under the encoder's prefix, applied as `x @ W`
+    /// (open_clip's `visual.proj`): the transpose of a linear layer's weight.
+    Matrix(&'static str),
+}
+
 /// How a family's `config.json` is recognised and read.
 pub(crate) enum ConfigFormat {
     /// transformers' `config.json`, read by the shared reader (`ModelConfig::from_json_str`).
     Transformers(TransformersConfig),
-    /// A format of the family's own (timm's).
+    /// A format of the family's own (timm's, open_clip's).
     Own(OwnConfig),
 }
 
@@ -116,9 +128,11 @@ pub(crate) struct Defaults {
     pub layer_norm_eps: f64,
 }
 
-/// A family's own `config.json` format: one without `model_type` that has `key`, read whole
-/// by `read`.
+/// A family's own config format: a JSON file named `file` in the checkpoint's folder
+/// (`config.json` for timm, `open_clip_config.json` for open_clip), without `model_type`,
+/// that has `key`, read whole by `read`.
 pub(crate) struct OwnConfig {
+    pub file: &'static str,
     pub key: &'static str,
     pub read: fn(&Map<String, Value>) -> Result<ModelConfig, String>,
 }
@@ -152,8 +166,22 @@ pub(crate) struct TensorRules {
     /// or a bare parameter is up to the caller), most common first; none for a part the
     /// family's blocks lack.
     pub layer_part: fn(LayerPart) -> &'static [&'static str],
-    /// Q, K and V are stored as one tensor of 3·hidden rows, in that order.
-    pub fused_qkv: bool,
+    /// How Q, K and V are stored.
+    pub qkv: QkvLayout,
+}
+
+/// How a family's blocks store their Q, K and V projections (the name is the layer part's
+/// `Query`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QkvLayout {
+    /// Three linear layers, `{name}.weight` and `{name}.bias` each.
+    Separate,
+    /// One linear layer of 3·hidden rows, Q, K and V in that order: `{name}.weight` and
+    /// `{name}.bias` (timm's `attn.qkv`).
+    Stacked,
+    /// torch's `nn.MultiheadAttention`: the same rows as `{name}_weight` and `{name}_bias`
+    /// (open_clip's `attn.in_proj`).
+    InProjection,
 }
 
 /// How the CLS token and the position table are stored.
@@ -181,7 +209,9 @@ pub(crate) enum PoolerKind {
     /// or an attention-pooling head of these names), then a layernorm of this name where the
     /// config has one (`ModelConfig::fc_norm`): timm's `global_pool` and `fc_norm`.
     GlobalPool {
-        attention_pool: AttentionPoolNames,
+        /// None: the family has no attention-pooling head (open_clip's pools are the CLS
+        /// token and the patch mean).
+        attention_pool: Option<AttentionPoolNames>,
         fc_norm: &'static str,
     },
 }
@@ -245,22 +275,22 @@ pub(crate) fn no_own_fields(_: &str, _: &Fields, _: &mut ModelConfig) -> Result<
     Ok(())
 }
 
-/// What sets one family's text tower apart from the other's.
+/// What sets one family's text tower apart from the others'.
 pub(crate) struct TextTowerRules {
     /// The family whose vision tower it pairs with: its name, and its blocks' tensor names.
     pub family: Family,
-    /// The dual tower's `model_type` (the text tower's fields under `text_config`), and the
-    /// text model's own.
-    pub dual_model_type: &'static str,
-    pub text_model_type: &'static str,
-    /// The values of the fields a config may leave out.
-    pub defaults: TextDefaults,
-    pub read_projection_size: ReadProjectionSize,
+    /// How the text tower's config is recognised and read.
+    pub config: TextConfigFormat,
+    /// Where its tensors live besides the blocks.
+    pub tensors: TextTensorRules,
     /// Each token attends only to itself and the tokens before it.
     pub causal: bool,
     /// The token that ends every sequence, and the tokenizer class's pad token.
     pub end_token: &'static str,
     pub default_pad_token: &'static str,
+    /// The id every sequence is padded with whatever the tokenizer files name as the pad
+    /// token (open_clip's tokenizer pads with 0); None: the tokenizer files' pad token.
+    pub pad_id: Option<u32>,
     /// A checkpoint without `tokenizer.json` may ship SentencePiece's `spiece.model` instead,
     /// tokenized as transformers' slow tokenizer class does.
     pub reads_spiece_model: bool,
@@ -269,6 +299,46 @@ pub(crate) struct TextTowerRules {
     pub projection: TextProjection,
     /// How image-text similarities become scores.
     pub scores: ScoreKind,
+}
+
+/// How a text tower's config is recognised and read.
+pub(crate) enum TextConfigFormat {
+    /// transformers' `config.json`, read by the shared reader (`TextConfig::from_json_str`).
+    Transformers(TransformersTextConfig),
+    /// A format of the family's own (open_clip's `model_cfg.text_cfg`), recognised by `key`
+    /// and read whole by `read`.
+    Own {
+        key: &'static str,
+        read: ReadTextConfig,
+    },
+}
+
+/// Reads a text tower's config from a family's own config file, whole.
+pub(crate) type ReadTextConfig = fn(&Map<String, Value>) -> Result<TextConfig, String>;
+
+/// How the shared reader reads a family's transformers text config.
+pub(crate) struct TransformersTextConfig {
+    /// The dual tower's `model_type` (the text tower's fields under `text_config`), and the
+    /// text model's own.
+    pub dual_model_type: &'static str,
+    pub text_model_type: &'static str,
+    /// The values of the fields a config may leave out.
+    pub defaults: TextDefaults,
+    pub read_projection_size: ReadProjectionSize,
+}
+
+/// The names of a text tower's tensors besides its blocks (whose names are its family's
+/// `TensorRules::layers` and `layer_part`), each after the tower's prefix.
+pub(crate) struct TextTensorRules {
+    /// The prefixes the tower's tensors may be under, tried in order: the first under which
+    /// the token embedding is found is the checkpoint's.
+    pub prefixes: &'static [&'static str],
+    /// The token embedding table, `[vocab, hidden]`.
+    pub token_embedding: &'static str,
+    /// The position table, `[context, hidden]`.
+    pub positions: &'static str,
+    /// The layernorm after the blocks.
+    pub final_norm: &'static str,
 }
 
 /// A text tower's defaults for the fields its config may leave out.
@@ -291,6 +361,9 @@ pub(crate) type ReadProjectionSize = fn(&Fields, &Fields, bool, usize) -> Result
 pub(crate) enum PooledToken {
     /// The end-of-text token (`TextConfig::eos_token_id`).
     EndToken,
+    /// The first position of the highest id (open_clip's `argmax` pool: the end-of-text
+    /// token is the highest id of CLIP's vocabulary).
+    HighestId,
     /// The last token of the padded sequence.
     LastToken,
 }
@@ -304,6 +377,9 @@ pub(crate) enum TextProjection {
     /// A layer with a bias under the text tower's prefix, the pooler's last step
     /// (`pooler_output` is its output).
     Head(&'static str),
+    /// A bare `[hidden, embed]` matrix under the text tower's prefix, applied as `x @ W`
+    /// after the pooler (open_clip's `text_projection`), used where the checkpoint holds it.
+    Matrix(&'static str),
 }
 
 /// How a dual tower turns the image-text cosine similarities into scores.

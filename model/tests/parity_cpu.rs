@@ -13,7 +13,7 @@ fn fixtures() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
         .expect("tests/fixtures/models exists")
         .map(|e| e.unwrap().path())
-        .filter(|p| p.join("config.json").exists())
+        .filter(|p| p.join("config.json").exists() || p.join("open_clip_config.json").exists())
         .collect();
     dirs.sort();
     assert!(

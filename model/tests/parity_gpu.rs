@@ -19,7 +19,7 @@ fn fixtures() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.join("config.json").exists())
+        .filter(|p| p.join("config.json").exists() || p.join("open_clip_config.json").exists())
         .collect();
     dirs.sort();
     dirs

@@ -900,3 +900,46 @@ fn every_timm_fixture_checkpoint_is_preprocessed_to_its_models_input_size() {
         "{seen:?}"
     );
 }
+
+/// open_clip's eval transform (the one `create_model_and_transforms` returns for each
+/// open_clip fixture, recorded in its preprocess-reference.safetensors by
+/// scripts/fixtures/make_open_clip_fixtures.py) against vitrt's reading of the fixture's
+/// open_clip_config.json: torchvision's shortest-edge `Resize` and `CenterCrop` (bicubic) in
+/// one, `Resize((size, size))` (bilinear, squash) in the other, on PIL images.
+#[test]
+fn open_clip_configs_preprocess_as_open_clips_transform() {
+    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models");
+    for name in ["open-clip-vit", "open-clip-quickgelu-avg"] {
+        let dir = models.join(name);
+        let config = PreprocessConfig::of_checkpoint(&dir, 3)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .unwrap_or_else(|| panic!("{name}: no preprocessing found"));
+        let bytes = std::fs::read(dir.join("preprocess-reference.safetensors")).unwrap();
+        let references = SafeTensors::deserialize(&bytes).unwrap();
+        let mut images: Vec<String> = references.names().into_iter().map(String::from).collect();
+        images.sort();
+        assert_eq!(images.len(), 3, "{name}");
+        for image in images {
+            let reference = references.tensor(&image).unwrap();
+            let (height, width) = config.output_size();
+            assert_eq!(reference.shape(), [3, height, width], "{name}/{image}");
+            let expected: Vec<f32> = reference
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+            let ours = preprocess_file(&fixtures().join(&image), &config)
+                .unwrap_or_else(|e| panic!("{name}/{image}: {e}"));
+            let max_abs_diff = ours
+                .iter()
+                .zip(&expected)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            println!("{name}/{image}: max |ours - open_clip| = {max_abs_diff}");
+            assert!(
+                max_abs_diff <= MAX_ABS_DIFF,
+                "{name}/{image}: max |ours - open_clip| = {max_abs_diff}"
+            );
+        }
+    }
+}

@@ -1,16 +1,24 @@
-//! The tokenizers of the zero-shot fixtures give transformers' ids: every string of their
-//! tokens.json and the prompts of their text-reference.safetensors, truncated and padded to the
-//! text tower's context exactly as `padding="max_length", truncation=True` does.
+//! The tokenizers of the zero-shot fixtures give transformers' ids (open_clip's fixtures:
+//! open_clip's `SimpleTokenizer`'s): every string of their tokens.json and the prompts of their
+//! text-reference.safetensors, truncated and padded to the text tower's context exactly as
+//! `padding="max_length", truncation=True` does (open_clip: padded with 0).
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use vitrt_model::{ModelError, TextFamily, TextTokenizer};
 
-const FIXTURES: [(&str, TextFamily, usize); 2] = [
+const FIXTURES: [(&str, TextFamily, usize); 4] = [
     ("clip-zero-shot", TextFamily::Clip, 77),
     ("siglip-zero-shot", TextFamily::Siglip, 64),
+    ("open-clip-vit", TextFamily::OpenClip, 24),
+    ("open-clip-quickgelu-avg", TextFamily::OpenClip, 24),
 ];
+
+/// The fixtures of transformers' checkpoints (config.json with `text_config`).
+const TRANSFORMERS_FIXTURES: &[(&str, TextFamily, usize)] = &[FIXTURES[0], FIXTURES[1]];
+/// The fixtures of open_clip's checkpoints (open_clip_config.json).
+const OPEN_CLIP_FIXTURES: &[(&str, TextFamily, usize)] = &[FIXTURES[2], FIXTURES[3]];
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -59,7 +67,7 @@ fn ids_match_transformers_for_every_string_of_tokens_json() {
         // text fills the whole context, ending with the end token.
         let empty = texts.iter().position(|t| t.is_empty()).unwrap();
         let specials = match family {
-            TextFamily::Clip => 2,
+            TextFamily::Clip | TextFamily::OpenClip => 2,
             TextFamily::Siglip => 1,
         };
         assert_eq!(batch.lengths[empty], specials, "{name}");
@@ -108,9 +116,71 @@ fn ids_match_the_input_ids_of_the_text_reference() {
     }
 }
 
+/// open_clip's tokenizer pads with 0 whatever tokenizer_config.json names, and its end token
+/// is the highest id (the text tower pools at the highest id); the config's context and
+/// vocabulary are the tokenizer's.
+#[test]
+fn open_clip_configs_and_tokenizers_agree() {
+    for &(name, family, context) in OPEN_CLIP_FIXTURES {
+        let dir = fixture(name);
+        let tokenizer = TextTokenizer::from_checkpoint(&dir, context, family).unwrap();
+        let config = read_json(&dir.join("open_clip_config.json"));
+        let text = &config["model_cfg"]["text_cfg"];
+        assert_eq!(text["context_length"], context, "{name}");
+        assert_eq!(text["vocab_size"], tokenizer.vocab_size(), "{name}");
+        assert_eq!(tokenizer.pad_id(), 0, "{name}");
+        assert_eq!(
+            tokenizer.end_id() as usize,
+            tokenizer.vocab_size() - 1,
+            "{name}"
+        );
+    }
+}
+
+/// Where open_clip's own tokenizer and the checkpoint's tokenizer.json disagree (open_clip's
+/// text cleaning: ftfy and HTML unescaping; its special tokens' spelling), vitrt gives
+/// tokenizer.json's ids, padded with 0: the differences docs/cli.md lists, each still there.
+#[test]
+fn open_clip_strings_its_text_cleaning_changes_get_tokenizer_json_ids() {
+    for &(name, family, context) in OPEN_CLIP_FIXTURES {
+        let dir = fixture(name);
+        let tokenizer = TextTokenizer::from_checkpoint(&dir, context, family).unwrap();
+        let expected = read_json(&dir.join("tokens.json"));
+        let differences = expected["differences"].as_array().unwrap();
+        let texts: Vec<String> = differences
+            .iter()
+            .map(|c| c["text"].as_str().unwrap().to_string())
+            .collect();
+        for want in ["&amp;", "<|endoftext|>", "<start_of_text>"] {
+            assert!(
+                texts.iter().any(|t| t.contains(want)),
+                "{name}: no difference with {want}"
+            );
+        }
+        let batch = tokenizer.encode(&texts).unwrap();
+        let ids = |case: &Value, key: &str| -> Vec<u32> {
+            case[key]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|id| id.as_u64().unwrap() as u32)
+                .collect()
+        };
+        for (index, case) in differences.iter().enumerate() {
+            let text = &texts[index];
+            assert_eq!(
+                batch.row(index),
+                ids(case, "tokenizer_json_ids"),
+                "{name}: {text:?}"
+            );
+            assert_ne!(batch.row(index), ids(case, "ids"), "{name}: {text:?}");
+        }
+    }
+}
+
 #[test]
 fn the_fixture_configs_name_the_tokenizers_end_and_pad_ids() {
-    for (name, family, context) in FIXTURES {
+    for &(name, family, context) in TRANSFORMERS_FIXTURES {
         let dir = fixture(name);
         let tokenizer = TextTokenizer::from_checkpoint(&dir, context, family).unwrap();
         let config = read_json(&dir.join("config.json"));

@@ -19,6 +19,12 @@ pub const SINGLE_FILE_NAME: &str = "model.safetensors";
 pub const INDEX_FILE_NAME: &str = "model.safetensors.index.json";
 /// The PyTorch pickle checkpoint, which we do not load; named in errors.
 pub const PYTORCH_FILE_NAME: &str = "pytorch_model.bin";
+/// The single-file checkpoint open_clip's `save_for_hf` writes (`HF_SAFE_WEIGHTS_NAME`),
+/// beside `open_clip_config.json`.
+pub const OPEN_CLIP_FILE_NAME: &str = "open_clip_model.safetensors";
+/// open_clip's PyTorch pickle checkpoint (`HF_WEIGHTS_NAME`), which we do not load; named in
+/// errors.
+pub const OPEN_CLIP_PYTORCH_FILE_NAME: &str = "open_clip_pytorch_model.bin";
 
 /// A set of named tensors backed by memory-mapped safetensors files.
 #[derive(Debug)]
@@ -51,7 +57,8 @@ struct IndexFile {
 
 impl Checkpoint {
     /// Opens a folder (holding `model.safetensors`, or `model.safetensors.index.json` and its
-    /// shards), a single `.safetensors` file, or an index file directly.
+    /// shards, or open_clip's `open_clip_model.safetensors`), a single `.safetensors` file, or
+    /// an index file directly.
     pub fn open(path: &Path) -> Result<Checkpoint, WeightsError> {
         let metadata = std::fs::metadata(path).map_err(|e| io_error(path, e))?;
         if metadata.is_dir() {
@@ -62,6 +69,10 @@ impl Checkpoint {
             let index = path.join(INDEX_FILE_NAME);
             if index.is_file() {
                 return Self::open_sharded(&index, path);
+            }
+            let open_clip = path.join(OPEN_CLIP_FILE_NAME);
+            if open_clip.is_file() {
+                return Self::open_single(&open_clip, path);
             }
             return Err(no_safetensors_in(path));
         }
@@ -285,8 +296,17 @@ pub(crate) fn no_safetensors_in(dir: &Path) -> WeightsError {
             "it holds only {PYTORCH_FILE_NAME}; safetensors weights are needed \
              ({SINGLE_FILE_NAME} or {INDEX_FILE_NAME} with its shards)"
         )
+    } else if dir.join(OPEN_CLIP_PYTORCH_FILE_NAME).is_file() {
+        format!(
+            "it holds only {OPEN_CLIP_PYTORCH_FILE_NAME}, open_clip's PyTorch pickle, which \
+             vitrt does not read; safetensors weights are needed ({OPEN_CLIP_FILE_NAME}, as \
+             open_clip's save_for_hf writes them)"
+        )
     } else {
-        format!("expected {SINGLE_FILE_NAME} or {INDEX_FILE_NAME} with its shards")
+        format!(
+            "expected {SINGLE_FILE_NAME} or {INDEX_FILE_NAME} with its shards (or \
+             {OPEN_CLIP_FILE_NAME} beside open_clip_config.json)"
+        )
     };
     WeightsError::NoSafetensorsWeights {
         dir: dir.to_path_buf(),

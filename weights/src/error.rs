@@ -72,8 +72,8 @@ pub enum WeightsError {
     #[error("no safetensors weights in {}: {hint}", dir.display())]
     NoSafetensorsWeights { dir: PathBuf, hint: String },
 
-    /// A local model folder without `config.json`.
-    #[error("{} holds no config.json", dir.display())]
+    /// A local model folder without `config.json` (or open_clip's `open_clip_config.json`).
+    #[error("{} holds no config.json (nor open_clip's open_clip_config.json)", dir.display())]
     MissingConfig { dir: PathBuf },
 
     /// Bad arguments to the writer (length against shape, duplicate names, ...).

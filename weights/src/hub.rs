@@ -13,12 +13,16 @@ use hf_hub::api::sync::{ApiBuilder, ApiError, ApiRepo};
 use hf_hub::{Cache, Repo, RepoType};
 
 use crate::checkpoint::{
-    no_safetensors_in, read_shard_names, INDEX_FILE_NAME, PYTORCH_FILE_NAME, SINGLE_FILE_NAME,
+    no_safetensors_in, read_shard_names, INDEX_FILE_NAME, OPEN_CLIP_FILE_NAME,
+    OPEN_CLIP_PYTORCH_FILE_NAME, PYTORCH_FILE_NAME, SINGLE_FILE_NAME,
 };
 use crate::error::WeightsError;
 
 pub const CONFIG_FILE_NAME: &str = "config.json";
 pub const PREPROCESSOR_CONFIG_FILE_NAME: &str = "preprocessor_config.json";
+/// The config of open_clip's own checkpoints (`save_for_hf`'s `HF_CONFIG_NAME`), read where a
+/// folder has no `config.json`.
+pub const OPEN_CLIP_CONFIG_FILE_NAME: &str = "open_clip_config.json";
 /// The text tokenizer's files of CLIP and SigLIP checkpoints (zero-shot labels, text
 /// embeddings), fetched with the model when the repository has them: the fast tokenizer's
 /// `tokenizer.json`, SentencePiece's `spiece.model` (SigLIP's only tokenizer file), and the
@@ -270,11 +274,17 @@ fn resolve_from_hub(
         )));
     }
     let available: HashSet<&str> = info.siblings.iter().map(|s| s.rfilename.as_str()).collect();
-    if !available.contains(CONFIG_FILE_NAME) {
+    // transformers' and timm's config.json, else open_clip's own config.
+    let config_file = if available.contains(CONFIG_FILE_NAME) {
+        CONFIG_FILE_NAME
+    } else if available.contains(OPEN_CLIP_CONFIG_FILE_NAME) {
+        OPEN_CLIP_CONFIG_FILE_NAME
+    } else {
         return Err(unusable(format!(
-            "the repository has no {CONFIG_FILE_NAME}"
+            "the repository has no {CONFIG_FILE_NAME} (nor open_clip's \
+             {OPEN_CLIP_CONFIG_FILE_NAME})"
         )));
-    }
+    };
 
     // Downloads are pinned to the commit, so every file lands in the same snapshot even if the
     // branch moves while we fetch.
@@ -299,10 +309,25 @@ fn resolve_from_hub(
 
     // Decide on the weights before downloading anything, so an unusable repository costs no
     // download.
-    let sharded = if available.contains(SINGLE_FILE_NAME) {
+    let open_clip = config_file == OPEN_CLIP_CONFIG_FILE_NAME;
+    let single_file = if open_clip {
+        OPEN_CLIP_FILE_NAME
+    } else {
+        SINGLE_FILE_NAME
+    };
+    let sharded = if available.contains(single_file) {
         false
-    } else if available.contains(INDEX_FILE_NAME) {
+    } else if !open_clip && available.contains(INDEX_FILE_NAME) {
         true
+    } else if open_clip {
+        let only_pickle = if available.contains(OPEN_CLIP_PYTORCH_FILE_NAME) {
+            format!("it holds only {OPEN_CLIP_PYTORCH_FILE_NAME}, open_clip's PyTorch pickle; ")
+        } else {
+            String::new()
+        };
+        return Err(unusable(format!(
+            "{only_pickle}open_clip's safetensors weights ({OPEN_CLIP_FILE_NAME}) are needed"
+        )));
     } else if available.contains(PYTORCH_FILE_NAME) {
         return Err(unusable(format!(
             "it holds only {PYTORCH_FILE_NAME}; safetensors weights are needed \
@@ -314,7 +339,7 @@ fn resolve_from_hub(
         )));
     };
 
-    fetch(CONFIG_FILE_NAME)?;
+    fetch(config_file)?;
     if available.contains(PREPROCESSOR_CONFIG_FILE_NAME) {
         fetch(PREPROCESSOR_CONFIG_FILE_NAME)?;
     }
@@ -338,7 +363,7 @@ fn resolve_from_hub(
             fetch(shard)?;
         }
     } else {
-        fetch(SINGLE_FILE_NAME)?;
+        fetch(single_file)?;
     }
 
     // Downloading by commit records only the commit as a ref; point the asked revision at it
@@ -399,14 +424,19 @@ impl LocatedFiles {
     }
 }
 
+/// The config (`config.json`, else open_clip's `open_clip_config.json`) and the weights
+/// (`model.safetensors`, the index and its shards, else open_clip's
+/// `open_clip_model.safetensors`) of a model folder.
 fn locate_model_files(dir: &Path) -> Result<LocatedFiles, LocateFailure> {
-    let config = dir.join(CONFIG_FILE_NAME);
-    if !config.is_file() {
-        return Err(LocateFailure::NoConfig);
-    }
+    let config = [CONFIG_FILE_NAME, OPEN_CLIP_CONFIG_FILE_NAME]
+        .into_iter()
+        .map(|name| dir.join(name))
+        .find(|path| path.is_file())
+        .ok_or(LocateFailure::NoConfig)?;
     let preprocessor_config = Some(dir.join(PREPROCESSOR_CONFIG_FILE_NAME)).filter(|p| p.is_file());
     let single = dir.join(SINGLE_FILE_NAME);
     let index = dir.join(INDEX_FILE_NAME);
+    let open_clip = dir.join(OPEN_CLIP_FILE_NAME);
     let weights = if single.is_file() {
         single
     } else if index.is_file() {
@@ -415,6 +445,8 @@ fn locate_model_files(dir: &Path) -> Result<LocatedFiles, LocateFailure> {
             return Err(LocateFailure::MissingShard { shard, index });
         }
         index
+    } else if open_clip.is_file() {
+        open_clip
     } else {
         return Err(LocateFailure::NoWeights);
     };

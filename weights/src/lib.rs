@@ -17,12 +17,16 @@ mod regular_file;
 mod tensor_file;
 mod unique_keys;
 
-pub use checkpoint::{Checkpoint, INDEX_FILE_NAME, PYTORCH_FILE_NAME, SINGLE_FILE_NAME};
+pub use checkpoint::{
+    Checkpoint, INDEX_FILE_NAME, OPEN_CLIP_FILE_NAME, OPEN_CLIP_PYTORCH_FILE_NAME,
+    PYTORCH_FILE_NAME, SINGLE_FILE_NAME,
+};
 pub use dtype::StoredDType;
 pub use error::WeightsError;
 pub use hub::{
     resolve_model, resolve_model_with, HubSettings, ModelFiles, ModelOrigin, ResolveOptions,
-    CONFIG_FILE_NAME, PREPROCESSOR_CONFIG_FILE_NAME, TOKENIZER_FILE_NAMES,
+    CONFIG_FILE_NAME, OPEN_CLIP_CONFIG_FILE_NAME, PREPROCESSOR_CONFIG_FILE_NAME,
+    TOKENIZER_FILE_NAMES,
 };
 pub use regular_file::{describe as describe_file_type, open_regular_file};
 pub use tensor_file::{f32_tensors_bytes, read_f32_tensors, write_f32_tensors, NamedTensor};

@@ -78,6 +78,28 @@ fn a_folder_opens_its_model_safetensors() {
 }
 
 #[test]
+fn a_folder_opens_open_clips_safetensors_and_refuses_its_pickle_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    write_file(&dir.path().join("open_clip_pytorch_model.bin"), b"pickle");
+    let error = Checkpoint::open(dir.path()).unwrap_err().to_string();
+    assert!(
+        error.contains("only open_clip_pytorch_model.bin")
+            && error.contains("open_clip_model.safetensors"),
+        "{error}"
+    );
+    write_file(
+        &dir.path().join("open_clip_model.safetensors"),
+        &safetensors_bytes(&[f32_tensor("logit_scale", &[], &[4.6])], 0),
+    );
+    let checkpoint = Checkpoint::open(dir.path()).unwrap();
+    assert_eq!(checkpoint.load_f32("logit_scale").unwrap(), [4.6]);
+    assert_eq!(
+        checkpoint.files(),
+        [dir.path().join("open_clip_model.safetensors")]
+    );
+}
+
+#[test]
 fn scalars_and_empty_tensors() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.safetensors");

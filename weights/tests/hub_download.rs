@@ -359,6 +359,86 @@ fn a_pytorch_only_repo_is_refused_without_downloading_weights() {
 }
 
 #[test]
+fn an_open_clip_repo_downloads_its_own_config_and_safetensors() {
+    let files = BTreeMap::from([
+        (
+            "open_clip_config.json".to_string(),
+            br#"{"model_cfg": {}}"#.to_vec(),
+        ),
+        (
+            "open_clip_model.safetensors".to_string(),
+            model_bytes("visual.proj", &[1.0, 2.0]),
+        ),
+        (
+            "open_clip_pytorch_model.bin".to_string(),
+            b"pickle".to_vec(),
+        ),
+        ("tokenizer.json".to_string(), b"{}".to_vec()),
+    ]);
+    let hub = FakeHub::start("org/clip", files);
+    let cache = tempfile::tempdir().unwrap();
+    let resolved = resolve_model_with(
+        "org/clip",
+        &ResolveOptions::default(),
+        &hub.settings(cache.path()),
+    )
+    .unwrap_or_else(|e| panic!("{e} (is an HTTP proxy set? see the file comment)"));
+    let snapshot = cache
+        .path()
+        .join("models--org--clip/snapshots")
+        .join(COMMIT);
+    assert_eq!(resolved.config, snapshot.join("open_clip_config.json"));
+    assert_eq!(
+        resolved.weights,
+        snapshot.join("open_clip_model.safetensors")
+    );
+    assert_eq!(
+        downloads(&hub),
+        [
+            "open_clip_config.json",
+            "tokenizer.json",
+            "open_clip_model.safetensors"
+        ]
+    );
+    assert_eq!(
+        Checkpoint::open(&resolved.dir)
+            .unwrap()
+            .load_f32("visual.proj")
+            .unwrap(),
+        [1.0, 2.0]
+    );
+}
+
+#[test]
+fn an_open_clip_repo_with_only_its_pickle_is_refused_without_downloading() {
+    let files = BTreeMap::from([
+        (
+            "open_clip_config.json".to_string(),
+            br#"{"model_cfg": {}}"#.to_vec(),
+        ),
+        (
+            "open_clip_pytorch_model.bin".to_string(),
+            b"pickle".to_vec(),
+        ),
+    ]);
+    let hub = FakeHub::start("org/pickled", files);
+    let cache = tempfile::tempdir().unwrap();
+    let error = resolve_model_with(
+        "org/pickled",
+        &ResolveOptions::default(),
+        &hub.settings(cache.path()),
+    )
+    .unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains("open_clip_pytorch_model.bin")
+            && text.contains("open_clip_model.safetensors"),
+        "{text}"
+    );
+    assert!(downloads(&hub).is_empty(), "{:?}", hub.requests());
+}
+
+#[test]
 fn a_repo_without_config_is_refused() {
     let files = BTreeMap::from([("model.safetensors".to_string(), model_bytes("w", &[1.0]))]);
     let hub = FakeHub::start("org/noconfig", files);

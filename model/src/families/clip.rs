@@ -10,8 +10,9 @@ use crate::config::Fields;
 use crate::family::Family;
 use crate::rules::{
     ClassifierInput, ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules,
-    LayerPart, ModelType, PooledToken, PoolerKind, ScoreKind, TensorRules, TextDefaults,
-    TextProjection, TextTowerRules, TransformersConfig,
+    ImageProjection, LayerPart, ModelType, PooledToken, PoolerKind, QkvLayout, ScoreKind,
+    TensorRules, TextConfigFormat, TextDefaults, TextProjection, TextTensorRules, TextTowerRules,
+    TransformersConfig, TransformersTextConfig,
 };
 
 pub(crate) const CLIP: FamilyRules = FamilyRules {
@@ -51,10 +52,10 @@ pub(crate) const CLIP: FamilyRules = FamilyRules {
         final_norm: None,
         layers: "encoder.layers.",
         layer_part,
-        fused_qkv: false,
+        qkv: QkvLayout::Separate,
     },
     pooler: Some(PoolerKind::NormedClassToken("post_layernorm")),
-    image_projection: Some("visual_projection"),
+    image_projection: Some(ImageProjection::Linear("visual_projection")),
     classifier: ClassifierRules {
         name: "classifier",
         input: ClassifierInput::PatchMean,
@@ -65,21 +66,31 @@ pub(crate) const CLIP: FamilyRules = FamilyRules {
 
 pub(crate) const CLIP_TEXT: TextTowerRules = TextTowerRules {
     family: Family::Clip,
-    dual_model_type: "clip",
-    text_model_type: "clip_text_model",
-    defaults: TextDefaults {
-        vocab_size: 49408,
-        hidden_size: 512,
-        num_attention_heads: 8,
-        intermediate_size: 2048,
-        hidden_act: "quick_gelu",
-        layer_norm_eps: 1e-5,
-        max_position_embeddings: 77,
+    config: TextConfigFormat::Transformers(TransformersTextConfig {
+        dual_model_type: "clip",
+        text_model_type: "clip_text_model",
+        defaults: TextDefaults {
+            vocab_size: 49408,
+            hidden_size: 512,
+            num_attention_heads: 8,
+            intermediate_size: 2048,
+            hidden_act: "quick_gelu",
+            layer_norm_eps: 1e-5,
+            max_position_embeddings: 77,
+        },
+        read_projection_size: read_text_projection_size,
+    }),
+    // transformers' `CLIPTextEmbeddings` and `final_layer_norm`, under `text_model.`.
+    tensors: TextTensorRules {
+        prefixes: &["text_model."],
+        token_embedding: "embeddings.token_embedding.weight",
+        positions: "embeddings.position_embedding.weight",
+        final_norm: "final_layer_norm",
     },
-    read_projection_size: read_text_projection_size,
     causal: true,
     end_token: "<|endoftext|>",
     default_pad_token: "<|endoftext|>",
+    pad_id: None,
     reads_spiece_model: false,
     pooled_token: PooledToken::EndToken,
     projection: TextProjection::AfterPooler("text_projection"),

@@ -8,7 +8,7 @@ use crate::config::{Fields, Mlp, ModelConfig};
 use crate::positions::Resampling;
 use crate::rules::{
     ClassifierInput, ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules,
-    LayerPart, ModelType, PoolerKind, TensorRules, TransformersConfig,
+    LayerPart, ModelType, PoolerKind, QkvLayout, TensorRules, TransformersConfig,
 };
 
 pub(crate) const DINOV2: FamilyRules = FamilyRules {
@@ -46,7 +46,7 @@ pub(crate) const DINOV2: FamilyRules = FamilyRules {
         final_norm: Some("layernorm"),
         layers: "encoder.layer.",
         layer_part,
-        fused_qkv: false,
+        qkv: QkvLayout::Separate,
     },
     pooler: Some(PoolerKind::ClassToken),
     image_projection: None,

@@ -10,7 +10,7 @@ use crate::config::{Fields, Mlp, ModelConfig};
 use crate::positions::Resampling;
 use crate::rules::{
     ClassifierInput, ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules,
-    LayerPart, ModelType, PoolerKind, TensorRules, TransformersConfig,
+    LayerPart, ModelType, PoolerKind, QkvLayout, TensorRules, TransformersConfig,
 };
 use vitrt_runtime::Activation;
 
@@ -44,7 +44,7 @@ pub(crate) const DINOV3: FamilyRules = FamilyRules {
         final_norm: Some("norm"),
         layers: "layer.",
         layer_part,
-        fused_qkv: false,
+        qkv: QkvLayout::Separate,
     },
     pooler: Some(PoolerKind::ClassToken),
     image_projection: None,

@@ -14,6 +14,7 @@ mod clip;
 mod deit;
 mod dinov2;
 mod dinov3;
+mod open_clip;
 mod siglip;
 mod timm;
 mod timm_architectures;
@@ -21,14 +22,33 @@ mod vit;
 
 use crate::family::{Family, TextFamily};
 use crate::rules::{
-    ConfigFormat, FamilyRules, ModelType, OwnConfig, TextTowerRules, TransformersConfig,
+    ConfigFormat, FamilyRules, ModelType, OwnConfig, ReadTextConfig, TextConfigFormat,
+    TextTowerRules, TransformersConfig,
 };
 use serde_json::{Map, Value};
 use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The config file of the checkpoint in `dir`: `config.json` where there is one (transformers'
+/// and timm's), else the first family's own config file that is there (open_clip's
+/// `open_clip_config.json`); `config.json` when there is none, for the error to name.
+pub(crate) fn config_file(dir: &Path) -> PathBuf {
+    let transformers = dir.join("config.json");
+    if transformers.is_file() {
+        return transformers;
+    }
+    Family::ALL
+        .into_iter()
+        .find_map(|family| match &family.rules().config {
+            ConfigFormat::Own(own) => Some(dir.join(own.file)).filter(|path| path.is_file()),
+            ConfigFormat::Transformers(_) => None,
+        })
+        .unwrap_or(transformers)
+}
 
 impl Family {
     /// Every family, in the order messages list them.
-    pub(crate) const ALL: [Family; 7] = [
+    pub(crate) const ALL: [Family; 8] = [
         Family::Vit,
         Family::Deit,
         Family::Dinov2,
@@ -36,6 +56,7 @@ impl Family {
         Family::Clip,
         Family::Siglip,
         Family::Timm,
+        Family::OpenClip,
     ];
 
     /// The registry: each family's rules.
@@ -48,6 +69,7 @@ impl Family {
             Family::Clip => &clip::CLIP,
             Family::Siglip => &siglip::SIGLIP,
             Family::Timm => &timm::TIMM,
+            Family::OpenClip => &open_clip::OPEN_CLIP,
         }
     }
 
@@ -93,28 +115,44 @@ pub(crate) fn supported_model_types() -> String {
 
 impl TextFamily {
     /// Every family with a text tower, in the order messages list them.
-    pub(crate) const ALL: [TextFamily; 2] = [TextFamily::Clip, TextFamily::Siglip];
+    pub(crate) const ALL: [TextFamily; 3] =
+        [TextFamily::Clip, TextFamily::Siglip, TextFamily::OpenClip];
 
     /// The registry of text towers: each one's rules.
     pub(crate) fn rules(self) -> &'static TextTowerRules {
         match self {
             TextFamily::Clip => &clip::CLIP_TEXT,
             TextFamily::Siglip => &siglip::SIGLIP_TEXT,
+            TextFamily::OpenClip => &open_clip::OPEN_CLIP_TEXT,
         }
     }
 
-    /// The family whose configs have `model_type`, and whether the config is a dual tower's.
+    /// The family whose transformers configs have `model_type`, and whether the config is a
+    /// dual tower's.
     pub(crate) fn of_model_type(model_type: &str) -> Option<(TextFamily, bool)> {
         TextFamily::ALL.into_iter().find_map(|family| {
-            let rules = family.rules();
-            if model_type == rules.dual_model_type {
+            let TextConfigFormat::Transformers(config) = &family.rules().config else {
+                return None;
+            };
+            if model_type == config.dual_model_type {
                 Some((family, true))
-            } else if model_type == rules.text_model_type {
+            } else if model_type == config.text_model_type {
                 Some((family, false))
             } else {
                 None
             }
         })
+    }
+
+    /// The reader of `top` when it is a family's own config format (one without
+    /// `model_type`: open_clip's).
+    pub(crate) fn own_config_reader(top: &Map<String, Value>) -> Option<ReadTextConfig> {
+        TextFamily::ALL
+            .into_iter()
+            .find_map(|family| match family.rules().config {
+                TextConfigFormat::Own { key, read } if top.contains_key(key) => Some(read),
+                _ => None,
+            })
     }
 
     /// The token that ends every sequence (CLIP pools its text tower at it).
@@ -141,10 +179,14 @@ impl fmt::Display for TextFamily {
 
 /// The `model_type`s with a text tower, for messages.
 pub(crate) fn text_model_types() -> String {
-    let types = TextFamily::ALL.into_iter().flat_map(|family| {
-        let rules = family.rules();
-        [rules.dual_model_type, rules.text_model_type]
-    });
+    let types = TextFamily::ALL
+        .into_iter()
+        .flat_map(|family| match &family.rules().config {
+            TextConfigFormat::Transformers(config) => {
+                vec![config.dual_model_type, config.text_model_type]
+            }
+            TextConfigFormat::Own { .. } => vec![],
+        });
     types.collect::<Vec<_>>().join(", ")
 }
 
@@ -156,7 +198,7 @@ mod tests {
     fn messages_list_every_model_type_in_order() {
         assert_eq!(
             supported_model_types(),
-            "vit, deit, dinov2, dinov2_with_registers, clip, clip_vision_model, siglip, \
+            "vit, deit, dinov2, dinov2_with_registers, dinov3_vit, clip, clip_vision_model, siglip, \
              siglip_vision_model"
         );
     }

@@ -11,8 +11,9 @@ use crate::config::{Fields, ModelConfig};
 use crate::family::Family;
 use crate::rules::{
     AttentionPoolNames, AttentionPoolProjections, ClassifierInput, ClassifierRules, ConfigFormat,
-    Defaults, EmbeddingLayout, FamilyRules, ModelType, PooledToken, PoolerKind, ScoreKind,
-    TensorRules, TextDefaults, TextProjection, TextTowerRules, TransformersConfig,
+    Defaults, EmbeddingLayout, FamilyRules, ModelType, PooledToken, PoolerKind, QkvLayout,
+    ScoreKind, TensorRules, TextConfigFormat, TextDefaults, TextProjection, TextTensorRules,
+    TextTowerRules, TransformersConfig, TransformersTextConfig,
 };
 
 pub(crate) const SIGLIP: FamilyRules = FamilyRules {
@@ -50,7 +51,7 @@ pub(crate) const SIGLIP: FamilyRules = FamilyRules {
         final_norm: Some("post_layernorm"),
         layers: "encoder.layers.",
         layer_part: super::clip::layer_part,
-        fused_qkv: false,
+        qkv: QkvLayout::Separate,
     },
     pooler: Some(PoolerKind::AttentionPool(AttentionPoolNames {
         base: "head",
@@ -72,21 +73,31 @@ pub(crate) const SIGLIP: FamilyRules = FamilyRules {
 
 pub(crate) const SIGLIP_TEXT: TextTowerRules = TextTowerRules {
     family: Family::Siglip,
-    dual_model_type: "siglip",
-    text_model_type: "siglip_text_model",
-    defaults: TextDefaults {
-        vocab_size: 32000,
-        hidden_size: 768,
-        num_attention_heads: 12,
-        intermediate_size: 3072,
-        hidden_act: "gelu_pytorch_tanh",
-        layer_norm_eps: 1e-6,
-        max_position_embeddings: 64,
+    config: TextConfigFormat::Transformers(TransformersTextConfig {
+        dual_model_type: "siglip",
+        text_model_type: "siglip_text_model",
+        defaults: TextDefaults {
+            vocab_size: 32000,
+            hidden_size: 768,
+            num_attention_heads: 12,
+            intermediate_size: 3072,
+            hidden_act: "gelu_pytorch_tanh",
+            layer_norm_eps: 1e-6,
+            max_position_embeddings: 64,
+        },
+        read_projection_size: read_text_projection_size,
+    }),
+    // transformers' `CLIPTextEmbeddings` and `final_layer_norm`, under `text_model.`.
+    tensors: TextTensorRules {
+        prefixes: &["text_model."],
+        token_embedding: "embeddings.token_embedding.weight",
+        positions: "embeddings.position_embedding.weight",
+        final_norm: "final_layer_norm",
     },
-    read_projection_size: read_text_projection_size,
     causal: false,
     end_token: "</s>",
     default_pad_token: "</s>",
+    pad_id: None,
     // Released SigLIP checkpoints ship SentencePiece's model file alone.
     reads_spiece_model: true,
     pooled_token: PooledToken::LastToken,

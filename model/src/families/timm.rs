@@ -17,7 +17,7 @@ use crate::config::{GlobalPool, Mlp, ModelConfig, PrefixPositions};
 use crate::family::Family;
 use crate::rules::{
     AttentionPoolNames, AttentionPoolProjections, ClassifierInput, ClassifierRules, ConfigFormat,
-    EmbeddingLayout, FamilyRules, LayerPart, OwnConfig, PoolerKind, TensorRules,
+    EmbeddingLayout, FamilyRules, LayerPart, OwnConfig, PoolerKind, QkvLayout, TensorRules,
 };
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -27,6 +27,7 @@ pub(crate) const TIMM: FamilyRules = FamilyRules {
     name: "timm ViT",
     // timm's checkpoints name an architecture instead of a model_type.
     config: ConfigFormat::Own(OwnConfig {
+        file: "config.json",
         key: "architecture",
         read: read_config,
     }),
@@ -45,12 +46,12 @@ pub(crate) const TIMM: FamilyRules = FamilyRules {
         final_norm: Some("norm"),
         layers: "blocks.",
         layer_part,
-        fused_qkv: true,
+        qkv: QkvLayout::Stacked,
     },
     // timm's `forward_head(pre_logits=True)`: the pool, then `fc_norm`.
     pooler: Some(PoolerKind::GlobalPool {
         // timm's `AttentionPoolLatent`.
-        attention_pool: AttentionPoolNames {
+        attention_pool: Some(AttentionPoolNames {
             base: "attn_pool",
             query_token: "latent",
             projections: AttentionPoolProjections::QueryAndKeyValue {
@@ -61,7 +62,7 @@ pub(crate) const TIMM: FamilyRules = FamilyRules {
             norm: "norm",
             up: "mlp.fc1",
             down: "mlp.fc2",
-        },
+        }),
         fc_norm: "fc_norm",
     }),
     image_projection: None,
@@ -78,7 +79,7 @@ fn layer_part(part: LayerPart) -> &'static [&'static str] {
     use LayerPart::*;
     match part {
         NormBefore => &["norm1"],
-        // Q, K and V are rows of one tensor (`TensorRules::fused_qkv`).
+        // Q, K and V are rows of one tensor (`TensorRules::qkv`).
         Query | Key | Value => &["attn.qkv"],
         AttentionOutput => &["attn.proj"],
         AttentionScale => &["ls1.gamma"],

@@ -5,7 +5,7 @@
 use crate::config::{Fields, ModelConfig};
 use crate::rules::{
     ClassifierInput, ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules,
-    LayerPart, ModelType, PoolerKind, TensorRules, TransformersConfig,
+    LayerPart, ModelType, PoolerKind, QkvLayout, TensorRules, TransformersConfig,
 };
 
 pub(crate) const VIT: FamilyRules = FamilyRules {
@@ -37,7 +37,7 @@ pub(crate) const VIT: FamilyRules = FamilyRules {
         final_norm: Some("layernorm"),
         layers: "encoder.layer.",
         layer_part,
-        fused_qkv: false,
+        qkv: QkvLayout::Separate,
     },
     pooler: Some(PoolerKind::Dense("pooler.dense")),
     image_projection: None,

@@ -88,13 +88,18 @@ impl PreprocessConfig {
     }
 
     /// The preprocessing a checkpoint folder describes: its preprocessor_config.json, else
-    /// (timm checkpoints) the `pretrained_cfg` of its config.json; None when it has neither.
+    /// (timm checkpoints) the `pretrained_cfg` of its config.json, else (open_clip checkpoints,
+    /// which have no config.json) its open_clip_config.json; None when it has none of them.
     pub fn of_checkpoint(dir: &Path, num_channels: usize) -> Result<Option<Self>, PreprocessError> {
         let hf = dir.join("preprocessor_config.json");
         if hf.exists() {
             return Self::from_json_file_for_channels(&hf, num_channels).map(Some);
         }
         let config = dir.join("config.json");
+        let open_clip = dir.join("open_clip_config.json");
+        if !config.exists() && open_clip.exists() {
+            return Self::from_open_clip_file(&open_clip, num_channels).map(Some);
+        }
         let Ok(text) = std::fs::read_to_string(&config) else {
             return Ok(None);
         };
@@ -115,6 +120,28 @@ impl PreprocessConfig {
             });
         }
         Ok(Some(pre))
+    }
+
+    /// The preprocessing of an open_clip_config.json, for a model of `num_channels` channels
+    /// (open_clip's image towers take three).
+    fn from_open_clip_file(path: &Path, num_channels: usize) -> Result<Self, PreprocessError> {
+        let invalid = |reason: String| PreprocessError::InvalidConfig {
+            origin: path.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| PreprocessError::ConfigRead {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let json: Value =
+            serde_json::from_str(&text).map_err(|e| invalid(format!("not valid JSON: {e}")))?;
+        let pre = Self::from_open_clip_config(&json)?;
+        if pre.num_channels() != num_channels {
+            return Err(invalid(format!(
+                "open_clip makes 3-channel images, for a {num_channels}-channel model"
+            )));
+        }
+        Ok(pre)
     }
 
     /// Parses preprocessor_config.json text for a model with `num_channels` (1 or 3) channels.

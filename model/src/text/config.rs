@@ -1,11 +1,13 @@
 //! The text tower's part of a CLIP or SigLIP `config.json`: a dual-tower checkpoint's
 //! `text_config` (`model_type` `clip` or `siglip`), or a text model's own config
 //! (`clip_text_model`, `siglip_text_model`). Missing fields take the defaults of
-//! transformers' `CLIPTextConfig` and `SiglipTextConfig`.
+//! transformers' `CLIPTextConfig` and `SiglipTextConfig`. A family's own format (open_clip's
+//! `open_clip_config.json`) is read by its rules.
 
 use crate::config::{EncoderConfig, Fields, Mlp};
 use crate::error::ModelError;
 use crate::families;
+use crate::rules::TextConfigFormat;
 use serde_json::{Map, Value};
 use std::path::Path;
 use vitrt_runtime::Activation;
@@ -32,11 +34,21 @@ pub struct TextConfig {
     /// as transformers keeps doing for them.
     pub eos_token_id: u32,
     /// The width of the text embeddings: CLIP's top-level `projection_dim`, SigLIP's
-    /// `projection_size` (the head's output; `hidden_size` by default).
+    /// `projection_size` (the head's output; `hidden_size` by default), open_clip's
+    /// `embed_dim`.
     pub projection_size: usize,
+    /// Each block's attention and MLP outputs are scaled per channel (open_clip's
+    /// `ls_init_value`: `ls_1.gamma`, `ls_2.gamma`).
+    pub layer_scale: bool,
 }
 
 impl TextConfig {
+    /// The text tower's config of the checkpoint in `dir`: its `config.json`, or its
+    /// family's own config file (open_clip's `open_clip_config.json`).
+    pub fn of_checkpoint(dir: &Path) -> Result<TextConfig, ModelError> {
+        TextConfig::from_file(&families::config_file(dir))
+    }
+
     pub fn from_file(path: &Path) -> Result<TextConfig, ModelError> {
         let text = std::fs::read_to_string(path).map_err(|e| ModelError::Config {
             path: path.display().to_string(),
@@ -51,6 +63,12 @@ impl TextConfig {
     pub fn from_json_str(text: &str) -> Result<TextConfig, String> {
         let json: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
         let top = json.as_object().ok_or("not a JSON object")?;
+        // A family's own config format (open_clip's) has no model_type.
+        if top.get("model_type").is_none() {
+            if let Some(read) = TextFamily::own_config_reader(top) {
+                return read(top);
+            }
+        }
         let model_type = match top.get("model_type") {
             Some(Value::String(s)) => s.as_str(),
             _ => "(none)",
@@ -72,7 +90,11 @@ impl TextConfig {
         } else {
             top
         };
-        let rules = family.rules();
+        let TextConfigFormat::Transformers(rules) = &family.rules().config else {
+            return Err(format!(
+                "model_type \"{model_type}\" is not read from config.json"
+            ));
+        };
         let defaults = &rules.defaults;
         let f = Fields(obj);
         let hidden_size = f.int("hidden_size", Some(defaults.hidden_size))?;
@@ -98,7 +120,15 @@ impl TextConfig {
             eos_token_id: u32::try_from(eos_token_id)
                 .map_err(|_| format!("\"eos_token_id\" {eos_token_id} is out of range"))?,
             projection_size,
+            layer_scale: false,
         };
+        config.check()?;
+        Ok(config)
+    }
+
+    /// The arithmetic the graph relies on.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let config = self;
         if !config
             .hidden_size
             .is_multiple_of(config.num_attention_heads)
@@ -108,7 +138,7 @@ impl TextConfig {
                 config.hidden_size, config.num_attention_heads
             ));
         }
-        Ok(config)
+        Ok(())
     }
 
     /// The encoder's part of the config: plain MLP blocks, causal in CLIP.
@@ -123,7 +153,7 @@ impl TextConfig {
             qkv_bias: true,
             key_bias: true,
             rope_theta: None,
-            layer_scale: false,
+            layer_scale: self.layer_scale,
             mlp: Mlp::Standard,
             causal: self.family.rules().causal,
         }

@@ -141,16 +141,32 @@ impl TextTokenizer {
                 ),
             )
         })?;
-        let pad_token = match pad_token_of(dir)? {
-            Some(token) => token,
-            None => family.default_pad_token().to_string(),
+        let (pad_token, pad_id) = match family.rules().pad_id {
+            // The family's tokenizer pads with this id whatever the tokenizer files say
+            // (open_clip's pads with 0).
+            Some(id) => {
+                let token = tokenizer.id_to_token(id).ok_or_else(|| {
+                    tokenizer_error(
+                        &path,
+                        format!("the {family} pad id {id} is not in the vocabulary"),
+                    )
+                })?;
+                (token, id)
+            }
+            None => {
+                let pad_token = match pad_token_of(dir)? {
+                    Some(token) => token,
+                    None => family.default_pad_token().to_string(),
+                };
+                let pad_id = tokenizer.token_to_id(&pad_token).ok_or_else(|| {
+                    tokenizer_error(
+                        &path,
+                        format!("the pad token {pad_token:?} is not in the vocabulary"),
+                    )
+                })?;
+                (pad_token, pad_id)
+            }
         };
-        let pad_id = tokenizer.token_to_id(&pad_token).ok_or_else(|| {
-            tokenizer_error(
-                &path,
-                format!("the pad token {pad_token:?} is not in the vocabulary"),
-            )
-        })?;
 
         let special = tokenizer
             .get_post_processor()

@@ -1,7 +1,8 @@
-//! The text tower of a CLIP or SigLIP checkpoint as a graph: token and position embeddings,
-//! the shared encoder (causal in CLIP), the final layernorm, the pooled token (CLIP's
-//! end-of-text token, SigLIP's last) and its projection (CLIP's `text_projection`, SigLIP's
-//! `head`). Also the scores' parameters of a dual tower (`logit_scale`, SigLIP's
+//! The text tower of a CLIP, SigLIP or open_clip checkpoint as a graph: token and position
+//! embeddings, the shared encoder (causal in CLIP and open_clip), the final layernorm, the
+//! pooled token (CLIP's end-of-text token, SigLIP's last, open_clip's highest id) and its
+//! projection (CLIP's `text_projection`, SigLIP's `head`, open_clip's `text_projection`
+//! matrix). Also the scores' parameters of a dual tower (`logit_scale`, SigLIP's
 //! `logit_bias`).
 
 use super::config::TextConfig;
@@ -10,6 +11,7 @@ use crate::encoder::{
     NormKeys, ParamMap, ParamTable,
 };
 use crate::error::ModelError;
+use crate::model::transposed_matrix;
 use crate::names::TensorNames;
 use crate::rules::{PooledToken, ScoreKind, TextProjection};
 use std::collections::BTreeMap;
@@ -17,9 +19,6 @@ use std::path::Path;
 use vitrt_runtime::passes::{self, Fusion};
 use vitrt_runtime::{EndToken, Graph, Op, ParamStore, RuntimeError};
 use vitrt_weights::Checkpoint;
-
-/// Where every tower's text tensors live, whatever the checkpoint's class.
-const PREFIX: &str = "text_model.";
 
 /// The graph's input: token ids, [batch, context], as f32 (exact below 2^24).
 pub const INPUT_IDS: &str = "input_ids";
@@ -29,8 +28,8 @@ struct TextKeys {
     positions: String,
     layers: Vec<LayerKeys>,
     final_norm: NormKeys,
-    /// CLIP's `text_projection` (no bias) or SigLIP's `head`; None for a `CLIPTextModel`
-    /// without projection.
+    /// CLIP's `text_projection` (no bias), SigLIP's `head` or open_clip's `text_projection`
+    /// (transposed); None for a `CLIPTextModel` without projection.
     projection: Option<LinearKeys>,
 }
 
@@ -79,9 +78,10 @@ pub struct TextModel {
 }
 
 impl TextModel {
-    /// The text tower of the checkpoint in `dir` (config.json + safetensors).
+    /// The text tower of the checkpoint in `dir` (config.json, or a family's own config
+    /// file, and safetensors).
     pub fn load(dir: &Path) -> Result<TextModel, ModelError> {
-        let config = TextConfig::from_file(&dir.join("config.json"))?;
+        let config = TextConfig::of_checkpoint(dir)?;
         let checkpoint = Checkpoint::open(dir)?;
         TextModel::from_parts(config, checkpoint)
     }
@@ -89,39 +89,52 @@ impl TextModel {
     pub fn from_parts(config: TextConfig, checkpoint: Checkpoint) -> Result<TextModel, ModelError> {
         let c = &config;
         let d = c.hidden_size;
-        let tokens_name = format!("{PREFIX}embeddings.token_embedding.weight");
-        if !checkpoint.contains(&tokens_name) {
+        let rules = c.family.rules();
+        let tensors = &rules.tensors;
+        // The tower's prefix: the first under which the checkpoint holds the token embedding.
+        let Some(prefix) = tensors
+            .prefixes
+            .iter()
+            .find(|prefix| checkpoint.contains(&format!("{prefix}{}", tensors.token_embedding)))
+        else {
             return Err(ModelError::Checkpoint(format!(
-                "no {} text tower in {}: no tensor named \"{tokens_name}\"",
+                "no {} text tower in {}: no tensor named \"{}{}\"",
                 c.family.name(),
-                checkpoint.location().display()
+                checkpoint.location().display(),
+                tensors.prefixes.first().copied().unwrap_or_default(),
+                tensors.token_embedding
             )));
-        }
+        };
         let mut t = ParamTable {
             checkpoint: &checkpoint,
             params: BTreeMap::new(),
         };
+        let tokens_name = format!("{prefix}{}", tensors.token_embedding);
         let tokens = t.tensor(&tokens_name, &[c.vocab_size, d], &[c.vocab_size, d])?;
         let p = c.max_position_embeddings;
-        let positions = t.tensor(
-            &format!("{PREFIX}embeddings.position_embedding.weight"),
-            &[p, d],
-            &[p, d],
-        )?;
-        let rules = c.family.rules();
+        let positions = t.tensor(&format!("{prefix}{}", tensors.positions), &[p, d], &[p, d])?;
         let names = TensorNames {
             family: rules.family,
-            prefix: PREFIX.into(),
+            prefix: prefix.to_string(),
         };
         let layers = collect_layers(&mut t, &c.encoder(), &names, &checkpoint)?;
-        let final_norm = t.norm(&format!("{PREFIX}final_layer_norm"), d)?;
+        let final_norm = t.norm(&format!("{prefix}{}", tensors.final_norm), d)?;
         let projection = match rules.projection {
             TextProjection::AfterPooler(name) if checkpoint.contains(&format!("{name}.weight")) => {
                 Some(t.linear(name, c.projection_size, d, false)?)
             }
             TextProjection::AfterPooler(_) => None,
             TextProjection::Head(head) => {
-                Some(t.linear(&format!("{PREFIX}{head}"), c.projection_size, d, true)?)
+                Some(t.linear(&format!("{prefix}{head}"), c.projection_size, d, true)?)
+            }
+            TextProjection::Matrix(name) => {
+                let name = format!("{prefix}{name}");
+                if checkpoint.contains(&name) {
+                    t.check(&name, &[d, c.projection_size])?;
+                    Some(transposed_matrix(&mut t, &name, d, c.projection_size))
+                } else {
+                    None
+                }
             }
         };
         let params = t.params;
@@ -264,6 +277,13 @@ impl TextModel {
                 },
                 &[last, ids],
             )?,
+            PooledToken::HighestId => g.add_node(
+                "text.pooled",
+                Op::SelectEndToken {
+                    rule: EndToken::HighestId,
+                },
+                &[last, ids],
+            )?,
             PooledToken::LastToken => g.add_node(
                 "text.pooled",
                 Op::SelectToken { index: context - 1 },
@@ -276,7 +296,7 @@ impl TextModel {
                 let out = linear(&mut g, "text.head", pooled, head)?;
                 (out, out)
             }
-            (Some(projection), TextProjection::AfterPooler(_)) => {
+            (Some(projection), TextProjection::AfterPooler(_) | TextProjection::Matrix(_)) => {
                 let out = linear(&mut g, "text.projection", pooled, projection)?;
                 (pooled, out)
             }
