@@ -8,7 +8,11 @@ use crate::cuda::{
 use crate::types::DType;
 
 const SOURCE: &str = include_str!("rope.cu");
-const THREADS: u32 = 256;
+const THREADS: u32 = 128;
+/// rope.cu keeps a head's angles in shared memory: at most 128 pairs.
+const MAX_HEAD_DIM: usize = 256;
+/// CTAs, each taking rows in turn: enough to fill a GPU several times over.
+const MAX_CTAS: u64 = 4096;
 
 kernel_params! {
     /// rope_program's parameters.
@@ -73,6 +77,11 @@ pub fn rope(
 ) -> Result<(), KernelError> {
     grid.check(tokens, head_dim)
         .map_err(KernelError::InvalidArgument)?;
+    if head_dim > MAX_HEAD_DIM {
+        return Err(invalid!(
+            "rope takes head dims up to {MAX_HEAD_DIM}, not {head_dim}"
+        ));
+    }
     let n = batch
         .checked_mul(tokens)
         .and_then(|r| r.checked_mul(heads))
@@ -83,8 +92,7 @@ pub fn rope(
     if n == 0 {
         return Ok(());
     }
-    let pairs = (n / 2) as u64;
-    let blocks = pairs.div_ceil(THREADS as u64).min(65_535) as u32;
+    let blocks = ((batch * tokens) as u64).min(MAX_CTAS) as u32;
     gpu.launch(
         &instantiation(dtype),
         LaunchDims {

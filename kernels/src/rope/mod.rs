@@ -11,7 +11,7 @@
 //! (torch's `q·cos + rotate_half(q)·sin`). Every step is f32 as transformers computes the table
 //! (in f32 whatever the model's dtype).
 //!
-//! - [`gpu::rope`]: rope.cu, one thread a rotated pair.
+//! - [`gpu::rope`]: rope.cu, a CTA a token: its angles made once, shared by every head.
 //! - [`cpu::rope`]: the CPU twin.
 //!
 //! Tests: kernels/tests/gpu_kernels/rope.rs (`rope_matches_its_twin`).
