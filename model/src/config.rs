@@ -68,9 +68,6 @@ pub struct EncoderConfig {
     pub mlp: Mlp,
     /// Each token attends only to itself and the tokens before it (CLIP's text tower).
     pub causal: bool,
-    /// DINOv3: Q and K are rotated by their patch's position on the grid before attention
-    /// (`rope_theta`, the base period); the encoder has no position table.
-    pub rope_theta: Option<f32>,
 }
 
 impl EncoderConfig {
@@ -153,7 +150,6 @@ impl ModelConfig {
             layer_scale: self.layer_scale,
             mlp: self.mlp,
             causal: false,
-            rope_theta: self.rope_theta,
         }
     }
 

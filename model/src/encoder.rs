@@ -456,7 +456,7 @@ pub(crate) fn collect_layers(
 }
 
 /// One encoder block over `x`. `rope`: the patch grid Q and K are rotated on (DINOv3's
-/// rotary embeddings, `EncoderConfig::rope_theta`); it rules out `pad`.
+/// rotary embeddings, `ModelConfig::rope_theta`); it rules out `pad`.
 pub(crate) fn encoder_block(
     g: &mut Graph,
     c: &EncoderConfig,

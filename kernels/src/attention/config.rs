@@ -43,9 +43,7 @@ impl AttentionConfig {
         // program was as fast or faster (benchmarks/NOTES.md, 2026-11-25 "Hopper attention").
         // Above head dim 80 (three stages, one CTA an SM) it takes the Hopper program since
         // that has a producer warp (2026-11-28 "A producer warp for the Hopper attention").
-        let hopper_ctas = (p.batch as u64)
-            .saturating_mul(p.heads as u64)
-            .saturating_mul(p.tokens.div_ceil(base.block_m() as usize) as u64);
+        let hopper_ctas = base.ctas(p);
         if AttentionProgram::WGMMA
             .check(p.head_dim, p.causal, cc)
             .is_ok()
@@ -62,9 +60,7 @@ impl AttentionConfig {
                 },
                 ..base
             };
-            let two_pass_ctas = (p.batch as u64)
-                .saturating_mul(p.heads as u64)
-                .saturating_mul(p.tokens.div_ceil(two_passes.block_m() as usize) as u64);
+            let two_pass_ctas = two_passes.ctas(p);
             if p.tokens > base.block_m() as usize
                 && two_passes.program.check(p.head_dim, p.causal, cc).is_ok()
                 && two_passes
@@ -81,9 +77,7 @@ impl AttentionConfig {
             program: AttentionProgram::MmaSync { row_groups: 2 },
             ..base
         };
-        let ctas = (p.batch as u64)
-            .saturating_mul(p.heads as u64)
-            .saturating_mul(p.tokens.div_ceil(two_groups.block_m() as usize) as u64);
+        let ctas = two_groups.ctas(p);
         let row_groups = if two_groups.head_dim <= TWO_ROW_GROUPS_UP_TO
             && ctas >= TWO_ROW_GROUPS_MIN_CTAS_PER_SM * multiprocessors as u64
         {
@@ -105,6 +99,13 @@ impl AttentionConfig {
                 warpgroups * 128 + if self.wgmma_producer_warp() { 32 } else { 0 }
             }
         }
+    }
+
+    /// The CTAs this configuration launches for `p` (saturating: a count to compare with).
+    fn ctas(&self, p: &AttentionProblem) -> u64 {
+        (p.batch as u64)
+            .saturating_mul(p.heads as u64)
+            .saturating_mul(p.tokens.div_ceil(self.block_m() as usize) as u64)
     }
 
     /// Query rows per CTA.

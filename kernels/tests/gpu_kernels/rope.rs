@@ -32,12 +32,12 @@ fn rope_matches_its_twin() {
                     "rope {dtype} {batch}x({prefix}+{rows}x{cols}) heads {heads}x{head_dim} in place {in_place}"
                 );
                 let x = random(&mut rng, n, -3.0, 3.0, dtype);
-                let (_xb, xv) = upload(gpu(), dtype, &x, 0);
+                let (xb, xv) = upload(gpu(), dtype, &x, 0);
                 let got = if in_place {
                     rope::gpu::rope(gpu(), dtype, xv, batch, tokens, heads, head_dim, &grid, xv)
                         .unwrap();
                     let mut raw = vec![0u8; n * dtype.size_bytes()];
-                    gpu().download(&_xb, 0, &mut raw).unwrap();
+                    gpu().download(&xb, 0, &mut raw).unwrap();
                     dtype.decode(&raw)
                 } else {
                     let out = Poisoned::new(gpu(), dtype, n, 0);

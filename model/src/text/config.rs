@@ -152,7 +152,6 @@ impl TextConfig {
             layer_norm_eps: self.layer_norm_eps,
             qkv_bias: true,
             key_bias: true,
-            rope_theta: None,
             layer_scale: self.layer_scale,
             mlp: Mlp::Standard,
             causal: self.family.rules().causal,
