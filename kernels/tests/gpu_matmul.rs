@@ -282,3 +282,67 @@ fn hopper_tiles_match_the_twin() {
     );
     worst.print("hopper tiles");
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_narrow_tile_splits_k_and_matches_the_twin() {
+    // Batch 1's fc2 (24 narrow tiles, 48 k-tiles: 4 splits of 12) and a ragged cousin (8 tiles,
+    // 12 splits of 4), each into the f32 residual stream, into a 16-bit residual and plainly,
+    // with GELU where there is no residual. Twice each: the second launch finds the counters
+    // the first one's last splits reset.
+    let gpu = new_gpu();
+    if gpu.compute_capability() != (9, 0) {
+        eprintln!("SKIPPED: the narrow ping-pong tile needs an sm_90 GPU");
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(28);
+    let mut worst = Worst::default();
+    for dtype in [DType::F16, DType::BF16] {
+        let narrow = *tiles_for(dtype)
+            .iter()
+            .find(|t| t.name() == "tmapp128x64x64_s8")
+            .expect("the narrow ping-pong tile is registered");
+        for shape in [(197, 768, 3072), (129, 200, 3072)] {
+            for (residual, f32_stream) in [(true, true), (true, false), (false, false)] {
+                let epilogue = Epilogue {
+                    alpha: 1.0,
+                    bias: true,
+                    activation: if residual {
+                        Activation::None
+                    } else {
+                        Activation::Gelu
+                    },
+                    residual,
+                };
+                let mut case = linear_case(
+                    dtype,
+                    shape,
+                    WeightLayout::NK,
+                    epilogue,
+                    0,
+                    0,
+                    Some(narrow),
+                    &mut rng,
+                );
+                if f32_stream {
+                    case.c_dtype = DType::F32;
+                    case.residual_dtype = DType::F32;
+                    if let Some(r) = case.residual.as_mut() {
+                        *r = random(DType::F32, r.len(), -2.0..2.0, &mut rng);
+                    }
+                    case.label = format!("{} into an f32 stream", case.label);
+                }
+                for _ in 0..2 {
+                    worst.record(dtype, run(&gpu, &case), &case.label);
+                }
+            }
+        }
+    }
+    assert!(
+        gpu.loaded_kernels()
+            .iter()
+            .any(|k| k.name.contains("tmapp_bn64") && k.name.contains("_sk_")),
+        "the narrow tile's split-K instantiation was not loaded"
+    );
+    worst.print("narrow tile, split K");
+}

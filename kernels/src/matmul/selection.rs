@@ -273,15 +273,22 @@ pub const WGMMA_TILES: [MatmulTile; 3] = [
 /// faster; from four waves (see `select_tile`) it also takes the batch-64 fc2 into a 16-bit
 /// stream, 15% faster than the cooperative 128x192 (measured: benchmarks/NOTES.md,
 /// 2026-11-25 "A multicast across a cluster of two").
-pub const TMA_TILES: [MatmulTile; 4] = [
+pub const TMA_TILES: [MatmulTile; 5] = [
     tma_tile(192, 4, false, 1, 240),
     tma_tile(256, 3, false, 1, 200),
     tma_tile(128, 5, true, 1, 220),
     tma_tile(128, 5, true, 2, 250),
+    NARROW_PINGPONG_TILE,
 ];
 
+/// The ping-pong tile at half its width, 128 x 64, for products whose 128 x 128 tiles leave
+/// most SMs idle (batch 1: qkv makes 36 of them and fc1 48 on 132 SMs, each CTA's main loop
+/// a long chain of MMAs). Twice the tiles, each half the work; eight stages of 24 KB keep as
+/// many bytes in flight as five of 32 KB.
+pub(crate) const NARROW_PINGPONG_TILE: MatmulTile = tma_tile(64, 8, true, 1, 180);
+
 /// Every half-precision tile: the mma.sync ones (sm_80 and later), then the Hopper ones.
-const HALF_TILES: [MatmulTile; 10] = [
+const HALF_TILES: [MatmulTile; 11] = [
     TENSOR_CORE_TILES[0],
     TENSOR_CORE_TILES[1],
     TENSOR_CORE_TILES[2],
@@ -292,6 +299,7 @@ const HALF_TILES: [MatmulTile; 10] = [
     TMA_TILES[1],
     TMA_TILES[2],
     TMA_TILES[3],
+    TMA_TILES[4],
 ];
 
 /// The tile shapes the launcher chooses among for `dtype`, on any device (see
@@ -355,9 +363,9 @@ pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u
             * p.n.div_ceil(tile.block_n as usize) as u64
     };
     // The Hopper tiles pay a pipeline fill the cost model does not count; below one full wave
-    // of them the 64x64 mma.sync tiles win, except the ping-pong tile down to a quarter wave;
-    // batch-1 proj and fc2 (12 tiles) stay on the deep small tile (measured with `vitrt tune`:
-    // benchmarks/NOTES.md, 2026-11-22 "K-aware cost model").
+    // of them the 64x64 mma.sync tiles win, except the ping-pong tile down to a quarter wave
+    // and its narrow variant below one wave (measured with `vitrt tune`: benchmarks/NOTES.md,
+    // 2026-11-22 "K-aware cost model").
     let sms_u64 = sms as u64;
     // The clustered ping-pong tile only from four full waves: below that, each CTA's walk
     // is too short for the shared A loads to pay for the clusters' coupled stages (measured
@@ -366,6 +374,14 @@ pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u
         let programs = programs_of(tile);
         if tile.cluster > 1 {
             return programs >= 4 * sms_u64;
+        }
+        // The narrow ping-pong tile only within one wave, where the 128-wide tiles leave SMs
+        // idle: at batch 1 it runs qkv and fc1 1.2-1.4x faster than the wide one and proj
+        // 1.23x faster than the deep small tile (fc2 alike); at batch 8 the wide tile wins
+        // (measured with `vitrt tune`: benchmarks/NOTES.md, 2026-11-28 "A narrow ping-pong
+        // tile for batch 1").
+        if *tile == NARROW_PINGPONG_TILE {
+            return programs <= sms_u64;
         }
         programs >= sms_u64 || (tile.program == Program::TmaPingPong && 4 * programs >= sms_u64)
     };
@@ -450,14 +466,53 @@ pub(crate) fn split_k(
     }
 }
 
+/// The fewest k-tiles a split of the narrow ping-pong tile runs: its eight stages fill from
+/// the first, and each split's partial costs a store and a load of 32 KB.
+const MIN_PINGPONG_K_TILES_PER_SPLIT: usize = 4;
+
+/// Split-K for the narrow ping-pong tile (`SPLIT_K` in tma_pingpong.cu), whose walk takes at
+/// most one tile a CTA: as many splits as keep every split's tile on an SM of its own
+/// (`programs` tiles, `sms` SMs), an equal number of k-tiles each (the walk's k-steps are
+/// counted per tile), at least MIN_PINGPONG_K_TILES_PER_SPLIT, K at least MIN_K_TO_SPLIT.
+/// Batch-1 fc2 (24 tiles, 48 k-tiles): 4 splits of 12, 14.9 -> 13.3 µs; proj (K = 768) in 3
+/// splits of 4 ran 7.6 -> 10.2 µs, its partials' round trip longer than the k-steps it spreads
+/// (measured: benchmarks/NOTES.md, 2026-11-28 "A narrow ping-pong tile for batch 1").
+pub(crate) fn pingpong_split_k(
+    p: &MatmulProblem,
+    tile: MatmulTile,
+    programs: u64,
+    sms: u32,
+) -> SplitK {
+    if tile != NARROW_PINGPONG_TILE || p.k < MIN_K_TO_SPLIT || programs == 0 {
+        return SplitK::NONE;
+    }
+    let k_tiles = p.k.div_ceil(tile.block_k as usize);
+    let fit = (sms as u64 / programs) as usize;
+    let splits = (2..=fit.min(MAX_SPLITS))
+        .rev()
+        .find(|&s| k_tiles.is_multiple_of(s) && k_tiles / s >= MIN_PINGPONG_K_TILES_PER_SPLIT);
+    match splits {
+        Some(splits) => SplitK {
+            splits: splits as u32,
+            k: (k_tiles / splits * tile.block_k as usize) as u32,
+        },
+        None => SplitK::NONE,
+    }
+}
+
 /// The partial tiles split-K can have in flight at once on a GPU of `sms` SMs: every CTA
-/// either splitting tile fits on the GPU, 64 x 64 fp32 each.
+/// of either splitting mma.sync tile fits on the GPU, 64 x 64 fp32 each; the narrow ping-pong
+/// tile splits into at most one 128 x 64 tile an SM.
 pub(crate) fn split_k_partial_bytes(sms: u32) -> usize {
-    [SMALL_TENSOR_CORE_TILE, DEEP_SMALL_TILE]
-        .iter()
-        .map(|t| sms as usize * t.ctas_per_sm as usize * (t.block_m * t.block_n) as usize * 4)
-        .max()
-        .unwrap_or(0)
+    [
+        SMALL_TENSOR_CORE_TILE,
+        DEEP_SMALL_TILE,
+        NARROW_PINGPONG_TILE,
+    ]
+    .iter()
+    .map(|t| sms as usize * t.ctas_per_sm as usize * (t.block_m * t.block_n) as usize * 4)
+    .max()
+    .unwrap_or(0)
 }
 
 /// The GPU's multiprocessors, as the driver reports them now.

@@ -191,8 +191,8 @@ fn the_cost_model_picks_the_fastest_measured_hopper_tile_on_vit_b_shapes() {
             "batch 256, n {n}, k {k}"
         );
     }
-    // Batch 1 (M = 197): qkv (36 tiles) and fc1 (48) on the ping-pong tile, proj and fc2
-    // (12, under a quarter wave) on the deep small tile.
+    // Batch 1 (M = 197): every layer on the narrow ping-pong tile (72, 24, 96 and 24 tiles),
+    // within one wave.
     let b1 = |n, k| {
         select_tile(
             DType::F16,
@@ -201,10 +201,20 @@ fn the_cost_model_picks_the_fastest_measured_hopper_tile_on_vit_b_shapes() {
             (9, 0),
         )
     };
-    assert_eq!(b1(2304, 768).name(), "tmapp128x128x64_s5");
-    assert_eq!(b1(3072, 768).name(), "tmapp128x128x64_s5");
-    assert_eq!(b1(768, 768), DEEP_SMALL_TILE);
-    assert_eq!(b1(768, 3072), DEEP_SMALL_TILE);
+    for (n, k) in [(2304, 768), (768, 768), (3072, 768), (768, 3072)] {
+        assert_eq!(b1(n, k), NARROW_PINGPONG_TILE, "batch 1, n {n}, k {k}");
+    }
+    // ViT-L/14's batch-1 qkv (M = 257, N = 3072): 144 narrow tiles, past one wave.
+    assert_eq!(
+        select_tile(
+            DType::F16,
+            &MatmulProblem::linear(257, 3072, 1024, Epilogue::NONE),
+            132,
+            (9, 0)
+        )
+        .name(),
+        "tmapp128x128x64_s5"
+    );
 }
 
 #[test]
@@ -243,15 +253,35 @@ fn split_k_fills_the_gpu_only_for_small_single_matrix_problems() {
 }
 
 #[test]
+fn the_narrow_ping_pong_tile_splits_k_into_equal_splits_that_fit_the_gpu() {
+    let narrow = NARROW_PINGPONG_TILE;
+    let plan = |m: usize, n: usize, k: usize, tile: MatmulTile| {
+        let p = MatmulProblem::linear(m, n, k, Epilogue::NONE);
+        let programs =
+            (m.div_ceil(tile.block_m as usize) * n.div_ceil(tile.block_n as usize)) as u64;
+        pingpong_split_k(&p, tile, programs, 132)
+    };
+    // Batch-1 fc2: 24 tiles, 48 k-tiles: 4 splits of 12 (5 would not divide them).
+    assert_eq!(plan(197, 768, 3072, narrow), SplitK { splits: 4, k: 768 });
+    // 8 tiles: up to 16 splits fit; 12 of 4 k-tiles is the most that divides 48.
+    assert_eq!(plan(129, 200, 3072, narrow), SplitK { splits: 12, k: 256 });
+    // Short K (proj, qkv, fc1), a prime number of k-tiles, too many tiles, another tile.
+    assert_eq!(plan(197, 768, 768, narrow), SplitK::NONE);
+    assert_eq!(plan(197, 768, 47 * 64, narrow), SplitK::NONE);
+    assert_eq!(plan(1576, 768, 3072, narrow), SplitK::NONE);
+    assert_eq!(plan(197, 768, 3072, TMA_TILES[2]), SplitK::NONE);
+    // Every split's partial fits the scratch.
+    let fc2 = plan(197, 768, 3072, narrow);
+    assert!(24 * fc2.splits as usize * 128 * 64 * 4 <= split_k_partial_bytes(132));
+}
+
+#[test]
 fn batch_one_linear_layers_take_the_deep_small_tile_and_batch_eight_the_shallow_one() {
-    // On sm_80 every batch-1 layer; on sm_90 the two with N = 768 (12 ping-pong tiles, under
-    // a quarter wave; qkv and fc1 take the ping-pong tile there, see the Hopper test above).
+    // On sm_80 every batch-1 layer (on sm_90 the narrow ping-pong tile takes them, see the
+    // Hopper test above).
     for (n, k) in [(2304, 768), (768, 768), (3072, 768), (768, 3072)] {
         let p = MatmulProblem::linear(197, n, k, Epilogue::NONE);
         assert_eq!(select_tile(DType::BF16, &p, 108, (8, 0)), DEEP_SMALL_TILE);
-        if n == 768 {
-            assert_eq!(select_tile(DType::F16, &p, 132, (9, 0)), DEEP_SMALL_TILE);
-        }
     }
     // Batch 8 on sm_80: 300 tiles of 64 x 64 for proj and fc2, past one round of the deep
     // tile.

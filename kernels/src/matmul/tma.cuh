@@ -66,16 +66,20 @@ __device__ __forceinline__ void cluster_sync() {
 // take one tile of each pair: A's box is loaded once for both, half by each CTA, multicast to
 // the two (see load_stages). A pair whose second tile lies past N still has both CTAs walk it:
 // the tensor maps zero-fill B and clip C there.
+// Split-K (CLUSTER 1 only): the walk covers `splits` copies of the tiles, split-major, and a
+// tile's `batch` is its split, whose k-tiles are [batch · k_tiles, (batch + 1) · k_tiles) for
+// the split's `k_tiles` (see split_k_partial_sum in tma_pingpong.cu).
 template <int GROUP_M, int CLUSTER>
 struct CtaTiles {
     static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of one or two CTAs");
     int tiles_m, tiles_n;
+    int splits = 1;
 
     // The walk's i-th tile, false past the last.
     __device__ __forceinline__ bool at(int i, TileCoords& t) const {
         if constexpr (CLUSTER == 1) {
             const int tile = blockIdx.x + i * gridDim.x;
-            if (tile >= tiles_m * tiles_n) return false;
+            if (tile >= tiles_m * tiles_n * splits) return false;
             t = tile_of_program<GROUP_M>(1, tiles_m, tiles_n, tile);
         } else {
             const int pairs_n = (tiles_n + 1) / 2;
@@ -98,8 +102,8 @@ __device__ __forceinline__ void release_stage(unsigned empty) {
 }
 
 // The producer of the warp-specialised bodies, one thread (K > 0): every k-tile of the CTA's
-// tiles in order, A's 128 x 64 box and B's BN x 64 box per stage, each stage once its
-// consumers have released it. CLUSTER 2: the two CTAs share A's box (their tiles have the same
+// tiles in order (`k_tiles` a tile, from its split's first with split-K), A's 128 x 64 box
+// and B's BN x 64 box per stage, each stage once its consumers have released it. CLUSTER 2: the two CTAs share A's box (their tiles have the same
 // rows); each loads half of it (64 rows, `a_map`'s box) into both CTAs' stage, so the stage
 // completes on 32 KB as before, and a stage is free only once the consumers of both CTAs have
 // released it (`empty` counts both). It then waits for the last release of every stage: the
@@ -107,16 +111,16 @@ __device__ __forceinline__ void release_stage(unsigned empty) {
 template <int BN, int STAGES, int GROUP_M, int CLUSTER = 1>
 __device__ __forceinline__ void load_stages(const TmaDescriptor& a_map, const TmaDescriptor& b_map, unsigned smem,
                                             unsigned full_bar, unsigned empty_bar, int tiles_m, int tiles_n,
-                                            int k_tiles) {
+                                            int k_tiles, int splits = 1) {
     constexpr int BM = 128, BK = 64;
     constexpr int kBytesA = BM * BK * 2;
     constexpr int kStageBytes = kBytesA + BN * BK * 2;
-    const CtaTiles<GROUP_M, CLUSTER> walk{tiles_m, tiles_n};
+    const CtaTiles<GROUP_M, CLUSTER> walk{tiles_m, tiles_n, splits};
     const int rank = CLUSTER == 1 ? 0 : (int)(blockIdx.x & 1);
     int step = 0;
     TileCoords t;
     for (int i = 0; walk.at(i, t); ++i) {
-        for (int kt = 0; kt < k_tiles; ++kt, ++step) {
+        for (int kt = t.batch * k_tiles; kt < (t.batch + 1) * k_tiles; ++kt, ++step) {
             const int s = step % STAGES;
             // Stage s was last used by step - STAGES: its consumers' release is completion
             // number step / STAGES - 1 of empty[s].

@@ -68,16 +68,18 @@ __device__ __forceinline__ void stage_bias_chunk(unsigned dst, const T* bias, in
 // waiting there for an epilogue would stall the next tile's main-loop copies behind it.
 // Buffer w's use u (tile 2q + w of the CTA, part h: u = kUses·q + h) completes phase u of
 // full[w] and is released by phase u of empty[w].
+// With split-K every split's tile loads R (only the last split's epilogue adds it; the others
+// release it unread, see release_residual_unread), so the buffers' phases stay those of the walk.
 template <typename TR, int BN, int GROUP_M, int CLUSTER>
 __device__ __forceinline__ void load_residual_parts(const TmaDescriptor& r_map, unsigned buffers,
                                                     unsigned full_bar, unsigned empty_bar, int tiles_m,
-                                                    int tiles_n) {
+                                                    int tiles_n, int splits) {
     constexpr int BM = 128;
     // f32: two uses a tile of BN / 2 columns (boxes of 32); 16-bit: one of BN (boxes of 64).
     constexpr int kUses = (int)sizeof(TR) / 2;
     constexpr int kUseBytes = BM * BN * (int)sizeof(TR) / kUses;
     constexpr int kBoxColumns = 128 / (int)sizeof(TR);
-    const CtaTiles<GROUP_M, CLUSTER> walk{tiles_m, tiles_n};
+    const CtaTiles<GROUP_M, CLUSTER> walk{tiles_m, tiles_n, splits};
     TileCoords t;
     for (int i = 0; walk.at(i, t); ++i) {
         const int w = i & 1;
@@ -109,6 +111,75 @@ __device__ __forceinline__ void add_residual_pair(float* c, long long c_row_stri
         *reinterpret_cast<float2*>(p) = v;
     } else if (col < n) {
         p[0] = v.x;
+    }
+}
+
+// Split-K of the ping-pong tile (SPLIT_K, for products whose tiles leave most SMs idle: batch
+// 1's fc2 makes 24 narrow tiles on 132 SMs, each a chain of 48 k-steps). Every split's
+// warpgroup stores its fp32 accumulators as they lie in its registers, float4 i of thread t at
+// [tile][split][i][t] in `partials`, and counts itself in `counters[tile]`; the one that counts
+// last loads every split's partial in split order into its accumulators (so the sum does not
+// depend on which finished last), resets the counter for the next launch and runs the
+// epilogue. Returns whether this warpgroup is that last one. `last` is the warpgroup's flag in
+// shared memory; `bar_id` its named barrier.
+template <int N>
+__device__ __forceinline__ bool split_k_partial_sum(float (&top)[N], float (&bottom)[N], float* partials,
+                                                    unsigned* counters, int tile, int split, int splits,
+                                                    volatile int* last, int bar_id) {
+    constexpr int kVectors = 2 * N / 4;  // float4s a thread
+    const int tid = threadIdx.x % 128;
+    float4* tile_partials = reinterpret_cast<float4*>(partials) + (long long)tile * splits * kVectors * 128 + tid;
+    float4* mine = tile_partials + (long long)split * kVectors * 128;
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+        __stcg(mine + i * 128, make_float4(top[4 * i], top[4 * i + 1], top[4 * i + 2], top[4 * i + 3]));
+        __stcg(mine + (N / 4 + i) * 128,
+               make_float4(bottom[4 * i], bottom[4 * i + 1], bottom[4 * i + 2], bottom[4 * i + 3]));
+    }
+    // Release: this split's partial is visible GPU-wide before its count is.
+    __threadfence();
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
+    if (tid == 0) *last = atomicAdd(counters + tile, 1u) == (unsigned)splits - 1;
+    asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
+    if (!*last) return false;
+    // Acquire: the other splits' partials are visible (read around L1, which may be stale).
+    __threadfence();
+    if (tid == 0) counters[tile] = 0;
+    for (int s = 0; s < splits; ++s) {
+        const float4* partial = tile_partials + (long long)s * kVectors * 128;
+        float4 v[kVectors];
+#pragma unroll
+        for (int i = 0; i < kVectors; ++i) v[i] = __ldcg(partial + i * 128);
+#pragma unroll
+        for (int i = 0; i < N / 4; ++i) {
+            const float4 x = v[i], y = v[N / 4 + i];
+            if (s == 0) {
+                top[4 * i] = x.x, top[4 * i + 1] = x.y, top[4 * i + 2] = x.z, top[4 * i + 3] = x.w;
+                bottom[4 * i] = y.x, bottom[4 * i + 1] = y.y, bottom[4 * i + 2] = y.z, bottom[4 * i + 3] = y.w;
+            } else {
+                top[4 * i] += x.x, top[4 * i + 1] += x.y, top[4 * i + 2] += x.z, top[4 * i + 3] += x.w;
+                bottom[4 * i] += y.x, bottom[4 * i + 1] += y.y, bottom[4 * i + 2] += y.z, bottom[4 * i + 3] += y.w;
+            }
+        }
+    }
+    return true;
+}
+
+// A split whose partial another split's epilogue adds: what its epilogue would have done with
+// the warpgroup's residual buffer, without reading it (the loader waits for those releases).
+// f32: both halves, each released by every warp; 16-bit: the one use, released by the leader.
+template <typename TC>
+__device__ __forceinline__ void release_residual_unread(unsigned full_bar, unsigned empty_bar, int j) {
+    if constexpr (is_f32<TC>::value) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            mbarrier_wait(full_bar, half);
+            __syncwarp();
+            if ((threadIdx.x & 31) == 0) mbarrier_arrive(empty_bar);
+        }
+    } else {
+        mbarrier_wait(full_bar, (j >> 1) & 1);
+        if (threadIdx.x % 128 == 0) mbarrier_arrive(empty_bar);
     }
 }
 
@@ -147,11 +218,16 @@ __device__ __forceinline__ void add_residual_pair(float* c, long long c_row_stri
 //   from there and writes C from registers (`c`); the 16-bit one adds it in place in the
 //   output tile and stores C through `c_map`, as the plain variant does, whose `out_map` and
 //   `c_map` are both C's.
-template <typename T, typename TC, bool RESIDUAL, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER>
+// - SPLIT_K: `splits` > 1 walks that many copies of the tiles, each over `split_k_tiles`
+//   k-tiles, summed through `partials` and `counters` (see split_k_partial_sum); 1 runs every
+//   k-tile of each tile, as without it.
+template <typename T, typename TC, bool RESIDUAL, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER,
+          bool SPLIT_K>
 __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
                                                     const TmaDescriptor& out_map, const TmaDescriptor& c_map,
                                                     const T* bias, TC* c, long long c_row_stride, int m, int n, int k,
-                                                    float alpha) {
+                                                    float alpha, int splits, int split_k_tiles, float* partials,
+                                                    unsigned* counters) {
     constexpr bool kResidual = RESIDUAL;
     constexpr int BM = 128, BK = 64;
     constexpr int kAccumulators = BN / 2;
@@ -176,9 +252,12 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
     const unsigned residual_full_bar = turn_bar + 16;
     const unsigned residual_empty_bar = residual_full_bar + 16;
 
+    static_assert(!SPLIT_K || CLUSTER == 1, "split-K walks single CTAs");
     const int tiles_m = (m + BM - 1) / BM;
     const int tiles_n = (n + BN - 1) / BN;
-    const int k_tiles = (k + BK - 1) / BK;
+    if constexpr (!SPLIT_K) splits = 1;
+    // k-tiles a tile (a split's with split-K).
+    const int k_tiles = splits > 1 ? split_k_tiles : (k + BK - 1) / BK;
     const int warpgroup = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
@@ -210,12 +289,12 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         // Producer (warp 8): the CTA's tiles in order, every k-tile of each.
         if (threadIdx.x == 256 && k_tiles > 0)
             load_stages<BN, STAGES, GROUP_M, CLUSTER>(a_map, b_map, smem, full_bar, empty_bar, tiles_m, tiles_n,
-                                                      k_tiles);
+                                                      k_tiles, splits);
         // Residual loader (warp 9).
         if constexpr (kResidual) {
             if (threadIdx.x == 288)
                 load_residual_parts<TC, BN, GROUP_M, CLUSTER>(out_map, smem + STAGES * kStageBytes, residual_full_bar,
-                                                     residual_empty_bar, tiles_m, tiles_n);
+                                                     residual_empty_bar, tiles_m, tiles_n, splits);
         }
         return;
     }
@@ -238,7 +317,9 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
     float acc_top[kAccumulators], acc_bottom[kAccumulators];
 #pragma unroll
     for (int i = 0; i < kAccumulators; ++i) acc_top[i] = acc_bottom[i] = 0.0f;
-    const CtaTiles<GROUP_M, CLUSTER> walk{tiles_m, tiles_n};
+    const CtaTiles<GROUP_M, CLUSTER> walk{tiles_m, tiles_n, splits};
+    // Each warpgroup's split-K flag (see split_k_partial_sum).
+    __shared__ int split_is_last[2];
     TileCoords t;
     for (int j = w; walk.at(j, t); j += 2) {
         // The tile's bias, fetched while its main loop runs (the previous epilogue's last barrier
@@ -275,6 +356,17 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         if (k_tiles == 0 && leader) mbarrier_arrive(turn_bar + (1 - w) * 8);
         fence_accumulators(acc_top);
         fence_accumulators(acc_bottom);
+
+        if constexpr (SPLIT_K) {
+            if (splits > 1 && !split_k_partial_sum(acc_top, acc_bottom, partials, counters,
+                                                    t.tile_m * tiles_n + t.tile_n, t.batch, splits,
+                                                    split_is_last + w, 1 + w)) {
+                if constexpr (kResidual) release_residual_unread<TC>(residual_full_bar + w * 8,
+                                                                     residual_empty_bar + w * 8, j);
+                cp_async_wait<0>();
+                continue;
+            }
+        }
 
         if constexpr (kResidual && is_f32<TC>::value) {
             const int col0 = t.tile_n * BN;
@@ -372,18 +464,22 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
 
 // The entry point of the ping-pong Hopper instantiations (sm_90a only): A, B and C as TMA
 // tensor maps (C: 128-byte swizzled boxes of 64 x 128, in the operands' type), one matrix, no
-// residual. Template arguments: T, BLOCK_N (128), STAGES, GROUP_M, activation, CLUSTER (1, or 2:
-// launched in clusters of two CTAs that share A's boxes, A's tensor map in boxes of 64 rows;
-// see CtaTiles in tma.cuh). 288 threads: two consumer warpgroups, then the producer warp.
-template <typename T, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER>
+// residual. Template arguments: T, BLOCK_N (64 or 128), STAGES, GROUP_M, activation, CLUSTER (1,
+// or 2: launched in clusters of two CTAs that share A's boxes, A's tensor map in boxes of 64
+// rows; see CtaTiles in tma.cuh), SPLIT_K (the narrow tile's: `splits`, `split_k_tiles`,
+// `partials` and `counters` as matmul_tma_pingpong says; ignored without it). 288 threads: two
+// consumer warpgroups, then the producer warp.
+template <typename T, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER, bool SPLIT_K>
 __device__ __forceinline__ void matmul_block_tma_pingpong(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
                                                           const TmaDescriptor& c_map, const T* bias, int m, int n,
-                                                          int k, float alpha) {
+                                                          int k, float alpha, int splits, int split_k_tiles,
+                                                          float* partials, unsigned* counters) {
     using namespace vitrt_matmul;
     static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
 #if VITRT_HAS_WGMMA
-    matmul_tma_pingpong<T, T, false, BN, STAGES, GROUP_M, ACT, CLUSTER>(a_map, b_map, c_map, c_map, bias,
-                                                               static_cast<T*>(nullptr), 0, m, n, k, alpha);
+    matmul_tma_pingpong<T, T, false, BN, STAGES, GROUP_M, ACT, CLUSTER, SPLIT_K>(
+        a_map, b_map, c_map, c_map, bias, static_cast<T*>(nullptr), 0, m, n, k, alpha, splits, split_k_tiles,
+        partials, counters);
 #else
     __trap();
 #endif
@@ -392,19 +488,19 @@ __device__ __forceinline__ void matmul_block_tma_pingpong(const TmaDescriptor& a
 // The ping-pong entry for the f32 residual stream: C = act(alpha·A·B + bias) + R with R and C
 // f32 (C may be R), R as a tensor map (128-byte swizzled boxes of 32 x 128), C as a pointer to
 // its first element and a row stride with 16-byte aligned rows. Template arguments: T,
-// BLOCK_N (128), STAGES, GROUP_M, activation, CLUSTER. 320 threads: two consumer warpgroups, the stage
+// BLOCK_N, STAGES, GROUP_M, activation, CLUSTER, SPLIT_K. 320 threads: two consumer warpgroups, the stage
 // producer warp, the residual loader warp.
-template <typename T, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER>
-__device__ __forceinline__ void matmul_block_tma_pingpong_residual(const TmaDescriptor& a_map,
-                                                                   const TmaDescriptor& b_map,
-                                                                   const TmaDescriptor& r_map, const T* bias,
-                                                                   float* c, long long c_row_stride, int m, int n,
-                                                                   int k, float alpha) {
+template <typename T, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER, bool SPLIT_K>
+__device__ __forceinline__ void matmul_block_tma_pingpong_residual(
+    const TmaDescriptor& a_map, const TmaDescriptor& b_map, const TmaDescriptor& r_map, const T* bias, float* c,
+    long long c_row_stride, int m, int n, int k, float alpha, int splits, int split_k_tiles, float* partials,
+    unsigned* counters) {
     using namespace vitrt_matmul;
     static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
 #if VITRT_HAS_WGMMA
-    matmul_tma_pingpong<T, float, true, BN, STAGES, GROUP_M, ACT, CLUSTER>(a_map, b_map, r_map, r_map, bias, c, c_row_stride,
-                                                                  m, n, k, alpha);
+    matmul_tma_pingpong<T, float, true, BN, STAGES, GROUP_M, ACT, CLUSTER, SPLIT_K>(
+        a_map, b_map, r_map, r_map, bias, c, c_row_stride, m, n, k, alpha, splits, split_k_tiles, partials,
+        counters);
 #else
     __trap();
 #endif
@@ -412,19 +508,19 @@ __device__ __forceinline__ void matmul_block_tma_pingpong_residual(const TmaDesc
 
 // The ping-pong entry for a 16-bit stream: C = act(alpha·A·B + bias) + R with R and C in the
 // operands' type (C may be R), both as tensor maps (128-byte swizzled boxes of 64 x 128).
-// Template arguments: T, BLOCK_N (128), STAGES, GROUP_M, activation, CLUSTER. 320 threads, as
+// Template arguments: T, BLOCK_N, STAGES, GROUP_M, activation, CLUSTER, SPLIT_K. 320 threads, as
 // above.
-template <typename T, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER>
-__device__ __forceinline__ void matmul_block_tma_pingpong_stream16(const TmaDescriptor& a_map,
-                                                                   const TmaDescriptor& b_map,
-                                                                   const TmaDescriptor& r_map,
-                                                                   const TmaDescriptor& c_map, const T* bias, int m,
-                                                                   int n, int k, float alpha) {
+template <typename T, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER, bool SPLIT_K>
+__device__ __forceinline__ void matmul_block_tma_pingpong_stream16(
+    const TmaDescriptor& a_map, const TmaDescriptor& b_map, const TmaDescriptor& r_map, const TmaDescriptor& c_map,
+    const T* bias, int m, int n, int k, float alpha, int splits, int split_k_tiles, float* partials,
+    unsigned* counters) {
     using namespace vitrt_matmul;
     static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
 #if VITRT_HAS_WGMMA
-    matmul_tma_pingpong<T, T, true, BN, STAGES, GROUP_M, ACT, CLUSTER>(a_map, b_map, r_map, c_map, bias,
-                                                              static_cast<T*>(nullptr), 0, m, n, k, alpha);
+    matmul_tma_pingpong<T, T, true, BN, STAGES, GROUP_M, ACT, CLUSTER, SPLIT_K>(
+        a_map, b_map, r_map, c_map, bias, static_cast<T*>(nullptr), 0, m, n, k, alpha, splits, split_k_tiles,
+        partials, counters);
 #else
     __trap();
 #endif

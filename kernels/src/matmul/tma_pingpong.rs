@@ -11,8 +11,10 @@ use crate::cuda::{
 };
 use crate::matmul::config::{program_source, MatmulConfig, GROUP_M, HEADERS};
 use crate::matmul::launch::{
-    persistent_dims, tensor_map, tma_operands, MatmulLaunch, TmaOperands, DECLARED_MAP,
+    persistent_dims, split_k_scratch, tensor_map, tma_operands, MatmulLaunch, TmaOperands,
+    DECLARED_MAP,
 };
+use crate::matmul::selection::{pingpong_split_k, sm_count, SplitK, NARROW_PINGPONG_TILE};
 use crate::types::DType;
 
 kernel_params! {
@@ -26,6 +28,10 @@ kernel_params! {
         n: i32,
         k: i32,
         alpha: f32,
+        splits: i32,
+        split_k_tiles: i32,
+        partials: mut_ptr,
+        counters: counter_ptr,
     }
 }
 
@@ -43,6 +49,10 @@ kernel_params! {
         n: i32,
         k: i32,
         alpha: f32,
+        splits: i32,
+        split_k_tiles: i32,
+        partials: mut_ptr,
+        counters: counter_ptr,
     }
 }
 
@@ -59,6 +69,10 @@ kernel_params! {
         n: i32,
         k: i32,
         alpha: f32,
+        splits: i32,
+        split_k_tiles: i32,
+        partials: mut_ptr,
+        counters: counter_ptr,
     }
 }
 
@@ -71,6 +85,12 @@ enum PingPongEntry {
 }
 
 impl MatmulConfig {
+    /// Whether the instantiation can split K (`SPLIT_K` in tma_pingpong.cu): the narrow tile's,
+    /// which takes batch 1's products (see `pingpong_split_k`).
+    fn pingpong_splits_k(&self) -> bool {
+        self.tile == NARROW_PINGPONG_TILE
+    }
+
     fn pingpong_entry(&self) -> PingPongEntry {
         match (self.pingpong_residual(), self.output) {
             (false, _) => PingPongEntry::Plain,
@@ -92,6 +112,10 @@ impl MatmulConfig {
                 n: 0,
                 k: 0,
                 alpha: 0.0,
+                splits: 0,
+                split_k_tiles: 0,
+                partials: DevPtr::of_type(DType::F32),
+                counters: 0,
             }
             .params(),
             PingPongEntry::Residual => PingPongResidualParams {
@@ -105,6 +129,10 @@ impl MatmulConfig {
                 n: 0,
                 k: 0,
                 alpha: 0.0,
+                splits: 0,
+                split_k_tiles: 0,
+                partials: DevPtr::of_type(DType::F32),
+                counters: 0,
             }
             .params(),
             PingPongEntry::Stream16 => PingPongStream16Params {
@@ -117,6 +145,10 @@ impl MatmulConfig {
                 n: 0,
                 k: 0,
                 alpha: 0.0,
+                splits: 0,
+                split_k_tiles: 0,
+                partials: DevPtr::of_type(DType::F32),
+                counters: 0,
             }
             .params(),
         }
@@ -135,7 +167,7 @@ impl MatmulConfig {
         };
         Instantiation {
             name: format!(
-                "matmul_{}_tmapp_bn{}_s{stages}_g{GROUP_M}{}_{}_nk{}",
+                "matmul_{}_tmapp_bn{}_s{stages}_g{GROUP_M}{}{}_{}_nk{}",
                 d.name(),
                 t.block_n,
                 if t.cluster > 1 {
@@ -143,6 +175,7 @@ impl MatmulConfig {
                 } else {
                     String::new()
                 },
+                if self.pingpong_splits_k() { "_sk" } else { "" },
                 self.activation.short_name(),
                 match self.pingpong_entry() {
                     PingPongEntry::Plain => "",
@@ -165,6 +198,7 @@ impl MatmulConfig {
                 GROUP_M.to_string(),
                 self.activation.cuda_name().into(),
                 t.cluster.to_string(),
+                self.pingpong_splits_k().to_string(),
             ],
             params: self.pingpong_params(),
             block_threads: self.threads(),
@@ -178,14 +212,36 @@ impl MatmulConfig {
 /// point, and its persistent grid.
 pub(crate) fn launch_args(l: &MatmulLaunch) -> Result<(Vec<KernelArg>, LaunchDims), KernelError> {
     let MatmulLaunch {
+        gpu,
         dtype,
         p,
         config,
         residual,
         c,
+        programs,
         ..
     } = *l;
     let tile = config.tile;
+    // Split-K sums a tile's partials in another order than one CTA would: never with
+    // batch-invariant selection (which never picks the narrow tile, but may be forced onto it).
+    let sms = sm_count(gpu)?;
+    let split = if config.pingpong_splits_k() && !gpu.batch_invariant() {
+        pingpong_split_k(p, tile, programs, sms)
+    } else {
+        SplitK::NONE
+    };
+    let (partials, counters) = if split.splits > 1 {
+        split_k_scratch(gpu)?
+    } else {
+        (0, 0)
+    };
+    let splits = split.splits as i32;
+    let split_k_tiles = (split.k / tile.block_k) as i32;
+    let partials = DevPtr {
+        ptr: partials,
+        len: 0,
+        dtype: DType::F32,
+    };
     let size = dtype.size_bytes() as u64;
     let TmaOperands {
         a_map,
@@ -217,6 +273,10 @@ pub(crate) fn launch_args(l: &MatmulLaunch) -> Result<(Vec<KernelArg>, LaunchDim
             n,
             k,
             alpha,
+            splits,
+            split_k_tiles,
+            partials,
+            counters,
         }
         .args(),
         PingPongEntry::Stream16 => {
@@ -239,6 +299,10 @@ pub(crate) fn launch_args(l: &MatmulLaunch) -> Result<(Vec<KernelArg>, LaunchDim
                 n,
                 k,
                 alpha,
+                splits,
+                split_k_tiles,
+                partials,
+                counters,
             }
             .args()
         }
@@ -267,9 +331,19 @@ pub(crate) fn launch_args(l: &MatmulLaunch) -> Result<(Vec<KernelArg>, LaunchDim
                 n,
                 k,
                 alpha,
+                splits,
+                split_k_tiles,
+                partials,
+                counters,
             }
             .args()
         }
     };
-    Ok((args, persistent_dims(l)?))
+    let mut dims = persistent_dims(l)?;
+    if split.splits > 1 {
+        // The walk's tiles over every split, one CTA each (pingpong_split_k keeps them to the
+        // SMs).
+        dims.grid.0 = (programs * split.splits as u64).min(sms as u64) as u32;
+    }
+    Ok((args, dims))
 }

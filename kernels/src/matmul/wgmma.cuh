@@ -9,6 +9,14 @@
 namespace vitrt_matmul {
 
 // Register lists for one m64nNk16 wgmma: N/2 fp32 accumulators per thread.
+#define VITRT_WGMMA_D32 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define VITRT_WGMMA_OUT32(d) \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 #define VITRT_WGMMA_D64 \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
@@ -87,6 +95,18 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], unsigned long l
                                              unsigned long long b_desc, int accumulate = 1) {
 #if VITRT_HAS_WGMMA
     if constexpr (false) {
+    } else if constexpr (BN == 64 && is_same_type<T, __half>::value) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " VITRT_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+            : VITRT_WGMMA_OUT32(d)
+            : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+    } else if constexpr (BN == 64 && is_same_type<T, __nv_bfloat16>::value) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " VITRT_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+            : VITRT_WGMMA_OUT32(d)
+            : "l"(a_desc), "l"(b_desc), "r"(accumulate));
     } else if constexpr (BN == 128 && is_same_type<T, __half>::value) {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -124,7 +144,7 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], unsigned long l
             : VITRT_WGMMA_OUT128(d)
             : "l"(a_desc), "l"(b_desc), "r"(accumulate));
     } else {
-        static_assert(BN == 128 || BN == 192 || BN == 256, "wgmma tiles are 128, 192 or 256 columns wide");
+        static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "wgmma tiles are 64, 128, 192 or 256 columns wide");
     }
 #endif
 }
