@@ -18,6 +18,9 @@
 //! that end inside a key block, key blocks wholly after a warp's rows, a diagonal block that
 //! is also the partial last one.
 //!
+//! The key padding mask (per-batch key lengths, SigLIP 2's NaFlex) runs every non-causal
+//! program against the twin given the same lengths: `key_padding_matches_its_twin`.
+//!
 //! Needs a CUDA GPU: `cargo test --release -p vitrt-kernels --test gpu_attention -- --ignored`.
 
 mod common;
@@ -116,6 +119,7 @@ fn run_case(
         head_dim,
         scale: 1.0 / (head_dim as f32).sqrt(),
         causal,
+        key_padding: false,
         q: q_view,
         k: k_view,
         v: v_view,
@@ -347,6 +351,7 @@ fn causal_attention_ignores_later_tokens() {
         head_dim,
         scale: 0.125,
         causal: true,
+        key_padding: false,
         q: view,
         k: view,
         v: view,
@@ -424,6 +429,157 @@ fn fused_attention_refuses_what_it_cannot_take() {
 /// reads one key block instead of two, and each warp computes only the 16-key steps up to its
 /// last row). For the record; asserts only that both run. Tests named bench_* must run alone (`bench_ --ignored
 /// --test-threads=1`).
+/// The key padding mask (SigLIP 2's NaFlex sequences padded at the end): every program that
+/// runs a non-causal case, against the twin with the same per-batch key lengths, over
+/// sequences with one valid key, all of them, lengths ending inside a key block and on a
+/// block's boundary; every output row (padded query rows too) must be written and finite.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn key_padding_matches_its_twin() {
+    let mut rng = SmallRng::seed_from_u64(37);
+    let heads = 3;
+    for dtype in [DType::F16, DType::BF16] {
+        for head_dim in [16, 64, 80, 128] {
+            for tokens in [1usize, 7, 80, 197, 256, 1030] {
+                let lengths: Vec<i32> = [
+                    tokens,
+                    1,
+                    tokens / 2 + 1,
+                    tokens.saturating_sub(63).max(1),
+                    64,
+                ]
+                .iter()
+                .map(|&n| n.min(tokens) as i32)
+                .collect();
+                let batch = lengths.len();
+                let hidden = heads * head_dim;
+                let width = 3 * hidden;
+                let mut qkv = random(&mut rng, batch * tokens * width, -2.0, 2.0, dtype);
+                for row in qkv.chunks_mut(width) {
+                    row[2 * hidden..].iter_mut().for_each(|x| *x *= 0.5);
+                }
+                let p = AttentionProblem {
+                    key_padding: true,
+                    ..AttentionProblem::over_fused_qkv(batch, heads, tokens, head_dim, false)
+                };
+                let mut want = vec![f32::NAN; batch * tokens * hidden];
+                attention::cpu::attention_with_key_lengths(
+                    &p,
+                    AttentionTiles::default(),
+                    &qkv,
+                    &qkv,
+                    &qkv,
+                    &mut want,
+                    &lengths,
+                );
+                let qkv_buffer = upload(gpu(), dtype, &qkv, 0).0;
+                let qkv_view = qkv_buffer.view(0, qkv.len(), dtype).unwrap();
+                let length_bytes: Vec<u8> = lengths.iter().flat_map(|n| n.to_le_bytes()).collect();
+                let length_buffer = gpu().alloc(length_bytes.len()).unwrap();
+                gpu().upload(&length_buffer, 0, &length_bytes).unwrap();
+                let length_view = length_buffer.view(0, batch, DType::F32).unwrap();
+                let size = dtype.size_bytes();
+                let o_len = want.len();
+                let total = GUARD_BYTES + o_len * size + GUARD_BYTES;
+                let out = gpu().alloc(total).unwrap();
+                let rtol = tolerance(dtype);
+                let atol = rtol * 1.0;
+                for program in
+                    AttentionProgram::all_for(head_dim, false, gpu().compute_capability())
+                {
+                    if program.check_tokens(head_dim, tokens).is_err() {
+                        continue;
+                    }
+                    let case = format!(
+                        "key padding {dtype} T={tokens} d={head_dim} {lengths:?} {program:?}"
+                    );
+                    gpu().upload(&out, 0, &vec![POISON; total]).unwrap();
+                    attention::gpu::attention_with_key_lengths(
+                        gpu(),
+                        dtype,
+                        &p,
+                        Some(program),
+                        qkv_view,
+                        qkv_view,
+                        qkv_view,
+                        out.view(GUARD_BYTES, o_len, dtype).unwrap(),
+                        length_view,
+                    )
+                    .unwrap_or_else(|e| panic!("{case}: {e}"));
+                    let mut raw = vec![0u8; total];
+                    gpu().download(&out, 0, &mut raw).unwrap();
+                    let guards_hold = raw[..GUARD_BYTES]
+                        .iter()
+                        .chain(&raw[GUARD_BYTES + o_len * size..])
+                        .all(|&b| b == POISON);
+                    assert!(guards_hold, "{case}: wrote outside the output buffer");
+                    let got = dtype.decode(&raw[GUARD_BYTES..GUARD_BYTES + o_len * size]);
+                    let failures: Vec<String> = got
+                        .iter()
+                        .zip(&want)
+                        .enumerate()
+                        .filter(|(_, (&g, &w))| {
+                            let w = dtype.round(w);
+                            !g.is_finite() || (g - w).abs() > rtol * w.abs() + atol
+                        })
+                        .take(8)
+                        .map(|(i, (g, w))| {
+                            let (item, token) = (i / (tokens * hidden), i / hidden % tokens);
+                            format!(
+                                "[item {item}, token {token}, column {}] gpu {g} twin {w}",
+                                i % hidden
+                            )
+                        })
+                        .collect();
+                    assert!(failures.is_empty(), "{case}:\n{}", failures.join("\n"));
+                }
+            }
+        }
+    }
+}
+
+/// A key padding mask is refused with the causal mask, without its lengths, or with too few
+/// of them; lengths without the mask are refused too.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn key_padding_refuses_what_it_cannot_take() {
+    let dtype = DType::F16;
+    let (batch, tokens, head_dim, heads) = (2, 7, 64, 2);
+    let hidden = heads * head_dim;
+    let buffer = gpu().alloc(batch * tokens * 3 * hidden * 2 + 64).unwrap();
+    let qkv = buffer.view(0, batch * tokens * 3 * hidden, dtype).unwrap();
+    let o = buffer.view(0, batch * tokens * hidden, dtype).unwrap();
+    let lengths = gpu().alloc(4 * batch).unwrap();
+    let masked = AttentionProblem {
+        key_padding: true,
+        ..AttentionProblem::over_fused_qkv(batch, heads, tokens, head_dim, false)
+    };
+    let with_lengths = |p: &AttentionProblem, count: usize| {
+        let view = lengths.view(0, count, DType::F32).unwrap();
+        attention::gpu::attention_with_key_lengths(gpu(), dtype, p, None, qkv, qkv, qkv, o, view)
+            .expect_err("an invalid launch must be refused")
+            .to_string()
+    };
+    let causal = AttentionProblem {
+        causal: true,
+        ..masked
+    };
+    let e = with_lengths(&causal, batch);
+    assert!(e.contains("causal"), "{e}");
+    let e = with_lengths(&masked, batch - 1);
+    assert!(e.contains("key lengths"), "{e}");
+    let unmasked = AttentionProblem {
+        key_padding: false,
+        ..masked
+    };
+    let e = with_lengths(&unmasked, batch);
+    assert!(e.contains("without a key padding mask"), "{e}");
+    let e = attention::gpu::attention(gpu(), dtype, &masked, qkv, qkv, qkv, o)
+        .expect_err("a mask without its lengths must be refused")
+        .to_string();
+    assert!(e.contains("needs the key lengths"), "{e}");
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn bench_causal_attention_at_clip_text_shapes() {

@@ -45,6 +45,9 @@ impl ModelConfig {
             Some(v) => return Err(format!("\"model_type\" must be a string, got {v}")),
         };
         let Some((family, rules, found)) = Family::of_model_type(&model_type) else {
+            if let Some(refusal) = families::refused_model_type(&model_type) {
+                return Err(refusal);
+            }
             return Err(format!(
                 "model_type \"{model_type}\" is not a family vitrt runs (supported: {})",
                 families::supported_model_types()
@@ -268,6 +271,7 @@ mod tests {
                 with("model_type", "\"swin\""),
                 "model_type \"swin\" is not a family",
             ),
+            (with("model_type", "\"siglip2\""), "SigLIP 2's NaFlex"),
             (with("id2label", "{\"a\": \"x\"}"), "not a class index"),
             ("[1, 2]".to_string(), "not a JSON object"),
             ("{\"hidden_size\": ".to_string(), "not valid JSON"),

@@ -285,9 +285,9 @@ pub(crate) struct TextTowerRules {
     pub tensors: TextTensorRules,
     /// Each token attends only to itself and the tokens before it.
     pub causal: bool,
-    /// The token that ends every sequence, and the tokenizer class's pad token.
-    pub end_token: &'static str,
-    pub default_pad_token: &'static str,
+    /// The tokenizers the family's checkpoints ship, told apart by the token that ends every
+    /// sequence: the first whose end token is in a checkpoint's vocabulary is its tokenizer.
+    pub vocabularies: &'static [SpecialTokens],
     /// The id every sequence is padded with whatever the tokenizer files name as the pad
     /// token (open_clip's tokenizer pads with 0); None: the tokenizer files' pad token.
     pub pad_id: Option<u32>,
@@ -299,6 +299,16 @@ pub(crate) struct TextTowerRules {
     pub projection: TextProjection,
     /// How image-text similarities become scores.
     pub scores: ScoreKind,
+}
+
+/// The special tokens of one kind of tokenizer a text tower's checkpoints ship.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SpecialTokens {
+    /// The token that ends every sequence.
+    pub end: &'static str,
+    /// The pad token of transformers' tokenizer class for it, used when the checkpoint's
+    /// tokenizer files name none.
+    pub default_pad: &'static str,
 }
 
 /// How a text tower's config is recognised and read.

@@ -8,17 +8,20 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use vitrt_model::{ModelError, TextFamily, TextTokenizer};
 
-const FIXTURES: [(&str, TextFamily, usize); 4] = [
+const FIXTURES: [(&str, TextFamily, usize); 5] = [
     ("clip-zero-shot", TextFamily::Clip, 77),
     ("siglip-zero-shot", TextFamily::Siglip, 64),
+    // SigLIP 2's fixed-resolution checkpoints: a SiglipModel with Gemma's tokenizer.
+    ("siglip2-zero-shot", TextFamily::Siglip, 64),
     ("open-clip-vit", TextFamily::OpenClip, 24),
     ("open-clip-quickgelu-avg", TextFamily::OpenClip, 24),
 ];
 
 /// The fixtures of transformers' checkpoints (config.json with `text_config`).
-const TRANSFORMERS_FIXTURES: &[(&str, TextFamily, usize)] = &[FIXTURES[0], FIXTURES[1]];
+const TRANSFORMERS_FIXTURES: &[(&str, TextFamily, usize)] =
+    &[FIXTURES[0], FIXTURES[1], FIXTURES[2]];
 /// The fixtures of open_clip's checkpoints (open_clip_config.json).
-const OPEN_CLIP_FIXTURES: &[(&str, TextFamily, usize)] = &[FIXTURES[2], FIXTURES[3]];
+const OPEN_CLIP_FIXTURES: &[(&str, TextFamily, usize)] = &[FIXTURES[3], FIXTURES[4]];
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -326,4 +329,52 @@ fn a_clip_checkpoint_with_spiece_model_but_no_tokenizer_json_is_refused() {
     assert!(error.contains("no tokenizer.json"), "{error}");
     assert!(error.contains("has spiece.model"), "{error}");
     assert!(error.contains("zero-shot"), "{error}");
+}
+
+/// A copy of the siglip2-zero-shot checkpoint's tokenizer files with `tokenizer_config.json`
+/// replaced.
+fn gemma_checkpoint_with_config(config: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        fixture("siglip2-zero-shot").join("tokenizer.json"),
+        dir.path().join("tokenizer.json"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("tokenizer_config.json"), config).unwrap();
+    dir
+}
+
+/// Gemma's tokenizer class pads on the left unless its config says otherwise (SigLIP 2's
+/// checkpoints say "right"), and takes `<pad>` as its pad token when the files name none.
+#[test]
+fn gemma_tokenizers_pad_on_the_side_transformers_pads() {
+    let text = ["a photo of a cat.".to_string()];
+    let right = gemma_checkpoint_with_config(
+        r#"{"tokenizer_class": "GemmaTokenizer", "padding_side": "right"}"#,
+    );
+    let left = gemma_checkpoint_with_config(r#"{"tokenizer_class": "GemmaTokenizer"}"#);
+    let right = TextTokenizer::from_checkpoint(right.path(), 16, TextFamily::Siglip).unwrap();
+    let left = TextTokenizer::from_checkpoint(left.path(), 16, TextFamily::Siglip).unwrap();
+    assert_eq!((right.pad_id(), right.end_id()), (0, 1));
+    let right = right.encode(&text).unwrap();
+    let left = left.encode(&text).unwrap();
+    let length = right.lengths[0];
+    assert_eq!(left.lengths[0], length);
+    assert!(length > 1 && length < 16, "{length}");
+    assert_eq!(right.ids[length - 1], 1, "{:?}", right.ids);
+    assert_eq!(&right.ids[length..], &vec![0; 16 - length][..]);
+    assert_eq!(&left.ids[..16 - length], &vec![0; 16 - length][..]);
+    assert_eq!(&left.ids[16 - length..], &right.ids[..length]);
+}
+
+#[test]
+fn a_padding_side_that_is_neither_left_nor_right_is_a_clear_error() {
+    let dir = gemma_checkpoint_with_config(r#"{"padding_side": "middle"}"#);
+    let error = TextTokenizer::from_checkpoint(dir.path(), 16, TextFamily::Siglip)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("padding_side") && error.contains("middle"),
+        "{error}"
+    );
 }

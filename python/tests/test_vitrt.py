@@ -272,7 +272,7 @@ def test_embed_defaults_to_the_projection_of_a_dual_tower():
 # --- zero-shot -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fixture", ["clip-zero-shot", "siglip-zero-shot"])
+@pytest.mark.parametrize("fixture", ["clip-zero-shot", "siglip-zero-shot", "siglip2-zero-shot"])
 def test_zero_shot_scores_labels(fixture):
     model = vitrt.Model(MODELS / fixture, device="cpu")
     images = [str(IMAGES / "cat.jpg"), str(IMAGES / "coffee.png")]

@@ -191,6 +191,7 @@ pub fn attention_for(op: &Op, input_shapes: &[&[usize]]) -> Option<AttentionProb
         head_dim: *head_dim,
         scale: *scale,
         causal: *causal,
+        key_padding: false,
         q: view(qs, q.column_offset),
         k: view(ks, k.column_offset),
         v: view(vs, v.column_offset),

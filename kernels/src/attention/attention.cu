@@ -56,6 +56,15 @@
 // every weight exp2(-inf) = 0: the online softmax is unchanged. CAUSAL = false removes every
 // test at compile time: the non-causal programs are the code they were.
 //
+// Key padding (key_lengths not null: SigLIP 2's NaFlex sequences, padded at the end): batch
+// item b attends to its first len = key_lengths[b] keys (clamped to 1..=T), read once per CTA
+// from device memory. The key side then runs as if T were len: the key loop ends at the block
+// holding key len - 1 (a short item's CTAs skip the rest: that is the point), K and V rows
+// past len are zero-filled, and the block holding len - 1 is the partial block whose scores
+// past len are -inf. Query rows stay T: padded query rows attend to the valid keys and are
+// stored, finite, as transformers' masked attention gives them. Not with CAUSAL (the launcher
+// refuses the pair). A null pointer is the unmasked program: keys = T.
+//
 // Rows past T: Q, K and V rows past T are zero-filled by cp.async (0 source bytes), so their
 // products are finite (0 · V = 0 needs V finite too); query rows past T are never stored.
 // Every Q, K, V and O row must start on a 16-byte boundary (the launcher checks the pointers
@@ -122,7 +131,8 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
                                                 long long v_offset, long long v_row_stride,
                                                 long long v_batch_stride, long long v_head_stride,
                                                 long long o_offset, long long o_row_stride,
-                                                long long o_batch_stride, long long o_head_stride, float scale) {
+                                                long long o_batch_stride, long long o_head_stride, float scale,
+                                                const int* key_lengths) {
     using namespace vitrt_attention;
     static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256, "HEAD_DIM is a multiple of 16");
     static_assert(BLOCK_N % 16 == 0, "BLOCK_N is a multiple of 16");
@@ -169,7 +179,9 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
     const int quad_col = (lane & 3) * 2;   // 2q: columns 2q, 2q + 1 of every n8 block
     const int warp_row0 = warp * kWarpRows;  // the warp's first row in the block
 
-    int key_blocks = (tokens + BLOCK_N - 1) / BLOCK_N;
+    // The keys this item attends to: its length clamped to 1..=T, or every key.
+    const int keys = key_lengths == nullptr ? tokens : min(max(key_lengths[batch], 1), tokens);
+    int key_blocks = (keys + BLOCK_N - 1) / BLOCK_N;
     // Causal: no key after the CTA's last query row (below T) is needed.
     if (CAUSAL) key_blocks = (min(m0 + kBlockM, tokens) - 1) / BLOCK_N + 1;
     // Causal: the warp's first and last query rows, T - 1 at most (rows past T are never
@@ -182,9 +194,9 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
     auto load_keys_values = [&](int block, int buffer) {
         const int n0 = block * BLOCK_N;
         copy_tile<T, HEAD_DIM, BLOCK_N, kPitch, kThreads>(k_tiles + buffer * kTileBytesKV, k_head, kv.row_stride, n0,
-                                                          tokens);
+                                                          keys);
         copy_tile<T, HEAD_DIM, BLOCK_N, kPitch, kThreads>(v_tiles + buffer * kTileBytesKV, v_head, vv.row_stride, n0,
-                                                          tokens);
+                                                          keys);
     };
 
     // Group 0: the Q tile and the first key block.
@@ -221,7 +233,7 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
     // past the warp's last row (or T) are skipped, and each row's keys past the row masked.
     auto key_block = [&](const bool kPartial, int block, unsigned k_tile, unsigned v_tile) {
         const int n0 = block * BLOCK_N;
-        const int live_keys = !kPartial ? BLOCK_N : CAUSAL ? warp_last_row + 1 - n0 : tokens - n0;
+        const int live_keys = !kPartial ? BLOCK_N : CAUSAL ? warp_last_row + 1 - n0 : keys - n0;
 
         // S = Q·Kᵀ for the warp's rows and the block's BLOCK_N keys; each K fragment feeds
         // every row group.
@@ -384,7 +396,7 @@ __device__ __forceinline__ void attention_block(const T* q, const T* k, const T*
                         key_block(false, block, k_tile, v_tile);
                     }
                 }
-            } else if ((block + 1) * BLOCK_N > tokens) {
+            } else if ((block + 1) * BLOCK_N > keys) {
                 key_block(true, block, k_tile, v_tile);
             } else {
                 key_block(false, block, k_tile, v_tile);

@@ -53,6 +53,11 @@
 // (n16 wgmmas; full blocks take m64n64 ones) and masks the columns past T to -inf. A
 // warpgroup whose rows all lie past T (the last query block) does nothing.
 // Measured: benchmarks/NOTES.md, 2026-11-25 "Hopper attention".
+//
+// Key padding (key_lengths not null): batch item b attends to its first len = key_lengths[b]
+// keys (clamped to 1..=T), as attention.cu: the key side runs as if T were len (blocks past
+// the one holding key len - 1 are neither loaded nor computed; that block is the partial one,
+// its scores past len -inf), the query side stays T, so padded query rows are stored, finite.
 
 #include "common.cuh"
 
@@ -349,7 +354,8 @@ template <typename T, int HEAD_DIM, int BLOCK_N, int WARPGROUPS, int STAGES, int
 __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map, const TmaDescriptor& k_map,
                                                       const TmaDescriptor& v_map, T* o, int heads, int tokens,
                                                       long long o_offset, long long o_row_stride,
-                                                      long long o_batch_stride, long long o_head_stride, float scale) {
+                                                      long long o_batch_stride, long long o_head_stride, float scale,
+                                                      const int* key_lengths) {
     using namespace vitrt_attention_wgmma;
     static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 128, "HEAD_DIM is a multiple of 16 up to 128");
     static_assert(BLOCK_N == 64 || BLOCK_N == 128, "full key blocks take m64n64 wgmmas, and boxes are 64 rows");
@@ -386,7 +392,9 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
     const int m0 = (program - matrix * query_blocks) * kCtaRows;
     const int batch = matrix / heads;
     const int head = matrix - batch * heads;
-    const int key_blocks = (tokens + BLOCK_N - 1) / BLOCK_N;
+    // The keys this item attends to: its length clamped to 1..=T, or every key.
+    const int keys = key_lengths == nullptr ? tokens : min(max(key_lengths[batch], 1), tokens);
+    const int key_blocks = (keys + BLOCK_N - 1) / BLOCK_N;
     // Two passes keep every key resident: no stage is ever refilled (the launcher checks).
     if (PASSES > 1 && key_blocks > STAGES) __trap();
     // Warpgroups with at least one row below T: the ones that run, and release stages.
@@ -553,7 +561,7 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
     // serialise the wgmmas: C7514, C7517); P is repacked only once its P·V has finished (a
     // wgmma's A registers are its own until then). Then the partial last block, if T is not a
     // multiple of BLOCK_N, on its own (its S is issued as its live pieces only).
-    const int full_blocks = tokens / BLOCK_N;
+    const int full_blocks = keys / BLOCK_N;
     float s[BLOCK_N / 2];
     float correction[2];
     unsigned p[kKeySteps][4];
@@ -604,7 +612,7 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
         if (full_blocks < key_blocks) {
             // The partial last block (nothing waits on its stage: every refill came before it).
             const int last = full_blocks;
-            const int live_keys = tokens - last * BLOCK_N;
+            const int live_keys = keys - last * BLOCK_N;
             mbarrier_wait(full + 8 * (last % STAGES), (last / STAGES) & 1);
 #pragma unroll
             for (int i = 0; i < BLOCK_N / 2; ++i) s[i] = 0.0f;

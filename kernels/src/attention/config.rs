@@ -158,10 +158,10 @@ impl AttentionConfig {
             AttentionProgram::MmaSync { .. } => {
                 let q = DevPtr::of_type(self.dtype);
                 let view = [0; 4];
-                AttentionParams::new([q, q, q], o, [0, 0], [view; 4], 0.0).params()
+                AttentionParams::new([q, q, q], o, [0, 0], [view; 4], 0.0, 0).params()
             }
             AttentionProgram::Wgmma { .. } => {
-                HopperAttentionParams::new([[0; 16]; 3], o, [0, 0], [0; 4], 0.0).params()
+                HopperAttentionParams::new([[0; 16]; 3], o, [0, 0], [0; 4], 0.0, 0).params()
             }
         }
     }
@@ -236,7 +236,8 @@ impl AttentionConfig {
 
 kernel_params! {
     /// attention_block's parameters (attention.cu): Q, K, V and O as pointers, the extents,
-    /// each view's offset and strides (elements), the scale.
+    /// each view's offset and strides (elements), the scale, the per-batch key lengths (0: no
+    /// key padding mask).
     pub(super) struct AttentionParams {
         q: const_ptr,
         k: const_ptr,
@@ -261,12 +262,14 @@ kernel_params! {
         o_batch_stride: i64,
         o_head_stride: i64,
         scale: f32,
+        key_lengths: i32_ptr,
     }
 }
 
 kernel_params! {
     /// attention_wgmma_block's parameters (attention_wgmma.cu): Q, K and V as tensor maps, O
-    /// as a pointer with its view, the extents, the scale.
+    /// as a pointer with its view, the extents, the scale, the per-batch key lengths (0: no
+    /// key padding mask).
     pub(super) struct HopperAttentionParams {
         q_map: tensor_map,
         k_map: tensor_map,
@@ -279,18 +282,20 @@ kernel_params! {
         o_batch_stride: i64,
         o_head_stride: i64,
         scale: f32,
+        key_lengths: i32_ptr,
     }
 }
 
 impl AttentionParams {
     /// From Q, K, V and O, the (heads, tokens) extents, each view's (offset, row, batch and
-    /// head strides) in that order, and the scale.
+    /// head strides) in that order, the scale and the key lengths' address (0 for none).
     pub(super) fn new(
         [q, k, v]: [DevPtr; 3],
         o: DevPtr,
         [heads, tokens]: [i32; 2],
         [qv, kv, vv, ov]: [[i64; 4]; 4],
         scale: f32,
+        key_lengths: u64,
     ) -> AttentionParams {
         AttentionParams {
             q,
@@ -316,19 +321,22 @@ impl AttentionParams {
             o_batch_stride: ov[2],
             o_head_stride: ov[3],
             scale,
+            key_lengths,
         }
     }
 }
 
 impl HopperAttentionParams {
     /// From Q's, K's and V's tensor maps, O and its view (offset, row, batch and head
-    /// strides), the (heads, tokens) extents and the scale.
+    /// strides), the (heads, tokens) extents, the scale and the key lengths' address (0 for
+    /// none).
     pub(super) fn new(
         [q_map, k_map, v_map]: [[u64; 16]; 3],
         o: DevPtr,
         [heads, tokens]: [i32; 2],
         ov: [i64; 4],
         scale: f32,
+        key_lengths: u64,
     ) -> HopperAttentionParams {
         HopperAttentionParams {
             q_map,
@@ -342,6 +350,7 @@ impl HopperAttentionParams {
             o_batch_stride: ov[2],
             o_head_stride: ov[3],
             scale,
+            key_lengths,
         }
     }
 }

@@ -4,7 +4,10 @@
 //! the end. Everything stays f32 between reading Q, K, V and writing O: no scores or
 //! probabilities are stored, so none are rounded. Causal: a program stops at the key block
 //! holding its last row, and row i takes keys 0..=i only (the masked scores, -inf on the
-//! GPU, weigh exactly 0 there, so leaving them out is the same sum).
+//! GPU, weigh exactly 0 there, so leaving them out is the same sum). With per-batch key
+//! lengths (the key padding mask), a program stops at the key block holding its item's last
+//! valid key, and every row takes the keys below the length only (the same argument: masked
+//! scores weigh 0).
 
 use super::problem::AttentionProblem;
 use rayon::prelude::*;
@@ -28,7 +31,8 @@ impl Default for AttentionTiles {
 
 /// Runs `problem` on f32 buffers (with its causal mask when `problem.causal`). Panics if a
 /// view does not fit its buffer: callers check with [`AttentionProblem::check_bounds`] and
-/// turn that into an error first.
+/// turn that into an error first; and if `problem.key_padding` (that takes
+/// [`attention_with_key_lengths`]).
 pub fn attention(
     problem: &AttentionProblem,
     tiles: AttentionTiles,
@@ -36,6 +40,59 @@ pub fn attention(
     k: &[f32],
     v: &[f32],
     o: &mut [f32],
+) {
+    assert!(
+        !problem.key_padding,
+        "cpu::attention: a key padding mask needs the key lengths"
+    );
+    run(problem, tiles, q, k, v, o, None);
+}
+
+/// [`attention`] with the key padding mask: batch item b attends to its first
+/// `key_lengths[b]` keys (clamped to `1..=tokens`, as the GPU kernels clamp it). Panics as
+/// [`attention`] does, if `problem.key_padding` is not set, if both masks are asked for, or if
+/// there is not one length per batch item.
+pub fn attention_with_key_lengths(
+    problem: &AttentionProblem,
+    tiles: AttentionTiles,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    o: &mut [f32],
+    key_lengths: &[i32],
+) {
+    assert!(
+        problem.key_padding,
+        "cpu::attention_with_key_lengths: the problem has no key padding mask"
+    );
+    if let Err(e) = problem.check_masks() {
+        panic!("cpu::attention_with_key_lengths: {e}");
+    }
+    assert_eq!(
+        key_lengths.len(),
+        problem.batch,
+        "cpu::attention_with_key_lengths: one key length per batch item"
+    );
+    run(problem, tiles, q, k, v, o, Some(key_lengths));
+}
+
+/// The number of keys batch item `b` attends to: its length clamped to `1..=tokens`, or every
+/// key without a padding mask.
+pub fn valid_keys(key_lengths: Option<&[i32]>, b: usize, tokens: usize) -> usize {
+    match key_lengths {
+        Some(lengths) => (lengths[b].max(1) as usize).min(tokens),
+        None => tokens,
+    }
+}
+
+fn run(
+    problem: &AttentionProblem,
+    tiles: AttentionTiles,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    o: &mut [f32],
+    key_lengths: Option<&[i32]>,
 ) {
     let p = problem;
     if let Err(e) = p.check_bounds(q.len(), k.len(), v.len(), o.len()) {
@@ -60,15 +117,17 @@ pub fn attention(
             let mut row_max = vec![f32::NEG_INFINITY; rows];
             let mut row_sum = vec![0.0f32; rows];
             let mut scores = vec![0.0f32; block_n];
-            // Causal: no key after the program's last row.
-            let key_end = if p.causal { m0 + rows } else { t };
+            // Causal: no key after the program's last row; key padding: none at or past the
+            // item's length.
+            let valid = valid_keys(key_lengths, b, t);
+            let key_end = if p.causal { m0 + rows } else { valid };
             for n0 in (0..key_end).step_by(block_n) {
                 for r in 0..rows {
                     // Causal: keys n0..=m0 + r of this block; none when the row precedes it.
                     let keys = if p.causal {
                         block_n.min((m0 + r + 1).saturating_sub(n0))
                     } else {
-                        block_n.min(t - n0)
+                        block_n.min(valid - n0)
                     };
                     if keys == 0 {
                         continue;
@@ -233,6 +292,7 @@ mod tests {
             head_dim,
             scale: 1.0,
             causal: false,
+            key_padding: false,
             q: view,
             k: view,
             v: view,
@@ -249,14 +309,28 @@ mod tests {
     /// `softmax(scale · Q·Kᵀ + mask) · V` straight from the definition, in f64: the mask -inf
     /// past the diagonal when causal. Indexed as O's view.
     fn definition(p: &AttentionProblem, q: &[f32], k: &[f32], v: &[f32], o_len: usize) -> Vec<f64> {
+        masked_definition(p, q, k, v, o_len, None)
+    }
+
+    /// [`definition`] with a key padding mask: -inf for the keys at or past each item's
+    /// length.
+    fn masked_definition(
+        p: &AttentionProblem,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        o_len: usize,
+        key_lengths: Option<&[i32]>,
+    ) -> Vec<f64> {
         let (t, d) = (p.tokens, p.head_dim);
         let mut o = vec![f64::NAN; o_len];
         for b in 0..p.batch {
+            let valid = key_lengths.map_or(t, |lengths| lengths[b] as usize);
             for h in 0..p.heads {
                 for i in 0..t {
                     let scores: Vec<f64> = (0..t)
                         .map(|j| {
-                            if p.causal && j > i {
+                            if (p.causal && j > i) || j >= valid {
                                 return f64::NEG_INFINITY;
                             }
                             let dot: f64 = (0..d)
@@ -326,6 +400,85 @@ mod tests {
     }
 
     #[test]
+    fn key_padding_matches_the_masked_definition() {
+        // (tokens, head_dim, block_m, block_n, lengths): lengths of one key, of a whole
+        // sequence, ending inside a key block, on a block boundary, and NaFlex-like ones.
+        for (tokens, head_dim, block_m, block_n, lengths) in [
+            (7, 16, 4, 3, vec![1, 7, 3]),
+            (65, 32, 16, 16, vec![64, 17, 65]),
+            (130, 16, 32, 64, vec![128, 100]),
+            (256, 32, 64, 64, vec![196, 256, 70, 1]),
+        ] {
+            let (batch, heads) = (lengths.len(), 2);
+            let hidden = heads * head_dim;
+            let qkv = values(batch * tokens * 3 * hidden, 11 + tokens as u32);
+            let p = AttentionProblem {
+                key_padding: true,
+                ..AttentionProblem::over_fused_qkv(batch, heads, tokens, head_dim, false)
+            };
+            let mut got = vec![f32::NAN; batch * tokens * hidden];
+            let tiles = AttentionTiles { block_m, block_n };
+            attention_with_key_lengths(&p, tiles, &qkv, &qkv, &qkv, &mut got, &lengths);
+            let want = masked_definition(&p, &qkv, &qkv, &qkv, got.len(), Some(&lengths));
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                // Padded query rows too: every row attends to the valid keys.
+                assert!(g.is_finite(), "{tokens} {lengths:?}: element {i} is {g}");
+                assert!(
+                    (g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{tokens} {lengths:?} tiles {block_m}/{block_n}: element {i}: {g} vs {w}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn padded_keys_change_nothing_and_lengths_are_clamped() {
+        // Whatever the keys and values past an item's length hold, its outputs stay the
+        // same; a length of 0 (or less) counts as 1, one past `tokens` as `tokens`.
+        let (batch, heads, tokens, head_dim) = (3, 1, 40, 16);
+        let p = AttentionProblem {
+            key_padding: true,
+            ..AttentionProblem::over_fused_qkv(batch, heads, tokens, head_dim, false)
+        };
+        let width = 3 * heads * head_dim;
+        let mut qkv = values(batch * tokens * width, 5);
+        let lengths = [25, 0, 99];
+        let tiles = AttentionTiles {
+            block_m: 16,
+            block_n: 16,
+        };
+        let mut before = vec![f32::NAN; batch * tokens * head_dim];
+        attention_with_key_lengths(&p, tiles, &qkv, &qkv, &qkv, &mut before, &lengths);
+        // Item 0's keys and values past 25 (and item 1's past 1) scrambled; queries kept.
+        for (b, from) in [(0, 25), (1, 1)] {
+            for t in from..tokens {
+                let row = &mut qkv[(b * tokens + t) * width..][..width];
+                row[head_dim..].iter_mut().for_each(|x| *x = 123.0);
+            }
+        }
+        let mut after = vec![f32::NAN; before.len()];
+        attention_with_key_lengths(&p, tiles, &qkv, &qkv, &qkv, &mut after, &lengths);
+        assert_eq!(
+            before[..2 * tokens * head_dim],
+            after[..2 * tokens * head_dim]
+        );
+        // Item 1 attends to its first key alone: every row is V's row 0.
+        let v0 = &qkv[tokens * width + 2 * head_dim..][..head_dim];
+        for row in after[tokens * head_dim..2 * tokens * head_dim].chunks(head_dim) {
+            assert_eq!(row, v0);
+        }
+        // Item 2's length past `tokens` is the unmasked attention.
+        let unmasked = AttentionProblem {
+            key_padding: false,
+            ..p
+        };
+        let mut full = vec![f32::NAN; before.len()];
+        attention(&unmasked, tiles, &qkv, &qkv, &qkv, &mut full);
+        let item2 = 2 * tokens * head_dim..;
+        assert_eq!(full[item2.clone()], after[item2]);
+    }
+
+    #[test]
     fn causal_rows_never_see_later_tokens() {
         // Row 0 is V's row 0 (its only key), and changing the keys and values of the last
         // token leaves every other row exactly as it was.
@@ -338,6 +491,7 @@ mod tests {
             head_dim,
             scale: 0.25,
             causal: true,
+            key_padding: false,
             q: view,
             k: view,
             v: view,

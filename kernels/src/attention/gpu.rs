@@ -44,7 +44,8 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
 /// Fused attention, `O = softmax(scale · Q·Kᵀ) · V` for every (batch, head) of `p`, in
 /// f16 or bf16 with fp32 arithmetic (as `cpu::attention`; the probabilities enter P·V in
 /// the storage type). Head dims: [`ATTENTION_HEAD_DIMS`]; every row 16-byte aligned. With
-/// `p.causal`, query row i attends to keys 0..=i only (a text tower's causal mask).
+/// `p.causal`, query row i attends to keys 0..=i only (a text tower's causal mask). A problem
+/// with `p.key_padding` takes [`attention_with_key_lengths`].
 pub fn attention(
     gpu: &Gpu,
     dtype: DType,
@@ -54,7 +55,27 @@ pub fn attention(
     v: DevPtr,
     o: DevPtr,
 ) -> Result<(), KernelError> {
-    launch(gpu, dtype, p, None, q, k, v, o)
+    launch(gpu, dtype, p, None, q, k, v, o, None)
+}
+
+/// [`attention`] with the key padding mask (`p.key_padding`): batch item b attends to its
+/// first `key_lengths[b]` keys (clamped to `1..=tokens`), the key blocks past them skipped.
+/// `key_lengths` holds `p.batch` i32 values, read by the kernel from device memory (a view
+/// of 4-byte elements typed F32: the device memory layer has no integer type). `program`
+/// forces a program, as [`attention_with_program`] does. Not with `p.causal`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_with_key_lengths(
+    gpu: &Gpu,
+    dtype: DType,
+    p: &AttentionProblem,
+    program: Option<AttentionProgram>,
+    q: DevPtr,
+    k: DevPtr,
+    v: DevPtr,
+    o: DevPtr,
+    key_lengths: DevPtr,
+) -> Result<(), KernelError> {
+    launch(gpu, dtype, p, program, q, k, v, o, Some(key_lengths))
 }
 
 /// [`attention`] with the program forced instead of chosen ([`AttentionProgram::all_for`]
@@ -70,5 +91,5 @@ pub fn attention_with_program(
     v: DevPtr,
     o: DevPtr,
 ) -> Result<(), KernelError> {
-    launch(gpu, dtype, p, Some(program), q, k, v, o)
+    launch(gpu, dtype, p, Some(program), q, k, v, o, None)
 }

@@ -9,6 +9,8 @@ use crate::cuda::{
 };
 use crate::types::{DType, Operand};
 
+/// `key_lengths`: with `p.key_padding`, the buffer of `p.batch` i32 key lengths (a view of
+/// 4-byte elements, typed F32: the device memory layer has no integer type); none without.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn launch(
     gpu: &Gpu,
@@ -19,11 +21,30 @@ pub(super) fn launch(
     k: DevPtr,
     v: DevPtr,
     o: DevPtr,
+    key_lengths: Option<DevPtr>,
 ) -> Result<(), KernelError> {
     fused_attention_support(dtype, p.head_dim).map_err(KernelError::InvalidArgument)?;
     for (what, view) in [("Q", q), ("K", k), ("V", v), ("O", o)] {
         view.expect(&format!("attention {what}"), dtype, 0)?;
     }
+    p.check_masks().map_err(KernelError::InvalidArgument)?;
+    let key_lengths = match (p.key_padding, key_lengths) {
+        (true, Some(lengths)) => {
+            lengths.expect("attention key lengths (i32)", DType::F32, p.batch)?;
+            lengths.ptr
+        }
+        (false, None) => 0,
+        (true, None) => {
+            return Err(invalid!(
+                "attention with a key padding mask needs the key lengths"
+            ))
+        }
+        (false, Some(_)) => {
+            return Err(invalid!(
+                "attention given key lengths without a key padding mask"
+            ))
+        }
+    };
     p.check_bounds(q.len, k.len, v.len, o.len)
         .map_err(KernelError::InvalidArgument)?;
     if !p.scale.is_finite() {
@@ -108,6 +129,7 @@ pub(super) fn launch(
             extents_arg,
             [view(&p.q)?, view(&p.k)?, view(&p.v)?, view(&p.o)?],
             p.scale,
+            key_lengths,
         )
         .args(),
         AttentionProgram::Wgmma { .. } => {
@@ -118,6 +140,7 @@ pub(super) fn launch(
                 extents_arg,
                 view(&p.o)?,
                 p.scale,
+                key_lengths,
             )
             .args()
         }

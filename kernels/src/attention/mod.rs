@@ -12,6 +12,14 @@
 //! the causal mask: on the GPU the `_causal` instantiations of the same program, which skip
 //! the key blocks past the rows.
 //!
+//! With [`AttentionProblem::key_padding`] (SigLIP 2's NaFlex: sequences padded at the end to a
+//! common length) batch item b attends to its first `len[b]` keys, the lengths an i32 buffer
+//! read by the kernels from device memory ([`gpu::attention_with_key_lengths`],
+//! [`cpu::attention_with_key_lengths`]): both programs, every instantiation (a runtime
+//! argument, null without the mask), key blocks wholly past the length skipped, scores past it
+//! -inf in the block that holds it (the tail handling of a T that is not a multiple of the key
+//! block, with the item's length for T), padded query rows still computed and finite.
+//!
 //! - problem.rs: what an attention computes ([`AttentionProblem`]), the head dims and dtypes
 //!   the fused kernel takes and the alignment its copies need.
 //! - program.rs: the two programs ([`gpu::AttentionProgram`]) and the shapes each takes.

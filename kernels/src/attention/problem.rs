@@ -7,6 +7,13 @@ use crate::types::{DType, Operand};
 /// `tokens x head_dim` matrices read and written through their views (so Q, K and V can be
 /// read in place out of a fused QKV activation, and O written with heads side by side).
 /// Self-attention: as many queries as keys (`tokens`).
+///
+/// With [`AttentionProblem::key_padding`], each batch item attends to its first `len[b]` keys
+/// only, `len` an i32 buffer of `batch` lengths handed beside Q, K, V and O (read on the GPU
+/// from device memory): the key padding mask of sequences padded at the end to a common
+/// length (SigLIP 2's NaFlex images, each its own number of patches). Every query row,
+/// padded ones included, attends to the valid keys, so every output row is finite, as
+/// transformers' masked attention gives them. A length is clamped to `1..=tokens`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionProblem {
     pub batch: usize,
@@ -17,6 +24,9 @@ pub struct AttentionProblem {
     /// The causal mask of a text tower (CLIP, SigLIP): query row i attends to keys 0..=i
     /// only, as if the scores of keys past i were -inf.
     pub causal: bool,
+    /// Per-batch key lengths are given: keys at or past `len[b]` get -inf scores, and the
+    /// key blocks wholly past it are skipped. Not with `causal`.
+    pub key_padding: bool,
     pub q: Operand,
     pub k: Operand,
     pub v: Operand,
@@ -48,6 +58,7 @@ impl AttentionProblem {
             head_dim,
             scale: 1.0 / (head_dim as f32).sqrt(),
             causal,
+            key_padding: false,
             q: heads_at(3 * hidden, 0),
             k: heads_at(3 * hidden, hidden),
             v: heads_at(3 * hidden, 2 * hidden),
@@ -65,6 +76,19 @@ impl AttentionProblem {
             t * t
         };
         4.0 * (self.batch * self.heads) as f64 * pairs * self.head_dim as f64
+    }
+
+    /// The mask options a kernel takes: the causal mask and the key padding mask are not
+    /// combined (no model asks for both).
+    pub fn check_masks(&self) -> Result<(), String> {
+        if self.causal && self.key_padding {
+            return Err(
+                "attention with both the causal mask and per-batch key lengths is not \
+                        built (no model asks for both)"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     /// Checks that every view fits its buffer, so kernels can index without bounds checks.

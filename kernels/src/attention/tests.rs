@@ -23,6 +23,7 @@ fn vit_b(batch: usize, head_dim: usize) -> AttentionProblem {
         head_dim,
         scale: 0.125,
         causal: false,
+        key_padding: false,
         q: view,
         k: view,
         v: view,

@@ -17,8 +17,8 @@
 //! ```
 //!
 //! Kinds: `const_ptr` and `mut_ptr` (a [`DevPtr`](crate::cuda::DevPtr) of a storage type),
-//! `byte_ptr`, `mut_byte_ptr` and `counter_ptr` (8-bit data or device counters, a `u64`
-//! address), `i32`, `u32`, `i64`, `u64`, `f32`, `tensor_map` (a TMA tensor map's 128 bytes,
+//! `byte_ptr`, `mut_byte_ptr`, `counter_ptr` and `i32_ptr` (8-bit data, device counters or
+//! 32-bit integers read, a `u64` address), `i32`, `u32`, `i64`, `u64`, `f32`, `tensor_map` (a TMA tensor map's 128 bytes,
 //! `[u64; 16]`, declared `__grid_constant__`), and `optional_i32` (an `Option<i32>`: a
 //! parameter only the instantiations given `Some` take, as softmax's causal programs take the
 //! query count).
@@ -74,6 +74,7 @@ macro_rules! kernel_params {
     (@type u64) => { u64 };
     (@type f32) => { f32 };
     (@type counter_ptr) => { u64 };
+    (@type i32_ptr) => { u64 };
     (@type optional_i32) => { Option<i32> };
     (@type tensor_map) => { [u64; 16] };
     (@present optional_i32, $value:expr) => { $value.is_some() };
@@ -88,6 +89,7 @@ macro_rules! kernel_params {
     (@kind u64, $value:expr) => { $crate::cuda::ParamKind::U64 };
     (@kind f32, $value:expr) => { $crate::cuda::ParamKind::F32 };
     (@kind counter_ptr, $value:expr) => { $crate::cuda::ParamKind::CounterPtr };
+    (@kind i32_ptr, $value:expr) => { $crate::cuda::ParamKind::I32Ptr };
     (@kind optional_i32, $value:expr) => { $crate::cuda::ParamKind::I32 };
     (@kind tensor_map, $value:expr) => { $crate::cuda::ParamKind::TensorMap };
     (@arg const_ptr, $value:expr) => { $crate::cuda::KernelArg::Ptr($value.ptr) };
@@ -100,6 +102,7 @@ macro_rules! kernel_params {
     (@arg u64, $value:expr) => { $crate::cuda::KernelArg::U64($value) };
     (@arg f32, $value:expr) => { $crate::cuda::KernelArg::F32($value) };
     (@arg counter_ptr, $value:expr) => { $crate::cuda::KernelArg::Ptr($value) };
+    (@arg i32_ptr, $value:expr) => { $crate::cuda::KernelArg::Ptr($value) };
     (@arg optional_i32, $value:expr) => { $crate::cuda::KernelArg::I32($value.unwrap_or(0)) };
     (@arg tensor_map, $value:expr) => { $crate::cuda::KernelArg::TensorMap($value) };
 }
@@ -124,6 +127,7 @@ mod tests {
             d: u64,
             e: f32,
             status: counter_ptr,
+            lengths: i32_ptr,
             queries: optional_i32,
         }
     }
@@ -145,6 +149,7 @@ mod tests {
             d: 4,
             e: 0.5,
             status: 0x400,
+            lengths: 0x500,
             queries: Some(7),
         };
         let want = [
@@ -158,6 +163,7 @@ mod tests {
             ("d", ParamKind::U64),
             ("e", ParamKind::F32),
             ("status", ParamKind::CounterPtr),
+            ("lengths", ParamKind::I32Ptr),
             ("queries", ParamKind::I32),
         ];
         let params: Vec<KernelParam> = want
@@ -178,6 +184,7 @@ mod tests {
                 KernelArg::U64(4),
                 KernelArg::F32(0.5),
                 KernelArg::Ptr(0x400),
+                KernelArg::Ptr(0x500),
                 KernelArg::I32(7),
             ]
         );

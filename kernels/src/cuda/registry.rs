@@ -34,6 +34,9 @@ pub enum ParamKind {
     CounterPtr,
     /// `const unsigned char*`: 8-bit image bytes, or a table of records the kernel reads.
     BytePtr,
+    /// `const int*`: 32-bit integers a kernel reads (the attention's per-batch key lengths);
+    /// 0 passes a null pointer.
+    I32Ptr,
     /// `unsigned char*`: 8-bit samples a kernel writes.
     MutBytePtr,
     I32,
@@ -92,6 +95,7 @@ impl ParamKind {
             ParamKind::MutPtr(d) => format!("{}*", d.cuda_type()),
             ParamKind::CounterPtr => "unsigned int*".into(),
             ParamKind::BytePtr => "const unsigned char*".into(),
+            ParamKind::I32Ptr => "const int*".into(),
             ParamKind::MutBytePtr => "unsigned char*".into(),
             ParamKind::I32 => "int".into(),
             ParamKind::U32 => "unsigned int".into(),
@@ -146,6 +150,7 @@ impl KernelArg {
                     | ParamKind::MutPtr(_)
                     | ParamKind::CounterPtr
                     | ParamKind::BytePtr
+                    | ParamKind::I32Ptr
                     | ParamKind::MutBytePtr
             ) | (KernelArg::I32(_), ParamKind::I32)
                 | (KernelArg::U32(_), ParamKind::U32)

@@ -11,8 +11,8 @@ use crate::family::Family;
 use crate::rules::{
     ClassifierInput, ClassifierRules, ConfigFormat, Defaults, EmbeddingLayout, FamilyRules,
     ImageProjection, LayerPart, ModelType, PooledToken, PoolerKind, QkvLayout, ScoreKind,
-    TensorRules, TextConfigFormat, TextDefaults, TextProjection, TextTensorRules, TextTowerRules,
-    TransformersConfig, TransformersTextConfig,
+    SpecialTokens, TensorRules, TextConfigFormat, TextDefaults, TextProjection, TextTensorRules,
+    TextTowerRules, TransformersConfig, TransformersTextConfig,
 };
 
 pub(crate) const CLIP: FamilyRules = FamilyRules {
@@ -88,8 +88,10 @@ pub(crate) const CLIP_TEXT: TextTowerRules = TextTowerRules {
         final_norm: "final_layer_norm",
     },
     causal: true,
-    end_token: "<|endoftext|>",
-    default_pad_token: "<|endoftext|>",
+    vocabularies: &[SpecialTokens {
+        end: "<|endoftext|>",
+        default_pad: "<|endoftext|>",
+    }],
     pad_id: None,
     reads_spiece_model: false,
     pooled_token: PooledToken::EndToken,

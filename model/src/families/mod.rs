@@ -22,8 +22,8 @@ mod vit;
 
 use crate::family::{Family, TextFamily};
 use crate::rules::{
-    ConfigFormat, FamilyRules, ModelType, OwnConfig, ReadTextConfig, TextConfigFormat,
-    TextTowerRules, TransformersConfig,
+    ConfigFormat, FamilyRules, ModelType, OwnConfig, ReadTextConfig, SpecialTokens,
+    TextConfigFormat, TextTowerRules, TransformersConfig,
 };
 use serde_json::{Map, Value};
 use std::fmt;
@@ -155,20 +155,37 @@ impl TextFamily {
             })
     }
 
-    /// The token that ends every sequence (CLIP pools its text tower at it).
+    /// The token that ends every sequence of the family's first tokenizer (SigLIP's
+    /// SentencePiece `</s>`).
     pub fn end_token(self) -> &'static str {
-        self.rules().end_token
+        self.rules().vocabularies[0].end
     }
 
-    /// The pad token of transformers' tokenizer class of the family (`CLIPTokenizer`,
-    /// `SiglipTokenizer`), used when the checkpoint's tokenizer files name none.
-    pub fn default_pad_token(self) -> &'static str {
-        self.rules().default_pad_token
+    /// The family's tokenizers' special tokens, in the order they are tried.
+    pub(crate) fn vocabularies(self) -> &'static [SpecialTokens] {
+        self.rules().vocabularies
     }
 
     pub fn name(self) -> &'static str {
         self.rules().family.name()
     }
+}
+
+/// The reason a `model_type` of a family vitrt knows but does not build is refused, by name:
+/// SigLIP 2's NaFlex checkpoints (`Siglip2Model`, `Siglip2VisionModel`, `Siglip2TextModel`).
+pub(crate) fn refused_model_type(model_type: &str) -> Option<String> {
+    matches!(
+        model_type,
+        "siglip2" | "siglip2_vision_model" | "siglip2_text_model"
+    )
+    .then(|| {
+        format!(
+            "model_type \"{model_type}\" is SigLIP 2's NaFlex (Siglip2Model: each image \
+             resized to its own patch grid, position embeddings resized per image, a key \
+             padding mask), which vitrt does not build yet; SigLIP 2's fixed-resolution \
+             checkpoints (model_type \"siglip\", such as google/siglip2-base-patch16-224) run"
+        )
+    })
 }
 
 impl fmt::Display for TextFamily {

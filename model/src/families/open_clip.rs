@@ -21,8 +21,8 @@ use crate::config::{Fields, GlobalPool, Mlp, ModelConfig, PrefixPositions};
 use crate::family::{Family, TextFamily};
 use crate::rules::{
     ClassifierInput, ClassifierRules, ConfigFormat, EmbeddingLayout, FamilyRules, ImageProjection,
-    LayerPart, OwnConfig, PooledToken, PoolerKind, QkvLayout, ScoreKind, TensorRules,
-    TextConfigFormat, TextProjection, TextTensorRules, TextTowerRules,
+    LayerPart, OwnConfig, PooledToken, PoolerKind, QkvLayout, ScoreKind, SpecialTokens,
+    TensorRules, TextConfigFormat, TextProjection, TextTensorRules, TextTowerRules,
 };
 use crate::text::TextConfig;
 use serde_json::{Map, Value};
@@ -92,8 +92,10 @@ pub(crate) const OPEN_CLIP_TEXT: TextTowerRules = TextTowerRules {
     causal: true,
     // The hub's open_clip repositories ship transformers' CLIP tokenizer files, which spell
     // the special tokens so (open_clip's own tokenizer says `<end_of_text>`, the same id).
-    end_token: "<|endoftext|>",
-    default_pad_token: "<|endoftext|>",
+    vocabularies: &[SpecialTokens {
+        end: "<|endoftext|>",
+        default_pad: "<|endoftext|>",
+    }],
     // `open_clip.tokenizer.SimpleTokenizer` pads with zeros.
     pad_id: Some(0),
     reads_spiece_model: false,

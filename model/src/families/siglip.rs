@@ -12,8 +12,8 @@ use crate::family::Family;
 use crate::rules::{
     AttentionPoolNames, AttentionPoolProjections, ClassifierInput, ClassifierRules, ConfigFormat,
     Defaults, EmbeddingLayout, FamilyRules, ModelType, PooledToken, PoolerKind, QkvLayout,
-    ScoreKind, TensorRules, TextConfigFormat, TextDefaults, TextProjection, TextTensorRules,
-    TextTowerRules, TransformersConfig, TransformersTextConfig,
+    ScoreKind, SpecialTokens, TensorRules, TextConfigFormat, TextDefaults, TextProjection,
+    TextTensorRules, TextTowerRules, TransformersConfig, TransformersTextConfig,
 };
 
 pub(crate) const SIGLIP: FamilyRules = FamilyRules {
@@ -95,8 +95,18 @@ pub(crate) const SIGLIP_TEXT: TextTowerRules = TextTowerRules {
         final_norm: "final_layer_norm",
     },
     causal: false,
-    end_token: "</s>",
-    default_pad_token: "</s>",
+    vocabularies: &[
+        // SentencePiece's (SiglipTokenizer), in tokenizer.json or spiece.model.
+        SpecialTokens {
+            end: "</s>",
+            default_pad: "</s>",
+        },
+        // Gemma's (GemmaTokenizer), which SigLIP 2's fixed-resolution checkpoints ship.
+        SpecialTokens {
+            end: "<eos>",
+            default_pad: "<pad>",
+        },
+    ],
     pad_id: None,
     // Released SigLIP checkpoints ship SentencePiece's model file alone.
     reads_spiece_model: true,

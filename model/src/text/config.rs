@@ -75,6 +75,9 @@ impl TextConfig {
         };
         let empty = Map::new();
         let Some((family, dual_tower)) = TextFamily::of_model_type(model_type) else {
+            if let Some(refusal) = families::refused_model_type(model_type) {
+                return Err(refusal);
+            }
             return Err(format!(
                 "model_type \"{model_type}\" has no text tower: text embeddings and zero-shot \
                  labels need a CLIP or SigLIP checkpoint with both towers (supported: {})",
@@ -191,6 +194,8 @@ mod tests {
     fn configs_without_a_text_tower_are_refused_by_name() {
         let err = TextConfig::from_json_str(r#"{"model_type": "dinov2"}"#).unwrap_err();
         assert!(err.contains("\"dinov2\" has no text tower"), "{err}");
+        let err = TextConfig::from_json_str(r#"{"model_type": "siglip2"}"#).unwrap_err();
+        assert!(err.contains("SigLIP 2's NaFlex"), "{err}");
         let err = TextConfig::from_json_str(
             r#"{"model_type": "clip", "text_config": {"hidden_size": 100, "num_attention_heads": 3}}"#,
         )

@@ -3,7 +3,9 @@
 //! SentencePiece's `spiece.model` as transformers' slow `SiglipTokenizer` tokenizes: see
 //! `spiece.rs`), and set up to give the ids transformers' tokenizer gives with
 //! `padding="max_length", truncation=True, max_length=context`: every text is truncated so that it and its special tokens fit in `context` (the end token is kept), then
-//! padded on the right with the checkpoint's pad token to exactly `context` ids.
+//! padded with the checkpoint's pad token to exactly `context` ids, on the side its tokenizer
+//! config names (its tokenizer class's default where it names none: the right, but the left
+//! for Gemma's, which SigLIP 2 ships).
 
 use std::path::{Path, PathBuf};
 
@@ -132,15 +134,23 @@ impl TextTokenizer {
             ));
         };
 
-        let end_id = tokenizer.token_to_id(family.end_token()).ok_or_else(|| {
-            tokenizer_error(
+        // The family's first tokenizer whose end token is in the vocabulary is this one
+        // (SigLIP: SentencePiece's `</s>`, or Gemma's `<eos>` in SigLIP 2's checkpoints).
+        let vocabularies = family.vocabularies();
+        let Some((tokens, end_id)) = vocabularies.iter().find_map(|tokens| {
+            tokenizer
+                .token_to_id(tokens.end)
+                .map(|end_id| (tokens, end_id))
+        }) else {
+            let ends: Vec<&str> = vocabularies.iter().map(|tokens| tokens.end).collect();
+            return Err(tokenizer_error(
                 &path,
                 format!(
                     "no {} token in the vocabulary: not a {family} tokenizer",
-                    family.end_token()
+                    ends.join(" or ")
                 ),
-            )
-        })?;
+            ));
+        };
         let (pad_token, pad_id) = match family.rules().pad_id {
             // The family's tokenizer pads with this id whatever the tokenizer files say
             // (open_clip's pads with 0).
@@ -156,7 +166,7 @@ impl TextTokenizer {
             None => {
                 let pad_token = match pad_token_of(dir)? {
                     Some(token) => token,
-                    None => family.default_pad_token().to_string(),
+                    None => tokens.default_pad.to_string(),
                 };
                 let pad_id = tokenizer.token_to_id(&pad_token).ok_or_else(|| {
                     tokenizer_error(
@@ -166,6 +176,12 @@ impl TextTokenizer {
                 })?;
                 (pad_token, pad_id)
             }
+        };
+        let padding_direction = if siglip_prefix {
+            // SiglipTokenizer pads on the right.
+            PaddingDirection::Right
+        } else {
+            padding_side_of(dir)?
         };
 
         let special = tokenizer
@@ -190,7 +206,7 @@ impl TextTokenizer {
             .map_err(|e| tokenizer_error(&path, format!("truncation to {context}: {e}")))?;
         tokenizer.with_padding(Some(PaddingParams {
             strategy: PaddingStrategy::Fixed(context),
-            direction: PaddingDirection::Right,
+            direction: padding_direction,
             pad_to_multiple_of: None,
             pad_id,
             pad_type_id: 0,
@@ -295,7 +311,7 @@ fn sentencepiece_tokenizer(
         .map_err(|e| tokenizer_error(spiece, format!("not a readable SentencePiece model: {e}")))?;
     let pad_token = match pad_token_of(dir)? {
         Some(token) => token,
-        None => family.default_pad_token().to_string(),
+        None => family.vocabularies()[0].default_pad.to_string(),
     };
     let config_path = dir.join("tokenizer_config.json");
     let lowercase = match read_json_if_present(&config_path)? {
@@ -341,6 +357,35 @@ fn pad_token_of(dir: &Path) -> Result<Option<String>, ModelError> {
     match config {
         Some((path, json)) => pad_token_field(&path, &json),
         None => Ok(None),
+    }
+}
+
+/// The side transformers pads the checkpoint's texts on: `tokenizer_config.json`'s
+/// `padding_side`, else its tokenizer class's default (Gemma's tokenizers pad on the left,
+/// every other class these families ship on the right).
+fn padding_side_of(dir: &Path) -> Result<PaddingDirection, ModelError> {
+    let Some((path, json)) = read_json_if_present(&dir.join("tokenizer_config.json"))? else {
+        return Ok(PaddingDirection::Right);
+    };
+    match json.get("padding_side") {
+        Some(Value::String(side)) if side == "right" => Ok(PaddingDirection::Right),
+        Some(Value::String(side)) if side == "left" => Ok(PaddingDirection::Left),
+        None | Some(Value::Null) => {
+            let class = json.get("tokenizer_class").and_then(Value::as_str);
+            let left = matches!(
+                class,
+                Some("GemmaTokenizer" | "GemmaTokenizerFast" | "Siglip2Tokenizer")
+            );
+            Ok(if left {
+                PaddingDirection::Left
+            } else {
+                PaddingDirection::Right
+            })
+        }
+        Some(other) => Err(tokenizer_error(
+            &path,
+            format!("padding_side is neither \"left\" nor \"right\": {other}"),
+        )),
     }
 }
 

@@ -11,13 +11,15 @@ use vitrt_model::{Output, OutputSet, Runner, VisionModel, ZeroShotLabels};
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::{Backend, DType, HostTensor, Precision};
 
-/// The two zero-shot fixtures of transformers' checkpoints, the two of open_clip's, then the
+/// The three zero-shot fixtures of transformers' checkpoints (SigLIP 2's fixed-resolution one
+/// among them), the two of open_clip's, then the
 /// folders VITRT_TEXT_MODELS names (separated by `:`; the GPU check's real-size random models,
 /// scripts/fixtures/make_random_dual_tower.py).
 pub fn fixtures() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = [
         "clip-zero-shot",
         "siglip-zero-shot",
+        "siglip2-zero-shot",
         "open-clip-vit",
         "open-clip-quickgelu-avg",
     ]
