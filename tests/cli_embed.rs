@@ -461,3 +461,60 @@ fn each_pool_is_the_matching_library_output() {
         assert_rows_close(&rows, &want, pool);
     }
 }
+
+/// DINOv3 from image files: the fixture's preprocessor_config.json names
+/// `DINOv3ViTImageProcessorFast` (float resize, staged as f32 values rather than bytes), and
+/// `vitrt embed` gives what the library gives for `preprocess_file` under that config, over
+/// batches of two (the last one short). Images of other sizes and kinds are in the batch:
+/// a JPEG, a PNG, a palette PNG and a grey one.
+#[test]
+fn dinov3_embeds_image_files_with_its_own_float_preprocessing() {
+    let dir = temp();
+    let model_dir = fixture("dinov3-registers-rope");
+    let pre = PreprocessConfig::of_checkpoint(&model_dir, 3)
+        .unwrap()
+        .expect("the fixture's preprocessor_config.json");
+    assert_eq!(
+        pre.arithmetic(),
+        vitrt_model::preprocess::PixelArithmetic::TorchvisionFloat
+    );
+    let images = vec![
+        image("cat.jpg"),
+        image("coffee.png"),
+        image("cat_palette.png"),
+        image("camera_gray.png"),
+        image("astronaut.webp"),
+    ];
+    let model = VisionModel::load(&model_dir).unwrap();
+    let backend = vitrt_runtime::backend::open(Device::Cpu, DType::F32).unwrap();
+    let mut runner = Runner::new(model, backend, Fusion::ALL);
+    runner.set_outputs(OutputSet::of(&[Output::PoolerOutput]));
+    let pixels: Vec<f32> = images
+        .iter()
+        .flat_map(|p| preprocess_file(p, &pre).unwrap())
+        .collect();
+    let outputs = runner.run(&pixels, images.len(), false).unwrap();
+    let want: Vec<Vec<f32>> = outputs[0]
+        .data
+        .chunks(outputs[0].shape[1])
+        .map(<[f32]>::to_vec)
+        .collect();
+
+    let st = dir.path().join("dinov3.safetensors");
+    let o = embed(
+        &model_dir,
+        &[
+            "--output",
+            st.to_str().unwrap(),
+            "--pool",
+            "pooler",
+            "--batch-size",
+            "2",
+        ],
+        &images,
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (rows, _) = read_safetensors(&st);
+    assert_rows_close(&rows, &want, "dinov3 from files");
+}

@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 use vitrt_model::preprocess::device_batch::{device_batch, DeviceBatch};
 use vitrt_model::preprocess::jpeg_coefficients::EntropyOn;
 use vitrt_model::preprocess::{
-    normalization_table, ArenaReserve, ImageLimits, ImageLoader, Loaded, PreprocessConfig,
-    StageTimes,
+    ArenaReserve, ImageLimits, ImageLoader, Loaded, PixelExpansion, PreprocessConfig, StageTimes,
 };
 use vitrt_model::Runner;
 use vitrt_runtime::{HostTensor, PendingOutputs};
@@ -146,8 +145,8 @@ pub struct BatchSetup {
     pub(crate) limits: ImageLimits,
     /// Where the JPEGs left to the device are entropy-decoded.
     pub(crate) entropy: EntropyOn,
-    /// Byte value to model input, per channel (see `normalization_table`).
-    pub(crate) table: Vec<f32>,
+    /// How a staged image becomes the model's input (bytes through a table, or f32 values).
+    pub(crate) expansion: PixelExpansion,
     pub(crate) quiet: bool,
 }
 
@@ -201,7 +200,7 @@ impl BatchSetup {
                 arena_bytes: usize::from(device_decode),
                 release_lag: 0,
             },
-            table: normalization_table(&pre),
+            expansion: PixelExpansion::of(&pre),
             pre,
             limits,
             entropy,
@@ -397,7 +396,7 @@ pub fn run_batches(
         runner,
         paths: &inputs.paths,
         host_loader: Box::new(host_loader),
-        table: &setup.table,
+        expansion: &setup.expansion,
         image_bytes: setup.pipeline.image_bytes,
         results,
         in_flight: None,
@@ -475,7 +474,7 @@ struct Submitter<'a, R: BatchResults> {
     /// exactly is decoded again on the host.
     paths: &'a [std::path::PathBuf],
     host_loader: Box<dyn ImageLoad + 'a>,
-    table: &'a [f32],
+    expansion: &'a PixelExpansion,
     /// Bytes of one preprocessed image.
     image_bytes: usize,
     results: &'a mut R,
@@ -512,7 +511,7 @@ impl<R: BatchResults> pipeline::Consumer for Submitter<'_, R> {
             Some(self.runner.submit_decoding(
                 batch.pixels,
                 batch.count,
-                self.table,
+                self.expansion,
                 decode.as_ref(),
             )?)
         } else {
@@ -561,7 +560,7 @@ impl<R: BatchResults> Submitter<'_, R> {
     fn redo_on_host(&mut self, batch: &mut InFlight) -> Result<Option<Vec<HostTensor>>> {
         redo_on_host(
             self.runner,
-            (self.table, self.image_bytes),
+            (self.expansion, self.image_bytes),
             self.host_loader.as_mut(),
             self.paths,
             &mut batch.failures,
@@ -612,12 +611,12 @@ impl<R: BatchResults> Submitter<'_, R> {
 }
 
 /// Decodes images `first .. first + count` (of `paths`) again with the host loader `host`
-/// and runs them (`table`: byte to model input; `image_bytes`: one image's): the outputs of a
+/// and runs them (`expansion`: staged bytes to model input; `image_bytes`: one image's): the outputs of a
 /// batch the device marked, then what `--decode cpu` gives. Images the host refuses join
 /// `failures`; `None` when every image failed.
 pub(crate) fn redo_on_host(
     runner: &mut Runner,
-    (table, image_bytes): (&[f32], usize),
+    (expansion, image_bytes): (&PixelExpansion, usize),
     host: &mut dyn ImageLoad,
     paths: &[std::path::PathBuf],
     failures: &mut Vec<(usize, String)>,
@@ -638,7 +637,7 @@ pub(crate) fn redo_on_host(
     if failures.len() == count {
         return Ok(None);
     }
-    let pending = runner.submit_decoding(&pixels, count, table, None)?;
+    let pending = runner.submit_decoding(&pixels, count, expansion, None)?;
     Ok(Some(runner.finish(pending)?))
 }
 
@@ -753,7 +752,7 @@ mod tests {
                 "crop_size": {"height": 40, "width": 56}, "resample": 3}"#,
         ] {
             let pre = PreprocessConfig::from_json_str(json).unwrap();
-            let table = normalization_table(&pre);
+            let table = vitrt_model::preprocess::normalization_table(&pre);
             let limits = ImageLimits::default();
             let image_bytes = ImageLoader::new(&pre, limits).output_bytes();
             // Decoded on the host; then with the JPEGs left to device decoding, done here by

@@ -735,7 +735,7 @@ impl DeviceThread<'_> {
         Ok(Some(runner.submit_decoding(
             &pixels[..job.count * setup.pipeline.image_bytes],
             job.count,
-            &setup.table,
+            &setup.expansion,
             decode.as_ref(),
         )?))
     }
@@ -759,7 +759,7 @@ impl DeviceThread<'_> {
                 figures.redone_on_host += marked;
                 crate::batched::redo_on_host(
                     runner,
-                    (&setup.table, setup.pipeline.image_bytes),
+                    (&setup.expansion, setup.pipeline.image_bytes),
                     host,
                     &self.inputs.paths,
                     &mut batch.failures,

@@ -16,7 +16,7 @@ use crate::pipeline::BumpArena;
 use anyhow::{Context, Result};
 use vitrt_model::preprocess::device_batch::device_batch;
 use vitrt_model::preprocess::{
-    normalization_table, ArenaReserve, DeviceImage, ImageLimits, ImageLoader, PreprocessConfig,
+    ArenaReserve, DeviceImage, ImageLimits, ImageLoader, PixelExpansion, PreprocessConfig,
     PreprocessError,
 };
 use vitrt_model::Runner;
@@ -181,8 +181,8 @@ impl ImageDecoder {
 /// their places ([`MemoryBatches::submit_filled_for_device`]).
 pub struct MemoryBatches {
     image_bytes: usize,
-    /// Byte value to model input, per channel (see `normalization_table`).
-    table: Vec<f32>,
+    /// How a staged image becomes the model's input (bytes through a table, or f32 values).
+    expansion: PixelExpansion,
     staging: Option<HostStaging>,
     /// The device decoding's arena, grown with the batch size.
     arena: Option<HostStaging>,
@@ -197,7 +197,7 @@ impl MemoryBatches {
     pub fn new(pre: &PreprocessConfig, image_bytes: usize) -> MemoryBatches {
         MemoryBatches {
             image_bytes,
-            table: normalization_table(pre),
+            expansion: PixelExpansion::of(pre),
             staging: None,
             arena: None,
         }
@@ -258,7 +258,7 @@ impl MemoryBatches {
         let batch = (!images.is_empty()).then(|| device_batch(&images, self.image_bytes, used));
         let decode = batch.as_ref().map(|b| b.decode(&arena[..used]));
         Ok(runner
-            .submit_decoding(pixels, count, &self.table, decode.as_ref())
+            .submit_decoding(pixels, count, &self.expansion, decode.as_ref())
             .map_err(anyhow::Error::from)?)
     }
 
@@ -369,7 +369,7 @@ impl MemoryBatches {
         let pixels = &mut staging.as_mut_slice()[..bytes];
         fill(pixels)?;
         Ok(runner
-            .submit_bytes(pixels, count, &self.table)
+            .submit_bytes(pixels, count, &self.expansion)
             .map_err(anyhow::Error::from)?)
     }
 }

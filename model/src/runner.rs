@@ -3,6 +3,7 @@
 
 use crate::error::ModelError;
 use crate::model::{GraphOptions, OutputSet, VisionModel, ZeroShotLabels};
+use crate::preprocess::{floats_of_bytes, PixelExpansion};
 use crate::text::{self, TextModel};
 use std::collections::HashMap;
 use vitrt_runtime::passes::Fusion;
@@ -244,30 +245,33 @@ impl Runner {
         Ok(self.backend.alloc_staging(bytes)?)
     }
 
-    /// Queues a forward pass on `batch` 8-bit images (`pixels`: [B, H, W, C] bytes at the
-    /// model's image size), expanded into the model's input through `table` (byte `v` of
-    /// channel `c` becomes `table[c * 256 + v]`, see
-    /// `preprocess::normalization_table`), and the copy of its main output to the host.
-    /// Returns when `pixels` may be reused, with the pass possibly still running; its outputs
-    /// come from [`Runner::finish`]. Passes run in the order submitted, and on CUDA the copy
-    /// of one batch's pixels overlaps the forward pass of the batch before it.
+    /// Queues a forward pass on `batch` preprocessed images staged in `pixels` as
+    /// `expansion` says: 8-bit images ([B, H, W, C] bytes at the model's image size)
+    /// expanded into the model's input through a table (byte `v` of channel `c` becomes
+    /// `table[c * 256 + v]`, see `preprocess::normalization_table`), or the model's input
+    /// itself as f32 values ([B, C, H, W], native byte order); and the copy of its main
+    /// output to the host. Returns when `pixels` may be reused, with the pass possibly still
+    /// running; its outputs come from [`Runner::finish`]. Passes run in the order submitted,
+    /// and on CUDA the copy of one batch's 8-bit pixels overlaps the forward pass of the
+    /// batch before it.
     pub fn submit_bytes(
         &mut self,
         pixels: &[u8],
         batch: usize,
-        table: &[f32],
+        expansion: &PixelExpansion,
     ) -> Result<PendingOutputs, ModelError> {
-        self.submit_decoding(pixels, batch, table, None)
+        self.submit_decoding(pixels, batch, expansion, None)
     }
 
     /// As [`Runner::submit_bytes`], with some images first made on the device from JPEG
     /// coefficients (`decode`, see `preprocess::device_batch`) into their places in `pixels`;
-    /// `decode`'s upload may be reused when this returns, as `pixels` may.
+    /// `decode`'s upload may be reused when this returns, as `pixels` may. Device decoding
+    /// makes 8-bit images: with [`PixelExpansion::Floats`] `decode` must be `None`.
     pub fn submit_decoding(
         &mut self,
         pixels: &[u8],
         batch: usize,
-        table: &[f32],
+        expansion: &PixelExpansion,
         decode: Option<&DeviceDecode<'_>>,
     ) -> Result<PendingOutputs, ModelError> {
         let [_, channels, height, width] = self.input_shape(batch);
@@ -277,19 +281,40 @@ impl Runner {
             width,
             channels,
         };
-        if batch == 0 || pixels.len() != shape.len() {
+        let (sample_bytes, what) = match expansion {
+            PixelExpansion::Table(_) => (1, "bytes"),
+            PixelExpansion::Floats => (4, "f32 values"),
+        };
+        if batch == 0 || pixels.len() != shape.len() * sample_bytes {
             return Err(ModelError::Usage(format!(
-                "{batch} images of {height}x{width}x{channels} bytes are {} bytes; got {}",
-                shape.len(),
+                "{batch} images of {height}x{width}x{channels} {what} are {} bytes; got {}",
+                shape.len() * sample_bytes,
                 pixels.len()
             )));
         }
         self.prepare(batch, false)?;
         let executor = &self.executors[&self.key(batch, false)];
         let backend = self.backend.as_mut();
-        // Everything is queued before the host waits for the copy, so the device never waits
-        // for the host between the expansion and the forward pass.
-        let status = executor.write_pixel_bytes(backend, pixels, shape, table, decode)?;
+        let status = match expansion {
+            // Everything is queued before the host waits for the copy, so the device never
+            // waits for the host between the expansion and the forward pass.
+            PixelExpansion::Table(table) => {
+                executor.write_pixel_bytes(backend, pixels, shape, table, decode)?
+            }
+            PixelExpansion::Floats => {
+                if decode.is_some() {
+                    return Err(ModelError::Usage(
+                        "images decoded on the device are 8-bit; a batch of f32 pixel values \
+                         takes none"
+                            .into(),
+                    ));
+                }
+                // Written on the compute stream, after the passes queued before it.
+                let values = floats_of_bytes(pixels);
+                executor.write_inputs(backend, &[("pixel_values", &values)])?;
+                None
+            }
+        };
         executor.launch(backend, Marks::None)?;
         let mut outputs = executor.start_outputs(backend)?;
         outputs.set_decode_status(status);

@@ -8,6 +8,7 @@ mod common;
 
 use common::{bits, fixture};
 use vitrt_kernels::pixels;
+use vitrt_model::preprocess::PixelExpansion;
 use vitrt_model::{Runner, VisionModel};
 use vitrt_runtime::backend::cuda::CudaBackend;
 use vitrt_runtime::passes::Fusion;
@@ -75,7 +76,11 @@ fn overlapped_byte_batches_match_the_plain_path_bitwise() {
         for (k, (&batch, input)) in schedule.iter().zip(&inputs).enumerate() {
             staging.as_mut_slice()[..input.len()].copy_from_slice(input);
             let submitted = overlapped
-                .submit_bytes(&staging.as_slice()[..input.len()], batch, &table)
+                .submit_bytes(
+                    &staging.as_slice()[..input.len()],
+                    batch,
+                    &PixelExpansion::Table(table.clone()),
+                )
                 .unwrap();
             // Overwrite the staging at once: the submission must have copied it already.
             staging.as_mut_slice().fill(0xA5);

@@ -8,6 +8,7 @@
 //! `BaseImageProcessor` supplies for the rest: `rescale_factor` 1/255, `default_to_square`
 //! true, and no `do_convert_rgb` (off).
 
+use super::config::PixelArithmetic;
 use super::resampling::{Resample, ResizeTarget};
 
 // The constants are Python floats (f64) in transformers and timm, which numpy and torch round
@@ -44,6 +45,9 @@ pub enum ProcessorClass {
     /// `ConvNextImageProcessor`: a shortest edge of `size / crop_pct` and a square crop of
     /// `size`, below 384; a square of `size` from 384 on.
     ConvNext,
+    /// `DINOv3ViTImageProcessor` (torch tensors only): rescales to floats before it resizes
+    /// them with torchvision's antialiased resize.
+    Dinov3Vit,
 }
 
 /// What a class gives the fields a config leaves out.
@@ -62,18 +66,20 @@ pub struct ClassDefaults {
     pub int_size_is_shortest_edge: bool,
     /// `crop_pct`, for the classes that read it.
     pub crop_pct: Option<f64>,
+    /// The arithmetic of the class's steps (it is no field of the config).
+    pub arithmetic: PixelArithmetic,
 }
 
 /// Processor classes (without "ImageProcessor"/"FeatureExtractor" and "Pil"/"Fast") of
 /// families whose preprocessing is more than a resize, a center crop, a rescale and a
 /// normalisation (or is not PIL's), with what they do besides: refused rather than run with
 /// the wrong steps.
+#[rustfmt::skip]
 const UNSUPPORTED_CLASSES: &[(&str, &str)] = &[
     ("BridgeTower", "resizes with a longest-edge cap and pads"),
     ("ConditionalDetr", "is for object detection: an aspect-preserving resize with a cap, and padding"),
     ("DeformableDetr", "is for object detection: an aspect-preserving resize with a cap, and padding"),
     ("Detr", "is for object detection: an aspect-preserving resize with a cap, and padding"),
-    ("DINOv3ViT", "rescales to floats before resizing, with torchvision's tensor resize (it has no PIL variant)"),
     ("Donut", "aligns the long axis, resizes with a cap and pads"),
     ("DPT", "is for depth estimation: it can keep the aspect ratio, round to a multiple and pad"),
     ("EfficientNet", "can rescale with an offset to [-1, 1] and normalise twice"),
@@ -224,6 +230,7 @@ impl ProcessorClass {
             "Bit" => Self::Bit,
             "Siglip" => Self::Siglip,
             "ConvNext" => Self::ConvNext,
+            "DINOv3ViT" => Self::Dinov3Vit,
             "TimmWrapper" => {
                 return Err(format!(
                     "{name} runs timm's transforms from config.json's pretrained_cfg: read it \
@@ -242,7 +249,7 @@ impl ProcessorClass {
                 return Err(format!(
                     "image_processor_type {name} {what}, which vitrt's preprocessing does not \
                      reproduce (it reproduces the ViT, DeiT, BEiT, CLIP, Chinese-CLIP, BiT \
-                     (DINOv2), SigLIP and ConvNeXT image processors, and timm's eval transform)"
+                     (DINOv2), SigLIP, ConvNeXT and DINOv3 image processors, and timm's eval transform)"
                 ));
             }
         };
@@ -260,6 +267,7 @@ impl ProcessorClass {
             Self::Bit => "BitImageProcessor",
             Self::Siglip => "SiglipImageProcessor",
             Self::ConvNext => "ConvNextImageProcessor",
+            Self::Dinov3Vit => "DINOv3ViTImageProcessor",
         }
     }
 
@@ -280,6 +288,7 @@ impl ProcessorClass {
             do_convert_rgb: false,
             int_size_is_shortest_edge: false,
             crop_pct: None,
+            arithmetic: PixelArithmetic::Pil8Bit,
         };
         // CLIP's, Chinese-CLIP's and BiT's class attributes are the same.
         let clip = ClassDefaults {
@@ -319,6 +328,13 @@ impl ProcessorClass {
                 resample: Resample::Bicubic,
                 int_size_is_shortest_edge: true,
                 crop_pct: Some(224.0 / 256.0),
+                ..vit
+            },
+            // transformers' DINOv3ViTImageProcessor class attributes.
+            Self::Dinov3Vit => ClassDefaults {
+                image_mean: IMAGENET_MEAN,
+                image_std: IMAGENET_STD,
+                arithmetic: PixelArithmetic::TorchvisionFloat,
                 ..vit
             },
         }

@@ -27,6 +27,21 @@ pub struct PreprocessConfig {
     pub(super) crop_rounding: CenterCropRounding,
     /// Whether the processor's `convert_to_rgb` runs (`do_convert_rgb`, or its class default).
     pub(super) do_convert_rgb: bool,
+    /// Whether the steps work on 8-bit pixels as PIL's or on floats as DINOv3's tensors.
+    pub(super) arithmetic: PixelArithmetic,
+}
+
+/// The arithmetic of a processor's steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PixelArithmetic {
+    /// PIL's: the resize and the crop on 8-bit pixels, then rescale and normalise (every
+    /// class but DINOv3's, and timm's and open_clip's transforms).
+    Pil8Bit,
+    /// `DINOv3ViTImageProcessor`'s torch tensors: rescale to f32 first, then resize the
+    /// floats with torchvision's antialiased resize, crop and normalise
+    /// (`preprocess/torchvision_float.rs`). The loader's output is then the model's input
+    /// itself, f32 values, rather than bytes for the normalisation table.
+    TorchvisionFloat,
 }
 
 /// How a center crop places its window: HF's image processors and torchvision's `CenterCrop`
@@ -176,6 +191,7 @@ impl PreprocessConfig {
             num_channels,
             crop_rounding: CenterCropRounding::Hf,
             do_convert_rgb: false,
+            arithmetic: PixelArithmetic::Pil8Bit,
         }
     }
 
@@ -194,7 +210,12 @@ impl PreprocessConfig {
     /// kernels make RGB and resize with taps, so one-channel models and nearest-neighbour
     /// resizes stay on the host.
     pub fn device_decode_refusal(&self) -> Option<&'static str> {
-        if self.num_channels != 3 {
+        if self.arithmetic == PixelArithmetic::TorchvisionFloat {
+            Some(
+                "DINOv3's image processor resizes floats with torchvision's antialiased \
+                 resize (the GPU path resizes 8-bit pixels as PIL does)",
+            )
+        } else if self.num_channels != 3 {
             Some("the model takes one-channel images (the GPU path makes RGB)")
         } else if self.do_resize && self.resample == Resample::Nearest {
             Some("the preprocessing resizes with nearest-neighbour sampling (the GPU path resizes with filter taps)")
@@ -227,6 +248,11 @@ impl PreprocessConfig {
 
     pub fn num_channels(&self) -> usize {
         self.num_channels
+    }
+
+    /// Whether the steps work on 8-bit pixels (PIL's) or floats (DINOv3's tensors).
+    pub fn arithmetic(&self) -> PixelArithmetic {
+        self.arithmetic
     }
 
     pub fn do_resize(&self) -> bool {
@@ -347,6 +373,7 @@ impl PreprocessConfig {
             None => default_std,
         };
         self.do_convert_rgb = flag("do_convert_rgb", defaults.do_convert_rgb)?;
+        self.arithmetic = defaults.arithmetic;
         if let Some(default_crop_pct) = defaults.crop_pct {
             let crop_pct = match field("crop_pct") {
                 Some(v) => v
@@ -452,6 +479,26 @@ impl PreprocessConfig {
             }
             if let Some(bad) = values.iter().find(|v| !v.is_finite()) {
                 return Err(format!("{name} must hold finite numbers, not {bad}"));
+            }
+        }
+        if self.arithmetic == PixelArithmetic::TorchvisionFloat {
+            if !self.do_rescale {
+                return Err(
+                    "do_rescale false with DINOv3ViTImageProcessor resizes 8-bit tensors \
+                     with torchvision's uint8 kernel and then fails to normalise them (torch \
+                     normalises floats only); vitrt reproduces the processor with do_rescale \
+                     true"
+                        .into(),
+                );
+            }
+            if self.do_resize && !super::torchvision_float::has_filter(self.resample) {
+                return Err(format!(
+                    "resample {} ({:?}) with DINOv3ViTImageProcessor is torchvision's tensor \
+                     resize without antialiasing or a filter it lacks, which vitrt does not \
+                     reproduce (it reproduces 2, bilinear, and 3, bicubic)",
+                    self.resample.pil_id(),
+                    self.resample
+                ));
             }
         }
         if self.image_std.contains(&0.0) {

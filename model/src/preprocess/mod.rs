@@ -4,7 +4,9 @@
 //! processors of DeiT, BEiT, CLIP, BiT (DINOv2), SigLIP and ConvNeXT, which resize to a fixed
 //! size or the shortest edge and may then center-crop, each with its class's defaults
 //! ([`ProcessorClass`]); or timm's eval transform
-//! ([`PreprocessConfig::from_timm_pretrained_cfg`]), whose center crop rounds as torchvision's.
+//! ([`PreprocessConfig::from_timm_pretrained_cfg`]), whose center crop rounds as torchvision's;
+//! or DINOv3's `DINOv3ViTImageProcessor`, which works on torch tensors and resizes floats
+//! (`torchvision_float`: its own steps after the same decoding, staged as f32 values).
 //!
 //! The aim is the same numbers as HF, not merely a similar picture, so each step copies PIL's
 //! arithmetic:
@@ -53,6 +55,7 @@ mod pil_metadata;
 mod resampling;
 mod resize;
 mod timm;
+mod torchvision_float;
 
 use std::io::Read;
 use std::path::Path;
@@ -65,7 +68,7 @@ use jpeg_coefficients::{read_jpeg_into, EntropyOn, HostReason};
 use vitrt_runtime::image_kernels::resample::TapTable;
 
 pub use classes::{ClassDefaults, ProcessorClass};
-pub use config::{CenterCropRounding, PreprocessConfig};
+pub use config::{CenterCropRounding, PixelArithmetic, PreprocessConfig};
 pub use error::{
     ImageLimits, PreprocessError, MAX_IMAGE_PIXELS, MAX_OUTPUT_SIDE, PIL_MAX_IMAGE_PIXELS,
 };
@@ -174,10 +177,15 @@ impl ImageLoader {
         self.limits
     }
 
-    /// height * width * channels: the bytes of one preprocessed image.
+    /// The bytes of one preprocessed image: height * width * channels 8-bit samples, or for
+    /// DINOv3's float steps as many f32 values (four bytes each).
     pub fn output_bytes(&self) -> usize {
         let (height, width) = self.cfg.output_size();
-        height * width * self.cfg.num_channels
+        let samples = height * width * self.cfg.num_channels;
+        match self.cfg.arithmetic {
+            PixelArithmetic::Pil8Bit => samples,
+            PixelArithmetic::TorchvisionFloat => samples * 4,
+        }
     }
 
     /// Reads the file (never more than `max_file_bytes` + 1 bytes of it), decodes it, applies
@@ -348,21 +356,49 @@ impl ImageLoader {
             )));
         }
         let channels = self.cfg.num_channels;
-        let pixels = if pixel_channels == channels {
-            pixels
-        } else {
-            decode::convert_decoded(pixels, pixel_channels, &mut self.decode.pixels, channels);
-            &self.decode.pixels[..height * width * channels]
-        };
-        resize_and_crop(
-            &self.cfg,
-            &self.limits,
-            (&mut self.resizer, &mut self.resized),
-            pixels,
+        if pixel_channels == channels {
+            return self.resize_and_crop(pixels, (height, width), name, out);
+        }
+        let mut converted = std::mem::take(&mut self.decode.pixels);
+        decode::convert_decoded(pixels, pixel_channels, &mut converted, channels);
+        let result = self.resize_and_crop(
+            &converted[..height * width * channels],
             (height, width),
             name,
             out,
-        )
+        );
+        self.decode.pixels = converted;
+        result
+    }
+
+    /// The processor's steps after decoding, in the config's arithmetic: into 8-bit pixels
+    /// resized and cropped as PIL does, or into the model's input in f32 (DINOv3's).
+    fn resize_and_crop(
+        &mut self,
+        pixels: &[u8],
+        (height, width): (usize, usize),
+        name: &str,
+        out: &mut [u8],
+    ) -> Result<(), PreprocessError> {
+        match self.cfg.arithmetic {
+            PixelArithmetic::Pil8Bit => resize_and_crop(
+                &self.cfg,
+                &self.limits,
+                (&mut self.resizer, &mut self.resized),
+                pixels,
+                (height, width),
+                name,
+                out,
+            ),
+            PixelArithmetic::TorchvisionFloat => torchvision_float::preprocess_into(
+                &self.cfg,
+                self.limits.max_pixels,
+                pixels,
+                (height, width),
+                name,
+                out,
+            ),
+        }
     }
 
     fn check_output(&self, out: &[u8], name: &str) -> Result<(), PreprocessError> {
@@ -404,16 +440,15 @@ impl ImageLoader {
             &mut self.decode,
         )?;
         let decoded = Instant::now();
-        let pixels = &self.decode.pixels[..height * width * channels];
-        resize_and_crop(
-            &self.cfg,
-            &self.limits,
-            (&mut self.resizer, &mut self.resized),
-            pixels,
+        let pixels = std::mem::take(&mut self.decode.pixels);
+        let result = self.resize_and_crop(
+            &pixels[..height * width * channels],
             (height, width),
             name,
             out,
-        )?;
+        );
+        self.decode.pixels = pixels;
+        result?;
         Ok(StageTimes {
             read: Duration::ZERO,
             decode: decoded - start,
@@ -579,6 +614,46 @@ fn read_limited(path: &Path, max: u64, buffer: &mut Vec<u8>) -> Result<(), Prepr
     Ok(())
 }
 
+/// How the bytes an [`ImageLoader`] writes become the model's input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PixelExpansion {
+    /// 8-bit HWC pixels, byte `v` of channel `c` becoming `table[c * 256 + v]` (a
+    /// [`normalization_table`]).
+    Table(Vec<f32>),
+    /// The model's input itself: CHW f32 values in native byte order (DINOv3's float steps).
+    Floats,
+}
+
+impl PixelExpansion {
+    /// The expansion of the images a loader under `cfg` writes.
+    pub fn of(cfg: &PreprocessConfig) -> Self {
+        match cfg.arithmetic {
+            PixelArithmetic::Pil8Bit => Self::Table(normalization_table(cfg)),
+            PixelArithmetic::TorchvisionFloat => Self::Floats,
+        }
+    }
+
+    /// One image's staged bytes (`channels` channels) as the model's CHW f32 input.
+    pub fn expand(&self, staged: &[u8], channels: usize) -> Vec<f32> {
+        match self {
+            Self::Table(table) => {
+                let mut chw = vec![0f32; staged.len()];
+                normalize_into(staged, channels, table, &mut chw);
+                chw
+            }
+            Self::Floats => floats_of_bytes(staged),
+        }
+    }
+}
+
+/// f32 values from their native-order bytes (a whole number of them).
+pub fn floats_of_bytes(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
 /// `table[c * 256 + v]`: the value byte `v` of channel `c` becomes after rescale and
 /// normalise, with exactly HF's arithmetic: `(v as f64 * factor) as f32`, then
 /// `(x - mean) / std` in f32, each step only when the config asks for it.
@@ -712,12 +787,9 @@ fn preprocess_with(
 ) -> Result<Vec<f32>, PreprocessError> {
     // The config is checked before the output is allocated: an unchecked one may be huge.
     loader.validate_config()?;
-    let mut hwc = vec![0u8; loader.output_bytes()];
-    loader.load_bytes_into(bytes, name, &mut hwc)?;
-    let channels = loader.cfg.num_channels;
-    let mut chw = vec![0f32; hwc.len()];
-    normalize_into(&hwc, channels, &normalization_table(&loader.cfg), &mut chw);
-    Ok(chw)
+    let mut staged = vec![0u8; loader.output_bytes()];
+    loader.load_bytes_into(bytes, name, &mut staged)?;
+    Ok(PixelExpansion::of(&loader.cfg).expand(&staged, loader.cfg.num_channels))
 }
 
 #[cfg(test)]
