@@ -209,8 +209,9 @@ pub(crate) fn configure(
     } else if tile == DEEP_SMALL_TILE && !single_nk_matrix(p) {
         // Registered for single [N, K] matrices only (batch 1's linear layers).
         SMALL_TENSOR_CORE_TILE
-    } else if tile.program.uses_tma() && !single_nk_matrix(p) {
-        // Tensor maps here describe one matrix each: batched products take the cp.async body.
+    } else if tile.program.uses_tma() && !(single_nk_matrix(p) && tma_rows(dtype, p, a, b)) {
+        // Tensor maps here describe one matrix each: batched products take the cp.async body,
+        // as do rows a tensor map cannot stride over.
         WGMMA_TILES[0]
     } else if tile.program == Program::TmaPingPong && !pingpong_takes(dtype, p, residual, c) {
         // The ping-pong tile stores C through a tensor map, without residual.
@@ -230,9 +231,19 @@ pub(crate) fn configure(
     }
 }
 
+/// Whether A's and B's rows can be strided over by tensor maps: a map's row stride must be a
+/// multiple of 16 bytes even where the matrix has one row (the batch-1 classifier's A), which
+/// `rows_aligned` does not ask of single rows.
+fn tma_rows(dtype: DType, p: &MatmulProblem, a: DevPtr, b: DevPtr) -> bool {
+    let size = dtype.size_bytes();
+    rows_aligned(a.ptr, size, &p.a, (1, 1, p.m.max(2)), 16 / size)
+        && rows_aligned(b.ptr, size, &p.b, (1, 1, p.n.max(2)), 16 / size)
+}
+
 /// Whether the ping-pong tile's epilogue can write `p`'s C: without residual, C in the
 /// operands' type; with one, R and C both f32 (the residual stream) or both in the operands'
-/// type. Their rows on 16-byte boundaries, what a tensor map requires.
+/// type. Their rows on 16-byte boundaries, what a tensor map requires, even where C has one
+/// row (a batch-1 classifier's ten labels are 20 bytes a row).
 pub(crate) fn pingpong_takes(
     dtype: DType,
     p: &MatmulProblem,
@@ -241,7 +252,7 @@ pub(crate) fn pingpong_takes(
 ) -> bool {
     let aligned = |ptr: DevPtr, view: &Operand| {
         let size = ptr.dtype.size_bytes();
-        rows_aligned(ptr.ptr, size, view, (1, 1, p.m), 16 / size)
+        rows_aligned(ptr.ptr, size, view, (1, 1, p.m.max(2)), 16 / size)
     };
     match residual {
         None => c.dtype == dtype && aligned(c, &p.c),

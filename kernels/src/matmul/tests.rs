@@ -276,6 +276,38 @@ fn the_narrow_ping_pong_tile_splits_k_into_equal_splits_that_fit_the_gpu() {
 }
 
 #[test]
+fn tensor_maps_get_only_rows_they_can_stride_over_even_a_single_row() {
+    // A batch-1 classifier: one row of A, ten labels (C rows of 20 bytes, which no tensor map
+    // can stride over, though a single row is never strided).
+    let narrow = NARROW_PINGPONG_TILE;
+    let (a, b) = (fake(0x1000, DType::F16), fake(0x2000, DType::F16));
+    let c16 = fake(0x3000, DType::F16);
+    let classifier = MatmulProblem::linear(1, 10, 64, Epilogue::NONE);
+    assert_eq!(
+        configure(DType::F16, &classifier, narrow, a, b, None, c16).tile,
+        TMA_TILES[0]
+    );
+    // 1000 labels: C's rows are 2000 bytes, the narrow tile keeps it.
+    let wide = MatmulProblem::linear(1, 1000, 64, Epilogue::NONE);
+    assert_eq!(
+        configure(DType::F16, &wide, narrow, a, b, None, c16).tile,
+        narrow
+    );
+    // A and B rows of 36 elements (72 bytes): no tensor map and no 16-byte copy; and one row
+    // of each (a 1 x 1 product of K 36), which only the tensor maps' own check catches.
+    let odd_k = MatmulProblem::linear(1, 1000, 36, Epilogue::NONE);
+    assert_eq!(
+        configure(DType::F16, &odd_k, narrow, a, b, None, c16).tile,
+        SMALL_TENSOR_CORE_TILE
+    );
+    let single = MatmulProblem::linear(1, 1, 36, Epilogue::NONE);
+    assert!(!configure(DType::F16, &single, narrow, a, b, None, c16)
+        .tile
+        .program
+        .uses_tma());
+}
+
+#[test]
 fn batch_one_linear_layers_take_the_deep_small_tile_and_batch_eight_the_shallow_one() {
     // On sm_80 every batch-1 layer (on sm_90 the narrow ping-pong tile takes them, see the
     // Hopper test above).
