@@ -321,7 +321,7 @@ mod tests {
             (with("model_type", "\"aimv2\""), "AIMv2's LiT dual tower"),
             (
                 with("model_type", "\"aimv2_text_model\""),
-                "AIMv2's LiT dual tower or its text tower",
+                "AIMv2's text tower (Aimv2TextModel)",
             ),
             (with("id2label", "{\"a\": \"x\"}"), "not a class index"),
             ("[1, 2]".to_string(), "not a JSON object"),

@@ -7,8 +7,8 @@
 //! projections) and `mlp_bias` say; an RMSNorm on every token after them. With `use_head`,
 //! `pooler_output` is an attention-pooling head: the learned `cls_token` is the query as it
 //! is, keys and values are projected, and an output projection follows (no norm, no MLP).
-//! Aimv2Model's LiT dual tower (model_type `aimv2`) is refused by name
-//! (`families::refused_model_type`).
+//! Aimv2Model's LiT dual tower (model_type `aimv2`, also the checkpoints' earlier remote-code
+//! format) and Aimv2TextModel are refused by name (`families::refused_model_type`).
 
 use crate::config::{Fields, Mlp, ModelConfig, Norm, PositionSource};
 use crate::rules::{

@@ -176,14 +176,24 @@ impl TextFamily {
 
 /// The reason a `model_type` of a family vitrt knows but does not build is refused, by name:
 /// SigLIP 2's NaFlex checkpoints (`Siglip2Model`, `Siglip2VisionModel`, `Siglip2TextModel`);
-/// AIMv2's LiT dual tower and its text tower (`Aimv2Model`, `Aimv2TextModel`).
+/// AIMv2's LiT dual tower and its text tower (`Aimv2Model`, `Aimv2TextModel`), and the
+/// earlier remote-code format of AIMv2's checkpoints, which also says `aimv2`.
 pub(crate) fn refused_model_type(model_type: &str) -> Option<String> {
-    if matches!(model_type, "aimv2" | "aimv2_text_model") {
+    // "aimv2" is also what the checkpoints' earlier remote-code format (AIMv2Config, loaded
+    // with trust_remote_code) names, with other fields and tensor names.
+    let aimv2 = match model_type {
+        "aimv2" => Some(
+            "AIMv2's LiT dual tower (Aimv2Model) or the earlier remote-code format of AIMv2's \
+             checkpoints (AIMv2Config, trust_remote_code)",
+        ),
+        "aimv2_text_model" => Some("AIMv2's text tower (Aimv2TextModel)"),
+        _ => None,
+    };
+    if let Some(what) = aimv2 {
         return Some(format!(
-            "model_type \"{model_type}\" is AIMv2's LiT dual tower or its text tower \
-             (Aimv2Model, Aimv2TextModel), which vitrt does not build; AIMv2's vision \
-             checkpoints (model_type \"aimv2_vision_model\", Aimv2VisionModel, such as \
-             apple/aimv2-large-patch14-224) run"
+            "model_type \"{model_type}\" is {what}, which vitrt does not read; AIMv2's \
+             vision checkpoints in transformers' format (model_type \"aimv2_vision_model\", \
+             Aimv2VisionModel) run"
         ));
     }
     matches!(
