@@ -518,3 +518,64 @@ fn dinov3_embeds_image_files_with_its_own_float_preprocessing() {
     let (rows, _) = read_safetensors(&st);
     assert_rows_close(&rows, &want, "dinov3 from files");
 }
+
+/// AIMv2 from image files: the fixture's preprocessor_config.json names CLIPImageProcessor (as
+/// apple/aimv2-large-patch14-224's does), and `vitrt embed`'s default vector is the
+/// attention-pooling head's `pooler_output`, equal to the library's under that preprocessing.
+/// The checkpoint without the head embeds its token mean by default.
+#[test]
+fn aimv2_embeds_image_files_through_clip_preprocessing() {
+    let dir = temp();
+    let images = two_images();
+    let model_dir = fixture("aimv2-vision-head");
+    let pre = PreprocessConfig::of_checkpoint(&model_dir, 3)
+        .unwrap()
+        .expect("the fixture's preprocessor_config.json");
+    let model = VisionModel::load(&model_dir).unwrap();
+    let backend = vitrt_runtime::backend::open(Device::Cpu, DType::F32).unwrap();
+    let mut runner = Runner::new(model, backend, Fusion::ALL);
+    runner.set_outputs(OutputSet::of(&[Output::PoolerOutput]));
+    let pixels: Vec<f32> = images
+        .iter()
+        .flat_map(|p| preprocess_file(p, &pre).unwrap())
+        .collect();
+    let outputs = runner.run(&pixels, images.len(), false).unwrap();
+    let want: Vec<Vec<f32>> = outputs[0]
+        .data
+        .chunks(outputs[0].shape[1])
+        .map(<[f32]>::to_vec)
+        .collect();
+    let st = dir.path().join("aimv2.safetensors");
+    let o = embed(
+        &model_dir,
+        &["--output", st.to_str().unwrap()],
+        &images,
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (rows, metadata) = read_safetensors(&st);
+    assert_eq!(metadata["pool"], "pooler", "the head is the default vector");
+    assert_rows_close(&rows, &want, "aimv2 from files");
+
+    let headless = fixture("aimv2-native-biases");
+    let want = library_embeddings(&headless, &images, Output::PatchMean);
+    let st = dir.path().join("aimv2-native.safetensors");
+    let o = embed(
+        &headless,
+        &["--output", st.to_str().unwrap()],
+        &images,
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (rows, metadata) = read_safetensors(&st);
+    assert_eq!(metadata["pool"], "mean", "no head, no CLS token");
+    assert_rows_close(&rows, &want, "aimv2 native from files");
+    let o = embed(
+        &headless,
+        &["--pool", "pooler", "--output", "-"],
+        &images,
+        dir.path(),
+    );
+    assert!(!o.status.success(), "a pooler the checkpoint lacks");
+    assert!(stderr(&o).contains("mean"), "{}", stderr(&o));
+}

@@ -7,7 +7,7 @@
 //! - [`cuda`]: the device layer: [`cuda::Gpu`] (device, memory, streams, launch, capture),
 //!   NVRTC, the kernel caches and the instantiation vocabulary. It imports no family.
 //! - One folder per kernel family: its CUDA source, `gpu` (the launcher, a free function taking
-//!   `&Gpu`) and `cpu` (the twin, with the same name): [`layernorm`], [`softmax`], [`add`],
+//!   `&Gpu`) and `cpu` (the twin, with the same name): [`layernorm`], [`rmsnorm`], [`softmax`], [`add`],
 //!   [`activation`], [`gather`], [`pool`], [`normalize`], [`patchify`], [`pixels`], [`jpeg`], [`jpeg_scan`], [`resample`], [`attention`], [`matmul`] (one
 //!   CUDA source a program).
 //! - [`all_instantiations`]: every family's instantiations, what CI compiles.
@@ -27,6 +27,7 @@ pub mod pixels;
 pub mod pool;
 mod registry;
 pub mod resample;
+pub mod rmsnorm;
 pub mod rope;
 pub(crate) mod rows;
 pub mod softmax;

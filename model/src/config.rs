@@ -21,6 +21,27 @@ pub enum Mlp {
     SwiGlu,
 }
 
+/// The normalisation of every norm the encoder and its embeddings have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Norm {
+    /// `(x - mean) / sqrt(var + eps) * gamma + beta` (torch.nn.LayerNorm): every family but
+    /// AIMv2.
+    Layer,
+    /// `x / sqrt(mean(x²) + eps) * weight`, no bias (AIMv2's RMSNorm).
+    Rms,
+}
+
+/// Where the position embedding comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PositionSource {
+    /// The family's table in the checkpoint (`TensorRules::positions`), resampled for the
+    /// input size; or none where the family has none (DINOv3's rotary embeddings).
+    Checkpoint,
+    /// AIMv2's `is_native`: a fixed 2-D sin-cos table computed for the input's patch grid
+    /// (`params::sincos_positions`), none in the checkpoint.
+    SinCos2d,
+}
+
 /// Which of the tokens ahead of the patches have rows in the position table; the others get
 /// none (zeros).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,9 +81,15 @@ pub struct EncoderConfig {
     pub intermediate_size: usize,
     pub hidden_act: Activation,
     pub layer_norm_eps: f32,
+    /// What every norm of the blocks is (LayerNorm, or AIMv2's RMSNorm).
+    pub norm: Norm,
     pub qkv_bias: bool,
     /// With `qkv_bias`, whether the key projection has its bias too (DINOv3's has none).
     pub key_bias: bool,
+    /// The attention's output projection has a bias (AIMv2's only with `qkv_bias`).
+    pub attention_output_bias: bool,
+    /// The MLP's projections have biases (AIMv2's only with `mlp_bias`).
+    pub mlp_bias: bool,
     /// DINOv2's per-channel scale of each block's attention and MLP outputs.
     pub layer_scale: bool,
     pub mlp: Mlp,
@@ -89,6 +116,9 @@ pub struct ModelConfig {
     /// The name as the config spells it, for messages.
     pub hidden_act_name: String,
     pub layer_norm_eps: f32,
+    /// What every norm is: LayerNorm, or AIMv2's RMSNorm (its eps `rms_norm_eps`, kept in
+    /// `layer_norm_eps`).
+    pub norm: Norm,
     pub image_size: (usize, usize),
     pub patch_size: usize,
     pub num_channels: usize,
@@ -96,6 +126,15 @@ pub struct ModelConfig {
     /// With `qkv_bias`, whether the key projection has its bias too (DINOv3's
     /// `key_bias=False`: none).
     pub key_bias: bool,
+    /// The attention's output projection has a bias (all but AIMv2 without `qkv_bias`).
+    pub attention_output_bias: bool,
+    /// The MLP's projections have biases (all but AIMv2 without `mlp_bias`).
+    pub mlp_bias: bool,
+    /// Where the position embedding comes from.
+    pub positions: PositionSource,
+    /// AIMv2: the patch embedding goes through the family's `pre_norm` before the positions
+    /// are added (elsewhere the pre-norm comes after them).
+    pub positions_after_pre_norm: bool,
     /// DINOv3: rotary position embeddings on the patch grid (`rope_theta`) instead of a
     /// position table.
     pub rope_theta: Option<f32>,
@@ -145,8 +184,11 @@ impl ModelConfig {
             intermediate_size: self.intermediate_size,
             hidden_act: self.hidden_act,
             layer_norm_eps: self.layer_norm_eps,
+            norm: self.norm,
             qkv_bias: self.qkv_bias,
             key_bias: self.key_bias,
+            attention_output_bias: self.attention_output_bias,
+            mlp_bias: self.mlp_bias,
             layer_scale: self.layer_scale,
             mlp: self.mlp,
             causal: false,

@@ -3,7 +3,7 @@
 //! of its parameters (collected and checked against the checkpoint by a [`ParamTable`]), the
 //! graph of one block, and the small graph pieces the heads are built of.
 
-use crate::config::{EncoderConfig, Mlp};
+use crate::config::{EncoderConfig, Mlp, Norm};
 use crate::error::ModelError;
 use crate::names::TensorNames;
 use crate::params::Recipe;
@@ -23,10 +23,12 @@ pub(crate) struct LinearKeys {
     pub k: usize,
 }
 
+/// A norm's parameter keys: a LayerNorm's gamma and beta, or an RMSNorm's weight (`gamma`)
+/// and no `beta`.
 #[derive(Clone, Debug)]
 pub(crate) struct NormKeys {
     pub gamma: String,
-    pub beta: String,
+    pub beta: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -105,10 +107,25 @@ impl ParamTable<'_> {
         key
     }
 
+    /// A LayerNorm's weight and bias, `{base}.weight` and `{base}.bias`.
     pub(crate) fn norm(&mut self, base: &str, d: usize) -> Result<NormKeys, ModelError> {
+        self.norm_of(Norm::Layer, base, d)
+    }
+
+    /// A norm of kind `norm`: a LayerNorm's `{base}.weight` and `{base}.bias`, an RMSNorm's
+    /// `{base}.weight` alone.
+    pub(crate) fn norm_of(
+        &mut self,
+        norm: Norm,
+        base: &str,
+        d: usize,
+    ) -> Result<NormKeys, ModelError> {
         Ok(NormKeys {
             gamma: self.tensor(&format!("{base}.weight"), &[d], &[d])?,
-            beta: self.tensor(&format!("{base}.bias"), &[d], &[d])?,
+            beta: match norm {
+                Norm::Layer => Some(self.tensor(&format!("{base}.bias"), &[d], &[d])?),
+                Norm::Rms => None,
+            },
         })
     }
 
@@ -359,7 +376,7 @@ pub(crate) fn collect_layers(
     let mut layers = Vec::new();
     for l in 0..c.num_hidden_layers {
         let part = |t: &ParamTable, part| t.pick(&names.layer(l, part));
-        let norm_before = t.norm(&part(t, LayerPart::NormBefore), d)?;
+        let norm_before = t.norm_of(c.norm, &part(t, LayerPart::NormBefore), d)?;
         let [query, key, value] = match names.qkv() {
             QkvLayout::Stacked => {
                 let qkv = part(t, LayerPart::Query);
@@ -389,22 +406,22 @@ pub(crate) fn collect_layers(
             let scale = part(t, LayerPart::AttentionScale);
             t.scaled_linear(&attention_output_base, &scale, d, d)?
         } else {
-            t.linear(&attention_output_base, d, d, true)?
+            t.linear(&attention_output_base, d, d, c.attention_output_bias)?
         };
         let padded = padded_attention_keys(t, c, [&query, &key, &value], &attention_output);
-        let norm_after = t.norm(&part(t, LayerPart::NormAfter), d)?;
+        let norm_after = t.norm_of(c.norm, &part(t, LayerPart::NormAfter), d)?;
         let i = c.intermediate_size;
         let down_of = |t: &mut ParamTable, base: &str| {
             if c.layer_scale {
                 let scale = t.pick(&names.layer(l, LayerPart::MlpScale));
                 t.scaled_linear(base, &scale, d, i)
             } else {
-                t.linear(base, d, i, true)
+                t.linear(base, d, i, c.mlp_bias)
             }
         };
         let mlp = match c.mlp {
             Mlp::Standard => {
-                let up = t.linear(&part(t, LayerPart::Up), i, d, true)?;
+                let up = t.linear(&part(t, LayerPart::Up), i, d, c.mlp_bias)?;
                 let down_base = part(t, LayerPart::Down);
                 MlpKeys::Standard {
                     up,
@@ -413,7 +430,7 @@ pub(crate) fn collect_layers(
             }
             Mlp::SwiGlu => {
                 let gate_up = if swiglu_fused {
-                    t.linear(&part(t, LayerPart::SwiGluIn), 2 * i, d, true)?
+                    t.linear(&part(t, LayerPart::SwiGluIn), 2 * i, d, c.mlp_bias)?
                 } else {
                     let gate = part(t, LayerPart::SwiGluGate);
                     let up = part(t, LayerPart::SwiGluUp);
@@ -427,9 +444,13 @@ pub(crate) fn collect_layers(
                             full,
                         ))
                     };
+                    let bias = match c.mlp_bias {
+                        true => Some(stacked("bias", &[i], &[2 * i])?),
+                        false => None,
+                    };
                     LinearKeys {
                         weight: stacked("weight", &[i, d], &[2 * i, d])?,
-                        bias: Some(stacked("bias", &[i], &[2 * i])?),
+                        bias,
                         n: 2 * i,
                         k: d,
                     }
@@ -544,6 +565,7 @@ pub(crate) fn linear(
     g.add_node(node, Op::Linear { epilogue }, &inputs)
 }
 
+/// A LayerNorm over the last dimension, or an RMSNorm where the keys have no beta.
 pub(crate) fn layer_norm(
     g: &mut Graph,
     node: &str,
@@ -553,8 +575,13 @@ pub(crate) fn layer_norm(
 ) -> Result<ValueId, RuntimeError> {
     let d = g.values[x].shape.last().copied().unwrap_or(0);
     let gamma = g.add_param(&keys.gamma, &[d]);
-    let beta = g.add_param(&keys.beta, &[d]);
-    g.add_node(node, Op::LayerNorm { eps }, &[x, gamma, beta])
+    match &keys.beta {
+        Some(beta) => {
+            let beta = g.add_param(beta, &[d]);
+            g.add_node(node, Op::LayerNorm { eps }, &[x, gamma, beta])
+        }
+        None => g.add_node(node, Op::RmsNorm { eps }, &[x, gamma]),
+    }
 }
 
 /// Scaled dot-product attention as three ops (scores, softmax, context), which the fusion

@@ -19,6 +19,9 @@ pub enum Family {
     /// The vision tower of SigLIP: `SiglipVisionModel`, `SiglipModel`,
     /// `SiglipForImageClassification`.
     Siglip,
+    /// `Aimv2VisionModel`: RMSNorms, a SwiGLU MLP, no CLS token, positions added after the
+    /// patch embedding's norm, an attention-pooling head on the learned query token.
+    Aimv2,
     /// timm's own `vit_*` checkpoints (`config.json` with `architecture` and
     /// `pretrained_cfg`) built as its `VisionTransformer`: Q, K and V in one tensor; the CLS
     /// token, registers, `norm_pre`, the pool (`token`, `avg`, `map`) and `fc_norm` as the

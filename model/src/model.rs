@@ -4,25 +4,29 @@
 //! - the tokens ahead of the patches (CLS; DeiT's distillation token; DINOv2's and timm's
 //!   registers; none in SigLIP) and the position table (covering the prefix tokens or not),
 //!   resampled for the input size;
-//! - CLIP's (and timm's `pre_norm`) layernorm before the encoder; DINOv2's layer scale and
-//!   SwiGLU MLP;
+//! - CLIP's (and timm's `pre_norm`) layernorm before the encoder; AIMv2's RMSNorm of the
+//!   patch embedding before its positions are added (a learned table, or a sin-cos one for
+//!   any grid), and RMSNorms everywhere; DINOv2's layer scale and SwiGLU MLP;
 //! - the layernorm after it (on every token, or CLIP's on the pooled token only; timm's
 //!   `fc_norm` on its pooled vector);
 //! - the heads: a classifier (on the CLS token; DeiT's mean of two heads; DINOv2's CLS token
 //!   and patch mean; CLIP's and SigLIP's token means; timm's pooled vector), ViT's and DeiT's
-//!   pooler, SigLIP's attention-pooling head, timm's `global_pool` (the CLS token, the patch
-//!   mean or an attention-pooling head), CLIP's projection.
+//!   pooler, SigLIP's attention-pooling head, AIMv2's (its learned query token attending
+//!   through key and value projections, then an output projection), timm's `global_pool`
+//!   (the CLS token, the patch mean or an attention-pooling head), CLIP's projection.
 
-use crate::config::{GlobalPool, ModelConfig};
+use crate::config::{GlobalPool, ModelConfig, PositionSource};
 use crate::encoder::{
     self, attention, collect_layers, encoder_block, layer_norm, linear, make_param, stacked_rows,
     LayerKeys, LinearKeys, NormKeys, ParamMap, ParamTable,
 };
 use crate::error::ModelError;
+use crate::family::Family;
 use crate::names::TensorNames;
 use crate::params::{PositionTable, Recipe};
 use crate::rules::{
     AttentionPoolNames, AttentionPoolProjections, EmbeddingLayout, ImageProjection, PoolerKind,
+    QueryTokenAttentionNames,
 };
 use crate::text::ScoreRule;
 use std::collections::BTreeMap;
@@ -50,8 +54,8 @@ pub enum Output {
     Logits,
     LastHiddenState,
     /// transformers' `pooler_output`: ViT's and DeiT's pooler, DINOv2's CLS token, CLIP's
-    /// normalised CLS token, SigLIP's attention-pooling head; timm's pre-logits features
-    /// (`forward_head(x, pre_logits=True)`: its `global_pool`, then `fc_norm`).
+    /// normalised CLS token, SigLIP's and AIMv2's attention-pooling heads; timm's pre-logits
+    /// features (`forward_head(x, pre_logits=True)`: its `global_pool`, then `fc_norm`).
     PoolerOutput,
     /// CLIP's projected `pooler_output`; SigLIP's `pooler_output` (its image features).
     ImageEmbeds,
@@ -154,6 +158,18 @@ struct AttentionPoolKeys {
     down: LinearKeys,
 }
 
+/// AIMv2's attention-pooling head: the learned query token attends over the tokens through
+/// key and value projections, then an output projection.
+#[derive(Clone, Debug)]
+struct QueryTokenAttentionKeys {
+    /// The head's base name, which its graph nodes are named after.
+    base: String,
+    query_token: String,
+    key: LinearKeys,
+    value: LinearKeys,
+    output: LinearKeys,
+}
+
 #[derive(Clone, Debug)]
 enum PoolerKeys {
     /// ViT, DeiT: activation(dense(CLS token)).
@@ -164,6 +180,8 @@ enum PoolerKeys {
     NormedClassToken(NormKeys),
     /// SigLIP.
     AttentionPool(Box<AttentionPoolKeys>),
+    /// AIMv2.
+    QueryTokenAttention(Box<QueryTokenAttentionKeys>),
     /// timm: the pool its config names (the attention-pooling head's keys with `map`), then
     /// `fc_norm` where it has one.
     GlobalPool {
@@ -185,8 +203,11 @@ enum ClassifierKeys {
 struct Keys {
     patch: LinearKeys,
     prefix: Option<String>,
+    /// The positions the patch embedding adds (zeros where they are added later).
     positions: String,
     pre_norm: Option<NormKeys>,
+    /// AIMv2: the `[T, hidden]` position table added after `pre_norm`, one per image.
+    positions_after_pre_norm: Option<String>,
     layers: Vec<LayerKeys>,
     final_norm: Option<NormKeys>,
     pooler: Option<PoolerKeys>,
@@ -434,6 +455,13 @@ impl VisionModel {
         )?;
         if let Some(norm) = &k.pre_norm {
             x = layer_norm(&mut g, "pre_layernorm", x, norm, c.layer_norm_eps)?;
+        }
+        if let Some(positions) = &k.positions_after_pre_norm {
+            let table = g.add_param(
+                &repeated_key(positions, batch),
+                &[batch, self.tokens(), c.hidden_size],
+            );
+            x = g.add_node("embeddings.positions", Op::Add, &[x, table])?;
         }
         if options.hidden_states {
             g.mark_output("hidden_states.0", x);
@@ -729,6 +757,18 @@ impl VisionModel {
                 layer_norm(g, "post_layernorm", cls, norm, c.layer_norm_eps)?
             }
             PoolerKeys::AttentionPool(head) => self.attention_pool(g, last, head, false)?,
+            PoolerKeys::QueryTokenAttention(head) => {
+                let node = |what: &str| format!("{}.{what}", head.base);
+                // The query token is one query shared by every image, [1, 1, d], as it is.
+                let q = g.add_param(&head.query_token, &[1, 1, c.hidden_size]);
+                let k = linear(g, &node("key"), last, &head.key)?;
+                let v = linear(g, &node("value"), last, &head.value)?;
+                let heads = (c.num_attention_heads, c.head_dim());
+                let scale = 1.0 / (c.head_dim() as f32).sqrt();
+                let context = attention(g, &node("attention"), (q, k, v), heads, scale, false)?;
+                let out = linear(g, &node("output"), context, &head.output)?;
+                g.add_node(&node("pooled"), Op::SelectToken { index: 0 }, &[out])?
+            }
             PoolerKeys::GlobalPool {
                 pool,
                 attention_pool,
@@ -860,7 +900,23 @@ fn collect_params(
         t.derived(key, Recipe::Stack(prefix_tensors), &[prefix_rows, d])
     });
     let input_grid = (input_size.0 / p, input_size.1 / p);
-    let positions = match names.positions() {
+    let positions = match names
+        .positions()
+        .filter(|_| c.positions == PositionSource::Checkpoint)
+    {
+        // transformers' AIMv2 adds its learned table as it is: no other grid has positions.
+        Some(positions_name)
+            if c.family == Family::Aimv2
+                && input_grid != (c.image_size.0 / p, c.image_size.1 / p) =>
+        {
+            return Err(ModelError::Usage(format!(
+                "this AIMv2 checkpoint's position table is learned for {}x{} pixels \
+                 ({positions_name}) and transformers does not resample it: images of {}x{} \
+                 have no positions (AIMv2's native-resolution checkpoints, is_native, take any \
+                 size)",
+                c.image_size.0, c.image_size.1, input_size.0, input_size.1
+            )));
+        }
         Some(positions_name) => {
             let table_prefix = c.positioned_prefix_tokens();
             let table_grid = (c.image_size.0 / p, c.image_size.1 / p);
@@ -889,6 +945,15 @@ fn collect_params(
                 &[rows, d],
             )
         }
+        // AIMv2's native-resolution checkpoints: a fixed table for the input's grid.
+        None if c.positions == PositionSource::SinCos2d => t.derived(
+            format!("sincos2d({}x{}, {d})", input_grid.0, input_grid.1),
+            Recipe::SinCos2d {
+                grid: input_grid,
+                hidden: d,
+            },
+            &[input_grid.0 * input_grid.1, d],
+        ),
         // No table (DINOv3: rotary embeddings in the attention): the patch embedding adds zeros.
         None => {
             let rows = prefix_rows + input_grid.0 * input_grid.1;
@@ -900,14 +965,34 @@ fn collect_params(
         }
     };
     let pre_norm = match names.pre_norm().filter(|_| c.pre_norm) {
-        Some(base) => Some(t.norm(&base, d)?),
+        Some(base) => Some(t.norm_of(c.norm, &base, d)?),
         None => None,
+    };
+    // AIMv2 normalises the patch embedding before the positions are added: the patch
+    // embedding adds zeros, and the table comes after the norm.
+    let (positions, positions_after_pre_norm) = match (c.positions_after_pre_norm, &pre_norm) {
+        (true, Some(_)) => {
+            let rows = prefix_rows + input_grid.0 * input_grid.1;
+            let zeros = t.derived(
+                format!("zeros({rows}x{d})"),
+                Recipe::Zeros(rows * d),
+                &[rows, d],
+            );
+            (zeros, Some(positions))
+        }
+        (true, None) => {
+            return Err(ModelError::Usage(format!(
+                "{} adds its positions after the patch embedding's norm, which it has none of",
+                c.family.name()
+            )))
+        }
+        (false, _) => (positions, None),
     };
 
     // Encoder blocks.
     let layers = collect_layers(&mut t, &c.encoder(), names, checkpoint)?;
     let final_norm = match names.final_norm().filter(|_| c.final_norm) {
-        Some(base) => Some(t.norm(&base, d)?),
+        Some(base) => Some(t.norm_of(c.norm, &base, d)?),
         None => None,
     };
 
@@ -945,6 +1030,12 @@ fn collect_params(
                 None
             }
         }
+        Some(PoolerKind::QueryTokenAttention(head)) if c.vision_use_head => {
+            Some(PoolerKeys::QueryTokenAttention(Box::new(
+                query_token_attention_keys(&mut t, &names.prefix, &head, c)?,
+            )))
+        }
+        Some(PoolerKind::QueryTokenAttention(_)) => None,
         Some(PoolerKind::GlobalPool {
             attention_pool,
             fc_norm,
@@ -1050,6 +1141,7 @@ fn collect_params(
         prefix,
         positions,
         pre_norm,
+        positions_after_pre_norm,
         layers,
         final_norm,
         pooler,
@@ -1108,6 +1200,40 @@ fn detect_head(config: &ModelConfig, checkpoint: &Checkpoint) -> Result<Head, Mo
     })
 }
 
+/// The keys of AIMv2's attention-pooling head named as `names` says, under `prefix`: the key
+/// and value projections have biases with `qkv_bias`, the output projection always.
+fn query_token_attention_keys(
+    t: &mut ParamTable,
+    prefix: &str,
+    names: &QueryTokenAttentionNames,
+    c: &ModelConfig,
+) -> Result<QueryTokenAttentionKeys, ModelError> {
+    let d = c.hidden_size;
+    let name = |part: &str| format!("{prefix}{}.{part}", names.base);
+    Ok(QueryTokenAttentionKeys {
+        base: names.base.to_string(),
+        query_token: t.tensor(&name(names.query_token), &[1, 1, d], &[1, 1, d])?,
+        key: t.linear(&name(names.key), d, d, c.qkv_bias)?,
+        value: t.linear(&name(names.value), d, d, c.qkv_bias)?,
+        output: t.linear(&name(names.output), d, d, true)?,
+    })
+}
+
+/// The key of parameter `key` repeated `times` over (one table per image of a batch), which
+/// [`VisionModel`]'s `load` makes from `key`'s recipe.
+fn repeated_key(key: &str, times: usize) -> String {
+    format!("repeat({key}, {times})")
+}
+
+/// The parameter key and count of a [`repeated_key`].
+fn parse_repeated_key(name: &str) -> Option<(&str, usize)> {
+    let (key, times) = name
+        .strip_prefix("repeat(")?
+        .strip_suffix(')')?
+        .rsplit_once(", ")?;
+    Some((key, times.parse().ok()?))
+}
+
 /// The keys of an attention-pooling head named as `names` says, under `prefix`.
 fn attention_pool_keys(
     t: &mut ParamTable,
@@ -1161,6 +1287,19 @@ impl ParamStore for VisionModel {
             }
             if name == bias_key {
                 return Ok(vec![labels.rule.bias(); labels.labels]);
+            }
+        }
+        if let Some((key, times)) = parse_repeated_key(name) {
+            if let Some((recipe, own)) = self.params.get(key) {
+                let mut repeated = ParamMap::new();
+                let recipe = Recipe::Repeated {
+                    recipe: Box::new(recipe.clone()),
+                    times,
+                };
+                let rows = own.first().copied().unwrap_or(0) * times;
+                let shape_of_all = [&[rows][..], &own[1..]].concat();
+                repeated.insert(name.to_string(), (recipe, shape_of_all));
+                return make_param(&repeated, &self.checkpoint, name, shape);
             }
         }
         make_param(&self.params, &self.checkpoint, name, shape)

@@ -70,6 +70,41 @@ pub enum Recipe {
     },
     /// The position table for the input size.
     Positions(PositionTable),
+    /// AIMv2's fixed position table for a `grid` of (rows, cols) patches, `hidden` wide
+    /// ([`sincos_positions`]); it reads no tensor.
+    SinCos2d {
+        grid: (usize, usize),
+        hidden: usize,
+    },
+    /// Another recipe's values `times` over, one after the other: a `[T, hidden]` table for
+    /// each image of a batch, where it is added after the patch embedding's norm (AIMv2).
+    Repeated {
+        recipe: Box<Recipe>,
+        times: usize,
+    },
+}
+
+/// AIMv2's 2-D sin-cos position table (`build_2d_sinusoidal_position_embedding` with the
+/// halves swapped, as `Aimv2VisionEmbeddings` uses it for `is_native` checkpoints): for the
+/// patch at (row h, column w) of a `(rows, cols)` grid, with `D = hidden / 4` and
+/// `ω_i = 10000^(-i / D)`, the row is `[sin(w·ω) | cos(w·ω) | sin(h·ω) | cos(h·ω)]`, the
+/// patches in row-major order. Computed in f64 as transformers computes it, then rounded to
+/// f32. `hidden` must be a multiple of 4 (the family's config reader checks).
+pub fn sincos_positions((rows, cols): (usize, usize), hidden: usize) -> Vec<f32> {
+    let quarter = hidden / 4;
+    let omega: Vec<f64> = (0..quarter)
+        .map(|i| 1.0 / 10000f64.powf(i as f64 / quarter as f64))
+        .collect();
+    let mut out = Vec::with_capacity(rows * cols * hidden);
+    for h in 0..rows {
+        for w in 0..cols {
+            for position in [w as f64, h as f64] {
+                out.extend(omega.iter().map(|o| (position * o).sin() as f32));
+                out.extend(omega.iter().map(|o| (position * o).cos() as f32));
+            }
+        }
+    }
+    out
 }
 
 /// A position table laid out for the graph: the prefix tokens' positions, zeros for tokens
@@ -140,6 +175,8 @@ impl Recipe {
                 values
             }
             Recipe::Positions(p) => p.make(&load(&p.tensor)?),
+            Recipe::SinCos2d { grid, hidden } => sincos_positions(*grid, *hidden),
+            Recipe::Repeated { recipe, times } => recipe.make(checkpoint)?.repeat(*times),
             Recipe::PadHeadRows {
                 tensor,
                 heads,
@@ -221,6 +258,32 @@ mod tests {
             recipe.make(&checkpoint).unwrap(),
             vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]
         );
+    }
+
+    /// The table at a few points against its definition: the column's sines and cosines
+    /// first, then the row's; patch (0, 0) is [0, 1] per frequency.
+    #[test]
+    fn sincos_positions_put_the_column_first() {
+        let (rows, cols, hidden) = (3, 5, 16);
+        let table = sincos_positions((rows, cols), hidden);
+        assert_eq!(table.len(), rows * cols * hidden);
+        let quarter = hidden / 4;
+        assert_eq!(&table[..quarter], &[0.0; 4]);
+        assert_eq!(&table[quarter..2 * quarter], &[1.0; 4]);
+        let (h, w) = (2usize, 3usize);
+        let row = &table[(h * cols + w) * hidden..][..hidden];
+        for i in 0..quarter {
+            let omega = 10000f64.powf(-(i as f64) / quarter as f64);
+            let want = [
+                (w as f64 * omega).sin(),
+                (w as f64 * omega).cos(),
+                (h as f64 * omega).sin(),
+                (h as f64 * omega).cos(),
+            ];
+            for (part, want) in want.into_iter().enumerate() {
+                assert_eq!(row[part * quarter + i], want as f32, "part {part}, i {i}");
+            }
+        }
     }
 
     #[test]

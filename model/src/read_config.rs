@@ -5,7 +5,7 @@
 //! are read by its rules. The config itself, and the field reader the rules use, are in
 //! `config.rs`, below the families.
 
-use crate::config::{Fields, GlobalPool, ModelConfig, PrefixPositions};
+use crate::config::{Fields, GlobalPool, ModelConfig, Norm, PositionSource, PrefixPositions};
 use crate::error::ModelError;
 use crate::families;
 use crate::family::Family;
@@ -156,11 +156,16 @@ fn parse_vision(
         hidden_act,
         hidden_act_name,
         layer_norm_eps,
+        norm: Norm::Layer,
         image_size,
         patch_size: patch_h,
         num_channels,
         qkv_bias,
         key_bias: true,
+        attention_output_bias: true,
+        mlp_bias: true,
+        positions: PositionSource::Checkpoint,
+        positions_after_pre_norm: false,
         rope_theta: None,
         num_register_tokens: 0,
         layer_scale: false,
@@ -253,6 +258,47 @@ mod tests {
         }
     }
 
+    /// AIMv2's own fields and defaults: RMSNorms with `rms_norm_eps`, no biases, the head,
+    /// positions after the patch norm; `is_native` computes them.
+    #[test]
+    fn reads_aimv2_configs() {
+        let c = ModelConfig::from_json_str(
+            r#"{"model_type": "aimv2_vision_model", "hidden_size": 32,
+                "num_attention_heads": 4, "rms_norm_eps": 1e-6}"#,
+        )
+        .unwrap();
+        assert_eq!(c.norm, Norm::Rms);
+        assert_eq!(c.layer_norm_eps, 1e-6);
+        assert_eq!((c.patch_size, c.intermediate_size), (14, 2816));
+        assert!(!c.qkv_bias && !c.attention_output_bias && !c.mlp_bias);
+        assert!(c.vision_use_head && c.positions_after_pre_norm);
+        assert_eq!(c.positions, PositionSource::Checkpoint);
+        assert_eq!(c.tokens(), 256, "no CLS token");
+        let native = ModelConfig::from_json_str(
+            r#"{"model_type": "aimv2_vision_model", "hidden_size": 32,
+                "num_attention_heads": 4, "is_native": true, "qkv_bias": true,
+                "mlp_bias": true, "use_head": false}"#,
+        )
+        .unwrap();
+        assert_eq!(native.positions, PositionSource::SinCos2d);
+        assert!(native.qkv_bias && native.attention_output_bias && native.mlp_bias);
+        assert!(!native.vision_use_head);
+        for (json, want) in [
+            (
+                r#"{"model_type": "aimv2_vision_model", "hidden_size": 30,
+                    "num_attention_heads": 3, "is_native": true}"#,
+                "needs a multiple of 4",
+            ),
+            (
+                r#"{"model_type": "aimv2_vision_model", "hidden_act": "gelu"}"#,
+                "silu (SwiGLU) only",
+            ),
+        ] {
+            let err = ModelConfig::from_json_str(json).unwrap_err();
+            assert!(err.contains(want), "{err} should mention {want}");
+        }
+    }
+
     #[test]
     fn refuses_what_does_not_add_up() {
         let cases = [
@@ -272,6 +318,11 @@ mod tests {
                 "model_type \"swin\" is not a family",
             ),
             (with("model_type", "\"siglip2\""), "SigLIP 2's NaFlex"),
+            (with("model_type", "\"aimv2\""), "AIMv2's LiT dual tower"),
+            (
+                with("model_type", "\"aimv2_text_model\""),
+                "AIMv2's text tower (Aimv2TextModel)",
+            ),
             (with("id2label", "{\"a\": \"x\"}"), "not a class index"),
             ("[1, 2]".to_string(), "not a JSON object"),
             ("{\"hidden_size\": ".to_string(), "not valid JSON"),

@@ -205,6 +205,11 @@ pub(crate) enum PoolerKind {
     /// An attention-pooling head (a learned query attends over the tokens, then a residual
     /// MLP), where the config uses it (`vision_use_head`) and the checkpoint holds it.
     AttentionPool(AttentionPoolNames),
+    /// AIMv2's attention-pooling head, where the config uses it (`use_head`, read into
+    /// `ModelConfig::vision_use_head`): a learned query token, as it is (no projection),
+    /// attends over every token through key and value projections, then an output
+    /// projection; no norm or MLP after it.
+    QueryTokenAttention(QueryTokenAttentionNames),
     /// The pool the config names (`ModelConfig::global_pool`: the CLS token, a mean of tokens
     /// or an attention-pooling head of these names), then a layernorm of this name where the
     /// config has one (`ModelConfig::fc_norm`): timm's `global_pool` and `fc_norm`.
@@ -231,6 +236,20 @@ pub(crate) struct AttentionPoolNames {
     /// The MLP's two linear layers (`intermediate_size` wide, the encoder's activation).
     pub up: &'static str,
     pub down: &'static str,
+}
+
+/// The tensor names of AIMv2's attention-pooling head, each after `base.` (itself under the
+/// encoder's prefix).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QueryTokenAttentionNames {
+    pub base: &'static str,
+    /// The learned query, `[1, 1, hidden]`.
+    pub query_token: &'static str,
+    /// The key and value projections (biases with `qkv_bias`).
+    pub key: &'static str,
+    pub value: &'static str,
+    /// The output projection, always with a bias.
+    pub output: &'static str,
 }
 
 /// How an attention-pooling head stores its Q, K and V projections.

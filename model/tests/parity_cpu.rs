@@ -24,6 +24,20 @@ fn fixtures() -> Vec<PathBuf> {
     dirs
 }
 
+/// The first fixture in name order that is not AIMv2's (whose SwiGLU MLP has no activation
+/// for a matmul to take in): the node counts below are a plain MLP's.
+fn first_fixture_with_a_plain_mlp() -> PathBuf {
+    fixtures()
+        .into_iter()
+        .find(|d| {
+            !d.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("aimv2")
+        })
+        .unwrap()
+}
+
 fn reference(dir: &Path) -> Vec<HostTensor> {
     vitrt_weights::read_f32_tensors(&dir.join("reference.safetensors"))
         .unwrap()
@@ -97,7 +111,8 @@ fn every_fixture_matches_pytorch_unfused() {
 
 #[test]
 fn fused_and_unfused_graphs_differ_in_node_count() {
-    let dir = &fixtures()[0];
+    // A plain MLP's activation fuses into its matmul (a SwiGLU gate does not): CLIP's.
+    let dir = &first_fixture_with_a_plain_mlp();
     let model = VisionModel::load(dir).unwrap();
     let opts = |fusion| vitrt_model::GraphOptions {
         hidden_states: false,
@@ -167,7 +182,7 @@ fn fused_attention_is_an_option_of_its_own() {
     // --fusion all --attention unfused: every other fusion, attention in three nodes; and
     // --fusion none --attention fused: only attention fused, reading Q, K and V from the
     // three projections' outputs.
-    let dir = &fixtures()[0];
+    let dir = &first_fixture_with_a_plain_mlp();
     let model = VisionModel::load(dir).unwrap();
     let layers = model.config.num_hidden_layers;
     let graph = |fusion| {
@@ -329,4 +344,27 @@ fn heads_padded_for_the_fused_kernel_compute_what_the_model_computes() {
             row.relative_error
         );
     }
+}
+
+/// AIMv2's learned position table is added as it is (transformers never resamples it): another
+/// input size is refused by name. The native checkpoint's sin-cos table is made for any grid,
+/// and the head-less one has no pooler.
+#[test]
+fn aimv2_positions_are_learned_for_one_size_or_computed_for_any() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models");
+    let learned = VisionModel::load(&root.join("aimv2-vision-head")).unwrap();
+    assert!(learned.with_input_size((28, 28)).is_ok());
+    let learned = VisionModel::load(&root.join("aimv2-vision-head")).unwrap();
+    let err = learned.with_input_size((35, 21)).err().expect("refused");
+    assert!(
+        err.to_string()
+            .contains("transformers does not resample it"),
+        "{err}"
+    );
+    let native = VisionModel::load(&root.join("aimv2-native-biases")).unwrap();
+    let native = native.with_input_size((42, 14)).unwrap();
+    assert_eq!(native.tokens(), 6 * 2);
+    assert!(!native
+        .available_outputs()
+        .contains(vitrt_model::Output::PoolerOutput));
 }

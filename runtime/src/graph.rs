@@ -69,6 +69,9 @@ pub enum Op {
     PatchEmbed { patch: usize, prefix_tokens: usize },
     /// Inputs: x [.., C], gamma [C], beta [C].
     LayerNorm { eps: f32 },
+    /// Inputs: x [.., C], weight [C]. x / sqrt(mean(x²) + eps) · weight over the last
+    /// dimension (AIMv2's RMSNorm).
+    RmsNorm { eps: f32 },
     /// Inputs: x [.., K], weight [N, K], then bias [N] if `epilogue.bias`, then residual
     /// [.., N] if `epilogue.residual`. Output [.., N].
     Linear { epilogue: Epilogue },
@@ -141,6 +144,7 @@ impl Op {
         match self {
             Op::PatchEmbed { .. } => "patch_embed",
             Op::LayerNorm { .. } => "layernorm",
+            Op::RmsNorm { .. } => "rmsnorm",
             Op::Linear { .. } => "linear",
             Op::Activation(_) => "activation",
             Op::Add => "add",
@@ -214,6 +218,17 @@ impl Op {
                     return Err(format!(
                         "layernorm over {c} columns got gamma {:?}, beta {:?}",
                         inputs[1], inputs[2]
+                    ));
+                }
+                Ok(inputs[0].to_vec())
+            }
+            Op::RmsNorm { .. } => {
+                arity(2)?;
+                let c = last(inputs[0]);
+                if inputs[1] != [c] {
+                    return Err(format!(
+                        "rmsnorm over {c} columns got weight {:?}",
+                        inputs[1]
                     ));
                 }
                 Ok(inputs[0].to_vec())

@@ -119,7 +119,8 @@ pub fn workspace_elements(graph: &Graph, node: usize) -> usize {
 /// reader keeps the value there. Everything else is `compute`.
 ///
 /// Parameters are stored in `compute`, but those read only as a layernorm's gamma and beta
-/// are f32 in every run: its kernel takes them so (kernels/src/layernorm/layernorm.cu), and
+/// (or an RMSNorm's weight) are f32 in every run: its kernel takes them so
+/// (kernels/src/layernorm/layernorm.cu, kernels/src/rmsnorm/rmsnorm.cu), and
 /// rounded to 8 mantissa bits they cost about as much as a weight matrix's rounding
 /// (benchmarks/NOTES.md, 2026-11-25 "layernorm parameters in f32").
 pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
@@ -129,7 +130,8 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
         !users[v].is_empty()
             && users[v].iter().all(|&u| {
                 let reader = &graph.nodes[u];
-                matches!(reader.op, Op::LayerNorm { .. }) && reader.inputs[0] != v
+                matches!(reader.op, Op::LayerNorm { .. } | Op::RmsNorm { .. })
+                    && reader.inputs[0] != v
             })
     };
     let mut dtypes: Vec<DType> = graph
@@ -160,7 +162,7 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
             };
             match &reader.op {
                 Op::Add | Op::MeanTokens { .. } | Op::L2Normalize => true,
-                Op::LayerNorm { .. } => only_as(0),
+                Op::LayerNorm { .. } | Op::RmsNorm { .. } => only_as(0),
                 Op::Linear { epilogue } => epilogue.residual && only_as(reader.inputs.len() - 1),
                 Op::Activation(_) | Op::SelectToken { .. } | Op::Softmax { causal: false } => {
                     read_as_residual[reader.output]

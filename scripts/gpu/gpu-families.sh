@@ -16,7 +16,8 @@ logs=${2:?usage: gpu-families.sh DIR LOGS [PRESET...]}
 shift 2
 presets=("$@")
 [ ${#presets[@]} -eq 0 ] && presets=(deit-base-distilled-16-224 dinov2-base-registers-14 timm-vit-base-16-224
-    dinov2-large-14 clip-vit-base-16 clip-vit-large-14-336 siglip-base-16-224 siglip-so400m-14-384)
+    dinov2-large-14 clip-vit-base-16 clip-vit-large-14-336 siglip-base-16-224 siglip-so400m-14-384
+    aimv2-large-14-224)
 mkdir -p "$logs"
 export VITRT_CACHE_DIR=${VITRT_CACHE_DIR:-/tmp/vitrt-cache}
 batches=${GPU_FAMILIES_BATCHES:-1,64,256}

@@ -2,7 +2,7 @@
 
 use super::*;
 use vitrt_kernels::gather::{self, EndToken};
-use vitrt_kernels::{add, layernorm, patchify, softmax};
+use vitrt_kernels::{add, layernorm, patchify, rmsnorm, softmax};
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
@@ -64,6 +64,32 @@ fn bad_arguments_are_errors() {
             f16
         )),
         "NaN eps"
+    );
+    assert!(
+        invalid(rmsnorm::gpu::rmsnorm(
+            g,
+            DType::F16,
+            f16,
+            buffer.view(0, 8, DType::F32).unwrap(),
+            2,
+            16,
+            1e-5,
+            f16
+        )),
+        "rmsnorm weight too short"
+    );
+    assert!(
+        invalid(rmsnorm::gpu::rmsnorm(
+            g,
+            DType::F16,
+            f16,
+            f32,
+            2,
+            16,
+            -1.0,
+            f16
+        )),
+        "rmsnorm negative eps"
     );
     assert!(
         invalid(patchify::gpu::patchify_with_prefix(

@@ -7,9 +7,9 @@
 //! storage dtype:
 //! - add, patchify and the token embedding do the same f32 arithmetic and one rounding on
 //!   both sides, and the end-token gather copies: exact.
-//! - layernorm and softmax reduce in a different order than the twin: f32 rtol 1e-4; f16 rtol
+//! - layernorm, rmsnorm and softmax reduce in a different order than the twin: f32 rtol 1e-4; f16 rtol
 //!   2e-3 (two f16 ulps, 2^-10 each: the f32 results may straddle a rounding boundary); bf16
-//!   rtol 1e-2 (a bf16 ulp is up to 2^-7 = 7.8e-3). Layernorm's atol is rtol times the
+//!   rtol 1e-2 (a bf16 ulp is up to 2^-7 = 7.8e-3). Layernorm's (and rmsnorm's) atol is rtol times the
 //!   largest output: its outputs near zero carry the rounding error of the row statistics,
 //!   which are O(1) (and the twin's sequential f32 sum is the less accurate of the two on
 //!   rows with a large mean: 2e-5 absolute seen on a row of 768 around 50). Softmax's atol is
@@ -17,7 +17,7 @@
 //!
 //! Needs a CUDA GPU: `cargo test --release -p vitrt-kernels --test gpu_kernels -- --ignored`.
 //!
-//! One module per kernel family (`layernorm`, `softmax`, `add`, `patchify`, `activation`,
+//! One module per kernel family (`layernorm`, `rmsnorm`, `softmax`, `add`, `patchify`, `activation`,
 //! `normalize`, `gather`), then the argument checks of every family (`arguments`), the
 //! bandwidth record (`bandwidth`) and opening a device (`device`).
 
@@ -42,5 +42,6 @@ mod gather;
 mod layernorm;
 mod normalize;
 mod patchify;
+mod rmsnorm;
 mod rope;
 mod softmax;

@@ -10,6 +10,7 @@
 //! Adding a family: its file here, its variant of [`Family`] (in `family.rs`), and its line in
 //! [`Family::ALL`] and [`Family::rules`] (for a text tower, the same in [`TextFamily`]).
 
+mod aimv2;
 mod clip;
 mod deit;
 mod dinov2;
@@ -48,13 +49,14 @@ pub(crate) fn config_file(dir: &Path) -> PathBuf {
 
 impl Family {
     /// Every family, in the order messages list them.
-    pub(crate) const ALL: [Family; 8] = [
+    pub(crate) const ALL: [Family; 9] = [
         Family::Vit,
         Family::Deit,
         Family::Dinov2,
         Family::Dinov3,
         Family::Clip,
         Family::Siglip,
+        Family::Aimv2,
         Family::Timm,
         Family::OpenClip,
     ];
@@ -68,6 +70,7 @@ impl Family {
             Family::Dinov3 => &dinov3::DINOV3,
             Family::Clip => &clip::CLIP,
             Family::Siglip => &siglip::SIGLIP,
+            Family::Aimv2 => &aimv2::AIMV2,
             Family::Timm => &timm::TIMM,
             Family::OpenClip => &open_clip::OPEN_CLIP,
         }
@@ -172,8 +175,27 @@ impl TextFamily {
 }
 
 /// The reason a `model_type` of a family vitrt knows but does not build is refused, by name:
-/// SigLIP 2's NaFlex checkpoints (`Siglip2Model`, `Siglip2VisionModel`, `Siglip2TextModel`).
+/// SigLIP 2's NaFlex checkpoints (`Siglip2Model`, `Siglip2VisionModel`, `Siglip2TextModel`);
+/// AIMv2's LiT dual tower and its text tower (`Aimv2Model`, `Aimv2TextModel`), and the
+/// earlier remote-code format of AIMv2's checkpoints, which also says `aimv2`.
 pub(crate) fn refused_model_type(model_type: &str) -> Option<String> {
+    // "aimv2" is also what the checkpoints' earlier remote-code format (AIMv2Config, loaded
+    // with trust_remote_code) names, with other fields and tensor names.
+    let aimv2 = match model_type {
+        "aimv2" => Some(
+            "AIMv2's LiT dual tower (Aimv2Model) or the earlier remote-code format of AIMv2's \
+             checkpoints (AIMv2Config, trust_remote_code)",
+        ),
+        "aimv2_text_model" => Some("AIMv2's text tower (Aimv2TextModel)"),
+        _ => None,
+    };
+    if let Some(what) = aimv2 {
+        return Some(format!(
+            "model_type \"{model_type}\" is {what}, which vitrt does not read; AIMv2's \
+             vision checkpoints in transformers' format (model_type \"aimv2_vision_model\", \
+             Aimv2VisionModel) run"
+        ));
+    }
     matches!(
         model_type,
         "siglip2" | "siglip2_vision_model" | "siglip2_text_model"
@@ -216,7 +238,7 @@ mod tests {
         assert_eq!(
             supported_model_types(),
             "vit, deit, dinov2, dinov2_with_registers, dinov3_vit, clip, clip_vision_model, siglip, \
-             siglip_vision_model"
+             siglip_vision_model, aimv2_vision_model"
         );
     }
 

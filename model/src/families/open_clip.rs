@@ -17,7 +17,7 @@
 //! other text pools and projections. Unknown settings are refused as well: `CLIP(**model_cfg)`
 //! would fail on them.
 
-use crate::config::{Fields, GlobalPool, Mlp, ModelConfig, PrefixPositions};
+use crate::config::{Fields, GlobalPool, Mlp, ModelConfig, Norm, PositionSource, PrefixPositions};
 use crate::family::{Family, TextFamily};
 use crate::rules::{
     ClassifierInput, ClassifierRules, ConfigFormat, EmbeddingLayout, FamilyRules, ImageProjection,
@@ -372,12 +372,17 @@ fn read_config(top: &Map<String, Value>) -> Result<ModelConfig, String> {
         hidden_act,
         hidden_act_name,
         layer_norm_eps,
+        norm: Norm::Layer,
         image_size,
         patch_size: patch_h,
         // `VisionTransformer.conv1` takes three channels.
         num_channels: 3,
         qkv_bias: true,
         key_bias: true,
+        attention_output_bias: true,
+        mlp_bias: true,
+        positions: PositionSource::Checkpoint,
+        positions_after_pre_norm: false,
         rope_theta: None,
         num_register_tokens: 0,
         layer_scale,

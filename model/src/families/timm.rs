@@ -13,7 +13,7 @@
 //! refused by name.
 
 use super::timm_architectures::{Architecture, ARCHITECTURES};
-use crate::config::{GlobalPool, Mlp, ModelConfig, PrefixPositions};
+use crate::config::{GlobalPool, Mlp, ModelConfig, Norm, PositionSource, PrefixPositions};
 use crate::family::Family;
 use crate::rules::{
     AttentionPoolNames, AttentionPoolProjections, ClassifierInput, ClassifierRules, ConfigFormat,
@@ -349,11 +349,16 @@ fn read_config(top: &Map<String, Value>) -> Result<ModelConfig, String> {
         hidden_act,
         hidden_act_name,
         layer_norm_eps: *norm_eps as f32,
+        norm: Norm::Layer,
         image_size: args.image_size,
         patch_size: args.patch_size,
         num_channels: args.channels,
         qkv_bias: args.qkv_bias,
         key_bias: true,
+        attention_output_bias: true,
+        mlp_bias: true,
+        positions: PositionSource::Checkpoint,
+        positions_after_pre_norm: false,
         rope_theta: None,
         num_register_tokens: args.register_tokens,
         layer_scale: args.layer_scale,

@@ -4,7 +4,7 @@
 //! transformers' `CLIPTextConfig` and `SiglipTextConfig`. A family's own format (open_clip's
 //! `open_clip_config.json`) is read by its rules.
 
-use crate::config::{EncoderConfig, Fields, Mlp};
+use crate::config::{EncoderConfig, Fields, Mlp, Norm};
 use crate::error::ModelError;
 use crate::families;
 use crate::rules::TextConfigFormat;
@@ -153,8 +153,11 @@ impl TextConfig {
             intermediate_size: self.intermediate_size,
             hidden_act: self.hidden_act,
             layer_norm_eps: self.layer_norm_eps,
+            norm: Norm::Layer,
             qkv_bias: true,
             key_bias: true,
+            attention_output_bias: true,
+            mlp_bias: true,
             layer_scale: self.layer_scale,
             mlp: Mlp::Standard,
             causal: self.family.rules().causal,

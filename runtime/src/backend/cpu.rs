@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use std::ops::Range;
 use vitrt_kernels::DType;
 use vitrt_kernels::{
-    activation, add, attention, gather, layernorm, matmul, normalize, patchify, pool, rope, softmax,
+    activation, add, attention, gather, layernorm, matmul, normalize, patchify, pool, rmsnorm,
+    rope, softmax,
 };
 
 pub struct CpuBackend {
@@ -333,6 +334,9 @@ fn run_simple(
         Op::PatchEmbed { .. } => unreachable!("handled by the caller"),
         Op::LayerNorm { eps } => {
             layernorm::cpu::layernorm(ins[0], ins[1], ins[2], last(&bindings[0].shape), *eps, out)
+        }
+        Op::RmsNorm { eps } => {
+            rmsnorm::cpu::rmsnorm(ins[0], ins[1], last(&bindings[0].shape), *eps, out)
         }
         Op::Linear { .. } | Op::AttentionScores { .. } | Op::AttentionContext { .. } => {
             let shapes: Vec<&[usize]> = bindings.iter().map(|b| b.shape.as_slice()).collect();

@@ -20,7 +20,7 @@ use vitrt_kernels::jpeg_scan::batch::CHUNK_STATE_BYTES;
 use vitrt_kernels::patchify::gpu::PrefixRows;
 use vitrt_kernels::{
     activation, add, attention, gather, jpeg, jpeg_scan, layernorm, matmul, normalize, patchify,
-    pixels, pool, resample, rope, softmax,
+    pixels, pool, resample, rmsnorm, rope, softmax,
 };
 use vitrt_kernels::{DType, PixelBatch};
 
@@ -893,6 +893,11 @@ impl CudaBackend {
                 let cols = last(&inputs[0].shape);
                 let rows = inputs[0].shape.iter().product::<usize>() / cols.max(1);
                 layernorm::gpu::layernorm(gpu, d, ins[0], ins[1], ins[2], rows, cols, *eps, out)
+            }
+            Op::RmsNorm { eps } => {
+                let cols = last(&inputs[0].shape);
+                let rows = inputs[0].shape.iter().product::<usize>() / cols.max(1);
+                rmsnorm::gpu::rmsnorm(gpu, d, ins[0], ins[1], rows, cols, *eps, out)
             }
             Op::Linear { .. } | Op::AttentionScores { .. } | Op::AttentionContext { .. } => {
                 let shapes: Vec<&[usize]> = inputs.iter().map(|b| b.shape.as_slice()).collect();

@@ -586,3 +586,57 @@ fn a_parameter_that_cannot_be_read_is_reported_by_the_executor() {
         "{err}"
     );
 }
+
+/// An RMSNorm node on the CPU backend against the f64 definition
+/// `x / sqrt(mean(x²) + eps) · weight` over the last dimension, the weight a ramp.
+#[test]
+fn rmsnorm_node_matches_its_f64_definition() {
+    let (rows, cols, eps) = (6, 40, 1e-5f32);
+    let mut g = Graph::default();
+    let x = g.add_input("x", &[2, rows / 2, cols]);
+    let weight = g.add_param("weight", &[cols]);
+    let y = g
+        .add_node("norm", Op::RmsNorm { eps }, &[x, weight])
+        .unwrap();
+    g.mark_output("y", y);
+    let mut cpu = CpuBackend::new();
+    let exec = Executor::new(g, &mut cpu, &RampParams, Precision::uniform(DType::F32)).unwrap();
+    // Rows with a common offset of 3: RMSNorm keeps it, where LayerNorm would subtract it.
+    let input: Vec<f32> = (0..rows * cols)
+        .map(|i| 3.0 + ((i * 7919) % 97) as f32 / 24.0 - 2.0)
+        .collect();
+    let got = &exec.run(&mut cpu, &[("x", &input)]).unwrap()[0];
+    assert_eq!(got.shape, vec![2, rows / 2, cols]);
+    let w = RampParams.load("weight", &[cols]).unwrap();
+    for (r, row) in input.chunks(cols).enumerate() {
+        let mean_square = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / cols as f64;
+        let inv_rms = 1.0 / (mean_square + eps as f64).sqrt();
+        for c in 0..cols {
+            let want = row[c] as f64 * inv_rms * w[c] as f64;
+            let error = (got.data[r * cols + c] as f64 - want).abs();
+            assert!(error <= 1e-6 * want.abs() + 1e-9, "[{r}, {c}]: {error}");
+        }
+    }
+}
+
+/// An RMSNorm's weight must be as wide as its rows; its weight is f32 in every run, as a
+/// layernorm's gamma.
+#[test]
+fn rmsnorm_checks_its_weight_and_keeps_it_f32() {
+    let mut g = Graph::default();
+    let x = g.add_input("x", &[4, 16]);
+    let narrow = g.add_param("narrow", &[8]);
+    let err = g
+        .add_node("norm", Op::RmsNorm { eps: 1e-6 }, &[x, narrow])
+        .unwrap_err();
+    assert!(err.to_string().contains("rmsnorm over 16 columns"), "{err}");
+    let weight = g.add_param("weight", &[16]);
+    let y = g
+        .add_node("norm", Op::RmsNorm { eps: 1e-6 }, &[x, weight])
+        .unwrap();
+    g.mark_output("y", y);
+    for dtype in DType::ALL {
+        let dtypes = crate::plan::value_dtypes(&g, Precision::default_for(dtype));
+        assert_eq!(dtypes[weight], DType::F32, "{dtype}");
+    }
+}

@@ -37,6 +37,11 @@ pub enum Kind {
         rows: usize,
         cols: usize,
     },
+    /// AIMv2's RMSNorm over the same rows as the layernorm.
+    RmsNorm {
+        rows: usize,
+        cols: usize,
+    },
     Softmax {
         rows: usize,
         cols: usize,
@@ -72,6 +77,7 @@ impl Case {
         match self.kind {
             Kind::Matmul { .. } => "matmul",
             Kind::LayerNorm { .. } => "layernorm",
+            Kind::RmsNorm { .. } => "rmsnorm",
             Kind::Softmax { .. } => "softmax",
             Kind::Add { .. } => "add",
             Kind::Patch { .. } => "patch",
@@ -85,7 +91,9 @@ impl Case {
     pub fn shape(&self) -> Vec<u64> {
         let shape = match self.kind {
             Kind::Matmul { m, n, k } => vec![m, n, k],
-            Kind::LayerNorm { rows, cols } | Kind::Softmax { rows, cols } => vec![rows, cols],
+            Kind::LayerNorm { rows, cols }
+            | Kind::RmsNorm { rows, cols }
+            | Kind::Softmax { rows, cols } => vec![rows, cols],
             Kind::Add { n } => vec![n],
             Kind::Patch { batch } => vec![batch, CHANNELS, IMAGE, IMAGE, PATCH],
             Kind::Attention { batch } | Kind::Rope { batch } => {
@@ -105,8 +113,8 @@ impl Case {
 
     /// The bytes a memory-bound op must move at least (each input read once, each output
     /// written once), in `dtype`; `None` for a matmul.
-    /// - layernorm, softmax: read x, write out: 2·rows·cols·size (gamma and beta, a row's
-    ///   worth, are left out).
+    /// - layernorm, rmsnorm, softmax: read x, write out: 2·rows·cols·size (gamma and beta,
+    ///   a row's worth, are left out).
     /// - add: read a and b, write out: 3·n·size.
     /// - patch: read the f32 pixels, write the tokens [b, 197, 768] (the patch rows between
     ///   the two kernels and the weights are left out).
@@ -117,7 +125,9 @@ impl Case {
         let size = dtype.size_bytes();
         let bytes = match self.kind {
             Kind::Matmul { .. } => return None,
-            Kind::LayerNorm { rows, cols } | Kind::Softmax { rows, cols } => 2 * rows * cols * size,
+            Kind::LayerNorm { rows, cols }
+            | Kind::RmsNorm { rows, cols }
+            | Kind::Softmax { rows, cols } => 2 * rows * cols * size,
             Kind::Add { n } => 3 * n * size,
             Kind::Patch { batch } => {
                 batch * CHANNELS * IMAGE * IMAGE * 4 + batch * TOKENS * HIDDEN * size
@@ -168,8 +178,12 @@ pub fn catalogue() -> Vec<Case> {
             kind: Kind::Matmul { m: s, n: s, k: s },
         });
     }
-    let memory_bound: [fn(usize) -> Kind; 6] = [
+    let memory_bound: [fn(usize) -> Kind; 7] = [
         |b| Kind::LayerNorm {
+            rows: b * TOKENS,
+            cols: HIDDEN,
+        },
+        |b| Kind::RmsNorm {
             rows: b * TOKENS,
             cols: HIDDEN,
         },
@@ -211,7 +225,15 @@ mod tests {
         let all = catalogue();
         let count = |op: &str| all.iter().filter(|c| c.op() == op).count();
         assert_eq!(count("matmul"), 4 * 4 + 6);
-        for op in ["layernorm", "softmax", "add", "patch", "attention", "rope"] {
+        for op in [
+            "layernorm",
+            "rmsnorm",
+            "softmax",
+            "add",
+            "patch",
+            "attention",
+            "rope",
+        ] {
             assert_eq!(count(op), 4, "{op}");
         }
         let names: Vec<String> = all
@@ -222,8 +244,8 @@ mod tests {
         assert_eq!(unique.len(), names.len(), "every case has its own name");
         assert_eq!(
             all.iter().map(Case::measurements).sum::<usize>(),
-            // Matmuls 4 each; attention (4 batches) 3; the other 20 memory-bound cases 2.
-            22 * 4 + 4 * 3 + 20 * 2
+            // Matmuls 4 each; attention (4 batches) 3; the other 24 memory-bound cases 2.
+            22 * 4 + 4 * 3 + 24 * 2
         );
     }
 
@@ -240,6 +262,9 @@ mod tests {
         assert_eq!(ln.shape(), [8 * 197, 768]);
         assert_eq!(ln.bytes(DType::F16), Some(2 * 8 * 197 * 768 * 2));
         assert_eq!(ln.flops(), None);
+        let rms = find("vit-b16/b8", "rmsnorm");
+        assert_eq!(rms.shape(), [8 * 197, 768]);
+        assert_eq!(rms.bytes(DType::BF16), Some(2 * 8 * 197 * 768 * 2));
         let softmax = find("vit-b16/b1", "softmax");
         assert_eq!(softmax.shape(), [12 * 197, 197]);
         assert_eq!(softmax.bytes(DType::F32), Some(2 * 12 * 197 * 197 * 4));
@@ -271,7 +296,7 @@ mod tests {
         assert_eq!(keep("qkv"), 4);
         assert_eq!(keep("softmax"), 4);
         assert_eq!(keep("square/8192"), 1);
-        assert_eq!(keep("b64"), 4 + 6);
+        assert_eq!(keep("b64"), 4 + 7);
         assert_eq!(keep("matmul/vit-b16"), 16);
         assert_eq!(keep("no such case"), 0);
         assert!(catalogue().iter().all(|c| c.matches(None)));

@@ -13,7 +13,7 @@ use vitrt_kernels::cuda::{
 };
 use vitrt_kernels::patchify::gpu::PrefixRows;
 use vitrt_kernels::rope::{self, RopeGrid};
-use vitrt_kernels::{activation, add, attention, layernorm, matmul, patchify, softmax};
+use vitrt_kernels::{activation, add, attention, layernorm, matmul, patchify, rmsnorm, softmax};
 use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem};
 use vitrt_runtime::lowering::{self, HeadSource};
 use vitrt_runtime::{HeadSlice, Op};
@@ -498,6 +498,17 @@ impl Bench<'_> {
                 self.measure(copies, |i| {
                     let (x, g, b, o) = (x.view(i)?, gamma.view(i)?, beta.view(i)?, out.view(i)?);
                     layernorm::gpu::layernorm(gpu, d, x, g, b, rows, cols, LAYER_NORM_EPS, o)
+                })
+            }
+            Kind::RmsNorm { rows, cols } => {
+                // The weight is f32 in every run (kernels/src/rmsnorm/rmsnorm.cu).
+                let copies = self.copies(rows * cols * size + cols * 4);
+                let x = self.input(d, rows * cols, copies, 4.0)?;
+                let weight = self.input(DType::F32, cols, copies, 1.5)?;
+                let out = self.output(rows * cols, copies)?;
+                self.measure(copies, |i| {
+                    let (x, w, o) = (x.view(i)?, weight.view(i)?, out.view(i)?);
+                    rmsnorm::gpu::rmsnorm(gpu, d, x, w, rows, cols, LAYER_NORM_EPS, o)
                 })
             }
             Kind::Softmax { rows, cols } => {

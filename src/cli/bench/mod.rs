@@ -244,20 +244,20 @@ mod tests {
         let report = fake_report(DType::F16);
         let text = table::render(&report.kernels, &report.skipped);
         // A header, then a line per matmul case and epilogue, and per memory-bound case.
-        assert_eq!(text.lines().count(), 1 + 22 * 2 + 24, "{text}");
+        assert_eq!(text.lines().count(), 1 + 22 * 2 + 28, "{text}");
         assert!(text.lines().skip(1).all(|l| l.contains("0.80x")), "{text}");
 
         let figure = report::figure(&report);
-        // qkv, proj, fc1, fc2 and square, each without and with the epilogue, and the six
+        // qkv, proj, fc1, fc2 and square, each without and with the epilogue, and the seven
         // memory-bound ops.
-        assert_eq!(figure.panels.len(), 5 * 2 + 6);
+        assert_eq!(figure.panels.len(), 5 * 2 + 7);
         let points: usize = figure
             .panels
             .iter()
             .flat_map(|p| &p.series)
             .map(|s| s.points.len())
             .sum();
-        assert_eq!(points, 22 * 4 + 24);
+        assert_eq!(points, 22 * 4 + 28);
         assert!(figure
             .panels
             .iter()
@@ -266,9 +266,9 @@ mod tests {
         let svg = plot::render(&figure).unwrap();
         // A legend entry per line: vitrt on every panel, cuBLAS on the matmul ones.
         let entries = |name: &str| svg.matches(&format!(">\n{name}\n</text>")).count();
-        assert_eq!((entries("vitrt"), entries("cublas")), (5 * 2 + 6, 5 * 2));
+        assert_eq!((entries("vitrt"), entries("cublas")), (5 * 2 + 7, 5 * 2));
 
         let json: serde_json::Value = serde_json::to_value(&report).unwrap();
-        assert_eq!(json["kernels"].as_array().unwrap().len(), 22 * 4 + 24 * 2);
+        assert_eq!(json["kernels"].as_array().unwrap().len(), 22 * 4 + 28 * 2);
     }
 }
