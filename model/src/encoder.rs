@@ -340,6 +340,7 @@ pub(crate) fn padded_head_dim(
             k: HeadSlice { column_offset: 0 },
             v: HeadSlice { column_offset: 0 },
             causal,
+            key_padding: false,
         };
         let shape = [batch, tokens, heads * head_dim];
         supports(&op, &[&shape, &shape, &shape]).is_ok()
@@ -576,6 +577,7 @@ pub(crate) fn attention(
             scale,
             q: HeadSlice { column_offset: 0 },
             k: HeadSlice { column_offset: 0 },
+            key_padding: false,
         },
         &[q, k],
     )?;
