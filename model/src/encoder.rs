@@ -456,8 +456,18 @@ pub(crate) fn collect_layers(
     Ok(layers)
 }
 
+/// The key padding mask's two graph inputs (`vitrt_runtime::key_padding`): the additive mask
+/// `[B, T]` and the key lengths `[B]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyPaddingInputs {
+    pub mask: ValueId,
+    pub lengths: ValueId,
+}
+
 /// One encoder block over `x`. `rope`: the patch grid Q and K are rotated on (DINOv3's
-/// rotary embeddings, `ModelConfig::rope_theta`); it rules out `pad`.
+/// rotary embeddings, `ModelConfig::rope_theta`); it rules out `pad`. `key_padding`: each
+/// item attends to its first keys only (SigLIP 2 NaFlex's padded sequences).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn encoder_block(
     g: &mut Graph,
     c: &EncoderConfig,
@@ -466,6 +476,7 @@ pub(crate) fn encoder_block(
     x: ValueId,
     pad: bool,
     rope: Option<RopeGrid>,
+    key_padding: Option<KeyPaddingInputs>,
 ) -> Result<ValueId, ModelError> {
     let n = |s: &str| format!("{name}.{s}");
     let normed = layer_norm(
@@ -502,7 +513,15 @@ pub(crate) fn encoder_block(
     }
     let scale = 1.0 / (c.head_dim() as f32).sqrt();
     let heads = (c.num_attention_heads, head_dim);
-    let context = attention(g, &n("attention"), (q, k, v), heads, scale, c.causal)?;
+    let context = attention(
+        g,
+        &n("attention"),
+        (q, k, v),
+        heads,
+        scale,
+        c.causal,
+        key_padding,
+    )?;
     let attn_out = linear(g, &n("attention.output"), context, output)?;
     let h1 = g.add_node(&n("attention.residual"), Op::Add, &[attn_out, x])?;
     let normed2 = layer_norm(
@@ -560,7 +579,8 @@ pub(crate) fn layer_norm(
 
 /// Scaled dot-product attention as three ops (scores, softmax, context), which the fusion
 /// pass makes one where the backend has the kernel. `causal`: each query sees only the keys
-/// up to its own position (CLIP's text tower).
+/// up to its own position (CLIP's text tower). `key_padding`: keys past each item's length
+/// are masked (-inf scores before the softmax; the fused kernel reads the lengths).
 pub(crate) fn attention(
     g: &mut Graph,
     node: &str,
@@ -568,7 +588,12 @@ pub(crate) fn attention(
     (heads, head_dim): (usize, usize),
     scale: f32,
     causal: bool,
+    key_padding: Option<KeyPaddingInputs>,
 ) -> Result<ValueId, RuntimeError> {
+    let mut inputs = vec![q, k];
+    if let Some(padding) = key_padding {
+        inputs.extend([padding.mask, padding.lengths]);
+    }
     let scores = g.add_node(
         &format!("{node}.scores"),
         Op::AttentionScores {
@@ -577,9 +602,9 @@ pub(crate) fn attention(
             scale,
             q: HeadSlice { column_offset: 0 },
             k: HeadSlice { column_offset: 0 },
-            key_padding: false,
+            key_padding: key_padding.is_some(),
         },
-        &[q, k],
+        &inputs,
     )?;
     let probs = g.add_node(
         &format!("{node}.softmax"),
