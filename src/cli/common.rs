@@ -240,6 +240,12 @@ impl ModelArgs {
         Ok(placement)
     }
 
+    /// SigLIP 2 NaFlex on the device and dtype the flags ask for, when the model is one
+    /// (`vitrt infer` and `vitrt parity` run it on tensors); None for any other model.
+    pub fn open_naflex(&self) -> Result<Option<vitrt_model::naflex::NaflexRunner>> {
+        Ok(self.options().open_naflex()?.map(|(runner, _)| runner))
+    }
+
     /// As [`ModelArgs::open`], and the device the backend runs on.
     pub fn open_on_device(&self) -> Result<(Runner, PathBuf, Device)> {
         let opened = self.options().open()?;

@@ -171,8 +171,10 @@ impl TextFamily {
     }
 }
 
-/// The reason a `model_type` of a family vitrt knows but does not build is refused, by name:
-/// SigLIP 2's NaFlex checkpoints (`Siglip2Model`, `Siglip2VisionModel`, `Siglip2TextModel`).
+/// The reason a `model_type` of a family vitrt knows but does not build here is refused, by
+/// name: SigLIP 2's NaFlex checkpoints (`Siglip2Model`, `Siglip2VisionModel`,
+/// `Siglip2TextModel`). Their vision tower runs on tensors (`vitrt infer`, `vitrt parity`,
+/// crate::naflex); the image pipeline, its preprocessing and the text tower are not built.
 pub(crate) fn refused_model_type(model_type: &str) -> Option<String> {
     matches!(
         model_type,
@@ -182,8 +184,10 @@ pub(crate) fn refused_model_type(model_type: &str) -> Option<String> {
         format!(
             "model_type \"{model_type}\" is SigLIP 2's NaFlex (Siglip2Model: each image \
              resized to its own patch grid, position embeddings resized per image, a key \
-             padding mask), which vitrt does not build yet; SigLIP 2's fixed-resolution \
-             checkpoints (model_type \"siglip\", such as google/siglip2-base-patch16-224) run"
+             padding mask): vitrt runs its vision tower on tensors as Siglip2ImageProcessor \
+             makes them (vitrt infer, vitrt parity), but not from image files, its text tower \
+             or zero-shot yet; SigLIP 2's fixed-resolution checkpoints (model_type \"siglip\", \
+             such as google/siglip2-base-patch16-224) run everywhere"
         )
     })
 }

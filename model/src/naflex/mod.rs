@@ -510,3 +510,167 @@ impl ParamStore for NaflexVisionModel {
         make_param(&self.params, &self.checkpoint, name, shape)
     }
 }
+
+/// Whether a model folder's `config.json` is SigLIP 2 NaFlex's (`model_type` `siglip2` or
+/// `siglip2_vision_model`); false when it cannot be read (the usual loader then says why).
+pub fn is_naflex_dir(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("config.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .and_then(|root| root.get("model_type")?.as_str().map(str::to_owned))
+        .is_some_and(|t| t == "siglip2" || t == "siglip2_vision_model")
+}
+
+impl NaflexInputs {
+    /// The batch of a tensor file holding what transformers' processor returns:
+    /// `pixel_values` [B, N, 3·p·p], `pixel_attention_mask` [B, N] and `spatial_shapes`
+    /// [B, 2] (whole numbers stored as f32).
+    pub fn from_tensors(
+        model: &NaflexVisionModel,
+        tensors: &[vitrt_runtime::HostTensor],
+    ) -> Result<NaflexInputs, ModelError> {
+        let find = |name: &str| {
+            tensors.iter().find(|t| t.name == name).ok_or_else(|| {
+                ModelError::Usage(format!(
+                    "no tensor named {name}: SigLIP 2 NaFlex takes pixel_values [B, N, {}], \
+                     pixel_attention_mask [B, N] and spatial_shapes [B, 2], as \
+                     Siglip2ImageProcessor returns them",
+                    model.config.patch_values()
+                ))
+            })
+        };
+        let (pixels, mask, shapes) = (
+            find("pixel_values")?,
+            find("pixel_attention_mask")?,
+            find("spatial_shapes")?,
+        );
+        let per_row = model.config.patch_values();
+        let [batch, patches, width] = pixels.shape[..] else {
+            return Err(ModelError::Usage(format!(
+                "pixel_values has shape {:?}; SigLIP 2 NaFlex takes [B, N, {per_row}] patch rows",
+                pixels.shape
+            )));
+        };
+        if width != per_row || batch == 0 || patches == 0 {
+            return Err(ModelError::Usage(format!(
+                "pixel_values has shape {:?}; this model takes [B, N, {per_row}] ({} channels \
+                 of {p} x {p} patches)",
+                pixels.shape,
+                model.config.num_channels,
+                p = model.config.patch_size
+            )));
+        }
+        if mask.shape != [batch, patches] || shapes.shape != [batch, 2] {
+            return Err(ModelError::Usage(format!(
+                "pixel_attention_mask {:?} and spatial_shapes {:?} do not fit pixel_values \
+                 {:?} (they must be [{batch}, {patches}] and [{batch}, 2])",
+                mask.shape, shapes.shape, pixels.shape
+            )));
+        }
+        if let Some(at) = pixels.data.iter().position(|v| !v.is_finite()) {
+            return Err(ModelError::Usage(format!(
+                "pixel_values[{}, {}, {}] is {}; the model takes finite values only",
+                at / (patches * width),
+                at / width % patches,
+                at % width,
+                pixels.data[at]
+            )));
+        }
+        let mut grid = Vec::with_capacity(batch);
+        for (item, pair) in shapes.data.chunks(2).enumerate() {
+            let whole = |v: f32| (v >= 1.0 && v.fract() == 0.0).then_some(v as usize);
+            match (whole(pair[0]), whole(pair[1])) {
+                (Some(rows), Some(cols)) => grid.push((rows, cols)),
+                _ => {
+                    return Err(ModelError::Usage(format!(
+                        "spatial_shapes[{item}] is {pair:?}; each image's patch grid is two \
+                         whole numbers of at least 1"
+                    )))
+                }
+            }
+        }
+        NaflexInputs::new(model, pixels.data.clone(), &mask.data, &grid)
+    }
+}
+
+/// A NaFlex model on a backend: builds and plans the graph of each batch shape it is given
+/// (batch and padded length) and runs it.
+pub struct NaflexRunner {
+    pub model: NaflexVisionModel,
+    backend: Box<dyn vitrt_runtime::Backend>,
+    fusion: Fusion,
+    precision: vitrt_runtime::Precision,
+}
+
+impl NaflexRunner {
+    /// The residual stream as `Precision::default_for` the backend's dtype says.
+    pub fn new(
+        model: NaflexVisionModel,
+        backend: Box<dyn vitrt_runtime::Backend>,
+        fusion: Fusion,
+    ) -> NaflexRunner {
+        let precision = vitrt_runtime::Precision::default_for(backend.dtype());
+        NaflexRunner {
+            model,
+            backend,
+            fusion,
+            precision,
+        }
+    }
+
+    /// The residual stream stored as `residual` (f32 or the backend's dtype).
+    pub fn with_residual(
+        mut self,
+        residual: vitrt_runtime::DType,
+    ) -> Result<NaflexRunner, ModelError> {
+        self.precision = vitrt_runtime::Precision::new(self.backend.dtype(), residual)?;
+        Ok(self)
+    }
+
+    pub fn backend(&self) -> &dyn vitrt_runtime::Backend {
+        self.backend.as_ref()
+    }
+
+    /// The model's `outputs` (of [`OUTPUTS`]; every one the checkpoint has when empty) for a
+    /// batch, and with `hidden_states` every `hidden_states.{i}`.
+    pub fn run(
+        &mut self,
+        inputs: &NaflexInputs,
+        outputs: &[&str],
+        hidden_states: bool,
+    ) -> Result<Vec<vitrt_runtime::HostTensor>, ModelError> {
+        let all = self.available_outputs();
+        let outputs = if outputs.is_empty() {
+            &all[..]
+        } else {
+            outputs
+        };
+        let backend = &self.backend;
+        let graph = self.model.build_graph(
+            inputs.batch,
+            inputs.max_patches,
+            outputs,
+            hidden_states,
+            self.fusion,
+            &|op, shapes| backend.supports(op, shapes),
+        )?;
+        let executor = vitrt_runtime::Executor::new(
+            graph,
+            self.backend.as_mut(),
+            &self.model,
+            self.precision,
+        )?;
+        let named = inputs.named();
+        let feeds: Vec<(&str, &[f32])> = named.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+        Ok(executor.run(self.backend.as_mut(), &feeds)?)
+    }
+
+    /// The outputs this checkpoint gives: `last_hidden_state`, and `pooler_output` with its
+    /// head.
+    pub fn available_outputs(&self) -> Vec<&'static str> {
+        OUTPUTS
+            .into_iter()
+            .filter(|&o| o != "pooler_output" || self.model.config.vision_use_head)
+            .collect()
+    }
+}
