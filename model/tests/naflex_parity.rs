@@ -184,3 +184,126 @@ fn every_output_matches_transformers_on_the_gpu() {
     }
     assert!(failures.is_empty(), "over tolerance: {failures:?}");
 }
+
+/// Siglip2ImageProcessor (PIL) on the fixture's four image files: the same patch rows, mask
+/// and grids as transformers made, and then the same outputs.
+#[test]
+fn the_processor_makes_transformers_patch_rows_from_image_files() {
+    use vitrt_model::preprocess::naflex::NaflexProcessor;
+    let dir = fixture();
+    let processor = NaflexProcessor::from_json_file(&dir.join("preprocessor_config.json")).unwrap();
+    assert_eq!((processor.patch_size, processor.max_num_patches), (4, 24));
+    let files: Vec<PathBuf> = (0..4)
+        .map(|i| dir.join(format!("images/{i}.png")))
+        .collect();
+    let paths: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+    let batch = processor.preprocess_files(&paths).unwrap();
+    let refs = reference();
+    assert_eq!(
+        batch.spatial_shapes,
+        [(3, 8), (10, 2), (4, 4), (7, 3)],
+        "each image's grid"
+    );
+    assert_eq!(
+        batch.pixel_attention_mask,
+        tensor(&refs, "pixel_attention_mask").data
+    );
+    let want = &tensor(&refs, "pixel_values").data;
+    let worst = batch
+        .pixel_values
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    println!("pixel_values: max abs error {worst:.2e}");
+    assert_eq!(batch.pixel_values.len(), want.len());
+    assert!(worst <= 1e-6, "pixel_values differ by up to {worst}");
+}
+
+fn zero_shot_fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/naflex/siglip2-naflex-zero-shot")
+}
+
+/// Siglip2Model's zero-shot scores: the text tower (SigLIP's, with Gemma's tokenizer) encodes
+/// the prompts, the NaFlex tower the four images, and the scores are transformers'.
+#[test]
+fn zero_shot_scores_match_siglip2_model() {
+    use vitrt_model::naflex::NaflexRunner;
+    use vitrt_model::text::{TextEncoder, TextModel, TextTokenizer};
+    use vitrt_model::ZeroShotLabels;
+    let dir = zero_shot_fixture();
+    let refs: Vec<HostTensor> = vitrt_weights::read_f32_tensors(&dir.join("reference.safetensors"))
+        .unwrap()
+        .into_iter()
+        .map(|(name, shape, data)| HostTensor { name, shape, data })
+        .collect();
+    let text = TextModel::load(&dir).unwrap();
+    let rule = text.score_rule().unwrap();
+    let tokenizer =
+        TextTokenizer::from_checkpoint(&dir, text.context(), text.config.family).unwrap();
+    let prompts = [
+        "a photo of a cat.",
+        "a photo of a dog.",
+        "a photo of a bird.",
+        "",
+    ];
+    let tokens = tokenizer.encode(&prompts.map(String::from)).unwrap();
+    let ids_ref = tensor(&refs, "input_ids");
+    let ids: Vec<u32> = ids_ref.data.iter().map(|&v| v as u32).collect();
+    assert_eq!(tokens.ids, ids, "Gemma's ids");
+    let mut encoder = TextEncoder::new(text, Box::new(CpuBackend::new()), Fusion::ALL);
+    let run = |normalize| vitrt_model::text::TextRun {
+        all_outputs: false,
+        normalize,
+    };
+    let text_embeds = encoder.run(&ids, prompts.len(), run(false)).unwrap();
+    let unit = encoder
+        .run(&ids, prompts.len(), run(true))
+        .unwrap()
+        .remove(0)
+        .data;
+
+    let model = NaflexVisionModel::load(&dir).unwrap();
+    let batch = inputs(&model, &refs);
+    let mut runner = NaflexRunner::new(model, Box::new(CpuBackend::new()), Fusion::ALL);
+    runner
+        .set_zero_shot(ZeroShotLabels {
+            text_embeds: unit,
+            labels: prompts.len(),
+            rule,
+        })
+        .unwrap();
+    let mut ours = runner
+        .run(
+            &batch,
+            &["image_embeds", "logits_per_image", "probs"],
+            false,
+        )
+        .unwrap();
+    ours.push(HostTensor {
+        name: "text_embeds".into(),
+        ..text_embeds[0].clone()
+    });
+    let wanted: Vec<HostTensor> = ["image_embeds", "text_embeds", "logits_per_image", "probs"]
+        .iter()
+        .map(|n| tensor(&refs, n).clone())
+        .collect();
+    for row in compare(&ours, &wanted).unwrap() {
+        println!("{:18} relative error {:.2e}", row.name, row.relative_error);
+        assert!(
+            row.relative_error < 1e-5,
+            "{}: relative error {:.3e}",
+            row.name,
+            row.relative_error
+        );
+    }
+    assert_eq!(
+        runner.default_outputs(),
+        [
+            "last_hidden_state",
+            "pooler_output",
+            "logits_per_image",
+            "probs"
+        ]
+    );
+}

@@ -130,6 +130,14 @@ impl TextFamily {
     /// The family whose transformers configs have `model_type`, and whether the config is a
     /// dual tower's.
     pub(crate) fn of_model_type(model_type: &str) -> Option<(TextFamily, bool)> {
+        // SigLIP 2's NaFlex checkpoints (`Siglip2Model`, `Siglip2TextModel`) have SigLIP's text
+        // tower: the same layers, tensor names, last-token pooling, head and sigmoid scores
+        // (transformers' Siglip2TextModel is SiglipTextModel's code under another name).
+        let model_type = match model_type {
+            "siglip2" => "siglip",
+            "siglip2_text_model" => "siglip_text_model",
+            other => other,
+        };
         TextFamily::ALL.into_iter().find_map(|family| {
             let TextConfigFormat::Transformers(config) = &family.rules().config else {
                 return None;
@@ -172,15 +180,11 @@ impl TextFamily {
 }
 
 /// The reason a `model_type` of a family vitrt knows but does not build here is refused, by
-/// name: SigLIP 2's NaFlex checkpoints (`Siglip2Model`, `Siglip2VisionModel`,
-/// `Siglip2TextModel`). Their vision tower runs on tensors (`vitrt infer`, `vitrt parity`,
-/// crate::naflex); the image pipeline, its preprocessing and the text tower are not built.
+/// name: SigLIP 2's NaFlex checkpoints (`Siglip2Model`, `Siglip2VisionModel`) as a vision
+/// model of the image pipeline. Their vision tower runs in crate::naflex; their text tower is
+/// SigLIP's ([`TextFamily::of_model_type`]).
 pub(crate) fn refused_model_type(model_type: &str) -> Option<String> {
-    matches!(
-        model_type,
-        "siglip2" | "siglip2_vision_model" | "siglip2_text_model"
-    )
-    .then(|| {
+    matches!(model_type, "siglip2" | "siglip2_vision_model").then(|| {
         format!(
             "model_type \"{model_type}\" is SigLIP 2's NaFlex (Siglip2Model: each image \
              resized to its own patch grid, position embeddings resized per image, a key \

@@ -24,6 +24,8 @@ use crate::encoder::{
     LayerKeys, LinearKeys, MlpKeys, NormKeys, ParamTable,
 };
 use crate::error::ModelError;
+use crate::model::ZeroShotLabels;
+use crate::text::ScoreRule;
 use serde_json::{Map, Value};
 use std::path::Path;
 use vitrt_runtime::executor::ParamStore;
@@ -174,10 +176,18 @@ pub struct NaflexVisionModel {
     final_norm: NormKeys,
     head: Option<HeadKeys>,
     params: crate::encoder::ParamMap,
+    /// The labels zero-shot scores are computed against, when set, and their parameters'
+    /// keys (one pair per label set, so a backend never reuses another set's upload).
+    zero_shot: Option<(ZeroShotLabels, String, String)>,
 }
 
-/// The outputs a NaFlex graph can give.
+/// The outputs a NaFlex graph can give: the vision tower's, then `image_embeds` (the pooled
+/// output: Siglip2Model has no projection) and, with zero-shot labels set, the scores.
 pub const OUTPUTS: [&str; 2] = ["last_hidden_state", "pooler_output"];
+pub const ZERO_SHOT_OUTPUTS: [&str; 3] = ["image_embeds", "logits_per_image", "probs"];
+
+/// Numbers label sets (see `zero_shot`).
+static LABEL_SETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl NaflexVisionModel {
     /// Reads `config.json` and the safetensors weights of a model folder and checks every
@@ -294,7 +304,42 @@ impl NaflexVisionModel {
             final_norm,
             head,
             params,
+            zero_shot: None,
         })
+    }
+
+    /// Scores images against `labels` (the text tower's unit embeddings and its score rule)
+    /// from now on: `logits_per_image` (`exp(logit_scale)` times the cosine plus
+    /// `logit_bias`, as Siglip2Model) and `probs` (each label's sigmoid) become available.
+    pub fn set_zero_shot(&mut self, labels: ZeroShotLabels) -> Result<(), ModelError> {
+        if self.head.is_none() {
+            return Err(ModelError::Usage(
+                "this SigLIP 2 checkpoint has no pooling head, so no image embeddings to score \
+                 labels against"
+                    .into(),
+            ));
+        }
+        let width = self.config.hidden_size;
+        if labels.labels == 0 || labels.text_embeds.len() != labels.labels * width {
+            return Err(ModelError::Usage(format!(
+                "{} zero-shot labels need {} text embedding values of width {width}, got {}",
+                labels.labels,
+                labels.labels * width,
+                labels.text_embeds.len()
+            )));
+        }
+        let set = LABEL_SETS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.zero_shot = Some((
+            labels,
+            format!("naflex.zero_shot[{set}].text_embeds"),
+            format!("naflex.zero_shot[{set}].logit_bias"),
+        ));
+        Ok(())
+    }
+
+    /// The width of `image_embeds` (the pooled output), when the checkpoint has the head.
+    pub fn image_embeds_width(&self) -> Option<usize> {
+        self.head.as_ref().map(|_| self.config.hidden_size)
     }
 
     /// The position embeddings of a batch: each image's `(rows, cols)` patch grid
@@ -378,23 +423,48 @@ impl NaflexVisionModel {
             &self.final_norm,
             c.layer_norm_eps,
         )?;
+        // The pooled vector and the zero-shot logits, each built once.
+        let mut pooled = None;
+        let mut logits = None;
         for &output in outputs {
+            let mut pool = |g: &mut Graph| -> Result<vitrt_runtime::ValueId, ModelError> {
+                if let Some(v) = pooled {
+                    return Ok(v);
+                }
+                let head = self.head.as_ref().ok_or_else(|| {
+                    ModelError::Usage(format!(
+                        "this SigLIP 2 checkpoint has no pooling head (vision_use_head is \
+                         false): no {output}"
+                    ))
+                })?;
+                Ok(*pooled.insert(self.pool(g, last, head, padding)?))
+            };
             let value = match output {
                 "last_hidden_state" => last,
-                "pooler_output" => {
-                    let head = self.head.as_ref().ok_or_else(|| {
-                        ModelError::Usage(
-                            "this SigLIP 2 checkpoint has no pooling head (vision_use_head is \
-                             false): no pooler_output"
-                                .into(),
-                        )
-                    })?;
-                    self.pool(&mut g, last, head, padding)?
+                "pooler_output" | "image_embeds" => pool(&mut g)?,
+                "logits_per_image" | "probs" => {
+                    let scores = match logits {
+                        Some(v) => v,
+                        None => {
+                            let embeds = pool(&mut g)?;
+                            *logits.insert(self.zero_shot_logits(&mut g, embeds)?)
+                        }
+                    };
+                    if output == "probs" {
+                        g.add_node(
+                            "zero_shot.probs",
+                            Op::Activation(Activation::Sigmoid),
+                            &[scores],
+                        )?
+                    } else {
+                        scores
+                    }
                 }
                 other => {
                     return Err(ModelError::Usage(format!(
-                        "SigLIP 2 NaFlex has no output {other} (it has: {})",
-                        OUTPUTS.join(", ")
+                        "SigLIP 2 NaFlex has no output {other} (it has: {}, {})",
+                        OUTPUTS.join(", "),
+                        ZERO_SHOT_OUTPUTS.join(", ")
                     )))
                 }
             };
@@ -403,6 +473,42 @@ impl NaflexVisionModel {
         passes::apply_for(&mut g, fusion, supports).map_err(ModelError::Usage)?;
         g.validate()?;
         Ok(g)
+    }
+
+    /// `logits_per_image`: the image embeddings normalised, against the labels' unit text
+    /// embeddings, times `exp(logit_scale)` (the matmul's alpha), plus `logit_bias`.
+    fn zero_shot_logits(
+        &self,
+        g: &mut Graph,
+        embeds: vitrt_runtime::ValueId,
+    ) -> Result<vitrt_runtime::ValueId, ModelError> {
+        let (labels, text_key, bias_key) = self.zero_shot.as_ref().ok_or_else(|| {
+            ModelError::Usage("no zero-shot labels were set: no logits_per_image or probs".into())
+        })?;
+        let ScoreRule::Sigmoid { .. } = labels.rule else {
+            return Err(ModelError::Usage(
+                "SigLIP 2 scores labels with a sigmoid; these labels were encoded for a softmax"
+                    .into(),
+            ));
+        };
+        let width = self.config.hidden_size;
+        let normed = g.add_node(
+            "zero_shot.image_embeds_normalized",
+            Op::L2Normalize,
+            &[embeds],
+        )?;
+        let text = g.add_param(text_key, &[labels.labels, width]);
+        let bias = g.add_param(bias_key, &[labels.labels]);
+        let epilogue = vitrt_runtime::Epilogue {
+            alpha: labels.rule.scale(),
+            bias: true,
+            ..vitrt_runtime::Epilogue::NONE
+        };
+        Ok(g.add_node(
+            "zero_shot.logits",
+            Op::Linear { epilogue },
+            &[normed, text, bias],
+        )?)
     }
 
     /// The attention-pooling head: the probe attends to each image's valid patches only.
@@ -507,6 +613,14 @@ impl NaflexInputs {
 
 impl ParamStore for NaflexVisionModel {
     fn load(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, RuntimeError> {
+        if let Some((labels, text_key, bias_key)) = &self.zero_shot {
+            if name == text_key {
+                return Ok(labels.text_embeds.clone());
+            }
+            if name == bias_key {
+                return Ok(vec![labels.rule.bias(); labels.labels]);
+            }
+        }
         make_param(&self.params, &self.checkpoint, name, shape)
     }
 }
@@ -639,9 +753,9 @@ impl NaflexRunner {
         outputs: &[&str],
         hidden_states: bool,
     ) -> Result<Vec<vitrt_runtime::HostTensor>, ModelError> {
-        let all = self.available_outputs();
+        let defaults = self.default_outputs();
         let outputs = if outputs.is_empty() {
-            &all[..]
+            &defaults[..]
         } else {
             outputs
         };
@@ -665,12 +779,34 @@ impl NaflexRunner {
         Ok(executor.run(self.backend.as_mut(), &feeds)?)
     }
 
-    /// The outputs this checkpoint gives: `last_hidden_state`, and `pooler_output` with its
-    /// head.
+    /// What a run asking for no output in particular gives: transformers' vision outputs
+    /// (`last_hidden_state`, and `pooler_output` with the head), and the scores once labels
+    /// are set (`image_embeds` is `pooler_output` again, given when asked for).
+    pub fn default_outputs(&self) -> Vec<&'static str> {
+        self.available_outputs()
+            .into_iter()
+            .filter(|&o| o != "image_embeds")
+            .collect()
+    }
+
+    /// Scores images against `labels` from now on ([`NaflexVisionModel::set_zero_shot`]).
+    pub fn set_zero_shot(&mut self, labels: ZeroShotLabels) -> Result<(), ModelError> {
+        self.model.set_zero_shot(labels)
+    }
+
+    /// Every output this checkpoint gives: `last_hidden_state`; `pooler_output` and
+    /// `image_embeds` with its head; `logits_per_image` and `probs` once labels are set.
     pub fn available_outputs(&self) -> Vec<&'static str> {
+        let head = self.model.config.vision_use_head;
+        let labels = self.model.zero_shot.is_some();
         OUTPUTS
             .into_iter()
-            .filter(|&o| o != "pooler_output" || self.model.config.vision_use_head)
+            .chain(ZERO_SHOT_OUTPUTS)
+            .filter(|&o| match o {
+                "last_hidden_state" => true,
+                "pooler_output" | "image_embeds" => head,
+                _ => labels,
+            })
             .collect()
     }
 }
