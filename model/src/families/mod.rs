@@ -179,19 +179,20 @@ impl TextFamily {
     }
 }
 
-/// The reason a `model_type` of a family vitrt knows but does not build here is refused, by
-/// name: SigLIP 2's NaFlex checkpoints (`Siglip2Model`, `Siglip2VisionModel`) as a vision
-/// model of the image pipeline. Their vision tower runs in crate::naflex; their text tower is
-/// SigLIP's ([`TextFamily::of_model_type`]).
+/// The reason a `model_type` of a family vitrt knows is refused by the image pipeline, by
+/// name: SigLIP 2's NaFlex checkpoints (`Siglip2Model`, `Siglip2VisionModel`), whose images
+/// each have their own patch grid. They run in crate::naflex (`vitrt infer`, `parity`,
+/// `embed`, `zero-shot`); their text tower is SigLIP's ([`TextFamily::of_model_type`]).
 pub(crate) fn refused_model_type(model_type: &str) -> Option<String> {
     matches!(model_type, "siglip2" | "siglip2_vision_model").then(|| {
         format!(
-            "model_type \"{model_type}\" is SigLIP 2's NaFlex (Siglip2Model: each image \
-             resized to its own patch grid, position embeddings resized per image, a key \
-             padding mask): vitrt runs its vision tower on tensors as Siglip2ImageProcessor \
-             makes them (vitrt infer, vitrt parity), but not from image files, its text tower \
-             or zero-shot yet; SigLIP 2's fixed-resolution checkpoints (model_type \"siglip\", \
-             such as google/siglip2-base-patch16-224) run everywhere"
+            "model_type \"{model_type}\" is SigLIP 2's NaFlex (each image resized to its own \
+             patch grid, position embeddings resized per image, a key padding mask): vitrt runs \
+             it in `vitrt infer`, `parity`, `embed` and `zero-shot` on one device (image files \
+             preprocessed on the host); not in `classify` (it has no classifier), with \
+             --output-dir, on several devices, in bench/profile/tune, the Python Model or the \
+             server yet. SigLIP 2's fixed-resolution checkpoints (model_type \"siglip\", such \
+             as google/siglip2-base-patch16-224) run everywhere"
         )
     })
 }

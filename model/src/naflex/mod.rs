@@ -789,6 +789,29 @@ impl NaflexRunner {
             .collect()
     }
 
+    /// The text tower's embeddings of `n` token sequences `ids` on this runner's backend (for
+    /// zero-shot labels), its parameters dropped from the backend afterwards.
+    pub fn embed_texts(
+        &mut self,
+        tower: &crate::text::TextModel,
+        ids: &[u32],
+        n: usize,
+        normalize: bool,
+    ) -> Result<Vec<f32>, ModelError> {
+        let held = self.backend.param_count();
+        let embeds = crate::text::embed_texts(
+            tower,
+            self.backend.as_mut(),
+            self.fusion,
+            self.precision,
+            ids,
+            n,
+            normalize,
+        );
+        self.backend.truncate_params(held);
+        embeds
+    }
+
     /// Scores images against `labels` from now on ([`NaflexVisionModel::set_zero_shot`]).
     pub fn set_zero_shot(&mut self, labels: ZeroShotLabels) -> Result<(), ModelError> {
         self.model.set_zero_shot(labels)

@@ -145,73 +145,131 @@ impl NaflexProcessor {
 
     /// Preprocesses the images of `files` (PNG, JPEG or WebP) into one batch.
     pub fn preprocess_files(&self, files: &[&Path]) -> Result<NaflexBatch, PreprocessError> {
-        let limits = ImageLimits {
-            max_pixels: MAX_IMAGE_PIXELS,
-            ..ImageLimits::default()
-        };
         let mut batch = NaflexBatch {
             pixel_values: Vec::new(),
             pixel_attention_mask: Vec::new(),
             spatial_shapes: Vec::new(),
         };
-        let mut bytes = Vec::new();
         let mut resizer = Resizer::default();
-        let table = normalization_table(&self.normalization);
+        let limits = ImageLimits {
+            max_pixels: MAX_IMAGE_PIXELS,
+            ..ImageLimits::default()
+        };
         for path in files {
-            read_limited(path, limits.max_file_bytes, &mut bytes)?;
-            let name = path.display().to_string();
-            let image = decode_image(&bytes, &name, 3, self.do_convert_rgb, &limits)?;
-            let (height, width) = if self.do_resize {
-                target_size(
-                    image.height,
-                    image.width,
-                    self.patch_size,
-                    self.max_num_patches,
-                )
-            } else {
-                (image.height, image.width)
-            };
-            let (rows, cols) = (height / self.patch_size, width / self.patch_size);
-            if rows == 0 || cols == 0 || rows * cols > self.max_num_patches {
-                // Only without do_resize: the image as it is must fit.
-                return Err(PreprocessError::UnsupportedImage {
-                    image: name,
-                    reason: format!(
-                        "do_resize is false and its {height}x{width} pixels give {rows} x {cols} \
-                         patches of {}, not 1 to {}",
-                        self.patch_size, self.max_num_patches
-                    ),
-                });
-            }
-            let resized = if (height, width) == (image.height, image.width) {
-                image.pixels
-            } else {
-                let mut out = vec![0u8; height * width * 3];
-                resizer.resize(
-                    &image.pixels,
-                    (image.height, image.width, 3),
-                    &mut out,
-                    height,
-                    width,
-                    self.resample,
-                );
-                out
-            };
-            let mut chw = vec![0.0f32; resized.len()];
-            normalize_into(&resized, 3, &table, &mut chw);
-            batch.pixel_values.extend(patch_rows(
-                &chw,
-                (height, width),
-                self.patch_size,
-                self.max_num_patches,
-            ));
-            let valid = rows * cols;
-            batch
-                .pixel_attention_mask
-                .extend((0..self.max_num_patches).map(|i| if i < valid { 1.0 } else { 0.0 }));
-            batch.spatial_shapes.push((rows, cols));
+            let image = self.preprocess_file_with(path, &limits, &mut resizer)?;
+            batch.push(&image, self.max_num_patches);
         }
         Ok(batch)
+    }
+
+    /// One image file's patch rows (padded to `max_num_patches`) and grid, read and decoded
+    /// within `limits`.
+    pub fn preprocess_file(
+        &self,
+        path: &Path,
+        limits: &ImageLimits,
+    ) -> Result<NaflexImage, PreprocessError> {
+        self.preprocess_file_with(path, limits, &mut Resizer::default())
+    }
+
+    fn preprocess_file_with(
+        &self,
+        path: &Path,
+        limits: &ImageLimits,
+        resizer: &mut Resizer,
+    ) -> Result<NaflexImage, PreprocessError> {
+        let mut bytes = Vec::new();
+        read_limited(path, limits.max_file_bytes, &mut bytes)?;
+        let name = path.display().to_string();
+        let image = decode_image(&bytes, &name, 3, self.do_convert_rgb, limits)?;
+        let (height, width) = if self.do_resize {
+            target_size(
+                image.height,
+                image.width,
+                self.patch_size,
+                self.max_num_patches,
+            )
+        } else {
+            (image.height, image.width)
+        };
+        let (rows, cols) = (height / self.patch_size, width / self.patch_size);
+        if rows == 0 || cols == 0 || rows * cols > self.max_num_patches {
+            // Only without do_resize: the image as it is must fit.
+            return Err(PreprocessError::UnsupportedImage {
+                image: name,
+                reason: format!(
+                    "do_resize is false and its {height}x{width} pixels give {rows} x {cols} \
+                     patches of {}, not 1 to {}",
+                    self.patch_size, self.max_num_patches
+                ),
+            });
+        }
+        let resized = if (height, width) == (image.height, image.width) {
+            image.pixels
+        } else {
+            let mut out = vec![0u8; height * width * 3];
+            resizer.resize(
+                &image.pixels,
+                (image.height, image.width, 3),
+                &mut out,
+                height,
+                width,
+                self.resample,
+            );
+            out
+        };
+        let mut chw = vec![0.0f32; resized.len()];
+        normalize_into(
+            &resized,
+            3,
+            &normalization_table(&self.normalization),
+            &mut chw,
+        );
+        Ok(NaflexImage {
+            patch_rows: patch_rows(&chw, (height, width), self.patch_size, self.max_num_patches),
+            grid: (rows, cols),
+        })
+    }
+}
+
+/// One image as the processor makes it: `max_num_patches` patch rows (zeros past its own)
+/// and its grid (rows, cols).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NaflexImage {
+    pub patch_rows: Vec<f32>,
+    pub grid: (usize, usize),
+}
+
+impl NaflexBatch {
+    pub fn new() -> NaflexBatch {
+        NaflexBatch {
+            pixel_values: Vec::new(),
+            pixel_attention_mask: Vec::new(),
+            spatial_shapes: Vec::new(),
+        }
+    }
+
+    /// Appends an image made for `max_num_patches` patches.
+    pub fn push(&mut self, image: &NaflexImage, max_num_patches: usize) {
+        let valid = image.grid.0 * image.grid.1;
+        self.pixel_values.extend_from_slice(&image.patch_rows);
+        self.pixel_attention_mask
+            .extend((0..max_num_patches).map(|i| if i < valid { 1.0 } else { 0.0 }));
+        self.spatial_shapes.push(image.grid);
+    }
+
+    pub fn len(&self) -> usize {
+        self.spatial_shapes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spatial_shapes.is_empty()
+    }
+}
+
+impl Default for NaflexBatch {
+    fn default() -> Self {
+        NaflexBatch::new()
     }
 }
 
