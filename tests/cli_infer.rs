@@ -382,3 +382,112 @@ fn infer_traces_a_non_finite_result_to_its_first_layer() {
     );
     assert!(!out.exists(), "nothing is written");
 }
+
+fn naflex_fixture() -> std::path::PathBuf {
+    fixture("tiny-gelu").join("../../naflex/siglip2-naflex")
+}
+
+#[test]
+fn naflex_parity_and_infer_take_patch_rows_with_their_mask() {
+    // Four images of different aspect ratios padded to 24 patches (lengths 24, 20, 16, 21).
+    let dir = temp();
+    let model = naflex_fixture();
+    let reference = model.join("reference.safetensors");
+    let o = vitrt(
+        &[
+            "parity",
+            "--model",
+            model.to_str().unwrap(),
+            "--reference",
+            reference.to_str().unwrap(),
+            "--device",
+            "cpu",
+        ],
+        dir.path(),
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}{}", stderr(&o));
+    for tensor in ["hidden_states.0", "last_hidden_state", "pooler_output"] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(tensor) && l.contains("  ok")),
+            "{tensor} compared: {stdout}"
+        );
+    }
+    let out = dir.path().join("out.safetensors");
+    let o = vitrt(
+        &[
+            "infer",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            reference.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+            "--device",
+            "cpu",
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ours = vitrt_weights::read_f32_tensors(&out).unwrap();
+    let refs = vitrt_weights::read_f32_tensors(&reference).unwrap();
+    let names: Vec<&str> = ours.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(names, ["last_hidden_state", "pooler_output"]);
+    for (name, shape, data) in &ours {
+        let (_, want_shape, want) = refs.iter().find(|t| &t.0 == name).unwrap();
+        assert_eq!(shape, want_shape, "{name}");
+        for (a, b) in data.iter().zip(want) {
+            assert!((a - b).abs() < 1e-4, "{name}: {a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn naflex_refuses_inputs_without_their_mask_and_image_files() {
+    let dir = temp();
+    let model = naflex_fixture();
+    // An image model's reference: pixel_values [B, C, H, W] and no mask.
+    let reference = fixture("tiny-gelu").join("reference.safetensors");
+    let out = dir.path().join("out.safetensors");
+    let o = vitrt(
+        &[
+            "infer",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            reference.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+            "--device",
+            "cpu",
+        ],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("no tensor named pixel_attention_mask"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists(), "nothing is written");
+    // classify reads image files, which NaFlex's preprocessing would turn into patch rows:
+    // refused by name.
+    let image = dir.path().join("x.png");
+    std::fs::write(&image, b"not read").unwrap();
+    let o = vitrt(
+        &[
+            "classify",
+            "--model",
+            model.to_str().unwrap(),
+            "--device",
+            "cpu",
+            image.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("SigLIP 2's NaFlex"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+}

@@ -279,3 +279,111 @@ fn embed_text_matches_pytorch_and_normalizes() {
     );
     assert_clean_failure(&o, "no texts given");
 }
+
+/// SigLIP 2 NaFlex from image files (tests/fixtures/naflex/siglip2-naflex-zero-shot): four
+/// images of different aspect ratios, each preprocessed to its own patch grid. `vitrt
+/// zero-shot` gives transformers' Siglip2Model probabilities for the prompts its reference
+/// scored, and `vitrt embed` its image_embeds.
+#[test]
+fn naflex_zero_shot_and_embed_from_image_files_are_transformers() {
+    let home = temp();
+    let dir = fixture("tiny-gelu").join("../../naflex/siglip2-naflex-zero-shot");
+    let images: Vec<String> = (0..4)
+        .map(|i| dir.join(format!("images/{i}.png")).display().to_string())
+        .collect();
+    let reference = vitrt_weights::read_f32_tensors(&dir.join("reference.safetensors")).unwrap();
+    let tensor = |name: &str| reference.iter().find(|t| t.0 == name).unwrap().2.clone();
+    // The reference's prompts: "a photo of a cat." and its kin, put in as they are.
+    let prompts = [
+        "a photo of a cat.",
+        "a photo of a dog.",
+        "a photo of a bird.",
+    ];
+    let mut args = vec![
+        "zero-shot",
+        "--model",
+        dir.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--labels",
+        "a photo of a cat.,a photo of a dog.,a photo of a bird.",
+        "--template",
+        "{}",
+        "--top-k",
+        "3",
+        "--json",
+        "--batch-size",
+        "3",
+    ];
+    args.extend(images.iter().map(String::as_str));
+    let o = vitrt(&args, home.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ours = cli_probs(&o.stdout, &prompts);
+    let want = tensor("probs");
+    assert_eq!(ours.len(), 4);
+    for (image, row) in ours.iter().enumerate() {
+        for (label, p) in row.iter().enumerate() {
+            let w = want[image * 4 + label];
+            assert!(
+                (p - w).abs() < 1e-5,
+                "image {image} label {label}: {p} vs {w}"
+            );
+        }
+    }
+
+    let out = home.path().join("naflex.jsonl");
+    let mut args = vec![
+        "embed",
+        "--model",
+        dir.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--output",
+        out.to_str().unwrap(),
+    ];
+    args.extend(images.iter().map(String::as_str));
+    let o = vitrt(&args, home.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want = tensor("image_embeds");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let rows: Vec<Vec<f32>> = text
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            v["embedding"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 4);
+    let width = rows[0].len();
+    for (image, row) in rows.iter().enumerate() {
+        for (a, b) in row.iter().zip(&want[image * width..]) {
+            assert!((a - b).abs() < 1e-4, "image {image}: {a} vs {b}");
+        }
+    }
+    // What is not built for it is refused by name.
+    let mut args = vec![
+        "embed",
+        "--model",
+        dir.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--pool",
+        "cls",
+        "--output",
+        out.to_str().unwrap(),
+        "--force",
+    ];
+    args.extend(images.iter().map(String::as_str));
+    let o = vitrt(&args, home.path());
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("SigLIP 2 NaFlex) has no"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -7,6 +7,7 @@
 pub mod batched;
 pub mod devices;
 pub mod memory;
+pub mod naflex;
 pub mod open;
 pub mod pipeline;
 pub mod results;

@@ -7,6 +7,7 @@
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 use vitrt_kernels::cuda::DriverWarmUp;
+use vitrt_model::naflex::{NaflexRunner, NaflexVisionModel};
 use vitrt_model::text::{TextEncoder, TextModel};
 use vitrt_model::{Runner, VisionModel};
 use vitrt_runtime::backend::Device;
@@ -168,6 +169,35 @@ impl ModelOptions {
             dir: files.dir,
             device,
         })
+    }
+
+    /// SigLIP 2 NaFlex (`model_type` `siglip2`, `siglip2_vision_model`) on the backend the
+    /// options ask for, with its folder; None for any other checkpoint, which
+    /// [`ModelOptions::open`] takes. NaFlex runs on tensors as transformers' processor makes
+    /// them (`vitrt infer`, `vitrt parity`): its batches are patch rows with a mask, not
+    /// images of one size, so it has no runner of the image pipeline.
+    pub fn open_naflex(&self) -> Result<Option<(NaflexRunner, PathBuf)>, OpenError> {
+        let files = self.resolve().map_err(OpenError::Input)?;
+        if !vitrt_model::naflex::is_naflex_dir(&files.dir) {
+            return Ok(None);
+        }
+        if self.image_size.is_some() {
+            return Err(OpenError::Input(anyhow::anyhow!(
+                "--image-size does not apply to SigLIP 2 NaFlex: each image keeps its own patch \
+                 grid, given by spatial_shapes"
+            )));
+        }
+        let model = NaflexVisionModel::load(&files.dir)
+            .with_context(|| format!("loading model {}", self.model))
+            .map_err(OpenError::Input)?;
+        let (backend, _) = self.open_backend()?;
+        let mut runner = NaflexRunner::new(model, backend, self.fusion);
+        if let Some(residual) = self.residual_dtype {
+            runner = runner
+                .with_residual(residual)
+                .map_err(|e| OpenError::Input(e.into()))?;
+        }
+        Ok(Some((runner, files.dir)))
     }
 
     /// The vision model and its folder, without a backend: what a command needs to know of

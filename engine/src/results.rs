@@ -108,6 +108,24 @@ pub fn encode_zero_shot_labels(
             runner.model.config.family.name()
         );
     };
+    encode_labels_with(width, dir, name, labels, templates, &mut |text, ids, n| {
+        Ok(runner.embed_texts(text, ids, n, true)?)
+    })
+}
+
+/// Runs a text tower: the unit embeddings of `n` sequences of token ids.
+pub type EmbedTexts<'a> = dyn FnMut(&TextModel, &[u32], usize) -> Result<Vec<f32>> + 'a;
+
+/// [`encode_zero_shot_labels`] for a vision tower whose image embeddings are `width` wide,
+/// `embed` running the text tower.
+pub fn encode_labels_with(
+    width: usize,
+    dir: &Path,
+    name: &str,
+    labels: &[String],
+    templates: &[String],
+    embed: &mut EmbedTexts<'_>,
+) -> Result<EncodedLabels> {
     let text = TextModel::load(dir)
         .with_context(|| format!("loading the text tower of {name} (zero-shot labels need it)"))?;
     let rule = text.score_rule()?;
@@ -124,7 +142,7 @@ pub fn encode_zero_shot_labels(
         .flat_map(|label| templates.iter().map(move |t| t.replacen("{}", label, 1)))
         .collect();
     let tokens = tokenizer.encode(&texts)?;
-    let embeds = runner.embed_texts(&text, &tokens.ids, texts.len(), true)?;
+    let embeds = embed(&text, &tokens.ids, texts.len())?;
     let text_embeds = average_templates(&embeds, labels.len(), templates.len(), width)?;
     Ok(EncodedLabels {
         labels: ZeroShotLabels {

@@ -357,6 +357,7 @@ pub(crate) fn padded_head_dim(
             k: HeadSlice { column_offset: 0 },
             v: HeadSlice { column_offset: 0 },
             causal,
+            key_padding: false,
         };
         let shape = [batch, tokens, heads * head_dim];
         supports(&op, &[&shape, &shape, &shape]).is_ok()
@@ -476,8 +477,18 @@ pub(crate) fn collect_layers(
     Ok(layers)
 }
 
+/// The key padding mask's two graph inputs (`vitrt_runtime::key_padding`): the additive mask
+/// `[B, T]` and the key lengths `[B]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyPaddingInputs {
+    pub mask: ValueId,
+    pub lengths: ValueId,
+}
+
 /// One encoder block over `x`. `rope`: the patch grid Q and K are rotated on (DINOv3's
-/// rotary embeddings, `ModelConfig::rope_theta`); it rules out `pad`.
+/// rotary embeddings, `ModelConfig::rope_theta`); it rules out `pad`. `key_padding`: each
+/// item attends to its first keys only (SigLIP 2 NaFlex's padded sequences).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn encoder_block(
     g: &mut Graph,
     c: &EncoderConfig,
@@ -486,6 +497,7 @@ pub(crate) fn encoder_block(
     x: ValueId,
     pad: bool,
     rope: Option<RopeGrid>,
+    key_padding: Option<KeyPaddingInputs>,
 ) -> Result<ValueId, ModelError> {
     let n = |s: &str| format!("{name}.{s}");
     let normed = layer_norm(
@@ -522,7 +534,15 @@ pub(crate) fn encoder_block(
     }
     let scale = 1.0 / (c.head_dim() as f32).sqrt();
     let heads = (c.num_attention_heads, head_dim);
-    let context = attention(g, &n("attention"), (q, k, v), heads, scale, c.causal)?;
+    let context = attention(
+        g,
+        &n("attention"),
+        (q, k, v),
+        heads,
+        scale,
+        c.causal,
+        key_padding,
+    )?;
     let attn_out = linear(g, &n("attention.output"), context, output)?;
     let h1 = g.add_node(&n("attention.residual"), Op::Add, &[attn_out, x])?;
     let normed2 = layer_norm(
@@ -586,7 +606,8 @@ pub(crate) fn layer_norm(
 
 /// Scaled dot-product attention as three ops (scores, softmax, context), which the fusion
 /// pass makes one where the backend has the kernel. `causal`: each query sees only the keys
-/// up to its own position (CLIP's text tower).
+/// up to its own position (CLIP's text tower). `key_padding`: keys past each item's length
+/// are masked (-inf scores before the softmax; the fused kernel reads the lengths).
 pub(crate) fn attention(
     g: &mut Graph,
     node: &str,
@@ -594,7 +615,12 @@ pub(crate) fn attention(
     (heads, head_dim): (usize, usize),
     scale: f32,
     causal: bool,
+    key_padding: Option<KeyPaddingInputs>,
 ) -> Result<ValueId, RuntimeError> {
+    let mut inputs = vec![q, k];
+    if let Some(padding) = key_padding {
+        inputs.extend([padding.mask, padding.lengths]);
+    }
     let scores = g.add_node(
         &format!("{node}.scores"),
         Op::AttentionScores {
@@ -603,8 +629,9 @@ pub(crate) fn attention(
             scale,
             q: HeadSlice { column_offset: 0 },
             k: HeadSlice { column_offset: 0 },
+            key_padding: key_padding.is_some(),
         },
-        &[q, k],
+        &inputs,
     )?;
     let probs = g.add_node(
         &format!("{node}.softmax"),

@@ -10,6 +10,7 @@ mod family;
 pub mod labels;
 pub mod limits;
 pub mod model;
+pub mod naflex;
 mod names;
 mod params;
 pub mod parity;

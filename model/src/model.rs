@@ -477,7 +477,16 @@ impl VisionModel {
             theta,
         });
         for (l, layer) in k.layers.iter().enumerate() {
-            x = encoder_block(&mut g, &encoder, &format!("layer.{l}"), layer, x, pad, rope)?;
+            x = encoder_block(
+                &mut g,
+                &encoder,
+                &format!("layer.{l}"),
+                layer,
+                x,
+                pad,
+                rope,
+                None,
+            )?;
             if options.hidden_states {
                 g.mark_output(&format!("hidden_states.{}", l + 1), x);
             }
@@ -765,7 +774,8 @@ impl VisionModel {
                 let v = linear(g, &node("value"), last, &head.value)?;
                 let heads = (c.num_attention_heads, c.head_dim());
                 let scale = 1.0 / (c.head_dim() as f32).sqrt();
-                let context = attention(g, &node("attention"), (q, k, v), heads, scale, false)?;
+                let context =
+                    attention(g, &node("attention"), (q, k, v), heads, scale, false, None)?;
                 let out = linear(g, &node("output"), context, &head.output)?;
                 g.add_node(&node("pooled"), Op::SelectToken { index: 0 }, &[out])?
             }
@@ -826,7 +836,7 @@ impl VisionModel {
         let v = linear(g, &node("attention.value"), last, &head.value)?;
         let heads = (c.num_attention_heads, c.head_dim());
         let scale = 1.0 / (c.head_dim() as f32).sqrt();
-        let context = attention(g, &node("attention"), (q, k, v), heads, scale, false)?;
+        let context = attention(g, &node("attention"), (q, k, v), heads, scale, false, None)?;
         let attended = linear(g, &node("attention.output"), context, &head.output)?;
         let normed = layer_norm(
             g,

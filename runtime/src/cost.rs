@@ -106,6 +106,7 @@ mod tests {
                     k: slice(hidden),
                     v: slice(2 * hidden),
                     causal: false,
+                    key_padding: false,
                 },
                 &[qkv, qkv, qkv],
             )

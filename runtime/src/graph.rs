@@ -82,12 +82,20 @@ pub enum Op {
     /// Inputs: the tensors holding Q, [B or 1, Tq, width], and K, [B, Tk, width]. Output
     /// [B, heads, Tq, Tk] = scale · Q·Kᵀ per head. A Q of batch 1 is shared by every image (the
     /// learned probe query of SigLIP's attention-pooling head).
+    ///
+    /// `key_padding`: two more inputs, the key padding mask in the two forms the kernels read
+    /// (both made by [`crate::key_padding::KeyPadding`]): the additive mask [B, Tk] (0 for a
+    /// valid key, -inf for a padded one), added to every score of item b so that the softmax
+    /// gives padded keys probability exactly 0, as transformers adds its mask; and the key
+    /// lengths [B], which the unfused chain does not read but carries for `Attention` when
+    /// `passes::fuse_attention` fuses it.
     AttentionScores {
         heads: usize,
         head_dim: usize,
         scale: f32,
         q: HeadSlice,
         k: HeadSlice,
+        key_padding: bool,
     },
     /// Row-wise softmax over the last dimension. `causal`: the input is [.., T, T] scores and
     /// row i keeps keys 0..=i only (the rest get probability 0), as CLIP's text tower masks
@@ -104,6 +112,9 @@ pub enum Op {
     /// tensors holding Q, K and V, [B, T, width]; output [B, T, heads·head_dim] =
     /// softmax(scale · Q·Kᵀ)·V per head, heads side by side as `AttentionContext` writes them.
     /// The scores and probabilities are never stored. `causal` as in `Softmax`.
+    /// `key_padding`: a fourth input, the key lengths [B] ([`crate::key_padding`]): item b
+    /// attends to its first `len[b]` keys only (the kernels' `attention_with_key_lengths`).
+    /// Not with `causal`.
     Attention {
         heads: usize,
         head_dim: usize,
@@ -112,6 +123,7 @@ pub enum Op {
         k: HeadSlice,
         v: HeadSlice,
         causal: bool,
+        key_padding: bool,
     },
     /// Input [B, T, C]; output [B, C], the token at `index` of each sequence.
     SelectToken { index: usize },
@@ -318,9 +330,10 @@ impl Op {
                 head_dim,
                 q,
                 k,
+                key_padding,
                 ..
             } => {
-                arity(2)?;
+                arity(2 + 2 * *key_padding as usize)?;
                 for (src, slice) in [(inputs[0], q), (inputs[1], k)] {
                     check_head_source(src, *heads, *head_dim, slice)?;
                 }
@@ -331,7 +344,11 @@ impl Op {
                         inputs[0], inputs[1]
                     ));
                 }
-                Ok(vec![batch, *heads, inputs[0][1], inputs[1][1]])
+                let keys = inputs[1][1];
+                if *key_padding {
+                    check_key_padding(inputs[2], inputs[3], batch, keys)?;
+                }
+                Ok(vec![batch, *heads, inputs[0][1], keys])
             }
             Op::AttentionContext { heads, head_dim, v } => {
                 arity(2)?;
@@ -351,9 +368,11 @@ impl Op {
                 q,
                 k,
                 v,
+                causal,
+                key_padding,
                 ..
             } => {
-                arity(3)?;
+                arity(3 + *key_padding as usize)?;
                 for (src, slice) in [(inputs[0], q), (inputs[1], k), (inputs[2], v)] {
                     check_head_source(src, *heads, *head_dim, slice)?;
                 }
@@ -362,6 +381,19 @@ impl Op {
                         "Q {:?}, K {:?} and V {:?} differ in batch or tokens",
                         inputs[0], inputs[1], inputs[2]
                     ));
+                }
+                if *key_padding {
+                    if *causal {
+                        return Err("attention with both the causal mask and the key padding \
+                                    mask is not built (no model asks for both)"
+                            .into());
+                    }
+                    if inputs[3] != [inputs[0][0]] {
+                        return Err(format!(
+                            "key lengths must be [{}], got {:?}",
+                            inputs[0][0], inputs[3]
+                        ));
+                    }
                 }
                 Ok(vec![inputs[0][0], inputs[0][1], heads * head_dim])
             }
@@ -418,6 +450,23 @@ impl Op {
             }
         }
     }
+}
+
+/// The two forms of a key padding mask an `AttentionScores` takes: the additive mask
+/// [B, Tk] and the key lengths [B].
+fn check_key_padding(
+    mask: &[usize],
+    lengths: &[usize],
+    batch: usize,
+    keys: usize,
+) -> Result<(), String> {
+    if mask != [batch, keys] || lengths != [batch] {
+        return Err(format!(
+            "the key padding mask must be [{batch}, {keys}] with lengths [{batch}], got \
+             {mask:?} and {lengths:?}"
+        ));
+    }
+    Ok(())
 }
 
 fn check_head_source(

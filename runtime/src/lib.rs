@@ -7,6 +7,7 @@ mod error;
 pub mod executor;
 pub mod graph;
 mod image_decode;
+pub mod key_padding;
 pub mod lowering;
 pub mod passes;
 pub mod plan;
@@ -22,6 +23,7 @@ pub use executor::{
 };
 pub use graph::{Graph, HeadSlice, Op, ParamSource, ValueId, ValueKind};
 pub use image_decode::DeviceDecode;
+pub use key_padding::KeyPadding;
 pub use plan::{Plan, Precision};
 pub use vitrt_kernels::gather::EndToken;
 pub use vitrt_kernels::rope::RopeGrid;

@@ -32,7 +32,9 @@ pub struct HeadSource {
 }
 
 /// `S[b, h] = scale · Q[b, :, h] · K[b, :, h]ᵀ`, written as `[B, heads, Tq, Tk]`. With
-/// `q_shared`, one Q serves every image (batch stride 0).
+/// `q_shared`, one Q serves every image (batch stride 0). With `key_mask`, the residual is
+/// the additive key padding mask `[B, Tk]`, read for every head and query row of item b
+/// (strides 0), so a padded key's score is -inf.
 pub fn attention_scores(
     batch: usize,
     heads: usize,
@@ -40,6 +42,7 @@ pub fn attention_scores(
     scale: f32,
     (q, q_shared): (HeadSource, bool),
     k: HeadSource,
+    key_mask: bool,
 ) -> MatmulProblem {
     let mut a = head_view(q.tokens, q.width, head_dim, q.offset);
     if q_shared {
@@ -60,9 +63,19 @@ pub fn attention_scores(
             batch_stride: heads * q.tokens * k.tokens,
             head_stride: q.tokens * k.tokens,
         },
-        r: Operand::contiguous(0),
+        r: if key_mask {
+            Operand {
+                offset: 0,
+                row_stride: 0,
+                batch_stride: k.tokens,
+                head_stride: 0,
+            }
+        } else {
+            Operand::contiguous(0)
+        },
         epilogue: Epilogue {
             alpha: scale,
+            residual: key_mask,
             ..Epilogue::NONE
         },
     }
@@ -130,6 +143,7 @@ pub fn matmul_for(op: &Op, input_shapes: &[&[usize]]) -> Option<MatmulProblem> {
             scale,
             q,
             k,
+            key_padding,
         } => {
             let (qs, ks) = (input_shapes[0], input_shapes[1]);
             let source = |shape: &[usize], offset| HeadSource {
@@ -144,6 +158,7 @@ pub fn matmul_for(op: &Op, input_shapes: &[&[usize]]) -> Option<MatmulProblem> {
                 *scale,
                 (source(qs, q.column_offset), qs[0] != ks[0]),
                 source(ks, k.column_offset),
+                *key_padding,
             ))
         }
         Op::AttentionContext { heads, head_dim, v } => {
@@ -165,7 +180,8 @@ pub fn matmul_for(op: &Op, input_shapes: &[&[usize]]) -> Option<MatmulProblem> {
 }
 
 /// The fused attention an `Op::Attention` runs, from its inputs' shapes (Q, K, V, each
-/// `[B, T, width]`); None for every other op. O is `[B, T, heads·head_dim]`.
+/// `[B, T, width]`, then the key lengths with `key_padding`); None for every other op. O is
+/// `[B, T, heads·head_dim]`.
 pub fn attention_for(op: &Op, input_shapes: &[&[usize]]) -> Option<AttentionProblem> {
     let Op::Attention {
         heads,
@@ -175,11 +191,12 @@ pub fn attention_for(op: &Op, input_shapes: &[&[usize]]) -> Option<AttentionProb
         k,
         v,
         causal,
+        key_padding,
     } = op
     else {
         return None;
     };
-    let [qs, ks, vs] = input_shapes else {
+    let [qs, ks, vs, ..] = input_shapes else {
         return None;
     };
     let (batch, tokens) = (qs[0], qs[1]);
@@ -191,7 +208,7 @@ pub fn attention_for(op: &Op, input_shapes: &[&[usize]]) -> Option<AttentionProb
         head_dim: *head_dim,
         scale: *scale,
         causal: *causal,
-        key_padding: false,
+        key_padding: *key_padding,
         q: view(qs, q.column_offset),
         k: view(ks, k.column_offset),
         v: view(vs, v.column_offset),

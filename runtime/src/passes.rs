@@ -96,6 +96,7 @@ pub fn fuse_attention(
             scale,
             q,
             k,
+            key_padding,
         } = graph.nodes[scores_id].op
         else {
             continue;
@@ -128,13 +129,18 @@ pub fn fuse_attention(
             k,
             v,
             causal,
+            key_padding,
         };
         let scores_node = &graph.nodes[scores_id];
-        let inputs = vec![
+        let mut inputs = vec![
             scores_node.inputs[0],
             scores_node.inputs[1],
             context.inputs[1],
         ];
+        // The fused kernel reads the key lengths; the additive mask is the unfused chain's.
+        if key_padding {
+            inputs.push(scores_node.inputs[3]);
+        }
         let shapes: Vec<&[usize]> = inputs
             .iter()
             .map(|&v| graph.values[v].shape.as_slice())
@@ -330,7 +336,8 @@ pub fn fuse_qkv(graph: &mut Graph) {
                 column_offset: widths[0],
             };
         }
-        graph.nodes[scores_id].inputs = vec![qkv, qkv];
+        // Q and K now come from the fused output; a key padding mask's inputs stay.
+        graph.nodes[scores_id].inputs[..2].copy_from_slice(&[qkv, qkv]);
         if let Op::AttentionContext { v, .. } = &mut graph.nodes[context_id].op {
             *v = HeadSlice {
                 column_offset: widths[0] + widths[1],
@@ -414,6 +421,7 @@ mod tests {
                     scale: 0.25,
                     q: slice,
                     k: slice,
+                    key_padding: false,
                 },
                 &[q, k],
             )

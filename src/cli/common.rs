@@ -240,6 +240,32 @@ impl ModelArgs {
         Ok(placement)
     }
 
+    /// SigLIP 2 NaFlex on the device and dtype the flags ask for, when the model is one
+    /// (`vitrt infer` and `vitrt parity` run it on tensors); None for any other model.
+    pub fn open_naflex(&self) -> Result<Option<vitrt_model::naflex::NaflexRunner>> {
+        Ok(self.open_naflex_in()?.map(|(runner, _)| runner))
+    }
+
+    /// [`ModelArgs::open_naflex`], and the checkpoint's folder (its processor and tokenizer).
+    pub fn open_naflex_in(&self) -> Result<Option<(vitrt_model::naflex::NaflexRunner, PathBuf)>> {
+        if self.device.as_deref().is_some_and(|d| {
+            let d = d.trim().to_ascii_lowercase();
+            d.contains(',') || d.ends_with(":all")
+        }) {
+            // Only where the model is NaFlex: others take several devices.
+            if let Ok(files) = self.options().resolve() {
+                if vitrt_model::naflex::is_naflex_dir(&files.dir) {
+                    anyhow::bail!(
+                        "SigLIP 2 NaFlex runs on one device: several (--device {}) are not \
+                         built for it",
+                        self.device.as_deref().unwrap_or_default()
+                    );
+                }
+            }
+        }
+        Ok(self.options().open_naflex()?)
+    }
+
     /// As [`ModelArgs::open`], and the device the backend runs on.
     pub fn open_on_device(&self) -> Result<(Runner, PathBuf, Device)> {
         let opened = self.options().open()?;

@@ -2,16 +2,19 @@
 
 use super::common::{pixel_values, read_tensors, ModelArgs};
 use crate::output_file::{Contents, OutputFile};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use vitrt_model::naflex::NaflexInputs;
 
 #[derive(Args, Debug)]
 pub struct InferArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// safetensors file holding `pixel_values` [B, C, H, W].
+    /// safetensors file holding `pixel_values` [B, C, H, W] (for SigLIP 2 NaFlex: the patch
+    /// rows `pixel_values` [B, N, 3·p·p], `pixel_attention_mask` [B, N] and `spatial_shapes`
+    /// [B, 2], as its processor returns them).
     #[arg(long)]
     input: PathBuf,
     /// Where to write the model's outputs as f32 safetensors: `logits`, or `last_hidden_state`
@@ -30,23 +33,55 @@ pub struct InferArgs {
 pub fn run(args: InferArgs) -> Result<ExitCode> {
     // Before any work: a run that cannot keep its result should not start.
     let output = OutputFile::check(&args.output, Contents::Binary, true, args.force)?;
-    let (mut runner, _) = args.model.open()?;
-    let tensors = read_tensors(&args.input)?;
-    let (batch, pixels) = pixel_values(&tensors, &mut runner, &args.model, &args.input)?;
-    let model_outputs = runner.model.model_outputs();
-    runner.set_outputs(model_outputs);
-    let outputs = runner.run(&pixels, batch, args.dump_activations)?;
-    // The results, checked cheaply; a non-finite value is traced to the first layer holding
-    // one (a second pass with every hidden state, as `vitrt parity` compares them).
+    let outputs = if let Some(mut runner) = args.model.open_naflex()? {
+        // SigLIP 2 NaFlex: patch rows, their mask and grids, as its processor makes them.
+        let tensors = read_tensors(&args.input)?;
+        let inputs = NaflexInputs::from_tensors(&runner.model, &tensors)
+            .with_context(|| args.input.display().to_string())?;
+        let outputs = runner.run(&inputs, &[], args.dump_activations)?;
+        check_finite(&outputs, || runner.run(&inputs, &[], true))?;
+        outputs
+    } else {
+        let (mut runner, _) = args.model.open()?;
+        let tensors = read_tensors(&args.input)?;
+        let (batch, pixels) = pixel_values(&tensors, &mut runner, &args.model, &args.input)?;
+        let model_outputs = runner.model.model_outputs();
+        runner.set_outputs(model_outputs);
+        let outputs = runner.run(&pixels, batch, args.dump_activations)?;
+        check_finite(&outputs, || runner.run(&pixels, batch, true))?;
+        outputs
+    };
+    let named: Vec<_> = outputs
+        .into_iter()
+        .map(|t| (t.name, t.shape, t.data))
+        .collect();
+    // Written whole or not at all: a temporary file beside the target, then a rename.
+    output.write(&vitrt_weights::f32_tensors_bytes(&args.output, &named)?)?;
+    let names: Vec<&str> = named.iter().map(|(n, _, _)| n.as_str()).collect();
+    let place = if output.is_stdout() {
+        "stdout".to_string()
+    } else {
+        output.display().to_string()
+    };
+    eprintln!("wrote {place} ({})", names.join(", "));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The results, checked cheaply; a non-finite value is traced to the first layer holding one
+/// (`traced`: a pass with every hidden state, as `vitrt parity` compares them, run only then).
+fn check_finite<E: Into<anyhow::Error>>(
+    outputs: &[vitrt_runtime::HostTensor],
+    traced: impl FnOnce() -> std::result::Result<Vec<vitrt_runtime::HostTensor>, E>,
+) -> Result<()> {
     for last in outputs
         .iter()
         .filter(|t| !t.name.starts_with("hidden_states."))
     {
         if let Some(at) = last.data.iter().position(|v| !v.is_finite()) {
-            let traced = if args.dump_activations {
-                outputs.clone()
+            let traced = if outputs.iter().any(|t| t.name.starts_with("hidden_states.")) {
+                outputs.to_vec()
             } else {
-                runner.run(&pixels, batch, true)?
+                traced().map_err(Into::into)?
             };
             let first = traced
                 .iter()
@@ -63,20 +98,7 @@ pub fn run(args: InferArgs) -> Result<ExitCode> {
             );
         }
     }
-    let named: Vec<_> = outputs
-        .into_iter()
-        .map(|t| (t.name, t.shape, t.data))
-        .collect();
-    // Written whole or not at all: a temporary file beside the target, then a rename.
-    output.write(&vitrt_weights::f32_tensors_bytes(&args.output, &named)?)?;
-    let names: Vec<&str> = named.iter().map(|(n, _, _)| n.as_str()).collect();
-    let place = if output.is_stdout() {
-        "stdout".to_string()
-    } else {
-        output.display().to_string()
-    };
-    eprintln!("wrote {place} ({})", names.join(", "));
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// A flat index as a multi-index of `shape`.

@@ -6,7 +6,8 @@ use clap::Args;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vitrt_model::parity::{compare, tolerance};
+use vitrt_model::naflex::{NaflexInputs, NaflexRunner};
+use vitrt_model::parity::{compare, tolerance, Comparison};
 use vitrt_model::{Output, OutputSet};
 
 #[derive(Args, Debug)]
@@ -14,7 +15,8 @@ pub struct ParityArgs {
     #[command(flatten)]
     model: ModelArgs,
     /// A safetensors file from scripts/fixtures/reference.py: pixel_values and the expected
-    /// outputs.
+    /// outputs (for SigLIP 2 NaFlex also pixel_attention_mask and spatial_shapes, as
+    /// scripts/fixtures/make_naflex_fixture.py writes them).
     #[arg(long)]
     reference: PathBuf,
     /// The largest relative error accepted (default: 1e-4 for f32, 1e-2 for f16 and bf16).
@@ -23,6 +25,9 @@ pub struct ParityArgs {
 }
 
 pub fn run(args: ParityArgs) -> Result<ExitCode> {
+    if let Some(runner) = args.model.open_naflex()? {
+        return run_naflex(&args, runner);
+    }
     let (mut runner, _) = args.model.open()?;
     let tensors = read_tensors(&args.reference)?;
     let (batch, pixels) = pixel_values(&tensors, &mut runner, &args.model, &args.reference)?;
@@ -55,8 +60,54 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
         .any(|t| t.name.starts_with("hidden_states."));
     let outputs = runner.run(&pixels, batch, wants_hidden)?;
     let rows = compare(&outputs, &expected).map_err(anyhow::Error::msg)?;
+    report(&args, &rows, runner.backend(), batch)
+}
 
-    let dtype = runner.backend().dtype();
+/// SigLIP 2 NaFlex on the reference's `pixel_values`, `pixel_attention_mask` and
+/// `spatial_shapes` (scripts/fixtures/make_naflex_fixture.py writes such a file).
+fn run_naflex(args: &ParityArgs, mut runner: NaflexRunner) -> Result<ExitCode> {
+    let tensors = read_tensors(&args.reference)?;
+    let inputs = NaflexInputs::from_tensors(&runner.model, &tensors)
+        .with_context(|| args.reference.display().to_string())?;
+    let outputs: Vec<&str> = runner
+        .available_outputs()
+        .into_iter()
+        .filter(|o| tensors.iter().any(|t| t.name == *o))
+        .collect();
+    let expected: Vec<_> = tensors
+        .into_iter()
+        .filter(|t| outputs.contains(&t.name.as_str()) || t.name.starts_with("hidden_states."))
+        .collect();
+    if expected.is_empty() {
+        anyhow::bail!(
+            "{} holds neither last_hidden_state, pooler_output nor hidden_states.*: nothing to \
+             compare",
+            args.reference.display()
+        );
+    }
+    let wants_hidden = expected
+        .iter()
+        .any(|t| t.name.starts_with("hidden_states."));
+    // No output asked for but hidden states: the last hidden state is computed and not
+    // compared.
+    let asked = if outputs.is_empty() {
+        vec!["last_hidden_state"]
+    } else {
+        outputs
+    };
+    let ours = runner.run(&inputs, &asked, wants_hidden)?;
+    let rows = compare(&ours, &expected).map_err(anyhow::Error::msg)?;
+    report(args, &rows, runner.backend(), inputs.batch)
+}
+
+/// The comparison table, and success only if every tensor is within the tolerance.
+fn report(
+    args: &ParityArgs,
+    rows: &[Comparison],
+    backend: &dyn vitrt_runtime::Backend,
+    batch: usize,
+) -> Result<ExitCode> {
+    let dtype = backend.dtype();
     let limit = args.tolerance.unwrap_or_else(|| tolerance(dtype));
     // In bf16, each tensor must also be no worse than PyTorch's own bf16 run on the same
     // inputs, where the reference's folder records it.
@@ -68,7 +119,7 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
     outln!(
         "{} on {} ({dtype}), batch {batch}, tolerance {limit:.0e}",
         args.model.name(),
-        runner.backend().describe()
+        backend.describe()
     );
     if torch_bf16.is_some() {
         outln!("each tensor also no worse than PyTorch's own bf16 (torch-bf16.json)");
@@ -81,7 +132,7 @@ pub fn run(args: ParityArgs) -> Result<ExitCode> {
         "rel err"
     );
     let mut failed = Vec::new();
-    for row in &rows {
+    for row in rows {
         let torch = torch_bf16
             .as_ref()
             .and_then(|errors| errors.get(&row.name).copied());

@@ -5,7 +5,7 @@
 //! labels (`vitrt_model::Output::ZeroShotProbs`).
 
 use super::classify::output::Format;
-use super::classify::{classify_images, open_output_dir, Report, Scores};
+use super::classify::{classify_images, classify_naflex, open_output_dir, Report, Scores};
 use super::common::ModelArgs;
 use super::images::ImageArgs;
 use super::output_dir::OutputDirArgs;
@@ -67,6 +67,40 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
         check_template(template)?;
     }
     let inputs = args.images.collect()?;
+    if let Some((mut runner, dir)) = args.model.open_naflex_in()? {
+        if args.sharded.dir()?.is_some() {
+            bail!("--output-dir is not built for SigLIP 2 NaFlex");
+        }
+        let started = std::time::Instant::now();
+        let texts = vitrt_engine::naflex::score_against_labels(
+            &mut runner,
+            &dir,
+            args.model.name(),
+            &labels,
+            &templates,
+        )?;
+        eprintln!(
+            "vitrt: {} labels x {} templates ({texts} texts) encoded by the text tower in {:.2} s",
+            labels.len(),
+            templates.len(),
+            started.elapsed().as_secs_f64()
+        );
+        let report = Report {
+            top_k: args.top_k as usize,
+            format: if args.json { Format::Json } else { args.format },
+            stats: None,
+            sharded: None,
+        };
+        return classify_naflex(
+            &mut runner,
+            &dir,
+            &args.model,
+            &args.images,
+            &inputs,
+            Scores::Probabilities(&labels),
+            &report,
+        );
+    }
     // --output-dir runs batch-invariant (see ModelArgs::batch_invariant).
     let model = match args.sharded.dir()? {
         Some(_) => args.model.batch_invariant(),

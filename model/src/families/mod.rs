@@ -133,6 +133,14 @@ impl TextFamily {
     /// The family whose transformers configs have `model_type`, and whether the config is a
     /// dual tower's.
     pub(crate) fn of_model_type(model_type: &str) -> Option<(TextFamily, bool)> {
+        // SigLIP 2's NaFlex checkpoints (`Siglip2Model`, `Siglip2TextModel`) have SigLIP's text
+        // tower: the same layers, tensor names, last-token pooling, head and sigmoid scores
+        // (transformers' Siglip2TextModel is SiglipTextModel's code under another name).
+        let model_type = match model_type {
+            "siglip2" => "siglip",
+            "siglip2_text_model" => "siglip_text_model",
+            other => other,
+        };
         TextFamily::ALL.into_iter().find_map(|family| {
             let TextConfigFormat::Transformers(config) = &family.rules().config else {
                 return None;
@@ -174,10 +182,12 @@ impl TextFamily {
     }
 }
 
-/// The reason a `model_type` of a family vitrt knows but does not build is refused, by name:
-/// SigLIP 2's NaFlex checkpoints (`Siglip2Model`, `Siglip2VisionModel`, `Siglip2TextModel`);
-/// AIMv2's LiT dual tower and its text tower (`Aimv2Model`, `Aimv2TextModel`), and the
-/// earlier remote-code format of AIMv2's checkpoints, which also says `aimv2`.
+/// The reason a `model_type` of a family vitrt knows is refused, by name: AIMv2's LiT dual
+/// tower and its text tower (`Aimv2Model`, `Aimv2TextModel`), and the earlier remote-code
+/// format of AIMv2's checkpoints, which also says `aimv2`; and, by the image pipeline, SigLIP
+/// 2's NaFlex checkpoints (`Siglip2Model`, `Siglip2VisionModel`), whose images each have their
+/// own patch grid. Those run in crate::naflex (`vitrt infer`, `parity`, `embed`,
+/// `zero-shot`); their text tower is SigLIP's ([`TextFamily::of_model_type`]).
 pub(crate) fn refused_model_type(model_type: &str) -> Option<String> {
     // "aimv2" is also what the checkpoints' earlier remote-code format (AIMv2Config, loaded
     // with trust_remote_code) names, with other fields and tensor names.
@@ -196,16 +206,15 @@ pub(crate) fn refused_model_type(model_type: &str) -> Option<String> {
              Aimv2VisionModel) run"
         ));
     }
-    matches!(
-        model_type,
-        "siglip2" | "siglip2_vision_model" | "siglip2_text_model"
-    )
-    .then(|| {
+    matches!(model_type, "siglip2" | "siglip2_vision_model").then(|| {
         format!(
-            "model_type \"{model_type}\" is SigLIP 2's NaFlex (Siglip2Model: each image \
-             resized to its own patch grid, position embeddings resized per image, a key \
-             padding mask), which vitrt does not build yet; SigLIP 2's fixed-resolution \
-             checkpoints (model_type \"siglip\", such as google/siglip2-base-patch16-224) run"
+            "model_type \"{model_type}\" is SigLIP 2's NaFlex (each image resized to its own \
+             patch grid, position embeddings resized per image, a key padding mask): vitrt runs \
+             it in `vitrt infer`, `parity`, `embed` and `zero-shot` on one device (image files \
+             preprocessed on the host); not in `classify` (it has no classifier), with \
+             --output-dir, on several devices, in bench/profile/tune, the Python Model or the \
+             server yet. SigLIP 2's fixed-resolution checkpoints (model_type \"siglip\", such \
+             as google/siglip2-base-patch16-224) run everywhere"
         )
     })
 }

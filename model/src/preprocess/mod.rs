@@ -50,6 +50,7 @@ pub mod device_batch;
 mod error;
 pub mod jpeg_coefficients;
 pub mod jpeg_scan;
+pub mod naflex;
 mod open_clip;
 mod pil_metadata;
 mod resampling;

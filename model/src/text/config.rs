@@ -197,8 +197,10 @@ mod tests {
     fn configs_without_a_text_tower_are_refused_by_name() {
         let err = TextConfig::from_json_str(r#"{"model_type": "dinov2"}"#).unwrap_err();
         assert!(err.contains("\"dinov2\" has no text tower"), "{err}");
-        let err = TextConfig::from_json_str(r#"{"model_type": "siglip2"}"#).unwrap_err();
-        assert!(err.contains("SigLIP 2's NaFlex"), "{err}");
+        // SigLIP 2 NaFlex's text tower is SigLIP's.
+        let siglip2 = TextConfig::from_json_str(r#"{"model_type": "siglip2"}"#).unwrap();
+        assert_eq!(siglip2.family, TextFamily::Siglip);
+        assert!(siglip2.dual_tower);
         let err = TextConfig::from_json_str(
             r#"{"model_type": "clip", "text_config": {"hidden_size": 100, "num_attention_heads": 3}}"#,
         )

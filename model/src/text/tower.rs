@@ -256,6 +256,7 @@ impl TextModel {
                 x,
                 pad,
                 None,
+                None,
             )?;
             if options.all_outputs {
                 g.mark_output(&format!("hidden_states.{}", l + 1), x);

@@ -8,6 +8,7 @@
 use super::{Backend, Binding, BufferRef, MemoryAccount};
 use crate::error::RuntimeError;
 use crate::graph::Op;
+use crate::key_padding;
 use crate::lowering;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -364,14 +365,23 @@ fn run_simple(
             problem.check_bounds(ins[0].len(), ins[1].len(), ins[2].len(), out.len())?;
             // Scores and probabilities stay f32 inside; only the output is stored (and
             // rounded by the caller when emulating half precision), as on the GPU.
-            attention::cpu::attention(
-                &problem,
-                attention::cpu::AttentionTiles::default(),
-                ins[0],
-                ins[1],
-                ins[2],
-                out,
-            );
+            let tiles = attention::cpu::AttentionTiles::default();
+            if problem.key_padding {
+                problem.check_masks()?;
+                let lengths = key_padding::lengths_from_input(ins[3]);
+                if lengths.len() != problem.batch {
+                    return Err(format!(
+                        "{} key lengths for a batch of {}",
+                        lengths.len(),
+                        problem.batch
+                    ));
+                }
+                attention::cpu::attention_with_key_lengths(
+                    &problem, tiles, ins[0], ins[1], ins[2], out, &lengths,
+                );
+            } else {
+                attention::cpu::attention(&problem, tiles, ins[0], ins[1], ins[2], out);
+            }
         }
         Op::Add => add::cpu::add(ins[0], ins[1], out),
         Op::Softmax { causal: false } => {

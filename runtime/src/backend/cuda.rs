@@ -916,7 +916,14 @@ impl CudaBackend {
                 let shapes: Vec<&[usize]> = inputs.iter().map(|b| b.shape.as_slice()).collect();
                 let problem = lowering::attention_for(op, &shapes)
                     .ok_or_else(|| KernelError::InvalidArgument("not an attention".into()))?;
-                attention::gpu::attention(gpu, d, &problem, ins[0], ins[1], ins[2], out)
+                if problem.key_padding {
+                    // The key lengths' slots hold i32 bit patterns (crate::key_padding).
+                    attention::gpu::attention_with_key_lengths(
+                        gpu, d, &problem, None, ins[0], ins[1], ins[2], out, ins[3],
+                    )
+                } else {
+                    attention::gpu::attention(gpu, d, &problem, ins[0], ins[1], ins[2], out)
+                }
             }
             Op::Add => add::gpu::add(gpu, d, ins[0], ins[1], out.len, out),
             // Written in the run's dtype from the scores' (f32 in bf16 runs), or f32 where its

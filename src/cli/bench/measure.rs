@@ -431,6 +431,7 @@ impl Bench<'_> {
                 k: slice(HIDDEN),
                 v: slice(2 * HIDDEN),
                 causal: false,
+                key_padding: false,
             };
             let problem = lowering::attention_for(&op, &[&shape, &shape, &shape])
                 .ok_or_else(|| KernelError::InvalidArgument("attention did not lower".into()))?;
@@ -454,6 +455,7 @@ impl Bench<'_> {
             scale,
             (heads_at(0), false),
             heads_at(HIDDEN),
+            false,
         );
         let context_problem =
             lowering::attention_context(batch, TOKENS, HEADS, HEAD_DIM, heads_at(2 * HIDDEN));

@@ -22,6 +22,7 @@ use vitrt_engine::pipeline::{Flow, InputList, PipelineStats};
 use vitrt_engine::results::named_output;
 pub(crate) use vitrt_engine::results::Scores;
 use vitrt_model::labels::Prediction;
+use vitrt_model::naflex::NaflexRunner;
 use vitrt_model::{Head, Runner};
 use vitrt_runtime::{HostTensor, MemoryAccount, TimelineSpan, TimelineStage};
 
@@ -244,6 +245,64 @@ pub(crate) fn classify_images(
     let failed = outcome.stats.failed + classifier.not_finite;
     let total = inputs.paths.len();
     batched::check_failures(failed, total, images.fail_fast, "classified")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `classify_images` for SigLIP 2 NaFlex (zero-shot labels set on `runner`): image files
+/// preprocessed on the host one batch after another (`vitrt_engine::naflex`), written by the
+/// same writer. `--output-dir` and `--stats` are refused by name.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn classify_naflex(
+    runner: &mut NaflexRunner,
+    dir: &std::path::Path,
+    model: &ModelArgs,
+    images: &ImageArgs,
+    inputs: &InputList,
+    scores: Scores<'_>,
+    report: &Report,
+) -> Result<ExitCode> {
+    if report.sharded.is_some() || report.stats.is_some() {
+        bail!("--output-dir and --stats are not built for SigLIP 2 NaFlex");
+    }
+    let processor = vitrt_engine::naflex::processor(dir)?;
+    let info = RunInfo {
+        model: model.name().to_string(),
+        device: runner.backend().describe(),
+        dtype: runner.backend().dtype().to_string(),
+    };
+    let stdout = std::io::stdout();
+    let sink = match Sink::new(report.format, std::io::BufWriter::new(stdout.lock()), info) {
+        Ok(sink) => sink,
+        Err(WriteError::Closed) => return Ok(ExitCode::SUCCESS),
+        Err(WriteError::Failed(e)) => return Err(e).context("writing the results"),
+    };
+    let wanted = scores.output();
+    let mut classifier = Classifier {
+        sink,
+        inputs,
+        scores,
+        top_k: report.top_k,
+        fail_fast: images.fail_fast,
+        not_finite: 0,
+    };
+    let outcome = vitrt_engine::naflex::run_files(
+        runner,
+        &processor,
+        inputs,
+        &images.options(),
+        &[wanted],
+        &mut classifier,
+    )?;
+    if outcome.stopped && !(images.fail_fast && classifier.not_finite > 0) {
+        return Ok(ExitCode::SUCCESS);
+    }
+    match classifier.sink.finish() {
+        Ok(()) => {}
+        Err(WriteError::Closed) => return Ok(ExitCode::SUCCESS),
+        Err(WriteError::Failed(e)) => return Err(e).context("writing the results"),
+    }
+    let failed = outcome.failed + classifier.not_finite;
+    batched::check_failures(failed, inputs.paths.len(), images.fail_fast, "classified")?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -68,6 +68,27 @@ fn parse_pool(name: &str) -> std::result::Result<Pool, String> {
 }
 
 /// The pool `--pool` asks for, or the checkpoint's default; an error names the ones it has.
+/// Where `vitrt embed` runs: SigLIP 2 NaFlex's host path, or the image pipeline.
+enum RunOn {
+    Naflex(Box<vitrt_model::naflex::NaflexRunner>, PathBuf),
+    Pipeline(vitrt_engine::devices::Placement),
+}
+
+/// The pool of a SigLIP 2 NaFlex checkpoint: its attention-pooling head's vector, which
+/// Siglip2Model's `image_embeds` and `pooler_output` both are (`projected`, the default, or
+/// `pooler`). It has no CLS token, and the mean of its valid patches is not built.
+fn naflex_pool(asked: Option<Pool>, name: &str) -> Result<Pool> {
+    match asked {
+        None | Some(Pool::Projected) => Ok(Pool::Projected),
+        Some(Pool::Pooler) => Ok(Pool::Pooler),
+        Some(pool) => bail!(
+            "--pool {}: {name} (SigLIP 2 NaFlex) has no {}; it has --pool projected, pooler",
+            pool.name(),
+            pool.output().name()
+        ),
+    }
+}
+
 fn choose_pool(asked: Option<Pool>, model: &VisionModel, name: &str) -> Result<Pool> {
     Pool::choose(asked, model).map_err(|e| match asked {
         Some(pool) => {
@@ -167,8 +188,16 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
             );
         }
     }
-    let mut placement = args.model.placement()?;
-    let pool = choose_pool(args.pool, placement.model(), args.model.name())?;
+    // SigLIP 2 NaFlex runs on the host path of its own (vitrt_engine::naflex); every other
+    // model through the image pipeline.
+    let mut run_on = match args.model.open_naflex_in()? {
+        Some((runner, dir)) => RunOn::Naflex(Box::new(runner), dir),
+        None => RunOn::Pipeline(args.model.placement()?),
+    };
+    let pool = match &run_on {
+        RunOn::Naflex(..) => naflex_pool(args.pool, args.model.name())?,
+        RunOn::Pipeline(placement) => choose_pool(args.pool, placement.model(), args.model.name())?,
+    };
     let outputs = |runner: &mut vitrt_model::Runner| -> Result<()> {
         runner.set_outputs(OutputSet::of(&[pool.output()]));
         Ok(())
@@ -186,20 +215,37 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
         fail_fast: args.images.fail_fast,
         not_finite: 0,
     };
-    let outcome = placement.run(
-        &inputs,
-        &args.images.options(),
-        args.model.image_size().is_some(),
-        &outputs,
-        &mut embedder,
-        false,
-    )?;
+    let (stopped, unread) = match &mut run_on {
+        RunOn::Naflex(runner, dir) => {
+            let processor = vitrt_engine::naflex::processor(dir)?;
+            let outcome = vitrt_engine::naflex::run_files(
+                runner,
+                &processor,
+                &inputs,
+                &args.images.options(),
+                &[pool.output().name()],
+                &mut embedder,
+            )?;
+            (outcome.stopped, outcome.failed)
+        }
+        RunOn::Pipeline(placement) => {
+            let outcome = placement.run(
+                &inputs,
+                &args.images.options(),
+                args.model.image_size().is_some(),
+                &outputs,
+                &mut embedder,
+                false,
+            )?;
+            (outcome.stopped, outcome.stats.failed)
+        }
+    };
     // Stopped by the results: the reader closed the output, unless --fail-fast stopped at an
     // image whose embedding is not finite (the count below fails).
-    if outcome.stopped && !(args.images.fail_fast && embedder.not_finite > 0) {
+    if stopped && !(args.images.fail_fast && embedder.not_finite > 0) {
         return Ok(ExitCode::SUCCESS);
     }
-    let failed = outcome.stats.failed + embedder.not_finite;
+    let failed = unread + embedder.not_finite;
     let total = inputs.paths.len();
     match embedder.sink {
         Sink::Lines(lines) => lines.finish()?,
