@@ -25,6 +25,24 @@ pub(crate) fn row_input_dtype(x: DevPtr, dtype: DType) -> DType {
     }
 }
 
+/// The type whose 16 bytes set a row kernel's vector width: the wider of input and output.
+pub(crate) fn widest(input: DType, dtype: DType) -> DType {
+    if input.size_bytes() >= dtype.size_bytes() {
+        input
+    } else {
+        dtype
+    }
+}
+
+/// A row kernel's storage in its instantiation's name: `f16`, or `f32tof16` from an f32 input.
+pub(crate) fn row_storage_name(input: DType, dtype: DType) -> String {
+    if input == dtype {
+        dtype.name().to_string()
+    } else {
+        format!("{}to{}", input.name(), dtype.name())
+    }
+}
+
 /// Meta-parameters of a row kernel: the template arguments after the dtype.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct RowConfig {

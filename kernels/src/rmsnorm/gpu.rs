@@ -8,7 +8,7 @@ use crate::cuda::{
     invalid, kernel_params, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelError,
     LaunchDims,
 };
-use crate::rows::{row_input_dtype, RowConfig, ROW_STORAGE};
+use crate::rows::{row_input_dtype, row_storage_name, widest, RowConfig, ROW_STORAGE};
 use crate::types::DType;
 
 const SOURCE: &str = include_str!("rmsnorm.cu");
@@ -25,23 +25,10 @@ kernel_params! {
     }
 }
 
-/// The type whose 16 bytes set the vector width: the wider of input and output.
-fn widest(input: DType, dtype: DType) -> DType {
-    if input.size_bytes() >= dtype.size_bytes() {
-        input
-    } else {
-        dtype
-    }
-}
-
 fn instantiation(input: DType, dtype: DType, config: RowConfig) -> Instantiation {
     let mut template_args = vec![input.cuda_type().to_string(), dtype.cuda_type().to_string()];
     template_args.extend(config.template_args());
-    let types = if input == dtype {
-        dtype.name().to_string()
-    } else {
-        format!("{}to{}", input.name(), dtype.name())
-    };
+    let types = row_storage_name(input, dtype);
     Instantiation {
         name: format!("rmsnorm_{types}_{}", config.tag()),
         family: "rmsnorm",

@@ -9,7 +9,7 @@ use crate::cuda::{
     invalid, kernel_params, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelError,
     KernelParam, LaunchDims,
 };
-use crate::rows::{row_input_dtype, RowConfig, ROW_STORAGE};
+use crate::rows::{row_input_dtype, row_storage_name, RowConfig, ROW_STORAGE};
 use crate::types::DType;
 
 const SOURCE: &str = include_str!("softmax.cu");
@@ -115,11 +115,7 @@ fn instantiation(input: DType, dtype: DType, config: RowConfig, causal: bool) ->
     let mut template_args = vec![input.cuda_type().to_string(), dtype.cuda_type().to_string()];
     template_args.extend(config.template_args());
     template_args.push(causal.to_string());
-    let types = if input == dtype {
-        dtype.name().to_string()
-    } else {
-        format!("{}to{}", input.name(), dtype.name())
-    };
+    let types = row_storage_name(input, dtype);
     Instantiation {
         name: format!("softmax_{types}_{}{}", config.tag(), causal_suffix(causal)),
         family: "softmax",
