@@ -59,9 +59,10 @@ fn upload(gpu: &Gpu, data: &[f32]) -> Uploaded {
     common::matmul::upload(gpu, DTYPE, data, 0)
 }
 
-/// Runs `problem()` through `matmul::gpu::matmul` (the tuned-or-heuristic path) and returns the
-/// largest error against the CPU twin, relative to the output's largest magnitude.
-fn matmul_against_twin(gpu: &Gpu) -> f64 {
+/// Runs `problem()` through `matmul::gpu::matmul` (the tuned-or-heuristic path), or on `forced`
+/// through `matmul_with_tile`, and returns the largest error against the CPU twin, relative to
+/// the output's largest magnitude.
+fn matmul_against_twin(gpu: &Gpu, forced: Option<MatmulTile>) -> f64 {
     let p = problem();
     let (a, b, bias) = (
         values(p.m * p.k, 1, 1.0),
@@ -70,16 +71,29 @@ fn matmul_against_twin(gpu: &Gpu) -> f64 {
     );
     let (da, db, dbias) = (upload(gpu, &a), upload(gpu, &b), upload(gpu, &bias));
     let c = upload(gpu, &vec![0.0; p.m * p.n]);
-    matmul::gpu::matmul(
-        gpu,
-        DTYPE,
-        &p,
-        da.view,
-        db.view,
-        Some(dbias.view),
-        None,
-        c.view,
-    )
+    match forced {
+        None => matmul::gpu::matmul(
+            gpu,
+            DTYPE,
+            &p,
+            da.view,
+            db.view,
+            Some(dbias.view),
+            None,
+            c.view,
+        ),
+        Some(tile) => matmul::gpu::matmul_with_tile(
+            gpu,
+            DTYPE,
+            &p,
+            tile,
+            da.view,
+            db.view,
+            Some(dbias.view),
+            None,
+            c.view,
+        ),
+    }
     .unwrap();
     let mut bytes = vec![0u8; p.m * p.n * DTYPE.size_bytes()];
     gpu.download(&c._buffer, 0, &mut bytes).unwrap();
@@ -102,8 +116,8 @@ fn matmul_against_twin(gpu: &Gpu) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// The block shape of the one matmul kernel `gpu` has loaded (its name spells it).
-fn loaded_matmul_shape(gpu: &Gpu) -> String {
+/// The name of the one matmul kernel `gpu` has loaded.
+fn loaded_matmul_kernel(gpu: &Gpu) -> String {
     let names: Vec<String> = gpu
         .loaded_kernels()
         .into_iter()
@@ -114,11 +128,13 @@ fn loaded_matmul_shape(gpu: &Gpu) -> String {
     names[0].clone()
 }
 
-fn spells(kernel: &str, tile: MatmulTile) -> bool {
-    kernel.contains(&format!(
-        "_bm{}_bn{}_bk{}_",
-        tile.block_m, tile.block_n, tile.block_k
-    ))
+/// The kernel `problem()` runs on when `tile` is forced, on a Gpu of its own: what a launch that
+/// obeys a stored `tile` must load. (Instantiation names spell each program's parameters in its
+/// own way, so the name is asked of a launch rather than spelled here.)
+fn kernel_of_tile(tile: MatmulTile) -> String {
+    let gpu = new_gpu();
+    matmul_against_twin(&gpu, Some(tile));
+    loaded_matmul_kernel(&gpu)
 }
 
 #[test]
@@ -169,15 +185,15 @@ fn tuning_stores_the_best_tile_and_later_launches_use_it() {
         matmul::matmul_choice(&later, DTYPE, &problem(), STORAGE).unwrap(),
         (tuning.best, TileSource::Tuned)
     );
-    let error = matmul_against_twin(&later);
+    let error = matmul_against_twin(&later, None);
     assert!(
         error < 2e-3,
         "tuned matmul differs from the twin: {error:.3e}"
     );
-    let kernel = loaded_matmul_shape(&later);
-    assert!(
-        spells(&kernel, tuning.best),
-        "{kernel} is not {}",
+    assert_eq!(
+        loaded_matmul_kernel(&later),
+        kernel_of_tile(tuning.best),
+        "the launch is not on the tuned {}",
         tuning.best.name()
     );
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
@@ -216,14 +232,18 @@ fn a_stored_tile_other_than_the_heuristics_is_obeyed_and_a_stale_one_is_not() {
         matmul::matmul_choice(&forced, DTYPE, &problem(), STORAGE).unwrap(),
         (other, TileSource::Tuned)
     );
-    let error = matmul_against_twin(&forced);
+    let error = matmul_against_twin(&forced, None);
     assert!(
         error < 2e-3,
         "{} differs from the twin: {error:.3e}",
         other.name()
     );
-    let kernel = loaded_matmul_shape(&forced);
-    assert!(spells(&kernel, other), "{kernel} is not {}", other.name());
+    assert_eq!(
+        loaded_matmul_kernel(&forced),
+        kernel_of_tile(other),
+        "the launch is not on the stored {}",
+        other.name()
+    );
 
     // The same entry under another source hash is ignored: the heuristic decides. (A file of
     // its own: saves merge into a file, and the entry above would still be there.)
