@@ -5,7 +5,7 @@
 //! state, last_hidden_state and the masked pooling head's pooler_output, fused and unfused.
 
 use std::path::{Path, PathBuf};
-use vitrt_model::naflex::{NaflexInputs, NaflexVisionModel, OUTPUTS};
+use vitrt_model::naflex::{NaflexInputs, NaflexRunner, NaflexVisionModel, OUTPUTS};
 use vitrt_model::parity::compare;
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::{CpuBackend, DType, Executor, HostTensor, Precision};
@@ -135,61 +135,131 @@ fn a_mask_that_disagrees_with_the_spatial_shapes_is_refused() {
     assert!(error.to_string().contains("image 1"), "{error}");
 }
 
-/// The same batch on the GPU in every dtype, fused (the masked fused attention kernel,
-/// `attention_with_key_lengths`) and unfused (the additive mask through the scores matmul's
-/// residual epilogue, then the softmax), within `parity::tolerance`.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn every_output_matches_transformers_on_the_gpu() {
-    use vitrt_runtime::backend::cuda::CudaBackend;
-    use vitrt_runtime::Backend;
-    let model = NaflexVisionModel::load(&fixture()).unwrap();
+/// The residual streams a run in `dtype` can keep: the default (f16's own, f32 for bf16 and
+/// f32) and, in f16, an f32 one too.
+fn residual_choices(dtype: DType) -> Vec<DType> {
+    let default = Precision::default_for(dtype).residual;
+    let mut choices = vec![default];
+    if default != DType::F32 {
+        choices.push(DType::F32);
+    }
+    choices
+}
+
+/// Runs the fixture's batch through a `NaflexRunner` on `backend` (every output and hidden
+/// state) and compares each with the float64 reference: the rows over `tolerance`, named.
+fn runner_failures(
+    backend: Box<dyn vitrt_runtime::Backend>,
+    fusion: Fusion,
+    residual: DType,
+    tolerance: f64,
+) -> Vec<String> {
     let refs = reference();
+    let model = NaflexVisionModel::load(&fixture()).unwrap();
     let batch = inputs(&model, &refs);
+    let dtype = backend.dtype();
+    let mut runner = NaflexRunner::new(model, backend, fusion)
+        .with_residual(residual)
+        .unwrap();
+    let ours = runner.run(&batch, &OUTPUTS, true).unwrap();
     let wanted: Vec<HostTensor> = refs
         .iter()
         .filter(|t| OUTPUTS.contains(&t.name.as_str()) || t.name.starts_with("hidden_states."))
         .cloned()
         .collect();
     let mut failures = Vec::new();
-    for dtype in DType::ALL {
-        // f16 and bf16 are refused on the GPU for now (see half_precision_gpu_refusal).
-        let refusal =
-            vitrt_model::naflex::half_precision_gpu_refusal(&CudaBackend::new(0, dtype).unwrap());
-        assert_eq!(refusal.is_some(), dtype != DType::F32, "{dtype}");
-        if refusal.is_some() {
-            continue;
+    for row in compare(&ours, &wanted).unwrap() {
+        println!(
+            "{dtype:4} residual {residual:4} {fusion:?} {:20} relative error {:.2e}",
+            row.name, row.relative_error
+        );
+        if row.relative_error.is_nan() || row.relative_error > tolerance {
+            failures.push(format!(
+                "{dtype} residual {residual} {fusion:?} {}: {:.3e}",
+                row.name, row.relative_error
+            ));
         }
-        for fusion in [Fusion::ALL, Fusion::NONE] {
-            let mut backend = CudaBackend::new(0, dtype).unwrap();
-            let graph = model
-                .build_graph(
-                    batch.batch,
-                    batch.max_patches,
-                    &OUTPUTS,
-                    true,
+    }
+    failures
+}
+
+/// The same batch on the GPU through `NaflexRunner` in f32, f16 and bf16 (each residual stream
+/// it can keep), fused (the masked fused attention kernel, `attention_with_key_lengths`) and
+/// unfused (the additive mask through the scores matmul's residual epilogue, then the
+/// softmax), within `parity::tolerance`: half precision reaches every matmul in the type it
+/// reads (the patch rows as the embedding's A, positions and mask as residuals).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_output_matches_transformers_on_the_gpu() {
+    use vitrt_runtime::backend::cuda::CudaBackend;
+    let mut failures = Vec::new();
+    for dtype in DType::ALL {
+        for residual in residual_choices(dtype) {
+            for fusion in [Fusion::ALL, Fusion::NONE] {
+                let backend = Box::new(CudaBackend::new(0, dtype).unwrap());
+                failures.extend(runner_failures(
+                    backend,
                     fusion,
-                    &|op, shapes| backend.supports(op, shapes),
-                )
-                .unwrap();
-            let executor =
-                Executor::new(graph, &mut backend, &model, Precision::default_for(dtype)).unwrap();
-            let named = batch.named();
-            let feeds: Vec<(&str, &[f32])> =
-                named.iter().map(|(n, v)| (*n, v.as_slice())).collect();
-            let ours = executor.run(&mut backend, &feeds).unwrap();
-            for row in compare(&ours, &wanted).unwrap() {
-                println!(
-                    "{dtype:4} {fusion:?} {:20} relative error {:.2e}",
-                    row.name, row.relative_error
-                );
-                if row.relative_error > vitrt_model::parity::tolerance(dtype) {
-                    failures.push(format!("{dtype} {fusion:?} {}", row.name));
-                }
+                    residual,
+                    vitrt_model::parity::tolerance(dtype),
+                ));
             }
         }
     }
     assert!(failures.is_empty(), "over tolerance: {failures:?}");
+}
+
+/// f16 and bf16 as the GPU stores them, emulated on the CPU (every stored value rounded to
+/// the plan's type, the graph inputs included), fused and unfused, each residual stream:
+/// within the GPU's tolerance of the float64 reference.
+#[test]
+fn half_precision_on_the_cpu_is_within_the_gpu_tolerance() {
+    let mut failures = Vec::new();
+    for dtype in [DType::F16, DType::BF16] {
+        for residual in residual_choices(dtype) {
+            for fusion in [Fusion::ALL, Fusion::NONE] {
+                let backend = Box::new(CpuBackend::emulating(dtype));
+                failures.extend(runner_failures(
+                    backend,
+                    fusion,
+                    residual,
+                    vitrt_model::parity::tolerance(dtype),
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "over tolerance: {failures:?}");
+}
+
+/// The plan of a half-precision NaFlex graph stores each input as its reader reads it: the
+/// patch rows in the compute type (the embedding matmul's A), the positions in the type the
+/// embedding writes and the additive mask in the scores' type (both matmul residuals), the
+/// key lengths as f32 (i32 bit patterns). What the GPU run found reaching the matmul as f32.
+#[test]
+fn half_precision_plans_store_inputs_as_their_matmuls_read_them() {
+    let model = NaflexVisionModel::load(&fixture()).unwrap();
+    for dtype in [DType::F16, DType::BF16] {
+        for residual in residual_choices(dtype) {
+            for fusion in [Fusion::ALL, Fusion::NONE] {
+                let graph = model
+                    .build_graph(4, 24, &OUTPUTS, false, fusion, &|_, _| Ok(()))
+                    .unwrap();
+                let precision = Precision::new(dtype, residual).unwrap();
+                let plan = vitrt_runtime::Plan::new(&graph, precision);
+                let dtype_of = |name: &str| {
+                    let v = graph.values.iter().position(|v| v.name == name).unwrap();
+                    plan.dtypes[v]
+                };
+                let case = format!("{dtype} residual {residual} {fusion:?}");
+                assert_eq!(dtype_of("pixel_values"), dtype, "{case}");
+                assert_eq!(dtype_of("positions"), residual, "{case}");
+                assert_eq!(dtype_of("key_lengths"), DType::F32, "{case}");
+                if fusion == Fusion::NONE {
+                    assert_eq!(dtype_of("key_mask"), residual, "{case}: the scores' type");
+                }
+            }
+        }
+    }
 }
 
 /// Siglip2ImageProcessor (PIL) on the fixture's four image files: the same patch rows, mask

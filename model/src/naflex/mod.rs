@@ -710,24 +710,6 @@ impl NaflexInputs {
     }
 }
 
-/// Why a NaFlex run on `backend` is refused: on a GPU in f16 or bf16 the patch rows reach the
-/// patch embedding's matmul as the f32 graph input they are (graph inputs are f32 slots, and
-/// no op casts them to the compute type yet), which the GPU matmul refuses; the CPU backend
-/// emulates half precision on f32 values and runs every dtype. Found by the GPU test on
-/// 2026-11-28; f32 runs on the GPU.
-pub fn half_precision_gpu_refusal(backend: &dyn vitrt_runtime::Backend) -> Option<String> {
-    let on_cpu = backend.describe() == "cpu";
-    (!on_cpu && backend.dtype() != vitrt_runtime::DType::F32).then(|| {
-        format!(
-            "SigLIP 2 NaFlex runs on {} in f32 only for now (--dtype f32): in {} its patch rows \
-             would reach the patch embedding's matmul as f32, and no op casts them yet; the \
-             CPU runs it in every dtype",
-            backend.describe(),
-            backend.dtype()
-        )
-    })
-}
-
 /// A NaFlex model on a backend: builds and plans the graph of each batch shape it is given
 /// (batch and padded length) and runs it.
 pub struct NaflexRunner {
@@ -780,9 +762,6 @@ impl NaflexRunner {
         } else {
             outputs
         };
-        if let Some(reason) = half_precision_gpu_refusal(self.backend.as_ref()) {
-            return Err(ModelError::Usage(reason));
-        }
         let backend = &self.backend;
         let graph = self.model.build_graph(
             inputs.batch,
