@@ -384,3 +384,58 @@ fn zero_shot_scores_match_siglip2_model() {
         ]
     );
 }
+
+/// A runner keeps the plan of each batch shape it has run: a second batch of the same shape
+/// runs on the kept plan (no graph built) and gives the same outputs; another shape, or other
+/// outputs, builds one more.
+#[test]
+fn a_batch_of_a_shape_seen_before_reuses_its_plan() {
+    let refs = reference();
+    let model = NaflexVisionModel::load(&fixture()).unwrap();
+    let batch = inputs(&model, &refs);
+    let mut runner = NaflexRunner::new(model, Box::new(CpuBackend::new()), Fusion::ALL);
+    let first = runner.run(&batch, &OUTPUTS, false).unwrap();
+    assert_eq!(runner.plans_built(), 1);
+    let again = runner.run(&batch, &OUTPUTS, false).unwrap();
+    assert_eq!(
+        runner.plans_built(),
+        1,
+        "the same shape is not planned again"
+    );
+    assert_eq!(first, again);
+    // The first two images alone: a batch of 2, planned once.
+    let patches = batch.max_patches;
+    let values = batch.pixel_values.len() / batch.batch;
+    let mask = &tensor(&refs, "pixel_attention_mask").data[..2 * patches];
+    let shapes: Vec<(usize, usize)> = tensor(&refs, "spatial_shapes").data[..4]
+        .chunks(2)
+        .map(|s| (s[0] as usize, s[1] as usize))
+        .collect();
+    let pair = NaflexInputs::new(
+        &runner.model,
+        batch.pixel_values[..2 * values].to_vec(),
+        mask,
+        &shapes,
+    )
+    .unwrap();
+    let two = runner.run(&pair, &OUTPUTS, false).unwrap();
+    assert_eq!(runner.plans_built(), 2);
+    let pooled = |outputs: &[HostTensor]| {
+        outputs
+            .iter()
+            .find(|t| t.name == "pooler_output")
+            .unwrap()
+            .clone()
+    };
+    let width = pooled(&two).shape[1];
+    // Each image's pooled vector does not depend on the batch it is in.
+    let (alone, together) = (pooled(&two).data, pooled(&first).data);
+    assert!(
+        relative_error(&alone, &together[..2 * width]) < 1e-5,
+        "batch of 2 against batch of 4"
+    );
+    runner.run(&batch, &OUTPUTS, false).unwrap();
+    assert_eq!(runner.plans_built(), 2, "the batch of 4 is still kept");
+    runner.run(&batch, &["pooler_output"], false).unwrap();
+    assert_eq!(runner.plans_built(), 3, "other outputs, another graph");
+}

@@ -188,7 +188,6 @@ pub struct NaflexVisionModel {
 /// output: Siglip2Model has no projection) and, with zero-shot labels set, the scores.
 pub const OUTPUTS: [&str; 2] = ["last_hidden_state", "pooler_output"];
 pub const ZERO_SHOT_OUTPUTS: [&str; 3] = ["image_embeds", "logits_per_image", "probs"];
-
 /// Numbers label sets (see `zero_shot`).
 static LABEL_SETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -710,13 +709,33 @@ impl NaflexInputs {
     }
 }
 
+/// What a NaFlex graph and its plan depend on beyond the model: the batch's shape, the
+/// outputs asked for, and the zero-shot label set (its parameters' key).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PlanKey {
+    batch: usize,
+    max_patches: usize,
+    outputs: Vec<String>,
+    hidden_states: bool,
+    labels: Option<String>,
+}
+
+/// How many planned graphs a runner keeps: a run over files has a full batch shape and a
+/// last, shorter one; a server or Python caller a few batch sizes.
+const PLANS_KEPT: usize = 4;
+
 /// A NaFlex model on a backend: builds and plans the graph of each batch shape it is given
-/// (batch and padded length) and runs it.
+/// (batch and padded length) and runs it. The last [`PLANS_KEPT`] plans are kept, so a batch
+/// of a shape seen before runs on its executor as it is (and, on CUDA, replays its captured
+/// graph).
 pub struct NaflexRunner {
     pub model: NaflexVisionModel,
     backend: Box<dyn vitrt_runtime::Backend>,
     fusion: Fusion,
     precision: vitrt_runtime::Precision,
+    /// Planned graphs, the most recently used last.
+    plans: Vec<(PlanKey, vitrt_runtime::Executor)>,
+    plans_built: usize,
 }
 
 impl NaflexRunner {
@@ -732,6 +751,8 @@ impl NaflexRunner {
             backend,
             fusion,
             precision,
+            plans: Vec::new(),
+            plans_built: 0,
         }
     }
 
@@ -741,6 +762,7 @@ impl NaflexRunner {
         residual: vitrt_runtime::DType,
     ) -> Result<NaflexRunner, ModelError> {
         self.precision = vitrt_runtime::Precision::new(self.backend.dtype(), residual)?;
+        self.plans.clear();
         Ok(self)
     }
 
@@ -762,24 +784,53 @@ impl NaflexRunner {
         } else {
             outputs
         };
-        let backend = &self.backend;
-        let graph = self.model.build_graph(
-            inputs.batch,
-            inputs.max_patches,
-            outputs,
+        let key = PlanKey {
+            batch: inputs.batch,
+            max_patches: inputs.max_patches,
+            outputs: outputs.iter().map(|o| o.to_string()).collect(),
             hidden_states,
-            self.fusion,
-            &|op, shapes| backend.supports(op, shapes),
-        )?;
-        let executor = vitrt_runtime::Executor::new(
-            graph,
-            self.backend.as_mut(),
-            &self.model,
-            self.precision,
-        )?;
+            labels: self.model.zero_shot.as_ref().map(|(_, key, _)| key.clone()),
+        };
+        let at = match self.plans.iter().position(|(k, _)| *k == key) {
+            Some(at) => {
+                // Most recently used last.
+                let entry = self.plans.remove(at);
+                self.plans.push(entry);
+                self.plans.len() - 1
+            }
+            None => {
+                let backend = &self.backend;
+                let graph = self.model.build_graph(
+                    inputs.batch,
+                    inputs.max_patches,
+                    outputs,
+                    hidden_states,
+                    self.fusion,
+                    &|op, shapes| backend.supports(op, shapes),
+                )?;
+                let executor = vitrt_runtime::Executor::new(
+                    graph,
+                    self.backend.as_mut(),
+                    &self.model,
+                    self.precision,
+                )?;
+                self.plans_built += 1;
+                if self.plans.len() == PLANS_KEPT {
+                    self.plans.remove(0);
+                }
+                self.plans.push((key, executor));
+                self.plans.len() - 1
+            }
+        };
         let named = inputs.named();
         let feeds: Vec<(&str, &[f32])> = named.iter().map(|(n, v)| (*n, v.as_slice())).collect();
-        Ok(executor.run(self.backend.as_mut(), &feeds)?)
+        Ok(self.plans[at].1.run(self.backend.as_mut(), &feeds)?)
+    }
+
+    /// How many graphs this runner has built and planned so far (one per batch shape, output
+    /// set and label set it has not kept a plan of).
+    pub fn plans_built(&self) -> usize {
+        self.plans_built
     }
 
     /// What a run asking for no output in particular gives: transformers' vision outputs
@@ -817,7 +868,10 @@ impl NaflexRunner {
 
     /// Scores images against `labels` from now on ([`NaflexVisionModel::set_zero_shot`]).
     pub fn set_zero_shot(&mut self, labels: ZeroShotLabels) -> Result<(), ModelError> {
-        self.model.set_zero_shot(labels)
+        self.model.set_zero_shot(labels)?;
+        // The plans of earlier label sets read parameters no later graph reads.
+        self.plans.retain(|(key, _)| key.labels.is_none());
+        Ok(())
     }
 
     /// Every output this checkpoint gives: `last_hidden_state`; `pooler_output` and
