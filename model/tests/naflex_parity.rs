@@ -439,3 +439,38 @@ fn a_batch_of_a_shape_seen_before_reuses_its_plan() {
     runner.run(&batch, &["pooler_output"], false).unwrap();
     assert_eq!(runner.plans_built(), 3, "other outputs, another graph");
 }
+
+/// `patch_mean`: each image's mean of transformers' last_hidden_state over its own patches
+/// (as Siglip2ForImageClassification pools), asked alone or beside other outputs.
+#[test]
+fn patch_mean_is_the_mean_over_each_images_own_patches() {
+    use vitrt_model::naflex::PATCH_MEAN;
+    let refs = reference();
+    let model = NaflexVisionModel::load(&fixture()).unwrap();
+    let batch = inputs(&model, &refs);
+    let last = tensor(&refs, "last_hidden_state");
+    let (tokens, width) = (last.shape[1], last.shape[2]);
+    let mut want = Vec::new();
+    for (item, &len) in batch.key_padding.lengths().iter().enumerate() {
+        for c in 0..width {
+            let sum: f64 = (0..len)
+                .map(|t| last.data[(item * tokens + t) * width + c] as f64)
+                .sum();
+            want.push((sum / len as f64) as f32);
+        }
+    }
+    let mut runner = NaflexRunner::new(model, Box::new(CpuBackend::new()), Fusion::ALL);
+    let alone = runner.run(&batch, &[PATCH_MEAN], false).unwrap();
+    assert_eq!(alone.len(), 1, "last_hidden_state only where asked");
+    assert_eq!(alone[0].name, PATCH_MEAN);
+    assert_eq!(alone[0].shape, [batch.batch, width]);
+    let error = relative_error(&alone[0].data, &want);
+    println!("patch_mean: relative error {error:.2e}");
+    assert!(error < 1e-5, "patch_mean: relative error {error:.3e}");
+    let both = runner
+        .run(&batch, &["pooler_output", PATCH_MEAN], false)
+        .unwrap();
+    let names: Vec<&str> = both.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["pooler_output", PATCH_MEAN]);
+    assert_eq!(both[1].data, alone[0].data);
+}

@@ -188,6 +188,37 @@ pub struct NaflexVisionModel {
 /// output: Siglip2Model has no projection) and, with zero-shot labels set, the scores.
 pub const OUTPUTS: [&str; 2] = ["last_hidden_state", "pooler_output"];
 pub const ZERO_SHOT_OUTPUTS: [&str; 3] = ["image_embeds", "logits_per_image", "probs"];
+/// Each image's mean over its own patches of `last_hidden_state` [B, D] (padded positions left
+/// out), as `Siglip2ForImageClassification` pools before its classifier: `vitrt embed --pool
+/// mean`. Made by [`NaflexRunner::run`] from `last_hidden_state`.
+pub const PATCH_MEAN: &str = "patch_mean";
+
+/// [`PATCH_MEAN`] of `last_hidden_state` [B, N, D] for images of `lengths` valid patches.
+fn patch_mean(
+    last_hidden_state: &vitrt_runtime::HostTensor,
+    lengths: &[usize],
+) -> vitrt_runtime::HostTensor {
+    let (batch, tokens, width) = (
+        last_hidden_state.shape[0],
+        last_hidden_state.shape[1],
+        last_hidden_state.shape[2],
+    );
+    let mut data = Vec::with_capacity(batch * width);
+    for (item, &len) in lengths.iter().enumerate().take(batch) {
+        let rows = &last_hidden_state.data[item * tokens * width..][..len * width];
+        let mut sum = vec![0f64; width];
+        for row in rows.chunks(width) {
+            sum.iter_mut().zip(row).for_each(|(s, &v)| *s += v as f64);
+        }
+        data.extend(sum.iter().map(|s| (s / len.max(1) as f64) as f32));
+    }
+    vitrt_runtime::HostTensor {
+        name: PATCH_MEAN.to_string(),
+        shape: vec![batch, width],
+        data,
+    }
+}
+
 /// Numbers label sets (see `zero_shot`).
 static LABEL_SETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -772,6 +803,9 @@ impl NaflexRunner {
 
     /// The model's `outputs` (of [`OUTPUTS`]; every one the checkpoint has when empty) for a
     /// batch, and with `hidden_states` every `hidden_states.{i}`.
+    ///
+    /// [`PATCH_MEAN`] is computed here from `last_hidden_state` (each image's mean over its
+    /// own patches), which the graph then gives too, and is returned last.
     pub fn run(
         &mut self,
         inputs: &NaflexInputs,
@@ -784,6 +818,37 @@ impl NaflexRunner {
         } else {
             outputs
         };
+        if !outputs.contains(&PATCH_MEAN) {
+            return self.run_graph(inputs, outputs, hidden_states);
+        }
+        let mut graph_outputs: Vec<&str> = outputs
+            .iter()
+            .copied()
+            .filter(|&o| o != PATCH_MEAN)
+            .collect();
+        let hidden_asked = graph_outputs.contains(&"last_hidden_state");
+        if !hidden_asked {
+            graph_outputs.push("last_hidden_state");
+        }
+        let mut ran = self.run_graph(inputs, &graph_outputs, hidden_states)?;
+        let at = ran
+            .iter()
+            .position(|t| t.name == "last_hidden_state")
+            .ok_or_else(|| ModelError::Usage("the graph gave no last_hidden_state".into()))?;
+        let mean = patch_mean(&ran[at], inputs.key_padding.lengths());
+        if !hidden_asked {
+            ran.remove(at);
+        }
+        ran.push(mean);
+        Ok(ran)
+    }
+
+    fn run_graph(
+        &mut self,
+        inputs: &NaflexInputs,
+        outputs: &[&str],
+        hidden_states: bool,
+    ) -> Result<Vec<vitrt_runtime::HostTensor>, ModelError> {
         let key = PlanKey {
             batch: inputs.batch,
             max_patches: inputs.max_patches,
@@ -839,7 +904,7 @@ impl NaflexRunner {
     pub fn default_outputs(&self) -> Vec<&'static str> {
         self.available_outputs()
             .into_iter()
-            .filter(|&o| o != "image_embeds")
+            .filter(|&o| o != "image_embeds" && o != PATCH_MEAN)
             .collect()
     }
 
@@ -875,7 +940,8 @@ impl NaflexRunner {
     }
 
     /// Every output this checkpoint gives: `last_hidden_state`; `pooler_output` and
-    /// `image_embeds` with its head; `logits_per_image` and `probs` once labels are set.
+    /// `image_embeds` with its head; `logits_per_image` and `probs` once labels are set;
+    /// [`PATCH_MEAN`].
     pub fn available_outputs(&self) -> Vec<&'static str> {
         let head = self.model.config.vision_use_head;
         let labels = self.model.zero_shot.is_some();
@@ -887,6 +953,7 @@ impl NaflexRunner {
                 "pooler_output" | "image_embeds" => head,
                 _ => labels,
             })
+            .chain([PATCH_MEAN])
             .collect()
     }
 }
