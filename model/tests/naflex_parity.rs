@@ -474,3 +474,52 @@ fn patch_mean_is_the_mean_over_each_images_own_patches() {
     assert_eq!(names, ["pooler_output", PATCH_MEAN]);
     assert_eq!(both[1].data, alone[0].data);
 }
+
+/// An image file's contents, or its pixels decoded (RGB, or grey replicated as PIL's
+/// `convert("RGB")`), make the same patch rows and grid as the file (what the Python Model
+/// reads: paths, bytes, PIL images and numpy arrays); pixels that are not an image are refused.
+#[test]
+fn bytes_and_decoded_pixels_make_the_files_patch_rows() {
+    use vitrt_model::preprocess::naflex::NaflexProcessor;
+    use vitrt_model::preprocess::{decode_image, DecodedImage, ImageLimits};
+    let dir = fixture();
+    let processor = NaflexProcessor::from_json_file(&dir.join("preprocessor_config.json")).unwrap();
+    let limits = ImageLimits::default();
+    for i in 0..4 {
+        let path = dir.join(format!("images/{i}.png"));
+        let from_file = processor.preprocess_file(&path, &limits).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let from_bytes = processor
+            .preprocess_bytes(&bytes, "bytes", &limits)
+            .unwrap();
+        assert_eq!(from_bytes, from_file, "image {i} from bytes");
+        let decoded = decode_image(&bytes, "bytes", 3, true, &limits).unwrap();
+        let from_pixels = processor
+            .preprocess_pixels(decoded.clone(), "pixels")
+            .unwrap();
+        assert_eq!(from_pixels, from_file, "image {i} from pixels");
+        // Grey: the same as its RGB replication.
+        let grey: Vec<u8> = decoded.pixels.chunks(3).map(|p| p[1]).collect();
+        let as_rgb = DecodedImage {
+            pixels: grey.iter().flat_map(|&v| [v, v, v]).collect(),
+            ..decoded.clone()
+        };
+        let grey_image = DecodedImage {
+            channels: 1,
+            pixels: grey,
+            ..decoded.clone()
+        };
+        assert_eq!(
+            processor.preprocess_pixels(grey_image, "grey").unwrap(),
+            processor.preprocess_pixels(as_rgb, "rgb").unwrap()
+        );
+    }
+    let short = DecodedImage {
+        height: 4,
+        width: 4,
+        channels: 3,
+        pixels: vec![0; 10],
+    };
+    let refused = processor.preprocess_pixels(short, "short").unwrap_err();
+    assert!(refused.to_string().contains("short"), "{refused}");
+}
