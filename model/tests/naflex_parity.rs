@@ -146,8 +146,9 @@ fn residual_choices(dtype: DType) -> Vec<DType> {
     choices
 }
 
-/// Runs the fixture's batch through a `NaflexRunner` on `backend` (every output and hidden
-/// state) and compares each with the float64 reference: the rows over `tolerance`, named.
+/// Runs the fixture's batch twice through a `NaflexRunner` on `backend` (every output and
+/// hidden state; the second pass on the plan the first made) and compares each with the
+/// float64 reference: the rows over `tolerance`, named.
 fn runner_failures(
     backend: Box<dyn vitrt_runtime::Backend>,
     fusion: Fusion,
@@ -161,25 +162,30 @@ fn runner_failures(
     let mut runner = NaflexRunner::new(model, backend, fusion)
         .with_residual(residual)
         .unwrap();
-    let ours = runner.run(&batch, &OUTPUTS, true).unwrap();
     let wanted: Vec<HostTensor> = refs
         .iter()
         .filter(|t| OUTPUTS.contains(&t.name.as_str()) || t.name.starts_with("hidden_states."))
         .cloned()
         .collect();
     let mut failures = Vec::new();
-    for row in compare(&ours, &wanted).unwrap() {
-        println!(
-            "{dtype:4} residual {residual:4} {fusion:?} {:20} relative error {:.2e}",
-            row.name, row.relative_error
-        );
-        if row.relative_error.is_nan() || row.relative_error > tolerance {
-            failures.push(format!(
-                "{dtype} residual {residual} {fusion:?} {}: {:.3e}",
+    // The first pass runs eagerly; the second on the kept plan (on CUDA: captured, then
+    // replayed as one graph).
+    for pass in ["first", "second"] {
+        let ours = runner.run(&batch, &OUTPUTS, true).unwrap();
+        for row in compare(&ours, &wanted).unwrap() {
+            println!(
+                "{dtype:4} residual {residual:4} {fusion:?} {pass:6} {:20} relative error {:.2e}",
                 row.name, row.relative_error
-            ));
+            );
+            if row.relative_error.is_nan() || row.relative_error > tolerance {
+                failures.push(format!(
+                    "{dtype} residual {residual} {fusion:?} {pass} pass {}: {:.3e}",
+                    row.name, row.relative_error
+                ));
+            }
         }
     }
+    assert_eq!(runner.plans_built(), 1);
     failures
 }
 
