@@ -767,6 +767,9 @@ pub struct NaflexRunner {
     /// Planned graphs, the most recently used last.
     plans: Vec<(PlanKey, vitrt_runtime::Executor)>,
     plans_built: usize,
+    /// Whether kept plans capture their forward pass and replay it where the backend can
+    /// (CUDA graphs; see `Executor::with_graph_replay`).
+    graph_replay: bool,
 }
 
 impl NaflexRunner {
@@ -784,6 +787,7 @@ impl NaflexRunner {
             precision,
             plans: Vec::new(),
             plans_built: 0,
+            graph_replay: true,
         }
     }
 
@@ -795,6 +799,15 @@ impl NaflexRunner {
         self.precision = vitrt_runtime::Precision::new(self.backend.dtype(), residual)?;
         self.plans.clear();
         Ok(self)
+    }
+
+    /// Captures each kept plan's forward pass and replays it where the backend can (on, the
+    /// default), or runs every pass node by node (off: nothing but the backend's own state is
+    /// tied to the thread that runs it, as the Python `Model` needs with `cuda_graphs=False`).
+    pub fn with_graph_replay(mut self, enabled: bool) -> NaflexRunner {
+        self.graph_replay = enabled;
+        self.plans.clear();
+        self
     }
 
     pub fn backend(&self) -> &dyn vitrt_runtime::Backend {
@@ -878,7 +891,8 @@ impl NaflexRunner {
                     self.backend.as_mut(),
                     &self.model,
                     self.precision,
-                )?;
+                )?
+                .with_graph_replay(self.graph_replay);
                 self.plans_built += 1;
                 if self.plans.len() == PLANS_KEPT {
                     self.plans.remove(0);
