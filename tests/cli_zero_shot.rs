@@ -365,6 +365,44 @@ fn naflex_zero_shot_and_embed_from_image_files_are_transformers() {
             assert!((a - b).abs() < 1e-4, "image {image}: {a} vs {b}");
         }
     }
+    // --pool mean: each image's mean of last_hidden_state over its own patches
+    // (model/tests/naflex_parity.rs checks its values against transformers').
+    let means = home.path().join("naflex-mean.jsonl");
+    let mut args = vec![
+        "embed",
+        "--model",
+        dir.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--pool",
+        "mean",
+        "--output",
+        means.to_str().unwrap(),
+    ];
+    args.extend(images.iter().map(String::as_str));
+    let o = vitrt(&args, home.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&means).unwrap();
+    let mean_rows: Vec<Vec<f64>> = text
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            v["embedding"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!(mean_rows.len(), 4);
+    assert!(mean_rows
+        .iter()
+        .all(|row| row.len() == width && row.iter().all(|v| v.is_finite())));
+    assert!(
+        (mean_rows[0][0] as f32 - rows[0][0]).abs() > 1e-6,
+        "the mean is not the pooling head's vector"
+    );
     // What is not built for it is refused by name.
     let mut args = vec![
         "embed",

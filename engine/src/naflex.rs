@@ -11,7 +11,7 @@ use crate::results::encode_labels_with;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use vitrt_model::naflex::{NaflexInputs, NaflexRunner};
-use vitrt_model::preprocess::naflex::{NaflexBatch, NaflexProcessor};
+use vitrt_model::preprocess::naflex::{NaflexBatch, NaflexImage, NaflexProcessor};
 use vitrt_runtime::HostTensor;
 
 /// How a NaFlex run over files ended.
@@ -60,6 +60,32 @@ pub fn score_against_labels(
     Ok(encoded.texts)
 }
 
+/// Runs one batch of preprocessed images (each padded to the processor's `max_num_patches`)
+/// through `runner`, giving `outputs` (every output the runner gives by default when empty).
+pub fn run_images(
+    runner: &mut NaflexRunner,
+    max_num_patches: usize,
+    images: &[NaflexImage],
+    outputs: &[&str],
+) -> Result<Vec<HostTensor>> {
+    if images.is_empty() {
+        bail!("no image to run");
+    }
+    let mut batch = NaflexBatch::new();
+    for image in images {
+        batch.push(image, max_num_patches);
+    }
+    let model_inputs = NaflexInputs::new(
+        &runner.model,
+        batch.pixel_values,
+        &batch.pixel_attention_mask,
+        &batch.spatial_shapes,
+    )?;
+    runner
+        .run(&model_inputs, outputs, false)
+        .context("running SigLIP 2 NaFlex")
+}
+
 /// Runs `runner` over `inputs` (image files) `outputs` at a time in batches of
 /// `options.batch_size` (8 by default), handing each batch's results to `results` in input
 /// order. Dataset shards and GPU decoding are refused by name.
@@ -90,31 +116,23 @@ pub fn run_files(
     let mut first = 0;
     while first < inputs.len() {
         let count = batch_size.min(inputs.len() - first);
-        let mut batch = NaflexBatch::new();
+        let mut images = Vec::new();
         let mut failures = Vec::new();
         let mut loaded = Vec::new();
         for index in first..first + count {
             match processor.preprocess_file(&inputs.paths[index], &options.limits) {
                 Ok(image) => {
-                    batch.push(&image, max);
+                    images.push(image);
                     loaded.push(index - first);
                 }
                 Err(e) => failures.push((index, format!("{:#}", anyhow::Error::new(e)))),
             }
         }
         outcome.failed += failures.len();
-        let outputs = if batch.is_empty() {
+        let outputs = if images.is_empty() {
             None
         } else {
-            let model_inputs = NaflexInputs::new(
-                &runner.model,
-                batch.pixel_values,
-                &batch.pixel_attention_mask,
-                &batch.spatial_shapes,
-            )?;
-            let ran = runner
-                .run(&model_inputs, outputs, false)
-                .context("running SigLIP 2 NaFlex")?;
+            let ran = run_images(runner, max, &images, outputs)?;
             Some(scatter(ran, &loaded, count))
         };
         if matches!(results.batch(first, count, &failures, outputs)?, Flow::Stop) {

@@ -191,7 +191,8 @@ impl ModelOptions {
             .with_context(|| format!("loading model {}", self.model))
             .map_err(OpenError::Input)?;
         let (backend, _) = self.open_backend()?;
-        let mut runner = NaflexRunner::new(model, backend, self.fusion);
+        let mut runner =
+            NaflexRunner::new(model, backend, self.fusion).with_graph_replay(self.cuda_graphs);
         if let Some(residual) = self.residual_dtype {
             runner = runner
                 .with_residual(residual)

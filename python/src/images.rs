@@ -228,6 +228,39 @@ impl ImageSource {
     }
 }
 
+impl ImageSource {
+    /// SigLIP 2 NaFlex's preprocessing of the image (`Siglip2ImageProcessor`'s steps): its own
+    /// patch grid under the processor's `max_num_patches`, as `vitrt embed` makes it from a
+    /// file. Errors name the image by its index.
+    pub fn naflex(
+        &self,
+        processor: &vitrt_model::preprocess::naflex::NaflexProcessor,
+        index: usize,
+    ) -> Result<vitrt_model::preprocess::naflex::NaflexImage, ImageError> {
+        let limits = vitrt_model::preprocess::ImageLimits::default();
+        let made = match self {
+            ImageSource::File(path) => processor.preprocess_file(path, &limits),
+            ImageSource::Encoded(bytes) => processor.preprocess_bytes(bytes, "(bytes)", &limits),
+            ImageSource::Pixels {
+                pixels,
+                height,
+                width,
+                channels,
+                what,
+            } => processor.preprocess_pixels(
+                vitrt_model::preprocess::DecodedImage {
+                    height: *height,
+                    width: *width,
+                    channels: *channels,
+                    pixels: pixels.clone(),
+                },
+                what,
+            ),
+        };
+        made.map_err(|error| ImageError { index, error })
+    }
+}
+
 /// The elements of `array` in C (row-major) order, whatever its memory layout: numpy's own
 /// "contiguous" also admits Fortran order, which `as_array` reads right but a plain slice of
 /// the memory would not.

@@ -11,6 +11,7 @@
 mod dlpack;
 mod failure;
 mod images;
+mod naflex;
 mod several;
 mod zero_shot;
 
@@ -63,20 +64,20 @@ impl<T> SameThread<T> {
 /// `RuntimeError` from PyO3). One that replays graphs is pinned to its creator's thread:
 /// another thread gets a `RuntimeError` saying what to do, and one dropping it leaks it, as
 /// PyO3 does with objects it cannot drop.
-struct Pinned {
+struct Pinned<T = Engine> {
     owner: std::thread::ThreadId,
     /// Whether the engine may be used from any thread (it never captures CUDA graphs).
     movable: bool,
-    engine: std::mem::ManuallyDrop<Engine>,
+    engine: std::mem::ManuallyDrop<T>,
 }
 
 // SAFETY: see the type's comment: a movable engine holds only what may change threads; a
 // pinned one is only reached on its owner's thread (`get` checks, `Drop` leaks it elsewhere).
-unsafe impl Send for Pinned {}
-unsafe impl Sync for Pinned {}
+unsafe impl<T> Send for Pinned<T> {}
+unsafe impl<T> Sync for Pinned<T> {}
 
-impl Pinned {
-    fn new(engine: Engine, movable: bool) -> Pinned {
+impl<T> Pinned<T> {
+    fn new(engine: T, movable: bool) -> Pinned<T> {
         Pinned {
             owner: std::thread::current().id(),
             movable,
@@ -88,7 +89,7 @@ impl Pinned {
         std::thread::current().id() == self.owner
     }
 
-    fn get(&mut self) -> Result<&mut Engine> {
+    fn get(&mut self) -> Result<&mut T> {
         if !self.movable && !self.on_owner_thread() {
             return Err(Failure::Runtime(anyhow!(
                 "this vitrt.Model replays CUDA graphs, which stay on the thread that created \
@@ -100,7 +101,7 @@ impl Pinned {
     }
 }
 
-impl Drop for Pinned {
+impl<T> Drop for Pinned<T> {
     fn drop(&mut self) {
         if self.movable || self.on_owner_thread() {
             // SAFETY: dropped once, here, and never used after.
@@ -409,6 +410,30 @@ fn image_bytes_of(preprocess: &PreprocessConfig) -> usize {
     ImageLoader::new(preprocess, ImageLimits::default()).output_bytes()
 }
 
+/// Refuses a row of `values` (rows of `width`, the first being `images[first]`'s) holding a
+/// value that is not finite, naming the image and `output`; with `normalize`, scales each row
+/// to unit length.
+fn finite_rows(
+    values: &mut [f32],
+    width: usize,
+    first: usize,
+    output: &str,
+    normalize: bool,
+) -> Result<()> {
+    for (k, row) in values.chunks_mut(width.max(1)).enumerate() {
+        if let Some(bad) = row.iter().find(|v| !v.is_finite()) {
+            return Err(Failure::Runtime(anyhow!(
+                "images[{}]: the model gave a non-finite value ({bad}) in its {output}",
+                first + k
+            )));
+        }
+        if normalize {
+            results::normalize(row);
+        }
+    }
+    Ok(())
+}
+
 /// The tensor named `name` of a batch's outputs, checked to be [count, width].
 fn output_rows(outputs: Vec<HostTensor>, name: &str, count: usize) -> Result<(usize, Vec<f32>)> {
     results::output_rows(outputs, name, count).or_runtime()
@@ -486,6 +511,8 @@ struct Model {
 enum Placed {
     One(Box<Pinned>),
     Several(Box<several::SeveralEngines>),
+    /// A SigLIP 2 NaFlex checkpoint, on one device (`naflex`).
+    Naflex(Box<Pinned<naflex::NaflexEngine>>),
 }
 
 /// The vision model (its head, labels, pools), as every device opened it.
@@ -493,7 +520,17 @@ fn vision_model(placed: &mut Placed) -> Result<&VisionModel> {
     match placed {
         Placed::One(pinned) => Ok(&pinned.get()?.runner.model),
         Placed::Several(engines) => Ok(&engines.model),
+        Placed::Naflex(_) => Err(naflex_refusal("this call")),
     }
+}
+
+/// Why a call is not built for a SigLIP 2 NaFlex checkpoint (`what` is the call).
+fn naflex_refusal(what: &str) -> Failure {
+    Failure::Value(anyhow!(
+        "{what} is not built for SigLIP 2 NaFlex checkpoints: they have no classifier, and \
+         their input is patch rows with a mask, not [B, C, H, W] pixels; embed() and \
+         zero_shot() run"
+    ))
 }
 
 /// A batch queued and not yet collected: its first image's index, its count, its pending
@@ -501,6 +538,42 @@ fn vision_model(placed: &mut Placed) -> Result<&VisionModel> {
 type InFlight = (usize, usize, PendingOutputs, Vec<ImageSource>);
 
 impl Model {
+    /// Runs `images` through a NaFlex model in batches, handing each batch's rows of `output`
+    /// to `each_batch` with the index of its first image, its image count and the rows' width.
+    fn naflex_batches(
+        &mut self,
+        py: Python<'_>,
+        images: &Bound<'_, PyAny>,
+        output: &str,
+        mut each_batch: impl FnMut(usize, usize, usize, Vec<f32>) -> Result<()>,
+    ) -> PyResult<()> {
+        let batch_size = self.batch_size;
+        let Placed::Naflex(pinned) = &mut self.placed else {
+            return Err(Failure::Runtime(anyhow!("not a SigLIP 2 NaFlex model")).into());
+        };
+        let engine = pinned.get()?;
+        let images = images::collect(images)?;
+        let convert_rgb = engine.processor.do_convert_rgb;
+        for (chunk_index, chunk) in images.chunks(batch_size).enumerate() {
+            let first = chunk_index * batch_size;
+            let sources = chunk
+                .iter()
+                .enumerate()
+                .map(|(k, image)| ImageSource::of(py, image, first + k, convert_rgb))
+                .collect::<PyResult<Vec<_>>>()?;
+            let on_thread = SameThread(&mut *engine);
+            let (width, rows) = without_gil(py, move || {
+                on_thread
+                    .into_inner()
+                    .run(&sources, first, output)
+                    .map(SameThread)
+            })?
+            .into_inner();
+            each_batch(first, chunk.len(), width, rows)?;
+        }
+        Ok(())
+    }
+
     /// The `top_k` zero-shot labels of each image, against the labels set on the engines.
     fn zero_shot_scores<'py>(
         &mut self,
@@ -545,6 +618,7 @@ impl Model {
                     py, engines, &images, batch_size, outputs, each_batch,
                 )
             }
+            Placed::Naflex(_) => return Err(naflex_refusal("this call").into()),
         };
         engine.prepare_for_images(outputs)?;
         let convert_rgb = engine.converts_to_rgb();
@@ -742,6 +816,25 @@ impl Model {
             cuda_graphs,
             ..ModelOptions::new(name.clone())
         };
+        if several.is_none() {
+            let opened = without_gil(py, || naflex::NaflexEngine::open(&options).map(SameThread))?
+                .into_inner();
+            if let Some(engine) = opened {
+                let movable = engine.device == Device::Cpu || !cuda_graphs;
+                return Ok(Model {
+                    devices: vec![device_name(engine.device)],
+                    dtype: engine.runner.backend().dtype(),
+                    // No one size: each image keeps its own patch grid.
+                    image_size: (0, 0),
+                    batch_size: batch_size.unwrap_or(match engine.device {
+                        Device::Cpu => 8,
+                        Device::Cuda(_) => 64,
+                    }),
+                    placed: Placed::Naflex(Box::new(Pinned::new(engine, movable))),
+                    name,
+                });
+            }
+        }
         if let Some(devices) = several {
             // Each device's engine decodes with its share of the threads.
             let on_gpu = devices.iter().any(|d| d != "cpu");
@@ -833,6 +926,9 @@ impl Model {
         top_k: usize,
     ) -> PyResult<Bound<'py, PyList>> {
         check_top_k(top_k)?;
+        if matches!(self.placed, Placed::Naflex(_)) {
+            return Err(naflex_refusal("classify()").into());
+        }
         let model = vision_model(&mut self.placed)?;
         if model.num_labels().is_none() {
             return Err(PyValueError::new_err(format!(
@@ -872,6 +968,23 @@ impl Model {
         pool: Option<&str>,
         normalize: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
+        if let Placed::Naflex(pinned) = &mut self.placed {
+            let engine = pinned.get()?;
+            let output = engine.pool_output(pool, &self.name)?;
+            let mut dim = engine.runner.model.config.hidden_size;
+            let mut rows: Vec<f32> = Vec::new();
+            let mut count = 0;
+            self.naflex_batches(py, images, output, |first, batch, width, mut values| {
+                dim = width;
+                finite_rows(&mut values, width, first, output, normalize)?;
+                rows.extend_from_slice(&values);
+                count += batch;
+                Ok(())
+            })?;
+            return Ok(PyArray1::from_vec(py, rows)
+                .reshape([count, dim])?
+                .into_any());
+        }
         let model = vision_model(&mut self.placed)?;
         let pool = choose_pool(pool, model, &self.name)?;
         let mut dim = match pool {
@@ -890,17 +1003,7 @@ impl Model {
             |first, batch, outputs| {
                 let (width, mut values) = output_rows(outputs, name, batch)?;
                 dim = width;
-                for (k, row) in values.chunks_mut(width).enumerate() {
-                    if let Some(bad) = row.iter().find(|v| !v.is_finite()) {
-                        return Err(Failure::Runtime(anyhow!(
-                            "images[{}]: the model gave a non-finite value ({bad}) in its {name}",
-                            first + k
-                        )));
-                    }
-                    if normalize {
-                        results::normalize(row);
-                    }
-                }
+                finite_rows(&mut values, width, first, name, normalize)?;
                 rows.extend_from_slice(&values);
                 count += batch;
                 Ok(())
@@ -929,7 +1032,30 @@ impl Model {
         let labels = zero_shot::check_labels(labels)?;
         let templates = zero_shot::check_templates(templates)?;
         let asked = (labels.clone(), templates);
+        if let Placed::Naflex(pinned) = &mut self.placed {
+            let engine = pinned.get()?;
+            if engine.zero_shot.as_ref() != Some(&asked) {
+                let pinned = SameThread(&mut *engine);
+                let name = &self.name;
+                let (labels, templates) = (&asked.0, &asked.1);
+                without_gil(py, move || {
+                    pinned.into_inner().set_labels(name, labels, templates)
+                })?;
+                engine.zero_shot = Some(asked);
+            }
+            let mut per_image = Vec::new();
+            self.naflex_batches(py, images, "probs", |_, _, width, probs| {
+                per_image.extend(
+                    probs
+                        .chunks(width)
+                        .map(|row| Scores::Probabilities(&labels).top_k(row, top_k)),
+                );
+                Ok(())
+            })?;
+            return predictions_to_python(py, &per_image);
+        }
         let engine = match &mut self.placed {
+            Placed::Naflex(_) => return Err(naflex_refusal("this call").into()),
             Placed::One(pinned) => pinned.get()?,
             Placed::Several(engines) => {
                 if engines.zero_shot.as_ref() != Some(&asked) {
@@ -972,6 +1098,9 @@ impl Model {
         py: Python<'py>,
         pixel_values: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        if matches!(self.placed, Placed::Naflex(_)) {
+            return Err(naflex_refusal("forward()").into());
+        }
         let outputs = match dlpack::device_of(pixel_values)? {
             Some((dlpack::DL_CUDA, device_id)) => self.forward_cuda(py, pixel_values, device_id)?,
             Some((dlpack::DL_CPU, _))
@@ -1019,6 +1148,7 @@ impl Model {
         let (pixels, first_bad) = images::checked_pixels(&array.as_array());
         drop(array);
         let engine = match &mut self.placed {
+            Placed::Naflex(_) => return Err(naflex_refusal("this call").into()),
             Placed::One(pinned) => SameThread(pinned.get()?),
             Placed::Several(engines) => {
                 // The shape is checked whole (the first device takes its height and width),
@@ -1048,6 +1178,7 @@ impl Model {
         device_id: i32,
     ) -> PyResult<Vec<HostTensor>> {
         let engine = match &mut self.placed {
+            Placed::Naflex(_) => return Err(naflex_refusal("this call").into()),
             Placed::One(pinned) => pinned.get()?,
             Placed::Several(engines) => {
                 let Some(k) = engines.device_of_ordinal(device_id) else {

@@ -12,7 +12,8 @@ pub type NodeId = usize;
 /// Where a value's bytes come from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ValueKind {
-    /// Fed by the caller at every run, always f32 (pixels).
+    /// Fed by the caller at every run as f32 values (pixels, patch rows, masks), stored as the
+    /// plan says (`plan::value_dtypes`: f32 unless a matmul reads it in another type).
     Input,
     /// A weight, loaded once.
     Param(ParamSource),

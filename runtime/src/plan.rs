@@ -5,9 +5,9 @@
 //! Placement is greedy by size: the largest buffers are placed first, each at the lowest
 //! offset that does not collide with an already placed buffer alive at the same time.
 //!
-//! The plan also fixes each value's storage type ([`Precision`]): inputs f32, the residual
-//! stream in the residual type, a layernorm's gamma and beta f32, everything else in the
-//! compute type.
+//! The plan also fixes each value's storage type ([`Precision`]): inputs f32 unless a matmul
+//! reads them (then the type it reads them in), the residual stream in the residual type, a
+//! layernorm's gamma and beta f32, everything else in the compute type.
 
 use crate::error::RuntimeError;
 use crate::graph::{Graph, Op, ValueKind};
@@ -118,6 +118,11 @@ pub fn workspace_elements(graph: &Graph, node: usize) -> usize {
 /// own bf16 also has; a matmul operand or an attention input needs `compute`, so any such
 /// reader keeps the value there. Everything else is `compute`.
 ///
+/// Graph inputs are fed as f32 and stored as their readers read them ([`input_dtype`]): one
+/// read only by matmuls (NaFlex's patch rows, its resized positions and additive key mask) in
+/// the type the matmul takes, so a half-precision run never hands a kernel an f32 operand it
+/// reads as half; any other input in f32.
+///
 /// Parameters are stored in `compute`, but those read only as a layernorm's gamma and beta
 /// (or an RMSNorm's weight) are f32 in every run: its kernel takes them so
 /// (kernels/src/layernorm/layernorm.cu, kernels/src/rmsnorm/rmsnorm.cu), and
@@ -202,7 +207,65 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
         };
         dtypes[node.output] = dtype;
     }
+    for v in graph.inputs() {
+        dtypes[v] = input_dtype(graph, &users[v], v, &dtypes, precision.compute);
+    }
     dtypes
+}
+
+/// A graph input's storage type: the type its readers' kernels read it in, where each reader
+/// reads it as a matmul operand or residual (the caller's f32 values are converted as they are
+/// written, rounded as the GPU stores them): patch rows as the patch embedding's A in
+/// `compute`, a position table or an additive mask as a residual in the type the node writes
+/// (the pair of residual and output types the matmul programs take). Every other input, and
+/// one whose readers want different types, stays f32: pixels, token ids and key lengths (i32
+/// bit patterns in f32 slots, which a conversion would destroy) are read as f32.
+fn input_dtype(
+    graph: &Graph,
+    readers: &[usize],
+    v: usize,
+    dtypes: &[DType],
+    compute: DType,
+) -> DType {
+    let mut wanted = None;
+    for &u in readers {
+        let node = &graph.nodes[u];
+        for (slot, _) in node.inputs.iter().enumerate().filter(|(_, &i)| i == v) {
+            let Some(dtype) = matmul_slot_dtype(&node.op, slot, dtypes[node.output], compute)
+            else {
+                return DType::F32;
+            };
+            if wanted.is_some_and(|w| w != dtype) {
+                return DType::F32;
+            }
+            wanted = Some(dtype);
+        }
+    }
+    wanted.unwrap_or(DType::F32)
+}
+
+/// The type a matmul-backed op reads its input `slot` in, given the type `output` it writes:
+/// operands (A, B) and a bias in `compute`, a residual in the output's type. `None` for any
+/// other op or slot (the key lengths of an attention).
+fn matmul_slot_dtype(op: &Op, slot: usize, output: DType, compute: DType) -> Option<DType> {
+    match op {
+        Op::Linear { epilogue } => {
+            let residual_slot = 2 + epilogue.bias as usize;
+            if epilogue.residual && slot == residual_slot {
+                Some(output)
+            } else {
+                Some(compute)
+            }
+        }
+        Op::AttentionScores { key_padding, .. } => match slot {
+            0 | 1 => Some(compute),
+            2 if *key_padding => Some(output),
+            _ => None,
+        },
+        Op::AttentionContext { .. } => Some(compute),
+        Op::Attention { .. } if slot < 3 => Some(compute),
+        _ => None,
+    }
 }
 
 struct Interval {
@@ -480,6 +543,88 @@ mod tests {
                 assert_eq!(dtypes[unread], dtype, "{precision:?}");
             }
         }
+    }
+
+    /// NaFlex's embedding and unfused scores: patch rows as a matmul's A, positions and an
+    /// additive key mask as residuals, key lengths carried for the fused kernel. In a half
+    /// run each is stored as its matmul reads it; the lengths stay f32 bit patterns.
+    #[test]
+    fn inputs_read_by_matmuls_are_stored_as_the_matmul_reads_them() {
+        use crate::graph::HeadSlice;
+        use vitrt_kernels::Epilogue;
+        let mut g = Graph::default();
+        let rows = g.add_input("pixel_values", &[2, 4, 12]);
+        let positions = g.add_input("positions", &[2, 4, 8]);
+        let mask = g.add_input("key_mask", &[2, 4]);
+        let lengths = g.add_input("key_lengths", &[2]);
+        let w = g.add_param("w", &[8, 12]);
+        let b = g.add_param("b", &[8]);
+        let embedding = Op::Linear {
+            epilogue: Epilogue {
+                bias: true,
+                residual: true,
+                ..Epilogue::NONE
+            },
+        };
+        let x = g
+            .add_node("embeddings", embedding, &[rows, w, b, positions])
+            .unwrap();
+        let scores = Op::AttentionScores {
+            heads: 2,
+            head_dim: 4,
+            scale: 0.5,
+            q: HeadSlice { column_offset: 0 },
+            k: HeadSlice { column_offset: 0 },
+            key_padding: true,
+        };
+        let s = g
+            .add_node("scores", scores, &[x, x, mask, lengths])
+            .unwrap();
+        let p = g
+            .add_node("probs", Op::Softmax { causal: false }, &[s])
+            .unwrap();
+        let context = Op::AttentionContext {
+            heads: 2,
+            head_dim: 4,
+            v: HeadSlice { column_offset: 0 },
+        };
+        let o = g.add_node("context", context, &[p, x]).unwrap();
+        let sum = g.add_node("residual", Op::Add, &[o, x]).unwrap();
+        g.mark_output("out", sum);
+        for compute in DType::ALL {
+            for precision in [Precision::uniform(compute), Precision::default_for(compute)] {
+                let dtypes = value_dtypes(&g, precision);
+                assert_eq!(dtypes[rows], compute, "{precision:?}: the matmul's A");
+                assert_eq!(
+                    dtypes[positions], dtypes[x],
+                    "{precision:?}: residual as written"
+                );
+                assert_eq!(
+                    dtypes[mask], dtypes[s],
+                    "{precision:?}: residual as written"
+                );
+                assert_eq!(
+                    dtypes[lengths],
+                    DType::F32,
+                    "{precision:?}: i32 bit patterns"
+                );
+            }
+        }
+        // An input read by a matmul and by another op stays f32.
+        let mut g = Graph::default();
+        let input = g.add_input("x", &[1, 4, 12]);
+        let w = g.add_param("w", &[8, 12]);
+        let linear = Op::Linear {
+            epilogue: Epilogue::NONE,
+        };
+        let y = g.add_node("y", linear, &[input, w]).unwrap();
+        let z = g
+            .add_node("z", Op::MeanTokens { start: 0 }, &[input])
+            .unwrap();
+        g.mark_output("y", y);
+        g.mark_output("z", z);
+        let dtypes = value_dtypes(&g, Precision::uniform(DType::BF16));
+        assert_eq!(dtypes[input], DType::F32);
     }
 
     #[test]

@@ -95,7 +95,8 @@ parity_row() {
 parity() {
     local logs=$1
     local log
-    for fixture in tests/fixtures/models/*/; do
+    # SigLIP 2 NaFlex's fixture too: patch rows with a mask, each image its own grid.
+    for fixture in tests/fixtures/models/*/ tests/fixtures/naflex/siglip2-naflex/; do
         local name
         name=$(basename "$fixture")
         log="$logs/parity-$name.log"

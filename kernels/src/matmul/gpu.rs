@@ -91,30 +91,16 @@ pub(crate) fn validate(
             p.epilogue.activation
         ));
     }
-    for (what, view) in [("A", Some(a)), ("B", Some(b)), ("bias", bias)] {
-        if let Some(view) = view {
-            view.expect(&format!("matmul {what}"), dtype, 0)?;
-        }
-    }
-    // C, and the residual, hold the operands' type, or f32 where MixedOutput allows it.
-    let residual_dtype = residual.map_or(c.dtype, |r| r.dtype);
-    if (residual_dtype, c.dtype) != (dtype, dtype) {
-        let allowed = MixedOutput::of(dtype, residual_dtype, c.dtype)
-            .is_some_and(|mixed| mixed.allows(p.epilogue.activation, p.b_layout));
-        if !allowed {
-            let residual_part = match residual {
-                Some(r) => format!(", residual {}", r.dtype),
-                None => String::new(),
-            };
-            return Err(invalid!(
-                "matmul C holds {}{residual_part} with {dtype} operands, {:?} and B as {:?}: \
-                 not a combination the kernels are built for",
-                c.dtype,
-                p.epilogue.activation,
-                p.b_layout
-            ));
-        }
-    }
+    super::check_storage(
+        dtype,
+        p,
+        a.dtype,
+        b.dtype,
+        bias.map(|v| v.dtype),
+        residual.map(|r| r.dtype),
+        c.dtype,
+    )
+    .map_err(KernelError::InvalidArgument)?;
     p.check_bounds(
         a.len,
         b.len,

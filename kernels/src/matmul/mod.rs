@@ -50,6 +50,46 @@ pub use tuning::{
 };
 
 /// Every instantiation the matmul launcher can pick, for every dtype: what CI compiles.
+/// Whether the matmul programs read and write these storage types: A, B and the bias in the
+/// operands' `dtype`; C and the residual (when the epilogue reads one) in `dtype`, or f32 where
+/// a half-precision run's programs take it (both f32, the residual stream; or the residual in
+/// `dtype` and C f32 with no activation, the stream's start), B as [N, K] only. An error says
+/// which operand holds what. The GPU launcher checks every launch with it, and the CPU twin
+/// too, so a plan the GPU would refuse fails on the CPU first.
+pub fn check_storage(
+    dtype: crate::DType,
+    p: &MatmulProblem,
+    a: crate::DType,
+    b: crate::DType,
+    bias: Option<crate::DType>,
+    residual: Option<crate::DType>,
+    c: crate::DType,
+) -> Result<(), String> {
+    for (what, held) in [("A", Some(a)), ("B", Some(b)), ("bias", bias)] {
+        if let Some(held) = held.filter(|&h| h != dtype) {
+            return Err(format!("matmul {what} holds {held}, the op wants {dtype}"));
+        }
+    }
+    let residual_dtype = residual.unwrap_or(c);
+    if (residual_dtype, c) == (dtype, dtype) {
+        return Ok(());
+    }
+    let allowed = config::MixedOutput::of(dtype, residual_dtype, c)
+        .is_some_and(|mixed| mixed.allows(p.epilogue.activation, p.b_layout));
+    if allowed {
+        return Ok(());
+    }
+    let residual_part = match residual {
+        Some(r) => format!(", residual {r}"),
+        None => String::new(),
+    };
+    Err(format!(
+        "matmul C holds {c}{residual_part} with {dtype} operands, {:?} and B as {:?}: not a \
+         combination the kernels are built for",
+        p.epilogue.activation, p.b_layout
+    ))
+}
+
 pub fn instantiations() -> Vec<crate::cuda::Instantiation> {
     gpu::instantiations()
 }

@@ -210,10 +210,10 @@ pub(crate) fn refused_model_type(model_type: &str) -> Option<String> {
         format!(
             "model_type \"{model_type}\" is SigLIP 2's NaFlex (each image resized to its own \
              patch grid, position embeddings resized per image, a key padding mask): vitrt runs \
-             it in `vitrt infer`, `parity`, `embed` and `zero-shot` on one device (image files \
-             preprocessed on the host); not in `classify` (it has no classifier), with \
-             --output-dir, on several devices, in bench/profile/tune, the Python Model or the \
-             server yet. SigLIP 2's fixed-resolution checkpoints (model_type \"siglip\", such \
+             it in `vitrt infer`, `parity`, `embed` and `zero-shot` and the Python Model's \
+             embed() and zero_shot(), on one device (images preprocessed on the host); not in \
+             `classify` (it has no classifier), with --output-dir, on several devices, in \
+             bench/profile/tune or the server yet. SigLIP 2's fixed-resolution checkpoints (model_type \"siglip\", such \
              as google/siglip2-base-patch16-224) run everywhere"
         )
     })

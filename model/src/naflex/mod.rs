@@ -188,6 +188,36 @@ pub struct NaflexVisionModel {
 /// output: Siglip2Model has no projection) and, with zero-shot labels set, the scores.
 pub const OUTPUTS: [&str; 2] = ["last_hidden_state", "pooler_output"];
 pub const ZERO_SHOT_OUTPUTS: [&str; 3] = ["image_embeds", "logits_per_image", "probs"];
+/// Each image's mean over its own patches of `last_hidden_state` [B, D] (padded positions left
+/// out), as `Siglip2ForImageClassification` pools before its classifier: `vitrt embed --pool
+/// mean`. Made by [`NaflexRunner::run`] from `last_hidden_state`.
+pub const PATCH_MEAN: &str = "patch_mean";
+
+/// [`PATCH_MEAN`] of `last_hidden_state` [B, N, D] for images of `lengths` valid patches.
+fn patch_mean(
+    last_hidden_state: &vitrt_runtime::HostTensor,
+    lengths: &[usize],
+) -> vitrt_runtime::HostTensor {
+    let (batch, tokens, width) = (
+        last_hidden_state.shape[0],
+        last_hidden_state.shape[1],
+        last_hidden_state.shape[2],
+    );
+    let mut data = Vec::with_capacity(batch * width);
+    for (item, &len) in lengths.iter().enumerate().take(batch) {
+        let rows = &last_hidden_state.data[item * tokens * width..][..len * width];
+        let mut sum = vec![0f64; width];
+        for row in rows.chunks(width) {
+            sum.iter_mut().zip(row).for_each(|(s, &v)| *s += v as f64);
+        }
+        data.extend(sum.iter().map(|s| (s / len.max(1) as f64) as f32));
+    }
+    vitrt_runtime::HostTensor {
+        name: PATCH_MEAN.to_string(),
+        shape: vec![batch, width],
+        data,
+    }
+}
 
 /// Numbers label sets (see `zero_shot`).
 static LABEL_SETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -710,31 +740,36 @@ impl NaflexInputs {
     }
 }
 
-/// Why a NaFlex run on `backend` is refused: on a GPU in f16 or bf16 the patch rows reach the
-/// patch embedding's matmul as the f32 graph input they are (graph inputs are f32 slots, and
-/// no op casts them to the compute type yet), which the GPU matmul refuses; the CPU backend
-/// emulates half precision on f32 values and runs every dtype. Found by the GPU test on
-/// 2026-11-28; f32 runs on the GPU.
-pub fn half_precision_gpu_refusal(backend: &dyn vitrt_runtime::Backend) -> Option<String> {
-    let on_cpu = backend.describe() == "cpu";
-    (!on_cpu && backend.dtype() != vitrt_runtime::DType::F32).then(|| {
-        format!(
-            "SigLIP 2 NaFlex runs on {} in f32 only for now (--dtype f32): in {} its patch rows \
-             would reach the patch embedding's matmul as f32, and no op casts them yet; the \
-             CPU runs it in every dtype",
-            backend.describe(),
-            backend.dtype()
-        )
-    })
+/// What a NaFlex graph and its plan depend on beyond the model: the batch's shape, the
+/// outputs asked for, and the zero-shot label set (its parameters' key).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PlanKey {
+    batch: usize,
+    max_patches: usize,
+    outputs: Vec<String>,
+    hidden_states: bool,
+    labels: Option<String>,
 }
 
+/// How many planned graphs a runner keeps: a run over files has a full batch shape and a
+/// last, shorter one; a server or Python caller a few batch sizes.
+const PLANS_KEPT: usize = 4;
+
 /// A NaFlex model on a backend: builds and plans the graph of each batch shape it is given
-/// (batch and padded length) and runs it.
+/// (batch and padded length) and runs it. The last [`PLANS_KEPT`] plans are kept, so a batch
+/// of a shape seen before runs on its executor as it is (and, on CUDA, replays its captured
+/// graph).
 pub struct NaflexRunner {
     pub model: NaflexVisionModel,
     backend: Box<dyn vitrt_runtime::Backend>,
     fusion: Fusion,
     precision: vitrt_runtime::Precision,
+    /// Planned graphs, the most recently used last.
+    plans: Vec<(PlanKey, vitrt_runtime::Executor)>,
+    plans_built: usize,
+    /// Whether kept plans capture their forward pass and replay it where the backend can
+    /// (CUDA graphs; see `Executor::with_graph_replay`).
+    graph_replay: bool,
 }
 
 impl NaflexRunner {
@@ -750,6 +785,9 @@ impl NaflexRunner {
             backend,
             fusion,
             precision,
+            plans: Vec::new(),
+            plans_built: 0,
+            graph_replay: true,
         }
     }
 
@@ -759,7 +797,17 @@ impl NaflexRunner {
         residual: vitrt_runtime::DType,
     ) -> Result<NaflexRunner, ModelError> {
         self.precision = vitrt_runtime::Precision::new(self.backend.dtype(), residual)?;
+        self.plans.clear();
         Ok(self)
+    }
+
+    /// Captures each kept plan's forward pass and replays it where the backend can (on, the
+    /// default), or runs every pass node by node (off: nothing but the backend's own state is
+    /// tied to the thread that runs it, as the Python `Model` needs with `cuda_graphs=False`).
+    pub fn with_graph_replay(mut self, enabled: bool) -> NaflexRunner {
+        self.graph_replay = enabled;
+        self.plans.clear();
+        self
     }
 
     pub fn backend(&self) -> &dyn vitrt_runtime::Backend {
@@ -768,6 +816,9 @@ impl NaflexRunner {
 
     /// The model's `outputs` (of [`OUTPUTS`]; every one the checkpoint has when empty) for a
     /// batch, and with `hidden_states` every `hidden_states.{i}`.
+    ///
+    /// [`PATCH_MEAN`] is computed here from `last_hidden_state` (each image's mean over its
+    /// own patches), which the graph then gives too, and is returned last.
     pub fn run(
         &mut self,
         inputs: &NaflexInputs,
@@ -780,27 +831,85 @@ impl NaflexRunner {
         } else {
             outputs
         };
-        if let Some(reason) = half_precision_gpu_refusal(self.backend.as_ref()) {
-            return Err(ModelError::Usage(reason));
+        if !outputs.contains(&PATCH_MEAN) {
+            return self.run_graph(inputs, outputs, hidden_states);
         }
-        let backend = &self.backend;
-        let graph = self.model.build_graph(
-            inputs.batch,
-            inputs.max_patches,
-            outputs,
+        let mut graph_outputs: Vec<&str> = outputs
+            .iter()
+            .copied()
+            .filter(|&o| o != PATCH_MEAN)
+            .collect();
+        let hidden_asked = graph_outputs.contains(&"last_hidden_state");
+        if !hidden_asked {
+            graph_outputs.push("last_hidden_state");
+        }
+        let mut ran = self.run_graph(inputs, &graph_outputs, hidden_states)?;
+        let at = ran
+            .iter()
+            .position(|t| t.name == "last_hidden_state")
+            .ok_or_else(|| ModelError::Usage("the graph gave no last_hidden_state".into()))?;
+        let mean = patch_mean(&ran[at], inputs.key_padding.lengths());
+        if !hidden_asked {
+            ran.remove(at);
+        }
+        ran.push(mean);
+        Ok(ran)
+    }
+
+    fn run_graph(
+        &mut self,
+        inputs: &NaflexInputs,
+        outputs: &[&str],
+        hidden_states: bool,
+    ) -> Result<Vec<vitrt_runtime::HostTensor>, ModelError> {
+        let key = PlanKey {
+            batch: inputs.batch,
+            max_patches: inputs.max_patches,
+            outputs: outputs.iter().map(|o| o.to_string()).collect(),
             hidden_states,
-            self.fusion,
-            &|op, shapes| backend.supports(op, shapes),
-        )?;
-        let executor = vitrt_runtime::Executor::new(
-            graph,
-            self.backend.as_mut(),
-            &self.model,
-            self.precision,
-        )?;
+            labels: self.model.zero_shot.as_ref().map(|(_, key, _)| key.clone()),
+        };
+        let at = match self.plans.iter().position(|(k, _)| *k == key) {
+            Some(at) => {
+                // Most recently used last.
+                let entry = self.plans.remove(at);
+                self.plans.push(entry);
+                self.plans.len() - 1
+            }
+            None => {
+                let backend = &self.backend;
+                let graph = self.model.build_graph(
+                    inputs.batch,
+                    inputs.max_patches,
+                    outputs,
+                    hidden_states,
+                    self.fusion,
+                    &|op, shapes| backend.supports(op, shapes),
+                )?;
+                let executor = vitrt_runtime::Executor::new(
+                    graph,
+                    self.backend.as_mut(),
+                    &self.model,
+                    self.precision,
+                )?
+                .with_graph_replay(self.graph_replay);
+                self.plans_built += 1;
+                if self.plans.len() == PLANS_KEPT {
+                    self.plans.remove(0);
+                }
+                self.plans.push((key, executor));
+                self.plans.len() - 1
+            }
+        };
         let named = inputs.named();
         let feeds: Vec<(&str, &[f32])> = named.iter().map(|(n, v)| (*n, v.as_slice())).collect();
-        Ok(executor.run(self.backend.as_mut(), &feeds)?)
+        Ok(self.plans[at].1.run(self.backend.as_mut(), &feeds)?)
+    }
+
+    /// How many graphs this runner has built and planned so far (one per batch shape, output
+    /// set and label set it has not kept a plan of).
+    pub fn plans_built(&self) -> usize {
+        self.plans_built
     }
 
     /// What a run asking for no output in particular gives: transformers' vision outputs
@@ -809,7 +918,7 @@ impl NaflexRunner {
     pub fn default_outputs(&self) -> Vec<&'static str> {
         self.available_outputs()
             .into_iter()
-            .filter(|&o| o != "image_embeds")
+            .filter(|&o| o != "image_embeds" && o != PATCH_MEAN)
             .collect()
     }
 
@@ -838,11 +947,15 @@ impl NaflexRunner {
 
     /// Scores images against `labels` from now on ([`NaflexVisionModel::set_zero_shot`]).
     pub fn set_zero_shot(&mut self, labels: ZeroShotLabels) -> Result<(), ModelError> {
-        self.model.set_zero_shot(labels)
+        self.model.set_zero_shot(labels)?;
+        // The plans of earlier label sets read parameters no later graph reads.
+        self.plans.retain(|(key, _)| key.labels.is_none());
+        Ok(())
     }
 
     /// Every output this checkpoint gives: `last_hidden_state`; `pooler_output` and
-    /// `image_embeds` with its head; `logits_per_image` and `probs` once labels are set.
+    /// `image_embeds` with its head; `logits_per_image` and `probs` once labels are set;
+    /// [`PATCH_MEAN`].
     pub fn available_outputs(&self) -> Vec<&'static str> {
         let head = self.model.config.vision_use_head;
         let labels = self.model.zero_shot.is_some();
@@ -854,6 +967,7 @@ impl NaflexRunner {
                 "pooler_output" | "image_embeds" => head,
                 _ => labels,
             })
+            .chain([PATCH_MEAN])
             .collect()
     }
 }

@@ -13,8 +13,8 @@
 //! for a whole batch, while each NaFlex image has its own.
 
 use super::{
-    decode_image, normalization_table, normalize_into, read_limited, resize::Resizer, ImageLimits,
-    PreprocessConfig, PreprocessError, Resample, MAX_IMAGE_PIXELS,
+    decode_image, normalization_table, normalize_into, read_limited, resize::Resizer, DecodedImage,
+    ImageLimits, PreprocessConfig, PreprocessError, Resample, MAX_IMAGE_PIXELS,
 };
 use serde_json::Value;
 use std::path::Path;
@@ -180,8 +180,76 @@ impl NaflexProcessor {
     ) -> Result<NaflexImage, PreprocessError> {
         let mut bytes = Vec::new();
         read_limited(path, limits.max_file_bytes, &mut bytes)?;
-        let name = path.display().to_string();
-        let image = decode_image(&bytes, &name, 3, self.do_convert_rgb, limits)?;
+        self.preprocess_bytes_with(&bytes, &path.display().to_string(), limits, resizer)
+    }
+
+    /// The contents of an image file (PNG, JPEG or WebP), decoded as a file's within
+    /// `limits`; `name` names it in errors.
+    pub fn preprocess_bytes(
+        &self,
+        bytes: &[u8],
+        name: &str,
+        limits: &ImageLimits,
+    ) -> Result<NaflexImage, PreprocessError> {
+        self.preprocess_bytes_with(bytes, name, limits, &mut Resizer::default())
+    }
+
+    fn preprocess_bytes_with(
+        &self,
+        bytes: &[u8],
+        name: &str,
+        limits: &ImageLimits,
+        resizer: &mut Resizer,
+    ) -> Result<NaflexImage, PreprocessError> {
+        let image = decode_image(bytes, name, 3, self.do_convert_rgb, limits)?;
+        self.preprocess_decoded(image, name, resizer)
+    }
+
+    /// Pixels already decoded (HWC, 8 bits, RGB or grey, which is replicated to RGB as PIL's
+    /// `convert("RGB")` does); `name` names the image in errors.
+    pub fn preprocess_pixels(
+        &self,
+        image: DecodedImage,
+        name: &str,
+    ) -> Result<NaflexImage, PreprocessError> {
+        let image = match image.channels {
+            3 => image,
+            1 => DecodedImage {
+                pixels: image.pixels.iter().flat_map(|&v| [v, v, v]).collect(),
+                channels: 3,
+                ..image
+            },
+            other => {
+                return Err(PreprocessError::UnsupportedImage {
+                    image: name.to_string(),
+                    reason: format!("{other} channels; RGB (3) or grey (1) images are read"),
+                })
+            }
+        };
+        if image.height == 0
+            || image.width == 0
+            || image.pixels.len() != image.height * image.width * 3
+        {
+            return Err(PreprocessError::UnsupportedImage {
+                image: name.to_string(),
+                reason: format!(
+                    "{} bytes are not {}x{} RGB pixels of at least one pixel",
+                    image.pixels.len(),
+                    image.height,
+                    image.width
+                ),
+            });
+        }
+        self.preprocess_decoded(image, name, &mut Resizer::default())
+    }
+
+    fn preprocess_decoded(
+        &self,
+        image: DecodedImage,
+        name: &str,
+        resizer: &mut Resizer,
+    ) -> Result<NaflexImage, PreprocessError> {
+        let name = name.to_string();
         let (height, width) = if self.do_resize {
             target_size(
                 image.height,

@@ -262,6 +262,7 @@ impl Backend for CpuBackend {
         output: &Binding,
         workspace: Option<BufferRef>,
     ) -> Result<(), String> {
+        check_storage(op, inputs, output, self.dtype)?;
         let out_range = self.arena_range(output.buffer)?;
         let tiles = matmul::cpu::MatmulTiles::default();
         match op {
@@ -320,6 +321,53 @@ impl Backend for CpuBackend {
             .windows(2)
             .map(|pair| (pair[1] - pair[0]).as_secs_f32() * 1e3)
             .collect())
+    }
+}
+
+/// Refuses, as the GPU launchers do, an operand stored in a type the op's kernel does not read
+/// in a `compute` run: a matmul's (`vitrt_kernels::matmul::check_storage`), an attention's
+/// Q, K and V (`compute`) and key lengths (f32 slots). The CPU computes on f32 whatever the
+/// type, so without this a plan the GPU refuses would pass every CPU test.
+fn check_storage(
+    op: &Op,
+    inputs: &[Binding],
+    output: &Binding,
+    compute: DType,
+) -> Result<(), String> {
+    let dtype = |i: usize| inputs[i].buffer.dtype();
+    match op {
+        Op::Linear { .. } | Op::AttentionScores { .. } | Op::AttentionContext { .. } => {
+            let shapes: Vec<&[usize]> = inputs.iter().map(|b| b.shape.as_slice()).collect();
+            let problem = lowering::matmul_for(op, &shapes).ok_or("not a matmul")?;
+            let epilogue = problem.epilogue;
+            matmul::check_storage(
+                compute,
+                &problem,
+                dtype(0),
+                dtype(1),
+                epilogue.bias.then(|| dtype(2)),
+                epilogue.residual.then(|| dtype(2 + epilogue.bias as usize)),
+                output.buffer.dtype(),
+            )
+        }
+        Op::Attention { key_padding, .. } => {
+            for (what, slot) in [("Q", 0), ("K", 1), ("V", 2)] {
+                if dtype(slot) != compute {
+                    return Err(format!(
+                        "attention {what} holds {}, the op wants {compute}",
+                        dtype(slot)
+                    ));
+                }
+            }
+            if *key_padding && dtype(3) != DType::F32 {
+                return Err(format!(
+                    "attention key lengths hold {}; they are i32 bit patterns in f32 slots",
+                    dtype(3)
+                ));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }
 
@@ -421,4 +469,53 @@ fn run_simple(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vitrt_kernels::Epilogue;
+
+    /// The CPU computes on f32 whatever the storage type, but refuses, as the GPU launcher
+    /// does, an f16 run's matmul whose A is stored as f32 (what NaFlex's patch rows were before
+    /// the plan stored graph inputs as their matmuls read them).
+    #[test]
+    fn a_matmul_operand_in_a_type_its_kernel_does_not_read_is_refused() {
+        let mut cpu = CpuBackend::emulating(DType::F16);
+        cpu.reserve_arena(4096).unwrap();
+        let w = cpu
+            .load_param("w", &[4, 8], DType::F16, &mut || Ok(vec![0.5; 32]))
+            .unwrap();
+        let arena = |offset_bytes, len, dtype, shape: &[usize]| Binding {
+            buffer: BufferRef::Arena {
+                offset_bytes,
+                len,
+                dtype,
+            },
+            shape: shape.to_vec(),
+        };
+        let weight = Binding {
+            buffer: BufferRef::Param {
+                id: w,
+                len: 32,
+                dtype: DType::F16,
+            },
+            shape: vec![4, 8],
+        };
+        let out = arena(1024, 8, DType::F16, &[2, 4]);
+        let linear = Op::Linear {
+            epilogue: Epilogue::NONE,
+        };
+        let f32_rows = arena(0, 16, DType::F32, &[2, 8]);
+        let refused = cpu
+            .execute(&linear, &[f32_rows, weight.clone()], &out, None)
+            .unwrap_err();
+        assert!(
+            refused.contains("matmul A holds f32, the op wants f16"),
+            "{refused}"
+        );
+        let f16_rows = arena(0, 16, DType::F16, &[2, 8]);
+        cpu.execute(&linear, &[f16_rows, weight], &out, None)
+            .unwrap();
+    }
 }

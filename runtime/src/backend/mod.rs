@@ -118,6 +118,13 @@ impl BufferRef {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The type its elements are stored as.
+    pub fn dtype(&self) -> DType {
+        match *self {
+            BufferRef::Arena { dtype, .. } | BufferRef::Param { dtype, .. } => dtype,
+        }
+    }
 }
 
 /// f32 values in device memory another library owns: a graph input handed over without a

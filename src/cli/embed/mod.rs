@@ -76,13 +76,16 @@ enum RunOn {
 
 /// The pool of a SigLIP 2 NaFlex checkpoint: its attention-pooling head's vector, which
 /// Siglip2Model's `image_embeds` and `pooler_output` both are (`projected`, the default, or
-/// `pooler`). It has no CLS token, and the mean of its valid patches is not built.
+/// `pooler`), or `mean`, each image's mean of `last_hidden_state` over its own patches (as
+/// `Siglip2ForImageClassification` pools). It has no CLS token.
 fn naflex_pool(asked: Option<Pool>, name: &str) -> Result<Pool> {
     match asked {
         None | Some(Pool::Projected) => Ok(Pool::Projected),
         Some(Pool::Pooler) => Ok(Pool::Pooler),
+        Some(Pool::Mean) => Ok(Pool::Mean),
         Some(pool) => bail!(
-            "--pool {}: {name} (SigLIP 2 NaFlex) has no {}; it has --pool projected, pooler",
+            "--pool {}: {name} (SigLIP 2 NaFlex) has no {}; it has --pool projected, pooler, \
+             mean",
             pool.name(),
             pool.output().name()
         ),
