@@ -17,6 +17,7 @@
 //! `hidden_states.{i}`.
 
 pub mod positions;
+pub mod synthetic;
 
 use crate::config::parse_activation;
 use crate::encoder::{
@@ -801,6 +802,53 @@ impl NaflexRunner {
         let named = inputs.named();
         let feeds: Vec<(&str, &[f32])> = named.iter().map(|(n, v)| (*n, v.as_slice())).collect();
         Ok(executor.run(self.backend.as_mut(), &feeds)?)
+    }
+
+    /// Times forward passes of a batch (the default outputs: the last hidden state and, with
+    /// the head, the pooled vector): `warmup` untimed (at least one; the pass after the first
+    /// captures the CUDA graph where the backend can), then `reps` each timed alone on the
+    /// device (CUDA events; host time on the CPU), the inputs written once beforehand, as
+    /// `Runner::time_forward` times the fixed-size families. Milliseconds per timed pass.
+    pub fn time_forward(
+        &mut self,
+        inputs: &NaflexInputs,
+        (warmup, reps): (usize, usize),
+        progress: &mut dyn FnMut(),
+    ) -> Result<Vec<f32>, ModelError> {
+        if let Some(reason) = half_precision_gpu_refusal(self.backend.as_ref()) {
+            return Err(ModelError::Usage(reason));
+        }
+        let outputs = self.default_outputs();
+        let backend = &self.backend;
+        let graph = self.model.build_graph(
+            inputs.batch,
+            inputs.max_patches,
+            &outputs,
+            false,
+            self.fusion,
+            &|op, shapes| backend.supports(op, shapes),
+        )?;
+        let executor = vitrt_runtime::Executor::new(
+            graph,
+            self.backend.as_mut(),
+            &self.model,
+            self.precision,
+        )?;
+        let backend = self.backend.as_mut();
+        let named = inputs.named();
+        let feeds: Vec<(&str, &[f32])> = named.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+        executor.write_inputs(backend, &feeds)?;
+        let mut times = Vec::with_capacity(reps);
+        for rep in 0..warmup.max(1) + reps {
+            executor.launch(backend, vitrt_runtime::Marks::Forward)?;
+            // Reading the marks waits for the pass.
+            let intervals = backend.take_mark_intervals()?;
+            if rep >= warmup.max(1) {
+                times.push(intervals.iter().sum());
+            }
+            progress();
+        }
+        Ok(times)
     }
 
     /// What a run asking for no output in particular gives: transformers' vision outputs
