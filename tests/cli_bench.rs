@@ -168,6 +168,55 @@ fn bench_model_reports_each_batch_size() {
     assert_usage_error(&o, "is not a batch size: use 1 to 65536 images");
 }
 
+/// SigLIP 2 NaFlex (the fixture: patch 4, max_num_patches 24): batches of the mix of aspect
+/// ratios, each image's grid within 24 patches, the time per image in every row.
+#[test]
+fn bench_model_times_naflex_batches_of_mixed_aspect_ratios() {
+    let dir = temp();
+    let model = fixture("tiny-gelu").join("../../naflex/siglip2-naflex");
+    let json = dir.path().join("naflex.json");
+    let o = vitrt(
+        &[
+            "bench",
+            "model",
+            "--model",
+            model.to_str().unwrap(),
+            "--batch-sizes",
+            "1,4",
+            "--reps",
+            "5",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = report["models"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for (row, batch) in rows.iter().zip([1, 4]) {
+        assert_eq!(row["batch"], batch);
+        let median = row["median_ms"].as_f64().unwrap();
+        let per_image = row["per_image_ms"].as_f64().unwrap();
+        assert!(
+            (per_image - median / batch as f64).abs() < 1e-9 * median,
+            "{row}"
+        );
+        assert_eq!(row["naflex"]["max_num_patches"], 24);
+        let grids = row["naflex"]["grids"].as_array().unwrap();
+        assert_eq!(grids.len(), batch);
+        for grid in grids {
+            let patches = grid[0].as_u64().unwrap() * grid[1].as_u64().unwrap();
+            assert!((1..=24).contains(&patches), "{row}");
+        }
+    }
+    // Images of different aspect ratios take different grids.
+    assert_ne!(rows[1]["naflex"]["grids"][0], rows[1]["naflex"]["grids"][2]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("ms/image"), "{stdout}");
+}
+
 #[test]
 fn tune_explains_what_it_cannot_do() {
     let dir = temp();

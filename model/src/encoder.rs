@@ -334,12 +334,13 @@ pub(crate) fn padded_attention_keys(
 /// the model's but takes it padded with zeros to the next multiple of 16 (SigLIP so400m: 72 as
 /// 80): the projections then write padded heads, for 11% more attention work instead of the
 /// unfused path's score matrices (benchmarks/NOTES.md, 2026-11-24, "head dims padded"). None:
-/// no padding. `shape`: batch and tokens of the attention's input.
+/// no padding. `shape`: batch and tokens of the attention's input; `key_padding`: the
+/// attention takes a key padding mask (SigLIP 2 NaFlex).
 pub(crate) fn padded_head_dim(
     layers: &[LayerKeys],
     c: &EncoderConfig,
     (batch, tokens): (usize, usize),
-    causal: bool,
+    (causal, key_padding): (bool, bool),
     fusion: Fusion,
     supports: passes::Supports,
 ) -> Option<usize> {
@@ -357,7 +358,7 @@ pub(crate) fn padded_head_dim(
             k: HeadSlice { column_offset: 0 },
             v: HeadSlice { column_offset: 0 },
             causal,
-            key_padding: false,
+            key_padding,
         };
         let shape = [batch, tokens, heads * head_dim];
         supports(&op, &[&shape, &shape, &shape]).is_ok()

@@ -356,7 +356,14 @@ impl VisionModel {
     ) -> Option<usize> {
         let shape = (batch, self.tokens());
         let encoder = self.config.encoder();
-        encoder::padded_head_dim(&self.keys.layers, &encoder, shape, false, fusion, supports)
+        encoder::padded_head_dim(
+            &self.keys.layers,
+            &encoder,
+            shape,
+            (false, false),
+            fusion,
+            supports,
+        )
     }
 
     pub fn num_labels(&self) -> Option<usize> {

@@ -118,6 +118,77 @@ fn every_output_matches_transformers_unfused() {
     check(Fusion::NONE);
 }
 
+/// Heads padded with zeros (as so400m's head dim 72 runs at 80 on the GPU's fused attention):
+/// the fixture read as 4 heads of 8, built once as it is and once for a backend whose fused
+/// attention refuses head dims that are no multiple of 16, so the projections write heads of
+/// 16. Both graphs give the same outputs on the CPU.
+#[test]
+fn heads_padded_for_the_fused_attention_give_the_same_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(fixture()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let config = dir.path().join("config.json");
+    let mut fields: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    fields["num_attention_heads"] = 4.into();
+    std::fs::write(&config, fields.to_string()).unwrap();
+    let model = NaflexVisionModel::load(dir.path()).unwrap();
+    let batch = inputs(&model, &reference());
+    let no_head_dim_but_16s = |op: &vitrt_runtime::Op, _: &[&[usize]]| match op {
+        vitrt_runtime::Op::Attention { head_dim, .. } if head_dim % 16 != 0 => {
+            Err(format!("head dim {head_dim}"))
+        }
+        _ => Ok(()),
+    };
+    let any_head_dim = |_: &vitrt_runtime::Op, _: &[&[usize]]| Ok(());
+    let backends: [vitrt_runtime::passes::Supports; 2] = [&any_head_dim, &no_head_dim_but_16s];
+    let mut outputs = Vec::new();
+    for supports in backends {
+        let graph = model
+            .build_graph(
+                batch.batch,
+                batch.max_patches,
+                &OUTPUTS,
+                true,
+                Fusion::ALL,
+                supports,
+            )
+            .unwrap();
+        let head_dims: Vec<usize> = graph
+            .nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                vitrt_runtime::Op::Attention { head_dim, .. } => Some(head_dim),
+                _ => None,
+            })
+            .collect();
+        let mut cpu = CpuBackend::new();
+        let executor =
+            Executor::new(graph, &mut cpu, &model, Precision::uniform(DType::F32)).unwrap();
+        let named = batch.named();
+        let feeds: Vec<(&str, &[f32])> = named.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+        outputs.push((head_dims, executor.run(&mut cpu, &feeds).unwrap()));
+    }
+    // Fused at 8 as they are; the encoder's two layers fused at 16 padded (the pooling head's
+    // attention, one query, is never padded, and unfused there).
+    assert!(outputs[0].0.iter().all(|&d| d == 8), "{:?}", outputs[0].0);
+    assert_eq!(outputs[1].0, [16, 16]);
+    let rows = compare(&outputs[1].1, &outputs[0].1).unwrap();
+    assert_eq!(rows.len(), 5);
+    for row in rows {
+        assert!(
+            row.relative_error < 1e-5,
+            "{}: relative error {:.3e}",
+            row.name,
+            row.relative_error
+        );
+    }
+}
+
 #[test]
 fn a_mask_that_disagrees_with_the_spatial_shapes_is_refused() {
     let model = NaflexVisionModel::load(&fixture()).unwrap();

@@ -8,8 +8,11 @@
 # weights, its float64 reference and PyTorch's own bf16 error, made on the spot; `vitrt parity`
 # in f32, f16 and bf16 (a row each: worst relative error, and for bf16 the tensors where vitrt
 # is worse than PyTorch's bf16); then `vitrt bench model` and HF SDPA (scripts/bench/
-# bench_family_torch.py) in f16 at batch 1, 64 and 256, and their ratio. LOGS gets the logs, the
-# JSON documents and summary.txt; nothing is written into benchmarks/.
+# bench_family_torch.py) in f16 at batch 1, 64 and 256, and their ratio. The SigLIP 2 NaFlex
+# preset is timed on batches of images of mixed aspect ratios padded to 256 patches (both tools
+# the same batches); where it ran beside siglip2-so400m-16-256 (the same encoder at 256 tokens,
+# no mask), a last line puts its time per image beside the fixed model's, for vitrt and for HF.
+# LOGS gets the logs, the JSON documents and summary.txt; nothing is written into benchmarks/.
 set -uo pipefail
 dir=${1:?usage: gpu-families.sh DIR LOGS [PRESET...]}
 logs=${2:?usage: gpu-families.sh DIR LOGS [PRESET...]}
@@ -17,7 +20,7 @@ shift 2
 presets=("$@")
 [ ${#presets[@]} -eq 0 ] && presets=(deit-base-distilled-16-224 dinov2-base-registers-14 timm-vit-base-16-224
     dinov2-large-14 clip-vit-base-16 clip-vit-large-14-336 siglip-base-16-224 siglip-so400m-14-384
-    aimv2-large-14-224)
+    aimv2-large-14-224 dinov3-large-16-224 siglip2-so400m-16-256 siglip2-so400m-16-naflex)
 mkdir -p "$logs"
 export VITRT_CACHE_DIR=${VITRT_CACHE_DIR:-/tmp/vitrt-cache}
 batches=${GPU_FAMILIES_BATCHES:-1,64,256}
@@ -79,6 +82,35 @@ PY
     summary+=("$(printf '%-28s bench f16 (vitrt/hf-sdpa) %4ss %s' "$preset" "$((SECONDS - start))" "$ratios")")
     rm -rf "$model"
 done
+fixed=siglip2-so400m-16-256
+naflex=siglip2-so400m-16-naflex
+if [ -f "$logs/$naflex-vitrt.json" ] || [ -f "$logs/$naflex-torch.json" ]; then
+    # NaFlex against the fixed-resolution model of the same size at the same token count (256
+    # rows a image, padded or not): milliseconds per image at each batch size, and NaFlex's
+    # ratio to fixed (1.00x or less: NaFlex no slower per image).
+    summary+=("$(python3 - "$logs" "$naflex" "$fixed" <<'PY' 2>&1
+import json, sys
+from pathlib import Path
+logs, naflex, fixed = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+def per_image(name, tool):
+    path = logs / f"{name}-{tool}.json"
+    if not path.exists():
+        return {}
+    return {r["batch"]: r["median_ms"] / r["batch"] for r in json.loads(path.read_text())["models"]}
+cells = []
+for tool, label in (("vitrt", "vitrt"), ("torch", "hf-sdpa")):
+    ours, base = per_image(naflex, tool), per_image(fixed, tool)
+    row = [f"b{b} {ours[b]:.4f}/{base[b]:.4f} ms {ours[b] / base[b]:.2f}x" for b in sorted(ours) if b in base]
+    cells.append(f"{label}: " + ("; ".join(row) if row else "no pair of timings"))
+# Both tools must have timed the same mix of grids.
+grids = {tool: [r.get("naflex", {}).get("grids") for r in json.loads((logs / f"{naflex}-{tool}.json").read_text())["models"]]
+         for tool in ("vitrt", "torch") if (logs / f"{naflex}-{tool}.json").exists()}
+if len(grids) == 2:
+    cells.append("same grids" if grids["vitrt"] == grids["torch"] else "GRIDS DIFFER between vitrt and hf")
+print(f"{'naflex/fixed per image':<28} " + " | ".join(cells))
+PY
+)")
+fi
 echo "== gpu-families summary ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)) =="
 printf '%s\n' "${summary[@]}" | tee "$logs/summary.txt"
 exit $failed

@@ -12,16 +12,22 @@
 //! - `key_mask` [B, N] and `key_lengths` [B]: `vitrt_runtime::KeyPadding` of the
 //!   `pixel_attention_mask`.
 //!
+//! Where the backend's fused attention does not take the head dim (so400m's 72) but takes the
+//! next multiple of 16, the encoder's heads are padded with zeros to it, as the fixed-size
+//! families' are (`encoder::padded_head_dim`), so that the masked attention stays fused.
+//!
 //! Its outputs are transformers': `last_hidden_state` (after `post_layernorm`, every position,
 //! padded ones included, as transformers returns them), `pooler_output` (the head's vector) and
 //! `hidden_states.{i}`.
 
 pub mod positions;
+pub mod synthetic;
 
 use crate::config::parse_activation;
 use crate::encoder::{
-    attention, encoder_block, layer_norm, linear, make_param, stacked_rows, KeyPaddingInputs,
-    LayerKeys, LinearKeys, MlpKeys, NormKeys, ParamTable,
+    attention, encoder_block, layer_norm, linear, make_param, padded_attention_keys,
+    padded_head_dim, stacked_rows, KeyPaddingInputs, LayerKeys, LinearKeys, MlpKeys, NormKeys,
+    ParamTable,
 };
 use crate::error::ModelError;
 use crate::model::ZeroShotLabels;
@@ -289,16 +295,24 @@ impl NaflexVisionModel {
             &[config.num_patches, d],
             &[config.num_patches, d],
         )?;
+        let encoder = config.encoder();
         let mut layers = Vec::new();
         for l in 0..config.num_hidden_layers {
             let part = |s: &str| name(&format!("encoder.layers.{l}.{s}"));
+            let query = t.linear(&part("self_attn.q_proj"), d, d, true)?;
+            let key = t.linear(&part("self_attn.k_proj"), d, d, true)?;
+            let value = t.linear(&part("self_attn.v_proj"), d, d, true)?;
+            let attention_output = t.linear(&part("self_attn.out_proj"), d, d, true)?;
+            // so400m's head dim 72 as 80 where the fused attention takes 80 but not 72.
+            let padded =
+                padded_attention_keys(&mut t, &encoder, [&query, &key, &value], &attention_output);
             layers.push(LayerKeys {
                 norm_before: t.norm(&part("layer_norm1"), d)?,
-                query: t.linear(&part("self_attn.q_proj"), d, d, true)?,
-                key: t.linear(&part("self_attn.k_proj"), d, d, true)?,
-                value: t.linear(&part("self_attn.v_proj"), d, d, true)?,
-                attention_output: t.linear(&part("self_attn.out_proj"), d, d, true)?,
-                padded: None,
+                query,
+                key,
+                value,
+                attention_output,
+                padded,
                 norm_after: t.norm(&part("layer_norm2"), d)?,
                 mlp: MlpKeys::Standard {
                     up: t.linear(&part("mlp.fc1"), inner, d, true)?,
@@ -433,18 +447,20 @@ impl NaflexVisionModel {
             g.mark_output("hidden_states.0", x);
         }
         let encoder = c.encoder();
+        // Heads padded with zeros to the fused attention's next head dim where it takes that
+        // one and not the model's (the same outputs; see encoder::padded_head_dim).
+        let pad = padded_head_dim(
+            &self.layers,
+            &encoder,
+            (batch, max_patches),
+            (false, true),
+            fusion,
+            supports,
+        )
+        .is_some();
         for (l, layer) in self.layers.iter().enumerate() {
             let name = format!("layer.{l}");
-            x = encoder_block(
-                &mut g,
-                &encoder,
-                &name,
-                layer,
-                x,
-                false,
-                None,
-                Some(padding),
-            )?;
+            x = encoder_block(&mut g, &encoder, &name, layer, x, pad, None, Some(padding))?;
             if hidden_states {
                 g.mark_output(&format!("hidden_states.{}", l + 1), x);
             }
@@ -910,6 +926,53 @@ impl NaflexRunner {
     /// set and label set it has not kept a plan of).
     pub fn plans_built(&self) -> usize {
         self.plans_built
+    }
+
+    /// Times forward passes of a batch (the default outputs: the last hidden state and, with
+    /// the head, the pooled vector): `warmup` untimed (at least one; the pass after the first
+    /// captures the CUDA graph where the backend can), then `reps` each timed alone on the
+    /// device (CUDA events; host time on the CPU), the inputs written once beforehand, as
+    /// `Runner::time_forward` times the fixed-size families. Milliseconds per timed pass.
+    pub fn time_forward(
+        &mut self,
+        inputs: &NaflexInputs,
+        (warmup, reps): (usize, usize),
+        progress: &mut dyn FnMut(),
+    ) -> Result<Vec<f32>, ModelError> {
+        if let Some(reason) = half_precision_gpu_refusal(self.backend.as_ref()) {
+            return Err(ModelError::Usage(reason));
+        }
+        let outputs = self.default_outputs();
+        let backend = &self.backend;
+        let graph = self.model.build_graph(
+            inputs.batch,
+            inputs.max_patches,
+            &outputs,
+            false,
+            self.fusion,
+            &|op, shapes| backend.supports(op, shapes),
+        )?;
+        let executor = vitrt_runtime::Executor::new(
+            graph,
+            self.backend.as_mut(),
+            &self.model,
+            self.precision,
+        )?;
+        let backend = self.backend.as_mut();
+        let named = inputs.named();
+        let feeds: Vec<(&str, &[f32])> = named.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+        executor.write_inputs(backend, &feeds)?;
+        let mut times = Vec::with_capacity(reps);
+        for rep in 0..warmup.max(1) + reps {
+            executor.launch(backend, vitrt_runtime::Marks::Forward)?;
+            // Reading the marks waits for the pass.
+            let intervals = backend.take_mark_intervals()?;
+            if rep >= warmup.max(1) {
+                times.push(intervals.iter().sum());
+            }
+            progress();
+        }
+        Ok(times)
     }
 
     /// What a run asking for no output in particular gives: transformers' vision outputs

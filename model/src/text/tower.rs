@@ -219,7 +219,14 @@ impl TextModel {
         let causal = self.config.family.rules().causal;
         let shape = (batch, self.context());
         let encoder = self.config.encoder();
-        encoder::padded_head_dim(&self.keys.layers, &encoder, shape, causal, fusion, supports)
+        encoder::padded_head_dim(
+            &self.keys.layers,
+            &encoder,
+            shape,
+            (causal, false),
+            fusion,
+            supports,
+        )
     }
 
     pub fn build_graph(

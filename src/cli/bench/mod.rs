@@ -5,6 +5,7 @@
 mod cases;
 mod measure;
 mod model;
+mod naflex;
 mod serve;
 
 use crate::output_file::OutputFile;
@@ -27,7 +28,8 @@ pub struct BenchArgs {
 enum BenchCommand {
     /// Time our kernels against cuBLAS (matmul) and a device-to-device copy (the rest).
     Kernels(KernelsArgs),
-    /// Time whole forward passes of a model: latency and images per second per batch size.
+    /// Time whole forward passes of a model: latency and images per second per batch size
+    /// (SigLIP 2 NaFlex: batches of mixed aspect ratios, and the time per image).
     Model(model::ModelBenchArgs),
     /// Load a running `vitrt serve` with one image a request from many connections: images
     /// per second and latency percentiles.

@@ -1,4 +1,5 @@
 //! `vitrt bench model`: latency and images per second of whole forward passes, per batch size.
+//! A SigLIP 2 NaFlex checkpoint is timed on batches of mixed aspect ratios instead (naflex.rs).
 //! Each pass is timed on the device between two events around its kernels (host time on the
 //! CPU backend), on pixels written once beforehand: the figure PyTorch's benchmark
 //! (scripts/bench/bench_torch.py) takes around `model(pixels)`, host launch overhead included.
@@ -29,17 +30,17 @@ use vitrt_runtime::MemoryAccount;
 #[derive(Args, Debug)]
 pub struct ModelBenchArgs {
     #[command(flatten)]
-    model: ModelArgs,
+    pub(super) model: ModelArgs,
     /// Batch sizes, comma-separated.
     #[arg(long, default_value = "1,8,64,256", value_delimiter = ',',
           value_parser = crate::cli::common::parse_batch_size)]
-    batch_sizes: Vec<usize>,
+    pub(super) batch_sizes: Vec<usize>,
     /// Timed forward passes per batch size (at least 5).
     #[arg(long, default_value_t = 20, value_parser = crate::cli::common::parse_passes)]
-    reps: usize,
+    pub(super) reps: usize,
     /// Untimed passes first (at least one: it compiles the kernels and plans the memory).
     #[arg(long, default_value_t = 5, value_parser = crate::cli::common::parse_passes)]
-    warmup: usize,
+    pub(super) warmup: usize,
     /// Also write the results as JSON (schema vitrt-bench/1, in "models").
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -63,6 +64,9 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
         .as_deref()
         .map(|path| OutputFile::check_report(path, args.force))
         .transpose()?;
+    if let Some((runner, dir)) = args.model.open_naflex_in()? {
+        return super::naflex::run(&args, runner, &dir, json.as_ref());
+    }
     let (mut runner, _) = args.model.open()?;
     let dtype = runner.backend().dtype();
     outln!(
