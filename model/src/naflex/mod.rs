@@ -939,9 +939,6 @@ impl NaflexRunner {
         (warmup, reps): (usize, usize),
         progress: &mut dyn FnMut(),
     ) -> Result<Vec<f32>, ModelError> {
-        if let Some(reason) = half_precision_gpu_refusal(self.backend.as_ref()) {
-            return Err(ModelError::Usage(reason));
-        }
         let outputs = self.default_outputs();
         let backend = &self.backend;
         let graph = self.model.build_graph(
