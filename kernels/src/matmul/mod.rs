@@ -22,6 +22,7 @@
 
 mod config;
 pub mod cpu;
+mod fp8;
 pub mod gpu;
 mod launch;
 mod mma_sync;
@@ -36,6 +37,7 @@ pub mod tune;
 pub mod tuning;
 mod wgmma;
 
+pub use fp8::{inverse_out_scale, ActivationScale, Fp8Output, Fp8Problem, FP8_K_MULTIPLE};
 pub use problem::{Epilogue, MatmulProblem, WeightLayout};
 pub use selection::{
     matmul_tile_for, tiles_for, MatmulTile, Program, FMA_TILES, TENSOR_CORE_TILES, WGMMA_TILES,
