@@ -69,5 +69,5 @@ pub use registry::{
     StructType, STRUCT_ARG_BYTES,
 };
 pub use staging::{PinnedBuffer, StreamEvent};
-pub(crate) use tensor_map::{encode_tiled, Swizzle};
+pub(crate) use tensor_map::{encode_tiled, MapElement, Swizzle};
 pub use timing::{copies_beyond_l2, copy_for_rep, slot_offset, Timer};

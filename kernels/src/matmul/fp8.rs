@@ -185,6 +185,15 @@ impl Fp8Problem {
         }
     }
 
+    /// The activation scale's stride between rows, as the device program reads it (0: one
+    /// value for every row).
+    pub(crate) fn activation_scale_stride(&self) -> i32 {
+        match self.activation_scale {
+            ActivationScale::PerRow => 1,
+            ActivationScale::PerTensor => 0,
+        }
+    }
+
     pub fn flops(&self) -> f64 {
         2.0 * (self.m * self.n * self.k) as f64
     }
