@@ -302,6 +302,13 @@ __device__ __forceinline__ void release_residual_unread(unsigned full_bar, unsig
 // - SPLIT_K: `splits` > 1 walks that many copies of the tiles, each over `split_k_tiles`
 //   k-tiles, summed through `partials` and `counters` (see split_k_partial_sum); 1 runs every
 //   k-tile of each tile, as without it.
+// - FP8: A and B are e4m3 codes, k-tiles of 128 of them (the same 128-byte rows, boxes and
+//   stages as 16-bit k-tiles of 64), multiplied by k32 e4m3 wgmmas. The epilogue computes
+//   fma(acc, a_scale[row] · b_scale[col], bias): the weights' column scales arrive in shared
+//   memory beside the bias tile (stage_scale_chunk), the four activation scales of a thread's
+//   rows from global memory at the epilogue; C is T, T plus a residual in place (RESIDUAL), or
+//   e4m3 (TC = E4m3: one box of BN bytes a row, see e4m3_output_offset). See
+//   matmul_block_tma_pingpong_fp8.
 template <typename T, typename TC, bool RESIDUAL, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER,
           bool SPLIT_K, bool FP8 = false>
 __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
@@ -512,13 +519,6 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
             asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
             continue;
         }
-        // The previous tile's TMA store has read the output tile (issued a main loop ago), and
-        // the bias tile has landed. A 16-bit stream (kResidual here): R arrives by TMA in the
-        // layout of C's output tile, so each thread adds its pairs in place there and the tile
-        // goes out by TMA store as without residual: whole lines, and no 64-bit address
-        // arithmetic in registers (storing C pairs from registers, 4 bytes a thread, spilled
-        // and ran proj slower than the f32 stream). The buffer is released
-        // for the next tile's R once the store has read it.
         // FP8: the activations' scales of this thread's four rows (0 past M), read from global
         // memory while the waits below run.
         float row_scales[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -529,6 +529,13 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
                 if (row < m) row_scales[r] = scales.a[(long long)row * scales.a_stride];
             }
         }
+        // The previous tile's TMA store has read the output tile (issued a main loop ago), and
+        // the bias tile has landed. A 16-bit stream (kResidual here): R arrives by TMA in the
+        // layout of C's output tile, so each thread adds its pairs in place there and the tile
+        // goes out by TMA store as without residual: whole lines, and no 64-bit address
+        // arithmetic in registers (storing C pairs from registers, 4 bytes a thread, spilled
+        // and ran proj slower than the f32 stream). The buffer is released
+        // for the next tile's R once the store has read it.
         if (leader) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
         cp_async_wait<0>();
         asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
@@ -561,24 +568,24 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
             }
         } else {
 #pragma unroll
-        for (int jb = 0; jb < BN / 8; ++jb) {
-            // Columns jb * 8 + frag_col and the one after it, for rows frag_row (+ 8) of each half.
-            float2 bias_pair = make_float2(0.0f, 0.0f);
-            if (bias != nullptr) bias_pair = load_pair_as_float(bias_values + jb * 8 + frag_col);
-            const float bias0 = bias_pair.x, bias1 = bias_pair.y;
-            // Box jb / 8, 16-byte chunk jb % 8 of each 128-byte row, XOR-swizzled by the row.
-            const unsigned box = output_tile + (jb / 8) * (BM * 128) + frag_col * 2;
-            // Rows frag_row and frag_row + 8 of the top half, then of the bottom half.
-            const int swizzle = ((jb % 8) ^ (frag_row % 8)) * 16;  // (row + 8) % 8 == row % 8
-            store_output_pair<T, ACT, kResidual>(box + frag_row * 128 + swizzle, acc_top[4 * jb],
-                                                 acc_top[4 * jb + 1], alpha, bias0, bias1);
-            store_output_pair<T, ACT, kResidual>(box + (frag_row + 8) * 128 + swizzle, acc_top[4 * jb + 2],
-                                                 acc_top[4 * jb + 3], alpha, bias0, bias1);
-            store_output_pair<T, ACT, kResidual>(box + (frag_row + 64) * 128 + swizzle, acc_bottom[4 * jb],
-                                                 acc_bottom[4 * jb + 1], alpha, bias0, bias1);
-            store_output_pair<T, ACT, kResidual>(box + (frag_row + 72) * 128 + swizzle, acc_bottom[4 * jb + 2],
-                                                 acc_bottom[4 * jb + 3], alpha, bias0, bias1);
-        }
+            for (int jb = 0; jb < BN / 8; ++jb) {
+                // Columns jb * 8 + frag_col and the one after it, for rows frag_row (+ 8) of each half.
+                float2 bias_pair = make_float2(0.0f, 0.0f);
+                if (bias != nullptr) bias_pair = load_pair_as_float(bias_values + jb * 8 + frag_col);
+                const float bias0 = bias_pair.x, bias1 = bias_pair.y;
+                // Box jb / 8, 16-byte chunk jb % 8 of each 128-byte row, XOR-swizzled by the row.
+                const unsigned box = output_tile + (jb / 8) * (BM * 128) + frag_col * 2;
+                // Rows frag_row and frag_row + 8 of the top half, then of the bottom half.
+                const int swizzle = ((jb % 8) ^ (frag_row % 8)) * 16;  // (row + 8) % 8 == row % 8
+                store_output_pair<T, ACT, kResidual>(box + frag_row * 128 + swizzle, acc_top[4 * jb],
+                                                     acc_top[4 * jb + 1], alpha, bias0, bias1);
+                store_output_pair<T, ACT, kResidual>(box + (frag_row + 8) * 128 + swizzle, acc_top[4 * jb + 2],
+                                                     acc_top[4 * jb + 3], alpha, bias0, bias1);
+                store_output_pair<T, ACT, kResidual>(box + (frag_row + 64) * 128 + swizzle, acc_bottom[4 * jb],
+                                                     acc_bottom[4 * jb + 1], alpha, bias0, bias1);
+                store_output_pair<T, ACT, kResidual>(box + (frag_row + 72) * 128 + swizzle, acc_bottom[4 * jb + 2],
+                                                     acc_bottom[4 * jb + 3], alpha, bias0, bias1);
+            }
         }
         // Makes the generic-proxy writes visible to the TMA unit, then one thread stores.
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
