@@ -93,7 +93,7 @@ impl Fp8Problem {
     }
 
     /// Whether the kernels are built for this problem: a 16-bit `half`, an activation the
-    /// epilogue applies, no residual with an e4m3 C, and K a multiple of 16 (tensor maps
+    /// epilogue applies, no residual with an e4m3 C, and K a positive multiple of 16 (tensor maps
     /// stride over rows of 16-byte multiples; the CPU twin asks the same, so that what runs
     /// on one backend runs on the other).
     pub fn check(&self) -> Result<(), String> {
@@ -110,6 +110,9 @@ impl Fp8Problem {
         }
         if self.residual && self.output == Fp8Output::E4m3 {
             return Err("the FP8 matmul adds a residual only to an f16 or bf16 output".into());
+        }
+        if self.k == 0 {
+            return Err("the FP8 matmul needs K > 0 (its program has no k-tile to run)".into());
         }
         if !self.k.is_multiple_of(FP8_K_MULTIPLE) {
             return Err(format!(

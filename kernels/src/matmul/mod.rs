@@ -44,13 +44,14 @@ pub mod tune;
 pub mod tuning;
 mod wgmma;
 
+pub use crate::cuda::E4m3Ptr;
 pub use fp8::{inverse_out_scale, ActivationScale, Fp8Output, Fp8Problem, FP8_K_MULTIPLE};
 pub use problem::{Epilogue, MatmulProblem, WeightLayout};
 pub use selection::{
     matmul_tile_for, tiles_for, MatmulTile, Program, FMA_TILES, FP8_TILES, TENSOR_CORE_TILES,
     WGMMA_TILES,
 };
-pub use tma_pingpong_fp8::{E4m3Ptr, Fp8Destination, Fp8Operands};
+pub use tma_pingpong_fp8::{Fp8Destination, Fp8Operands};
 pub use tune::{
     store_matmul_tuning, tune_matmul, CandidateTime, MatmulCase, MatmulTuning, TuneSettings,
 };

@@ -4,8 +4,8 @@
 //! [`Fp8Problem`] on a [`Gpu`]. The public entry is `gpu::matmul_fp8`.
 
 use crate::cuda::{
-    encode_tiled, invalid, kernel_params, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation,
-    KernelError, KernelParam, LaunchDims, MapElement, Swizzle,
+    encode_tiled, invalid, kernel_params, to_i32, ArchRequirement, DevPtr, E4m3Ptr, Gpu,
+    Instantiation, KernelError, KernelParam, LaunchDims, MapElement, Swizzle,
 };
 #[cfg(test)]
 use crate::matmul::config::SM90_SHARED_BYTES;
@@ -237,29 +237,6 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
     all
 }
 
-/// E4M3 codes on the device: `len` bytes from address `ptr` (see [`crate::e4m3`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct E4m3Ptr {
-    pub ptr: u64,
-    /// Elements, which are bytes.
-    pub len: usize,
-}
-
-impl E4m3Ptr {
-    /// A view of `len` e4m3 values `offset_bytes` into `buffer`, which must hold them.
-    pub fn of(
-        buffer: &crate::cuda::DeviceBuffer,
-        offset_bytes: usize,
-        len: usize,
-    ) -> Result<E4m3Ptr, KernelError> {
-        buffer.check_range(offset_bytes, len, "an e4m3 view")?;
-        Ok(E4m3Ptr {
-            ptr: buffer.ptr + offset_bytes as u64,
-            len,
-        })
-    }
-}
-
 /// Where an FP8 matmul writes C: a 16-bit matrix (the problem's `half`), or e4m3 codes with
 /// the output scale (one f32 on the device) they are divided by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -393,12 +370,6 @@ pub(crate) fn launch(
     let (c, bias, residual) = validate(p, ops)?;
     if p.m == 0 || p.n == 0 {
         return Ok(());
-    }
-    if p.k == 0 {
-        return Err(invalid!(
-            "FP8 matmul: K is 0 (the program has no k-tile to run; a product over nothing is \
-             not a layer)"
-        ));
     }
     let config = Fp8Config::of(p, tile);
     let instantiation = config.instantiation();
