@@ -10,12 +10,14 @@
 //!   `&Gpu`) and `cpu` (the twin, with the same name): [`layernorm`], [`rmsnorm`], [`softmax`], [`add`],
 //!   [`activation`], [`gather`], [`pool`], [`normalize`], [`patchify`], [`pixels`], [`jpeg`], [`jpeg_scan`], [`resample`], [`attention`], [`matmul`] (one
 //!   CUDA source a program).
+//! - [`e4m3`]: the FP8 E4M3 codec of the FP8 matmul's operands, on the host.
 //! - [`all_instantiations`]: every family's instantiations, what CI compiles.
 
 pub mod activation;
 pub mod add;
 pub mod attention;
 pub mod cuda;
+pub mod e4m3;
 pub mod gather;
 pub mod jpeg;
 pub mod jpeg_scan;

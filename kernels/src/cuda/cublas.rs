@@ -131,7 +131,7 @@ impl Cublas<'_> {
 
 /// Makes libcublas loadable by cudarc (which opens it by name), once per process: a copy off
 /// the loader's path is opened first by its full path, with the libcublasLt beside it.
-fn load_cublas() -> Result<(), String> {
+pub(super) fn load_cublas() -> Result<(), String> {
     static LOADED: OnceLock<Result<(), String>> = OnceLock::new();
     LOADED.get_or_init(find_and_load_cublas).clone()
 }

@@ -138,6 +138,31 @@ impl DeviceBuffer {
     }
 }
 
+/// E4M3 codes on the device (see `crate::e4m3`): `len` bytes from address `ptr`. A type of
+/// its own rather than a [`DType`]: no op but the FP8 matmul reads them, and nothing writes
+/// them but it and uploads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct E4m3Ptr {
+    pub ptr: u64,
+    /// Elements, which are bytes.
+    pub len: usize,
+}
+
+impl E4m3Ptr {
+    /// A view of `len` e4m3 values `offset_bytes` into `buffer`, which must hold them.
+    pub fn of(
+        buffer: &DeviceBuffer,
+        offset_bytes: usize,
+        len: usize,
+    ) -> Result<E4m3Ptr, KernelError> {
+        buffer.check_range(offset_bytes, len, "an e4m3 view")?;
+        Ok(E4m3Ptr {
+            ptr: buffer.ptr + offset_bytes as u64,
+            len,
+        })
+    }
+}
+
 /// A typed view of device memory: `len` elements of `dtype` from address `ptr`.
 /// Ops check every view's dtype and length against the problem before they launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

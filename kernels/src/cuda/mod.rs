@@ -38,6 +38,7 @@ mod cache;
 mod capture;
 mod compile;
 mod cublas;
+mod cublaslt;
 mod device;
 mod discovery;
 pub(crate) mod error;
@@ -55,13 +56,14 @@ pub use capture::GpuGraph;
 pub(crate) use compile::fnv_checksum;
 pub use compile::{parse_ptxas_report, CompiledKernel, Compiler, KernelResources};
 pub use cublas::Cublas;
+pub use cublaslt::{CublasLt, Fp8GemmPlan};
 pub(crate) use device::{to_i32, to_i64, LaunchDims};
 pub use device::{DriverWarmUp, Gpu, KernelLoads, LoadedKernel, Stream};
 pub use discovery::{cuda_include_dir, load_nvrtc, NvrtcLibrary};
 pub(crate) use error::invalid;
 pub use error::KernelError;
 pub use events::GpuEvent;
-pub use memory::{AllocatedBytes, DevPtr, DeviceBuffer};
+pub use memory::{AllocatedBytes, DevPtr, DeviceBuffer, E4m3Ptr};
 pub(crate) use params::kernel_params;
 pub(crate) use registry::COMMON_HEADER;
 pub use registry::{
@@ -69,5 +71,5 @@ pub use registry::{
     StructType, STRUCT_ARG_BYTES,
 };
 pub use staging::{PinnedBuffer, StreamEvent};
-pub(crate) use tensor_map::{encode_tiled, Swizzle};
+pub(crate) use tensor_map::{encode_tiled, MapElement, Swizzle};
 pub use timing::{copies_beyond_l2, copy_for_rep, slot_offset, Timer};

@@ -9,7 +9,22 @@ use crate::types::DType;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Swizzle {
     Bytes32,
+    Bytes64,
     Bytes128,
+}
+
+/// What a tensor map's elements are: a storage type, or bytes (E4M3 codes, which TMA copies
+/// as 8-bit integers: it never converts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MapElement {
+    Storage(DType),
+    Byte,
+}
+
+impl From<DType> for MapElement {
+    fn from(dtype: DType) -> MapElement {
+        MapElement::Storage(dtype)
+    }
 }
 
 /// A tiled tensor map of rank `dims.len()` (1 to 5) over the tensor at `base` (bytes, 16-byte
@@ -17,7 +32,7 @@ pub(crate) enum Swizzle {
 /// strides of the outer dimensions (multiples of 16); boxes of `boxes` elements, zero-filled
 /// wherever they reach past `dims`.
 pub(crate) fn encode_tiled(
-    dtype: DType,
+    element: impl Into<MapElement>,
     base: u64,
     dims: &[u64],
     strides: &[u64],
@@ -38,13 +53,15 @@ pub(crate) fn encode_tiled(
             boxes.len()
         )));
     }
-    let data_type = match dtype {
-        DType::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-        DType::BF16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        DType::F32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+    let data_type = match element.into() {
+        MapElement::Storage(DType::F16) => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        MapElement::Storage(DType::BF16) => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        MapElement::Storage(DType::F32) => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        MapElement::Byte => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
     };
     let swizzle = match swizzle {
         Swizzle::Bytes32 => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_32B,
+        Swizzle::Bytes64 => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
         Swizzle::Bytes128 => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
     };
     let element_strides = [1u32; 5];

@@ -3,6 +3,8 @@
 //! Program ids are remapped in groups of GROUP_M rows of tiles, as in Triton's matmul tutorial,
 //! so that programs running together share rows of A and columns of B in cache.
 
+use crate::e4m3;
+use crate::matmul::fp8::{inverse_out_scale, ActivationScale, Fp8Problem};
 use crate::matmul::problem::{MatmulProblem, WeightLayout};
 use rayon::prelude::*;
 
@@ -181,11 +183,99 @@ fn dot(x: &[f32], y: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
+/// The FP8 matmul's twin ([`Fp8Problem`]): A and B as E4M3 codes, decoded exactly; each
+/// output's sum over K in f64, which is exact (every product of two e4m3 values is an f32 of
+/// at most 8 significant bits between 2^-18 and 2^18, so a sum of up to 2^17 of them fits 53
+/// bits), rounded once to the
+/// f32 accumulator; then the device's epilogue in its order (`Fp8Problem::store`). `c` gets
+/// the stored values as f32 (16-bit values, or the decoded e4m3 codes); `bias` and `residual`
+/// hold 16-bit values as f32; `out_scale` is read for an e4m3 C only. Rows of C are computed
+/// in parallel. Panics if an operand does not fit or the problem is not one the kernels take
+/// (callers check with [`Fp8Problem::check`] and [`Fp8Problem::check_bounds`] first).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_fp8(
+    p: &Fp8Problem,
+    a: &[u8],
+    b: &[u8],
+    a_scale: &[f32],
+    b_scale: &[f32],
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    out_scale: f32,
+    c: &mut [f32],
+) {
+    if let Err(e) = p.check().and_then(|()| {
+        p.check_bounds(
+            a.len(),
+            b.len(),
+            a_scale.len(),
+            b_scale.len(),
+            bias.map(<[f32]>::len),
+            residual.map(<[f32]>::len),
+            c.len(),
+        )
+    }) {
+        panic!("{e}");
+    }
+    let (m, n, k) = (p.m, p.n, p.k);
+    if m == 0 || n == 0 {
+        return;
+    }
+    let inverse = inverse_out_scale(out_scale);
+    let decode =
+        |codes: &[u8]| -> Vec<f64> { codes.iter().map(|&x| e4m3::decode(x) as f64).collect() };
+    let b_values = decode(&b[..n * k]);
+    c[..m * n]
+        .par_chunks_mut(n)
+        .enumerate()
+        .for_each(|(row, c_row)| {
+            let a_row = decode(&a[row * k..(row + 1) * k]);
+            let a_s = a_scale[if p.activation_scale == ActivationScale::PerRow {
+                row
+            } else {
+                0
+            }];
+            for (col, out) in c_row.iter_mut().enumerate() {
+                let acc = exact_dot(&a_row, &b_values[col * k..(col + 1) * k]) as f32;
+                let bias = if p.bias {
+                    bias.map_or(0.0, |v| v[col])
+                } else {
+                    0.0
+                };
+                let residual = if p.residual {
+                    residual.map_or(0.0, |r| r[row * n + col])
+                } else {
+                    0.0
+                };
+                *out = p.store(acc, a_s, b_scale[col], bias, residual, inverse);
+            }
+        });
+}
+
+/// A dot product of decoded e4m3 values in f64, four partial sums (exact whatever the order).
+fn exact_dot(x: &[f64], y: &[f64]) -> f64 {
+    let mut lanes = [0.0f64; 4];
+    let (xc, yc) = (x.chunks_exact(4), y.chunks_exact(4));
+    let tail: f64 = xc
+        .remainder()
+        .iter()
+        .zip(yc.remainder())
+        .map(|(a, b)| a * b)
+        .sum();
+    for (xs, ys) in xc.zip(yc) {
+        for l in 0..4 {
+            lanes[l] += xs[l] * ys[l];
+        }
+    }
+    lanes.iter().sum::<f64>() + tail
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::matmul::fp8::Fp8Output;
     use crate::matmul::problem::Epilogue;
-    use crate::types::{Activation, Operand};
+    use crate::types::{Activation, DType, Operand};
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
     fn random(n: usize, rng: &mut StdRng) -> Vec<f32> {
@@ -362,5 +452,180 @@ mod tests {
             got_o.iter().all(|v| v.is_finite()),
             "every element of O is written"
         );
+    }
+
+    /// The FP8 problem in f64 from the decoded codes, before the store's rounding.
+    #[allow(clippy::too_many_arguments)]
+    fn naive_fp8(
+        p: &Fp8Problem,
+        a: &[u8],
+        b: &[u8],
+        a_scale: &[f32],
+        b_scale: &[f32],
+        bias: &[f32],
+        residual: &[f32],
+        out_scale: f32,
+    ) -> Vec<f64> {
+        let mut out = vec![0.0f64; p.m * p.n];
+        for i in 0..p.m {
+            for j in 0..p.n {
+                let mut acc = 0.0f64;
+                for kk in 0..p.k {
+                    acc +=
+                        e4m3::decode(a[i * p.k + kk]) as f64 * e4m3::decode(b[j * p.k + kk]) as f64;
+                }
+                let a_s = a_scale[if p.activation_scale == ActivationScale::PerRow {
+                    i
+                } else {
+                    0
+                }];
+                let mut v = acc * a_s as f64 * b_scale[j] as f64;
+                if p.bias {
+                    v += bias[j] as f64;
+                }
+                v = p.activation.apply(v as f32) as f64;
+                if p.residual {
+                    v += residual[i * p.n + j] as f64;
+                }
+                if p.output == Fp8Output::E4m3 {
+                    v /= out_scale as f64;
+                }
+                out[i * p.n + j] = v;
+            }
+        }
+        out
+    }
+
+    fn random_e4m3(n: usize, rng: &mut StdRng) -> Vec<u8> {
+        // Codes of values in [-8, 8] (most of the format's range of mantissas and exponents),
+        // NaN excluded.
+        (0..n)
+            .map(|_| e4m3::encode(rng.random_range(-8.0f32..8.0)))
+            .collect()
+    }
+
+    #[test]
+    fn fp8_twin_matches_naive_over_shapes_scales_and_epilogues() {
+        let mut rng = StdRng::seed_from_u64(38);
+        for (m, n, k) in [(1, 1, 16), (7, 13, 32), (130, 70, 48), (3, 200, 768)] {
+            for half in [DType::F16, DType::BF16] {
+                for (output, residual) in [
+                    (Fp8Output::Half, false),
+                    (Fp8Output::Half, true),
+                    (Fp8Output::E4m3, false),
+                ] {
+                    for activation_scale in [ActivationScale::PerRow, ActivationScale::PerTensor] {
+                        let p = Fp8Problem {
+                            output,
+                            activation_scale,
+                            bias: true,
+                            activation: Activation::Gelu,
+                            residual,
+                            ..Fp8Problem::linear(m, n, k, half)
+                        };
+                        let a = random_e4m3(m * k, &mut rng);
+                        let b = random_e4m3(n * k, &mut rng);
+                        let a_scale: Vec<f32> = (0..activation_scale.len(m))
+                            .map(|_| rng.random_range(0.001f32..0.05))
+                            .collect();
+                        let b_scale: Vec<f32> =
+                            (0..n).map(|_| rng.random_range(0.001f32..0.05)).collect();
+                        let bias: Vec<f32> = (0..n)
+                            .map(|_| half.round(rng.random_range(-1.0f32..1.0)))
+                            .collect();
+                        let res: Vec<f32> = (0..m * n)
+                            .map(|_| half.round(rng.random_range(-1.0f32..1.0)))
+                            .collect();
+                        let out_scale = 0.01f32;
+                        let mut got = vec![f32::NAN; m * n];
+                        matmul_fp8(
+                            &p,
+                            &a,
+                            &b,
+                            &a_scale,
+                            &b_scale,
+                            Some(&bias),
+                            Some(&res),
+                            out_scale,
+                            &mut got,
+                        );
+                        let want =
+                            naive_fp8(&p, &a, &b, &a_scale, &b_scale, &bias, &res, out_scale);
+                        for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                            // The store's rounding (half an ulp of the output type: 2^-11 of the
+                            // value for f16, 2^-8 for bf16, 2^-4 for e4m3, whose subnormals are
+                            // 2^-9 apart and whose largest value is 448) and a few f32 roundings.
+                            let (relative, absolute) = match (output, half) {
+                                (Fp8Output::E4m3, _) => (1.0 / 16.0, 1.0 / 1024.0),
+                                (_, DType::BF16) => (1.0 / 256.0, 1e-6),
+                                _ => (1.0 / 2048.0, 1e-6),
+                            };
+                            let w_stored = if output == Fp8Output::E4m3 {
+                                w.clamp(-448.0, 448.0)
+                            } else {
+                                w
+                            };
+                            let tolerance =
+                                relative * w_stored.abs() * 1.001 + absolute + 1e-5 * w.abs();
+                            assert!(
+                                (g as f64 - w_stored).abs() <= tolerance,
+                                "{m}x{n}x{k} {half} {output:?} {activation_scale:?} residual {residual}, \
+                                 index {i}: got {g}, want {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fp8_twin_sums_exactly() {
+        // 256 · 256, thirty products of the smallest subnormals (2^-18 each), then -256 · 256:
+        // an f32 accumulator in this order loses the small ones (2^16 + 2^-18 is 2^16) and
+        // ends at 0; the twin's exact sum is 30 · 2^-18.
+        let k = 32;
+        let mut a = vec![0x01u8; k];
+        let mut b = vec![0x01u8; k];
+        a[0] = e4m3::encode(256.0);
+        b[0] = e4m3::encode(256.0);
+        a[k - 1] = e4m3::encode(-256.0);
+        b[k - 1] = e4m3::encode(256.0);
+        let p = Fp8Problem::linear(1, 1, k, DType::F16);
+        let mut c = [0.0f32];
+        matmul_fp8(&p, &a, &b, &[1.0], &[1024.0], None, None, 1.0, &mut c);
+        assert_eq!(c[0], DType::F16.round(30.0 * 2f32.powi(-8)));
+    }
+
+    #[test]
+    fn fp8_problems_the_kernels_do_not_take_are_refused_with_the_reason() {
+        let p = Fp8Problem::linear(4, 4, 24, DType::F16);
+        assert!(p.check().unwrap_err().contains("multiple of 16"));
+        let p = Fp8Problem::linear(4, 4, 32, DType::F32);
+        assert!(p.check().unwrap_err().contains("f16 or bf16"));
+        let p = Fp8Problem {
+            output: Fp8Output::E4m3,
+            residual: true,
+            ..Fp8Problem::linear(4, 4, 32, DType::BF16)
+        };
+        assert!(p.check().unwrap_err().contains("residual"));
+        let p = Fp8Problem {
+            activation: Activation::Tanh,
+            ..Fp8Problem::linear(4, 4, 32, DType::BF16)
+        };
+        assert!(p.check().is_err());
+        let p = Fp8Problem {
+            bias: true,
+            activation_scale: ActivationScale::PerTensor,
+            ..Fp8Problem::linear(4, 8, 32, DType::BF16)
+        };
+        assert!(p.check().is_ok());
+        assert!(p.check_bounds(128, 256, 1, 8, Some(8), None, 32).is_ok());
+        let e = p.check_bounds(128, 256, 1, 8, None, None, 32).unwrap_err();
+        assert!(e.contains("bias"), "{e}");
+        let e = p
+            .check_bounds(128, 256, 1, 7, Some(8), None, 32)
+            .unwrap_err();
+        assert!(e.contains("weight scale"), "{e}");
     }
 }

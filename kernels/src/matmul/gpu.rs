@@ -8,11 +8,14 @@
 
 use crate::cuda::{invalid, DevPtr, Gpu, Instantiation, KernelError};
 use crate::matmul::config::{configure, MatmulConfig, MixedOutput};
+use crate::matmul::fp8::Fp8Problem;
 use crate::matmul::launch::MatmulLaunch;
 use crate::matmul::problem::{MatmulProblem, WeightLayout};
 use crate::matmul::selection::{
     rows_aligned, tiles_for, MatmulTile, Program, DEEP_SMALL_TILE, SMALL_TENSOR_CORE_TILE,
 };
+use crate::matmul::selection::{select_fp8_tile, sm_count, FP8_TILES};
+use crate::matmul::tma_pingpong_fp8::{self, Fp8Operands};
 use crate::matmul::tuning::{matmul_choice, MatmulStorage};
 use crate::matmul::{mma_sync, tma_cooperative, tma_pingpong, wgmma};
 use crate::types::{Activation, DType};
@@ -70,6 +73,47 @@ pub fn matmul_with_tile(
         ));
     }
     launch_with_tile(gpu, dtype, p, tile, a, b, bias, residual, c)
+}
+
+/// The FP8 matmul ([`Fp8Problem`]): e4m3 A and B, the scales, bias, activation and residual
+/// in the epilogue, C in f16, bf16 or e4m3, on the Hopper ping-pong program (sm_90 only). The
+/// tile is the cost model's ([`fp8_tile_for`]). Refuses, with the reason, what the program
+/// cannot take: K not a multiple of 16, C's rows not a multiple of 16 bytes, operands not on
+/// 16-byte boundaries, a GPU other than sm_90.
+pub fn matmul_fp8(gpu: &Gpu, p: &Fp8Problem, ops: &Fp8Operands) -> Result<(), KernelError> {
+    let tile = fp8_tile_for(gpu, p)?;
+    matmul_fp8_with_tile(gpu, p, tile, ops)
+}
+
+/// [`matmul_fp8`] on a tile of the caller's, one of [`FP8_TILES`]: for benchmarks and tests.
+pub fn matmul_fp8_with_tile(
+    gpu: &Gpu,
+    p: &Fp8Problem,
+    tile: MatmulTile,
+    ops: &Fp8Operands,
+) -> Result<(), KernelError> {
+    if !FP8_TILES.contains(&tile) {
+        return Err(invalid!("tile {} is not one of the FP8 tiles", tile.name()));
+    }
+    if !tile.runs_on(gpu.compute_capability()) {
+        let (major, minor) = gpu.compute_capability();
+        return Err(invalid!(
+            "the FP8 matmul needs an sm_90 GPU (e4m3 wgmma); this one is sm_{major}{minor}"
+        ));
+    }
+    tma_pingpong_fp8::launch(gpu, p, tile, ops)
+}
+
+/// The tile [`matmul_fp8`] picks for `p` on `gpu`: the narrow FP8 tile while its tiles fit in
+/// one wave, else the 128 x 128 one; with batch-invariant selection always the latter (as if
+/// M were large), so that a row's result never depends on the batch.
+pub fn fp8_tile_for(gpu: &Gpu, p: &Fp8Problem) -> Result<MatmulTile, KernelError> {
+    let m = if gpu.batch_invariant() {
+        crate::matmul::selection::INVARIANT_ROWS
+    } else {
+        p.m
+    };
+    Ok(select_fp8_tile(m, p.n, p.k, sm_count(gpu)?))
 }
 
 /// Checks every view's dtype and length against the problem; returns the bias and residual
@@ -202,7 +246,7 @@ impl MatmulConfig {
     }
 }
 
-/// Every instantiation `launch_with_tile` can pick.
+/// Every instantiation `launch_with_tile` and `matmul_fp8` can pick.
 pub(crate) fn instantiations() -> Vec<Instantiation> {
     let mut all = Vec::new();
     for dtype in DType::ALL {
@@ -266,5 +310,6 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
             }
         }
     }
+    all.extend(tma_pingpong_fp8::instantiations());
     all
 }

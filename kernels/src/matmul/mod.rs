@@ -15,13 +15,20 @@
 //!   and never looks it up itself. Every instantiation the launcher can pick, generated from
 //!   the tile tables.
 //! - tune.rs: the tuner that fills the table.
+//! - fp8.rs: what the FP8 matmul computes ([`Fp8Problem`]: e4m3 operands, scales in the
+//!   epilogue), for its twin (`cpu::matmul_fp8`) and its program (tma_pingpong_fp8.rs, the
+//!   FP8 entry points of tma_pingpong.cu; `gpu::matmul_fp8`). Its CPU tests are in cpu.rs,
+//!   its GPU tests in kernels/tests/gpu_matmul_fp8.rs, its unit tests of selection and
+//!   instantiations in tests.rs.
 //!
 //! Dependencies run one way: problem, selection, config, tuning, launch, params, mma_sync,
-//! wgmma, tma_cooperative, tma_pingpong, gpu, tune; each file uses only those before it (and
+//! wgmma, tma_cooperative, tma_pingpong, tma_pingpong_fp8, gpu, tune (fp8 beside problem);
+//! each file uses only those before it (and
 //! the device layer, `crate::cuda`).
 
 mod config;
 pub mod cpu;
+mod fp8;
 pub mod gpu;
 mod launch;
 mod mma_sync;
@@ -32,14 +39,19 @@ pub mod selection;
 mod tests;
 mod tma_cooperative;
 mod tma_pingpong;
+mod tma_pingpong_fp8;
 pub mod tune;
 pub mod tuning;
 mod wgmma;
 
+pub use crate::cuda::E4m3Ptr;
+pub use fp8::{inverse_out_scale, ActivationScale, Fp8Output, Fp8Problem, FP8_K_MULTIPLE};
 pub use problem::{Epilogue, MatmulProblem, WeightLayout};
 pub use selection::{
-    matmul_tile_for, tiles_for, MatmulTile, Program, FMA_TILES, TENSOR_CORE_TILES, WGMMA_TILES,
+    matmul_tile_for, tiles_for, MatmulTile, Program, FMA_TILES, FP8_TILES, TENSOR_CORE_TILES,
+    WGMMA_TILES,
 };
+pub use tma_pingpong_fp8::{Fp8Destination, Fp8Operands};
 pub use tune::{
     store_matmul_tuning, tune_matmul, CandidateTime, MatmulCase, MatmulTuning, TuneSettings,
 };

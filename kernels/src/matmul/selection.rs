@@ -287,6 +287,46 @@ pub const TMA_TILES: [MatmulTile; 5] = [
 /// many bytes in flight as five of 32 KB.
 pub(crate) const NARROW_PINGPONG_TILE: MatmulTile = tma_tile(64, 8, true, 1, 180);
 
+/// The FP8 tiles (e4m3 operands: the ping-pong program's FP8 entry points, sm_90a): the
+/// ping-pong tile and its narrow variant with k-tiles of 128 e4m3 values, the same 128 bytes a
+/// row as the 16-bit tiles' 64, so that stages, boxes and swizzle are the 16-bit tiles' byte for
+/// byte. Their speeds and overheads are the 16-bit tiles' in k-columns of e4m3 (twice as many
+/// a second: the FP8 wgmma's rate is twice the 16-bit one's); estimates until measured, and
+/// only ever compared with each other (see `select_fp8_tile`).
+pub const FP8_TILES: [MatmulTile; 2] = [FP8_PINGPONG_TILE, FP8_NARROW_PINGPONG_TILE];
+
+/// The FP8 ping-pong tile, 128 x 128, five stages of 32 KB.
+pub(crate) const FP8_PINGPONG_TILE: MatmulTile = MatmulTile {
+    block_k: 128,
+    speed: 440,
+    overhead_k: 696,
+    ..tma_tile(128, 5, true, 1, 220)
+};
+
+/// The narrow FP8 ping-pong tile, 128 x 64, eight stages of 24 KB, for products whose
+/// 128-wide tiles leave most SMs idle (batch 1), with split-K as the 16-bit narrow tile's.
+pub(crate) const FP8_NARROW_PINGPONG_TILE: MatmulTile = MatmulTile {
+    block_k: 128,
+    speed: 360,
+    overhead_k: 696,
+    ..NARROW_PINGPONG_TILE
+};
+
+/// The FP8 tile for an `m` x `n` x `k` product on `sms` SMs: the narrow one while its tiles fit
+/// in one wave (as the 16-bit narrow tile is chosen), else the cheaper by the cost model.
+pub(crate) fn select_fp8_tile(m: usize, n: usize, k: usize, sms: u32) -> MatmulTile {
+    let programs = |t: &MatmulTile| {
+        m.div_ceil(t.block_m as usize) as u64 * n.div_ceil(t.block_n as usize) as u64
+    };
+    let sms = sms.max(1) as u64;
+    FP8_TILES
+        .iter()
+        .filter(|t| **t != FP8_NARROW_PINGPONG_TILE || programs(t) <= sms)
+        .min_by_key(|t| t.cost(programs(t), sms, k as u64))
+        .copied()
+        .unwrap_or(FP8_PINGPONG_TILE)
+}
+
 /// Every half-precision tile: the mma.sync ones (sm_80 and later), then the Hopper ones.
 const HALF_TILES: [MatmulTile; 11] = [
     TENSOR_CORE_TILES[0],
@@ -470,7 +510,7 @@ pub(crate) fn split_k(
 /// the first, and each split's partial costs a store and a load of 32 KB.
 const MIN_PINGPONG_K_TILES_PER_SPLIT: usize = 4;
 
-/// Split-K for the narrow ping-pong tile (`SPLIT_K` in tma_pingpong.cu), whose walk takes at
+/// Split-K for the narrow ping-pong tiles (`SPLIT_K` in tma_pingpong.cu), whose walk takes at
 /// most one tile a CTA: as many splits as keep every split's tile on an SM of its own
 /// (`programs` tiles, `sms` SMs), an equal number of k-tiles each (the walk's k-steps are
 /// counted per tile), at least MIN_PINGPONG_K_TILES_PER_SPLIT, K at least MIN_K_TO_SPLIT.
@@ -483,7 +523,12 @@ pub(crate) fn pingpong_split_k(
     programs: u64,
     sms: u32,
 ) -> SplitK {
-    if tile != NARROW_PINGPONG_TILE || p.k < MIN_K_TO_SPLIT || programs == 0 {
+    // The narrow tiles, 16-bit or FP8 (the only ping-pong tiles 64 columns wide).
+    if tile.program != Program::TmaPingPong
+        || tile.block_n != 64
+        || p.k < MIN_K_TO_SPLIT
+        || programs == 0
+    {
         return SplitK::NONE;
     }
     let k_tiles = p.k.div_ceil(tile.block_k as usize);

@@ -735,3 +735,129 @@ fn mixed_storage_is_checked_against_what_is_built() {
     )
     .is_err());
 }
+
+#[test]
+fn fp8_selection_takes_the_narrow_tile_within_one_wave_and_the_wide_one_past_it() {
+    use crate::matmul::fp8::FP8_K_MULTIPLE;
+    // ViT-B/16 (197 tokens) and ViT-L/16 (hidden 1024, MLP 4096) at batch 1 to 256 on 132 SMs.
+    let linears: [(usize, usize); 8] = [
+        (2304, 768),
+        (768, 768),
+        (3072, 768),
+        (768, 3072),
+        (3072, 1024),
+        (1024, 1024),
+        (4096, 1024),
+        (1024, 4096),
+    ];
+    for (n, k) in linears {
+        assert!(k.is_multiple_of(FP8_K_MULTIPLE));
+        for batch in [1usize, 8, 64, 256] {
+            let m = 197 * batch;
+            let tile = select_fp8_tile(m, n, k, 132);
+            assert!(FP8_TILES.contains(&tile));
+            let narrow_programs = m.div_ceil(128) * n.div_ceil(64);
+            if batch == 1 {
+                // Two row tiles: at most 2 · 4096 / 64 = 128 narrow tiles, one wave.
+                assert_eq!(tile, FP8_NARROW_PINGPONG_TILE, "{m}x{n}x{k}");
+            } else {
+                assert!(narrow_programs > 132);
+                assert_eq!(tile, FP8_PINGPONG_TILE, "{m}x{n}x{k}");
+            }
+        }
+    }
+}
+
+#[test]
+fn fp8_tiles_are_the_16_bit_tiles_byte_for_byte() {
+    // A stage row is 128 bytes either way: 128 e4m3 values against 64 16-bit ones.
+    assert_eq!(FP8_PINGPONG_TILE.block_k, 2 * TMA_TILES[2].block_k);
+    assert_eq!(
+        (FP8_PINGPONG_TILE.block_n, FP8_PINGPONG_TILE.stages),
+        (TMA_TILES[2].block_n, TMA_TILES[2].stages)
+    );
+    assert_eq!(
+        FP8_NARROW_PINGPONG_TILE.block_k,
+        2 * NARROW_PINGPONG_TILE.block_k
+    );
+    assert_eq!(
+        FP8_NARROW_PINGPONG_TILE.threads(),
+        NARROW_PINGPONG_TILE.threads()
+    );
+    assert!(FP8_TILES
+        .iter()
+        .all(|t| t.runs_on((9, 0)) && !t.runs_on((8, 0))));
+}
+
+#[test]
+fn every_fp8_instantiation_fits_sm90_shared_memory_and_is_registered_once() {
+    use crate::matmul::fp8::Fp8Output;
+    use crate::matmul::tma_pingpong_fp8::{fits_sm90, Fp8Config};
+    let registered = instantiations();
+    let mut count = 0;
+    for tile in FP8_TILES {
+        for half in [DType::F16, DType::BF16] {
+            for activation in Activation::EPILOGUE {
+                for (output, residual) in [
+                    (Fp8Output::Half, false),
+                    (Fp8Output::Half, true),
+                    (Fp8Output::E4m3, false),
+                ] {
+                    let config = Fp8Config {
+                        half,
+                        output,
+                        residual,
+                        activation,
+                        tile,
+                    };
+                    assert!(
+                        fits_sm90(&config),
+                        "{config:?}: {} bytes",
+                        config.shared_bytes()
+                    );
+                    let inst = config.instantiation();
+                    assert_eq!(
+                        registered.iter().filter(|i| **i == inst).count(),
+                        1,
+                        "{}",
+                        inst.name
+                    );
+                    assert_eq!(inst.block_threads, if residual { 320 } else { 288 });
+                    count += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(count, 72);
+}
+
+#[test]
+fn fp8_instantiation_names_spell_the_meta_parameters() {
+    use crate::matmul::fp8::Fp8Output;
+    use crate::matmul::tma_pingpong_fp8::Fp8Config;
+    let config = Fp8Config {
+        half: DType::BF16,
+        output: Fp8Output::E4m3,
+        residual: false,
+        activation: Activation::Gelu,
+        tile: FP8_PINGPONG_TILE,
+    };
+    let inst = config.instantiation();
+    assert_eq!(inst.name, "matmul_e4m3_tmapp_bn128_s5_g8_gelu_bf16_ce4m3");
+    assert_eq!(inst.function, "matmul_block_tma_pingpong_fp8");
+    assert_eq!(
+        inst.template_args[..2],
+        ["__nv_bfloat16", "vitrt_matmul::E4m3"]
+    );
+    let narrow = Fp8Config {
+        output: Fp8Output::Half,
+        residual: true,
+        activation: Activation::None,
+        tile: FP8_NARROW_PINGPONG_TILE,
+        ..config
+    };
+    let inst = narrow.instantiation();
+    assert_eq!(inst.name, "matmul_e4m3_tmapp_bn64_s8_g8_sk_none_bf16_res");
+    assert_eq!(inst.function, "matmul_block_tma_pingpong_fp8_residual");
+    assert_eq!(inst.template_args.last().map(String::as_str), Some("true"));
+}

@@ -102,19 +102,22 @@ __device__ __forceinline__ void release_stage(unsigned empty) {
 }
 
 // The producer of the warp-specialised bodies, one thread (K > 0): every k-tile of the CTA's
-// tiles in order (`k_tiles` a tile, from its split's first with split-K), A's 128 x 64 box
-// and B's BN x 64 box per stage, each stage once its consumers have released it. CLUSTER 2: the two CTAs share A's box (their tiles have the same
+// tiles in order (`k_tiles` a tile, from its split's first with split-K), A's 128 x BK box
+// and B's BN x BK box per stage, each stage once its consumers have released it. CLUSTER 2: the two CTAs share A's box (their tiles have the same
 // rows); each loads half of it (64 rows, `a_map`'s box) into both CTAs' stage, so the stage
 // completes on 32 KB as before, and a stage is free only once the consumers of both CTAs have
 // released it (`empty` counts both). It then waits for the last release of every stage: the
 // other CTA's consumers arrive on this CTA's barriers, which must outlive their arrivals.
-template <int BN, int STAGES, int GROUP_M, int CLUSTER = 1>
+// BK: the k-tile's elements, 64 of a 16-bit operand or 128 of an 8-bit one (the FP8 ping-pong
+// program); either way a box row is one 128-byte swizzle row.
+template <int BN, int STAGES, int GROUP_M, int CLUSTER = 1, int BK = 64>
 __device__ __forceinline__ void load_stages(const TmaDescriptor& a_map, const TmaDescriptor& b_map, unsigned smem,
                                             unsigned full_bar, unsigned empty_bar, int tiles_m, int tiles_n,
                                             int k_tiles, int splits = 1) {
-    constexpr int BM = 128, BK = 64;
-    constexpr int kBytesA = BM * BK * 2;
-    constexpr int kStageBytes = kBytesA + BN * BK * 2;
+    constexpr int BM = 128, kRowBytes = 128;
+    static_assert(BK == 64 || BK == 128, "a k-tile row is 128 bytes of a 16- or 8-bit operand");
+    constexpr int kBytesA = BM * kRowBytes;
+    constexpr int kStageBytes = kBytesA + BN * kRowBytes;
     const CtaTiles<GROUP_M, CLUSTER> walk{tiles_m, tiles_n, splits};
     const int rank = CLUSTER == 1 ? 0 : (int)(blockIdx.x & 1);
     int step = 0;

@@ -1,7 +1,7 @@
-// The TMA ping-pong programs (f16 / bf16, sm_90a): the warp-specialised program of
-// tma_cooperative.cu with its two consumer warpgroups on alternate tiles, so one warpgroup's
-// epilogue runs under the other's MMAs; C, and the residual of its residual variants, through
-// tensor maps.
+// The TMA ping-pong programs (f16 / bf16, and e4m3 operands with f16 / bf16 or e4m3 C, sm_90a):
+// the warp-specialised program of tma_cooperative.cu with its two consumer warpgroups on
+// alternate tiles, so one warpgroup's epilogue runs under the other's MMAs; C, and the
+// residual of its residual variants, through tensor maps.
 
 #include "tma.cuh"
 
@@ -16,6 +16,87 @@ __device__ __forceinline__ void tma_store_2d(const TmaDescriptor* map, unsigned 
                  "r"(src), "r"(inner), "r"(outer)
                  : "memory");
 #endif
+}
+
+// An e4m3 C's element: one byte, the code `cvt.rn.satfinite.e4m3x2.f32` writes (the FP8
+// entry points' TC for an e4m3 output).
+struct E4m3 {
+    unsigned char code;
+};
+template <typename T>
+struct is_e4m3 {
+    static constexpr bool value = false;
+};
+template <>
+struct is_e4m3<E4m3> {
+    static constexpr bool value = true;
+};
+
+// The FP8 program's scales (see matmul_block_tma_pingpong_fp8): the activations' (`a`, one f32
+// a row `a_stride` apart: 1 per row, 0 one for the tensor), the weights' (`b`, one a column)
+// and an e4m3 C's (`out`, one value; C stores v · (1 / out)). Unused by the 16-bit programs.
+struct Fp8Scales {
+    const float* a = nullptr;
+    int a_stride = 0;
+    const float* b = nullptr;
+    const float* out = nullptr;
+};
+
+// Four column scales (columns col .. col + 3) into shared memory at `dst`, zero past N: one
+// 16-byte cp.async where the scales allow it, element loads at the edge (as stage_bias_chunk).
+__device__ __forceinline__ void stage_scale_chunk(unsigned dst, const float* scale, int col, int n) {
+    if (col + 4 <= n && (reinterpret_cast<unsigned long long>(scale + col) & 15) == 0) {
+        cp_async_ca<16>(dst, scale + col);
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const float value = col + e < n ? scale[col + e] : 0.0f;
+        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(dst + 4 * e), "f"(value) : "memory");
+    }
+}
+
+// Two adjacent outputs of the FP8 epilogue: fma(acc, a_scale · b_scale, bias), activated, plus
+// the 16-bit residual pair already in place (ADD_RESIDUAL, as store_output_pair), stored as a
+// 16-bit pair or, for an e4m3 C, as two codes of v · inverse_out_scale rounded to nearest even
+// and saturated to ±448 (NaN stays NaN). The order of operations is Fp8Problem::store's.
+template <typename T, typename TC, Act ACT, bool ADD_RESIDUAL>
+__device__ __forceinline__ void store_scaled_pair(unsigned address, float x, float y, float scale_x, float scale_y,
+                                                  float bias_x, float bias_y, float inverse_out_scale) {
+    float vx = activate<ACT, true>(fmaf(x, scale_x, bias_x)), vy = activate<ACT, true>(fmaf(y, scale_y, bias_y));
+    if constexpr (ADD_RESIDUAL) {
+        unsigned bits;
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(bits) : "r"(address) : "memory");
+        const T* residual = reinterpret_cast<const T*>(&bits);
+        vx += to_float(residual[0]);
+        vy += to_float(residual[1]);
+    }
+    if constexpr (is_e4m3<TC>::value) {
+        // The first source goes to the upper byte: y's code above x's, x at the lower address.
+        unsigned short codes;
+        asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n"
+            : "=h"(codes)
+            : "f"(vy * inverse_out_scale), "f"(vx * inverse_out_scale));
+        asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(address), "h"(codes) : "memory");
+    } else {
+        const T pair[2] = {from_float<T>(vx), from_float<T>(vy)};
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(*reinterpret_cast<const unsigned*>(pair))
+                     : "memory");
+    }
+}
+
+// The byte offset in an e4m3 output tile (128 rows of BN bytes, the swizzle of C's tensor
+// map: 128-byte rows swizzled over 128 bytes, 64-byte rows over 64) of columns
+// jb · 8 + col_in_group and the next one, of `row`. A swizzle permutes a row's 16-byte chunks:
+// chunk c of row r lands at c ^ (r % 8) for 128 bytes, c ^ ((r / 2) % 4) for 64 (bits 4-6 of
+// the address XORed with bits 7-9, bits 4-5 with 7-8), so that the eight rows a warp stores
+// at once fall on different banks.
+template <int BN>
+__device__ __forceinline__ unsigned e4m3_output_offset(int row, int jb, int col_in_group) {
+    static_assert(BN == 64 || BN == 128, "e4m3 output tiles are 64 or 128 bytes wide");
+    const int chunk = jb / 2;
+    const int swizzled = BN == 128 ? chunk ^ (row % 8) : chunk ^ ((row / 2) % 4);
+    return row * BN + swizzled * 16 + (jb % 2) * 8 + col_in_group;
 }
 
 // Two adjacent outputs of the register epilogue, activated and stored as one 16-bit pair.
@@ -221,25 +302,36 @@ __device__ __forceinline__ void release_residual_unread(unsigned full_bar, unsig
 // - SPLIT_K: `splits` > 1 walks that many copies of the tiles, each over `split_k_tiles`
 //   k-tiles, summed through `partials` and `counters` (see split_k_partial_sum); 1 runs every
 //   k-tile of each tile, as without it.
+// - FP8: A and B are e4m3 codes, k-tiles of 128 of them (the same 128-byte rows, boxes and
+//   stages as 16-bit k-tiles of 64), multiplied by k32 e4m3 wgmmas. The epilogue computes
+//   fma(acc, a_scale[row] · b_scale[col], bias): the weights' column scales arrive in shared
+//   memory beside the bias tile (stage_scale_chunk), the four activation scales of a thread's
+//   rows from global memory at the epilogue; C is T, T plus a residual in place (RESIDUAL), or
+//   e4m3 (TC = E4m3: one box of BN bytes a row, see e4m3_output_offset). See
+//   matmul_block_tma_pingpong_fp8.
 template <typename T, typename TC, bool RESIDUAL, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER,
-          bool SPLIT_K>
+          bool SPLIT_K, bool FP8 = false>
 __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
                                                     const TmaDescriptor& out_map, const TmaDescriptor& c_map,
                                                     const T* bias, TC* c, long long c_row_stride, int m, int n, int k,
                                                     float alpha, int splits, int split_k_tiles, float* partials,
-                                                    unsigned* counters) {
+                                                    unsigned* counters, const Fp8Scales& scales = Fp8Scales{}) {
     constexpr bool kResidual = RESIDUAL;
-    constexpr int BM = 128, BK = 64;
+    // A k-tile row is 128 bytes (one swizzle row): 64 16-bit values or 128 e4m3 ones.
+    constexpr int BM = 128, BK = FP8 ? 128 : 64, kRowBytes = 128;
     constexpr int kAccumulators = BN / 2;
-    constexpr int kBytesA = BM * BK * 2;
-    constexpr int kBytesB = BN * BK * 2;
+    constexpr int kBytesA = BM * kRowBytes;
+    constexpr int kBytesB = BN * kRowBytes;
     constexpr int kStageBytes = kBytesA + kBytesB;
-    // 16-bit C: BN / 64 boxes of 128 rows x 128 bytes; half an f32 residual tile: BN / 64 too.
-    constexpr int kOutputBytes = BM * BN * 2;
+    // 16-bit C: BN / 64 boxes of 128 rows x 128 bytes; half an f32 residual tile: BN / 64 too;
+    // an e4m3 C: one box of 128 rows x BN bytes.
+    constexpr int kOutputBytes = BM * BN * (is_e4m3<TC>::value ? 1 : 2);
     constexpr int kResidualBarriers = kResidual ? 4 : 0;
     static_assert(BN % 64 == 0 && BN <= 128, "two 64 x BN halves of accumulators must fit 168 registers");
-    static_assert(is_same_type<T, TC>::value || (kResidual && is_f32<TC>::value),
-                  "C is in the operands' type or the f32 stream");
+    static_assert(is_same_type<T, TC>::value || (kResidual && is_f32<TC>::value) ||
+                      (FP8 && !kResidual && is_e4m3<TC>::value),
+                  "C is in the operands' type, the f32 stream or (FP8, no residual) e4m3");
+    static_assert(!FP8 || !is_f32<TC>::value, "the FP8 program writes 16-bit or e4m3 C");
 
     extern __shared__ __align__(128) unsigned char shared_tiles[];
     // full[s], then empty[s], then turn[0], turn[1], then (f32 residual) residual_full[b] and
@@ -288,8 +380,8 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
     if (warpgroup == 2) {
         // Producer (warp 8): the CTA's tiles in order, every k-tile of each.
         if (threadIdx.x == 256 && k_tiles > 0)
-            load_stages<BN, STAGES, GROUP_M, CLUSTER>(a_map, b_map, smem, full_bar, empty_bar, tiles_m, tiles_n,
-                                                      k_tiles, splits);
+            load_stages<BN, STAGES, GROUP_M, CLUSTER, BK>(a_map, b_map, smem, full_bar, empty_bar, tiles_m,
+                                                          tiles_n, k_tiles, splits);
         // Residual loader (warp 9).
         if constexpr (kResidual) {
             if (threadIdx.x == 288)
@@ -307,6 +399,13 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
     // This warpgroup's tile of bias (BN values), after both output tiles.
     const unsigned bias_tile = smem + STAGES * kStageBytes + 2 * kOutputBytes + w * BN * 2;
     const T* bias_values = reinterpret_cast<const T*>(shared_tiles + (bias_tile - shared_address(shared_tiles)));
+    // FP8: this warpgroup's tile of weight scales (BN f32), after both bias tiles, and the
+    // reciprocal of an e4m3 C's scale (an IEEE division, as the twin's).
+    const unsigned scale_tile = smem + STAGES * kStageBytes + 2 * kOutputBytes + 2 * BN * 2 + w * BN * 4;
+    const float* column_scales =
+        reinterpret_cast<const float*>(shared_tiles + (scale_tile - shared_address(shared_tiles)));
+    float inverse_out_scale = 1.0f;
+    if constexpr (FP8 && is_e4m3<TC>::value) inverse_out_scale = 1.0f / *scales.out;
     const int tid = threadIdx.x % 128;
     const int lane = threadIdx.x & 31;
     const bool leader = tid == 0;
@@ -325,6 +424,9 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         // The tile's bias, fetched while its main loop runs (the previous epilogue's last barrier
         // has seen every read of the buffer); waited for at the epilogue.
         if (bias != nullptr && tid < BN / 8) stage_bias_chunk(bias_tile + tid * 16, bias, t.tile_n * BN + tid * 8, n);
+        if constexpr (FP8) {
+            if (tid < BN / 4) stage_scale_chunk(scale_tile + tid * 16, scales.b, t.tile_n * BN + tid * 4, n);
+        }
         cp_async_commit();
         // Tile j = 2i + w waits for completion i - 1 + w of turn[w] (the other's tile j - 1).
         if (j > 0) mbarrier_wait(turn_bar + w * 8, ((j >> 1) + w + 1) & 1);
@@ -336,11 +438,18 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
             const unsigned stage_b = stage_a + kBytesA;
             wgmma_fence();
 #pragma unroll
-            for (int ks = 0; ks < BK / 16; ++ks) {
+            for (int ks = 0; ks < kRowBytes / 32; ++ks) {
+                // 32 bytes of K a step: k16 of a 16-bit operand, k32 of an e4m3 one.
                 const unsigned long long b_desc = wgmma_descriptor(stage_b + ks * 32);
-                wgmma_m64k16<T, BN>(acc_top, wgmma_descriptor(stage_a + ks * 32), b_desc, kt > 0 || ks > 0);
-                wgmma_m64k16<T, BN>(acc_bottom, wgmma_descriptor(stage_a + 64 * BK * 2 + ks * 32), b_desc,
-                                    kt > 0 || ks > 0);
+                if constexpr (FP8) {
+                    wgmma_m64k32_e4m3<BN>(acc_top, wgmma_descriptor(stage_a + ks * 32), b_desc, kt > 0 || ks > 0);
+                    wgmma_m64k32_e4m3<BN>(acc_bottom, wgmma_descriptor(stage_a + 64 * kRowBytes + ks * 32), b_desc,
+                                          kt > 0 || ks > 0);
+                } else {
+                    wgmma_m64k16<T, BN>(acc_top, wgmma_descriptor(stage_a + ks * 32), b_desc, kt > 0 || ks > 0);
+                    wgmma_m64k16<T, BN>(acc_bottom, wgmma_descriptor(stage_a + 64 * kRowBytes + ks * 32), b_desc,
+                                        kt > 0 || ks > 0);
+                }
             }
             wgmma_commit();
             // The previous step's group has retired once at most one is pending: its stage is free.
@@ -410,6 +519,16 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
             asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
             continue;
         }
+        // FP8: the activations' scales of this thread's four rows (0 past M), read from global
+        // memory while the waits below run.
+        float row_scales[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (FP8) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int row = t.tile_m * BM + frag_row + (r & 1) * 8 + (r >> 1) * 64;
+                if (row < m) row_scales[r] = scales.a[(long long)row * scales.a_stride];
+            }
+        }
         // The previous tile's TMA store has read the output tile (issued a main loop ago), and
         // the bias tile has landed. A 16-bit stream (kResidual here): R arrives by TMA in the
         // layout of C's output tile, so each thread adds its pairs in place there and the tile
@@ -423,32 +542,62 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         // Use q of this warpgroup's residual buffer (see load_residual_parts).
         if constexpr (kResidual) mbarrier_wait(residual_full_bar + w * 8, (j >> 1) & 1);
         const int col0 = t.tile_n * BN;
+        if constexpr (FP8) {
 #pragma unroll
-        for (int jb = 0; jb < BN / 8; ++jb) {
-            // Columns jb * 8 + frag_col and the one after it, for rows frag_row (+ 8) of each half.
-            float2 bias_pair = make_float2(0.0f, 0.0f);
-            if (bias != nullptr) bias_pair = load_pair_as_float(bias_values + jb * 8 + frag_col);
-            const float bias0 = bias_pair.x, bias1 = bias_pair.y;
-            // Box jb / 8, 16-byte chunk jb % 8 of each 128-byte row, XOR-swizzled by the row.
-            const unsigned box = output_tile + (jb / 8) * (BM * 128) + frag_col * 2;
-            // Rows frag_row and frag_row + 8 of the top half, then of the bottom half.
-            const int swizzle = ((jb % 8) ^ (frag_row % 8)) * 16;  // (row + 8) % 8 == row % 8
-            store_output_pair<T, ACT, kResidual>(box + frag_row * 128 + swizzle, acc_top[4 * jb],
-                                                 acc_top[4 * jb + 1], alpha, bias0, bias1);
-            store_output_pair<T, ACT, kResidual>(box + (frag_row + 8) * 128 + swizzle, acc_top[4 * jb + 2],
-                                                 acc_top[4 * jb + 3], alpha, bias0, bias1);
-            store_output_pair<T, ACT, kResidual>(box + (frag_row + 64) * 128 + swizzle, acc_bottom[4 * jb],
-                                                 acc_bottom[4 * jb + 1], alpha, bias0, bias1);
-            store_output_pair<T, ACT, kResidual>(box + (frag_row + 72) * 128 + swizzle, acc_bottom[4 * jb + 2],
-                                                 acc_bottom[4 * jb + 3], alpha, bias0, bias1);
+            for (int jb = 0; jb < BN / 8; ++jb) {
+                float2 bias_pair = make_float2(0.0f, 0.0f);
+                if (bias != nullptr) bias_pair = load_pair_as_float(bias_values + jb * 8 + frag_col);
+                const float2 column_scale = *reinterpret_cast<const float2*>(column_scales + jb * 8 + frag_col);
+                // Rows frag_row and frag_row + 8 of the top half, then of the bottom half.
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int row = frag_row + (r & 1) * 8 + (r >> 1) * 64;
+                    const float* acc = r < 2 ? acc_top : acc_bottom;
+                    unsigned address;
+                    if constexpr (is_e4m3<TC>::value) {
+                        address = output_tile + e4m3_output_offset<BN>(row, jb, frag_col);
+                    } else {
+                        address = output_tile + (jb / 8) * (BM * 128) + frag_col * 2 + row * 128 +
+                                  ((jb % 8) ^ (row % 8)) * 16;
+                    }
+                    store_scaled_pair<T, TC, ACT, kResidual>(
+                        address, acc[4 * jb + (r & 1) * 2], acc[4 * jb + (r & 1) * 2 + 1],
+                        row_scales[r] * column_scale.x, row_scales[r] * column_scale.y, bias_pair.x, bias_pair.y,
+                        inverse_out_scale);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int jb = 0; jb < BN / 8; ++jb) {
+                // Columns jb * 8 + frag_col and the one after it, for rows frag_row (+ 8) of each half.
+                float2 bias_pair = make_float2(0.0f, 0.0f);
+                if (bias != nullptr) bias_pair = load_pair_as_float(bias_values + jb * 8 + frag_col);
+                const float bias0 = bias_pair.x, bias1 = bias_pair.y;
+                // Box jb / 8, 16-byte chunk jb % 8 of each 128-byte row, XOR-swizzled by the row.
+                const unsigned box = output_tile + (jb / 8) * (BM * 128) + frag_col * 2;
+                // Rows frag_row and frag_row + 8 of the top half, then of the bottom half.
+                const int swizzle = ((jb % 8) ^ (frag_row % 8)) * 16;  // (row + 8) % 8 == row % 8
+                store_output_pair<T, ACT, kResidual>(box + frag_row * 128 + swizzle, acc_top[4 * jb],
+                                                     acc_top[4 * jb + 1], alpha, bias0, bias1);
+                store_output_pair<T, ACT, kResidual>(box + (frag_row + 8) * 128 + swizzle, acc_top[4 * jb + 2],
+                                                     acc_top[4 * jb + 3], alpha, bias0, bias1);
+                store_output_pair<T, ACT, kResidual>(box + (frag_row + 64) * 128 + swizzle, acc_bottom[4 * jb],
+                                                     acc_bottom[4 * jb + 1], alpha, bias0, bias1);
+                store_output_pair<T, ACT, kResidual>(box + (frag_row + 72) * 128 + swizzle, acc_bottom[4 * jb + 2],
+                                                     acc_bottom[4 * jb + 3], alpha, bias0, bias1);
+            }
         }
         // Makes the generic-proxy writes visible to the TMA unit, then one thread stores.
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
         if (leader) {
+            if constexpr (is_e4m3<TC>::value) {
+                tma_store_2d(&c_map, output_tile, col0, t.tile_m * BM);
+            } else {
 #pragma unroll
-            for (int box = 0; box < BN / 64; ++box)
-                tma_store_2d(&c_map, output_tile + box * (BM * 128), col0 + box * 64, t.tile_m * BM);
+                for (int box = 0; box < BN / 64; ++box)
+                    tma_store_2d(&c_map, output_tile + box * (BM * 128), col0 + box * 64, t.tile_m * BM);
+            }
             asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
             if constexpr (kResidual) {
                 asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
@@ -521,6 +670,66 @@ __device__ __forceinline__ void matmul_block_tma_pingpong_stream16(
     matmul_tma_pingpong<T, T, true, BN, STAGES, GROUP_M, ACT, CLUSTER, SPLIT_K>(
         a_map, b_map, r_map, c_map, bias, static_cast<T*>(nullptr), 0, m, n, k, alpha, splits, split_k_tiles,
         partials, counters);
+#else
+    __trap();
+#endif
+}
+
+// The FP8 entry of the ping-pong program (sm_90a): C = act(acc · (a_scale[m] · b_scale[n]) +
+// bias) for e4m3 A [M, K] and B [N, K] (both K-major, as the FP8 wgmma must read them) through
+// tensor maps of 8-bit elements in 128-byte swizzled boxes of 128 x rows, so a stage holds the
+// same bytes as the 16-bit program's (k-tiles of 128), and the main loop is that program's with
+// k32 e4m3 wgmmas in place of k16 ones. C through a tensor map: in T (f16 or bf16, boxes of 64
+// x 128) or, TC = E4m3, as e4m3 codes of v / out_scale (one box of BN bytes x 128, swizzled
+// over 128 or 64 bytes); the bias is in T. `a_scale_stride` 1 reads one activation scale a row,
+// 0 one for the tensor. Template arguments: T, TC (T or vitrt_matmul::E4m3), BLOCK_N (64 or
+// 128), STAGES, GROUP_M, activation, SPLIT_K (as matmul_block_tma_pingpong's). 288 threads.
+// Accumulation: the tensor core's FP8 sums keep fewer mantissa bits than fp32 (about 13 on the
+// H100), over the whole of K; promoting them into fp32 registers every few k-tiles, as
+// CUTLASS's non-"fast-accumulation" FP8 kernels do, would need a second set of 128 accumulators
+// a thread that the 168-register cap leaves no room for.
+template <typename T, typename TC, int BN, int STAGES, int GROUP_M, Act ACT, bool SPLIT_K>
+__device__ __forceinline__ void matmul_block_tma_pingpong_fp8(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
+                                                              const TmaDescriptor& c_map, const T* bias,
+                                                              const float* a_scale, int a_scale_stride,
+                                                              const float* b_scale, const float* out_scale, int m,
+                                                              int n, int k, int splits, int split_k_tiles,
+                                                              float* partials, unsigned* counters) {
+    using namespace vitrt_matmul;
+    static_assert(!is_f32<T>::value, "the FP8 program's bias and 16-bit C are f16 or bf16");
+#if VITRT_HAS_WGMMA
+    Fp8Scales scales;
+    scales.a = a_scale;
+    scales.a_stride = a_scale_stride;
+    scales.b = b_scale;
+    scales.out = out_scale;
+    matmul_tma_pingpong<T, TC, false, BN, STAGES, GROUP_M, ACT, 1, SPLIT_K, true>(
+        a_map, b_map, c_map, c_map, bias, static_cast<TC*>(nullptr), 0, m, n, k, 1.0f, splits, split_k_tiles,
+        partials, counters, scales);
+#else
+    __trap();
+#endif
+}
+
+// The FP8 entry with a residual in T (a 16-bit stream): C = act(acc · scales + bias) + R, R and
+// C (which may be R) through tensor maps of T, as matmul_block_tma_pingpong_stream16's. Template
+// arguments: T, BLOCK_N, STAGES, GROUP_M, activation, SPLIT_K. 320 threads: two consumer
+// warpgroups, the stage producer warp, the residual loader warp.
+template <typename T, int BN, int STAGES, int GROUP_M, Act ACT, bool SPLIT_K>
+__device__ __forceinline__ void matmul_block_tma_pingpong_fp8_residual(
+    const TmaDescriptor& a_map, const TmaDescriptor& b_map, const TmaDescriptor& r_map, const TmaDescriptor& c_map,
+    const T* bias, const float* a_scale, int a_scale_stride, const float* b_scale, int m, int n, int k, int splits,
+    int split_k_tiles, float* partials, unsigned* counters) {
+    using namespace vitrt_matmul;
+    static_assert(!is_f32<T>::value, "the FP8 program's bias and 16-bit C are f16 or bf16");
+#if VITRT_HAS_WGMMA
+    Fp8Scales scales;
+    scales.a = a_scale;
+    scales.a_stride = a_scale_stride;
+    scales.b = b_scale;
+    matmul_tma_pingpong<T, T, true, BN, STAGES, GROUP_M, ACT, 1, SPLIT_K, true>(
+        a_map, b_map, r_map, c_map, bias, static_cast<T*>(nullptr), 0, m, n, k, 1.0f, splits, split_k_tiles,
+        partials, counters, scales);
 #else
     __trap();
 #endif

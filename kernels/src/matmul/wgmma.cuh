@@ -149,4 +149,32 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 2], unsigned long l
 #endif
 }
 
+// d (64 x BN) = A (64 x 32) · B (BN x 32)ᵀ + (accumulate ? d : 0) for e4m3 operands, both
+// K-major in shared memory (an 8-bit wgmma has no transpose: its operands are always K-major);
+// 32 e4m3 values are the 32 bytes of one k16 step of a 16-bit operand, so the descriptors and
+// the accumulators' layout are those of wgmma_m64k16. The sum is accumulated in the tensor
+// core at fp32 range with fewer mantissa bits (the H100's FP8 path keeps about 13; see
+// tma_pingpong.cu's FP8 notes).
+template <int BN>
+__device__ __forceinline__ void wgmma_m64k32_e4m3(float (&d)[BN / 2], unsigned long long a_desc,
+                                                  unsigned long long b_desc, int accumulate = 1) {
+#if VITRT_HAS_WGMMA
+    if constexpr (BN == 64) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " VITRT_WGMMA_D32 ", %32, %33, p, 1, 1;\n}\n"
+            : VITRT_WGMMA_OUT32(d)
+            : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+    } else if constexpr (BN == 128) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " VITRT_WGMMA_D64 ", %64, %65, p, 1, 1;\n}\n"
+            : VITRT_WGMMA_OUT64(d)
+            : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+    } else {
+        static_assert(BN == 64 || BN == 128, "the FP8 tiles are 64 or 128 columns wide");
+    }
+#endif
+}
+
 }  // namespace vitrt_matmul
