@@ -24,17 +24,42 @@ impl Comparison<'_> {
     }
 }
 
-/// The provider and case a row of `op` is compared with: cuBLAS on the same matmul case, or
-/// the copy whose case is `op/case`.
-fn is_baseline_of(row: &KernelRow, op: &str, case: &str, epilogue: Option<&str>) -> bool {
-    if op == "matmul" {
-        row.op == "matmul"
-            && row.provider == "cublas"
+/// Whether `row` is `provider`'s on the same matmul case, or for any other op the copy whose
+/// case is `op/case`.
+fn is_baseline_of(
+    row: &KernelRow,
+    provider: &str,
+    op: &str,
+    case: &str,
+    epilogue: Option<&str>,
+) -> bool {
+    if matmul_baselines(op).is_empty() {
+        row.op == "copy" && row.provider == "copy" && row.case == format!("{op}/{case}")
+    } else {
+        row.op == op
+            && row.provider == provider
             && row.case == case
             && row.epilogue.as_deref() == epilogue
-    } else {
-        row.op == "copy" && row.provider == "copy" && row.case == format!("{op}/{case}")
     }
+}
+
+/// The row a case of `op` is compared with: cuBLAS on the same matmul case; for an FP8 matmul
+/// cuBLASLt's FP8 GEMM, else (cuBLASLt skipped) our 16-bit program on the same case; the copy
+/// whose case is `op/case` for the others.
+fn baseline<'a>(
+    rows: &'a [KernelRow],
+    op: &str,
+    case: &str,
+    epilogue: Option<&str>,
+) -> Option<&'a KernelRow> {
+    let providers = match matmul_baselines(op) {
+        [] => &["copy"][..],
+        providers => providers,
+    };
+    providers.iter().find_map(|provider| {
+        rows.iter()
+            .find(|r| is_baseline_of(r, provider, op, case, epilogue))
+    })
 }
 
 /// Pairs every case (ours timed or skipped) with its baseline, in the order the cases ran.
@@ -65,9 +90,19 @@ pub fn comparisons<'a>(rows: &'a [KernelRow], skipped: &'a [Skipped]) -> Vec<Com
                     && r.case == case
                     && r.epilogue.as_deref() == epilogue
             }),
-            baseline: rows.iter().find(|r| is_baseline_of(r, op, case, epilogue)),
+            baseline: baseline(rows, op, case, epilogue),
         })
         .collect()
+}
+
+/// The providers a matmul op's rows are compared with, the first present (none: not a
+/// matmul op).
+fn matmul_baselines(op: &str) -> &'static [&'static str] {
+    match op {
+        "matmul" => &["cublas"],
+        "matmul-fp8" => &["cublas", "vitrt-16bit"],
+        _ => &[],
+    }
 }
 
 fn rate_text(row: Option<&KernelRow>) -> String {
@@ -100,7 +135,13 @@ pub fn render(rows: &[KernelRow], skipped: &[Skipped]) -> String {
             c.ratio().map_or("-".into(), |r| format!("{r:.2}x")),
             rate_text(c.ours),
             rate_text(c.baseline),
-            (if c.op == "matmul" { "cuBLAS" } else { "copy" }).to_string(),
+            match c.baseline.map(|b| b.provider.as_str()) {
+                Some("cublas") => "cuBLAS",
+                Some("vitrt-16bit") => "ours 16-bit",
+                _ if c.op.starts_with("matmul") => "cuBLAS",
+                _ => "copy",
+            }
+            .to_string(),
             ms_text(c.ours),
             ms_text(c.baseline),
         ]);
@@ -121,7 +162,7 @@ mod tests {
 
     fn row(op: &str, case: &str, provider: &str, epilogue: Option<&str>, ms: f64) -> KernelRow {
         let stats = Stats::from_samples(&[ms]).unwrap();
-        let matmul = op == "matmul";
+        let matmul = op.starts_with("matmul");
         KernelRow::new(
             op,
             case,
@@ -156,6 +197,58 @@ mod tests {
         assert_eq!(c[1].ratio(), Some(2.0));
         assert_eq!(c[2].baseline.unwrap().case, "add/vit-b16/b1");
         assert!((c[2].ratio().unwrap() - 0.8).abs() < 1e-12);
+    }
+
+    #[test]
+    fn fp8_matmuls_are_paired_with_cublaslt_else_our_16_bit_program() {
+        let mut rows = vec![
+            row("matmul-fp8", "vit-b16/fc1/b64", "vitrt", Some("none"), 1.0),
+            row(
+                "matmul-fp8",
+                "vit-b16/fc1/b64",
+                "vitrt-16bit",
+                Some("none"),
+                2.0,
+            ),
+            row("matmul-fp8", "vit-b16/fc1/b64", "cublas", Some("none"), 0.8),
+            // The 16-bit matmul case of the same name is not the FP8 one's baseline.
+            row(
+                "matmul",
+                "vit-b16/fc1/b64",
+                "cublas",
+                Some("bias+gelu"),
+                9.0,
+            ),
+            row(
+                "matmul-fp8",
+                "vit-b16/fc1/b64",
+                "vitrt",
+                Some("bias+gelu"),
+                1.0,
+            ),
+            row(
+                "matmul-fp8",
+                "vit-b16/fc1/b64",
+                "vitrt-16bit",
+                Some("bias+gelu"),
+                1.5,
+            ),
+        ];
+        let c = comparisons(&rows, &[]);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].baseline.unwrap().provider, "cublas");
+        // Rates are kept to three decimals.
+        assert!((c[0].ratio().unwrap() - 0.8).abs() < 1e-3);
+        assert_eq!(c[1].baseline.unwrap().provider, "vitrt-16bit");
+        assert!((c[1].ratio().unwrap() - 1.5).abs() < 1e-3);
+        let table = render(&rows, &[]);
+        assert!(
+            table.contains("ours 16-bit") && table.contains("cuBLAS"),
+            "{table}"
+        );
+        rows.retain(|r| r.provider != "cublas");
+        let c = comparisons(&rows, &[]);
+        assert_eq!(c[0].baseline.unwrap().provider, "vitrt-16bit");
     }
 
     #[test]

@@ -33,6 +33,14 @@ pub enum Kind {
         n: usize,
         k: usize,
     },
+    /// The same product with e4m3 A and W (per-row and per-channel scales, C in the run's
+    /// 16-bit dtype), with and without bias + GELU, beside cuBLASLt's FP8 GEMM and our 16-bit
+    /// program on the same shape (provider `vitrt-16bit`).
+    Fp8Matmul {
+        m: usize,
+        n: usize,
+        k: usize,
+    },
     LayerNorm {
         rows: usize,
         cols: usize,
@@ -76,6 +84,7 @@ impl Case {
     pub fn op(&self) -> &'static str {
         match self.kind {
             Kind::Matmul { .. } => "matmul",
+            Kind::Fp8Matmul { .. } => "matmul-fp8",
             Kind::LayerNorm { .. } => "layernorm",
             Kind::RmsNorm { .. } => "rmsnorm",
             Kind::Softmax { .. } => "softmax",
@@ -90,7 +99,7 @@ impl Case {
     /// [b, heads, tokens, head_dim].
     pub fn shape(&self) -> Vec<u64> {
         let shape = match self.kind {
-            Kind::Matmul { m, n, k } => vec![m, n, k],
+            Kind::Matmul { m, n, k } | Kind::Fp8Matmul { m, n, k } => vec![m, n, k],
             Kind::LayerNorm { rows, cols }
             | Kind::RmsNorm { rows, cols }
             | Kind::Softmax { rows, cols } => vec![rows, cols],
@@ -106,7 +115,9 @@ impl Case {
     /// 2·M·N·K for a matmul; `None` for the memory-bound ops, which are measured in bytes.
     pub fn flops(&self) -> Option<f64> {
         match self.kind {
-            Kind::Matmul { m, n, k } => Some(2.0 * m as f64 * n as f64 * k as f64),
+            Kind::Matmul { m, n, k } | Kind::Fp8Matmul { m, n, k } => {
+                Some(2.0 * m as f64 * n as f64 * k as f64)
+            }
             _ => None,
         }
     }
@@ -124,7 +135,7 @@ impl Case {
     pub fn bytes(&self, dtype: DType) -> Option<u64> {
         let size = dtype.size_bytes();
         let bytes = match self.kind {
-            Kind::Matmul { .. } => return None,
+            Kind::Matmul { .. } | Kind::Fp8Matmul { .. } => return None,
             Kind::LayerNorm { rows, cols }
             | Kind::RmsNorm { rows, cols }
             | Kind::Softmax { rows, cols } => 2 * rows * cols * size,
@@ -139,10 +150,12 @@ impl Case {
     }
 
     /// Timings the case makes: ours and cuBLAS, each without and with the epilogue, for a
-    /// matmul; ours fused and unfused and the copy for attention; ours and the copy otherwise.
+    /// matmul (and our 16-bit program for an FP8 matmul); ours fused and unfused and the copy
+    /// for attention; ours and the copy otherwise.
     pub fn measurements(&self) -> usize {
         match self.kind {
             Kind::Matmul { .. } => 4,
+            Kind::Fp8Matmul { .. } => 6,
             // Fused, unfused, the copy.
             Kind::Attention { .. } => 3,
             _ => 2,
@@ -156,8 +169,8 @@ impl Case {
     }
 }
 
-/// Every case, in the order they run: matmuls (ViT layers by layer, then squares), then the
-/// memory-bound ops, each from the smallest batch up.
+/// Every case, in the order they run: matmuls (ViT layers by layer, then squares), the FP8
+/// matmuls (ViT layers), then the memory-bound ops, each from the smallest batch up.
 pub fn catalogue() -> Vec<Case> {
     let mut cases = Vec::new();
     for (layer, n, k) in LINEARS {
@@ -177,6 +190,18 @@ pub fn catalogue() -> Vec<Case> {
             name: format!("square/{s}"),
             kind: Kind::Matmul { m: s, n: s, k: s },
         });
+    }
+    for (layer, n, k) in LINEARS {
+        for b in BATCHES {
+            cases.push(Case {
+                name: format!("vit-b16/{layer}/b{b}"),
+                kind: Kind::Fp8Matmul {
+                    m: b * TOKENS,
+                    n,
+                    k,
+                },
+            });
+        }
     }
     let memory_bound: [fn(usize) -> Kind; 7] = [
         |b| Kind::LayerNorm {
@@ -225,6 +250,7 @@ mod tests {
         let all = catalogue();
         let count = |op: &str| all.iter().filter(|c| c.op() == op).count();
         assert_eq!(count("matmul"), 4 * 4 + 6);
+        assert_eq!(count("matmul-fp8"), 4 * 4);
         for op in [
             "layernorm",
             "rmsnorm",
@@ -244,8 +270,9 @@ mod tests {
         assert_eq!(unique.len(), names.len(), "every case has its own name");
         assert_eq!(
             all.iter().map(Case::measurements).sum::<usize>(),
-            // Matmuls 4 each; attention (4 batches) 3; the other 24 memory-bound cases 2.
-            22 * 4 + 4 * 3 + 24 * 2
+            // Matmuls 4 each, FP8 matmuls 6; attention (4 batches) 3; the other 24
+            // memory-bound cases 2.
+            22 * 4 + 16 * 6 + 4 * 3 + 24 * 2
         );
     }
 
@@ -257,6 +284,9 @@ mod tests {
         assert_eq!(qkv.bytes(DType::F16), None);
         assert_eq!(find("vit-b16/fc2/b1", "matmul").shape(), [197, 768, 3072]);
         assert_eq!(find("square/8192", "matmul").shape(), [8192, 8192, 8192]);
+        let fc1 = find("vit-b16/fc1/b8", "matmul-fp8");
+        assert_eq!(fc1.shape(), [8 * 197, 3072, 768]);
+        assert_eq!(fc1.flops(), Some(2.0 * 8.0 * 197.0 * 3072.0 * 768.0));
 
         let ln = find("vit-b16/b8", "layernorm");
         assert_eq!(ln.shape(), [8 * 197, 768]);
@@ -293,10 +323,11 @@ mod tests {
                 .filter(|c| c.matches(Some(f)))
                 .count()
         };
-        assert_eq!(keep("qkv"), 4);
+        assert_eq!(keep("qkv"), 8);
+        assert_eq!(keep("matmul-fp8/"), 16);
         assert_eq!(keep("softmax"), 4);
         assert_eq!(keep("square/8192"), 1);
-        assert_eq!(keep("b64"), 4 + 7);
+        assert_eq!(keep("b64"), 4 + 4 + 7);
         assert_eq!(keep("matmul/vit-b16"), 16);
         assert_eq!(keep("no such case"), 0);
         assert!(catalogue().iter().all(|c| c.matches(None)));

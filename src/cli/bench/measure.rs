@@ -9,11 +9,14 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use vitrt_kernels::cuda::{
-    copies_beyond_l2, slot_offset, Cublas, DevPtr, DeviceBuffer, Gpu, KernelError, Timer,
+    copies_beyond_l2, slot_offset, Cublas, CublasLt, DevPtr, DeviceBuffer, Gpu, KernelError, Timer,
 };
+use vitrt_kernels::matmul::{E4m3Ptr, Fp8Destination, Fp8Operands, Fp8Problem};
 use vitrt_kernels::patchify::gpu::PrefixRows;
 use vitrt_kernels::rope::{self, RopeGrid};
-use vitrt_kernels::{activation, add, attention, layernorm, matmul, patchify, rmsnorm, softmax};
+use vitrt_kernels::{
+    activation, add, attention, e4m3, layernorm, matmul, patchify, rmsnorm, softmax,
+};
 use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem};
 use vitrt_runtime::lowering::{self, HeadSource};
 use vitrt_runtime::{HeadSlice, Op};
@@ -67,11 +70,23 @@ pub fn device_info(gpu: &Gpu) -> Result<DeviceInfo, KernelError> {
 pub fn run(gpu: &Gpu, settings: &Settings) -> Result<Results, KernelError> {
     let l2_bytes = gpu.l2_cache_bytes()?;
     let cublas = gpu.cublas();
+    // cuBLASLt only where an FP8 case runs (it allocates a workspace).
+    let fp8_cases = settings
+        .cases
+        .iter()
+        .any(|c| matches!(c.kind, Kind::Fp8Matmul { .. }));
+    let cublaslt = if fp8_cases {
+        gpu.cublaslt()
+    } else {
+        Err(KernelError::Cuda("no FP8 case runs".into()))
+    };
     let total: usize = settings.cases.iter().map(Case::measurements).sum();
     let mut bench = Bench {
         gpu,
         cublas: cublas.as_ref().ok(),
         cublas_missing: cublas.as_ref().err().map(|e| e.to_string()),
+        cublaslt: cublaslt.as_ref().ok(),
+        cublaslt_missing: cublaslt.as_ref().err().map(|e| e.to_string()),
         dtype: settings.dtype,
         reps: settings.reps,
         warmup: settings.warmup,
@@ -88,6 +103,7 @@ pub fn run(gpu: &Gpu, settings: &Settings) -> Result<Results, KernelError> {
             .set_message(format!("{} {}", case.op(), case.name));
         match case.kind {
             Kind::Matmul { m, n, k } => bench.matmul(case, m, n, k),
+            Kind::Fp8Matmul { m, n, k } => bench.fp8_matmul(case, m, n, k),
             _ => bench.memory_bound(case),
         }
     }
@@ -143,11 +159,37 @@ impl Rotated {
     }
 }
 
+/// `copies` copies of e4m3 codes, as `Rotated` holds values.
+struct RotatedE4m3 {
+    buffer: DeviceBuffer,
+    len: usize,
+}
+
+impl RotatedE4m3 {
+    fn new(gpu: &Gpu, codes: &[u8], copies: usize) -> Result<RotatedE4m3, KernelError> {
+        let buffer = gpu.alloc(slot_offset(copies, codes.len()).max(1))?;
+        for i in 0..copies {
+            gpu.upload(&buffer, slot_offset(i, codes.len()), codes)?;
+        }
+        Ok(RotatedE4m3 {
+            buffer,
+            len: codes.len(),
+        })
+    }
+
+    fn view(&self, copy: usize) -> Result<E4m3Ptr, KernelError> {
+        E4m3Ptr::of(&self.buffer, slot_offset(copy, self.len), self.len)
+    }
+}
+
 struct Bench<'g> {
     gpu: &'g Gpu,
     cublas: Option<&'g Cublas<'g>>,
     /// Why cuBLAS could not be opened, when it could not.
     cublas_missing: Option<String>,
+    /// cuBLASLt, the FP8 cases' yardstick, and why it could not be opened.
+    cublaslt: Option<&'g CublasLt<'g>>,
+    cublaslt_missing: Option<String>,
     dtype: DType,
     reps: usize,
     warmup: usize,
@@ -354,6 +396,207 @@ impl Bench<'_> {
                 "matmul",
                 &case.name,
                 "cublas",
+                Some(name),
+                case.shape(),
+                theirs,
+                flops,
+                None,
+            );
+        }
+    }
+
+    /// The FP8 matmul (e4m3 A and W, per-row activation scales and per-channel weight scales,
+    /// C in the run's 16-bit dtype) and cuBLASLt's FP8 GEMM (provider `cublas`: per-tensor
+    /// scales, its fast accumulation, followed by our `bias_activation` as the 16-bit cuBLAS
+    /// rows are), without and with bias + GELU, on the same e4m3 operands; then our 16-bit
+    /// program on the same shape and epilogues (provider `vitrt-16bit`) on rotated operands of
+    /// its own.
+    fn fp8_matmul(&mut self, case: &Case, m: usize, n: usize, k: usize) {
+        let d = self.dtype;
+        let epilogues = [("none", false), ("bias+gelu", true)];
+        let providers = ["vitrt", "cublas", "vitrt-16bit"];
+        let skip_all = |bench: &mut Self, reason: String| {
+            for (name, _) in epilogues {
+                for provider in providers {
+                    bench.skip(
+                        "matmul-fp8",
+                        &case.name,
+                        provider,
+                        Some(name),
+                        reason.clone(),
+                    );
+                    bench.progress.inc(1);
+                }
+            }
+        };
+        if d == DType::F32 {
+            skip_all(
+                self,
+                "the FP8 matmul writes f16 or bf16: run with --dtype f16 or bf16".into(),
+            );
+            return;
+        }
+        let (gpu, flops) = (self.gpu, case.flops());
+        // FP8 operands: values of either sign across e4m3's range, scales of the size a
+        // quantiser would pick.
+        let fp8 = (|| {
+            let copies = self.copies(m * k + n * k + (m + 2 * n) * 4);
+            let codes = |bench: &mut Self, len: usize| -> Vec<u8> {
+                bench
+                    .values(len, e4m3::MAX)
+                    .into_iter()
+                    .map(e4m3::encode)
+                    .collect()
+            };
+            let (a_codes, w_codes) = (codes(self, m * k), codes(self, n * k));
+            Ok::<_, KernelError>((
+                copies,
+                RotatedE4m3::new(gpu, &a_codes, copies)?,
+                RotatedE4m3::new(gpu, &w_codes, copies)?,
+                self.input(DType::F32, m, copies, 1.0 / 64.0)?,
+                self.input(DType::F32, n, copies, 1.0 / 4096.0)?,
+                self.input(d, n, copies, 1.0)?,
+                self.output(m * n, copies)?,
+                // cuBLASLt's per-tensor scales.
+                self.input(DType::F32, 1, copies, 1.0 / 64.0)?,
+                self.input(DType::F32, 1, copies, 1.0 / 4096.0)?,
+            ))
+        })();
+        let (copies, a, w, a_scale, w_scale, bias, c, a_tensor_scale, w_tensor_scale) = match fp8 {
+            Ok(operands) => operands,
+            Err(e) => return skip_all(self, e.to_string()),
+        };
+        for (name, fused) in epilogues {
+            let p = Fp8Problem {
+                bias: fused,
+                activation: if fused {
+                    Activation::Gelu
+                } else {
+                    Activation::None
+                },
+                ..Fp8Problem::linear(m, n, k, d)
+            };
+            let ours = self.measure(copies, |i| {
+                let ops = Fp8Operands {
+                    a: a.view(i)?,
+                    b: w.view(i)?,
+                    a_scale: a_scale.view(i)?,
+                    b_scale: w_scale.view(i)?,
+                    bias: Some(bias.view(i)?),
+                    residual: None,
+                    c: Fp8Destination::Half(c.view(i)?),
+                };
+                matmul::gpu::matmul_fp8(gpu, &p, &ops)
+            });
+            self.record(
+                "matmul-fp8",
+                &case.name,
+                "vitrt",
+                Some(name),
+                case.shape(),
+                ours,
+                flops,
+                None,
+            );
+
+            let Some(lt) = self.cublaslt else {
+                let reason = self.cublaslt_missing.clone().unwrap_or_default();
+                self.skip("matmul-fp8", &case.name, "cublas", Some(name), reason);
+                self.progress.inc(1);
+                continue;
+            };
+            let theirs = lt.plan_fp8_nt(m, n, k, d).and_then(|plan| {
+                self.measure(copies, |i| {
+                    let out = c.view(i)?;
+                    plan.run(
+                        a.view(i)?,
+                        w.view(i)?,
+                        a_tensor_scale.view(i)?,
+                        w_tensor_scale.view(i)?,
+                        out,
+                    )?;
+                    if fused {
+                        activation::gpu::bias_activation(
+                            gpu,
+                            d,
+                            Activation::Gelu,
+                            out,
+                            bias.view(i)?,
+                            m,
+                            n,
+                            out,
+                        )?;
+                    }
+                    Ok(())
+                })
+            });
+            self.record(
+                "matmul-fp8",
+                &case.name,
+                "cublas",
+                Some(name),
+                case.shape(),
+                theirs,
+                flops,
+                None,
+            );
+        }
+        drop((
+            a,
+            w,
+            a_scale,
+            w_scale,
+            bias,
+            c,
+            a_tensor_scale,
+            w_tensor_scale,
+        ));
+
+        // Our 16-bit program on the same shape, as the `matmul` cases run it.
+        let copies = self.copies((m * k + n * k + n) * d.size_bytes());
+        let half = (|| {
+            Ok::<_, KernelError>((
+                self.input(d, m * k, copies, 1.0)?,
+                self.input(d, n * k, copies, 1.0)?,
+                self.input(d, n, copies, 1.0)?,
+                self.output(m * n, copies)?,
+            ))
+        })();
+        let (a, w, bias, c) = match half {
+            Ok(operands) => operands,
+            Err(e) => {
+                for (name, _) in epilogues {
+                    self.skip(
+                        "matmul-fp8",
+                        &case.name,
+                        "vitrt-16bit",
+                        Some(name),
+                        e.to_string(),
+                    );
+                    self.progress.inc(1);
+                }
+                return;
+            }
+        };
+        for (name, fused) in epilogues {
+            let epilogue = Epilogue {
+                bias: fused,
+                activation: if fused {
+                    Activation::Gelu
+                } else {
+                    Activation::None
+                },
+                ..Epilogue::NONE
+            };
+            let p = MatmulProblem::linear(m, n, k, epilogue);
+            let theirs = self.measure(copies, |i| {
+                let bias = if fused { Some(bias.view(i)?) } else { None };
+                matmul::gpu::matmul(gpu, d, &p, a.view(i)?, w.view(i)?, bias, None, c.view(i)?)
+            });
+            self.record(
+                "matmul-fp8",
+                &case.name,
+                "vitrt-16bit",
                 Some(name),
                 case.shape(),
                 theirs,
@@ -601,8 +844,8 @@ impl Bench<'_> {
                     )
                 })
             }
-            Kind::Matmul { .. } => Err(KernelError::InvalidArgument(
-                "matmuls are timed by Bench::matmul".into(),
+            Kind::Matmul { .. } | Kind::Fp8Matmul { .. } => Err(KernelError::InvalidArgument(
+                "matmuls are timed by Bench::matmul and Bench::fp8_matmul".into(),
             )),
         }
     }

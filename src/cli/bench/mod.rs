@@ -181,12 +181,17 @@ mod tests {
             let shape = case.shape();
             let stats = |ms: f64| Stats::from_samples(&[ms * 0.9, ms, ms * 1.2]).unwrap();
             match case.kind {
-                Kind::Matmul { m, .. } => {
+                Kind::Matmul { m, .. } | Kind::Fp8Matmul { m, .. } => {
+                    let baseline = if case.op() == "matmul" {
+                        "cublas"
+                    } else {
+                        "vitrt-16bit"
+                    };
                     for (epilogue, slower) in [("none", 1.0), ("bias+gelu", 1.1)] {
-                        for (provider, speed) in [("vitrt", 0.8), ("cublas", 1.0)] {
+                        for (provider, speed) in [("vitrt", 0.8), (baseline, 1.0)] {
                             let ms = 1e-3 * m as f64 / speed * slower;
                             kernels.push(KernelRow::new(
-                                "matmul",
+                                case.op(),
                                 &case.name,
                                 provider,
                                 Some(epilogue),
@@ -245,32 +250,40 @@ mod tests {
     fn a_whole_run_makes_a_table_line_and_a_plot_point_per_case() {
         let report = fake_report(DType::F16);
         let text = table::render(&report.kernels, &report.skipped);
-        // A header, then a line per matmul case and epilogue, and per memory-bound case.
-        assert_eq!(text.lines().count(), 1 + 22 * 2 + 28, "{text}");
+        // A header, then a line per matmul case (16-bit and FP8) and epilogue, and per
+        // memory-bound case.
+        assert_eq!(text.lines().count(), 1 + (22 + 16) * 2 + 28, "{text}");
         assert!(text.lines().skip(1).all(|l| l.contains("0.80x")), "{text}");
 
         let figure = report::figure(&report);
-        // qkv, proj, fc1, fc2 and square, each without and with the epilogue, and the seven
-        // memory-bound ops.
-        assert_eq!(figure.panels.len(), 5 * 2 + 7);
+        // qkv, proj, fc1, fc2 and square, each without and with the epilogue, the FP8 qkv,
+        // proj, fc1 and fc2 likewise, and the seven memory-bound ops.
+        assert_eq!(figure.panels.len(), 5 * 2 + 4 * 2 + 7);
         let points: usize = figure
             .panels
             .iter()
             .flat_map(|p| &p.series)
             .map(|s| s.points.len())
             .sum();
-        assert_eq!(points, 22 * 4 + 28);
+        assert_eq!(points, 22 * 4 + 16 * 4 + 28);
         assert!(figure
             .panels
             .iter()
             .filter(|p| p.y_label == "GB/s")
             .all(|p| p.ceilings.len() == 1));
         let svg = plot::render(&figure).unwrap();
-        // A legend entry per line: vitrt on every panel, cuBLAS on the matmul ones.
+        // A legend entry per line: vitrt on every panel, cuBLAS on the 16-bit matmul ones (the
+        // fake FP8 rows' baseline is our 16-bit program).
         let entries = |name: &str| svg.matches(&format!(">\n{name}\n</text>")).count();
-        assert_eq!((entries("vitrt"), entries("cublas")), (5 * 2 + 7, 5 * 2));
+        assert_eq!(
+            (entries("vitrt"), entries("cublas"), entries("vitrt-16bit")),
+            (5 * 2 + 4 * 2 + 7, 5 * 2, 4 * 2)
+        );
 
         let json: serde_json::Value = serde_json::to_value(&report).unwrap();
-        assert_eq!(json["kernels"].as_array().unwrap().len(), 22 * 4 + 28 * 2);
+        assert_eq!(
+            json["kernels"].as_array().unwrap().len(),
+            22 * 4 + 16 * 4 + 28 * 2
+        );
     }
 }
