@@ -11,6 +11,7 @@ use vitrt_model::naflex::{NaflexRunner, NaflexVisionModel};
 use vitrt_model::text::{TextEncoder, TextModel};
 use vitrt_model::{Runner, VisionModel};
 use vitrt_runtime::backend::Device;
+use vitrt_runtime::fp8::Fp8Layers;
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::{Backend, DType};
 use vitrt_weights::{resolve_model, ModelFiles, ResolveOptions};
@@ -40,6 +41,8 @@ pub struct ModelOptions {
     pub image_size: Option<(usize, usize)>,
     /// Say on standard error which device was chosen when the options did not name one.
     pub announce_device: bool,
+    /// Run these linear layers in FP8 (`--dtype fp8`): needs an f16 or bf16 dtype.
+    pub fp8: Option<Fp8Layers>,
 }
 
 impl ModelOptions {
@@ -57,6 +60,7 @@ impl ModelOptions {
             batch_invariant: false,
             image_size: None,
             announce_device: false,
+            fp8: None,
         }
     }
 }
@@ -161,6 +165,11 @@ impl ModelOptions {
                 .with_residual(residual)
                 .map_err(|e| OpenError::Input(e.into()))?;
         }
+        if let Some(layers) = &self.fp8 {
+            runner = runner
+                .with_fp8(layers.clone())
+                .map_err(|e| OpenError::Input(e.into()))?;
+        }
         let runner = runner
             .with_graph_replay(self.cuda_graphs)
             .with_batch_invariance(self.batch_invariant);
@@ -197,6 +206,11 @@ impl ModelOptions {
             runner = runner
                 .with_residual(residual)
                 .map_err(|e| OpenError::Input(e.into()))?;
+        }
+        if self.fp8.is_some() {
+            return Err(OpenError::Input(anyhow::anyhow!(
+                "--dtype fp8 is not built for SigLIP 2 NaFlex: use f16 or bf16"
+            )));
         }
         Ok(Some((runner, files.dir)))
     }

@@ -8,6 +8,10 @@ pub enum DType {
     F32,
     F16,
     BF16,
+    /// FP8 E4M3 codes (`crate::e4m3`): a run's weights of an FP8 linear layer, never a run's
+    /// compute type (not in [`DType::ALL`], not parsed from a name). Its values are the
+    /// unscaled codes; the scales live beside them in f32.
+    E4M3,
 }
 
 /// Values per parallel chunk in [`DType::encode`] and [`DType::decode`].
@@ -17,12 +21,14 @@ const CONVERT_CHUNK: usize = 1 << 16;
 const PARALLEL_DECODE_VALUES: usize = 1 << 22;
 
 impl DType {
+    /// The types a run computes in.
     pub const ALL: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
     pub fn size_bytes(self) -> usize {
         match self {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
+            DType::E4M3 => 1,
         }
     }
 
@@ -32,6 +38,7 @@ impl DType {
             DType::F32 => "f32",
             DType::F16 => "f16",
             DType::BF16 => "bf16",
+            DType::E4M3 => "e4m3",
         }
     }
 
@@ -41,6 +48,7 @@ impl DType {
             DType::F32 => "float",
             DType::F16 => "__half",
             DType::BF16 => "__nv_bfloat16",
+            DType::E4M3 => "__nv_fp8_e4m3",
         }
     }
 
@@ -103,6 +111,11 @@ impl DType {
                     o.copy_from_slice(&half::bf16::from_f32(*v).to_le_bytes());
                 }
             }
+            DType::E4M3 => {
+                for (o, v) in out.iter_mut().zip(values) {
+                    *o = crate::e4m3::encode(*v);
+                }
+            }
         }
     }
 
@@ -143,6 +156,11 @@ impl DType {
                     *o = half::bf16::from_le_bytes([b[0], b[1]]).to_f32();
                 }
             }
+            DType::E4M3 => {
+                for (o, b) in out.iter_mut().zip(bytes) {
+                    *o = crate::e4m3::decode(*b);
+                }
+            }
         }
     }
 
@@ -152,6 +170,7 @@ impl DType {
             DType::F32 => x,
             DType::F16 => half::f16::from_f32(x).to_f32(),
             DType::BF16 => half::bf16::from_f32(x).to_f32(),
+            DType::E4M3 => crate::e4m3::round(x),
         }
     }
 }

@@ -116,7 +116,7 @@ fn ulp(dtype: DType, v: f64) -> f64 {
     let (mantissa_bits, min_exponent) = match dtype {
         DType::F16 => (10, -14),
         DType::BF16 => (7, -126),
-        DType::F32 => unreachable!("16-bit outputs only"),
+        DType::F32 | DType::E4M3 => unreachable!("16-bit outputs only"),
     };
     let exponent = (v.abs().log2().floor() as i32).max(min_exponent);
     2f64.powi(exponent - mantissa_bits)

@@ -7,6 +7,7 @@ mod encoder;
 mod error;
 mod families;
 mod family;
+pub mod fp8_choice;
 pub mod labels;
 pub mod limits;
 pub mod model;

@@ -6,6 +6,7 @@ use crate::model::{GraphOptions, OutputSet, VisionModel, ZeroShotLabels};
 use crate::preprocess::{floats_of_bytes, PixelExpansion};
 use crate::text::{self, TextModel};
 use std::collections::HashMap;
+use vitrt_runtime::fp8::{self, Fp8Layers};
 use vitrt_runtime::passes::Fusion;
 use vitrt_runtime::RuntimeError;
 use vitrt_runtime::{
@@ -28,6 +29,16 @@ pub struct Runner {
     executors: HashMap<(usize, bool, OutputSet), Executor>,
     /// Parameters read and encoded before the backend opened, for the first executor.
     encoded: Option<EncodedParams>,
+    /// The linear layers that run in FP8 (`vitrt_runtime::fp8`), if any.
+    fp8: Option<Fp8Layers>,
+}
+
+fn fp8_residual_error(precision: Precision) -> ModelError {
+    ModelError::Usage(format!(
+        "FP8 runs keep the residual stream in the compute type ({}), not {}: leave \
+         --residual-dtype out",
+        precision.compute, precision.residual
+    ))
 }
 
 /// The most encoded bytes [`Runner::encode_params`] holds ahead of the first executor (the
@@ -48,6 +59,7 @@ impl Runner {
             outputs: OutputSet::default(),
             executors: HashMap::new(),
             encoded: None,
+            fp8: None,
         }
     }
 
@@ -132,9 +144,56 @@ impl Runner {
 
     /// Stores the residual stream as `residual` (f32, or the backend's dtype) instead.
     pub fn with_residual(mut self, residual: DType) -> Result<Runner, ModelError> {
-        self.precision = Precision::new(self.backend.dtype(), residual)?;
+        let precision = Precision::new(self.backend.dtype(), residual)?;
+        if self.fp8.is_some() && precision.residual != precision.compute {
+            return Err(fp8_residual_error(precision));
+        }
+        self.precision = precision;
         self.executors.clear();
         Ok(self)
+    }
+
+    /// Runs the linear layers `layers` chooses in FP8 (`vitrt_runtime::fp8`): on an f16 or
+    /// bf16 backend, with the residual stream in that type (the FP8 matmul adds and writes
+    /// the 16-bit compute type).
+    pub fn with_fp8(mut self, layers: Fp8Layers) -> Result<Runner, ModelError> {
+        let compute = self.backend.dtype();
+        if compute == DType::F32 {
+            return Err(ModelError::Usage(
+                "FP8 linear layers run inside an f16 or bf16 model, not f32".into(),
+            ));
+        }
+        if self.precision.residual != compute {
+            if self.precision == Precision::default_for(compute) {
+                self.precision = Precision::uniform(compute);
+            } else {
+                return Err(fp8_residual_error(self.precision));
+            }
+        }
+        self.fp8 = Some(layers);
+        self.executors.clear();
+        Ok(self)
+    }
+
+    /// The FP8 choice, if the runner has one.
+    pub fn fp8(&self) -> Option<&Fp8Layers> {
+        self.fp8.as_ref()
+    }
+
+    /// The graph for `batch` images with `options`, its chosen linear layers in FP8.
+    fn graph(
+        &self,
+        batch: usize,
+        options: GraphOptions,
+    ) -> Result<vitrt_runtime::Graph, ModelError> {
+        let backend = self.backend.as_ref();
+        let mut graph = self
+            .model
+            .build_graph_for(batch, options, &|op, shapes| backend.supports(op, shapes))?;
+        if let Some(layers) = &self.fp8 {
+            fp8::quantize_linears(&mut graph, layers).map_err(ModelError::Usage)?;
+        }
+        Ok(graph)
     }
 
     pub fn backend(&self) -> &dyn Backend {
@@ -361,10 +420,7 @@ impl Runner {
                 fusion: self.fusion,
                 outputs: self.outputs,
             };
-            let backend = self.backend.as_ref();
-            let graph = self
-                .model
-                .build_graph_for(batch, options, &|op, shapes| backend.supports(op, shapes))?;
+            let graph = self.graph(batch, options)?;
             let encoded = self.encoded.take().unwrap_or_default();
             let executor = Executor::new_with_encoded(
                 graph,
@@ -394,10 +450,7 @@ impl Runner {
             fusion: self.fusion,
             outputs: self.outputs,
         };
-        let backend = self.backend.as_ref();
-        self.model
-            .build_graph_for(1, options, &|op, shapes| backend.supports(op, shapes))
-            .map(|_| ())
+        self.graph(1, options).map(|_| ())
     }
 
     /// Times forward passes of `batch` images of `pixels` (the main output only): `warmup`

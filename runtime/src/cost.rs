@@ -4,7 +4,7 @@
 
 use crate::graph::{Graph, Op};
 use crate::lowering;
-use crate::plan::{workspace_elements, Plan};
+use crate::plan::{workspace_bytes, Plan};
 use vitrt_kernels::MatmulProblem;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -29,9 +29,13 @@ pub fn node_cost(graph: &Graph, plan: &Plan, node: usize) -> NodeCost {
     let matmul = match n.op {
         Op::PatchEmbed { .. } => {
             // The patch rows go through the workspace: written once, read once.
-            bytes += 2.0
-                * (workspace_elements(graph, node) * plan.precision.compute.size_bytes()) as f64;
+            bytes += 2.0 * workspace_bytes(graph, node, plan.precision.compute) as f64;
             lowering::patch_projection(&n.op, shapes[0], &graph.values[n.output].shape)
+        }
+        Op::Fp8Linear { epilogue } => {
+            // The quantised input goes through the workspace: written once, read once.
+            bytes += 2.0 * workspace_bytes(graph, node, plan.precision.compute) as f64;
+            Some(lowering::linear(shapes[0], shapes[1], epilogue))
         }
         _ => lowering::matmul_for(&n.op, &shapes),
     };

@@ -589,6 +589,26 @@ fn load_param(
             }
             Ok(data)
         }
+        ParamSource::Fp8Weight(weight) => {
+            let [n, k] = shape else {
+                return Err(RuntimeError::Param {
+                    name: source.key(),
+                    message: format!("an FP8 weight is [N, K], not {shape:?}"),
+                });
+            };
+            let values = load_param(weight, shape, params)?;
+            Ok(crate::fp8::quantize_weight(&values, *n, *k).0)
+        }
+        ParamSource::Fp8Scale { weight, columns } => {
+            let [n] = shape else {
+                return Err(RuntimeError::Param {
+                    name: source.key(),
+                    message: format!("FP8 weight scales are [N], not {shape:?}"),
+                });
+            };
+            let values = load_param(weight, &[*n, *columns], params)?;
+            Ok(crate::fp8::quantize_weight(&values, *n, *columns).1)
+        }
     }
 }
 

@@ -27,6 +27,14 @@ pub enum ParamSource {
     Tensor(String),
     /// Several tensors stacked along their first dimension (fused Q, K, V projections).
     Concat(Vec<String>),
+    /// A weight `[N, K]` of an FP8 linear layer as e4m3 values: each row divided by its
+    /// scale ([`ParamSource::Fp8Scale`]) and rounded (`crate::fp8::quantize_weight`).
+    Fp8Weight(Box<ParamSource>),
+    /// The per-output-channel scales `[N]` of that weight (`[N, columns]`), f32.
+    Fp8Scale {
+        weight: Box<ParamSource>,
+        columns: usize,
+    },
 }
 
 impl ParamSource {
@@ -35,6 +43,8 @@ impl ParamSource {
         match self {
             ParamSource::Tensor(name) => name.clone(),
             ParamSource::Concat(names) => format!("concat({})", names.join(",")),
+            ParamSource::Fp8Weight(source) => format!("e4m3({})", source.key()),
+            ParamSource::Fp8Scale { weight, .. } => format!("e4m3_scale({})", weight.key()),
         }
     }
 }
@@ -76,6 +86,12 @@ pub enum Op {
     /// Inputs: x [.., K], weight [N, K], then bias [N] if `epilogue.bias`, then residual
     /// [.., N] if `epilogue.residual`. Output [.., N].
     Linear { epilogue: Epilogue },
+    /// A `Linear` whose product runs in FP8 (made by `crate::fp8::quantize_linears`). Inputs:
+    /// x [.., K] (the compute type), the weight's e4m3 values [N, K] and their per-row scales
+    /// [N] (f32), then bias and residual as `Linear`'s. Each row of x is quantised to e4m3 with
+    /// its own scale (its largest magnitude over 448) as the node runs; the product accumulates
+    /// in fp32 and is scaled back, then the epilogue runs as `Linear`'s.
+    Fp8Linear { epilogue: Epilogue },
     /// Element-wise activation (fused into the producing Linear by a pass).
     Activation(Activation),
     /// Element-wise sum of two tensors of one shape.
@@ -159,6 +175,7 @@ impl Op {
             Op::LayerNorm { .. } => "layernorm",
             Op::RmsNorm { .. } => "rmsnorm",
             Op::Linear { .. } => "linear",
+            Op::Fp8Linear { .. } => "fp8_linear",
             Op::Activation(_) => "activation",
             Op::Add => "add",
             Op::AttentionScores { .. } => "attention_scores",
@@ -272,6 +289,22 @@ impl Op {
                     ));
                 }
                 Ok(out)
+            }
+            Op::Fp8Linear { epilogue } => {
+                arity(3 + epilogue.bias as usize + epilogue.residual as usize)?;
+                let (w, scales) = (inputs[1], inputs[2]);
+                if w.len() != 2 || scales != [w[0]] {
+                    return Err(format!(
+                        "fp8_linear scales must be [N] for a weight [N, K], got {scales:?} for \
+                         {w:?}"
+                    ));
+                }
+                let mut linear_inputs = inputs.to_vec();
+                linear_inputs.remove(2);
+                Op::Linear {
+                    epilogue: *epilogue,
+                }
+                .output_shape(&linear_inputs)
             }
             Op::Activation(_) | Op::Softmax { causal: false } | Op::L2Normalize => {
                 arity(1)?;
@@ -518,6 +551,12 @@ impl Graph {
             shape.to_vec(),
             ValueKind::Param(ParamSource::Tensor(name.into())),
         )
+    }
+
+    /// A parameter assembled as `source` says, named after its key.
+    pub fn add_param_source(&mut self, source: ParamSource, shape: &[usize]) -> ValueId {
+        let name = source.key();
+        self.push_value(&name, shape.to_vec(), ValueKind::Param(source))
     }
 
     /// Appends a node after checking its inputs' shapes; returns its output value.

@@ -5,6 +5,7 @@ pub mod backend;
 pub mod cost;
 mod error;
 pub mod executor;
+pub mod fp8;
 pub mod graph;
 mod image_decode;
 pub mod key_padding;

@@ -10,7 +10,7 @@
 //! layernorm's gamma and beta f32, everything else in the compute type.
 
 use crate::error::RuntimeError;
-use crate::graph::{Graph, Op, ValueKind};
+use crate::graph::{Graph, Op, ParamSource, ValueKind};
 use vitrt_kernels::DType;
 
 /// The storage types of a run. Every kernel's operands (weights, normalised activations,
@@ -89,14 +89,20 @@ pub struct Plan {
     pub arena_bytes: usize,
 }
 
-/// Elements of scratch a node needs while it runs.
-pub fn workspace_elements(graph: &Graph, node: usize) -> usize {
+/// Bytes of scratch a node needs while it runs: the patch embedding's patch rows (in
+/// `compute`), an FP8 linear layer's quantised input ([`crate::fp8::InputWorkspace`]).
+pub fn workspace_bytes(graph: &Graph, node: usize, compute: DType) -> usize {
     let n = &graph.nodes[node];
     match n.op {
         Op::PatchEmbed { patch, .. } => {
             let pixels = &graph.values[n.inputs[0]].shape;
             let (b, c, h, w) = (pixels[0], pixels[1], pixels[2], pixels[3]);
-            b * (h / patch) * (w / patch) * c * patch * patch
+            b * (h / patch) * (w / patch) * c * patch * patch * compute.size_bytes()
+        }
+        Op::Fp8Linear { .. } => {
+            let x = &graph.values[n.inputs[0]];
+            let k = x.shape.last().copied().unwrap_or(0);
+            crate::fp8::InputWorkspace::new(x.numel() / k.max(1), k).bytes
         }
         _ => 0,
     }
@@ -145,6 +151,8 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
         .enumerate()
         .map(|(v, value)| match value.kind {
             ValueKind::Input => DType::F32,
+            ValueKind::Param(ParamSource::Fp8Weight(_)) => DType::E4M3,
+            ValueKind::Param(ParamSource::Fp8Scale { .. }) => DType::F32,
             ValueKind::Param(_) if layernorm_parameter(v) => DType::F32,
             _ => precision.compute,
         })
@@ -168,7 +176,9 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
             match &reader.op {
                 Op::Add | Op::MeanTokens { .. } | Op::L2Normalize => true,
                 Op::LayerNorm { .. } | Op::RmsNorm { .. } => only_as(0),
-                Op::Linear { epilogue } => epilogue.residual && only_as(reader.inputs.len() - 1),
+                Op::Linear { epilogue } | Op::Fp8Linear { epilogue } => {
+                    epilogue.residual && only_as(reader.inputs.len() - 1)
+                }
                 Op::Activation(_) | Op::SelectToken { .. } | Op::Softmax { causal: false } => {
                     read_as_residual[reader.output]
                 }
@@ -185,13 +195,15 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
             Op::PatchEmbed { .. } | Op::TokenEmbedding => precision.residual,
             Op::Add if node.inputs.iter().any(|&v| in_stream(&dtypes, v)) => precision.residual,
             // The residual is the last input (after the bias, if any).
-            Op::Linear { epilogue }
+            Op::Linear { epilogue } | Op::Fp8Linear { epilogue }
                 if epilogue.residual
                     && node.inputs.last().is_some_and(|&v| in_stream(&dtypes, v)) =>
             {
                 precision.residual
             }
-            Op::Linear { .. } if is_output(node.output) || read_as_residual[node.output] => {
+            Op::Linear { .. } | Op::Fp8Linear { .. }
+                if is_output(node.output) || read_as_residual[node.output] =>
+            {
                 precision.residual
             }
             Op::L2Normalize if read_as_residual[node.output] => precision.residual,
@@ -257,6 +269,15 @@ fn matmul_slot_dtype(op: &Op, slot: usize, output: DType, compute: DType) -> Opt
                 Some(compute)
             }
         }
+        // x in `compute` (the weight and its scales are parameters).
+        Op::Fp8Linear { epilogue } => {
+            let residual_slot = 3 + epilogue.bias as usize;
+            if epilogue.residual && slot == residual_slot {
+                Some(output)
+            } else {
+                Some(compute)
+            }
+        }
         Op::AttentionScores { key_padding, .. } => match slot {
             0 | 1 => Some(compute),
             2 if *key_padding => Some(output),
@@ -316,12 +337,12 @@ impl Plan {
             });
         }
         for step in 0..steps {
-            let elems = workspace_elements(graph, step);
-            if elems > 0 {
+            let bytes = workspace_bytes(graph, step, precision.compute);
+            if bytes > 0 {
                 intervals.push(Interval {
                     first: step,
                     last: step,
-                    bytes: elems * precision.compute.size_bytes(),
+                    bytes,
                     owner: Owner::Workspace(step),
                 });
             }

@@ -6,10 +6,12 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use vitrt_engine::ModelOptions;
+use vitrt_model::fp8_choice::Fp8ChoiceFile;
 use vitrt_model::limits::{MAX_BATCH_SIZE, MAX_IMAGE_SIDE};
 use vitrt_model::text::TextEncoder;
 use vitrt_model::Runner;
 use vitrt_runtime::backend::Device;
+use vitrt_runtime::fp8::Fp8Layers;
 use vitrt_runtime::passes::{AttentionFusion, Fusion};
 use vitrt_runtime::DType;
 
@@ -31,10 +33,17 @@ pub struct ModelArgs {
     /// results in input order.
     #[arg(long)]
     device: Option<String>,
-    /// Storage type of weights and activations (accumulation is always f32). Default: f16 on
+    /// Storage type of weights and activations (accumulation is always f32): f32, f16, bf16,
+    /// or fp8: f16 with the transformer blocks' linear layers in FP8 (e4m3 weights with a
+    /// scale per output channel, each input row quantised with its own scale; the layers
+    /// --fp8-layers keeps, else those of the first and last blocks, stay f16). Default: f16 on
     /// a GPU, f32 on the CPU.
-    #[arg(long, value_parser = parse_dtype)]
-    dtype: Option<DType>,
+    #[arg(long, value_parser = parse_run_dtype)]
+    dtype: Option<RunDtype>,
+    /// With --dtype fp8: the choice of `vitrt quantize-report --output` (which linear layers
+    /// stay f16) instead of the default.
+    #[arg(long)]
+    fp8_layers: Option<PathBuf>,
     /// Storage type of the residual stream, the values every block adds into: f32 or the
     /// --dtype itself. Default: f16 for f16 runs (as PyTorch stores it), f32 otherwise (bf16
     /// rounded after every block loses too much).
@@ -131,6 +140,32 @@ pub fn parse_dtype(s: &str) -> Result<DType, String> {
     DType::parse(s).ok_or_else(|| format!("unknown dtype \"{s}\" (use f32, f16 or bf16)"))
 }
 
+/// What `--dtype` asks for: a storage type, or an f16 run with FP8 linear layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunDtype {
+    Plain(DType),
+    Fp8,
+}
+
+impl RunDtype {
+    /// The backend's dtype.
+    pub fn compute(self) -> DType {
+        match self {
+            RunDtype::Plain(dtype) => dtype,
+            RunDtype::Fp8 => DType::F16,
+        }
+    }
+}
+
+pub fn parse_run_dtype(s: &str) -> Result<RunDtype, String> {
+    match s {
+        "fp8" | "e4m3" => Ok(RunDtype::Fp8),
+        _ => DType::parse(s)
+            .map(RunDtype::Plain)
+            .ok_or_else(|| format!("unknown dtype \"{s}\" (use f32, f16, bf16 or fp8)")),
+    }
+}
+
 impl ModelArgs {
     /// The model as the user named it.
     pub fn name(&self) -> &str {
@@ -162,7 +197,17 @@ impl ModelArgs {
             // The kind of device, not which: a run on cuda:all resumes on cuda:0 (or on two
             // GPUs) with the same bytes, its kernels chosen whatever the batch.
             ("device", shown(self.device.as_deref().map(device_kind))),
-            ("dtype", shown(self.dtype.map(|d| format!("{d:?}")))),
+            (
+                "dtype",
+                shown(self.dtype.map(|d| match d {
+                    RunDtype::Plain(d) => format!("{d:?}"),
+                    RunDtype::Fp8 => "fp8".to_string(),
+                })),
+            ),
+            (
+                "fp8-layers",
+                shown(self.fp8_layers.as_ref().map(|p| p.display().to_string())),
+            ),
             (
                 "residual-dtype",
                 shown(self.residual_dtype.map(|d| format!("{d:?}"))),
@@ -178,19 +223,30 @@ impl ModelArgs {
     }
 
     /// The engine's options for what the flags say.
-    pub fn options(&self) -> ModelOptions {
-        ModelOptions {
+    pub fn options(&self) -> Result<ModelOptions> {
+        Ok(ModelOptions {
             model: self.model.clone(),
             revision: self.revision.clone(),
             offline: self.offline,
             device: self.device.clone(),
-            dtype: self.dtype,
+            dtype: self.dtype.map(RunDtype::compute),
             residual_dtype: self.residual_dtype,
             fusion: self.fusion(),
             cuda_graphs: self.cuda_graphs == Switch::On,
             batch_invariant: self.batch_invariant,
             image_size: self.image_size,
             announce_device: true,
+            fp8: self.fp8()?,
+        })
+    }
+
+    /// The FP8 choice `--dtype fp8` and `--fp8-layers` make, if any.
+    fn fp8(&self) -> Result<Option<Fp8Layers>> {
+        match (self.dtype, &self.fp8_layers) {
+            (Some(RunDtype::Fp8), Some(path)) => Ok(Some(Fp8ChoiceFile::read(path)?.layers())),
+            (Some(RunDtype::Fp8), None) => Ok(Some(Fp8Layers::default_choice())),
+            (_, Some(_)) => bail!("--fp8-layers goes with --dtype fp8"),
+            (_, None) => Ok(None),
         }
     }
 
@@ -198,7 +254,7 @@ impl ModelArgs {
     /// with both towers, or a text model's own), on the backend `--device` and `--dtype` ask
     /// for, with the residual stream as `--residual-dtype` says.
     pub fn open_text_only(&self) -> Result<(TextEncoder, PathBuf)> {
-        Ok(self.options().open_text_only()?)
+        Ok(self.options()?.open_text_only()?)
     }
 
     /// The graph fusion `--fusion` and `--attention` ask for.
@@ -231,7 +287,7 @@ impl ModelArgs {
     /// The model on the device `--device` names, opened here, or on the several it names
     /// (`cuda:all`, `cuda:0,2`), read here and opened on each by the run.
     pub fn placement(&self) -> Result<vitrt_engine::devices::Placement> {
-        let placement = vitrt_engine::devices::Placement::open(&self.options())?;
+        let placement = vitrt_engine::devices::Placement::open(&self.options()?)?;
         if let (vitrt_engine::devices::Placement::One { runner, .. }, Some(AttentionArg::Fused)) =
             (&placement, self.attention)
         {
@@ -253,7 +309,7 @@ impl ModelArgs {
             d.contains(',') || d.ends_with(":all")
         }) {
             // Only where the model is NaFlex: others take several devices.
-            if let Ok(files) = self.options().resolve() {
+            if let Ok(files) = self.options()?.resolve() {
                 if vitrt_model::naflex::is_naflex_dir(&files.dir) {
                     anyhow::bail!(
                         "SigLIP 2 NaFlex runs on one device: several (--device {}) are not \
@@ -263,12 +319,12 @@ impl ModelArgs {
                 }
             }
         }
-        Ok(self.options().open_naflex()?)
+        Ok(self.options()?.open_naflex()?)
     }
 
     /// As [`ModelArgs::open`], and the device the backend runs on.
     pub fn open_on_device(&self) -> Result<(Runner, PathBuf, Device)> {
-        let opened = self.options().open()?;
+        let opened = self.options()?.open()?;
         if self.attention == Some(AttentionArg::Fused) {
             opened.runner.check_graph().context("--attention fused")?;
         }

@@ -86,7 +86,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     // their programs whatever the batch size (benchmarks/NOTES.md, 2026-11-27 "Batch
     // invariance on the GPU").
     let limits = args.limits.limits();
-    let mut model = args.model.options();
+    let mut model = args.model.options()?;
     model.batch_invariant = true;
     vitrt_server::serve(ServeOptions {
         model,

@@ -14,7 +14,7 @@
 
 use super::device::{guarded, to_i32, Gpu};
 use super::discovery::{keep_loaded, list_paths, python_site_dirs, toolkit_roots};
-use super::error::KernelError;
+use super::error::{invalid, KernelError};
 use super::memory::DevPtr;
 use crate::types::DType;
 use cudarc::cublas::sys::{
@@ -98,6 +98,11 @@ impl Cublas<'_> {
             DType::F32 => cudaDataType_t::CUDA_R_32F,
             DType::F16 => cudaDataType_t::CUDA_R_16F,
             DType::BF16 => cudaDataType_t::CUDA_R_16BF,
+            DType::E4M3 => {
+                return Err(invalid!(
+                    "the cuBLAS yardstick multiplies f32, f16 or bf16, not e4m3"
+                ))
+            }
         };
         // Host scalars of the compute type (fp32).
         let (alpha, beta) = (1.0f32, 0.0f32);

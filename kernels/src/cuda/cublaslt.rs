@@ -114,9 +114,9 @@ impl<'g> CublasLt<'g> {
         let c_type = match output {
             DType::F16 => sys::cudaDataType::CUDA_R_16F,
             DType::BF16 => sys::cudaDataType::CUDA_R_16BF,
-            DType::F32 => {
+            DType::F32 | DType::E4M3 => {
                 return Err(invalid!(
-                    "the cuBLASLt FP8 yardstick writes f16 or bf16 C, not f32"
+                    "the cuBLASLt FP8 yardstick writes f16 or bf16 C, not {output}"
                 ))
             }
         };

@@ -57,7 +57,9 @@ pub(crate) fn encode_tiled(
         MapElement::Storage(DType::F16) => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         MapElement::Storage(DType::BF16) => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         MapElement::Storage(DType::F32) => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-        MapElement::Byte => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        MapElement::Byte | MapElement::Storage(DType::E4M3) => {
+            CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8
+        }
     };
     let swizzle = match swizzle {
         Swizzle::Bytes32 => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_32B,

@@ -343,11 +343,13 @@ const HALF_TILES: [MatmulTile; 11] = [
 ];
 
 /// The tile shapes the launcher chooses among for `dtype`, on any device (see
-/// [`MatmulTile::runs_on`]).
+/// [`MatmulTile::runs_on`]). None for e4m3, which only the FP8 matmul reads (its own tiles,
+/// `FP8_TILES`).
 pub fn tiles_for(dtype: DType) -> &'static [MatmulTile] {
     match dtype {
         DType::F32 => &FMA_TILES,
         DType::F16 | DType::BF16 => &HALF_TILES,
+        DType::E4M3 => &[],
     }
 }
 
@@ -360,6 +362,8 @@ pub(crate) fn pipeline_bytes(dtype: DType, t: &MatmulTile) -> u32 {
             1024 + t.stages * (t.block_m + t.block_n) * t.block_k * 2
         }
         DType::F16 | DType::BF16 => t.stages * (t.block_m + t.block_n) * t.block_k * 2,
+        // No tile of this launcher takes e4m3 (`tiles_for`); the FP8 program sizes its own.
+        DType::E4M3 => 0,
     }
 }
 
@@ -368,6 +372,7 @@ pub(crate) fn staged_bytes(dtype: DType, t: &MatmulTile) -> u32 {
     match dtype {
         DType::F32 => t.block_m * (t.block_n + 16) * 4,
         DType::F16 | DType::BF16 => t.block_m * (t.block_n + 8) * 4,
+        DType::E4M3 => 0,
     }
 }
 

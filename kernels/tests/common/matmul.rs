@@ -31,6 +31,8 @@ pub fn tolerance(dtype: DType) -> f64 {
         DType::F32 => 1e-4,
         DType::F16 => 2e-3,
         DType::BF16 => 1e-2,
+        // One e4m3 rounding: 2^-4 of a value.
+        DType::E4M3 => 6.25e-2,
     }
 }
 

@@ -350,6 +350,12 @@ fn check_storage(
                 output.buffer.dtype(),
             )
         }
+        Op::Fp8Linear { epilogue } => crate::fp8::check_storage(
+            compute,
+            *epilogue,
+            &inputs.iter().map(|b| b.buffer.dtype()).collect::<Vec<_>>(),
+            output.buffer.dtype(),
+        ),
         Op::Attention { key_padding, .. } => {
             for (what, slot) in [("Q", 0), ("K", 1), ("V", 2)] {
                 if dtype(slot) != compute {
@@ -401,6 +407,10 @@ fn run_simple(
                 residual.map(<[f32]>::len),
             )?;
             matmul::cpu::matmul(&problem, tiles, ins[0], ins[1], bias, residual, out);
+        }
+        Op::Fp8Linear { epilogue } => {
+            let (k, n) = (last(&bindings[0].shape), bindings[1].shape[0]);
+            crate::fp8::emulate_linear(*epilogue, k, n, ins, out, tiles)?;
         }
         Op::Activation(act) => {
             for (o, &x) in out.iter_mut().zip(ins[0]) {

@@ -842,6 +842,24 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// An FP8 linear layer: x quantised row by row into the node's workspace
+    /// ([`crate::fp8::InputWorkspace`]), then the FP8 matmul with its epilogue.
+    fn fp8_linear(
+        &self,
+        epilogue: vitrt_kernels::Epilogue,
+        inputs: &[Binding],
+        ins: &[DevPtr],
+        out: DevPtr,
+        workspace: Option<BufferRef>,
+    ) -> Result<(), KernelError> {
+        let _ = (epilogue, inputs, ins, out, workspace);
+        Err(KernelError::InvalidArgument(
+            "FP8 linear layers do not run on the GPU yet: their input quantisation kernel is \
+             not built"
+                .into(),
+        ))
+    }
+
     fn execute_op(
         &self,
         op: &Op,
@@ -908,6 +926,7 @@ impl CudaBackend {
                 let residual = epilogue.residual.then(|| ins[2 + epilogue.bias as usize]);
                 matmul::gpu::matmul(gpu, d, &problem, ins[0], ins[1], bias, residual, out)
             }
+            Op::Fp8Linear { epilogue } => self.fp8_linear(*epilogue, inputs, &ins, out, workspace),
             // In its input's type: the run's dtype, or f32 where its output leaves the graph.
             Op::Activation(act) => {
                 activation::gpu::activation(gpu, ins[0].dtype, *act, ins[0], out.len, out)

@@ -1,0 +1,503 @@
+//! FP8 linear layers: which linear layers of a graph run their product in e4m3
+//! ([`Fp8Layers`]), the rewrite that makes them [`Op::Fp8Linear`] ([`quantize_linears`]), and
+//! the quantisation both backends share.
+//!
+//! Scales (benchmarks/NOTES.md, 2026-11-28 "What FP8 would cost the real DINOv2, predicted by
+//! emulation"): a weight `[N, K]` gets one scale per output channel, its row's largest
+//! magnitude over 448, computed once at load from the checkpoint's values; an activation row
+//! gets its own scale the same way as the node runs (per-token dynamic scales, which need no
+//! calibration). A value `x` of a row of scale `s` is stored as `e4m3(x / s)`.
+//!
+//! Attention stays in the compute type: in e4m3 it cost the real DINOv2 three times the
+//! embedding error of the linear layers (same NOTES entry).
+
+use crate::graph::{Graph, Op, ParamSource, ValueKind};
+use std::collections::BTreeSet;
+use vitrt_kernels::{e4m3, matmul, DType, Epilogue, MatmulProblem};
+
+/// The smallest scale: a row of zeros (or of values below 448 · 1e-12) keeps codes of 0
+/// rather than dividing by 0.
+pub const MIN_SCALE: f32 = 1e-12;
+
+/// K must be a multiple of this for an FP8 product (rows of e4m3 start on 16-byte
+/// boundaries, as the device's tensor maps read them).
+pub const K_MULTIPLE: usize = vitrt_kernels::matmul::FP8_K_MULTIPLE;
+
+/// The scale of a row whose largest magnitude is `amax`: `amax / 448`, at least
+/// [`MIN_SCALE`]. A NaN `amax` gives NaN (the row's codes are then NaN, never finite).
+pub fn row_scale(amax: f32) -> f32 {
+    if amax.is_nan() {
+        return f32::NAN;
+    }
+    (amax / e4m3::MAX).max(MIN_SCALE)
+}
+
+/// The largest magnitude of `row`, NaN if it holds one.
+pub fn row_amax(row: &[f32]) -> f32 {
+    row.iter().fold(0f32, |m, &v| {
+        if v.is_nan() || m.is_nan() {
+            f32::NAN
+        } else {
+            m.max(v.abs())
+        }
+    })
+}
+
+/// A weight `[n, k]` as e4m3 values (each row divided by its scale and rounded) and its `n`
+/// per-row scales: what [`ParamSource::Fp8Weight`] and [`ParamSource::Fp8Scale`] load.
+pub fn quantize_weight(values: &[f32], n: usize, k: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut units = Vec::with_capacity(values.len());
+    let mut scales = Vec::with_capacity(n);
+    for row in values.chunks(k.max(1)).take(n) {
+        let scale = row_scale(row_amax(row));
+        scales.push(scale);
+        units.extend(row.iter().map(|&v| e4m3::round(v / scale)));
+    }
+    (units, scales)
+}
+
+/// Which linear layers run in FP8. A candidate is a linear layer of a transformer block (its
+/// node named `<...>.<layer|layers|blocks|resblocks>.<i>.<...>`) whose weight is a parameter
+/// and whose K is a multiple of [`K_MULTIPLE`]; the patch embedding, the heads and the
+/// projections outside the blocks are never candidates.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Fp8Layers {
+    /// Candidates kept in the compute type, by node name.
+    pub keep: BTreeSet<String>,
+    /// With the default choice, also keep the first and last blocks' layers (the default
+    /// choice when no report has chosen: see [`Fp8Layers::default_choice`]).
+    pub keep_edge_blocks: bool,
+}
+
+impl Fp8Layers {
+    /// Every candidate in FP8.
+    pub fn all() -> Fp8Layers {
+        Fp8Layers::default()
+    }
+
+    /// The choice used when no report has made one: every candidate except the first and the
+    /// last transformer block's.
+    pub fn default_choice() -> Fp8Layers {
+        Fp8Layers {
+            keep: BTreeSet::new(),
+            keep_edge_blocks: true,
+        }
+    }
+
+    /// Every candidate except those named in `keep`.
+    pub fn keeping(keep: impl IntoIterator<Item = String>) -> Fp8Layers {
+        Fp8Layers {
+            keep: keep.into_iter().collect(),
+            keep_edge_blocks: false,
+        }
+    }
+}
+
+/// The index of the transformer block a node belongs to, from its name.
+pub fn block_index(name: &str) -> Option<usize> {
+    let parts: Vec<&str> = name.split('.').collect();
+    parts.windows(2).find_map(|w| {
+        matches!(w[0], "layer" | "layers" | "blocks" | "resblocks")
+            .then(|| w[1].parse().ok())
+            .flatten()
+    })
+}
+
+/// The candidates for FP8 (see [`Fp8Layers`]), by node id, in graph order.
+pub fn candidates(graph: &Graph) -> Vec<usize> {
+    graph
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, node)| {
+            let Op::Linear { epilogue } = node.op else {
+                return false;
+            };
+            let weight = &graph.values[node.inputs[1]];
+            matches!(weight.kind, ValueKind::Param(_))
+                && weight.shape.len() == 2
+                && weight.shape[1] > 0
+                && weight.shape[1].is_multiple_of(K_MULTIPLE)
+                && epilogue.activation.in_matmul_epilogue()
+                && epilogue.alpha == 1.0
+                && block_index(&node.name).is_some()
+        })
+        .map(|(id, _)| id)
+        .collect()
+}
+
+/// Rewrites every candidate `layers` chooses into an [`Op::Fp8Linear`] reading its weight's
+/// e4m3 values and scales; returns the names of the nodes rewritten, in graph order. Run it
+/// after the fusion passes: it rewrites the fused linear layers (QKV, epilogues) as they are.
+/// Names in `layers.keep` that are no candidate are an error, so that a choice made for one
+/// model is not silently applied to another.
+pub fn quantize_linears(graph: &mut Graph, layers: &Fp8Layers) -> Result<Vec<String>, String> {
+    let candidates = candidates(graph);
+    let names: BTreeSet<&str> = candidates
+        .iter()
+        .map(|&id| graph.nodes[id].name.as_str())
+        .collect();
+    if let Some(unknown) = layers.keep.iter().find(|k| !names.contains(k.as_str())) {
+        return Err(format!(
+            "the FP8 choice keeps {unknown:?} in 16 bits, but this model has no such linear layer \
+             (its candidates: {})",
+            names.iter().copied().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let blocks: Vec<usize> = candidates
+        .iter()
+        .filter_map(|&id| block_index(&graph.nodes[id].name))
+        .collect();
+    let (first, last) = (blocks.iter().min().copied(), blocks.iter().max().copied());
+    let mut rewritten = Vec::new();
+    for id in candidates {
+        let name = graph.nodes[id].name.clone();
+        let block = block_index(&name);
+        if layers.keep.contains(&name)
+            || (layers.keep_edge_blocks && (block == first || block == last))
+        {
+            continue;
+        }
+        let Op::Linear { epilogue } = graph.nodes[id].op else {
+            unreachable!("candidates are linear layers")
+        };
+        let weight = graph.nodes[id].inputs[1];
+        let (shape, source) = match &graph.values[weight].kind {
+            ValueKind::Param(source) => (graph.values[weight].shape.clone(), source.clone()),
+            _ => unreachable!("candidates read a parameter weight"),
+        };
+        let codes =
+            graph.add_param_source(ParamSource::Fp8Weight(Box::new(source.clone())), &shape);
+        let scales = graph.add_param_source(
+            ParamSource::Fp8Scale {
+                weight: Box::new(source),
+                columns: shape[1],
+            },
+            &shape[..1],
+        );
+        let node = &mut graph.nodes[id];
+        node.inputs[1] = codes;
+        node.inputs.insert(2, scales);
+        node.op = Op::Fp8Linear { epilogue };
+        rewritten.push(name);
+    }
+    graph.validate().map_err(|e| e.to_string())?;
+    Ok(rewritten)
+}
+
+/// Where an FP8 linear layer's quantised input lies in its node's workspace: the e4m3 codes
+/// `[rows, k]` first, then one f32 scale a row, at an offset aligned for the device's vector
+/// loads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InputWorkspace {
+    pub codes_bytes: usize,
+    pub scales_offset: usize,
+    pub bytes: usize,
+}
+
+impl InputWorkspace {
+    pub fn new(rows: usize, k: usize) -> InputWorkspace {
+        let codes_bytes = rows * k;
+        let scales_offset = codes_bytes.div_ceil(crate::plan::ALIGNMENT) * crate::plan::ALIGNMENT;
+        InputWorkspace {
+            codes_bytes,
+            scales_offset,
+            bytes: scales_offset + 4 * rows,
+        }
+    }
+}
+
+/// Rows of `x` (`rows` of `k`) quantised as an FP8 node quantises its input: each row's scale
+/// and the e4m3 values of the row divided by it.
+pub fn quantize_rows(x: &[f32], k: usize) -> (Vec<f32>, Vec<f32>) {
+    let rows = x.len() / k.max(1);
+    quantize_weight(x, rows, k)
+}
+
+/// Refuses, as the GPU's FP8 matmul does, operands it does not read: x, the bias, the
+/// residual and the output in the run's 16-bit `compute` type, the weight in e4m3 and its
+/// scales in f32. `inputs` are the node's input types in order.
+pub fn check_storage(
+    compute: DType,
+    epilogue: Epilogue,
+    inputs: &[DType],
+    output: DType,
+) -> Result<(), String> {
+    if compute == DType::F32 {
+        return Err("FP8 linear layers run in f16 or bf16 runs, not f32".into());
+    }
+    let mut wanted = vec![
+        ("x", compute),
+        ("the weight", DType::E4M3),
+        ("the scales", DType::F32),
+    ];
+    if epilogue.bias {
+        wanted.push(("the bias", compute));
+    }
+    if epilogue.residual {
+        wanted.push(("the residual", compute));
+    }
+    if inputs.len() != wanted.len() {
+        return Err(format!(
+            "an FP8 linear layer takes {} inputs, got {}",
+            wanted.len(),
+            inputs.len()
+        ));
+    }
+    for ((what, want), &got) in wanted.iter().zip(inputs) {
+        if got != *want {
+            return Err(format!(
+                "an FP8 linear layer reads {what} as {want}, not {got} (FP8 runs keep the \
+                 residual stream in the compute type)"
+            ));
+        }
+    }
+    if output != compute {
+        return Err(format!(
+            "an FP8 linear layer writes {compute}, not {output} (FP8 runs keep the residual \
+             stream in the compute type)"
+        ));
+    }
+    Ok(())
+}
+
+/// The CPU's FP8 linear layer, on f32 slots: `ins` are x `[M, k]`, the weight's e4m3 values
+/// `[n, k]`, their scales `[n]`, then the bias and the residual as `epilogue` says. Each row
+/// of x is quantised with its own scale ([`quantize_rows`]); the product of the e4m3 values
+/// accumulates in f32 and is scaled back, `acc · (x_scale · w_scale) + bias`, then the
+/// activation and the residual, as the device's epilogue applies them
+/// (`vitrt_kernels::matmul::Fp8Problem`).
+pub fn emulate_linear(
+    epilogue: Epilogue,
+    k: usize,
+    n: usize,
+    ins: &[&[f32]],
+    out: &mut [f32],
+    tiles: matmul::cpu::MatmulTiles,
+) -> Result<(), String> {
+    let (x, weight, w_scales) = (ins[0], ins[1], ins[2]);
+    let m = x.len() / k.max(1);
+    if x.len() != m * k || weight.len() != n * k || w_scales.len() != n || out.len() != m * n {
+        return Err(format!(
+            "fp8_linear operands of {} / {} / {} / {} values for M {m}, N {n}, K {k}",
+            x.len(),
+            weight.len(),
+            w_scales.len(),
+            out.len()
+        ));
+    }
+    let bias = epilogue.bias.then(|| ins[3]);
+    let residual = epilogue.residual.then(|| ins[3 + epilogue.bias as usize]);
+    let (units, x_scales) = quantize_rows(x, k);
+    let product = MatmulProblem::linear(m, n, k, Epilogue::NONE);
+    matmul::cpu::matmul(&product, tiles, &units, weight, None, None, out);
+    for (row, (values, x_scale)) in out.chunks_mut(n.max(1)).zip(&x_scales).enumerate() {
+        for (col, v) in values.iter_mut().enumerate() {
+            let mut y = *v * (x_scale * w_scales[col]);
+            if let Some(bias) = bias {
+                y += bias[col];
+            }
+            y = epilogue.activation.apply(y);
+            if let Some(residual) = residual {
+                y += residual[row * n + col];
+            }
+            *v = y;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::passes::{self, Fusion};
+
+    #[test]
+    fn scales_are_the_row_maximum_over_448() {
+        let (units, scales) = quantize_weight(&[1.0, -2.0, 0.5, 0.0, 0.0, 0.0], 2, 3);
+        assert_eq!(scales, vec![2.0 / 448.0, MIN_SCALE]);
+        assert_eq!(units[1], -448.0);
+        assert_eq!(units[0], 224.0);
+        assert_eq!(units[2], 112.0);
+        assert_eq!(&units[3..], &[0.0, 0.0, 0.0]);
+        // A value between two e4m3 values rounds to one of them.
+        let (units, _) = quantize_weight(&[448.0, 17.0], 1, 2);
+        assert_eq!(units[1], 16.0);
+        let (units, scales) = quantize_weight(&[f32::NAN, 1.0], 1, 2);
+        assert!(scales[0].is_nan() && units.iter().all(|u| u.is_nan()));
+    }
+
+    #[test]
+    fn block_indices_come_from_the_names() {
+        assert_eq!(block_index("encoder.layer.11.attention.qkv"), Some(11));
+        assert_eq!(
+            block_index("vision_model.encoder.layers.3.mlp.fc1"),
+            Some(3)
+        );
+        assert_eq!(block_index("blocks.0.mlp.fc2"), Some(0));
+        assert_eq!(block_index("classifier"), None);
+        assert_eq!(block_index("encoder.layernorm"), None);
+    }
+
+    /// Two blocks of `x · W`, each a linear layer named after its block, then a head.
+    fn two_block_graph() -> Graph {
+        let mut g = Graph::default();
+        let x = g.add_input("x", &[2, 32]);
+        let mut h = x;
+        for block in 0..3 {
+            let w = g.add_param(&format!("w{block}"), &[32, 32]);
+            h = g
+                .add_node(
+                    &format!("encoder.layer.{block}.dense"),
+                    Op::Linear {
+                        epilogue: Epilogue::NONE,
+                    },
+                    &[h, w],
+                )
+                .unwrap();
+        }
+        let w = g.add_param("head", &[5, 32]);
+        let out = g
+            .add_node(
+                "classifier",
+                Op::Linear {
+                    epilogue: Epilogue::NONE,
+                },
+                &[h, w],
+            )
+            .unwrap();
+        g.mark_output("logits", out);
+        passes::apply(&mut g, Fusion::ALL);
+        g
+    }
+
+    #[test]
+    fn the_choice_rewrites_block_layers_only() {
+        let mut g = two_block_graph();
+        let all = quantize_linears(&mut g, &Fp8Layers::all()).unwrap();
+        assert_eq!(
+            all,
+            [
+                "encoder.layer.0.dense",
+                "encoder.layer.1.dense",
+                "encoder.layer.2.dense"
+            ]
+        );
+        assert!(matches!(g.nodes.last().unwrap().op, Op::Linear { .. }));
+
+        let mut g = two_block_graph();
+        let middle = quantize_linears(&mut g, &Fp8Layers::default_choice()).unwrap();
+        assert_eq!(middle, ["encoder.layer.1.dense"]);
+
+        let mut g = two_block_graph();
+        let kept = Fp8Layers::keeping(["encoder.layer.0.dense".to_string()]);
+        assert_eq!(quantize_linears(&mut g, &kept).unwrap().len(), 2);
+
+        let mut g = two_block_graph();
+        let wrong = Fp8Layers::keeping(["encoder.layer.7.dense".to_string()]);
+        let err = quantize_linears(&mut g, &wrong).unwrap_err();
+        assert!(err.contains("encoder.layer.7.dense"), "{err}");
+    }
+
+    /// Parameters by name from a map.
+    struct MapParams(std::collections::HashMap<String, Vec<f32>>);
+
+    impl crate::ParamStore for MapParams {
+        fn load(&self, name: &str, _shape: &[usize]) -> Result<Vec<f32>, crate::RuntimeError> {
+            Ok(self.0[name].clone())
+        }
+    }
+
+    /// `gelu(x · wᵀ + b) + r` as one block's linear layer, in FP8 or not, on a CPU emulating
+    /// f16.
+    fn run_block_linear(fp8: bool, x: &[f32], w: &[f32], b: &[f32], r: &[f32]) -> Vec<f32> {
+        let (m, n, k) = (x.len() / 32, b.len(), 32);
+        let mut g = Graph::default();
+        let xv = g.add_input("x", &[m, k]);
+        let rv = g.add_input("r", &[m, n]);
+        let wv = g.add_param("w", &[n, k]);
+        let bv = g.add_param("b", &[n]);
+        let epilogue = Epilogue {
+            bias: true,
+            activation: vitrt_kernels::Activation::Gelu,
+            residual: true,
+            ..Epilogue::NONE
+        };
+        let y = g
+            .add_node(
+                "encoder.layer.0.mlp",
+                Op::Linear { epilogue },
+                &[xv, wv, bv, rv],
+            )
+            .unwrap();
+        g.mark_output("y", y);
+        if fp8 {
+            let done = quantize_linears(&mut g, &Fp8Layers::all()).unwrap();
+            assert_eq!(done, ["encoder.layer.0.mlp"]);
+        }
+        let params = MapParams(
+            [("w".to_string(), w.to_vec()), ("b".to_string(), b.to_vec())]
+                .into_iter()
+                .collect(),
+        );
+        let mut backend = crate::CpuBackend::emulating(DType::F16);
+        let exec = crate::Executor::new(
+            g,
+            &mut backend,
+            &params,
+            crate::Precision::uniform(DType::F16),
+        )
+        .unwrap();
+        exec.run(&mut backend, &[("x", x), ("r", r)]).unwrap()[0]
+            .data
+            .clone()
+    }
+
+    #[test]
+    fn values_e4m3_holds_exactly_give_the_16_bit_result() {
+        // Every row's largest magnitude is 2 (scale 2/448), every value a power of two or 0:
+        // each is an e4m3 value once divided by its row's scale (2^a · 224 = 1.75 · 2^(a+7)).
+        // The scales themselves are f32 roundings, so the results agree to f16's rounding.
+        let pick = |i: usize| [2.0, -1.0, 0.5, 1.0, -0.25, 0.0][i % 6];
+        let x: Vec<f32> = (0..3 * 32).map(|i| pick(i * 7 + 1)).collect();
+        let mut x = x;
+        for row in x.chunks_mut(32) {
+            row[0] = 2.0;
+        }
+        let w: Vec<f32> = (0..8 * 32).map(|i| pick(i * 5 + 2) / 64.0).collect();
+        let mut w = w;
+        for row in w.chunks_mut(32) {
+            row[3] = -2.0 / 64.0;
+        }
+        let b: Vec<f32> = (0..8).map(|i| i as f32 / 8.0).collect();
+        let r: Vec<f32> = (0..3 * 8).map(|i| 1.0 - i as f32 / 16.0).collect();
+        let fp8 = run_block_linear(true, &x, &w, &b, &r);
+        let half = run_block_linear(false, &x, &w, &b, &r);
+        for (a, b) in fp8.iter().zip(&half) {
+            assert!(
+                (a - b).abs() <= b.abs() * 2f32.powi(-10),
+                "{fp8:?}\n{half:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_values_round_to_e4m3_and_stay_close() {
+        let x: Vec<f32> = (0..4 * 32)
+            .map(|i| (i * 37 % 101) as f32 / 50.0 - 1.0)
+            .collect();
+        let w: Vec<f32> = (0..16 * 32)
+            .map(|i| (i * 53 % 97) as f32 / 480.0 - 0.1)
+            .collect();
+        let b = vec![0.05; 16];
+        let r = vec![0.0; 4 * 16];
+        let fp8 = run_block_linear(true, &x, &w, &b, &r);
+        let half = run_block_linear(false, &x, &w, &b, &r);
+        assert_ne!(fp8, half);
+        let norm = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>().sqrt();
+        let diff: Vec<f32> = fp8.iter().zip(&half).map(|(a, b)| a - b).collect();
+        let relative = norm(&diff) / norm(&half);
+        // Two e4m3 roundings of 2^-4 at worst each, averaging far less over a sum of 32.
+        assert!(relative < 3e-2, "relative error {relative}");
+    }
+}
