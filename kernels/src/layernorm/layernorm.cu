@@ -16,7 +16,15 @@
 // gamma and beta are f32 in every run: rounded to bf16 they would add an error of the size of a
 // weight matrix's rounding to every block (benchmarks/NOTES.md, 2026-11-25 "layernorm
 // parameters in f32").
+//
+// Two entry points share the program: layernorm_rows stores y in T; layernorm_rows_e4m3 stores
+// e4m3 codes of y and one scale a row (the FP8 matmul's A, quantised as quantize.cu's per-row
+// mode, e4m3.cuh), amax taken over y in f32. The e4m3 output must match its CPU twin bit for
+// bit, so every rounding of y is spelled out (explicit fmaf: nothing left to the compiler's
+// contraction, see normalise) and the twin adds in this program's order (layernorm/cpu.rs, `layernorm_e4m3`):
+// each thread its elements in turn, then warp_sum's butterfly, then the warps in order.
 #include "common.cuh"
+#include "e4m3.cuh"
 
 // VEC f32 values from p, as 16-byte loads when VEC is a multiple of 4 (the launcher checks
 // that p is 16-byte aligned then).
@@ -36,9 +44,26 @@ template <int VEC> __device__ __forceinline__ Vec<float, VEC> load_params(const 
     return r;
 }
 
-template <typename TI, typename T, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
-__device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, const float* beta, T* out,
-                                               int rows, int cols, float eps) {
+// One normalised value, (v - mean) · inv_std · g + b, and one squared deviation added to a
+// sum. With EXACT (the e4m3 output, which its twin must match bit for bit) the fused
+// multiply-adds are spelled out; without, the 16-bit output keeps the spelling it was tuned
+// with and leaves the contraction to the compiler (spelled out, ptxas allocated the 16-bit
+// programs' registers differently: 22 became 28 in the narrowest).
+template <bool EXACT>
+__device__ __forceinline__ float normalise(float v, float mean, float inv_std, float g, float b) {
+    if constexpr (EXACT) return fmaf((v - mean) * inv_std, g, b);
+    return (v - mean) * inv_std * g + b;
+}
+template <bool EXACT> __device__ __forceinline__ float add_square(float squares, float d) {
+    if constexpr (EXACT) return fmaf(d, d, squares);
+    return squares + d * d;
+}
+
+// The program of both entry points: with E4M3, `out` holds e4m3 codes (T is unsigned char) and
+// `scales` one f32 a row; without, `out` holds T and `scales` is unused.
+template <typename TI, typename T, bool E4M3, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
+__device__ __forceinline__ void layernorm_program(const TI* x, const float* gamma, const float* beta, T* out,
+                                                  float* scales, int rows, int cols, float eps) {
     static_assert(GROUP_WARPS == 1 || ROWS == 1, "a block holds several rows only with one warp per row");
     constexpr int GROUP = 32 * GROUP_WARPS;
     __shared__ float scratch[GROUP_WARPS * ROWS];
@@ -78,7 +103,7 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, 
         const TI* x_row = x + row * cols;
         T* out_row = out + row * cols;
 
-        if (CACHED > 0) {
+        if constexpr (CACHED > 0) {
             float v[CACHED > 0 ? CACHED : 1][VEC];
             float sum = 0.0f;
 #pragma unroll
@@ -101,7 +126,7 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, 
 #pragma unroll
                     for (int j = 0; j < VEC; ++j) {
                         const float d = v[c][j] - mean;
-                        squares += d * d;
+                        squares = add_square<E4M3>(squares, d);
                     }
                 }
             }
@@ -119,13 +144,21 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, 
                         gc = load_params<VEC>(gamma + i * VEC);
                         bc = load_params<VEC>(beta + i * VEC);
                     }
-                    Vec<T, VEC> r;
+                    if constexpr (E4M3) {
+                        // y in place of x: the codes need the whole row's amax first.
 #pragma unroll
-                    for (int j = 0; j < VEC; ++j)
-                        r.v[j] = from_float<T>((v[c][j] - mean) * inv_std * gc.v[j] + bc.v[j]);
-                    store_vec<T, VEC>(out_row + i * VEC, r);
+                        for (int j = 0; j < VEC; ++j) v[c][j] = normalise<E4M3>(v[c][j], mean, inv_std, gc.v[j], bc.v[j]);
+                    } else {
+                        Vec<T, VEC> r;
+#pragma unroll
+                        for (int j = 0; j < VEC; ++j)
+                            r.v[j] = from_float<T>(normalise<E4M3>(v[c][j], mean, inv_std, gc.v[j], bc.v[j]));
+                        store_vec<T, VEC>(out_row + i * VEC, r);
+                    }
                 }
             }
+            if constexpr (E4M3)
+                quantise_held_row<VEC, GROUP_WARPS, CACHED>(v, rank, vectors, out_row, scales + row, scratch);
         } else {
             float sum = 0.0f;
             for (int i = rank; i < vectors; i += GROUP) {
@@ -140,21 +173,51 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, 
 #pragma unroll
                 for (int j = 0; j < VEC; ++j) {
                     const float d = to_float(loaded.v[j]) - mean;
-                    squares += d * d;
+                    squares = add_square<E4M3>(squares, d);
                 }
             }
             const float var = group_reduce<SumOp, GROUP_WARPS>(squares, scratch) * inv_cols;
             const float inv_std = 1.0f / sqrtf(var + eps);
-            for (int i = rank; i < vectors; i += GROUP) {
-                const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
-                const Vec<float, VEC> g = load_params<VEC>(gamma + i * VEC);
-                const Vec<float, VEC> b = load_params<VEC>(beta + i * VEC);
-                Vec<T, VEC> r;
+            if constexpr (E4M3) {
+                // Vector i of y, from the row and the parameters read again (twice: for amax,
+                // then for the codes).
+                const auto normalised = [&](int i, float (&y)[VEC]) {
+                    const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
+                    const Vec<float, VEC> g = load_params<VEC>(gamma + i * VEC);
+                    const Vec<float, VEC> b = load_params<VEC>(beta + i * VEC);
 #pragma unroll
-                for (int j = 0; j < VEC; ++j)
-                    r.v[j] = from_float<T>((to_float(loaded.v[j]) - mean) * inv_std * g.v[j] + b.v[j]);
-                store_vec<T, VEC>(out_row + i * VEC, r);
+                    for (int j = 0; j < VEC; ++j)
+                        y[j] = normalise<E4M3>(to_float(loaded.v[j]), mean, inv_std, g.v[j], b.v[j]);
+                };
+                quantise_streamed_row<VEC, GROUP_WARPS>(normalised, rank, vectors, out_row, scales + row, scratch);
+            } else {
+                for (int i = rank; i < vectors; i += GROUP) {
+                    const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
+                    const Vec<float, VEC> g = load_params<VEC>(gamma + i * VEC);
+                    const Vec<float, VEC> b = load_params<VEC>(beta + i * VEC);
+                    Vec<T, VEC> r;
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j)
+                        r.v[j] = from_float<T>(normalise<E4M3>(to_float(loaded.v[j]), mean, inv_std, g.v[j], b.v[j]));
+                    store_vec<T, VEC>(out_row + i * VEC, r);
+                }
             }
         }
     }
+}
+
+// y = layernorm(x) stored as T.
+template <typename TI, typename T, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
+__device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, const float* beta, T* out,
+                                               int rows, int cols, float eps) {
+    layernorm_program<TI, T, false, VEC, GROUP_WARPS, ROWS, CACHED>(x, gamma, beta, out, nullptr, rows, cols, eps);
+}
+
+// y = layernorm(x) as e4m3 codes and a scale a row (e4m3.cuh), the FP8 matmul's A.
+template <typename TI, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
+__device__ __forceinline__ void layernorm_rows_e4m3(const TI* x, const float* gamma, const float* beta,
+                                                    unsigned char* codes, float* scales, int rows, int cols,
+                                                    float eps) {
+    layernorm_program<TI, unsigned char, true, VEC, GROUP_WARPS, ROWS, CACHED>(x, gamma, beta, codes, scales, rows,
+                                                                              cols, eps);
 }

@@ -35,11 +35,8 @@ pub fn quantize_rows(p: &QuantizeProblem, x: &[f32], codes: &mut [u8], scales: &
                 .zip(x.par_chunks(p.cols))
                 .zip(scales[..p.rows].par_iter_mut())
                 .for_each(|((codes, row), scale)| {
-                    *scale = row_scale(amax(row.iter().map(|&v| stored(v))));
-                    let inverse = inverse_scale(*scale);
-                    for (code, &v) in codes.iter_mut().zip(row) {
-                        *code = e4m3::encode(stored(v) * inverse);
-                    }
+                    let row: Vec<f32> = row.iter().map(|&v| stored(v)).collect();
+                    *scale = quantise_row(&row, codes);
                 });
         }
         ActivationScale::PerTensor => {
@@ -54,6 +51,18 @@ pub fn quantize_rows(p: &QuantizeProblem, x: &[f32], codes: &mut [u8], scales: &
                 });
         }
     }
+}
+
+/// Per-row dynamic quantisation of one row of f32 `values` into `codes`: returns the row's
+/// scale. What e4m3.cuh's `quantise_held_row` and `quantise_streamed_row` compute, for this
+/// twin and the layernorm's (`crate::layernorm::cpu::layernorm_e4m3`).
+pub(crate) fn quantise_row(values: &[f32], codes: &mut [u8]) -> f32 {
+    let scale = row_scale(amax(values.iter().copied()));
+    let inverse = inverse_scale(scale);
+    for (code, &v) in codes.iter_mut().zip(values) {
+        *code = e4m3::encode(v * inverse);
+    }
+    scale
 }
 
 #[cfg(test)]

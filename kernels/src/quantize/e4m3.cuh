@@ -28,10 +28,16 @@ __device__ __forceinline__ float e4m3_row_scale(float amax) { return fmaxf(__fdi
 __device__ __forceinline__ float e4m3_inverse_scale(float scale) { return __fdiv_rn(1.0f, scale); }
 
 // The codes of `lo` (low byte) and `hi` (high byte). The instruction's first source goes to
-// the upper byte.
+// the upper byte. Before sm_89 (where layernorm.cu's 16-bit entry point, which includes this
+// header, also compiles) there is no such instruction and nothing calls this: it traps.
 __device__ __forceinline__ unsigned e4m3x2(float lo, float hi) {
     unsigned short codes;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+    __trap();
+    codes = 0;
+#else
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(codes) : "f"(hi), "f"(lo));
+#endif
     return codes;
 }
 
