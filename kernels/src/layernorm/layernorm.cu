@@ -20,8 +20,8 @@
 // Two entry points share the program: layernorm_rows stores y in T; layernorm_rows_e4m3 stores
 // e4m3 codes of y and one scale a row (the FP8 matmul's A, quantised as quantize.cu's per-row
 // mode, e4m3.cuh), amax taken over y in f32. The e4m3 output must match its CPU twin bit for
-// bit, so every rounding of y is spelled out (explicit fmaf: nothing left to the compiler's
-// contraction, see normalise) and the twin adds in this program's order (layernorm/cpu.rs, `layernorm_e4m3`):
+// bit, so every rounding of y is spelled out (RowMath: nothing left to the compiler's
+// contraction) and the twin adds in this program's order (layernorm/cpu.rs, `layernorm_e4m3`):
 // each thread its elements in turn, then warp_sum's butterfly, then the warps in order.
 #include "common.cuh"
 #include "e4m3.cuh"
@@ -44,20 +44,43 @@ template <int VEC> __device__ __forceinline__ Vec<float, VEC> load_params(const 
     return r;
 }
 
-// One normalised value, (v - mean) · inv_std · g + b, and one squared deviation added to a
-// sum. With EXACT (the e4m3 output, which its twin must match bit for bit) the fused
-// multiply-adds are spelled out; without, the 16-bit output keeps the spelling it was tuned
-// with and leaves the contraction to the compiler (spelled out, ptxas allocated the 16-bit
-// programs' registers differently: 22 became 28 in the narrowest).
+// The row's arithmetic. The e4m3 output (EXACT) must match its twin bit for bit, so there each
+// operation is rounded on its own or fused as written: the _rn intrinsics are never contracted
+// into a multiply-add (nvcc contracts across statements, e.g. mean = sum · inv_cols into
+// v - mean, or var = squares · inv_cols into var + eps), and the fused ones are explicit fmaf.
+// The 16-bit output keeps the spelling it was tuned with and leaves the contraction to the
+// compiler (spelled out, ptxas allocated its programs' registers differently: 22 became 28 in
+// the narrowest).
 template <bool EXACT>
-__device__ __forceinline__ float normalise(float v, float mean, float inv_std, float g, float b) {
-    if constexpr (EXACT) return fmaf((v - mean) * inv_std, g, b);
-    return (v - mean) * inv_std * g + b;
-}
-template <bool EXACT> __device__ __forceinline__ float add_square(float squares, float d) {
-    if constexpr (EXACT) return fmaf(d, d, squares);
-    return squares + d * d;
-}
+struct RowMath {
+    static __device__ __forceinline__ float mul(float a, float b) {
+        if constexpr (EXACT) return __fmul_rn(a, b);
+        return a * b;
+    }
+    static __device__ __forceinline__ float add(float a, float b) {
+        if constexpr (EXACT) return __fadd_rn(a, b);
+        return a + b;
+    }
+    static __device__ __forceinline__ float sub(float a, float b) {
+        if constexpr (EXACT) return __fsub_rn(a, b);
+        return a - b;
+    }
+    // 1 / sqrt(x), each correctly rounded (as NVRTC compiles `/` and sqrtf without fast math).
+    static __device__ __forceinline__ float inverse_sqrt(float x) {
+        if constexpr (EXACT) return __fdiv_rn(1.0f, __fsqrt_rn(x));
+        return 1.0f / sqrtf(x);
+    }
+    // squares + d², one fused multiply-add.
+    static __device__ __forceinline__ float add_square(float squares, float d) {
+        if constexpr (EXACT) return fmaf(d, d, squares);
+        return squares + d * d;
+    }
+    // One normalised value, (v - mean) · inv_std · g + b, the last two as one fused multiply-add.
+    static __device__ __forceinline__ float normalise(float v, float mean, float inv_std, float g, float b) {
+        if constexpr (EXACT) return fmaf(__fmul_rn(__fsub_rn(v, mean), inv_std), g, b);
+        return (v - mean) * inv_std * g + b;
+    }
+};
 
 // The program of both entry points: with E4M3, `out` holds e4m3 codes (T is unsigned char) and
 // `scales` one f32 a row; without, `out` holds T and `scales` is unused.
@@ -71,6 +94,7 @@ __device__ __forceinline__ void layernorm_program(const TI* x, const float* gamm
     const int rank = threadIdx.x % GROUP;
     const int vectors = cols / VEC;
     const float inv_cols = 1.0f / (float)cols;
+    using Math = RowMath<E4M3>;
 
     // A thread's columns are the same in every row it normalises, so with the row held in
     // registers (CACHED > 0) it loads its gamma and beta once, before its first row, and keeps
@@ -118,20 +142,20 @@ __device__ __forceinline__ void layernorm_program(const TI* x, const float* gamm
                     }
                 }
             }
-            const float mean = group_reduce<SumOp, GROUP_WARPS>(sum, scratch) * inv_cols;
+            const float mean = Math::mul(group_reduce<SumOp, GROUP_WARPS>(sum, scratch), inv_cols);
             float squares = 0.0f;
 #pragma unroll
             for (int c = 0; c < CACHED; ++c) {
                 if (rank + c * GROUP < vectors) {
 #pragma unroll
                     for (int j = 0; j < VEC; ++j) {
-                        const float d = v[c][j] - mean;
-                        squares = add_square<E4M3>(squares, d);
+                        const float d = Math::sub(v[c][j], mean);
+                        squares = Math::add_square(squares, d);
                     }
                 }
             }
-            const float var = group_reduce<SumOp, GROUP_WARPS>(squares, scratch) * inv_cols;
-            const float inv_std = 1.0f / sqrtf(var + eps);
+            const float var = Math::mul(group_reduce<SumOp, GROUP_WARPS>(squares, scratch), inv_cols);
+            const float inv_std = Math::inverse_sqrt(Math::add(var, eps));
 #pragma unroll
             for (int c = 0; c < CACHED; ++c) {
                 const int i = rank + c * GROUP;
@@ -147,12 +171,12 @@ __device__ __forceinline__ void layernorm_program(const TI* x, const float* gamm
                     if constexpr (E4M3) {
                         // y in place of x: the codes need the whole row's amax first.
 #pragma unroll
-                        for (int j = 0; j < VEC; ++j) v[c][j] = normalise<E4M3>(v[c][j], mean, inv_std, gc.v[j], bc.v[j]);
+                        for (int j = 0; j < VEC; ++j) v[c][j] = Math::normalise(v[c][j], mean, inv_std, gc.v[j], bc.v[j]);
                     } else {
                         Vec<T, VEC> r;
 #pragma unroll
                         for (int j = 0; j < VEC; ++j)
-                            r.v[j] = from_float<T>(normalise<E4M3>(v[c][j], mean, inv_std, gc.v[j], bc.v[j]));
+                            r.v[j] = from_float<T>(Math::normalise(v[c][j], mean, inv_std, gc.v[j], bc.v[j]));
                         store_vec<T, VEC>(out_row + i * VEC, r);
                     }
                 }
@@ -166,18 +190,18 @@ __device__ __forceinline__ void layernorm_program(const TI* x, const float* gamm
 #pragma unroll
                 for (int j = 0; j < VEC; ++j) sum += to_float(loaded.v[j]);
             }
-            const float mean = group_reduce<SumOp, GROUP_WARPS>(sum, scratch) * inv_cols;
+            const float mean = Math::mul(group_reduce<SumOp, GROUP_WARPS>(sum, scratch), inv_cols);
             float squares = 0.0f;
             for (int i = rank; i < vectors; i += GROUP) {
                 const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
 #pragma unroll
                 for (int j = 0; j < VEC; ++j) {
-                    const float d = to_float(loaded.v[j]) - mean;
-                    squares = add_square<E4M3>(squares, d);
+                    const float d = Math::sub(to_float(loaded.v[j]), mean);
+                    squares = Math::add_square(squares, d);
                 }
             }
-            const float var = group_reduce<SumOp, GROUP_WARPS>(squares, scratch) * inv_cols;
-            const float inv_std = 1.0f / sqrtf(var + eps);
+            const float var = Math::mul(group_reduce<SumOp, GROUP_WARPS>(squares, scratch), inv_cols);
+            const float inv_std = Math::inverse_sqrt(Math::add(var, eps));
             if constexpr (E4M3) {
                 // Vector i of y, from the row and the parameters read again (twice: for amax,
                 // then for the codes).
@@ -187,7 +211,7 @@ __device__ __forceinline__ void layernorm_program(const TI* x, const float* gamm
                     const Vec<float, VEC> b = load_params<VEC>(beta + i * VEC);
 #pragma unroll
                     for (int j = 0; j < VEC; ++j)
-                        y[j] = normalise<E4M3>(to_float(loaded.v[j]), mean, inv_std, g.v[j], b.v[j]);
+                        y[j] = Math::normalise(to_float(loaded.v[j]), mean, inv_std, g.v[j], b.v[j]);
                 };
                 quantise_streamed_row<VEC, GROUP_WARPS>(normalised, rank, vectors, out_row, scales + row, scratch);
             } else {
@@ -198,7 +222,7 @@ __device__ __forceinline__ void layernorm_program(const TI* x, const float* gamm
                     Vec<T, VEC> r;
 #pragma unroll
                     for (int j = 0; j < VEC; ++j)
-                        r.v[j] = from_float<T>(normalise<E4M3>(to_float(loaded.v[j]), mean, inv_std, g.v[j], b.v[j]));
+                        r.v[j] = from_float<T>(Math::normalise(to_float(loaded.v[j]), mean, inv_std, g.v[j], b.v[j]));
                     store_vec<T, VEC>(out_row + i * VEC, r);
                 }
             }
