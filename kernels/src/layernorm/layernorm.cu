@@ -171,7 +171,8 @@ __device__ __forceinline__ void layernorm_program(const TI* x, const float* gamm
                     if constexpr (E4M3) {
                         // y in place of x: the codes need the whole row's amax first.
 #pragma unroll
-                        for (int j = 0; j < VEC; ++j) v[c][j] = Math::normalise(v[c][j], mean, inv_std, gc.v[j], bc.v[j]);
+                        for (int j = 0; j < VEC; ++j)
+                            v[c][j] = Math::normalise(v[c][j], mean, inv_std, gc.v[j], bc.v[j]);
                     } else {
                         Vec<T, VEC> r;
 #pragma unroll
