@@ -9,7 +9,7 @@
 //! - One folder per kernel family: its CUDA source, `gpu` (the launcher, a free function taking
 //!   `&Gpu`) and `cpu` (the twin, with the same name): [`layernorm`], [`rmsnorm`], [`softmax`], [`add`],
 //!   [`activation`], [`gather`], [`pool`], [`normalize`], [`patchify`], [`pixels`], [`jpeg`], [`jpeg_scan`], [`resample`], [`attention`], [`matmul`] (one
-//!   CUDA source a program).
+//!   CUDA source a program), [`quantize`] (e4m3 codes and scales for the FP8 matmul).
 //! - [`e4m3`]: the FP8 E4M3 codec of the FP8 matmul's operands, on the host.
 //! - [`all_instantiations`]: every family's instantiations, what CI compiles.
 
@@ -27,6 +27,7 @@ pub mod normalize;
 pub mod patchify;
 pub mod pixels;
 pub mod pool;
+pub mod quantize;
 mod registry;
 pub mod resample;
 pub mod rmsnorm;

@@ -9,6 +9,7 @@ use crate::cuda::Instantiation;
 pub fn all_instantiations() -> Vec<Instantiation> {
     let mut all = Vec::new();
     all.extend(crate::layernorm::gpu::instantiations());
+    all.extend(crate::quantize::gpu::instantiations());
     all.extend(crate::rmsnorm::gpu::instantiations());
     all.extend(crate::softmax::gpu::instantiations());
     all.extend(crate::add::gpu::instantiations());

@@ -71,8 +71,15 @@ const STREAM_WARPS: u32 = 16;
 impl RowConfig {
     /// The layout for rows of `cols` elements whose operands are `pointers`.
     pub fn select(dtype: DType, cols: usize, pointers: &[DevPtr]) -> RowConfig {
+        RowConfig::for_alignment(dtype, cols, pointers.iter().all(|p| p.is_aligned(16)))
+    }
+
+    /// The layout for rows of `cols` elements whose operands are all 16-byte aligned
+    /// (`aligned`) or not: what [`RowConfig::select`] picks, for launchers whose operands are
+    /// not all [`DevPtr`]s (e4m3 codes) and for twins that reduce in the program's order.
+    pub fn for_alignment(dtype: DType, cols: usize, aligned: bool) -> RowConfig {
         let wide = 16 / dtype.size_bytes();
-        let aligned = cols.is_multiple_of(wide) && pointers.iter().all(|p| p.is_aligned(16));
+        let aligned = aligned && cols.is_multiple_of(wide);
         let vec = if aligned { wide } else { 1 };
         let vectors = cols.div_ceil(vec);
         // The smallest power-of-two number of vectors per thread that covers the row.

@@ -96,6 +96,30 @@ fn lt_error(what: &str) -> impl Fn(cudarc::cublaslt::result::CublasError) -> Ker
     move |e| KernelError::Cuda(format!("{what}: {e}"))
 }
 
+/// Sets one attribute of a matmul descriptor to `value`, passed with its own size: each
+/// attribute has one C type (cublasLtMatmulDescAttributes_t's table) and cuBLASLt refuses a
+/// value of any other size with CUBLAS_STATUS_INVALID_VALUE. TRANSA and TRANSB are int32_t
+/// (a cublasOperation_t), FAST_ACCUM is int8_t, the scale pointers are `void*`.
+///
+/// # Safety
+/// `desc` must be a live descriptor and `T` the attribute's C type.
+unsafe fn set_desc_attribute<T>(
+    desc: sys::cublasLtMatmulDesc_t,
+    attr: sys::cublasLtMatmulDescAttributes_t,
+    value: &T,
+) -> Result<(), KernelError> {
+    // SAFETY: the caller's contract; `value` is read for its size only.
+    unsafe {
+        lt::set_matmul_desc_attribute(
+            desc,
+            attr,
+            value as *const T as *const c_void,
+            std::mem::size_of::<T>(),
+        )
+    }
+    .map_err(|e| KernelError::Cuda(format!("cublasLtMatmulDescSetAttribute ({attr:?}): {e}")))
+}
+
 impl<'g> CublasLt<'g> {
     /// The plan of `c[m, n] = (a_scale · w_scale) · a[m, k] · w[n, k]ᵀ`, every matrix
     /// row-major and contiguous, a and w e4m3, c `output` (f16 or bf16).
@@ -163,28 +187,23 @@ impl<'g> CublasLt<'g> {
             // SAFETY: a plain C struct of integers.
             algo: unsafe { std::mem::zeroed() },
         };
-        let set = |attr, value: &i32| {
-            // SAFETY: the descriptor is live; the attribute takes an int32.
-            unsafe {
-                lt::set_matmul_desc_attribute(
-                    plan.desc,
-                    attr,
-                    value as *const i32 as *const c_void,
-                    std::mem::size_of::<i32>(),
-                )
-            }
-            .map_err(lt_error("cublasLtMatmulDescSetAttribute"))
-        };
         use sys::cublasLtMatmulDescAttributes_t as Attr;
-        set(
-            Attr::CUBLASLT_MATMUL_DESC_TRANSA,
-            &(cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T as i32),
-        )?;
-        set(
-            Attr::CUBLASLT_MATMUL_DESC_TRANSB,
-            &(cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N as i32),
-        )?;
-        set(Attr::CUBLASLT_MATMUL_DESC_FAST_ACCUM, &1)?;
+        // SAFETY: the descriptor is live; each value has its attribute's C type: the two
+        // operations are int32_t, the fast-accumulation flag int8_t (passed as an int32 it was
+        // refused with CUBLAS_STATUS_INVALID_VALUE, at every plan).
+        unsafe {
+            set_desc_attribute(
+                plan.desc,
+                Attr::CUBLASLT_MATMUL_DESC_TRANSA,
+                &(cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T as i32),
+            )?;
+            set_desc_attribute(
+                plan.desc,
+                Attr::CUBLASLT_MATMUL_DESC_TRANSB,
+                &(cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N as i32),
+            )?;
+            set_desc_attribute(plan.desc, Attr::CUBLASLT_MATMUL_DESC_FAST_ACCUM, &1i8)?;
+        }
         let pref = lt::create_matmul_pref().map_err(lt_error("cublasLtMatmulPreferenceCreate"))?;
         let workspace = WORKSPACE_BYTES as u64;
         // SAFETY: the preference is live; the attribute takes a uint64.
@@ -251,16 +270,8 @@ impl Fp8GemmPlan<'_, '_> {
             (Attr::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, w_scale.ptr),
             (Attr::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, a_scale.ptr),
         ] {
-            // SAFETY: the descriptor is live; the attribute takes a device pointer.
-            unsafe {
-                lt::set_matmul_desc_attribute(
-                    self.desc,
-                    attr,
-                    &scale as *const u64 as *const c_void,
-                    std::mem::size_of::<u64>(),
-                )
-            }
-            .map_err(lt_error("cublasLtMatmulDescSetAttribute (scale)"))?;
+            // SAFETY: the descriptor is live; the attribute takes a device pointer (`void*`).
+            unsafe { set_desc_attribute(self.desc, attr, &(scale as *const c_void)) }?;
         }
         let (alpha, beta) = (1.0f32, 0.0f32);
         // SAFETY: every descriptor is live, the views were checked against the shape, the

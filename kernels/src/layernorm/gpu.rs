@@ -5,13 +5,16 @@
 //! says why).
 
 use crate::cuda::{
-    invalid, kernel_params, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelError,
-    LaunchDims,
+    invalid, kernel_params, to_i32, ArchRequirement, DevPtr, E4m3Ptr, Gpu, Instantiation,
+    KernelError, LaunchDims,
 };
+use crate::quantize::{E4M3_HEADER, FP8_K_MULTIPLE};
 use crate::rows::{row_input_dtype, row_storage_name, widest, RowConfig, ROW_STORAGE};
 use crate::types::DType;
 
 const SOURCE: &str = include_str!("layernorm.cu");
+/// layernorm.cu includes e4m3.cuh for its e4m3 entry point.
+const HEADERS: &[(&str, &str)] = &[E4M3_HEADER];
 
 kernel_params! {
     /// layernorm_rows's parameters.
@@ -34,7 +37,7 @@ fn instantiation(input: DType, dtype: DType, config: RowConfig) -> Instantiation
         name: format!("layernorm_{types}_{}", config.tag()),
         family: "layernorm",
         source: SOURCE,
-        headers: &[],
+        headers: HEADERS,
         function: "layernorm_rows",
         template_args,
         params: LayernormParams {
@@ -53,15 +56,87 @@ fn instantiation(input: DType, dtype: DType, config: RowConfig) -> Instantiation
     }
 }
 
-pub(crate) fn instantiations() -> Vec<Instantiation> {
-    ROW_STORAGE
+kernel_params! {
+    /// layernorm_rows_e4m3's parameters.
+    struct LayernormE4m3Params {
+        x: const_ptr,
+        gamma: const_ptr,
+        beta: const_ptr,
+        codes: mut_byte_ptr,
+        scales: mut_ptr,
+        rows: i32,
+        cols: i32,
+        eps: f32,
+    }
+}
+
+fn e4m3_instantiation(input: DType, config: RowConfig) -> Instantiation {
+    let mut template_args = vec![input.cuda_type().to_string()];
+    template_args.extend(config.template_args());
+    Instantiation {
+        name: format!("layernorm_{}toe4m3_{}", input.name(), config.tag()),
+        family: "layernorm",
+        source: SOURCE,
+        headers: HEADERS,
+        function: "layernorm_rows_e4m3",
+        template_args,
+        params: LayernormE4m3Params {
+            x: DevPtr::of_type(input),
+            gamma: DevPtr::of_type(DType::F32),
+            beta: DevPtr::of_type(DType::F32),
+            codes: 0,
+            scales: DevPtr::of_type(DType::F32),
+            rows: 0,
+            cols: 0,
+            eps: 0.0,
+        }
+        .params(),
+        block_threads: config.block_threads(),
+        min_blocks_per_sm: 0,
+        arch: crate::quantize::gpu::E4M3_ARCH,
+    }
+}
+
+/// The e4m3 entry point's layouts: the vector ones of every input type (its operands are
+/// 16-byte aligned, see [`layernorm_e4m3`]).
+fn e4m3_configs(input: DType) -> impl Iterator<Item = RowConfig> {
+    RowConfig::all(input)
         .into_iter()
-        .flat_map(|(input, dtype)| {
-            RowConfig::all(widest(input, dtype))
-                .into_iter()
-                .map(move |config| instantiation(input, dtype, config))
-        })
-        .collect()
+        .filter(|config| config.vec > 1)
+}
+
+pub(crate) fn instantiations() -> Vec<Instantiation> {
+    let stored = ROW_STORAGE.into_iter().flat_map(|(input, dtype)| {
+        RowConfig::all(widest(input, dtype))
+            .into_iter()
+            .map(move |config| instantiation(input, dtype, config))
+    });
+    let e4m3 = DType::ALL
+        .into_iter()
+        .flat_map(|input| e4m3_configs(input).map(move |config| e4m3_instantiation(input, config)));
+    stored.chain(e4m3).collect()
+}
+
+/// Blocks for `rows` rows in the layout `config`: one block per ROWS rows, up to as many
+/// blocks as the GPU runs at once (a full SM's 2048 threads each): past that, each group walks
+/// several rows with the gamma and beta it loaded once (layernorm.cu).
+fn grid_blocks(gpu: &Gpu, config: RowConfig, rows: usize) -> u32 {
+    let resident = gpu.multiprocessors() as usize * (2048 / config.block_threads() as usize).max(1);
+    config.blocks(rows).min(resident) as u32
+}
+
+/// Checks what both entry points share: eps, and rows x cols; returns rows · cols.
+fn check_shape(rows: usize, cols: usize, eps: f32) -> Result<usize, KernelError> {
+    if cols == 0 {
+        return Err(invalid!("layernorm over rows of 0 elements"));
+    }
+    if !(eps >= 0.0 && eps.is_finite()) {
+        return Err(invalid!(
+            "layernorm eps must be finite and not negative, got {eps}"
+        ));
+    }
+    rows.checked_mul(cols)
+        .ok_or_else(|| invalid!("layernorm {rows} x {cols} overflows"))
 }
 
 /// `out[r, :] = (x[r, :] - mean) / sqrt(var + eps) * gamma + beta` for `rows` rows of
@@ -82,17 +157,7 @@ pub fn layernorm(
     if rows == 0 {
         return Ok(());
     }
-    if cols == 0 {
-        return Err(invalid!("layernorm over rows of 0 elements"));
-    }
-    if !(eps >= 0.0 && eps.is_finite()) {
-        return Err(invalid!(
-            "layernorm eps must be finite and not negative, got {eps}"
-        ));
-    }
-    let elements = rows
-        .checked_mul(cols)
-        .ok_or_else(|| invalid!("layernorm {rows} x {cols} overflows"))?;
+    let elements = check_shape(rows, cols, eps)?;
     let input = row_input_dtype(x, dtype);
     x.expect("layernorm input", input, elements)?;
     out.expect("layernorm output", dtype, elements)?;
@@ -103,14 +168,10 @@ pub fn layernorm(
         to_i32(cols, "layernorm cols")?,
     );
     let config = RowConfig::select(widest(input, dtype), cols, &[x, gamma, beta, out]);
-    // One block per ROWS rows, up to as many blocks as the GPU runs at once (a full SM's 2048
-    // threads each): past that, each group walks several rows with the gamma and beta it
-    // loaded once (layernorm.cu).
-    let resident = gpu.multiprocessors() as usize * (2048 / config.block_threads() as usize).max(1);
     gpu.launch(
         &instantiation(input, dtype, config),
         LaunchDims {
-            grid: (config.blocks(rows).min(resident) as u32, 1, 1),
+            grid: (grid_blocks(gpu, config, rows), 1, 1),
             block: config.block_threads(),
             shared_bytes: 0,
             cluster: 1,
@@ -126,4 +187,107 @@ pub fn layernorm(
         }
         .args(),
     )
+}
+
+/// [`layernorm`]'s rows as e4m3 codes and one f32 scale a row, the FP8 matmul's A written with
+/// no pass of its own: `codes[r, :] = e4m3(y[r, :] · (1 / scales[r]))`, `scales[r] =
+/// max(amax(y[r, :]) / 448, 1e-12)`, y the normalised row in f32 (`crate::quantize`'s per-row
+/// quantisation). x holds f32, f16 or bf16; gamma and beta f32. Codes and scales are
+/// `cpu::layernorm_e4m3`'s bit for bit, which adds each row's statistics in this program's
+/// order: hence cols a multiple of 16 and every operand 16-byte aligned, so that the layout
+/// is the vector one the twin assumes. Needs compute capability 8.9 or later.
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_e4m3(
+    gpu: &Gpu,
+    x: DevPtr,
+    gamma: DevPtr,
+    beta: DevPtr,
+    rows: usize,
+    cols: usize,
+    eps: f32,
+    codes: E4m3Ptr,
+    scales: DevPtr,
+) -> Result<(), KernelError> {
+    let elements = check_shape(rows, cols, eps)?;
+    if !cols.is_multiple_of(FP8_K_MULTIPLE) {
+        return Err(invalid!(
+            "an e4m3 layernorm needs rows of a multiple of {FP8_K_MULTIPLE} values (the FP8 \
+             matmul's K); they have {cols}"
+        ));
+    }
+    let input = x.dtype;
+    x.expect("e4m3 layernorm input", input, elements)?;
+    gamma.expect("e4m3 layernorm gamma", DType::F32, cols)?;
+    beta.expect("e4m3 layernorm beta", DType::F32, cols)?;
+    scales.expect("e4m3 layernorm scales", DType::F32, rows)?;
+    if codes.len < elements {
+        return Err(invalid!(
+            "e4m3 layernorm codes need {elements} e4m3 elements, the view has {}",
+            codes.len
+        ));
+    }
+    let misaligned: Vec<&str> = [
+        ("x", x.ptr),
+        ("gamma", gamma.ptr),
+        ("beta", beta.ptr),
+        ("the codes", codes.ptr),
+    ]
+    .into_iter()
+    .filter(|(_, address)| !address.is_multiple_of(16))
+    .map(|(what, _)| what)
+    .collect();
+    if !misaligned.is_empty() {
+        return Err(invalid!(
+            "an e4m3 layernorm needs 16-byte aligned operands (its twin adds in the vector \
+             layout's order); {} not",
+            misaligned.join(", ")
+        ));
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    let (rows_i32, cols_i32) = (
+        to_i32(rows, "layernorm rows")?,
+        to_i32(cols, "layernorm cols")?,
+    );
+    let config = RowConfig::for_alignment(input, cols, true);
+    gpu.launch(
+        &e4m3_instantiation(input, config),
+        LaunchDims {
+            grid: (grid_blocks(gpu, config, rows), 1, 1),
+            block: config.block_threads(),
+            shared_bytes: 0,
+            cluster: 1,
+        },
+        &LayernormE4m3Params {
+            x,
+            gamma,
+            beta,
+            codes: codes.ptr,
+            scales,
+            rows: rows_i32,
+            cols: cols_i32,
+            eps,
+        }
+        .args(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_e4m3_layout_the_launcher_picks_is_registered() {
+        let registered = instantiations();
+        let names: Vec<&str> = registered.iter().map(|i| i.name.as_str()).collect();
+        for input in DType::ALL {
+            for cols in (16..=20_000).step_by(16) {
+                let config = RowConfig::for_alignment(input, cols, true);
+                assert!(config.vec > 1);
+                let name = e4m3_instantiation(input, config).name;
+                assert!(names.contains(&name.as_str()), "{name} is not registered");
+            }
+        }
+    }
 }

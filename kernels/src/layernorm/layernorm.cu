@@ -16,7 +16,15 @@
 // gamma and beta are f32 in every run: rounded to bf16 they would add an error of the size of a
 // weight matrix's rounding to every block (benchmarks/NOTES.md, 2026-11-25 "layernorm
 // parameters in f32").
+//
+// Two entry points share the program: layernorm_rows stores y in T; layernorm_rows_e4m3 stores
+// e4m3 codes of y and one scale a row (the FP8 matmul's A, quantised as quantize.cu's per-row
+// mode, e4m3.cuh), amax taken over y in f32. The e4m3 output must match its CPU twin bit for
+// bit, so every rounding of y is spelled out (RowMath: nothing left to the compiler's
+// contraction) and the twin adds in this program's order (layernorm/cpu.rs, `layernorm_e4m3`):
+// each thread its elements in turn, then warp_sum's butterfly, then the warps in order.
 #include "common.cuh"
+#include "e4m3.cuh"
 
 // VEC f32 values from p, as 16-byte loads when VEC is a multiple of 4 (the launcher checks
 // that p is 16-byte aligned then).
@@ -36,9 +44,49 @@ template <int VEC> __device__ __forceinline__ Vec<float, VEC> load_params(const 
     return r;
 }
 
-template <typename TI, typename T, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
-__device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, const float* beta, T* out,
-                                               int rows, int cols, float eps) {
+// The row's arithmetic. The e4m3 output (EXACT) must match its twin bit for bit, so there each
+// operation is rounded on its own or fused as written: the _rn intrinsics are never contracted
+// into a multiply-add (nvcc contracts across statements, e.g. mean = sum · inv_cols into
+// v - mean, or var = squares · inv_cols into var + eps), and the fused ones are explicit fmaf.
+// The 16-bit output keeps the spelling it was tuned with and leaves the contraction to the
+// compiler (spelled out, ptxas allocated its programs' registers differently: 22 became 28 in
+// the narrowest).
+template <bool EXACT>
+struct RowMath {
+    static __device__ __forceinline__ float mul(float a, float b) {
+        if constexpr (EXACT) return __fmul_rn(a, b);
+        return a * b;
+    }
+    static __device__ __forceinline__ float add(float a, float b) {
+        if constexpr (EXACT) return __fadd_rn(a, b);
+        return a + b;
+    }
+    static __device__ __forceinline__ float sub(float a, float b) {
+        if constexpr (EXACT) return __fsub_rn(a, b);
+        return a - b;
+    }
+    // 1 / sqrt(x), each correctly rounded (as NVRTC compiles `/` and sqrtf without fast math).
+    static __device__ __forceinline__ float inverse_sqrt(float x) {
+        if constexpr (EXACT) return __fdiv_rn(1.0f, __fsqrt_rn(x));
+        return 1.0f / sqrtf(x);
+    }
+    // squares + d², one fused multiply-add.
+    static __device__ __forceinline__ float add_square(float squares, float d) {
+        if constexpr (EXACT) return fmaf(d, d, squares);
+        return squares + d * d;
+    }
+    // One normalised value, (v - mean) · inv_std · g + b, the last two as one fused multiply-add.
+    static __device__ __forceinline__ float normalise(float v, float mean, float inv_std, float g, float b) {
+        if constexpr (EXACT) return fmaf(__fmul_rn(__fsub_rn(v, mean), inv_std), g, b);
+        return (v - mean) * inv_std * g + b;
+    }
+};
+
+// The program of both entry points: with E4M3, `out` holds e4m3 codes (T is unsigned char) and
+// `scales` one f32 a row; without, `out` holds T and `scales` is unused.
+template <typename TI, typename T, bool E4M3, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
+__device__ __forceinline__ void layernorm_program(const TI* x, const float* gamma, const float* beta, T* out,
+                                                  float* scales, int rows, int cols, float eps) {
     static_assert(GROUP_WARPS == 1 || ROWS == 1, "a block holds several rows only with one warp per row");
     constexpr int GROUP = 32 * GROUP_WARPS;
     __shared__ float scratch[GROUP_WARPS * ROWS];
@@ -46,6 +94,7 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, 
     const int rank = threadIdx.x % GROUP;
     const int vectors = cols / VEC;
     const float inv_cols = 1.0f / (float)cols;
+    using Math = RowMath<E4M3>;
 
     // A thread's columns are the same in every row it normalises, so with the row held in
     // registers (CACHED > 0) it loads its gamma and beta once, before its first row, and keeps
@@ -78,7 +127,7 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, 
         const TI* x_row = x + row * cols;
         T* out_row = out + row * cols;
 
-        if (CACHED > 0) {
+        if constexpr (CACHED > 0) {
             float v[CACHED > 0 ? CACHED : 1][VEC];
             float sum = 0.0f;
 #pragma unroll
@@ -93,20 +142,20 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, 
                     }
                 }
             }
-            const float mean = group_reduce<SumOp, GROUP_WARPS>(sum, scratch) * inv_cols;
+            const float mean = Math::mul(group_reduce<SumOp, GROUP_WARPS>(sum, scratch), inv_cols);
             float squares = 0.0f;
 #pragma unroll
             for (int c = 0; c < CACHED; ++c) {
                 if (rank + c * GROUP < vectors) {
 #pragma unroll
                     for (int j = 0; j < VEC; ++j) {
-                        const float d = v[c][j] - mean;
-                        squares += d * d;
+                        const float d = Math::sub(v[c][j], mean);
+                        squares = Math::add_square(squares, d);
                     }
                 }
             }
-            const float var = group_reduce<SumOp, GROUP_WARPS>(squares, scratch) * inv_cols;
-            const float inv_std = 1.0f / sqrtf(var + eps);
+            const float var = Math::mul(group_reduce<SumOp, GROUP_WARPS>(squares, scratch), inv_cols);
+            const float inv_std = Math::inverse_sqrt(Math::add(var, eps));
 #pragma unroll
             for (int c = 0; c < CACHED; ++c) {
                 const int i = rank + c * GROUP;
@@ -119,13 +168,22 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, 
                         gc = load_params<VEC>(gamma + i * VEC);
                         bc = load_params<VEC>(beta + i * VEC);
                     }
-                    Vec<T, VEC> r;
+                    if constexpr (E4M3) {
+                        // y in place of x: the codes need the whole row's amax first.
 #pragma unroll
-                    for (int j = 0; j < VEC; ++j)
-                        r.v[j] = from_float<T>((v[c][j] - mean) * inv_std * gc.v[j] + bc.v[j]);
-                    store_vec<T, VEC>(out_row + i * VEC, r);
+                        for (int j = 0; j < VEC; ++j)
+                            v[c][j] = Math::normalise(v[c][j], mean, inv_std, gc.v[j], bc.v[j]);
+                    } else {
+                        Vec<T, VEC> r;
+#pragma unroll
+                        for (int j = 0; j < VEC; ++j)
+                            r.v[j] = from_float<T>(Math::normalise(v[c][j], mean, inv_std, gc.v[j], bc.v[j]));
+                        store_vec<T, VEC>(out_row + i * VEC, r);
+                    }
                 }
             }
+            if constexpr (E4M3)
+                quantise_held_row<VEC, GROUP_WARPS, CACHED>(v, rank, vectors, out_row, scales + row, scratch);
         } else {
             float sum = 0.0f;
             for (int i = rank; i < vectors; i += GROUP) {
@@ -133,28 +191,58 @@ __device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, 
 #pragma unroll
                 for (int j = 0; j < VEC; ++j) sum += to_float(loaded.v[j]);
             }
-            const float mean = group_reduce<SumOp, GROUP_WARPS>(sum, scratch) * inv_cols;
+            const float mean = Math::mul(group_reduce<SumOp, GROUP_WARPS>(sum, scratch), inv_cols);
             float squares = 0.0f;
             for (int i = rank; i < vectors; i += GROUP) {
                 const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
 #pragma unroll
                 for (int j = 0; j < VEC; ++j) {
-                    const float d = to_float(loaded.v[j]) - mean;
-                    squares += d * d;
+                    const float d = Math::sub(to_float(loaded.v[j]), mean);
+                    squares = Math::add_square(squares, d);
                 }
             }
-            const float var = group_reduce<SumOp, GROUP_WARPS>(squares, scratch) * inv_cols;
-            const float inv_std = 1.0f / sqrtf(var + eps);
-            for (int i = rank; i < vectors; i += GROUP) {
-                const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
-                const Vec<float, VEC> g = load_params<VEC>(gamma + i * VEC);
-                const Vec<float, VEC> b = load_params<VEC>(beta + i * VEC);
-                Vec<T, VEC> r;
+            const float var = Math::mul(group_reduce<SumOp, GROUP_WARPS>(squares, scratch), inv_cols);
+            const float inv_std = Math::inverse_sqrt(Math::add(var, eps));
+            if constexpr (E4M3) {
+                // Vector i of y, from the row and the parameters read again (twice: for amax,
+                // then for the codes).
+                const auto normalised = [&](int i, float (&y)[VEC]) {
+                    const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
+                    const Vec<float, VEC> g = load_params<VEC>(gamma + i * VEC);
+                    const Vec<float, VEC> b = load_params<VEC>(beta + i * VEC);
 #pragma unroll
-                for (int j = 0; j < VEC; ++j)
-                    r.v[j] = from_float<T>((to_float(loaded.v[j]) - mean) * inv_std * g.v[j] + b.v[j]);
-                store_vec<T, VEC>(out_row + i * VEC, r);
+                    for (int j = 0; j < VEC; ++j)
+                        y[j] = Math::normalise(to_float(loaded.v[j]), mean, inv_std, g.v[j], b.v[j]);
+                };
+                quantise_streamed_row<VEC, GROUP_WARPS>(normalised, rank, vectors, out_row, scales + row, scratch);
+            } else {
+                for (int i = rank; i < vectors; i += GROUP) {
+                    const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
+                    const Vec<float, VEC> g = load_params<VEC>(gamma + i * VEC);
+                    const Vec<float, VEC> b = load_params<VEC>(beta + i * VEC);
+                    Vec<T, VEC> r;
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j)
+                        r.v[j] = from_float<T>(Math::normalise(to_float(loaded.v[j]), mean, inv_std, g.v[j], b.v[j]));
+                    store_vec<T, VEC>(out_row + i * VEC, r);
+                }
             }
         }
     }
+}
+
+// y = layernorm(x) stored as T.
+template <typename TI, typename T, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
+__device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, const float* beta, T* out,
+                                               int rows, int cols, float eps) {
+    layernorm_program<TI, T, false, VEC, GROUP_WARPS, ROWS, CACHED>(x, gamma, beta, out, nullptr, rows, cols, eps);
+}
+
+// y = layernorm(x) as e4m3 codes and a scale a row (e4m3.cuh), the FP8 matmul's A.
+template <typename TI, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
+__device__ __forceinline__ void layernorm_rows_e4m3(const TI* x, const float* gamma, const float* beta,
+                                                    unsigned char* codes, float* scales, int rows, int cols,
+                                                    float eps) {
+    layernorm_program<TI, unsigned char, true, VEC, GROUP_WARPS, ROWS, CACHED>(x, gamma, beta, codes, scales, rows,
+                                                                              cols, eps);
 }
