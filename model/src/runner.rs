@@ -175,6 +175,24 @@ impl Runner {
         Ok(self)
     }
 
+    /// The linear layers FP8 could run (`vitrt_runtime::fp8::candidates`) in the graph this
+    /// runner builds, by node name, in graph order.
+    pub fn fp8_candidates(&self) -> Result<Vec<String>, ModelError> {
+        let options = GraphOptions {
+            hidden_states: false,
+            fusion: self.fusion,
+            outputs: self.outputs,
+        };
+        let backend = self.backend.as_ref();
+        let graph = self
+            .model
+            .build_graph_for(1, options, &|op, shapes| backend.supports(op, shapes))?;
+        Ok(fp8::candidates(&graph)
+            .into_iter()
+            .map(|id| graph.nodes[id].name.clone())
+            .collect())
+    }
+
     /// The FP8 choice, if the runner has one.
     pub fn fp8(&self) -> Option<&Fp8Layers> {
         self.fp8.as_ref()

@@ -597,7 +597,13 @@ fn load_param(
                 });
             };
             let values = load_param(weight, shape, params)?;
-            Ok(crate::fp8::quantize_weight(&values, *n, *k).0)
+            let (units, _) = crate::fp8::quantize_weight(&values, *n, *k).map_err(|message| {
+                RuntimeError::Param {
+                    name: source.key(),
+                    message,
+                }
+            })?;
+            Ok(units)
         }
         ParamSource::Fp8Scale { weight, columns } => {
             let [n] = shape else {
@@ -607,7 +613,14 @@ fn load_param(
                 });
             };
             let values = load_param(weight, &[*n, *columns], params)?;
-            Ok(crate::fp8::quantize_weight(&values, *n, *columns).1)
+            let (_, scales) =
+                crate::fp8::quantize_weight(&values, *n, *columns).map_err(|message| {
+                    RuntimeError::Param {
+                        name: source.key(),
+                        message,
+                    }
+                })?;
+            Ok(scales)
         }
     }
 }

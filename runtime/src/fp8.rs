@@ -6,54 +6,50 @@
 //! emulation"): a weight `[N, K]` gets one scale per output channel, its row's largest
 //! magnitude over 448, computed once at load from the checkpoint's values; an activation row
 //! gets its own scale the same way as the node runs (per-token dynamic scales, which need no
-//! calibration). A value `x` of a row of scale `s` is stored as `e4m3(x / s)`.
+//! calibration). A value `x` of a row of scale `s` is stored as `e4m3(x · (1 / s))`.
 //!
 //! Attention stays in the compute type: in e4m3 it cost the real DINOv2 three times the
 //! embedding error of the linear layers (same NOTES entry).
 
 use crate::graph::{Graph, Op, ParamSource, ValueKind};
 use std::collections::BTreeSet;
+use vitrt_kernels::quantize::{self, ActivationScale, QuantizeProblem};
 use vitrt_kernels::{e4m3, matmul, DType, Epilogue, MatmulProblem};
-
-/// The smallest scale: a row of zeros (or of values below 448 · 1e-12) keeps codes of 0
-/// rather than dividing by 0.
-pub const MIN_SCALE: f32 = 1e-12;
 
 /// K must be a multiple of this for an FP8 product (rows of e4m3 start on 16-byte
 /// boundaries, as the device's tensor maps read them).
 pub const K_MULTIPLE: usize = vitrt_kernels::matmul::FP8_K_MULTIPLE;
 
-/// The scale of a row whose largest magnitude is `amax`: `amax / 448`, at least
-/// [`MIN_SCALE`]. A NaN `amax` gives NaN (the row's codes are then NaN, never finite).
-pub fn row_scale(amax: f32) -> f32 {
-    if amax.is_nan() {
-        return f32::NAN;
-    }
-    (amax / e4m3::MAX).max(MIN_SCALE)
+/// Rows of `x` (`rows` of `k` values stored as `input`) as the FP8 matmul reads them: each
+/// row's e4m3 values (its codes, decoded) and its scale, by the kernels' quantiser
+/// (`vitrt_kernels::quantize`: scale `max(amax / 448, 1e-12)`, codes `e4m3(x · (1 / scale))`),
+/// which the device runs too, so both backends round every value alike.
+/// An error where `k` is not a positive multiple of [`K_MULTIPLE`].
+pub fn quantize_rows(x: &[f32], k: usize, input: DType) -> Result<(Vec<f32>, Vec<f32>), String> {
+    let rows = x.len() / k.max(1);
+    let problem = QuantizeProblem {
+        rows,
+        cols: k,
+        input,
+        scale: ActivationScale::PerRow,
+    };
+    problem.check()?;
+    let mut codes = vec![0u8; rows * k];
+    let mut scales = vec![0f32; rows];
+    quantize::cpu::quantize_rows(&problem, x, &mut codes, &mut scales);
+    Ok((e4m3::decode_slice(&codes), scales))
 }
 
-/// The largest magnitude of `row`, NaN if it holds one.
-pub fn row_amax(row: &[f32]) -> f32 {
-    row.iter().fold(0f32, |m, &v| {
-        if v.is_nan() || m.is_nan() {
-            f32::NAN
-        } else {
-            m.max(v.abs())
-        }
-    })
-}
-
-/// A weight `[n, k]` as e4m3 values (each row divided by its scale and rounded) and its `n`
-/// per-row scales: what [`ParamSource::Fp8Weight`] and [`ParamSource::Fp8Scale`] load.
-pub fn quantize_weight(values: &[f32], n: usize, k: usize) -> (Vec<f32>, Vec<f32>) {
-    let mut units = Vec::with_capacity(values.len());
-    let mut scales = Vec::with_capacity(n);
-    for row in values.chunks(k.max(1)).take(n) {
-        let scale = row_scale(row_amax(row));
-        scales.push(scale);
-        units.extend(row.iter().map(|&v| e4m3::round(v / scale)));
+/// A weight `[n, k]` as e4m3 values and its `n` per-row (per output channel) scales, from the
+/// checkpoint's values: what [`ParamSource::Fp8Weight`] and [`ParamSource::Fp8Scale`] load.
+pub fn quantize_weight(values: &[f32], n: usize, k: usize) -> Result<(Vec<f32>, Vec<f32>), String> {
+    if values.len() != n * k {
+        return Err(format!(
+            "{} values for an FP8 weight [{n}, {k}]",
+            values.len()
+        ));
     }
-    (units, scales)
+    quantize_rows(values, k, DType::F32)
 }
 
 /// Which linear layers run in FP8. A candidate is a linear layer of a transformer block (its
@@ -207,13 +203,6 @@ impl InputWorkspace {
     }
 }
 
-/// Rows of `x` (`rows` of `k`) quantised as an FP8 node quantises its input: each row's scale
-/// and the e4m3 values of the row divided by it.
-pub fn quantize_rows(x: &[f32], k: usize) -> (Vec<f32>, Vec<f32>) {
-    let rows = x.len() / k.max(1);
-    quantize_weight(x, rows, k)
-}
-
 /// Refuses, as the GPU's FP8 matmul does, operands it does not read: x, the bias, the
 /// residual and the output in the run's 16-bit `compute` type, the weight in e4m3 and its
 /// scales in f32. `inputs` are the node's input types in order.
@@ -288,7 +277,8 @@ pub fn emulate_linear(
     }
     let bias = epilogue.bias.then(|| ins[3]);
     let residual = epilogue.residual.then(|| ins[3 + epilogue.bias as usize]);
-    let (units, x_scales) = quantize_rows(x, k);
+    // x holds the compute type's values already (the CPU stores them rounded).
+    let (units, x_scales) = quantize_rows(x, k, DType::F32)?;
     let product = MatmulProblem::linear(m, n, k, Epilogue::NONE);
     matmul::cpu::matmul(&product, tiles, &units, weight, None, None, out);
     for (row, (values, x_scale)) in out.chunks_mut(n.max(1)).zip(&x_scales).enumerate() {
@@ -314,17 +304,17 @@ mod tests {
 
     #[test]
     fn scales_are_the_row_maximum_over_448() {
-        let (units, scales) = quantize_weight(&[1.0, -2.0, 0.5, 0.0, 0.0, 0.0], 2, 3);
-        assert_eq!(scales, vec![2.0 / 448.0, MIN_SCALE]);
-        assert_eq!(units[1], -448.0);
-        assert_eq!(units[0], 224.0);
-        assert_eq!(units[2], 112.0);
-        assert_eq!(&units[3..], &[0.0, 0.0, 0.0]);
+        let mut w = vec![0f32; 32];
+        w[..3].copy_from_slice(&[1.0, -2.0, 0.5]);
+        let (units, scales) = quantize_weight(&w, 2, 16).unwrap();
+        assert_eq!(scales, vec![2.0 / 448.0, quantize::MIN_SCALE]);
+        assert_eq!(&units[..3], &[224.0, -448.0, 112.0]);
+        assert!(units[3..].iter().all(|&u| u == 0.0));
         // A value between two e4m3 values rounds to one of them.
-        let (units, _) = quantize_weight(&[448.0, 17.0], 1, 2);
-        assert_eq!(units[1], 16.0);
-        let (units, scales) = quantize_weight(&[f32::NAN, 1.0], 1, 2);
-        assert!(scales[0].is_nan() && units.iter().all(|u| u.is_nan()));
+        let mut w = vec![0f32; 16];
+        w[..2].copy_from_slice(&[448.0, 17.0]);
+        assert_eq!(quantize_weight(&w, 1, 16).unwrap().0[1], 16.0);
+        assert!(quantize_weight(&w[..8], 1, 8).is_err());
     }
 
     #[test]

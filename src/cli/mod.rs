@@ -22,6 +22,7 @@ mod infer;
 mod output_dir;
 mod parity;
 mod profile;
+mod quantize_report;
 mod serve;
 mod tune;
 mod zero_shot;
@@ -68,6 +69,10 @@ enum Command {
     Profile(profile::ProfileArgs),
     /// Time every candidate tile on the matmuls a model launches and keep the fastest.
     Tune(tune::TuneArgs),
+    /// What FP8 costs a model, linear layer by linear layer, on calibration images, and which
+    /// layers to keep in f16 for a budget (`--output` saves the choice for `--dtype fp8
+    /// --fp8-layers`).
+    QuantizeReport(quantize_report::QuantizeReportArgs),
 }
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -82,5 +87,6 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench(args) => bench::run(args),
         Command::Profile(args) => profile::run(args),
         Command::Tune(args) => tune::run(args),
+        Command::QuantizeReport(args) => quantize_report::run(args),
     }
 }

@@ -843,7 +843,7 @@ impl CudaBackend {
     }
 
     /// An FP8 linear layer: x quantised row by row into the node's workspace
-    /// ([`crate::fp8::InputWorkspace`]), then the FP8 matmul with its epilogue.
+    /// ([`crate::fp8::InputWorkspace`]), then the FP8 matmul with the layer's epilogue.
     fn fp8_linear(
         &self,
         epilogue: vitrt_kernels::Epilogue,
@@ -852,12 +852,75 @@ impl CudaBackend {
         out: DevPtr,
         workspace: Option<BufferRef>,
     ) -> Result<(), KernelError> {
-        let _ = (epilogue, inputs, ins, out, workspace);
-        Err(KernelError::InvalidArgument(
-            "FP8 linear layers do not run on the GPU yet: their input quantisation kernel is \
-             not built"
-                .into(),
-        ))
+        use vitrt_kernels::matmul::{
+            ActivationScale, E4m3Ptr, Fp8Destination, Fp8Operands, Fp8Output, Fp8Problem,
+        };
+        use vitrt_kernels::quantize::{self, QuantizeProblem};
+        let dtypes: Vec<DType> = ins.iter().map(|p| p.dtype).collect();
+        crate::fp8::check_storage(self.dtype, epilogue, &dtypes, out.dtype)
+            .map_err(KernelError::InvalidArgument)?;
+        let Some(BufferRef::Arena {
+            offset_bytes: base, ..
+        }) = workspace
+        else {
+            return Err(KernelError::InvalidArgument(
+                "an FP8 linear layer needs a workspace for its quantised input".into(),
+            ));
+        };
+        let (x_shape, w_shape) = (&inputs[0].shape, &inputs[1].shape);
+        let k = *x_shape.last().unwrap_or(&0);
+        let (n, m) = (w_shape[0], ins[0].len / k.max(1));
+        let layout = crate::fp8::InputWorkspace::new(m, k);
+        let codes = self.ptr(BufferRef::Arena {
+            offset_bytes: base,
+            len: layout.codes_bytes,
+            dtype: DType::E4M3,
+        })?;
+        let scales = self.ptr(BufferRef::Arena {
+            offset_bytes: base + layout.scales_offset,
+            len: m,
+            dtype: DType::F32,
+        })?;
+        let e4m3 = |p: DevPtr| E4m3Ptr {
+            ptr: p.ptr,
+            len: p.len,
+        };
+        quantize::gpu::quantize_rows(
+            &self.gpu,
+            &QuantizeProblem {
+                rows: m,
+                cols: k,
+                input: self.dtype,
+                scale: ActivationScale::PerRow,
+            },
+            ins[0],
+            e4m3(codes),
+            scales,
+        )?;
+        let problem = Fp8Problem {
+            m,
+            n,
+            k,
+            half: self.dtype,
+            output: Fp8Output::Half,
+            activation_scale: ActivationScale::PerRow,
+            bias: epilogue.bias,
+            activation: epilogue.activation,
+            residual: epilogue.residual,
+        };
+        vitrt_kernels::matmul::gpu::matmul_fp8(
+            &self.gpu,
+            &problem,
+            &Fp8Operands {
+                a: e4m3(codes),
+                b: e4m3(ins[1]),
+                a_scale: scales,
+                b_scale: ins[2],
+                bias: epilogue.bias.then(|| ins[3]),
+                residual: epilogue.residual.then(|| ins[3 + epilogue.bias as usize]),
+                c: Fp8Destination::Half(out),
+            },
+        )
     }
 
     fn execute_op(

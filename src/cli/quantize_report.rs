@@ -1,0 +1,252 @@
+//! `vitrt quantize-report`: what FP8 costs a model, layer by layer, and which linear layers
+//! to keep in f16 for a budget. The model runs in f32 (the reference), in f16, with every
+//! candidate linear layer in FP8, and with each candidate alone in FP8, on calibration
+//! images; the output compared is the logits of a classifier, else the embedding `vitrt
+//! embed` writes by default. Each layer's cost is how much its FP8 lowers the mean cosine
+//! similarity to f32 below f16's; the most costly are kept in f16 until the rest fit the
+//! budget, and the choice is checked by running it (more layers are kept while it misses).
+
+use super::common::ModelArgs;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use vitrt_engine::pipeline::{collect_inputs_with, DatasetOptions};
+use vitrt_engine::ModelOptions;
+use vitrt_model::fp8_choice::{first_guess, Fp8ChoiceFile, Fp8Measurement, FORMAT, VERSION};
+use vitrt_model::preprocess::preprocess_file;
+use vitrt_model::{Output, OutputSet, Pool, Runner};
+use vitrt_runtime::fp8::Fp8Layers;
+use vitrt_runtime::DType;
+
+#[derive(Args, Debug)]
+pub struct QuantizeReportArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The largest drop of the mean cosine similarity to f32 the chosen model may show over
+    /// the calibration images (0.002: a mean cosine of at least 0.998). Classifiers must also
+    /// keep f16's top-1 agreement with f32.
+    #[arg(long, default_value_t = 2e-3)]
+    max_cosine_drop: f64,
+    /// Write the choice here, for `--dtype fp8 --fp8-layers FILE`.
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Images per forward pass.
+    #[arg(long, default_value_t = 16, value_parser = super::common::parse_batch_size)]
+    batch_size: usize,
+    /// Calibration images: files (JPEG, PNG, WebP) and folders of them.
+    #[arg(required = true)]
+    images: Vec<PathBuf>,
+}
+
+pub fn run(args: QuantizeReportArgs) -> Result<ExitCode> {
+    if !(0.0..1.0).contains(&args.max_cosine_drop) {
+        bail!(
+            "--max-cosine-drop {} is not a drop of a cosine similarity: use a value in [0, 1)",
+            args.max_cosine_drop
+        );
+    }
+    let options = args.model.options()?;
+    if options.dtype.is_some() || options.fp8.is_some() {
+        bail!(
+            "quantize-report runs the model in f32, f16 and FP8 itself: leave --dtype and \
+             --fp8-layers out"
+        );
+    }
+    let opened = |dtype| -> Result<(Runner, PathBuf)> {
+        let opened = ModelOptions {
+            dtype: Some(dtype),
+            cuda_graphs: false,
+            ..options.clone()
+        }
+        .open()?;
+        Ok((opened.runner, opened.dir))
+    };
+    let (mut reference_runner, dir) = opened(DType::F32)?;
+    let (mut runner, _) = opened(DType::F16)?;
+    let size_was_asked = options.image_size.is_some();
+    let pre = vitrt_engine::batched::preprocessing(&mut reference_runner, &dir, size_was_asked)?;
+    vitrt_engine::batched::preprocessing(&mut runner, &dir, size_was_asked)?;
+
+    let classes = runner.model.primary_output() == Output::Logits;
+    let output = if classes {
+        Output::Logits
+    } else {
+        Pool::choose(None, &runner.model)
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?
+            .output()
+    };
+    for r in [&mut reference_runner, &mut runner] {
+        r.set_outputs(OutputSet::of(&[output]));
+    }
+
+    let inputs = collect_inputs_with(&args.images, None, &DatasetOptions::default())?;
+    let mut pixels = Vec::new();
+    let mut names = Vec::new();
+    for (path, sample) in inputs.paths.iter().zip(
+        inputs
+            .samples
+            .iter()
+            .map(Some)
+            .chain(std::iter::repeat(None)),
+    ) {
+        if sample.is_some_and(|s| s.is_some()) {
+            bail!(
+                "{}: quantize-report reads image files and folders, not dataset shards",
+                path.display()
+            );
+        }
+        match preprocess_file(path, &pre) {
+            Ok(p) => {
+                pixels.extend(p);
+                names.push(path.clone());
+            }
+            Err(e) => eprintln!("vitrt: skipping {}: {e}", path.display()),
+        }
+    }
+    if names.len() < 2 {
+        bail!(
+            "quantize-report needs at least two readable images (it compares neighbours), got {}",
+            names.len()
+        );
+    }
+    let per_image = pixels.len() / names.len();
+    let run_all = |runner: &mut Runner| -> Result<Vec<Vec<f32>>> {
+        let mut vectors = Vec::with_capacity(names.len());
+        for chunk in pixels.chunks(per_image * args.batch_size) {
+            let batch = chunk.len() / per_image;
+            let outputs = runner.run(chunk, batch, false)?;
+            let out = outputs
+                .iter()
+                .find(|t| t.name == output.name())
+                .context("the model did not write its output")?;
+            vectors.extend(out.data.chunks(out.data.len() / batch).map(<[f32]>::to_vec));
+        }
+        Ok(vectors)
+    };
+    eprintln!(
+        "vitrt: {} images; comparing {} in f32, f16 and FP8",
+        names.len(),
+        output.name()
+    );
+    let reference = run_all(&mut reference_runner)?;
+    drop(reference_runner);
+    let f16 = Fp8Measurement::of(&reference, &run_all(&mut runner)?, classes);
+
+    let candidates = runner.fp8_candidates()?;
+    if candidates.is_empty() {
+        bail!(
+            "no linear layer of this model can run in FP8 (candidates are the transformer \
+             blocks' layers with K a multiple of 16)"
+        );
+    }
+    let measure = |runner: Runner, keep: &[String]| -> Result<(Runner, Fp8Measurement)> {
+        let mut runner = runner.with_fp8(Fp8Layers::keeping(keep.iter().cloned()))?;
+        let outputs = run_all(&mut runner)?;
+        Ok((runner, Fp8Measurement::of(&reference, &outputs, classes)))
+    };
+    let (mut runner, all) = measure(runner, &[])?;
+    let mut costs = Vec::with_capacity(candidates.len());
+    let progress = std::io::stderr().is_terminal();
+    for (i, layer) in candidates.iter().enumerate() {
+        if progress {
+            eprint!("\rvitrt: layer {}/{} alone in FP8", i + 1, candidates.len());
+        }
+        let others: Vec<String> = candidates.iter().filter(|c| *c != layer).cloned().collect();
+        let (r, alone) = measure(runner, &others)?;
+        runner = r;
+        costs.push((layer.clone(), alone.cosine_drop() - f16.cosine_drop()));
+    }
+    if progress {
+        eprintln!();
+    }
+
+    // Keep the most costly layers until the rest are predicted to fit, then check by running.
+    let budget = args.max_cosine_drop;
+    let mut keep = first_guess(&costs, budget - f16.cosine_drop());
+    let mut by_cost: Vec<&(String, f64)> = costs.iter().collect();
+    by_cost.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let chosen = loop {
+        let (r, m) = measure(runner, &keep)?;
+        runner = r;
+        let fits = m.cosine_drop() <= budget && (!classes || m.same_top1 >= f16.same_top1);
+        if fits || keep.len() == candidates.len() {
+            break m;
+        }
+        let next = by_cost
+            .iter()
+            .find(|(name, _)| !keep.contains(name))
+            .map(|(name, _)| name.clone())
+            .context("every layer is kept")?;
+        keep.push(next);
+    };
+    drop(runner);
+
+    let agreement = if classes {
+        "same top-1 class"
+    } else {
+        "same nearest neighbour"
+    };
+    outln!("{:<48} {:>12}  {}", "linear layer", "cosine cost", "choice");
+    for (name, cost) in &costs {
+        let choice = if keep.contains(name) { "f16" } else { "fp8" };
+        outln!("{name:<48} {cost:>12.3e}  {choice}");
+    }
+    outln!("");
+    outln!(
+        "{:<28} {:>12} {:>12} {:>24}",
+        "run (against f32)",
+        "mean cosine",
+        "worst cosine",
+        agreement
+    );
+    let fp8_count = candidates.len() - keep.len();
+    let rows = [
+        ("f16".to_string(), f16),
+        (format!("every layer fp8 ({})", candidates.len()), all),
+        (
+            format!("chosen ({fp8_count} of {} fp8)", candidates.len()),
+            chosen,
+        ),
+    ];
+    for (name, m) in &rows {
+        outln!(
+            "{name:<28} {:>12.6} {:>12.6} {:>24}",
+            m.mean_cosine,
+            m.worst_cosine,
+            format!("{}/{}", m.same_top1, m.images)
+        );
+    }
+    let met = chosen.cosine_drop() <= budget && (!classes || chosen.same_top1 >= f16.same_top1);
+    if !met {
+        eprintln!(
+            "vitrt: no choice meets the budget: f16 alone drops the mean cosine by {:.3e}, more \
+             than --max-cosine-drop {budget}",
+            f16.cosine_drop()
+        );
+    }
+    if let Some(path) = &args.output {
+        let fp8 = candidates
+            .iter()
+            .filter(|c| !keep.contains(c))
+            .cloned()
+            .collect();
+        Fp8ChoiceFile {
+            format: FORMAT.into(),
+            version: VERSION,
+            model: args.model.name().to_string(),
+            keep,
+            fp8,
+            max_cosine_drop: budget,
+            measured: chosen,
+        }
+        .write(path)?;
+        eprintln!("vitrt: wrote the choice to {}", path.display());
+    }
+    Ok(if met {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
