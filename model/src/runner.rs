@@ -209,7 +209,21 @@ impl Runner {
             .model
             .build_graph_for(batch, options, &|op, shapes| backend.supports(op, shapes))?;
         if let Some(layers) = &self.fp8 {
-            fp8::quantize_linears(&mut graph, layers).map_err(ModelError::Usage)?;
+            let rewritten = fp8::quantize_linears(&mut graph, layers).map_err(ModelError::Usage)?;
+            if rewritten.is_empty() {
+                let candidates = fp8::candidates(&graph).len();
+                return Err(ModelError::Usage(format!(
+                    "FP8 was asked for, but no linear layer of this model would run in it: of its \
+                     {candidates} candidates, the choice keeps every one in 16 bits{}",
+                    if layers.keep_edge_blocks {
+                        " (the default keeps the first and the last transformer block's; \
+                         `vitrt quantize-report --output FILE` makes a choice to pass as \
+                         --fp8-layers)"
+                    } else {
+                        ""
+                    }
+                )));
+            }
         }
         Ok(graph)
     }

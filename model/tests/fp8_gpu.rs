@@ -1,10 +1,9 @@
 //! FP8 linear layers on the GPU against the CPU's emulation of them (`vitrt_runtime::fp8`):
-//! the same e4m3 weights and scales, each input row quantised by the same formula, so the two
-//! differ only by the order of their sums and the tensor core's FP8 accumulator (about 13
-//! mantissa bits, benchmarks/NOTES.md 2026-11-28 "An FP8 ping-pong program") and by the codes
-//! that order moves across a rounding boundary. Also: the FP8 graph replays to the bits of
-//! its eager passes, and stays close to the 16-bit model. Run on the GPU machine
-//! (scripts/gpu/gpu-check.sh).
+//! the same e4m3 weights and scales, each input row quantised by the same formula; the two
+//! differ by the order of their sums, the tensor core's FP8 accumulator (about 13 mantissa
+//! bits, benchmarks/NOTES.md 2026-11-28 "An FP8 ping-pong program") and the codes those move
+//! across a rounding boundary. Also: the FP8 graph replays to the bits of its eager passes.
+//! Run on the GPU machine (scripts/gpu/gpu-check.sh).
 
 mod common;
 
@@ -59,44 +58,45 @@ fn relative(a: &HostTensor, b: &HostTensor) -> f64 {
 fn fp8_models_match_their_cpu_emulation() {
     for name in FIXTURES {
         for dtype in [DType::F16, DType::BF16] {
-            let gpu = Box::new(CudaBackend::new(0, dtype).unwrap());
-            let mut on_gpu = runner(name, gpu, true, true);
-            let mut emulated = runner(name, Box::new(CpuBackend::emulating(dtype)), true, false);
-            let mut half = runner(
-                name,
-                Box::new(CudaBackend::new(0, dtype).unwrap()),
-                false,
-                true,
-            );
+            let gpu = || Box::new(CudaBackend::new(0, dtype).unwrap());
+            let cpu = || Box::new(CpuBackend::emulating(dtype));
+            let mut on_gpu = runner(name, gpu(), true, true);
+            let mut emulated = runner(name, cpu(), true, false);
+            let mut half_gpu = runner(name, gpu(), false, true);
+            let mut half_cpu = runner(name, cpu(), false, false);
             for batch in [1, 9] {
                 let len: usize = on_gpu.input_shape(batch).iter().product();
                 let input = pixels(len, batch as u64);
                 let ours = on_gpu.run(&input, batch, false).unwrap();
                 let twin = emulated.run(&input, batch, false).unwrap();
-                let sixteen = half.run(&input, batch, false).unwrap();
-                for ((o, t), h) in ours.iter().zip(&twin).zip(&sixteen) {
-                    assert!(
-                        o.data.iter().all(|v| v.is_finite()),
-                        "{name} {dtype} batch {batch}: {} is not finite",
-                        o.name
-                    );
+                let sixteen = half_gpu.run(&input, batch, false).unwrap();
+                let sixteen_cpu = half_cpu.run(&input, batch, false).unwrap();
+                for (((o, t), h), hc) in ours.iter().zip(&twin).zip(&sixteen).zip(&sixteen_cpu) {
+                    let what = format!("{name} {dtype} batch {batch} {}", o.name);
+                    assert!(o.data.iter().all(|v| v.is_finite()), "{what}: not finite");
+                    // FP8 rounds each value to 2^-4 of its row's scale: inputs that differ in
+                    // their last 16-bit bit (the GPU sums in another order) move codes across
+                    // rounding boundaries, and the output moves by about FP8's own error (a
+                    // 1e-3 perturbation of tiny-gelu's pixels moves its FP8 logits by 3.2e-2,
+                    // its f16 ones by 1e-3). So the GPU is held to its twin's own distance
+                    // from the 16-bit model, not to a fixed tolerance.
+                    let fp8_error = relative(t, hc);
                     let against_twin = relative(o, t);
                     let against_half = relative(o, h);
                     println!(
-                        "{name} {dtype} batch {batch} {}: GPU FP8 against its CPU twin \
-                         {against_twin:.3e}, against the {dtype} model {against_half:.3e}",
-                        o.name
+                        "{what}: GPU FP8 against its CPU twin {against_twin:.3e}; FP8 against \
+                         {dtype}: GPU {against_half:.3e}, CPU {fp8_error:.3e}"
+                    );
+                    assert!(fp8_error > 0.0, "{what}: the CPU's FP8 run equals {dtype}");
+                    assert!(
+                        against_twin <= fp8_error.max(1e-2),
+                        "{what}: GPU FP8 {against_twin:.3e} from its CPU emulation, whose own \
+                         FP8 error is {fp8_error:.3e}"
                     );
                     assert!(
-                        against_twin < 2e-2,
-                        "{name} {dtype} batch {batch} {}: GPU FP8 {against_twin:.3e} from its \
-                         CPU emulation",
-                        o.name
-                    );
-                    assert!(
-                        against_half < 1e-1,
-                        "{name} {dtype} batch {batch} {}: FP8 {against_half:.3e} from {dtype}",
-                        o.name
+                        against_half <= 2.0 * fp8_error.max(1e-2),
+                        "{what}: GPU FP8 {against_half:.3e} from {dtype}; the CPU's FP8 \
+                         {fp8_error:.3e}"
                     );
                 }
                 // Replayed (the second and third passes) to the bits of the first.

@@ -68,7 +68,11 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
         return super::naflex::run(&args, runner, &dir, json.as_ref());
     }
     let (mut runner, _) = args.model.open()?;
-    let dtype = runner.backend().dtype();
+    // An FP8 run computes in f16 with its chosen linear layers in e4m3: named "fp8".
+    let dtype = match runner.fp8() {
+        Some(_) => "fp8".to_string(),
+        None => runner.backend().dtype().name().to_string(),
+    };
     outln!(
         "vitrt bench model: {} on {}, {dtype} (residual stream {}), median of {} passes after {} warm-up",
         args.model.name(),
@@ -161,7 +165,7 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
                 compute_capability: String::new(),
                 l2_bytes: 0,
             },
-            dtype: dtype.name().into(),
+            dtype,
             kernels: Vec::new(),
             models: rows,
             skipped,
