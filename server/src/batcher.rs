@@ -550,6 +550,8 @@ impl Batcher {
                 continue;
             };
             let ReadyImage::Fixed(image) = &request.images[i] else {
+                let why = format!("{:#}", wrong_image());
+                fail_rows(&[(id, i)], requests, Failure::Failed(why), &self.queued);
                 continue;
             };
             match image.pixels_on_host(&mut fixed.host) {
@@ -652,9 +654,8 @@ impl Batcher {
         }
     }
 
-    /// The runner's graphs end in what `kind` reads; zero-shot labels are encoded by the
-    /// text tower when they change.
-    /// (NaFlex's runner is given the output with each batch.)
+    /// The runner's graphs end in what `kind` reads (NaFlex's runner is told with each
+    /// batch); zero-shot labels are encoded by the text tower when they change.
     fn set_kind(&mut self, kind: &Kind) -> Result<()> {
         if let Kind::ZeroShot(set) = kind {
             if self.labels.as_ref() != Some(set) {
