@@ -61,7 +61,7 @@ pub struct ServeOptions {
     pub allow_local_files: Option<std::path::PathBuf>,
     /// Where JPEGs are decoded. Default: on the GPU on a CUDA device (the request's thread
     /// reads the file's markers and scan, the device decodes it in the batch), on the host
-    /// elsewhere.
+    /// elsewhere and for SigLIP 2 NaFlex (which refuses the GPU's decoding).
     pub decode: Option<DecodeOn>,
     /// Images may be `http(s)://` URLs, fetched within these limits; none otherwise.
     pub allow_url_fetch: Option<fetch::FetchOptions>,
