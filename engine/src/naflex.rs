@@ -9,6 +9,7 @@ use crate::batched::{BatchResults, DecodeOn, ImageOptions};
 use crate::pipeline::{Flow, InputList};
 use crate::results::encode_labels_with;
 use anyhow::{bail, Context, Result};
+use std::borrow::Borrow;
 use std::path::Path;
 use vitrt_model::naflex::{NaflexInputs, NaflexRunner};
 use vitrt_model::preprocess::naflex::{NaflexBatch, NaflexImage, NaflexProcessor};
@@ -60,12 +61,13 @@ pub fn score_against_labels(
     Ok(encoded.texts)
 }
 
-/// Runs one batch of preprocessed images (each padded to the processor's `max_num_patches`)
-/// through `runner`, giving `outputs` (every output the runner gives by default when empty).
-pub fn run_images(
+/// Runs one batch of preprocessed images (each padded to the processor's `max_num_patches`;
+/// owned or borrowed, as a server's requests hold theirs) through `runner`, giving `outputs`
+/// (every output the runner gives by default when empty).
+pub fn run_images<I: Borrow<NaflexImage>>(
     runner: &mut NaflexRunner,
     max_num_patches: usize,
-    images: &[NaflexImage],
+    images: &[I],
     outputs: &[&str],
 ) -> Result<Vec<HostTensor>> {
     if images.is_empty() {
@@ -73,7 +75,7 @@ pub fn run_images(
     }
     let mut batch = NaflexBatch::new();
     for image in images {
-        batch.push(image, max_num_patches);
+        batch.push(image.borrow(), max_num_patches);
     }
     let model_inputs = NaflexInputs::new(
         &runner.model,

@@ -200,8 +200,9 @@ impl ModelOptions {
             .with_context(|| format!("loading model {}", self.model))
             .map_err(OpenError::Input)?;
         let (backend, _) = self.open_backend()?;
-        let mut runner =
-            NaflexRunner::new(model, backend, self.fusion).with_graph_replay(self.cuda_graphs);
+        let mut runner = NaflexRunner::new(model, backend, self.fusion)
+            .with_graph_replay(self.cuda_graphs)
+            .with_batch_invariance(self.batch_invariant);
         if let Some(residual) = self.residual_dtype {
             runner = runner
                 .with_residual(residual)

@@ -517,6 +517,35 @@ fn a_batch_of_a_shape_seen_before_reuses_its_plan() {
     assert_eq!(runner.plans_built(), 3, "other outputs, another graph");
 }
 
+/// `with_plans_kept`: past as many shapes as it is told, the least recently used plan is
+/// dropped and built again when its shape comes back (a server keeps one per batch size).
+#[test]
+fn a_runner_keeps_as_many_plans_as_it_is_told() {
+    let refs = reference();
+    let model = NaflexVisionModel::load(&fixture()).unwrap();
+    let batch = inputs(&model, &refs);
+    let mut runner =
+        NaflexRunner::new(model, Box::new(CpuBackend::new()), Fusion::ALL).with_plans_kept(1);
+    let first = runner.run(&batch, &["pooler_output"], false).unwrap();
+    runner.run(&batch, &["last_hidden_state"], false).unwrap();
+    assert_eq!(runner.plans_built(), 2);
+    let again = runner.run(&batch, &["pooler_output"], false).unwrap();
+    assert_eq!(
+        runner.plans_built(),
+        3,
+        "one plan kept: the first was dropped"
+    );
+    assert_eq!(first, again);
+    let mut runner = runner.with_plans_kept(2);
+    runner.run(&batch, &["last_hidden_state"], false).unwrap();
+    runner.run(&batch, &["pooler_output"], false).unwrap();
+    assert_eq!(
+        runner.plans_built(),
+        4,
+        "two plans kept: only the dropped one built"
+    );
+}
+
 /// `patch_mean`: each image's mean of transformers' last_hidden_state over its own patches
 /// (as Siglip2ForImageClassification pools), asked alone or beside other outputs.
 #[test]

@@ -12,6 +12,11 @@
 //!       (a batch the device marked an image of is decoded again on the host and rerun)
 //! ```
 //!
+//! SigLIP 2 NaFlex ([`Engine::Naflex`]) batches images of different patch grids together: each
+//! request's thread preprocesses its images to their own grids, a batch pads them to the
+//! processor's `max_num_patches` with the key padding mask (`vitrt_engine::naflex`), and the
+//! batch runs on this thread while the next one fills.
+//!
 //! The runner is not `Send` (its CUDA graphs are bound to a thread), so it is opened on this
 //! thread and never leaves it. A request's images may span batches; it is answered when its
 //! last row is back. Rows do not depend on the batch they ran in on the CPU backend (the
@@ -19,7 +24,8 @@
 //! benchmarks/NOTES.md.
 
 use crate::metrics::Metrics;
-use anyhow::{Context, Result};
+use crate::ModelInfo;
+use anyhow::{bail, Context, Result};
 use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,9 +35,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use vitrt_engine::memory::{ImageDecoder, MemoryBatches, PreparedImage};
 use vitrt_engine::results::{encode_zero_shot_labels, output_rows, TextTower};
+use vitrt_model::naflex::NaflexRunner;
 use vitrt_model::preprocess::jpeg_coefficients::EntropyOn;
+use vitrt_model::preprocess::naflex::{NaflexImage, NaflexProcessor};
+use vitrt_model::preprocess::ImageLimits;
 use vitrt_model::{Output, OutputSet, Pool, Runner};
-use vitrt_runtime::PendingOutputs;
+use vitrt_runtime::{Backend, HostTensor, PendingOutputs};
 
 /// What a request's images are run for: each kind is its own graph's outputs, so a batch
 /// holds images of one kind.
@@ -68,12 +77,21 @@ pub enum Failure {
     Failed(String),
 }
 
+/// An image of a request made ready for the model's batches on the request's own thread.
+pub enum ReadyImage {
+    /// For a fixed-resolution model: decoded to its pixels, or a JPEG read for the device
+    /// ([`ImageDecoder::prepare`]).
+    Fixed(PreparedImage),
+    /// For SigLIP 2 NaFlex: its patch rows (padded to `max_num_patches`) and its own grid.
+    Naflex(NaflexImage),
+}
+
 /// One request's work.
 pub enum Job {
     Images {
         kind: Kind,
-        /// Images made ready ([`ImageDecoder::prepare`]).
-        images: Vec<PreparedImage>,
+        /// Images made ready, of the kind the model's engine runs.
+        images: Vec<ReadyImage>,
         deadline: Instant,
         reply: oneshot::Sender<Rows>,
     },
@@ -160,14 +178,61 @@ pub struct BatchPolicy {
     pub max_delay: Duration,
 }
 
-/// What the batching thread needs besides the model.
-pub struct Batcher {
+/// A fixed-resolution model, its batches filled in memory as the image pipeline's are.
+pub struct FixedEngine {
     pub runner: Runner,
     pub batches: MemoryBatches,
     /// Decodes the images of a batch the device marked again on the host.
     pub host: ImageDecoder,
     /// Whether requests' JPEGs come to the device to decode (and who reads their scans).
     pub device_decode: Option<EntropyOn>,
+}
+
+/// SigLIP 2 NaFlex: each batch's images padded to the processor's `max_num_patches` with the
+/// key padding mask, whatever their grids, and run on the batching thread.
+pub struct NaflexEngine {
+    pub runner: NaflexRunner,
+    pub processor: NaflexProcessor,
+}
+
+/// The model the batching thread runs.
+pub enum Engine {
+    Fixed(Box<FixedEngine>),
+    Naflex(Box<NaflexEngine>),
+}
+
+impl Engine {
+    fn backend(&self) -> &dyn Backend {
+        match self {
+            Engine::Fixed(fixed) => fixed.runner.backend(),
+            Engine::Naflex(naflex) => naflex.runner.backend(),
+        }
+    }
+
+    /// The text tower's embeddings of `texts` on the model's backend, unit length: (rows,
+    /// tokens per text).
+    fn embed_texts(
+        &mut self,
+        tower: &TextTower,
+        texts: &[String],
+    ) -> Result<(Vec<f32>, Vec<usize>)> {
+        match self {
+            Engine::Fixed(fixed) => tower.embed(&mut fixed.runner, texts, true),
+            Engine::Naflex(naflex) => {
+                let tokens = tower.tokenizer.encode(texts)?;
+                let rows =
+                    naflex
+                        .runner
+                        .embed_texts(&tower.model, &tokens.ids, texts.len(), true)?;
+                Ok((rows, tokens.lengths))
+            }
+        }
+    }
+}
+
+/// What the batching thread needs besides the model.
+pub struct Batcher {
+    pub engine: Engine,
     pub text: Option<TextTower>,
     /// The checkpoint's folder (the zero-shot labels' text tower).
     pub dir: std::path::PathBuf,
@@ -197,7 +262,7 @@ pub fn queue(max_queue: usize) -> (Queue, Receiver<Job>, Arc<AtomicUsize>) {
 /// A request's images in the batching thread: rows filled as batches come back.
 struct Request {
     kind: Kind,
-    images: Vec<PreparedImage>,
+    images: Vec<ReadyImage>,
     /// Images already put into a batch.
     taken: usize,
     rows: Vec<Option<Vec<f32>>>,
@@ -209,7 +274,14 @@ struct Request {
 struct InFlight {
     kind: Kind,
     rows: Vec<(u64, usize)>,
-    pending: PendingOutputs,
+    pending: Pending,
+}
+
+/// A batch's outputs to come: queued on the device (a fixed-resolution model's), or already
+/// there (NaFlex runs each batch to its end on this thread).
+enum Pending {
+    Queued(PendingOutputs),
+    Ran(Vec<HostTensor>),
 }
 
 /// A batch's outputs once back: its rows (width, data), or the device marked one of its
@@ -395,31 +467,57 @@ impl Batcher {
         kind: &Kind,
         rows: &[(u64, usize)],
         requests: &HashMap<u64, Request>,
-    ) -> Result<PendingOutputs, String> {
-        let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<PendingOutputs> {
+    ) -> Result<Pending, String> {
+        let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<Pending> {
             self.set_kind(kind)?;
-            let images: Vec<&PreparedImage> = rows
-                .iter()
-                .map(|(id, i)| &requests[id].images[*i])
-                .collect();
-            self.metrics.batch(images.len());
-            let on_device = images.iter().filter(|image| image.on_device()).count();
-            self.metrics.decoded_on_device(on_device);
-            self.batches.submit_prepared(&mut self.runner, &images)
+            let images = rows.iter().map(|(id, i)| &requests[id].images[*i]);
+            self.metrics.batch(rows.len());
+            match &mut self.engine {
+                Engine::Fixed(fixed) => {
+                    let images: Vec<&PreparedImage> = images
+                        .map(|image| match image {
+                            ReadyImage::Fixed(prepared) => Ok(prepared),
+                            ReadyImage::Naflex(_) => Err(wrong_image()),
+                        })
+                        .collect::<Result<_>>()?;
+                    let on_device = images.iter().filter(|image| image.on_device()).count();
+                    self.metrics.decoded_on_device(on_device);
+                    let pending = fixed.batches.submit_prepared(&mut fixed.runner, &images)?;
+                    Ok(Pending::Queued(pending))
+                }
+                Engine::Naflex(naflex) => {
+                    let images: Vec<&NaflexImage> = images
+                        .map(|image| match image {
+                            ReadyImage::Naflex(image) => Ok(image),
+                            ReadyImage::Fixed(_) => Err(wrong_image()),
+                        })
+                        .collect::<Result<_>>()?;
+                    let outputs = vitrt_engine::naflex::run_images(
+                        &mut naflex.runner,
+                        naflex.processor.max_num_patches,
+                        &images,
+                        &[output_of(kind).name()],
+                    )?;
+                    Ok(Pending::Ran(outputs))
+                }
+            }
         }));
         flatten(outcome)
     }
 
     /// Waits for a batch's outputs: its rows, or whether the device marked an image.
-    fn finish(
-        &mut self,
-        kind: &Kind,
-        count: usize,
-        pending: PendingOutputs,
-    ) -> Result<Finished, String> {
+    fn finish(&mut self, kind: &Kind, count: usize, pending: Pending) -> Result<Finished, String> {
         let name = output_of(kind).name();
         let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<Finished> {
-            let (outputs, marked) = MemoryBatches::finish(&mut self.runner, pending)?;
+            let (outputs, marked) = match (pending, &mut self.engine) {
+                (Pending::Ran(outputs), _) => (outputs, false),
+                (Pending::Queued(pending), Engine::Fixed(fixed)) => {
+                    MemoryBatches::finish(&mut fixed.runner, pending)?
+                }
+                (Pending::Queued(_), Engine::Naflex(_)) => {
+                    bail!("a batch queued on the device for a NaFlex model (a bug)")
+                }
+            };
             if marked {
                 return Ok(Finished::Marked);
             }
@@ -439,13 +537,24 @@ impl Batcher {
         rows: &[(u64, usize)],
         requests: &mut HashMap<u64, Request>,
     ) {
+        // Only the device's decoding marks a batch, and only fixed-resolution models' JPEGs
+        // are decoded there.
+        let Engine::Fixed(fixed) = &mut self.engine else {
+            let why = "a NaFlex batch marked by the device's decoding (a bug)".to_string();
+            return fail_rows(rows, requests, Failure::Failed(why), &self.queued);
+        };
         self.metrics.redone_on_host(rows.len());
         let mut decoded = Vec::with_capacity(rows.len());
         for &(id, i) in rows {
             let Some(request) = requests.get(&id) else {
                 continue;
             };
-            match request.images[i].pixels_on_host(&mut self.host) {
+            let ReadyImage::Fixed(image) = &request.images[i] else {
+                let why = format!("{:#}", wrong_image());
+                fail_rows(&[(id, i)], requests, Failure::Failed(why), &self.queued);
+                continue;
+            };
+            match image.pixels_on_host(&mut fixed.host) {
                 Ok(pixels) => decoded.push(((id, i), pixels)),
                 Err(why) => fail_rows(
                     &[(id, i)],
@@ -464,8 +573,8 @@ impl Batcher {
         let name = output_of(kind).name();
         let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<(usize, Vec<f32>)> {
             let images: Vec<&[u8]> = decoded.iter().map(|(_, p)| p.as_slice()).collect();
-            let pending = self.batches.submit(&mut self.runner, &images)?;
-            let outputs = self.runner.finish(pending)?;
+            let pending = fixed.batches.submit(&mut fixed.runner, &images)?;
+            let outputs = fixed.runner.finish(pending)?;
             output_rows(outputs, name, images.len())
         }));
         match flatten(outcome) {
@@ -525,7 +634,7 @@ impl Batcher {
     ) {
         self.metrics.images_done(rows.len());
         self.metrics
-            .device_bytes(self.runner.backend().memory_account().total_bytes());
+            .device_bytes(self.engine.backend().memory_account().total_bytes());
         for (k, (id, i)) in rows.iter().enumerate() {
             let Some(request) = requests.get_mut(id) else {
                 continue;
@@ -545,23 +654,38 @@ impl Batcher {
         }
     }
 
-    /// The runner's graphs end in what `kind` reads; zero-shot labels are encoded by the
-    /// text tower when they change.
+    /// The runner's graphs end in what `kind` reads (NaFlex's runner is told with each
+    /// batch); zero-shot labels are encoded by the text tower when they change.
     fn set_kind(&mut self, kind: &Kind) -> Result<()> {
         if let Kind::ZeroShot(set) = kind {
             if self.labels.as_ref() != Some(set) {
-                let encoded = encode_zero_shot_labels(
-                    &mut self.runner,
-                    &self.dir,
-                    &self.name,
-                    &set.labels,
-                    &set.templates,
-                )?;
-                self.runner.set_zero_shot(encoded.labels)?;
+                match &mut self.engine {
+                    Engine::Fixed(fixed) => {
+                        let encoded = encode_zero_shot_labels(
+                            &mut fixed.runner,
+                            &self.dir,
+                            &self.name,
+                            &set.labels,
+                            &set.templates,
+                        )?;
+                        fixed.runner.set_zero_shot(encoded.labels)?;
+                    }
+                    Engine::Naflex(naflex) => {
+                        vitrt_engine::naflex::score_against_labels(
+                            &mut naflex.runner,
+                            &self.dir,
+                            &self.name,
+                            &set.labels,
+                            &set.templates,
+                        )?;
+                    }
+                }
                 self.labels = Some(Arc::clone(set));
             }
         }
-        self.runner.set_outputs(OutputSet::of(&[output_of(kind)]));
+        if let Engine::Fixed(fixed) = &mut self.engine {
+            fixed.runner.set_outputs(OutputSet::of(&[output_of(kind)]));
+        }
         Ok(())
     }
 
@@ -576,8 +700,8 @@ impl Batcher {
                 self.name
             ))),
             Some(tower) => {
-                let runner = &mut self.runner;
-                let outcome = catch_unwind(AssertUnwindSafe(|| tower.embed(runner, &texts, true)));
+                let engine = &mut self.engine;
+                let outcome = catch_unwind(AssertUnwindSafe(|| engine.embed_texts(tower, &texts)));
                 match flatten(outcome) {
                     Ok((data, tokens)) => {
                         let width = data.len() / texts.len().max(1);
@@ -591,29 +715,60 @@ impl Batcher {
     }
 
     /// One batch of a single image and one of the largest size, so that the first requests
-    /// find the kernels compiled (the device decoding's among them, with `decoder`, one of
-    /// the routes' decoders), their graphs captured and the staging allocated.
-    pub fn warm_up(&mut self, kind: &Kind, decoder: &mut ImageDecoder) -> Result<()> {
+    /// find the kernels compiled (the device decoding's among them, with a decoder of the
+    /// routes' as `info` makes them within `limits`), their graphs captured and the staging
+    /// allocated.
+    pub fn warm_up(&mut self, kind: &Kind, info: &ModelInfo, limits: ImageLimits) -> Result<()> {
         self.set_kind(kind)?;
-        let image = match self.device_decode {
-            // A baseline 4:2:0 photo of 240x160, decoded by the device.
-            Some(_) => decoder
-                .prepare(WARM_UP_JPEG.to_vec(), "the warm-up image")
-                .context("preparing the warm-up image")?,
-            None => PreparedImage::Pixels(vec![0u8; self.batches.image_bytes()]),
-        };
-        for size in [1, self.policy.max_batch_size] {
-            let images = vec![&image; size];
-            let pending = self.batches.submit_prepared(&mut self.runner, &images)?;
-            let (_, marked) = MemoryBatches::finish(&mut self.runner, pending)
-                .with_context(|| format!("a warm-up batch of {size}"))?;
-            anyhow::ensure!(!marked, "the device could not decode the warm-up image");
+        let sizes = [1, self.policy.max_batch_size];
+        match &mut self.engine {
+            Engine::Fixed(fixed) => {
+                let image = match fixed.device_decode {
+                    // A baseline 4:2:0 photo of 240x160, decoded by the device.
+                    Some(_) => info
+                        .decoder(limits)
+                        .context("a decoder for the warm-up image")?
+                        .prepare(WARM_UP_JPEG.to_vec(), "the warm-up image")
+                        .context("preparing the warm-up image")?,
+                    None => PreparedImage::Pixels(vec![0u8; fixed.batches.image_bytes()]),
+                };
+                for size in sizes {
+                    let images = vec![&image; size];
+                    let pending = fixed.batches.submit_prepared(&mut fixed.runner, &images)?;
+                    let (_, marked) = MemoryBatches::finish(&mut fixed.runner, pending)
+                        .with_context(|| format!("a warm-up batch of {size}"))?;
+                    anyhow::ensure!(!marked, "the device could not decode the warm-up image");
+                }
+            }
+            Engine::Naflex(naflex) => {
+                // The photo at its own grid: a batch's shape is its size and max_num_patches.
+                let image = naflex
+                    .processor
+                    .preprocess_bytes(WARM_UP_JPEG, "the warm-up image", &limits)
+                    .context("preprocessing the warm-up image")?;
+                for size in sizes {
+                    let images = vec![&image; size];
+                    vitrt_engine::naflex::run_images(
+                        &mut naflex.runner,
+                        naflex.processor.max_num_patches,
+                        &images,
+                        &[output_of(kind).name()],
+                    )
+                    .with_context(|| format!("a warm-up batch of {size}"))?;
+                }
+            }
         }
         Ok(())
     }
 }
 
-/// The image the warm-up batches decode on the device.
+/// An image a batch of the engine's other kind was handed (a bug: the routes prepare images
+/// as the model's preprocessing says).
+fn wrong_image() -> anyhow::Error {
+    anyhow::anyhow!("an image prepared for another kind of model (a bug)")
+}
+
+/// The image the warm-up batches decode on the device (and NaFlex's preprocess).
 const WARM_UP_JPEG: &[u8] = include_bytes!("../../tests/fixtures/images/cat.jpg");
 
 /// The output a kind reads.

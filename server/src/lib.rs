@@ -1,7 +1,8 @@
 //! `vitrt serve`: an HTTP server over the engine. It listens at once (`GET /health` answers
 //! 503 meanwhile), opens the model on its batching thread, warms it up, and then answers 200;
 //! requests' images are made ready on a bounded pool of blocking threads (decoded, or, on a
-//! GPU, JPEGs read for the device to decode in the batch), queued (429 past
+//! GPU, JPEGs read for the device to decode in the batch; for SigLIP 2 NaFlex, each resized to
+//! its own patch grid), queued (429 past
 //! `--max-queue`), batched across requests (`batcher`) and answered with the engine's typed
 //! results (`routes`). SIGTERM or SIGINT stops accepting, finishes what was accepted, and the
 //! process exits 0.
@@ -16,7 +17,7 @@ mod routes;
 
 use anyhow::{Context, Result};
 use axum::serve::ListenerExt;
-use batcher::{BatchPolicy, Batcher, Kind};
+use batcher::{BatchPolicy, Batcher, Engine, FixedEngine, Kind, NaflexEngine};
 use metrics::Metrics;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -28,7 +29,9 @@ use vitrt_engine::memory::{ImageDecoder, MemoryBatches};
 use vitrt_engine::results::TextTower;
 use vitrt_engine::ModelOptions;
 use vitrt_model::config::ModelConfig;
+use vitrt_model::naflex::NaflexRunner;
 use vitrt_model::preprocess::jpeg_coefficients::EntropyOn;
+use vitrt_model::preprocess::naflex::NaflexProcessor;
 use vitrt_model::preprocess::{ImageLimits, PreprocessConfig};
 use vitrt_model::{Head, Pool};
 use vitrt_runtime::backend::Device;
@@ -58,7 +61,7 @@ pub struct ServeOptions {
     pub allow_local_files: Option<std::path::PathBuf>,
     /// Where JPEGs are decoded. Default: on the GPU on a CUDA device (the request's thread
     /// reads the file's markers and scan, the device decodes it in the batch), on the host
-    /// elsewhere.
+    /// elsewhere and for SigLIP 2 NaFlex (which refuses the GPU's decoding).
     pub decode: Option<DecodeOn>,
     /// Images may be `http(s)://` URLs, fetched within these limits; none otherwise.
     pub allow_url_fetch: Option<fetch::FetchOptions>,
@@ -67,26 +70,47 @@ pub struct ServeOptions {
 /// What the routes know of the model once it is open.
 pub struct ModelInfo {
     pub name: String,
-    pub config: ModelConfig,
-    pub pre: PreprocessConfig,
-    /// The model has a classification head (`/v1/classify`).
-    pub classifies: bool,
+    /// The model's config when it has a classification head (`/v1/classify`, its labels).
+    pub classifier: Option<ModelConfig>,
     /// The pool `/v1/embeddings` embeds images with (the checkpoint's default).
     pub pool: Option<Pool>,
     /// Image embeddings and a text tower of the same width: text inputs and `/v1/zero-shot`.
     pub text_tower: bool,
-    pub image_bytes: usize,
-    /// JPEGs are left to the device, their scans entropy-decoded where this says; `None`:
-    /// images are decoded on the host.
-    pub device_decode: Option<EntropyOn>,
+    /// How a request's images are made ready for the model's batches.
+    pub images: ImagePreparation,
+}
+
+/// How a request's thread makes its images ready for the model's batches.
+pub enum ImagePreparation {
+    /// A fixed-resolution model: every image decoded to the size `pre` makes, or, with
+    /// `device_decode`, JPEGs left to the device, their scans entropy-decoded where it says.
+    Fixed {
+        pre: PreprocessConfig,
+        device_decode: Option<EntropyOn>,
+    },
+    /// SigLIP 2 NaFlex: every image resized on the host to its own patch grid under the
+    /// processor's `max_num_patches`.
+    Naflex(NaflexProcessor),
 }
 
 impl ModelInfo {
-    /// A decoder for a request's thread.
-    pub fn decoder(&self, limits: ImageLimits) -> ImageDecoder {
-        match self.device_decode {
-            Some(entropy) => ImageDecoder::for_device(&self.pre, limits, entropy),
-            None => ImageDecoder::new(&self.pre, limits),
+    /// A decoder for a request's thread; an error for NaFlex, whose images the processor
+    /// makes ([`ImagePreparation::Naflex`]).
+    pub fn decoder(&self, limits: ImageLimits) -> Result<ImageDecoder> {
+        match &self.images {
+            ImagePreparation::Fixed {
+                pre,
+                device_decode: Some(entropy),
+            } => Ok(ImageDecoder::for_device(pre, limits, *entropy)),
+            ImagePreparation::Fixed {
+                pre,
+                device_decode: None,
+            } => Ok(ImageDecoder::new(pre, limits)),
+            ImagePreparation::Naflex(_) => {
+                anyhow::bail!(
+                    "SigLIP 2 NaFlex's images are made by its processor, not decoded to one size"
+                )
+            }
         }
     }
 }
@@ -183,13 +207,9 @@ async fn serve_async(options: ServeOptions) -> Result<()> {
             .spawn(move || {
                 let opened =
                     open_batcher(&state, metrics, queued).and_then(|(mut batcher, kind)| {
-                        let mut decoder = state
-                            .info
-                            .get()
-                            .expect("set when the model opened")
-                            .decoder(state.options.limits);
+                        let info = state.info.get().expect("set when the model opened");
                         batcher
-                            .warm_up(&kind, &mut decoder)
+                            .warm_up(&kind, info, state.options.limits)
                             .context("warming the model up")?;
                         Ok(batcher)
                     });
@@ -257,39 +277,19 @@ fn open_batcher(
     queued: Arc<std::sync::atomic::AtomicUsize>,
 ) -> Result<(Batcher, Kind)> {
     let options = &state.options;
-    let opened = options.model.open()?;
-    let mut runner = opened.runner;
-    let pre = preprocessing(&mut runner, &opened.dir, options.model.image_size.is_some())?;
-    let image_bytes = ImageDecoder::new(&pre, options.limits).image_bytes();
-    let device_decode = device_decoding(options.decode, &runner, &pre)?;
-    let classifies = runner.model.head != Head::Base;
-    let pool = Pool::choose(None, &runner.model).ok();
-    let text = match runner.model.image_embeds_width() {
-        Some(width) => TextTower::load(&opened.dir, width).ok(),
-        None => None,
+    let (engine, info, text, dir) = match options.model.open_naflex()? {
+        Some((runner, dir)) => open_naflex(options, runner, dir)?,
+        None => open_fixed(options)?,
     };
-    let info = ModelInfo {
-        name: options.model.model.clone(),
-        config: runner.model.config.clone(),
-        pre: pre.clone(),
-        classifies,
-        pool,
-        text_tower: text.is_some(),
-        image_bytes,
-        device_decode,
-    };
-    let warm_kind = match (classifies, pool) {
+    let warm_kind = match (info.classifier.is_some(), info.pool) {
         (true, _) | (false, None) => Kind::Classify,
         (false, Some(pool)) => Kind::Embed(pool),
     };
     let _ = state.info.set(Arc::new(info));
     let batcher = Batcher {
-        runner,
-        batches: MemoryBatches::new(&pre, image_bytes),
-        host: ImageDecoder::new(&pre, options.limits),
-        device_decode,
+        engine,
         text,
-        dir: opened.dir,
+        dir,
         name: options.model.model.clone(),
         policy: BatchPolicy {
             max_batch_size: options.max_batch_size,
@@ -300,6 +300,76 @@ fn open_batcher(
         labels: None,
     };
     Ok((batcher, warm_kind))
+}
+
+/// A fixed-resolution model opened as `options` ask, with what the routes know of it, its
+/// text tower if it has one, and its folder.
+fn open_fixed(
+    options: &ServeOptions,
+) -> Result<(Engine, ModelInfo, Option<TextTower>, std::path::PathBuf)> {
+    let opened = options.model.open()?;
+    let mut runner = opened.runner;
+    let pre = preprocessing(&mut runner, &opened.dir, options.model.image_size.is_some())?;
+    let image_bytes = ImageDecoder::new(&pre, options.limits).image_bytes();
+    let device_decode = device_decoding(options.decode, &runner, &pre)?;
+    let text = match runner.model.image_embeds_width() {
+        Some(width) => TextTower::load(&opened.dir, width).ok(),
+        None => None,
+    };
+    let info = ModelInfo {
+        name: options.model.model.clone(),
+        classifier: (runner.model.head != Head::Base).then(|| runner.model.config.clone()),
+        pool: Pool::choose(None, &runner.model).ok(),
+        text_tower: text.is_some(),
+        images: ImagePreparation::Fixed {
+            pre: pre.clone(),
+            device_decode,
+        },
+    };
+    let engine = Engine::Fixed(Box::new(FixedEngine {
+        runner,
+        batches: MemoryBatches::new(&pre, image_bytes),
+        host: ImageDecoder::new(&pre, options.limits),
+        device_decode,
+    }));
+    Ok((engine, info, text, opened.dir))
+}
+
+/// SigLIP 2 NaFlex (`runner`, opened from `dir`) as `options` ask: images preprocessed on the
+/// host, each to its own patch grid (the processor of `dir`), embedded with the pooling head
+/// (or, without one, each image's mean over its own patches), and zero-shot labels scored
+/// through the text tower when the checkpoint has one. It has no classifier.
+fn open_naflex(
+    options: &ServeOptions,
+    runner: NaflexRunner,
+    dir: std::path::PathBuf,
+) -> Result<(Engine, ModelInfo, Option<TextTower>, std::path::PathBuf)> {
+    if matches!(options.decode, Some(DecodeOn::Gpu | DecodeOn::GpuIdct)) {
+        anyhow::bail!(
+            "--decode gpu is not built for SigLIP 2 NaFlex: its images are decoded and resized \
+             on the host, each to its own patch grid (--decode cpu runs)"
+        );
+    }
+    let processor = vitrt_engine::naflex::processor(&dir)?;
+    // Every batch size up to the largest, for each of the two kinds a batch can be
+    // (embeddings, zero-shot labels), keeps its plan.
+    let runner = runner.with_plans_kept(2 * options.max_batch_size);
+    let width = runner.model.image_embeds_width();
+    let pool = if width.is_some() {
+        Pool::Projected
+    } else {
+        Pool::Mean
+    };
+    let text = width.and_then(|width| TextTower::load(&dir, width).ok());
+    let info = ModelInfo {
+        name: options.model.model.clone(),
+        classifier: None,
+        pool: Some(pool),
+        text_tower: text.is_some(),
+        images: ImagePreparation::Naflex(processor.clone()),
+    };
+    let engine = Engine::Naflex(Box::new(NaflexEngine { runner, processor }));
+    Ok((engine, info, text, dir))
 }
 
 /// Where JPEGs are decoded, as `--decode` asks on `runner`'s backend: on the device by

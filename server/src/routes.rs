@@ -2,10 +2,10 @@
 //! engine's results; and around every route, the API key, the deadline, a panic caught as a
 //! 500, and the request counted in the metrics.
 
-use crate::batcher::{Failure, Job, Kind, LabelSet};
+use crate::batcher::{Failure, Job, Kind, LabelSet, ReadyImage};
 use crate::error::ApiError;
 use crate::inputs::{image_string, ImageInput, ImageRequest};
-use crate::{AppState, ModelInfo};
+use crate::{AppState, ImagePreparation, ModelInfo};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Query, Request, State};
 use axum::http::{header, StatusCode};
@@ -25,6 +25,8 @@ use std::time::Instant;
 use vitrt_engine::memory::{ImageDecoder, PreparedImage};
 use vitrt_engine::results::{normalize, Scores};
 use vitrt_model::labels::Prediction;
+use vitrt_model::preprocess::naflex::{NaflexImage, NaflexProcessor};
+use vitrt_model::preprocess::{ImageLimits, PreprocessError};
 use vitrt_model::text::labels::{
     check_label_list, check_template, labels_from_list, DEFAULT_TEMPLATE,
 };
@@ -181,18 +183,18 @@ async fn classify(
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
     let info = ready_model(&state)?;
-    if !info.classifies {
+    let Some(config) = &info.classifier else {
         return Err(ApiError::bad_request(format!(
             "{} has no classification head: use /v1/embeddings, or /v1/zero-shot for a CLIP or \
              SigLIP checkpoint",
             info.name
         )));
-    }
+    };
     let read = ImageRequest::read(request, query, state.sources()).await?;
     read.check_fields(&["top_k"])?;
     let top_k = read.top_k()?;
     let rows = run_images(&state, &info, Kind::Classify, read.images).await?;
-    let scores = Scores::Logits(&info.config);
+    let scores = Scores::Logits(config);
     Ok(Json(predictions(&info, &rows, |row| {
         scores.top_k(row, top_k)
     })?))
@@ -473,13 +475,13 @@ thread_local! {
 
 /// Makes every image ready on the blocking pool, at most `--workers` at once (decoded, or a
 /// JPEG read for the device: `ImageDecoder::prepare`; files named `file:NAME` are decoded on
-/// the host); the first failure in input order is a 400 naming the input's index and the
-/// reason.
+/// the host; for SigLIP 2 NaFlex, resized to its own patch grid by the processor); the first
+/// failure in input order is a 400 naming the input's index and the reason.
 async fn decode_all(
     state: &Shared,
     info: &Arc<ModelInfo>,
     images: Vec<ImageInput>,
-) -> Result<Vec<PreparedImage>, ApiError> {
+) -> Result<Vec<ReadyImage>, ApiError> {
     let tasks: Vec<_> = images
         .into_iter()
         .enumerate()
@@ -516,23 +518,15 @@ async fn decode_all(
                 let _permit = state.decoders.acquire().await.map_err(|_| stopping())?;
                 let limits = state.options.limits;
                 tokio::task::spawn_blocking(move || {
-                    DECODER.with(|cell| {
-                        let mut cell = cell.borrow_mut();
-                        let decoder = cell.get_or_insert_with(|| info.decoder(limits));
-                        // The decoder's messages name the image: "input N" for bytes, the
-                        // path for a file (then prefixed with its index).
-                        let decoded = match image {
-                            ImageInput::Bytes(bytes) => decoder
-                                .prepare(Vec::from(bytes), &format!("input {index}"))
-                                .map_err(|e| e.to_string()),
-                            ImageInput::File(path) => decoder
-                                .decode_file(&path)
-                                .map(PreparedImage::Pixels)
-                                .map_err(|e| format!("input {index}: {e}")),
-                            ImageInput::Url(_) => unreachable!("fetched above"),
-                        };
-                        decoded.map_err(ApiError::bad_request)
-                    })
+                    let ready = match &info.images {
+                        ImagePreparation::Naflex(processor) => {
+                            naflex_image(processor, image, index, &limits).map(ReadyImage::Naflex)
+                        }
+                        ImagePreparation::Fixed { .. } => {
+                            decode_image(&info, image, index, limits).map(ReadyImage::Fixed)
+                        }
+                    };
+                    ready.map_err(ApiError::bad_request)
                 })
                 .await
                 .map_err(|_| {
@@ -563,6 +557,69 @@ async fn decode_all(
     match first_error {
         Some(e) => Err(e),
         None => Ok(decoded),
+    }
+}
+
+/// A fixed-resolution model's image decoded (or read for the device) by this thread's
+/// decoder; an error names the input.
+fn decode_image(
+    info: &ModelInfo,
+    image: ImageInput,
+    index: usize,
+    limits: ImageLimits,
+) -> Result<PreparedImage, String> {
+    DECODER.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.is_none() {
+            *cell = Some(info.decoder(limits).map_err(|e| format!("{e:#}"))?);
+        }
+        let decoder = cell.as_mut().expect("set above");
+        // The decoder's messages name the image: "input N" for bytes, the path for a file
+        // (then prefixed with its index).
+        match image {
+            ImageInput::Bytes(bytes) => decoder
+                .prepare(Vec::from(bytes), &format!("input {index}"))
+                .map_err(|e| e.to_string()),
+            ImageInput::File(path) => decoder
+                .decode_file(&path)
+                .map(PreparedImage::Pixels)
+                .map_err(|e| format!("input {index}: {e}")),
+            ImageInput::Url(_) => Err(format!("input {index}: a URL not fetched (a bug)")),
+        }
+    })
+}
+
+/// A SigLIP 2 NaFlex image resized to its own patch grid by `processor`, within `limits` as
+/// a fixed model's decoder reads one (files no larger than `max_file_bytes`); an error names
+/// the input.
+fn naflex_image(
+    processor: &NaflexProcessor,
+    image: ImageInput,
+    index: usize,
+    limits: &ImageLimits,
+) -> Result<NaflexImage, String> {
+    match image {
+        ImageInput::Bytes(bytes) => {
+            let name = format!("input {index}");
+            if bytes.len() as u64 > limits.max_file_bytes {
+                let refused = PreprocessError::UnsupportedImage {
+                    image: name,
+                    reason: format!(
+                        "the image is {} bytes, more than the limit of {}",
+                        bytes.len(),
+                        limits.max_file_bytes
+                    ),
+                };
+                return Err(refused.to_string());
+            }
+            processor
+                .preprocess_bytes(&bytes, &name, limits)
+                .map_err(|e| e.to_string())
+        }
+        ImageInput::File(path) => processor
+            .preprocess_file(&path, limits)
+            .map_err(|e| format!("input {index}: {e}")),
+        ImageInput::Url(_) => Err(format!("input {index}: a URL not fetched (a bug)")),
     }
 }
 

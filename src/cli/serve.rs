@@ -57,7 +57,8 @@ pub struct ServeArgs {
     /// Where JPEGs are decoded: gpu (default on a CUDA device: each request's thread reads
     /// the file's markers and scan, the GPU decodes it in the batch, exactly as the host
     /// would), gpu-idct (the host entropy-decodes, the GPU does the rest) or cpu (everything
-    /// on the host; the default elsewhere).
+    /// on the host; the default elsewhere, and SigLIP 2 NaFlex's only one: each image is
+    /// resized on the host to its own patch grid).
     #[arg(long, value_enum)]
     decode: Option<DecodeArg>,
     /// Let requests name image files in this folder as `file:NAME` (relative to it; links

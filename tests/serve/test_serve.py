@@ -28,6 +28,9 @@ VITRT = os.environ.get("VITRT_BIN", str(ROOT / "target" / "debug" / "vitrt"))
 DIGITS = ROOT / "examples" / "digits-vit"
 DIGIT_IMAGES = sorted((ROOT / "examples" / "digits").glob("*.png"))
 CLIP = ROOT / "tests" / "fixtures" / "models" / "clip-zero-shot"
+# SigLIP 2 NaFlex: four images of different aspect ratios, each at its own patch grid.
+NAFLEX = ROOT / "tests" / "fixtures" / "naflex" / "siglip2-naflex-zero-shot"
+NAFLEX_IMAGES = [NAFLEX / "images" / f"{i}.png" for i in range(4)]
 PHOTOS = [ROOT / "tests" / "fixtures" / "images" / n for n in ("cat.jpg", "coffee.png", "astronaut.webp")]
 
 
@@ -548,6 +551,55 @@ def test_requests_of_every_kind_at_once_get_their_own_answers(clip):
             assert answer["results"] == alone[i][1]["results"], kinds[i][0]
         else:
             assert answer["data"] == alone[i][1]["data"], kinds[i][0]
+
+
+def test_naflex_answers_as_the_cli_whatever_shares_its_batch():
+    """SigLIP 2 NaFlex through the `openai` client: images of different aspect ratios and a
+    text embedded as `vitrt embed --normalize` and `vitrt embed-text --normalize` do; then
+    zero-shot and embedding requests of single images at once from 16 threads, batched
+    together across requests (each image padded to max_num_patches with its mask), each
+    answer within float summation order of the one the same request gets alone."""
+    import openai
+
+    server = Server(NAFLEX, "--max-delay-ms", "20", "--max-batch-size", "8")
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+        uris = [data_uri(p) for p in NAFLEX_IMAGES]
+        text = "a photo of a cat."
+        response = client.embeddings.create(model=str(NAFLEX), input=[uris[0], text, uris[1]])
+        got = [f32(d.embedding) for d in response.data]
+        images = cli_lines("embed", "--model", str(NAFLEX), *map(str, NAFLEX_IMAGES[:2]), "--normalize", "-o", "-")
+        texts = cli_lines("embed-text", "--model", str(NAFLEX), "--text", text, "--normalize", "-o", "-")
+        for g, w in zip(got, [images[0], texts[0], images[1]]):
+            np.testing.assert_allclose(g, f32(w["embedding"]), rtol=1e-5, atol=1e-6)
+
+        labels = ["a photo of a cat.", "a photo of a dog.", "a photo of a bird."]
+        kinds = []
+        for uri in uris:
+            kinds.append(("/v1/zero-shot", {"images": [uri], "labels": labels, "template": "{}", "top_k": 3}))
+            kinds.append(("/v1/embeddings", {"input": [uri]}))
+        alone = [server.post_json(path, body) for path, body in kinds]
+        assert all(status == 200 for status, _ in alone), alone
+        rng = random.Random(5)
+        plan = [rng.randrange(len(kinds)) for _ in range(200)]
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda i: (i, server.post_json(*kinds[i])), plan))
+        for i, (status, answer) in answers:
+            assert status == 200, answer
+            want = alone[i][1]
+            if "results" in answer:
+                got, expected = answer["results"][0]["predictions"], want["results"][0]["predictions"]
+                assert [p["label"] for p in got] == [p["label"] for p in expected]
+                values = [f32([p["probability"] for p in preds]) for preds in (got, expected)]
+            else:
+                values = [f32(answer["data"][0]["embedding"]), f32(want["data"][0]["embedding"])]
+            np.testing.assert_allclose(values[0], values[1], rtol=1e-5, atol=1e-6)
+        # The batches held several requests' images.
+        status, _, body = server.request("GET", "/metrics")
+        sizes = re.search(r"vitrt_batch_size_sum (\S+)\n.*vitrt_batch_size_count (\S+)", body.decode(), re.S)
+        assert sizes and float(sizes.group(1)) > float(sizes.group(2)), body.decode()
+    finally:
+        assert server.stop() == 0
 
 
 def test_bench_serve_loads_the_server_and_counts_every_answer(digits, tmp_path):

@@ -187,7 +187,7 @@ impl TextFamily {
 /// format of AIMv2's checkpoints, which also says `aimv2`; and, by the image pipeline, SigLIP
 /// 2's NaFlex checkpoints (`Siglip2Model`, `Siglip2VisionModel`), whose images each have their
 /// own patch grid. Those run in crate::naflex (`vitrt infer`, `parity`, `embed`,
-/// `zero-shot`); their text tower is SigLIP's ([`TextFamily::of_model_type`]).
+/// `zero-shot`, `serve`); their text tower is SigLIP's ([`TextFamily::of_model_type`]).
 pub(crate) fn refused_model_type(model_type: &str) -> Option<String> {
     // "aimv2" is also what the checkpoints' earlier remote-code format (AIMv2Config, loaded
     // with trust_remote_code) names, with other fields and tensor names.
@@ -210,11 +210,11 @@ pub(crate) fn refused_model_type(model_type: &str) -> Option<String> {
         format!(
             "model_type \"{model_type}\" is SigLIP 2's NaFlex (each image resized to its own \
              patch grid, position embeddings resized per image, a key padding mask): vitrt runs \
-             it in `vitrt infer`, `parity`, `embed` and `zero-shot` and the Python Model's \
-             embed() and zero_shot(), on one device (images preprocessed on the host); not in \
-             `classify` (it has no classifier), with --output-dir, on several devices, in \
-             bench/profile/tune or the server yet. SigLIP 2's fixed-resolution checkpoints (model_type \"siglip\", such \
-             as google/siglip2-base-patch16-224) run everywhere"
+             it in `vitrt infer`, `parity`, `embed`, `zero-shot` and `serve` and the Python \
+             Model's embed() and zero_shot(), on one device (images preprocessed on the host); \
+             not in `classify` (it has no classifier), with --output-dir, on several devices, \
+             in profile/tune yet. SigLIP 2's fixed-resolution checkpoints (model_type \
+             \"siglip\", such as google/siglip2-base-patch16-224) run everywhere"
         )
     })
 }

@@ -767,8 +767,9 @@ struct PlanKey {
     labels: Option<String>,
 }
 
-/// How many planned graphs a runner keeps: a run over files has a full batch shape and a
-/// last, shorter one; a server or Python caller a few batch sizes.
+/// How many planned graphs a runner keeps by default: a run over files has a full batch shape
+/// and a last, shorter one; a Python caller a few batch sizes. A server, whose batches take
+/// every size up to its largest, keeps more ([`NaflexRunner::with_plans_kept`]).
 const PLANS_KEPT: usize = 4;
 
 /// A NaFlex model on a backend: builds and plans the graph of each batch shape it is given
@@ -786,6 +787,8 @@ pub struct NaflexRunner {
     /// Whether kept plans capture their forward pass and replay it where the backend can
     /// (CUDA graphs; see `Executor::with_graph_replay`).
     graph_replay: bool,
+    /// How many plans are kept, the least recently used dropped past it.
+    plans_kept: usize,
 }
 
 impl NaflexRunner {
@@ -804,6 +807,7 @@ impl NaflexRunner {
             plans: Vec::new(),
             plans_built: 0,
             graph_replay: true,
+            plans_kept: PLANS_KEPT,
         }
     }
 
@@ -822,6 +826,25 @@ impl NaflexRunner {
     /// tied to the thread that runs it, as the Python `Model` needs with `cuda_graphs=False`).
     pub fn with_graph_replay(mut self, enabled: bool) -> NaflexRunner {
         self.graph_replay = enabled;
+        self.plans.clear();
+        self
+    }
+
+    /// Keeps the plans of the last `kept` batch shapes (at least one) instead of
+    /// [`PLANS_KEPT`]: a server's batches take every size up to its largest, each shape's
+    /// plan built once (the backend's arena is one, shared by all of them).
+    pub fn with_plans_kept(mut self, kept: usize) -> NaflexRunner {
+        self.plans_kept = kept.max(1);
+        let excess = self.plans.len().saturating_sub(self.plans_kept);
+        self.plans.drain(..excess);
+        self
+    }
+
+    /// Chooses the kernels' programs whatever the batch size, so that an image's outputs are
+    /// the same bytes whatever else shares its batch (see `Backend::set_batch_invariant`), as
+    /// `Runner::with_batch_invariance` does.
+    pub fn with_batch_invariance(mut self, on: bool) -> NaflexRunner {
+        self.backend.set_batch_invariant(on);
         self.plans.clear();
         self
     }
@@ -910,7 +933,7 @@ impl NaflexRunner {
                 )?
                 .with_graph_replay(self.graph_replay);
                 self.plans_built += 1;
-                if self.plans.len() == PLANS_KEPT {
+                if self.plans.len() >= self.plans_kept {
                     self.plans.remove(0);
                 }
                 self.plans.push((key, executor));
