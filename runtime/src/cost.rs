@@ -18,7 +18,7 @@ pub struct NodeCost {
 
 pub fn node_cost(graph: &Graph, plan: &Plan, node: usize) -> NodeCost {
     let n = &graph.nodes[node];
-    let value_bytes = |v: usize| (graph.values[v].numel() * plan.dtypes[v].size_bytes()) as f64;
+    let value_bytes = |v: usize| crate::plan::value_bytes(&graph.values[v], plan.dtypes[v]) as f64;
     let mut bytes: f64 =
         n.inputs.iter().map(|&v| value_bytes(v)).sum::<f64>() + value_bytes(n.output);
     let shapes: Vec<&[usize]> = n
@@ -29,12 +29,14 @@ pub fn node_cost(graph: &Graph, plan: &Plan, node: usize) -> NodeCost {
     let matmul = match n.op {
         Op::PatchEmbed { .. } => {
             // The patch rows go through the workspace: written once, read once.
-            bytes += 2.0 * workspace_bytes(graph, node, plan.precision.compute) as f64;
+            bytes +=
+                2.0 * workspace_bytes(graph, node, plan.precision.compute, &plan.dtypes) as f64;
             lowering::patch_projection(&n.op, shapes[0], &graph.values[n.output].shape)
         }
         Op::Fp8Linear { epilogue } => {
             // The quantised input goes through the workspace: written once, read once.
-            bytes += 2.0 * workspace_bytes(graph, node, plan.precision.compute) as f64;
+            bytes +=
+                2.0 * workspace_bytes(graph, node, plan.precision.compute, &plan.dtypes) as f64;
             Some(lowering::linear(shapes[0], shapes[1], epilogue))
         }
         _ => lowering::matmul_for(&n.op, &shapes),

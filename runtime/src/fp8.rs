@@ -203,6 +203,32 @@ impl InputWorkspace {
     }
 }
 
+/// Whether `node` writes its output as e4m3 codes and row scales for FP8 linear layers: a
+/// layernorm whose every reader is an FP8 linear layer reading it as x (its rows a multiple of
+/// [`K_MULTIPLE`]), and which is no graph output (`users`: `Graph::consumers`). The layernorm
+/// then quantises its normalised rows in f32 as it writes them
+/// (`vitrt_kernels::layernorm::gpu::layernorm_e4m3`), instead of storing them in the compute
+/// type for a quantisation pass to read back.
+pub fn quantized_by_producer(
+    graph: &Graph,
+    users: &[Vec<usize>],
+    node: &crate::graph::Node,
+) -> bool {
+    let v = node.output;
+    let k = graph.values[v].shape.last().copied().unwrap_or(0);
+    matches!(node.op, Op::LayerNorm { .. })
+        && k > 0
+        && k.is_multiple_of(K_MULTIPLE)
+        && !graph.is_output(v)
+        && !users[v].is_empty()
+        && users[v].iter().all(|&u| {
+            let reader = &graph.nodes[u];
+            matches!(reader.op, Op::Fp8Linear { .. })
+                && reader.inputs[0] == v
+                && reader.inputs[1..].iter().all(|&i| i != v)
+        })
+}
+
 /// Refuses, as the GPU's FP8 matmul does, operands it does not read: x, the bias, the
 /// residual and the output in the run's 16-bit `compute` type, the weight in e4m3 and its
 /// scales in f32. `inputs` are the node's input types in order.
@@ -215,8 +241,14 @@ pub fn check_storage(
     if compute == DType::F32 {
         return Err("FP8 linear layers run in f16 or bf16 runs, not f32".into());
     }
+    // x in the compute type, or already quantised by its producer (e4m3 codes and scales).
+    let x = if inputs.first() == Some(&DType::E4M3) {
+        DType::E4M3
+    } else {
+        compute
+    };
     let mut wanted = vec![
-        ("x", compute),
+        ("x", x),
         ("the weight", DType::E4M3),
         ("the scales", DType::F32),
     ];
@@ -256,20 +288,33 @@ pub fn check_storage(
 /// accumulates in f32 and is scaled back, `acc · (x_scale · w_scale) + bias`, then the
 /// activation and the residual, as the device's epilogue applies them
 /// (`vitrt_kernels::matmul::Fp8Problem`).
+/// With `quantized`, x comes as its producer quantised it (e4m3 values and row scales) and
+/// `ins[0]` is not read.
 pub fn emulate_linear(
     epilogue: Epilogue,
     k: usize,
     n: usize,
     ins: &[&[f32]],
+    quantized: Option<(&[f32], &[f32])>,
     out: &mut [f32],
     tiles: matmul::cpu::MatmulTiles,
 ) -> Result<(), String> {
-    let (x, weight, w_scales) = (ins[0], ins[1], ins[2]);
-    let m = x.len() / k.max(1);
-    if x.len() != m * k || weight.len() != n * k || w_scales.len() != n || out.len() != m * n {
+    let (weight, w_scales) = (ins[1], ins[2]);
+    // x holds the compute type's values already (the CPU stores them rounded).
+    let (units, x_scales) = match quantized {
+        Some((units, scales)) => (units.to_vec(), scales.to_vec()),
+        None => quantize_rows(ins[0], k, DType::F32)?,
+    };
+    let m = units.len() / k.max(1);
+    if units.len() != m * k
+        || x_scales.len() != m
+        || weight.len() != n * k
+        || w_scales.len() != n
+        || out.len() != m * n
+    {
         return Err(format!(
             "fp8_linear operands of {} / {} / {} / {} values for M {m}, N {n}, K {k}",
-            x.len(),
+            units.len(),
             weight.len(),
             w_scales.len(),
             out.len()
@@ -277,8 +322,6 @@ pub fn emulate_linear(
     }
     let bias = epilogue.bias.then(|| ins[3]);
     let residual = epilogue.residual.then(|| ins[3 + epilogue.bias as usize]);
-    // x holds the compute type's values already (the CPU stores them rounded).
-    let (units, x_scales) = quantize_rows(x, k, DType::F32)?;
     let product = MatmulProblem::linear(m, n, k, Epilogue::NONE);
     matmul::cpu::matmul(&product, tiles, &units, weight, None, None, out);
     for (row, (values, x_scale)) in out.chunks_mut(n.max(1)).zip(&x_scales).enumerate() {
@@ -489,5 +532,81 @@ mod tests {
         let relative = norm(&diff) / norm(&half);
         // Two e4m3 roundings of 2^-4 at worst each, averaging far less over a sum of 32.
         assert!(relative < 3e-2, "relative error {relative}");
+    }
+
+    /// `fc(layernorm(x))` with the layer in FP8 or not, on a CPU emulating f16, and the plan's
+    /// type for the layernorm's output.
+    fn run_normalized_linear(fp8: bool, x: &[f32]) -> (Vec<f32>, DType) {
+        let (m, k, n) = (x.len() / 32, 32, 16);
+        let mut g = Graph::default();
+        let xv = g.add_input("x", &[m, k]);
+        let gamma = g.add_param("gamma", &[k]);
+        let beta = g.add_param("beta", &[k]);
+        let w = g.add_param("w", &[n, k]);
+        let normed = g
+            .add_node(
+                "encoder.layer.0.norm",
+                Op::LayerNorm { eps: 1e-6 },
+                &[xv, gamma, beta],
+            )
+            .unwrap();
+        let y = g
+            .add_node(
+                "encoder.layer.0.fc",
+                Op::Linear {
+                    epilogue: Epilogue::NONE,
+                },
+                &[normed, w],
+            )
+            .unwrap();
+        g.mark_output("y", y);
+        if fp8 {
+            quantize_linears(&mut g, &Fp8Layers::all()).unwrap();
+        }
+        let ramp = |len: usize, scale: f32| -> Vec<f32> {
+            (0..len)
+                .map(|i| ((i * 29 % 31) as f32 / 15.0 - 1.0) * scale)
+                .collect()
+        };
+        let params = MapParams(
+            [
+                (
+                    "gamma".to_string(),
+                    ramp(k, 1.0).iter().map(|v| 1.0 + v / 2.0).collect(),
+                ),
+                ("beta".to_string(), ramp(k, 0.1)),
+                ("w".to_string(), ramp(n * k, 0.2)),
+            ]
+            .into_iter()
+            .collect(),
+        );
+        let mut backend = crate::CpuBackend::emulating(DType::F16);
+        let exec = crate::Executor::new(
+            g,
+            &mut backend,
+            &params,
+            crate::Precision::uniform(DType::F16),
+        )
+        .unwrap();
+        let normed_dtype = exec.plan().dtypes[normed];
+        let out = exec.run(&mut backend, &[("x", x)]).unwrap()[0].data.clone();
+        (out, normed_dtype)
+    }
+
+    #[test]
+    fn a_layernorm_read_only_by_fp8_layers_writes_their_codes() {
+        let x: Vec<f32> = (0..5 * 32)
+            .map(|i| (i * 13 % 37) as f32 / 9.0 - 2.0)
+            .collect();
+        let (fp8, dtype) = run_normalized_linear(true, &x);
+        assert_eq!(dtype, DType::E4M3);
+        let (half, dtype) = run_normalized_linear(false, &x);
+        assert_eq!(dtype, DType::F16);
+        assert_ne!(fp8, half);
+        let norm = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>().sqrt();
+        let diff: Vec<f32> = fp8.iter().zip(&half).map(|(a, b)| a - b).collect();
+        let relative = norm(&diff) / norm(&half);
+        // Each operand rounded to e4m3 (2^-4 apart): about 2% RMS each.
+        assert!(relative < 6e-2, "relative error {relative}");
     }
 }

@@ -89,9 +89,22 @@ pub struct Plan {
     pub arena_bytes: usize,
 }
 
+/// Bytes a value takes in the arena: its elements in `dtype`, or for an e4m3 activation its
+/// codes and row scales ([`crate::fp8::InputWorkspace`]).
+pub fn value_bytes(value: &crate::graph::Value, dtype: DType) -> usize {
+    match dtype {
+        DType::E4M3 => {
+            let k = value.shape.last().copied().unwrap_or(0);
+            crate::fp8::InputWorkspace::new(value.numel() / k.max(1), k).bytes
+        }
+        _ => value.numel() * dtype.size_bytes(),
+    }
+}
+
 /// Bytes of scratch a node needs while it runs: the patch embedding's patch rows (in
-/// `compute`), an FP8 linear layer's quantised input ([`crate::fp8::InputWorkspace`]).
-pub fn workspace_bytes(graph: &Graph, node: usize, compute: DType) -> usize {
+/// `compute`), an FP8 linear layer's quantised input ([`crate::fp8::InputWorkspace`]) unless
+/// its producer wrote it quantised (`dtypes`: the plan's value types).
+pub fn workspace_bytes(graph: &Graph, node: usize, compute: DType, dtypes: &[DType]) -> usize {
     let n = &graph.nodes[node];
     match n.op {
         Op::PatchEmbed { patch, .. } => {
@@ -99,7 +112,7 @@ pub fn workspace_bytes(graph: &Graph, node: usize, compute: DType) -> usize {
             let (b, c, h, w) = (pixels[0], pixels[1], pixels[2], pixels[3]);
             b * (h / patch) * (w / patch) * c * patch * patch * compute.size_bytes()
         }
-        Op::Fp8Linear { .. } => {
+        Op::Fp8Linear { .. } if dtypes[n.inputs[0]] != DType::E4M3 => {
             let x = &graph.values[n.inputs[0]];
             let k = x.shape.last().copied().unwrap_or(0);
             crate::fp8::InputWorkspace::new(x.numel() / k.max(1), k).bytes
@@ -222,6 +235,13 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
     for v in graph.inputs() {
         dtypes[v] = input_dtype(graph, &users[v], v, &dtypes, precision.compute);
     }
+    // A layernorm read only as the input of FP8 linear layers writes their e4m3 codes and row
+    // scales itself (`crate::fp8::quantized_by_producer`): no quantisation pass runs.
+    for node in &graph.nodes {
+        if crate::fp8::quantized_by_producer(graph, &users, node) {
+            dtypes[node.output] = DType::E4M3;
+        }
+    }
     dtypes
 }
 
@@ -328,7 +348,7 @@ impl Plan {
             if matches!(value.kind, ValueKind::Param(_)) || first[v] == usize::MAX {
                 continue;
             }
-            let bytes = value.numel() * dtypes[v].size_bytes();
+            let bytes = value_bytes(value, dtypes[v]);
             intervals.push(Interval {
                 first: first[v],
                 last: last[v].max(first[v]),
@@ -337,7 +357,7 @@ impl Plan {
             });
         }
         for step in 0..steps {
-            let bytes = workspace_bytes(graph, step, precision.compute);
+            let bytes = workspace_bytes(graph, step, precision.compute, &dtypes);
             if bytes > 0 {
                 intervals.push(Interval {
                     first: step,

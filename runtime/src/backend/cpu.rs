@@ -24,6 +24,11 @@ pub struct CpuBackend {
     params: Vec<Vec<f32>>,
     param_ids: HashMap<(String, DType), usize>,
     arena: Vec<f32>,
+    /// Values stored as e4m3 (a layernorm's output quantised for FP8 linear layers), by their
+    /// arena offset: their e4m3 values and row scales. They live beside the arena, whose f32
+    /// slots are wider than an e4m3 value's byte (the plan gives such a value its codes' and
+    /// scales' bytes); the plan's lifetimes still decide when an offset is rewritten.
+    e4m3_values: HashMap<usize, (Vec<f32>, Vec<f32>)>,
     marks: Vec<std::time::Instant>,
 }
 
@@ -46,6 +51,7 @@ impl CpuBackend {
             params: Vec::new(),
             param_ids: HashMap::new(),
             arena: Vec::new(),
+            e4m3_values: HashMap::new(),
             marks: Vec::new(),
         }
     }
@@ -79,6 +85,60 @@ impl CpuBackend {
             }
             BufferRef::Param { .. } => Err("a parameter cannot be written".into()),
         }
+    }
+
+    /// A layernorm writing e4m3 codes and row scales (`crate::fp8::quantized_by_producer`),
+    /// as the kernels' twin computes them, kept in [`CpuBackend::e4m3_values`].
+    fn layernorm_e4m3(
+        &mut self,
+        op: &Op,
+        inputs: &[Binding],
+        output: &Binding,
+    ) -> Result<(), String> {
+        let Op::LayerNorm { eps } = op else {
+            return Err(format!("{} does not write e4m3", op.kind_name()));
+        };
+        let BufferRef::Arena { offset_bytes, .. } = output.buffer else {
+            return Err("a parameter cannot be written".into());
+        };
+        let cols = *inputs[0].shape.last().unwrap_or(&1);
+        let rows = output.buffer.len() / cols.max(1);
+        let mut codes = vec![0u8; rows * cols];
+        let mut scales = vec![0f32; rows];
+        {
+            let bufs: Vec<BufferRef> = inputs.iter().map(|i| i.buffer).collect();
+            let ins = bufs
+                .iter()
+                .map(|&b| match b {
+                    BufferRef::Param { id, len, .. } => Ok(&self.params[id][..len]),
+                    BufferRef::Arena { .. } => {
+                        let r = self.arena_range(b)?;
+                        self.arena
+                            .get(r)
+                            .ok_or_else(|| "an input lies outside the arena".to_string())
+                    }
+                })
+                .collect::<Result<Vec<&[f32]>, String>>()?;
+            if ins[0].len() != rows * cols {
+                return Err(format!(
+                    "an e4m3 layernorm of {} values into {rows} x {cols}",
+                    ins[0].len()
+                ));
+            }
+            layernorm::cpu::layernorm_e4m3(
+                ins[0],
+                ins[1],
+                ins[2],
+                inputs[0].buffer.dtype(),
+                cols,
+                *eps,
+                &mut codes,
+                &mut scales,
+            );
+        }
+        let units = vitrt_kernels::e4m3::decode_slice(&codes);
+        self.e4m3_values.insert(offset_bytes, (units, scales));
+        Ok(())
     }
 
     /// Rounds `values` to what storing them as `dtype` keeps.
@@ -263,6 +323,9 @@ impl Backend for CpuBackend {
         workspace: Option<BufferRef>,
     ) -> Result<(), String> {
         check_storage(op, inputs, output, self.dtype)?;
+        if output.buffer.dtype() == DType::E4M3 {
+            return self.layernorm_e4m3(op, inputs, output);
+        }
         let out_range = self.arena_range(output.buffer)?;
         let tiles = matmul::cpu::MatmulTiles::default();
         match op {
@@ -293,6 +356,22 @@ impl Backend for CpuBackend {
                 let prefix = if *prefix_tokens > 0 { ins[4] } else { &[] };
                 patchify::cpu::write_prefix_rows(prefix, pos, b, tokens, hidden, out);
                 matmul::cpu::matmul(&problem, tiles, rows, weight, Some(bias), Some(pos), out);
+            }
+            Op::Fp8Linear { epilogue } if inputs[0].buffer.dtype() == DType::E4M3 => {
+                let BufferRef::Arena { offset_bytes, .. } = inputs[0].buffer else {
+                    return Err("an e4m3 input is an activation".into());
+                };
+                let (units, scales) = self
+                    .e4m3_values
+                    .get(&offset_bytes)
+                    .cloned()
+                    .ok_or("an FP8 linear layer's e4m3 input was never written")?;
+                let bufs: Vec<BufferRef> = inputs[1..].iter().map(|i| i.buffer).collect();
+                let (rest, out) = split(self, &bufs, out_range.clone())?;
+                let ins: Vec<&[f32]> = std::iter::once(&[][..]).chain(rest).collect();
+                let (k, n) = (*inputs[0].shape.last().unwrap_or(&1), inputs[1].shape[0]);
+                let quantized = Some((units.as_slice(), scales.as_slice()));
+                crate::fp8::emulate_linear(*epilogue, k, n, &ins, quantized, out, tiles)?;
             }
             _ => {
                 let bufs: Vec<BufferRef> = inputs.iter().map(|i| i.buffer).collect();
@@ -410,7 +489,7 @@ fn run_simple(
         }
         Op::Fp8Linear { epilogue } => {
             let (k, n) = (last(&bindings[0].shape), bindings[1].shape[0]);
-            crate::fp8::emulate_linear(*epilogue, k, n, ins, out, tiles)?;
+            crate::fp8::emulate_linear(*epilogue, k, n, ins, None, out, tiles)?;
         }
         Op::Activation(act) => {
             for (o, &x) in out.iter_mut().zip(ins[0]) {

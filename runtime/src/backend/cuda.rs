@@ -842,6 +842,39 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// The codes and row scales of an e4m3 activation of `rows` x `cols` at `buffer`'s offset,
+    /// laid out as [`crate::fp8::InputWorkspace`] says.
+    fn e4m3_activation(
+        &self,
+        buffer: BufferRef,
+        rows: usize,
+        cols: usize,
+    ) -> Result<(vitrt_kernels::matmul::E4m3Ptr, DevPtr), KernelError> {
+        let BufferRef::Arena { offset_bytes, .. } = buffer else {
+            return Err(KernelError::InvalidArgument(
+                "an e4m3 activation lies in the arena".into(),
+            ));
+        };
+        let layout = crate::fp8::InputWorkspace::new(rows, cols);
+        let codes = self.ptr(BufferRef::Arena {
+            offset_bytes,
+            len: layout.codes_bytes,
+            dtype: DType::E4M3,
+        })?;
+        let scales = self.ptr(BufferRef::Arena {
+            offset_bytes: offset_bytes + layout.scales_offset,
+            len: rows,
+            dtype: DType::F32,
+        })?;
+        Ok((
+            vitrt_kernels::matmul::E4m3Ptr {
+                ptr: codes.ptr,
+                len: codes.len,
+            },
+            scales,
+        ))
+    }
+
     /// An FP8 linear layer: x quantised row by row into the node's workspace
     /// ([`crate::fp8::InputWorkspace`]), then the FP8 matmul with the layer's epilogue.
     fn fp8_linear(
@@ -859,44 +892,45 @@ impl CudaBackend {
         let dtypes: Vec<DType> = ins.iter().map(|p| p.dtype).collect();
         crate::fp8::check_storage(self.dtype, epilogue, &dtypes, out.dtype)
             .map_err(KernelError::InvalidArgument)?;
-        let Some(BufferRef::Arena {
-            offset_bytes: base, ..
-        }) = workspace
-        else {
-            return Err(KernelError::InvalidArgument(
-                "an FP8 linear layer needs a workspace for its quantised input".into(),
-            ));
-        };
         let (x_shape, w_shape) = (&inputs[0].shape, &inputs[1].shape);
         let k = *x_shape.last().unwrap_or(&0);
         let (n, m) = (w_shape[0], ins[0].len / k.max(1));
-        let layout = crate::fp8::InputWorkspace::new(m, k);
-        let codes = self.ptr(BufferRef::Arena {
-            offset_bytes: base,
-            len: layout.codes_bytes,
-            dtype: DType::E4M3,
-        })?;
-        let scales = self.ptr(BufferRef::Arena {
-            offset_bytes: base + layout.scales_offset,
-            len: m,
-            dtype: DType::F32,
-        })?;
         let e4m3 = |p: DevPtr| E4m3Ptr {
             ptr: p.ptr,
             len: p.len,
         };
-        quantize::gpu::quantize_rows(
-            &self.gpu,
-            &QuantizeProblem {
-                rows: m,
-                cols: k,
-                input: self.dtype,
-                scale: ActivationScale::PerRow,
-            },
-            ins[0],
-            e4m3(codes),
-            scales,
-        )?;
+        let (codes, scales) = if ins[0].dtype == DType::E4M3 {
+            // Its producer (a layernorm) wrote the codes and scales.
+            self.e4m3_activation(inputs[0].buffer, m, k)?
+        } else {
+            let Some(BufferRef::Arena {
+                offset_bytes: base, ..
+            }) = workspace
+            else {
+                return Err(KernelError::InvalidArgument(
+                    "an FP8 linear layer needs a workspace for its quantised input".into(),
+                ));
+            };
+            let workspace = BufferRef::Arena {
+                offset_bytes: base,
+                len: m * k,
+                dtype: DType::E4M3,
+            };
+            let (codes, scales) = self.e4m3_activation(workspace, m, k)?;
+            quantize::gpu::quantize_rows(
+                &self.gpu,
+                &QuantizeProblem {
+                    rows: m,
+                    cols: k,
+                    input: self.dtype,
+                    scale: ActivationScale::PerRow,
+                },
+                ins[0],
+                codes,
+                scales,
+            )?;
+            (codes, scales)
+        };
         let problem = Fp8Problem {
             m,
             n,
@@ -912,7 +946,7 @@ impl CudaBackend {
             &self.gpu,
             &problem,
             &Fp8Operands {
-                a: e4m3(codes),
+                a: codes,
                 b: e4m3(ins[1]),
                 a_scale: scales,
                 b_scale: ins[2],
@@ -968,6 +1002,15 @@ impl CudaBackend {
                     Some(ins[2]),
                     Some(ins[3]),
                     out,
+                )
+            }
+            // Read only by FP8 linear layers: their e4m3 codes and row scales.
+            Op::LayerNorm { eps } if out.dtype == DType::E4M3 => {
+                let cols = last(&inputs[0].shape);
+                let rows = inputs[0].shape.iter().product::<usize>() / cols.max(1);
+                let (codes, scales) = self.e4m3_activation(output.buffer, rows, cols)?;
+                layernorm::gpu::layernorm_e4m3(
+                    gpu, ins[0], ins[1], ins[2], rows, cols, *eps, codes, scales,
                 )
             }
             Op::LayerNorm { eps } => {
