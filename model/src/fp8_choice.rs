@@ -20,10 +20,10 @@ pub struct Fp8ChoiceFile {
     pub version: u32,
     /// The model the choice was made for, as `--model` named it.
     pub model: String,
-    /// Linear layers kept in the compute type, by graph node name.
-    pub keep: Vec<String>,
-    /// Linear layers in FP8, by graph node name (for the reader; `keep` decides).
+    /// Linear layers in FP8, by graph node name.
     pub fp8: Vec<String>,
+    /// The other candidates the report weighed, kept in the compute type (for the reader).
+    pub keep: Vec<String>,
     /// The budget the choice meets: the largest drop of the mean cosine similarity to the f32
     /// outputs over the calibration images.
     pub max_cosine_drop: f64,
@@ -43,9 +43,9 @@ pub struct Fp8Measurement {
 }
 
 impl Fp8ChoiceFile {
-    /// The runner's choice: every candidate but those kept.
+    /// The runner's choice: the layers the file names as FP8.
     pub fn layers(&self) -> Fp8Layers {
-        Fp8Layers::keeping(self.keep.iter().cloned())
+        Fp8Layers::only(self.fp8.iter().cloned())
     }
 
     pub fn read(path: &Path) -> Result<Fp8ChoiceFile, ModelError> {
@@ -212,7 +212,10 @@ mod tests {
         file.write(&path).unwrap();
         let back = Fp8ChoiceFile::read(&path).unwrap();
         assert_eq!(back, file);
-        assert!(back.layers().keep.contains("encoder.layer.11.output.dense"));
+        assert_eq!(
+            back.layers(),
+            Fp8Layers::only(["encoder.layer.0.output.dense".to_string()])
+        );
 
         std::fs::write(&path, "{\"format\": \"other\"}").unwrap();
         let err = Fp8ChoiceFile::read(&path).unwrap_err().to_string();

@@ -175,22 +175,19 @@ impl Runner {
         Ok(self)
     }
 
-    /// The linear layers FP8 could run (`vitrt_runtime::fp8::candidates`) in the graph this
-    /// runner builds, by node name, in graph order.
-    pub fn fp8_candidates(&self) -> Result<Vec<String>, ModelError> {
+    /// The linear layers `layers` would run in FP8 in the graph this runner builds
+    /// (`vitrt_runtime::fp8::quantize_linears`), by node name, in graph order.
+    pub fn fp8_candidates(&self, layers: &Fp8Layers) -> Result<Vec<String>, ModelError> {
         let options = GraphOptions {
             hidden_states: false,
             fusion: self.fusion,
             outputs: self.outputs,
         };
         let backend = self.backend.as_ref();
-        let graph = self
+        let mut graph = self
             .model
             .build_graph_for(1, options, &|op, shapes| backend.supports(op, shapes))?;
-        Ok(fp8::candidates(&graph)
-            .into_iter()
-            .map(|id| graph.nodes[id].name.clone())
-            .collect())
+        fp8::quantize_linears(&mut graph, layers).map_err(ModelError::Usage)
     }
 
     /// The FP8 choice, if the runner has one.
@@ -213,14 +210,14 @@ impl Runner {
             if rewritten.is_empty() {
                 let candidates = fp8::candidates(&graph).len();
                 return Err(ModelError::Usage(format!(
-                    "FP8 was asked for, but no linear layer of this model would run in it: of its \
-                     {candidates} candidates, the choice keeps every one in 16 bits{}",
-                    if layers.keep_edge_blocks {
-                        " (the default keeps the first and the last transformer block's; \
-                         `vitrt quantize-report --output FILE` makes a choice to pass as \
-                         --fp8-layers)"
-                    } else {
-                        ""
+                    "FP8 was asked for, but no linear layer of this model would run in it: {}",
+                    match layers {
+                        Fp8Layers::LayernormInputs => format!(
+                            "none of its {candidates} candidates reads a layernorm's output \
+                             (the default choice); `vitrt quantize-report --all-layers --output \
+                             FILE` makes a choice to pass as --fp8-layers"
+                        ),
+                        _ => format!("the choice names none of its {candidates} candidates"),
                     }
                 )));
             }

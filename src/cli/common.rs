@@ -34,14 +34,14 @@ pub struct ModelArgs {
     #[arg(long)]
     device: Option<String>,
     /// Storage type of weights and activations (accumulation is always f32): f32, f16, bf16,
-    /// or fp8: f16 with the transformer blocks' linear layers in FP8 (e4m3 weights with a
-    /// scale per output channel, each input row quantised with its own scale; the layers
-    /// --fp8-layers keeps, else those of the first and last blocks, stay f16). Default: f16 on
-    /// a GPU, f32 on the CPU.
+    /// or fp8: f16 with linear layers of the transformer blocks in FP8 (e4m3 weights with a
+    /// scale per output channel, each input row quantised with its own scale): those
+    /// --fp8-layers names, else those whose input is a layernorm's output (QKV and the first
+    /// MLP layer). Default: f16 on a GPU, f32 on the CPU.
     #[arg(long, value_parser = parse_run_dtype)]
     dtype: Option<RunDtype>,
     /// With --dtype fp8: the choice of `vitrt quantize-report --output` (which linear layers
-    /// stay f16) instead of the default.
+    /// run in FP8) instead of the default.
     #[arg(long)]
     fp8_layers: Option<PathBuf>,
     /// Storage type of the residual stream, the values every block adds into: f32 or the
