@@ -469,11 +469,13 @@ fn check_top_k(top_k: usize) -> Result<()> {
 /// A Vision Transformer checkpoint loaded on a device.
 ///
 /// `Model(model, device=None, dtype=None, offline=False, revision=None, batch_size=None,
-/// workers=None, cuda_graphs=True, residual_dtype=None, decode=None)`:
+/// workers=None, cuda_graphs=True, residual_dtype=None, decode=None, fp8_layers=None)`:
 /// `model` is a local folder (config.json and safetensors) or a Hugging Face hub id (from the
 /// local cache only with `offline=True` or `HF_HUB_OFFLINE=1`); `device` is "cpu", "cuda" or
-/// "cuda:N", by default the first CUDA GPU that opens, else the CPU; `dtype` is "f32", "f16"
-/// or "bf16", by default f16 on a GPU and f32 on the CPU; images go through the model
+/// "cuda:N", by default the first CUDA GPU that opens, else the CPU; `dtype` is "f32", "f16",
+/// "bf16" or "fp8" (f16 with linear layers in FP8, as the CLI's `--dtype fp8`: those the file
+/// `fp8_layers`, written by `vitrt quantize-report --output`, names, else the default's), by
+/// default f16 on a GPU and f32 on the CPU; images go through the model
 /// `batch_size` at a time (default 64 on a GPU, 8 on the CPU), decoded by `workers` threads
 /// (default: every core on a GPU, half of them on the CPU, as the CLI's `--workers`).
 /// `cuda_graphs` replays each forward pass on CUDA as one captured graph, as the CLI does;
@@ -501,6 +503,8 @@ struct Model {
     /// The devices it runs on, by name ("cpu", "cuda:N").
     devices: Vec<String>,
     dtype: DType,
+    /// Linear layers run in FP8 (`dtype="fp8"`; `dtype` is then the f16 around them).
+    fp8: bool,
     image_size: (usize, usize),
     name: String,
     batch_size: usize,
@@ -774,7 +778,7 @@ impl Model {
     #[new]
     // One argument per keyword of the Python constructor.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (model, device=None, dtype=None, offline=false, revision=None, batch_size=None, workers=None, cuda_graphs=true, residual_dtype=None, decode=None))]
+    #[pyo3(signature = (model, device=None, dtype=None, offline=false, revision=None, batch_size=None, workers=None, cuda_graphs=true, residual_dtype=None, decode=None, fp8_layers=None))]
     fn new(
         py: Python<'_>,
         model: PathBuf,
@@ -787,17 +791,36 @@ impl Model {
         cuda_graphs: bool,
         residual_dtype: Option<String>,
         decode: Option<String>,
+        fp8_layers: Option<PathBuf>,
     ) -> PyResult<Model> {
         let name = model.to_string_lossy().into_owned();
         let parse_dtype = |keyword: &str, s: Option<String>| match s {
             Some(s) => DType::parse(&s).map(Some).ok_or_else(|| {
                 PyValueError::new_err(format!(
-                    "{keyword}: unknown dtype \"{s}\" (use f32, f16 or bf16)"
+                    "{keyword}: unknown dtype \"{s}\" (use f32, f16, bf16 or, for dtype, fp8)"
                 ))
             }),
             None => Ok(None),
         };
-        let dtype = parse_dtype("dtype", dtype)?;
+        // "fp8": an f16 run with FP8 linear layers, as the CLI's `--dtype fp8`.
+        let fp8_asked = matches!(dtype.as_deref(), Some("fp8" | "e4m3"));
+        let dtype = if fp8_asked {
+            Some(DType::F16)
+        } else {
+            parse_dtype("dtype", dtype)?
+        };
+        let fp8 = match (fp8_asked, fp8_layers) {
+            (true, Some(path)) => Some(
+                vitrt_model::fp8_choice::Fp8ChoiceFile::read(&path)
+                    .map_err(|e| PyValueError::new_err(format!("fp8_layers: {e}")))?
+                    .layers(),
+            ),
+            (true, None) => Some(vitrt_runtime::fp8::Fp8Layers::default_choice()),
+            (false, Some(_)) => {
+                return Err(PyValueError::new_err("fp8_layers goes with dtype=\"fp8\""))
+            }
+            (false, None) => None,
+        };
         let residual_dtype = parse_dtype("residual_dtype", residual_dtype)?;
         if batch_size == Some(0) {
             return Err(PyValueError::new_err("batch_size must be at least 1"));
@@ -814,6 +837,7 @@ impl Model {
             dtype,
             residual_dtype,
             cuda_graphs,
+            fp8,
             ..ModelOptions::new(name.clone())
         };
         if several.is_none() {
@@ -824,6 +848,7 @@ impl Model {
                 return Ok(Model {
                     devices: vec![device_name(engine.device)],
                     dtype: engine.runner.backend().dtype(),
+                    fp8: false,
                     // No one size: each image keeps its own patch grid.
                     image_size: (0, 0),
                     batch_size: batch_size.unwrap_or(match engine.device {
@@ -848,6 +873,7 @@ impl Model {
             return Ok(Model {
                 devices: engines.names(),
                 dtype: engines.dtype,
+                fp8: options.fp8.is_some(),
                 image_size: engines.image_size,
                 placed: Placed::Several(Box::new(engines)),
                 name,
@@ -867,6 +893,7 @@ impl Model {
         Ok(Model {
             devices: vec![device_name(engine.device)],
             dtype: engine.runner.backend().dtype(),
+            fp8: options.fp8.is_some(),
             image_size: engine.preprocess.output_size(),
             placed: Placed::One(Box::new(Pinned::new(engine, movable))),
             name,
@@ -887,10 +914,15 @@ impl Model {
         self.devices.clone()
     }
 
-    /// The storage type of weights and activations: "f32", "f16" or "bf16".
+    /// The storage type of weights and activations: "f32", "f16" or "bf16"; "fp8" for an f16
+    /// run with FP8 linear layers.
     #[getter]
     fn dtype(&self) -> String {
-        self.dtype.to_string()
+        if self.fp8 {
+            "fp8".to_string()
+        } else {
+            self.dtype.to_string()
+        }
     }
 
     /// How many images go through the model at a time.

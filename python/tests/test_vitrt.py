@@ -476,6 +476,32 @@ def test_residual_dtype_is_the_clis():
         vitrt.Model(DIGITS_MODEL, device="cpu", residual_dtype="f8")
 
 
+def test_fp8_runs_the_clis_fp8_layers(tmp_path):
+    """`dtype="fp8"` is the CLI's `--dtype fp8` (emulated on the CPU): the digits keep their
+    f16 top-1 classes with other probabilities, and `fp8_layers` reads a report's choice."""
+    images = sorted(str(p) for p in DIGITS.glob("*.png"))
+    model = vitrt.Model(str(DIGITS_MODEL), device="cpu", dtype="fp8")
+    assert model.dtype == "fp8"
+    half = vitrt.Model(str(DIGITS_MODEL), device="cpu", dtype="f16")
+    got = model.classify(images, top_k=1)
+    want = half.classify(images, top_k=1)
+    assert [g[0]["index"] for g in got] == [w[0]["index"] for w in want]
+    assert [g[0]["probability"] for g in got] != [w[0]["probability"] for w in want]
+    choice = tmp_path / "fp8.json"
+    choice.write_text(json.dumps({
+        "format": "vitrt-fp8-layers", "version": 1, "model": "digits", "keep": [],
+        "fp8": ["layer.1.attention.qkv"], "max_cosine_drop": 0.002,
+        "measured": {"images": 1, "mean_cosine": 1.0, "worst_cosine": 1.0, "same_top1": 1},
+    }))
+    one = vitrt.Model(str(DIGITS_MODEL), device="cpu", dtype="fp8", fp8_layers=str(choice))
+    assert [g[0]["index"] for g in one.classify(images, top_k=1)] == [w[0]["index"] for w in want]
+    with pytest.raises(ValueError, match='fp8_layers goes with dtype="fp8"'):
+        vitrt.Model(str(DIGITS_MODEL), device="cpu", dtype="f16", fp8_layers=str(choice))
+    choice.write_text("{}")
+    with pytest.raises(ValueError, match="not an FP8 choice"):
+        vitrt.Model(str(DIGITS_MODEL), device="cpu", dtype="fp8", fp8_layers=str(choice))
+
+
 def test_decode_says_where_jpegs_are_decoded():
     """`decode=` is the CLI's `--decode`: "cpu" decodes on the host everywhere (the same
     results as the default on the CPU); "gpu" and "gpu-idct" need a CUDA device, and anything
