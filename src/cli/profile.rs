@@ -77,10 +77,15 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         .transpose()?;
     let (mut runner, _, device) = args.model.open_on_device()?;
     let dtype = runner.backend().dtype();
+    // An FP8 run computes in f16 with its chosen linear layers in e4m3: named "fp8".
+    let run_name = match runner.fp8() {
+        Some(_) => "fp8",
+        None => dtype.name(),
+    };
     let batch = args.batch_size;
     let pixels = random_pixels(&runner, batch, &mut SmallRng::seed_from_u64(7))?;
     eprintln!(
-        "profiling {} on {}: batch {batch}, {dtype}, {} passes after {} warm-up",
+        "profiling {} on {}: batch {batch}, {run_name}, {} passes after {} warm-up",
         args.model.name(),
         runner.backend().describe(),
         args.reps,
@@ -158,7 +163,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         .collect();
 
     outln!(
-        "{} on {}, batch {batch}, {dtype}: forward {:.3} ms median ({:.0} images/s; with a mark \
+        "{} on {}, batch {batch}, {run_name}: forward {:.3} ms median ({:.0} images/s; with a mark \
          after every node: {total:.3} ms)",
         args.model.name(),
         described,
@@ -172,7 +177,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         let document = serde_json::json!({
             "model": args.model.name(),
             "device": described,
-            "dtype": dtype.name(),
+            "dtype": run_name,
             "batch": batch,
             "reps": args.reps,
             "forward_median_ms": forward.median_ms,
