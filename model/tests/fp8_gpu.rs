@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{bits, fixture};
+use common::{bits, fixture, pixels};
 use vitrt_model::{Runner, VisionModel};
 use vitrt_runtime::backend::cuda::CudaBackend;
 use vitrt_runtime::fp8::Fp8Layers;
@@ -29,18 +29,6 @@ fn runner(name: &str, backend: Box<dyn Backend>, fp8: bool, replay: bool) -> Run
     } else {
         runner
     }
-}
-
-fn pixels(len: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-    (0..len)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 /// ‖a - b‖ / ‖b‖ over one output.

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{bits, fixture};
+use common::{bits, fixture, pixels};
 use vitrt_model::{Runner, VisionModel};
 use vitrt_runtime::backend::cuda::CudaBackend;
 use vitrt_runtime::passes::Fusion;
@@ -15,19 +15,6 @@ fn runner(dtype: DType, graph_replay: bool) -> Runner {
     let model = VisionModel::load(&fixture("tiny-gelu")).unwrap();
     let backend = CudaBackend::new(0, dtype).unwrap();
     Runner::new(model, Box::new(backend), Fusion::ALL).with_graph_replay(graph_replay)
-}
-
-fn pixels(len: usize, seed: u64) -> Vec<f32> {
-    // A small LCG: different data every pass, so a replay reading stale inputs shows.
-    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-    (0..len)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 #[test]

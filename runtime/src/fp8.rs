@@ -307,9 +307,13 @@ pub fn emulate_linear(
 ) -> Result<(), String> {
     let (weight, w_scales) = (ins[1], ins[2]);
     // x holds the compute type's values already (the CPU stores them rounded).
+    let quantized_here;
     let (units, x_scales) = match quantized {
-        Some((units, scales)) => (units.to_vec(), scales.to_vec()),
-        None => quantize_rows(ins[0], k, DType::F32)?,
+        Some(given) => given,
+        None => {
+            quantized_here = quantize_rows(ins[0], k, DType::F32)?;
+            (quantized_here.0.as_slice(), quantized_here.1.as_slice())
+        }
     };
     let m = units.len() / k.max(1);
     if units.len() != m * k
@@ -329,8 +333,8 @@ pub fn emulate_linear(
     let bias = epilogue.bias.then(|| ins[3]);
     let residual = epilogue.residual.then(|| ins[3 + epilogue.bias as usize]);
     let product = MatmulProblem::linear(m, n, k, Epilogue::NONE);
-    matmul::cpu::matmul(&product, tiles, &units, weight, None, None, out);
-    for (row, (values, x_scale)) in out.chunks_mut(n.max(1)).zip(&x_scales).enumerate() {
+    matmul::cpu::matmul(&product, tiles, units, weight, None, None, out);
+    for (row, (values, x_scale)) in out.chunks_mut(n.max(1)).zip(x_scales).enumerate() {
         for (col, v) in values.iter_mut().enumerate() {
             let mut y = *v * (x_scale * w_scales[col]);
             if let Some(bias) = bias {
@@ -462,6 +466,39 @@ mod tests {
         }
     }
 
+    /// `g`'s first output on a CPU emulating f16 (the residual stream f16), and the plan's
+    /// value types.
+    fn run_on_f16_cpu(
+        g: Graph,
+        params: &[(&str, Vec<f32>)],
+        inputs: &[(&str, &[f32])],
+    ) -> (Vec<f32>, Vec<DType>) {
+        let params = MapParams(
+            params
+                .iter()
+                .map(|(name, values)| (name.to_string(), values.clone()))
+                .collect(),
+        );
+        let mut backend = crate::CpuBackend::emulating(DType::F16);
+        let exec = crate::Executor::new(
+            g,
+            &mut backend,
+            &params,
+            crate::Precision::uniform(DType::F16),
+        )
+        .unwrap();
+        let dtypes = exec.plan().dtypes.clone();
+        let out = exec.run(&mut backend, inputs).unwrap().remove(0).data;
+        (out, dtypes)
+    }
+
+    /// ‖a - b‖ / ‖b‖.
+    fn relative_error(a: &[f32], b: &[f32]) -> f32 {
+        let diff: f32 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+        let norm: f32 = b.iter().map(|y| y * y).sum();
+        (diff / norm).sqrt()
+    }
+
     /// `gelu(x · wᵀ + b) + r` as one block's linear layer, in FP8 or not, on a CPU emulating
     /// f16.
     fn run_block_linear(fp8: bool, x: &[f32], w: &[f32], b: &[f32], r: &[f32]) -> Vec<f32> {
@@ -489,22 +526,8 @@ mod tests {
             let done = quantize_linears(&mut g, &Fp8Layers::All).unwrap();
             assert_eq!(done, ["encoder.layer.0.mlp"]);
         }
-        let params = MapParams(
-            [("w".to_string(), w.to_vec()), ("b".to_string(), b.to_vec())]
-                .into_iter()
-                .collect(),
-        );
-        let mut backend = crate::CpuBackend::emulating(DType::F16);
-        let exec = crate::Executor::new(
-            g,
-            &mut backend,
-            &params,
-            crate::Precision::uniform(DType::F16),
-        )
-        .unwrap();
-        exec.run(&mut backend, &[("x", x), ("r", r)]).unwrap()[0]
-            .data
-            .clone()
+        let params = [("w", w.to_vec()), ("b", b.to_vec())];
+        run_on_f16_cpu(g, &params, &[("x", x), ("r", r)]).0
     }
 
     #[test]
@@ -548,9 +571,7 @@ mod tests {
         let fp8 = run_block_linear(true, &x, &w, &b, &r);
         let half = run_block_linear(false, &x, &w, &b, &r);
         assert_ne!(fp8, half);
-        let norm = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>().sqrt();
-        let diff: Vec<f32> = fp8.iter().zip(&half).map(|(a, b)| a - b).collect();
-        let relative = norm(&diff) / norm(&half);
+        let relative = relative_error(&fp8, &half);
         // Two e4m3 roundings of 2^-4 at worst each, averaging far less over a sum of 32.
         assert!(relative < 3e-2, "relative error {relative}");
     }
@@ -589,29 +610,16 @@ mod tests {
                 .map(|i| ((i * 29 % 31) as f32 / 15.0 - 1.0) * scale)
                 .collect()
         };
-        let params = MapParams(
-            [
-                (
-                    "gamma".to_string(),
-                    ramp(k, 1.0).iter().map(|v| 1.0 + v / 2.0).collect(),
-                ),
-                ("beta".to_string(), ramp(k, 0.1)),
-                ("w".to_string(), ramp(n * k, 0.2)),
-            ]
-            .into_iter()
-            .collect(),
-        );
-        let mut backend = crate::CpuBackend::emulating(DType::F16);
-        let exec = crate::Executor::new(
-            g,
-            &mut backend,
-            &params,
-            crate::Precision::uniform(DType::F16),
-        )
-        .unwrap();
-        let normed_dtype = exec.plan().dtypes[normed];
-        let out = exec.run(&mut backend, &[("x", x)]).unwrap()[0].data.clone();
-        (out, normed_dtype)
+        let params = [
+            (
+                "gamma",
+                ramp(k, 1.0).iter().map(|v| 1.0 + v / 2.0).collect(),
+            ),
+            ("beta", ramp(k, 0.1)),
+            ("w", ramp(n * k, 0.2)),
+        ];
+        let (out, dtypes) = run_on_f16_cpu(g, &params, &[("x", x)]);
+        (out, dtypes[normed])
     }
 
     #[test]
@@ -624,9 +632,7 @@ mod tests {
         let (half, dtype) = run_normalized_linear(false, &x);
         assert_eq!(dtype, DType::F16);
         assert_ne!(fp8, half);
-        let norm = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>().sqrt();
-        let diff: Vec<f32> = fp8.iter().zip(&half).map(|(a, b)| a - b).collect();
-        let relative = norm(&diff) / norm(&half);
+        let relative = relative_error(&fp8, &half);
         // Each operand rounded to e4m3 (2^-4 apart): about 2% RMS each.
         assert!(relative < 6e-2, "relative error {relative}");
     }

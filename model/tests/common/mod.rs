@@ -29,3 +29,17 @@ pub fn bits(outputs: &[HostTensor]) -> Vec<(String, Vec<u32>)> {
         .map(|t| (t.name.clone(), t.data.iter().map(|v| v.to_bits()).collect()))
         .collect()
 }
+
+/// `len` values in [-1, 1) from a small LCG seeded by `seed`: different data every pass, so a
+/// replay reading stale inputs shows.
+pub fn pixels(len: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}

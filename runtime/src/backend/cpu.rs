@@ -107,18 +107,8 @@ impl CpuBackend {
         let mut scales = vec![0f32; rows];
         {
             let bufs: Vec<BufferRef> = inputs.iter().map(|i| i.buffer).collect();
-            let ins = bufs
-                .iter()
-                .map(|&b| match b {
-                    BufferRef::Param { id, len, .. } => Ok(&self.params[id][..len]),
-                    BufferRef::Arena { .. } => {
-                        let r = self.arena_range(b)?;
-                        self.arena
-                            .get(r)
-                            .ok_or_else(|| "an input lies outside the arena".to_string())
-                    }
-                })
-                .collect::<Result<Vec<&[f32]>, String>>()?;
+            // No arena output: its codes and scales go beside the arena.
+            let (ins, _) = split(self, &bufs, 0..0)?;
             if ins[0].len() != rows * cols {
                 return Err(format!(
                     "an e4m3 layernorm of {} values into {rows} x {cols}",
@@ -361,17 +351,21 @@ impl Backend for CpuBackend {
                 let BufferRef::Arena { offset_bytes, .. } = inputs[0].buffer else {
                     return Err("an e4m3 input is an activation".into());
                 };
+                // Taken out while the arena is borrowed, and put back (other layers may read
+                // the same layernorm's output).
                 let (units, scales) = self
                     .e4m3_values
-                    .get(&offset_bytes)
-                    .cloned()
+                    .remove(&offset_bytes)
                     .ok_or("an FP8 linear layer's e4m3 input was never written")?;
                 let bufs: Vec<BufferRef> = inputs[1..].iter().map(|i| i.buffer).collect();
-                let (rest, out) = split(self, &bufs, out_range.clone())?;
-                let ins: Vec<&[f32]> = std::iter::once(&[][..]).chain(rest).collect();
                 let (k, n) = (*inputs[0].shape.last().unwrap_or(&1), inputs[1].shape[0]);
-                let quantized = Some((units.as_slice(), scales.as_slice()));
-                crate::fp8::emulate_linear(*epilogue, k, n, &ins, quantized, out, tiles)?;
+                let result = split(self, &bufs, out_range.clone()).and_then(|(rest, out)| {
+                    let ins: Vec<&[f32]> = std::iter::once(&[][..]).chain(rest).collect();
+                    let quantized = Some((units.as_slice(), scales.as_slice()));
+                    crate::fp8::emulate_linear(*epilogue, k, n, &ins, quantized, out, tiles)
+                });
+                self.e4m3_values.insert(offset_bytes, (units, scales));
+                result?;
             }
             _ => {
                 let bufs: Vec<BufferRef> = inputs.iter().map(|i| i.buffer).collect();

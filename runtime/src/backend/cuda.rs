@@ -224,6 +224,14 @@ impl CudaBackend {
     }
 }
 
+/// A view the plan types e4m3, as the FP8 kernels take it (a pointer type of their own).
+fn e4m3_view(p: DevPtr) -> vitrt_kernels::matmul::E4m3Ptr {
+    vitrt_kernels::matmul::E4m3Ptr {
+        ptr: p.ptr,
+        len: p.len,
+    }
+}
+
 fn backend_error(e: KernelError) -> RuntimeError {
     match e {
         KernelError::OutOfMemory { requested, free } => {
@@ -866,13 +874,7 @@ impl CudaBackend {
             len: rows,
             dtype: DType::F32,
         })?;
-        Ok((
-            vitrt_kernels::matmul::E4m3Ptr {
-                ptr: codes.ptr,
-                len: codes.len,
-            },
-            scales,
-        ))
+        Ok((e4m3_view(codes), scales))
     }
 
     /// An FP8 linear layer: x quantised row by row into the node's workspace
@@ -886,7 +888,7 @@ impl CudaBackend {
         workspace: Option<BufferRef>,
     ) -> Result<(), KernelError> {
         use vitrt_kernels::matmul::{
-            ActivationScale, E4m3Ptr, Fp8Destination, Fp8Operands, Fp8Output, Fp8Problem,
+            ActivationScale, Fp8Destination, Fp8Operands, Fp8Output, Fp8Problem,
         };
         use vitrt_kernels::quantize::{self, QuantizeProblem};
         let dtypes: Vec<DType> = ins.iter().map(|p| p.dtype).collect();
@@ -895,10 +897,6 @@ impl CudaBackend {
         let (x_shape, w_shape) = (&inputs[0].shape, &inputs[1].shape);
         let k = *x_shape.last().unwrap_or(&0);
         let (n, m) = (w_shape[0], ins[0].len / k.max(1));
-        let e4m3 = |p: DevPtr| E4m3Ptr {
-            ptr: p.ptr,
-            len: p.len,
-        };
         let (codes, scales) = if ins[0].dtype == DType::E4M3 {
             // Its producer (a layernorm) wrote the codes and scales.
             self.e4m3_activation(inputs[0].buffer, m, k)?
@@ -947,7 +945,7 @@ impl CudaBackend {
             &problem,
             &Fp8Operands {
                 a: codes,
-                b: e4m3(ins[1]),
+                b: e4m3_view(ins[1]),
                 a_scale: scales,
                 b_scale: ins[2],
                 bias: epilogue.bias.then(|| ins[3]),
