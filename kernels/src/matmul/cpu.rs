@@ -5,7 +5,8 @@
 
 use crate::e4m3;
 use crate::matmul::fp8::{inverse_out_scale, ActivationScale, Fp8Problem};
-use crate::matmul::problem::{MatmulProblem, WeightLayout};
+use crate::matmul::layernorm_matmul::LayernormMatmulProblem;
+use crate::matmul::problem::{Epilogue, MatmulProblem, WeightLayout};
 use rayon::prelude::*;
 
 /// The CPU twin's meta-parameters.
@@ -181,6 +182,51 @@ fn dot(x: &[f32], y: &[f32]) -> f32 {
         }
     }
     lanes.iter().sum::<f32>() + tail
+}
+
+/// The layernorm-folded matmul's twin ([`LayernormMatmulProblem`]): x `[M, K]`, the folded
+/// weights `w` `[N, K]` and `bias` (N) hold values already rounded to the device's 16-bit type,
+/// `column_sums` (N) the f32 sums of those weights. The product accumulates in f32 ([`matmul`]),
+/// each row's statistics are [`LayernormMatmulProblem::row_statistics`] (its shifted sums in
+/// order, in f32), and each output is [`LayernormMatmulProblem::store`], the device's epilogue
+/// in its order; `out` gets the values before their rounding to the 16-bit type (the caller
+/// rounds). Rows are finished in parallel. Panics if an operand does not fit its buffer or K is
+/// 0 (callers check with [`LayernormMatmulProblem::check_bounds`] first); any other K is
+/// computed, though the device takes multiples of 64 only ([`LayernormMatmulProblem::check`]).
+pub fn matmul_layernorm(
+    p: &LayernormMatmulProblem,
+    x: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    column_sums: &[f32],
+    out: &mut [f32],
+) {
+    if let Err(e) = p.check_bounds(x.len(), w.len(), bias.len(), column_sums.len(), out.len()) {
+        panic!("{e}");
+    }
+    assert!(p.k > 0, "the layernorm matmul needs K > 0");
+    if p.m == 0 || p.n == 0 {
+        return;
+    }
+    let product = MatmulProblem::linear(p.m, p.n, p.k, Epilogue::NONE);
+    let out = &mut out[..p.m * p.n];
+    matmul(
+        &product,
+        MatmulTiles::default(),
+        &x[..p.m * p.k],
+        &w[..p.n * p.k],
+        None,
+        None,
+        out,
+    );
+    out.par_chunks_mut(p.n)
+        .zip(x.par_chunks(p.k))
+        .for_each(|(row_out, row_x)| {
+            let (mean, rstd) = p.row_statistics(row_x);
+            for ((v, &cs), &b) in row_out.iter_mut().zip(column_sums).zip(bias) {
+                *v = p.store(*v, mean, rstd, cs, b);
+            }
+        });
 }
 
 /// The FP8 matmul's twin ([`Fp8Problem`]): A and B as E4M3 codes, decoded exactly; each
@@ -627,5 +673,227 @@ mod tests {
             .check_bounds(128, 256, 1, 7, Some(8), None, 32)
             .unwrap_err();
         assert!(e.contains("weight scale"), "{e}");
+    }
+
+    /// The operands of a layernorm-folded case: x `[M, K]` rounded to `dtype` (normal values
+    /// around 0, every third row shifted by `offset`), the model's unfolded W `[N, K]`, gamma,
+    /// beta and b (f32), and the folded W' and b' rounded to `dtype` with the column sums of W'.
+    struct LayernormCase {
+        p: LayernormMatmulProblem,
+        x: Vec<f32>,
+        weight: Vec<f32>,
+        gamma: Vec<f32>,
+        beta: Vec<f32>,
+        bias: Vec<f32>,
+        folded_weight: Vec<f32>,
+        folded_bias: Vec<f32>,
+        column_sums: Vec<f32>,
+    }
+
+    impl LayernormCase {
+        fn new(p: LayernormMatmulProblem, dtype: DType, offset: f32, seed: u64) -> LayernormCase {
+            use crate::matmul::layernorm_fold::{column_sums, fold_bias, fold_weight};
+            let mut rng = StdRng::seed_from_u64(seed);
+            let (m, n, k) = (p.m, p.n, p.k);
+            let x: Vec<f32> = (0..m * k)
+                .map(|i| {
+                    let shift = if (i / k) % 3 == 1 { offset } else { 0.0 };
+                    dtype.round(2.0 * rng.random_range(-1.0f32..1.0) + shift)
+                })
+                .collect();
+            let weight: Vec<f32> = (0..n * k)
+                .map(|_| rng.random_range(-0.05f32..0.05))
+                .collect();
+            let gamma: Vec<f32> = (0..k).map(|_| rng.random_range(0.5f32..1.5)).collect();
+            let beta: Vec<f32> = (0..k).map(|_| rng.random_range(-0.5f32..0.5)).collect();
+            let bias: Vec<f32> = (0..n).map(|_| rng.random_range(-0.5f32..0.5)).collect();
+            let round =
+                |v: Vec<f32>| -> Vec<f32> { v.into_iter().map(|x| dtype.round(x)).collect() };
+            let folded_weight = round(fold_weight(&weight, &gamma, n, k));
+            let folded_bias = round(fold_bias(&weight, &beta, Some(&bias), n, k));
+            let column_sums = column_sums(&folded_weight, n, k);
+            LayernormCase {
+                p,
+                x,
+                weight,
+                gamma,
+                beta,
+                bias,
+                folded_weight,
+                folded_bias,
+                column_sums,
+            }
+        }
+
+        fn twin(&self, column_sums: &[f32]) -> Vec<f32> {
+            let p = &self.p;
+            let mut out = vec![f32::NAN; p.m * p.n];
+            matmul_layernorm(
+                p,
+                &self.x,
+                &self.folded_weight,
+                &self.folded_bias,
+                column_sums,
+                &mut out,
+            );
+            out
+        }
+
+        /// act(LayerNorm(x) · Wᵀ + b) computed directly in f64 from the unfolded operands,
+        /// and each output's tolerance: the folded operands' rounding to `dtype` (unit
+        /// roundoff `u`), u · (Σ_k |y_k · W'[n, k]| + |b'[n]|) for the normalised row y, plus
+        /// the f32 accumulation of the raw rows, 2^-24 · 4√K · rstd · Σ_k |x_k · W'[n, k]|,
+        /// times 1.2 for the activation's slope.
+        fn reference(&self, u: f64) -> (Vec<f32>, Vec<f64>) {
+            let p = &self.p;
+            let (n, k) = (p.n, p.k);
+            let mut want = vec![0.0f32; p.m * n];
+            let mut allowed = vec![0.0f64; p.m * n];
+            for r in 0..p.m {
+                let row: Vec<f64> = self.x[r * k..(r + 1) * k]
+                    .iter()
+                    .map(|&v| v as f64)
+                    .collect();
+                let mean = row.iter().sum::<f64>() / k as f64;
+                let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / k as f64;
+                let rstd = 1.0 / (var + p.eps as f64).sqrt();
+                let centred: Vec<f64> = row.iter().map(|v| (v - mean) * rstd).collect();
+                for j in 0..n {
+                    let w = &self.weight[j * k..(j + 1) * k];
+                    let folded = &self.folded_weight[j * k..(j + 1) * k];
+                    let mut pre = self.bias[j] as f64;
+                    let (mut spread, mut raw) = (0.0f64, 0.0f64);
+                    for kk in 0..k {
+                        let y = centred[kk] * self.gamma[kk] as f64 + self.beta[kk] as f64;
+                        pre += y * w[kk] as f64;
+                        spread += (centred[kk] * folded[kk] as f64).abs();
+                        raw += (row[kk] * folded[kk] as f64).abs();
+                    }
+                    want[r * n + j] = p.activation.apply(pre as f32);
+                    let folding = u * (spread + (self.folded_bias[j] as f64).abs());
+                    let accumulation = 2f64.powi(-24) * 4.0 * (k as f64).sqrt() * rstd * raw;
+                    allowed[r * n + j] = 1.2 * (folding + accumulation) + 1e-6;
+                }
+            }
+            (want, allowed)
+        }
+    }
+
+    /// The worst |got - want| as a share of its tolerance (infinite for a NaN).
+    fn worst_share(got: &[f32], want: &[f32], allowed: &[f64]) -> f64 {
+        got.iter()
+            .zip(want)
+            .zip(allowed)
+            .map(|((&g, &w), &a)| {
+                let d = (g as f64 - w as f64).abs();
+                if d.is_nan() {
+                    f64::INFINITY
+                } else {
+                    d / a
+                }
+            })
+            .fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn layernorm_twin_matches_the_unfolded_layer_in_f64() {
+        // Rows of M not a multiple of 128, every third shifted by 50 (large mean beside a
+        // spread of about 1); no activation and the erf GELU; f16 and bf16 folded operands.
+        let shapes = [(130, 72, 768), (1, 64, 128), (3, 16, 64)];
+        let mut seed = 7;
+        for &(m, n, k) in &shapes {
+            for activation in [Activation::None, Activation::Gelu] {
+                for (dtype, u) in [(DType::F16, 2f64.powi(-11)), (DType::BF16, 2f64.powi(-8))] {
+                    seed += 1;
+                    let p = LayernormMatmulProblem {
+                        m,
+                        n,
+                        k,
+                        activation,
+                        eps: 1e-6,
+                    };
+                    let case = LayernormCase::new(p, dtype, 50.0, seed);
+                    let (want, allowed) = case.reference(u);
+                    let got = case.twin(&case.column_sums);
+                    let worst = worst_share(&got, &want, &allowed);
+                    assert!(
+                        worst <= 1.0,
+                        "{m}x{n}x{k} {activation:?} {dtype}: worst {worst:.3} of tolerance"
+                    );
+                    // The comparison sees a lost mean term: column sums of zero leave
+                    // mean · Σ_k W'[n, k] in every output.
+                    let zero = vec![0.0f32; n];
+                    let broken = worst_share(&case.twin(&zero), &want, &allowed);
+                    assert!(
+                        broken > 1.0,
+                        "{m}x{n}x{k} {activation:?} {dtype}: zero column sums pass ({broken:.3})"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn layernorm_row_statistics_keep_their_precision_under_a_large_mean() {
+        // A row of mean 1000 and spread 2^-4 (values exact in f32): without the shift, Σx² /
+        // K - mean² would cancel all of the variance's bits in f32.
+        let p = LayernormMatmulProblem {
+            m: 1,
+            n: 8,
+            k: 256,
+            activation: Activation::None,
+            eps: 0.0,
+        };
+        let row: Vec<f32> = (0..256)
+            .map(|i| {
+                1000.0
+                    + if i % 2 == 0 { 0.0625 } else { -0.0625 }
+                    + if i == 0 { 0.0625 } else { 0.0 }
+            })
+            .collect();
+        let exact: Vec<f64> = row.iter().map(|&v| v as f64).collect();
+        let mean = exact.iter().sum::<f64>() / 256.0;
+        let var = exact.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / 256.0;
+        let (got_mean, got_rstd) = p.row_statistics(&row);
+        assert!(
+            (got_mean as f64 - mean).abs() <= 1e-6 * mean,
+            "{got_mean} vs {mean}"
+        );
+        let rstd = 1.0 / var.sqrt();
+        assert!(
+            (got_rstd as f64 - rstd).abs() <= 1e-5 * rstd,
+            "{got_rstd} vs {rstd}"
+        );
+    }
+
+    #[test]
+    fn layernorm_problems_the_program_does_not_take_are_refused_with_the_reason() {
+        let p = LayernormMatmulProblem {
+            m: 197,
+            n: 2304,
+            k: 768,
+            activation: Activation::Gelu,
+            eps: 1e-6,
+        };
+        assert!(p.check().is_ok());
+        let k = LayernormMatmulProblem { k: 96, ..p }.check().unwrap_err();
+        assert!(k.contains("multiple of 64"), "{k}");
+        let n = LayernormMatmulProblem { n: 100, ..p }.check().unwrap_err();
+        assert!(n.contains("multiple of 8"), "{n}");
+        let act = LayernormMatmulProblem {
+            activation: Activation::Tanh,
+            ..p
+        }
+        .check()
+        .unwrap_err();
+        assert!(act.contains("Tanh"), "{act}");
+        let eps = LayernormMatmulProblem { eps: -1.0, ..p }
+            .check()
+            .unwrap_err();
+        assert!(eps.contains("eps"), "{eps}");
+        let bounds = p
+            .check_bounds(197 * 768, 2304 * 768, 2304, 2303, 197 * 2304)
+            .unwrap_err();
+        assert!(bounds.contains("column sums"), "{bounds}");
     }
 }

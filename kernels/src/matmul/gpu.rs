@@ -10,14 +10,17 @@ use crate::cuda::{invalid, DevPtr, Gpu, Instantiation, KernelError};
 use crate::matmul::config::{configure, MatmulConfig, MixedOutput};
 use crate::matmul::fp8::Fp8Problem;
 use crate::matmul::launch::MatmulLaunch;
+use crate::matmul::layernorm_matmul::LayernormMatmulProblem;
 use crate::matmul::problem::{MatmulProblem, WeightLayout};
 use crate::matmul::selection::{
     rows_aligned, tiles_for, MatmulTile, Program, DEEP_SMALL_TILE, SMALL_TENSOR_CORE_TILE,
 };
-use crate::matmul::selection::{select_fp8_tile, sm_count, FP8_TILES};
+use crate::matmul::selection::{
+    select_fp8_tile, select_layernorm_tile, sm_count, FP8_TILES, LAYERNORM_TILES,
+};
 use crate::matmul::tma_pingpong_fp8::{self, Fp8Operands};
 use crate::matmul::tuning::{matmul_choice, MatmulStorage};
-use crate::matmul::{mma_sync, tma_cooperative, tma_pingpong, wgmma};
+use crate::matmul::{mma_sync, tma_cooperative, tma_pingpong, tma_pingpong_layernorm, wgmma};
 use crate::types::{Activation, DType};
 
 /// `c = epilogue(A · B)` for every (batch, head) of `p`; see [`MatmulProblem`]. A, B and
@@ -114,6 +117,93 @@ pub fn fp8_tile_for(gpu: &Gpu, p: &Fp8Problem) -> Result<MatmulTile, KernelError
         p.m
     };
     Ok(select_fp8_tile(m, p.n, p.k, sm_count(gpu)?))
+}
+
+/// The layernorm-folded linear layer ([`LayernormMatmulProblem`]): `out = act(LayerNorm(x) ·
+/// Wᵀ + b)` from the raw rows `x` `[M, K]`, the folded weights `w` = W' `[N, K]`, the folded
+/// bias b' (N values) and the column sums of W' (N f32; see
+/// [`crate::matmul::layernorm_fold`]), x, W', the bias and `out` `[M, N]` in `dtype` (f16 or
+/// bf16), on the ping-pong program's layernorm entry (sm_90 only). The tile is the cost
+/// model's ([`layernorm_matmul_tile_for`]). Refuses, with the reason, what the program cannot
+/// take: see [`layernorm_matmul_support`], wrong dtypes or lengths, x, W' or out not on
+/// 16-byte boundaries.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_layernorm(
+    gpu: &Gpu,
+    dtype: DType,
+    p: &LayernormMatmulProblem,
+    x: DevPtr,
+    w: DevPtr,
+    bias: DevPtr,
+    column_sums: DevPtr,
+    out: DevPtr,
+) -> Result<(), KernelError> {
+    let tile = layernorm_matmul_tile_for(gpu, p)?;
+    matmul_layernorm_with_tile(gpu, dtype, p, tile, x, w, bias, column_sums, out)
+}
+
+/// [`matmul_layernorm`] on a tile of the caller's, one of [`LAYERNORM_TILES`]: for benchmarks
+/// and tests.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_layernorm_with_tile(
+    gpu: &Gpu,
+    dtype: DType,
+    p: &LayernormMatmulProblem,
+    tile: MatmulTile,
+    x: DevPtr,
+    w: DevPtr,
+    bias: DevPtr,
+    column_sums: DevPtr,
+    out: DevPtr,
+) -> Result<(), KernelError> {
+    if !LAYERNORM_TILES.contains(&tile) {
+        return Err(invalid!(
+            "tile {} is not one of the layernorm matmul tiles",
+            tile.name()
+        ));
+    }
+    layernorm_matmul_support(gpu, dtype, p).map_err(KernelError::InvalidArgument)?;
+    tma_pingpong_layernorm::launch(gpu, dtype, p, tile, x, w, bias, column_sums, out)
+}
+
+/// Whether [`matmul_layernorm`] runs `p` on `gpu` with `dtype` operands: an sm_90 GPU (the
+/// program is sm_90a), f16 or bf16, and a problem the program takes
+/// ([`LayernormMatmulProblem::check`]: K a positive multiple of 64, N a multiple of 8, an
+/// epilogue activation). Else the reason, in words. Operands are checked at the launch.
+pub fn layernorm_matmul_support(
+    gpu: &Gpu,
+    dtype: DType,
+    p: &LayernormMatmulProblem,
+) -> Result<(), String> {
+    let (major, minor) = gpu.compute_capability();
+    if (major, minor) != (9, 0) {
+        return Err(format!(
+            "the layernorm matmul needs an sm_90 GPU (TMA and wgmma); this one is \
+             sm_{major}{minor}"
+        ));
+    }
+    if !matches!(dtype, DType::F16 | DType::BF16) {
+        return Err(format!(
+            "the layernorm matmul runs on f16 or bf16 operands, not {dtype}"
+        ));
+    }
+    p.check()
+}
+
+/// The tile [`matmul_layernorm`] picks for `p` on `gpu`: the narrow ping-pong tile while its
+/// tiles fit in one wave and it is the cheaper, else the 128 x 128 one; with batch-invariant
+/// selection always the latter (as if M were large), so that a row's result never depends on
+/// the batch.
+pub fn layernorm_matmul_tile_for(
+    gpu: &Gpu,
+    p: &LayernormMatmulProblem,
+) -> Result<MatmulTile, KernelError> {
+    let m = if gpu.batch_invariant() {
+        crate::matmul::selection::INVARIANT_ROWS
+    } else {
+        p.m
+    };
+    Ok(select_layernorm_tile(m, p.n, p.k, sm_count(gpu)?))
 }
 
 /// Checks every view's dtype and length against the problem; returns the bias and residual
@@ -246,7 +336,7 @@ impl MatmulConfig {
     }
 }
 
-/// Every instantiation `launch_with_tile` and `matmul_fp8` can pick.
+/// Every instantiation `launch_with_tile`, `matmul_fp8` and `matmul_layernorm` can pick.
 pub(crate) fn instantiations() -> Vec<Instantiation> {
     let mut all = Vec::new();
     for dtype in DType::ALL {
@@ -311,5 +401,6 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
         }
     }
     all.extend(tma_pingpong_fp8::instantiations());
+    all.extend(tma_pingpong_layernorm::instantiations());
     all
 }

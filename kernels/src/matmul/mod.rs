@@ -20,9 +20,16 @@
 //!   FP8 entry points of tma_pingpong.cu; `gpu::matmul_fp8`). Its CPU tests are in cpu.rs,
 //!   its GPU tests in kernels/tests/gpu_matmul_fp8.rs, its unit tests of selection and
 //!   instantiations in tests.rs.
+//! - layernorm_matmul.rs: what the layernorm-folded matmul computes
+//!   ([`LayernormMatmulProblem`]: a layernorm's statistics of A's rows in the epilogue, gamma
+//!   and beta folded into the weights by [`layernorm_fold`]), for its twin
+//!   (`cpu::matmul_layernorm`) and its program (tma_pingpong_layernorm.rs, the layernorm entry
+//!   of tma_pingpong.cu; `gpu::matmul_layernorm`). Its CPU tests are in cpu.rs, its GPU tests in
+//!   kernels/tests/gpu_matmul_layernorm.rs.
 //!
 //! Dependencies run one way: problem, selection, config, tuning, launch, params, mma_sync,
-//! wgmma, tma_cooperative, tma_pingpong, tma_pingpong_fp8, gpu, tune (fp8 beside problem);
+//! wgmma, tma_cooperative, tma_pingpong, tma_pingpong_fp8, tma_pingpong_layernorm, gpu, tune
+//! (fp8, layernorm_matmul and layernorm_fold beside problem);
 //! each file uses only those before it (and
 //! the device layer, `crate::cuda`).
 
@@ -31,6 +38,8 @@ pub mod cpu;
 mod fp8;
 pub mod gpu;
 mod launch;
+pub mod layernorm_fold;
+mod layernorm_matmul;
 mod mma_sync;
 mod params;
 mod problem;
@@ -40,16 +49,21 @@ mod tests;
 mod tma_cooperative;
 mod tma_pingpong;
 mod tma_pingpong_fp8;
+mod tma_pingpong_layernorm;
 pub mod tune;
 pub mod tuning;
 mod wgmma;
 
 pub use crate::cuda::E4m3Ptr;
 pub use fp8::{inverse_out_scale, ActivationScale, Fp8Output, Fp8Problem, FP8_K_MULTIPLE};
+pub use gpu::layernorm_matmul_support;
+pub use layernorm_matmul::{
+    LayernormMatmulProblem, LAYERNORM_MATMUL_K_MULTIPLE, LAYERNORM_MATMUL_N_MULTIPLE,
+};
 pub use problem::{Epilogue, MatmulProblem, WeightLayout};
 pub use selection::{
-    matmul_tile_for, tiles_for, MatmulTile, Program, FMA_TILES, FP8_TILES, TENSOR_CORE_TILES,
-    WGMMA_TILES,
+    matmul_tile_for, tiles_for, MatmulTile, Program, FMA_TILES, FP8_TILES, LAYERNORM_TILES,
+    TENSOR_CORE_TILES, WGMMA_TILES,
 };
 pub use tma_pingpong_fp8::{Fp8Destination, Fp8Operands};
 pub use tune::{

@@ -327,6 +327,27 @@ pub(crate) fn select_fp8_tile(m: usize, n: usize, k: usize, sms: u32) -> MatmulT
         .unwrap_or(FP8_PINGPONG_TILE)
 }
 
+/// The tiles of the layernorm-folded matmul (the ping-pong program's layernorm entry, sm_90a):
+/// the 16-bit ping-pong tile and its narrow variant, never split nor clustered (each row's
+/// statistics come from the A tiles one CTA's main loop reads over the whole of K).
+pub const LAYERNORM_TILES: [MatmulTile; 2] = [TMA_TILES[2], NARROW_PINGPONG_TILE];
+
+/// The layernorm matmul's tile for an `m` x `n` x `k` product on `sms` SMs: the narrow one
+/// only within one wave, as `select_tile` allows it for the 16-bit ping-pong program, and
+/// then the cheaper of the two by the cost model.
+pub(crate) fn select_layernorm_tile(m: usize, n: usize, k: usize, sms: u32) -> MatmulTile {
+    let programs = |t: &MatmulTile| {
+        m.div_ceil(t.block_m as usize) as u64 * n.div_ceil(t.block_n as usize) as u64
+    };
+    let sms = sms.max(1) as u64;
+    LAYERNORM_TILES
+        .iter()
+        .filter(|t| **t != NARROW_PINGPONG_TILE || programs(t) <= sms)
+        .min_by_key(|t| t.cost(programs(t), sms, k as u64))
+        .copied()
+        .unwrap_or(LAYERNORM_TILES[0])
+}
+
 /// Every half-precision tile: the mma.sync ones (sm_80 and later), then the Hopper ones.
 const HALF_TILES: [MatmulTile; 11] = [
     TENSOR_CORE_TILES[0],

@@ -861,3 +861,94 @@ fn fp8_instantiation_names_spell_the_meta_parameters() {
     assert_eq!(inst.function, "matmul_block_tma_pingpong_fp8_residual");
     assert_eq!(inst.template_args.last().map(String::as_str), Some("true"));
 }
+
+#[test]
+fn layernorm_selection_takes_the_narrow_tile_within_one_wave_where_it_is_cheaper() {
+    // ViT-B/16's qkv and fc1 (the layers a layernorm feeds) and ViT-L/16's at batch 1 to 256
+    // on 132 SMs: batch 1 on the narrow tile (as select_tile picks for the 16-bit ping-pong
+    // program), from batch 8 the wide one; never a clustered or split tile.
+    for (n, k) in [(2304, 768), (3072, 768), (3072, 1024), (4096, 1024)] {
+        for batch in [1usize, 8, 64, 256] {
+            let m = 197 * batch;
+            let tile = select_layernorm_tile(m, n, k, 132);
+            assert!(LAYERNORM_TILES.contains(&tile));
+            assert_eq!(tile.cluster, 1);
+            let want = if batch == 1 {
+                NARROW_PINGPONG_TILE
+            } else {
+                TMA_TILES[2]
+            };
+            assert_eq!(tile, want, "{m}x{n}x{k}");
+            let p = MatmulProblem::linear(m, n, k, Epilogue::NONE);
+            assert_eq!(
+                select_tile(DType::F16, &p, 132, (9, 0)).block_n,
+                tile.block_n
+            );
+        }
+    }
+    // Batch-invariant selection chooses as for INVARIANT_ROWS rows: the wide tile.
+    assert_eq!(
+        select_layernorm_tile(INVARIANT_ROWS, 64, 1024, 132),
+        TMA_TILES[2]
+    );
+}
+
+#[test]
+fn every_layernorm_instantiation_fits_sm90_shared_memory_and_is_registered_once() {
+    use crate::matmul::tma_pingpong_layernorm::{fits_sm90, LayernormConfig};
+    let registered = instantiations();
+    let mut count = 0;
+    for tile in LAYERNORM_TILES {
+        assert!(tile.runs_on((9, 0)) && !tile.runs_on((8, 0)));
+        for dtype in [DType::F16, DType::BF16] {
+            for activation in Activation::EPILOGUE {
+                let config = LayernormConfig {
+                    dtype,
+                    activation,
+                    tile,
+                };
+                assert!(
+                    fits_sm90(&config),
+                    "{config:?}: {} bytes",
+                    config.shared_bytes()
+                );
+                let inst = config.instantiation();
+                assert_eq!(
+                    registered.iter().filter(|i| **i == inst).count(),
+                    1,
+                    "{}",
+                    inst.name
+                );
+                assert_eq!(inst.block_threads, 288);
+                count += 1;
+            }
+        }
+    }
+    assert_eq!(count, 24);
+}
+
+#[test]
+fn layernorm_instantiation_names_spell_the_meta_parameters() {
+    use crate::matmul::tma_pingpong_layernorm::LayernormConfig;
+    let config = LayernormConfig {
+        dtype: DType::BF16,
+        activation: Activation::Gelu,
+        tile: TMA_TILES[2],
+    };
+    let inst = config.instantiation();
+    assert_eq!(inst.name, "matmul_bf16_tmapp_ln_bn128_s5_g8_gelu");
+    assert_eq!(inst.function, "matmul_block_tma_pingpong_layernorm");
+    assert_eq!(
+        inst.template_args,
+        ["__nv_bfloat16", "128", "5", "8", "Act::Gelu"]
+    );
+    let narrow = LayernormConfig {
+        dtype: DType::F16,
+        activation: Activation::None,
+        tile: NARROW_PINGPONG_TILE,
+    };
+    assert_eq!(
+        narrow.instantiation().name,
+        "matmul_f16_tmapp_ln_bn64_s8_g8_none"
+    );
+}

@@ -1,7 +1,8 @@
 // The TMA ping-pong programs (f16 / bf16, and e4m3 operands with f16 / bf16 or e4m3 C, sm_90a):
 // the warp-specialised program of tma_cooperative.cu with its two consumer warpgroups on
 // alternate tiles, so one warpgroup's epilogue runs under the other's MMAs; C, and the
-// residual of its residual variants, through tensor maps.
+// residual of its residual variants, through tensor maps. A layernorm entry folds the
+// layernorm of A's rows into the 16-bit product (matmul_block_tma_pingpong_layernorm).
 
 #include "tma.cuh"
 
@@ -41,6 +42,68 @@ struct Fp8Scales {
     const float* b = nullptr;
     const float* out = nullptr;
 };
+
+// The layernorm entry's operands (see matmul_block_tma_pingpong_layernorm): the weights'
+// column sums (f32, N values) and the layernorm's epsilon. Unused by the other programs.
+struct LayernormArgs {
+    const float* column_sums = nullptr;
+    float eps = 0.0f;
+};
+
+// The row of the stage's A tile whose statistics consumer thread `tid` (0-127) gathers: lanes
+// 0-15 of warp q take rows 16q .. 16q + 15, lanes 16-31 rows 64 + 16q .. 64 + 16q + 15, the
+// 32 rows of the accumulator fragments of warp q (frag_row, + 8, + 64, + 72), so the epilogue
+// fetches every row's mean and rstd with warp shuffles (see row_statistics_lane).
+__device__ __forceinline__ int statistics_row(int tid) {
+    const int lane = tid & 31;
+    return (tid / 32) * 16 + (lane & 15) + (lane >> 4) * 64;
+}
+
+// The lane of this warp holding row frag_row + (r & 1) · 8 + (r >> 1) · 64's statistics, for
+// the fragment row frag_row = 16q + lane / 4 of a thread's lane (the inverse of statistics_row).
+__device__ __forceinline__ int row_statistics_lane(int lane, int r) {
+    return (lane >> 2) + (r & 1) * 8 + (r >> 1) * 16;
+}
+
+// Adds one 128-byte row of a stage's A tile (64 16-bit values of k, 128-byte swizzled: chunk c
+// of row `row` at byte (c ^ (row % 8)) · 16) into the shifted sums of the row: s1 += x - x0,
+// s2 += (x - x0)², in f32, over two pairs of partial sums. `first` (the tile's first k-tile)
+// takes x0 = the row's column 0 first, chunk 0's first value. The loads are volatile with a
+// memory clobber so that they stay before the __syncwarp that precedes the stage's release.
+template <typename T>
+__device__ __forceinline__ void accumulate_row_statistics(unsigned row_address, int row, bool first, float& x0,
+                                                          float (&s1)[2], float (&s2)[2]) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+        unsigned words[4];
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(words[0]), "=r"(words[1]), "=r"(words[2]), "=r"(words[3])
+                     : "r"(row_address + ((c ^ (row & 7)) << 4))
+                     : "memory");
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            const float2 v = load_pair_as_float(reinterpret_cast<const T*>(&words[w]));
+            if (c == 0 && w == 0) x0 = first ? v.x : x0;
+            const float dx = v.x - x0, dy = v.y - x0;
+            s1[0] += dx;
+            s2[0] = fmaf(dx, dx, s2[0]);
+            s1[1] += dy;
+            s2[1] = fmaf(dy, dy, s2[1]);
+        }
+    }
+}
+
+// Two adjacent outputs of the layernorm epilogue: act(fma(rstd, fma(-mean, column_sum, acc),
+// bias)) per value, in the twin's order (cpu::matmul_layernorm), stored as one 16-bit pair.
+template <typename T, Act ACT>
+__device__ __forceinline__ void store_normalised_pair(unsigned address, float x, float y, float neg_mean, float rstd,
+                                                      float2 column_sum, float2 bias) {
+    const float vx = activate<ACT, true>(fmaf(rstd, fmaf(neg_mean, column_sum.x, x), bias.x));
+    const float vy = activate<ACT, true>(fmaf(rstd, fmaf(neg_mean, column_sum.y, y), bias.y));
+    const T pair[2] = {from_float<T>(vx), from_float<T>(vy)};
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(*reinterpret_cast<const unsigned*>(pair))
+                 : "memory");
+}
 
 // Four column scales (columns col .. col + 3) into shared memory at `dst`, zero past N: one
 // 16-byte cp.async where the scales allow it, element loads at the edge (as stage_bias_chunk).
@@ -309,13 +372,22 @@ __device__ __forceinline__ void release_residual_unread(unsigned full_bar, unsig
 //   rows from global memory at the epilogue; C is T, T plus a residual in place (RESIDUAL), or
 //   e4m3 (TC = E4m3: one box of BN bytes a row, see e4m3_output_offset). See
 //   matmul_block_tma_pingpong_fp8.
+// - LAYERNORM: C = act(rstd · (acc - mean · column_sum) + bias), the layernorm of A's rows
+//   folded into the product (see matmul_block_tma_pingpong_layernorm). Each k-step, once the
+//   warpgroup has issued the stage's wgmmas, every consumer thread adds one row of the stage's
+//   A tile into that row's shifted sums (accumulate_row_statistics), so the loads run under
+//   the MMAs; the epilogue turns them into the row's mean and rstd and fetches its rows' by
+//   warp shuffles; the column sums arrive in shared memory beside the bias tile as the FP8
+//   column scales do. 16-bit A, B and C, no residual, no split-K, single CTAs; K a multiple of
+//   64 (a zero-filled column past K would count in the shifted sums).
 template <typename T, typename TC, bool RESIDUAL, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER,
-          bool SPLIT_K, bool FP8 = false>
+          bool SPLIT_K, bool FP8 = false, bool LAYERNORM = false>
 __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
                                                     const TmaDescriptor& out_map, const TmaDescriptor& c_map,
                                                     const T* bias, TC* c, long long c_row_stride, int m, int n, int k,
                                                     float alpha, int splits, int split_k_tiles, float* partials,
-                                                    unsigned* counters, const Fp8Scales& scales = Fp8Scales{}) {
+                                                    unsigned* counters, const Fp8Scales& scales = Fp8Scales{},
+                                                    const LayernormArgs& layernorm = LayernormArgs{}) {
     constexpr bool kResidual = RESIDUAL;
     // A k-tile row is 128 bytes (one swizzle row): 64 16-bit values or 128 e4m3 ones.
     constexpr int BM = 128, BK = FP8 ? 128 : 64, kRowBytes = 128;
@@ -332,6 +404,8 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
                       (FP8 && !kResidual && is_e4m3<TC>::value),
                   "C is in the operands' type, the f32 stream or (FP8, no residual) e4m3");
     static_assert(!FP8 || !is_f32<TC>::value, "the FP8 program writes 16-bit or e4m3 C");
+    static_assert(!LAYERNORM || (!kResidual && !FP8 && !SPLIT_K && CLUSTER == 1 && is_same_type<T, TC>::value),
+                  "the layernorm entry takes 16-bit C, no residual, FP8, split-K or cluster");
 
     extern __shared__ __align__(128) unsigned char shared_tiles[];
     // full[s], then empty[s], then turn[0], turn[1], then (f32 residual) residual_full[b] and
@@ -400,7 +474,8 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
     const unsigned bias_tile = smem + STAGES * kStageBytes + 2 * kOutputBytes + w * BN * 2;
     const T* bias_values = reinterpret_cast<const T*>(shared_tiles + (bias_tile - shared_address(shared_tiles)));
     // FP8: this warpgroup's tile of weight scales (BN f32), after both bias tiles, and the
-    // reciprocal of an e4m3 C's scale (an IEEE division, as the twin's).
+    // reciprocal of an e4m3 C's scale (an IEEE division, as the twin's). LAYERNORM: its tile
+    // of column sums there.
     const unsigned scale_tile = smem + STAGES * kStageBytes + 2 * kOutputBytes + 2 * BN * 2 + w * BN * 4;
     const float* column_scales =
         reinterpret_cast<const float*>(shared_tiles + (scale_tile - shared_address(shared_tiles)));
@@ -412,6 +487,10 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
     // This thread's accumulator rows (and rows + 8) in each 64-row half, and its first column.
     const int frag_row = (tid / 32) * 16 + (lane >> 2);
     const int frag_col = (lane & 3) * 2;
+    // LAYERNORM: the A row this thread gathers statistics of, its byte offset in a stage, and
+    // the row's shifted sums (reset every tile).
+    const int statistics_row_index = statistics_row(tid);
+    float row_x0 = 0.0f, row_s1[2] = {0.0f, 0.0f}, row_s2[2] = {0.0f, 0.0f};
     // Rows 0-63 and 64-127 of the tile.
     float acc_top[kAccumulators], acc_bottom[kAccumulators];
 #pragma unroll
@@ -426,6 +505,11 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         if (bias != nullptr && tid < BN / 8) stage_bias_chunk(bias_tile + tid * 16, bias, t.tile_n * BN + tid * 8, n);
         if constexpr (FP8) {
             if (tid < BN / 4) stage_scale_chunk(scale_tile + tid * 16, scales.b, t.tile_n * BN + tid * 4, n);
+        }
+        if constexpr (LAYERNORM) {
+            if (tid < BN / 4)
+                stage_scale_chunk(scale_tile + tid * 16, layernorm.column_sums, t.tile_n * BN + tid * 4, n);
+            row_s1[0] = row_s1[1] = row_s2[0] = row_s2[1] = 0.0f;
         }
         cp_async_commit();
         // Tile j = 2i + w waits for completion i - 1 + w of turn[w] (the other's tile j - 1).
@@ -452,8 +536,14 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
                 }
             }
             wgmma_commit();
-            // The previous step's group has retired once at most one is pending: its stage is free.
+            // LAYERNORM: this thread's row of the stage's A tile, read while the MMAs run.
+            if constexpr (LAYERNORM)
+                accumulate_row_statistics<T>(stage_a + statistics_row_index * kRowBytes, statistics_row_index,
+                                             kt == 0, row_x0, row_s1, row_s2);
+            // The previous step's group has retired once at most one is pending: its stage is free
+            // (LAYERNORM: once every lane's reads of its A tile are done too).
             wgmma_wait<1>();
+            if constexpr (LAYERNORM) __syncwarp();
             if (kt > 0 && lane == 0) release_stage<CLUSTER>(empty_bar + ((step - 1) % STAGES) * 8);
             // The other warpgroup's next tile may queue its MMAs behind this tile's last ones.
             if (kt == k_tiles - 1 && leader) mbarrier_arrive(turn_bar + (1 - w) * 8);
@@ -461,6 +551,7 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         // Unconditional: ptxas cannot tell that the k-loop ran iff k_tiles > 0, and a path on which
         // the epilogue might read accumulators of a pending wgmma makes it serialise them all.
         wgmma_wait<0>();
+        if constexpr (LAYERNORM) __syncwarp();
         if (k_tiles > 0 && lane == 0) release_stage<CLUSTER>(empty_bar + ((step - 1) % STAGES) * 8);
         if (k_tiles == 0 && leader) mbarrier_arrive(turn_bar + (1 - w) * 8);
         fence_accumulators(acc_top);
@@ -529,6 +620,21 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
                 if (row < m) row_scales[r] = scales.a[(long long)row * scales.a_stride];
             }
         }
+        // LAYERNORM: this thread's row's mean and rstd from its shifted sums, then those of the
+        // thread's four fragment rows from the lanes of this warp that gathered them.
+        float row_neg_mean[4] = {0.0f, 0.0f, 0.0f, 0.0f}, row_rstd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (LAYERNORM) {
+            const float kf = (float)k;
+            const float mean_shift = (row_s1[0] + row_s1[1]) / kf;
+            const float variance = fmaxf(fmaf(-mean_shift, mean_shift, (row_s2[0] + row_s2[1]) / kf), 0.0f);
+            const float neg_mean = -(row_x0 + mean_shift);
+            const float rstd = rsqrtf(variance + layernorm.eps);
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                row_neg_mean[r] = __shfl_sync(0xffffffffu, neg_mean, row_statistics_lane(lane, r));
+                row_rstd[r] = __shfl_sync(0xffffffffu, rstd, row_statistics_lane(lane, r));
+            }
+        }
         // The previous tile's TMA store has read the output tile (issued a main loop ago), and
         // the bias tile has landed. A 16-bit stream (kResidual here): R arrives by TMA in the
         // layout of C's output tile, so each thread adds its pairs in place there and the tile
@@ -564,6 +670,24 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
                         address, acc[4 * jb + (r & 1) * 2], acc[4 * jb + (r & 1) * 2 + 1],
                         row_scales[r] * column_scale.x, row_scales[r] * column_scale.y, bias_pair.x, bias_pair.y,
                         inverse_out_scale);
+                }
+            }
+        } else if constexpr (LAYERNORM) {
+#pragma unroll
+            for (int jb = 0; jb < BN / 8; ++jb) {
+                float2 bias_pair = make_float2(0.0f, 0.0f);
+                if (bias != nullptr) bias_pair = load_pair_as_float(bias_values + jb * 8 + frag_col);
+                const float2 column_sum = *reinterpret_cast<const float2*>(column_scales + jb * 8 + frag_col);
+                const unsigned box = output_tile + (jb / 8) * (BM * 128) + frag_col * 2;
+                const int swizzle = ((jb % 8) ^ (frag_row % 8)) * 16;  // (row + 8) % 8 == row % 8
+                // Rows frag_row and frag_row + 8 of the top half, then of the bottom half.
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int row = frag_row + (r & 1) * 8 + (r >> 1) * 64;
+                    const float* acc = r < 2 ? acc_top : acc_bottom;
+                    store_normalised_pair<T, ACT>(box + row * 128 + swizzle, acc[4 * jb + (r & 1) * 2],
+                                                  acc[4 * jb + (r & 1) * 2 + 1], row_neg_mean[r], row_rstd[r],
+                                                  column_sum, bias_pair);
                 }
             }
         } else {
@@ -730,6 +854,38 @@ __device__ __forceinline__ void matmul_block_tma_pingpong_fp8_residual(
     matmul_tma_pingpong<T, T, true, BN, STAGES, GROUP_M, ACT, 1, SPLIT_K, true>(
         a_map, b_map, r_map, c_map, bias, static_cast<T*>(nullptr), 0, m, n, k, 1.0f, splits, split_k_tiles,
         partials, counters, scales);
+#else
+    __trap();
+#endif
+}
+
+// The layernorm entry of the ping-pong program (sm_90a): C = act(LayerNorm(A) · Wᵀ + b) with
+// the layernorm's gamma and beta folded into the operands, for A [M, K] the raw rows and
+// B = W' [N, K] (K-major), both T (f16 or bf16) through the 16-bit program's tensor maps:
+//
+//     C[r, n] = act(fma(rstd_r, fma(-mean_r, column_sums[n], acc[r, n]), bias[n]))
+//
+// acc = A · Bᵀ (fp32 accumulation), column_sums[n] = Σ_k B[n, k] (f32), bias in T, and per row
+// x0 = A[r, 0], s1 = Σ_k (A[r, k] - x0), s2 = Σ_k (A[r, k] - x0)² in f32 from A's tiles in
+// shared memory, mean_r = x0 + s1 / K, rstd_r = rsqrt(max(s2 / K - (s1 / K)², 0) + eps)
+// (the shift keeps the variance exact where the mean is large beside the spread). K a multiple
+// of 64. C through a tensor map (boxes of 64 x 128) in T. Template arguments: T, BLOCK_N (64 or
+// 128), STAGES, GROUP_M, activation. 288 threads.
+template <typename T, int BN, int STAGES, int GROUP_M, Act ACT>
+__device__ __forceinline__ void matmul_block_tma_pingpong_layernorm(const TmaDescriptor& a_map,
+                                                                    const TmaDescriptor& b_map,
+                                                                    const TmaDescriptor& c_map, const T* bias,
+                                                                    const float* column_sums, int m, int n, int k,
+                                                                    float eps) {
+    using namespace vitrt_matmul;
+    static_assert(!is_f32<T>::value, "the layernorm entry's operands are f16 or bf16");
+#if VITRT_HAS_WGMMA
+    LayernormArgs layernorm;
+    layernorm.column_sums = column_sums;
+    layernorm.eps = eps;
+    matmul_tma_pingpong<T, T, false, BN, STAGES, GROUP_M, ACT, 1, false, false, true>(
+        a_map, b_map, c_map, c_map, bias, static_cast<T*>(nullptr), 0, m, n, k, 1.0f, 1, 0, nullptr, nullptr,
+        Fp8Scales{}, layernorm);
 #else
     __trap();
 #endif

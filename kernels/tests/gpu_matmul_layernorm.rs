@@ -1,0 +1,374 @@
+//! The layernorm-folded matmul (`vitrt_kernels::matmul::gpu::matmul_layernorm`, the ping-pong
+//! program's layernorm entry) against its CPU twin (`matmul::cpu::matmul_layernorm`), and
+//! against the pair of kernels it replaces (our layernorm, then our matmul with the unfolded
+//! weights) on the GPU. Operands like a ViT block's: rows of x uniform in [-2, 2], some shifted
+//! by a mean offset (8 or 50) to exercise the shifted statistics; W in [-0.05, 0.05], gamma in
+//! [0.5, 1.5], beta and b in [-0.5, 0.5], folded by `matmul::layernorm_fold` and rounded to the
+//! 16-bit type as the runtime stores them. Every output is poisoned first (0xFF bytes, NaN in
+//! f16 and bf16) between guard regions that must still hold the poison afterwards.
+//!
+//! Tolerance against the twin, per element: |gpu - twin| <= tol · max(1, |twin|), tol 4e-3 for
+//! f16 and 2e-2 for bf16. The two see the same 16-bit operands and differ only by (a) the
+//! order of the f32 sums (the tensor core's accumulation against the twin's tiles; each row's
+//! shifted sums per thread against sequential ones), which the epilogue's cancellation
+//! mean · cs[n] - acc amplifies by rstd: at most about 2^-24 · √K · rstd · Σ_k |x_k · W'[n, k]|,
+//! below 1e-3 here even on rows of mean 50; (b) rsqrtf's 2 ulp and the 16-bit epilogue's
+//! activation (1e-6 absolute); (c) the store's rounding, which may land one ulp apart where
+//! the two values straddle a rounding boundary: 2^-10 (f16) or 2^-7 (bf16) of the value. The
+//! tolerance is several times their sum (four f16 ulps, two and a half bf16 ulps at 1; on an
+//! H200 the worst difference seen was one ulp), and a layout mistake, a lost k-step or a wrong
+//! row's statistics errs by a sizeable part of |twin| (O(1) here) and fails it.
+//!
+//! Folded against unfolded (both on the GPU) adds the folding's roundings on each path: W' and
+//! b' in the 16-bit type on one, the layernorm's output y in it on the other, each about
+//! u · √K · |y| · |W| ≈ 2e-3 (bf16, u = 2^-8) per element, with extremes over 10^7 outputs a
+//! few times that, and one ulp of the output: tol 1e-2 (f16) and 3e-2 (bf16) · max(1, |v|).
+//!
+//! Run on an H100 or H200: `cargo test --release -p vitrt-kernels --test gpu_matmul_layernorm
+//! -- --ignored --test-threads=1 --nocapture` (prints each case's worst error as a share of its
+//! tolerance).
+
+mod common;
+
+use common::{new_gpu, upload, Poisoned};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use vitrt_kernels::cuda::{DevPtr, Gpu, KernelError};
+use vitrt_kernels::layernorm::gpu as layernorm_gpu;
+use vitrt_kernels::matmul::layernorm_fold::{column_sums, fold_bias, fold_weight};
+use vitrt_kernels::matmul::{
+    cpu, gpu as matmul_gpu, layernorm_matmul_support, LayernormMatmulProblem, MatmulTile,
+    LAYERNORM_TILES,
+};
+use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem};
+
+const EPS: f32 = 1e-6;
+
+/// One layer's host operands: the raw rows, the model's unfolded parameters (f32, W and b
+/// rounded to the 16-bit type as a checkpoint holds them), and the folded ones.
+struct Case {
+    label: String,
+    dtype: DType,
+    p: LayernormMatmulProblem,
+    x: Vec<f32>,
+    weight: Vec<f32>,
+    gamma: Vec<f32>,
+    beta: Vec<f32>,
+    bias: Vec<f32>,
+    folded_weight: Vec<f32>,
+    folded_bias: Vec<f32>,
+    column_sums: Vec<f32>,
+}
+
+impl Case {
+    /// Every third row of x is shifted by `offset`.
+    fn new(dtype: DType, p: LayernormMatmulProblem, offset: f32, rng: &mut StdRng) -> Case {
+        let (m, n, k) = (p.m, p.n, p.k);
+        let uniform = |len: usize, lo: f32, hi: f32, rng: &mut StdRng| -> Vec<f32> {
+            (0..len).map(|_| rng.random_range(lo..hi)).collect()
+        };
+        let round = |v: Vec<f32>| -> Vec<f32> { v.into_iter().map(|x| dtype.round(x)).collect() };
+        let x: Vec<f32> = (0..m * k)
+            .map(|i| {
+                let shift = if (i / k) % 3 == 1 { offset } else { 0.0 };
+                dtype.round(rng.random_range(-2.0f32..2.0) + shift)
+            })
+            .collect();
+        let weight = round(uniform(n * k, -0.05, 0.05, rng));
+        let gamma = uniform(k, 0.5, 1.5, rng);
+        let beta = uniform(k, -0.5, 0.5, rng);
+        let bias = round(uniform(n, -0.5, 0.5, rng));
+        let folded_weight = round(fold_weight(&weight, &gamma, n, k));
+        let folded_bias = round(fold_bias(&weight, &beta, Some(&bias), n, k));
+        let column_sums = column_sums(&folded_weight, n, k);
+        Case {
+            label: format!(
+                "{m}x{n}x{k} {dtype} {} mean offset {offset}",
+                p.activation.short_name()
+            ),
+            dtype,
+            p,
+            x,
+            weight,
+            gamma,
+            beta,
+            bias,
+            folded_weight,
+            folded_bias,
+            column_sums,
+        }
+    }
+
+    fn twin(&self) -> Vec<f32> {
+        let p = &self.p;
+        let mut out = vec![f32::NAN; p.m * p.n];
+        cpu::matmul_layernorm(
+            p,
+            &self.x,
+            &self.folded_weight,
+            &self.folded_bias,
+            &self.column_sums,
+            &mut out,
+        );
+        out.into_iter().map(|v| self.dtype.round(v)).collect()
+    }
+
+    /// The folded layer on the GPU (`tile` forced, else the launcher's).
+    fn folded(&self, gpu: &Gpu, tile: Option<MatmulTile>) -> Vec<f32> {
+        let (p, dtype) = (&self.p, self.dtype);
+        let (_x, x) = upload(gpu, dtype, &self.x, 0);
+        let (_w, w) = upload(gpu, dtype, &self.folded_weight, 0);
+        let (_b, bias) = upload(gpu, dtype, &self.folded_bias, 0);
+        let (_cs, cs) = upload(gpu, DType::F32, &self.column_sums, 0);
+        let out = Poisoned::new(gpu, dtype, p.m * p.n, 0);
+        match tile {
+            Some(tile) => matmul_gpu::matmul_layernorm_with_tile(
+                gpu,
+                dtype,
+                p,
+                tile,
+                x,
+                w,
+                bias,
+                cs,
+                out.view(),
+            ),
+            None => matmul_gpu::matmul_layernorm(gpu, dtype, p, x, w, bias, cs, out.view()),
+        }
+        .unwrap_or_else(|e| panic!("{}: {e}", self.label));
+        gpu.synchronize().unwrap();
+        out.read(gpu, &self.label)
+    }
+
+    /// Our layernorm kernel, then our matmul with the unfolded W and b, on the GPU.
+    fn unfolded(&self, gpu: &Gpu) -> Vec<f32> {
+        let (p, dtype) = (&self.p, self.dtype);
+        let (_x, x) = upload(gpu, dtype, &self.x, 0);
+        let (_g, gamma) = upload(gpu, DType::F32, &self.gamma, 0);
+        let (_be, beta) = upload(gpu, DType::F32, &self.beta, 0);
+        let (_w, w) = upload(gpu, dtype, &self.weight, 0);
+        let (_b, bias) = upload(gpu, dtype, &self.bias, 0);
+        let y = Poisoned::new(gpu, dtype, p.m * p.k, 0);
+        let out = Poisoned::new(gpu, dtype, p.m * p.n, 0);
+        layernorm_gpu::layernorm(gpu, dtype, x, gamma, beta, p.m, p.k, p.eps, y.view())
+            .unwrap_or_else(|e| panic!("{} layernorm: {e}", self.label));
+        let product = MatmulProblem::linear(
+            p.m,
+            p.n,
+            p.k,
+            Epilogue {
+                bias: true,
+                activation: p.activation,
+                ..Epilogue::NONE
+            },
+        );
+        matmul_gpu::matmul(
+            gpu,
+            dtype,
+            &product,
+            y.view(),
+            w,
+            Some(bias),
+            None,
+            out.view(),
+        )
+        .unwrap_or_else(|e| panic!("{} matmul: {e}", self.label));
+        gpu.synchronize().unwrap();
+        out.read(gpu, &self.label)
+    }
+}
+
+/// Checks |got - want| <= tol · max(1, |want|) everywhere (a NaN got: never written) and
+/// returns the worst error as a share of its tolerance.
+fn compare(label: &str, got: &[f32], want: &[f32], tol: f64) -> f64 {
+    assert_eq!(got.len(), want.len(), "{label}");
+    let mut worst = 0.0f64;
+    let mut failures = Vec::new();
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let allowed = tol * (w.abs() as f64).max(1.0);
+        let d = (g as f64 - w as f64).abs();
+        if d.is_nan() || d > allowed {
+            if failures.len() < 8 {
+                failures.push(format!("[{i}]: got {g}, want {w} (allowed {allowed:.3e})"));
+            }
+            worst = f64::INFINITY;
+        } else {
+            worst = worst.max(d / allowed);
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{label}: outputs out of tolerance:\n{}",
+        failures.join("\n")
+    );
+    worst
+}
+
+fn twin_tolerance(dtype: DType) -> f64 {
+    if dtype == DType::F16 {
+        4e-3
+    } else {
+        2e-2
+    }
+}
+
+fn unfolded_tolerance(dtype: DType) -> f64 {
+    if dtype == DType::F16 {
+        1e-2
+    } else {
+        3e-2
+    }
+}
+
+fn problem(m: usize, n: usize, k: usize, activation: Activation) -> LayernormMatmulProblem {
+    LayernormMatmulProblem {
+        m,
+        n,
+        k,
+        activation,
+        eps: EPS,
+    }
+}
+
+/// The shapes of the brief: ViT-B/16's qkv (no activation) and fc1 (GELU), and a narrow,
+/// deep one with either activation.
+const SHAPES: [(usize, usize, Activation); 4] = [
+    (2304, 768, Activation::None),
+    (3072, 768, Activation::Gelu),
+    (64, 1024, Activation::None),
+    (64, 1024, Activation::Gelu),
+];
+
+#[test]
+#[ignore = "needs an sm_90 GPU"]
+fn layernorm_matmul_matches_the_twin() {
+    let gpu = new_gpu();
+    let mut rng = StdRng::seed_from_u64(51);
+    let mut number = 0;
+    for dtype in [DType::F16, DType::BF16] {
+        for m in [1, 197, 1000, 12608] {
+            for &(n, k, activation) in &SHAPES {
+                let offset = [0.0, 8.0, 50.0][number % 3];
+                number += 1;
+                let case = Case::new(dtype, problem(m, n, k, activation), offset, &mut rng);
+                let worst = compare(
+                    &case.label,
+                    &case.folded(&gpu, None),
+                    &case.twin(),
+                    twin_tolerance(dtype),
+                );
+                println!("{:<56} twin: worst {worst:.3} of tolerance", case.label);
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an sm_90 GPU"]
+fn layernorm_matmul_matches_the_twin_on_both_tiles() {
+    let gpu = new_gpu();
+    let mut rng = StdRng::seed_from_u64(52);
+    let mut number = 0;
+    for tile in LAYERNORM_TILES {
+        for &(m, n, k) in &[
+            (197, 2304, 768),
+            (1000, 64, 1024),
+            (130, 3072, 768),
+            (1, 72, 64),
+        ] {
+            let dtype = [DType::F16, DType::BF16][number % 2];
+            let activation = [Activation::None, Activation::Gelu][(number / 2) % 2];
+            number += 1;
+            let case = Case::new(dtype, problem(m, n, k, activation), 50.0, &mut rng);
+            let worst = compare(
+                &case.label,
+                &case.folded(&gpu, Some(tile)),
+                &case.twin(),
+                twin_tolerance(dtype),
+            );
+            println!(
+                "{} {:<56} twin: worst {worst:.3} of tolerance",
+                tile.name(),
+                case.label
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an sm_90 GPU"]
+fn layernorm_matmul_matches_our_layernorm_then_matmul() {
+    let gpu = new_gpu();
+    let mut rng = StdRng::seed_from_u64(53);
+    let mut number = 0;
+    for dtype in [DType::F16, DType::BF16] {
+        for m in [1, 197, 1000, 12608] {
+            for &(n, k, activation) in &SHAPES {
+                let offset = [0.0, 8.0, 50.0][number % 3];
+                number += 1;
+                let case = Case::new(dtype, problem(m, n, k, activation), offset, &mut rng);
+                let worst = compare(
+                    &format!("{} folded against unfolded", case.label),
+                    &case.folded(&gpu, None),
+                    &case.unfolded(&gpu),
+                    unfolded_tolerance(dtype),
+                );
+                println!("{:<56} unfolded: worst {worst:.3} of tolerance", case.label);
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an sm_90 GPU"]
+fn layernorm_matmul_refuses_what_its_program_cannot_take_with_the_reason() {
+    let gpu = new_gpu();
+    let dtype = DType::BF16;
+    let ok = problem(197, 64, 128, Activation::Gelu);
+    assert_eq!(layernorm_matmul_support(&gpu, dtype, &ok), Ok(()));
+    let unsupported = [
+        (DType::F32, ok, "f16 or bf16"),
+        (
+            dtype,
+            problem(197, 64, 96, Activation::None),
+            "multiple of 64",
+        ),
+        (
+            dtype,
+            problem(197, 60, 128, Activation::None),
+            "multiple of 8",
+        ),
+        (dtype, problem(197, 64, 128, Activation::Tanh), "Tanh"),
+    ];
+    for (dtype, p, reason) in unsupported {
+        let e = layernorm_matmul_support(&gpu, dtype, &p).unwrap_err();
+        assert!(e.contains(reason), "{e}");
+    }
+    let (m, n, k) = (ok.m, ok.n, ok.k);
+    let zeros = |len: usize| vec![0.0f32; len];
+    let (_x, x) = upload(&gpu, dtype, &zeros(m * k + 1), 0);
+    let (_w, w) = upload(&gpu, dtype, &zeros(n * k), 0);
+    let (_b, bias) = upload(&gpu, dtype, &zeros(n), 0);
+    let (_cs, cs) = upload(&gpu, DType::F32, &zeros(n), 0);
+    let out = Poisoned::new(&gpu, dtype, m * n, 0);
+    let attempt = |x: DevPtr, cs: DevPtr| -> String {
+        match matmul_gpu::matmul_layernorm(&gpu, dtype, &ok, x, w, bias, cs, out.view()) {
+            Err(KernelError::InvalidArgument(e)) => e,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    };
+    // x one element past a 16-byte boundary.
+    let shifted = DevPtr {
+        ptr: x.ptr + 2,
+        len: m * k,
+        ..x
+    };
+    assert!(attempt(shifted, cs).contains("16-byte"));
+    // Column sums in the operands' type, and too few of them.
+    assert!(attempt(x, bias).contains("column sums"));
+    let short = DevPtr { len: n - 1, ..cs };
+    assert!(attempt(x, short).contains("column sums"));
+    // Nothing was written.
+    gpu.synchronize().unwrap();
+    let raw = out.read(&gpu, "refused");
+    assert!(raw.iter().all(|v| v.is_nan()));
+}
