@@ -7,7 +7,8 @@ use crate::preprocess::{floats_of_bytes, PixelExpansion};
 use crate::text::{self, TextModel};
 use std::collections::HashMap;
 use vitrt_runtime::fp8::{self, Fp8Layers};
-use vitrt_runtime::passes::Fusion;
+use vitrt_runtime::layernorm_fold;
+use vitrt_runtime::passes::{Fusion, Supports};
 use vitrt_runtime::RuntimeError;
 use vitrt_runtime::{
     Backend, DType, DeviceDecode, DeviceInput, EncodedParams, Executor, HostStaging, HostTensor,
@@ -74,13 +75,16 @@ impl Runner {
             outputs: OutputSet::default(),
         };
         // Which ops the backend fuses does not change which parameters it reads.
+        let precision = Precision::default_for(dtype);
         match model.build_graph_for(1, options, &|_, _| Ok(())) {
-            Ok(graph) => EncodedParams::encode(
-                &graph,
-                Precision::default_for(dtype),
-                model,
-                ENCODE_AHEAD_BUDGET,
-            ),
+            Ok(mut graph) => {
+                // As a runner on a backend with the folded kernel would (the GPUs it runs
+                // on); a backend without it loads the unfolded parameters as it goes.
+                if fusion.layernorms && dtype != DType::F32 && precision.residual == dtype {
+                    layernorm_fold::fold_layernorms(&mut graph, dtype, &|_, _| Ok(()));
+                }
+                EncodedParams::encode(&graph, precision, model, ENCODE_AHEAD_BUDGET)
+            }
             Err(_) => EncodedParams::empty(),
         }
     }
@@ -222,7 +226,19 @@ impl Runner {
                 )));
             }
         }
+        self.fold_layernorms(&mut graph, &|op, shapes| backend.supports(op, shapes));
         Ok(graph)
+    }
+
+    /// Folds the layernorms read only by linear layers into them (`vitrt_runtime::
+    /// layernorm_fold`) where the fusion asks for it, the run computes in f16 or bf16 with its
+    /// residual stream in that type (the folded matmul reads the stream as its A operand), and
+    /// `supports` has the kernel.
+    fn fold_layernorms(&self, graph: &mut vitrt_runtime::Graph, supports: Supports) {
+        let Precision { compute, residual } = self.precision;
+        if self.fusion.layernorms && compute != DType::F32 && residual == compute {
+            layernorm_fold::fold_layernorms(graph, compute, supports);
+        }
     }
 
     pub fn backend(&self) -> &dyn Backend {

@@ -39,6 +39,15 @@ pub fn node_cost(graph: &Graph, plan: &Plan, node: usize) -> NodeCost {
                 2.0 * workspace_bytes(graph, node, plan.precision.compute, &plan.dtypes) as f64;
             Some(lowering::linear(shapes[0], shapes[1], epilogue))
         }
+        Op::LayerNormLinear { activation, .. } => {
+            // The product of the layernorm's input and the folded weight, with its bias.
+            let epilogue = vitrt_kernels::Epilogue {
+                bias: true,
+                activation,
+                ..vitrt_kernels::Epilogue::NONE
+            };
+            Some(lowering::linear(shapes[0], shapes[1], epilogue))
+        }
         _ => lowering::matmul_for(&n.op, &shapes),
     };
     let mut flops = matmul.as_ref().map_or(0.0, MatmulProblem::flops);

@@ -605,6 +605,52 @@ fn load_param(
             })?;
             Ok(units)
         }
+        ParamSource::LayernormWeight { weight, gamma } => {
+            let [n, k] = shape else {
+                return Err(shape_error(source, "a folded weight is [N, K]", shape));
+            };
+            let w = load_param(weight, shape, params)?;
+            let gamma = load_param(gamma, &[*k], params)?;
+            Ok(crate::layernorm_fold::folded_weight(&w, &gamma, *n, *k))
+        }
+        ParamSource::LayernormBias {
+            weight,
+            bias,
+            beta,
+            columns,
+        } => {
+            let [n] = shape else {
+                return Err(shape_error(source, "a folded bias is [N]", shape));
+            };
+            let w = load_param(weight, &[*n, *columns], params)?;
+            let beta = load_param(beta, &[*columns], params)?;
+            let bias = match bias {
+                Some(b) => Some(load_param(b, &[*n], params)?),
+                None => None,
+            };
+            Ok(crate::layernorm_fold::folded_bias(
+                &w,
+                &beta,
+                bias.as_deref(),
+                *n,
+                *columns,
+            ))
+        }
+        ParamSource::LayernormColumnSums {
+            weight,
+            gamma,
+            columns,
+            dtype,
+        } => {
+            let [n] = shape else {
+                return Err(shape_error(source, "column sums are [N]", shape));
+            };
+            let w = load_param(weight, &[*n, *columns], params)?;
+            let gamma = load_param(gamma, &[*columns], params)?;
+            Ok(crate::layernorm_fold::column_sums(
+                &w, &gamma, *n, *columns, *dtype,
+            ))
+        }
         ParamSource::Fp8Scale { weight, columns } => {
             let [n] = shape else {
                 return Err(RuntimeError::Param {
@@ -622,6 +668,13 @@ fn load_param(
                 })?;
             Ok(scales)
         }
+    }
+}
+
+fn shape_error(source: &ParamSource, what: &str, shape: &[usize]) -> RuntimeError {
+    RuntimeError::Param {
+        name: source.key(),
+        message: format!("{what}, not {shape:?}"),
     }
 }
 

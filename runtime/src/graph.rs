@@ -4,7 +4,7 @@
 use crate::error::RuntimeError;
 use vitrt_kernels::gather::EndToken;
 use vitrt_kernels::rope::RopeGrid;
-use vitrt_kernels::{Activation, Epilogue};
+use vitrt_kernels::{Activation, DType, Epilogue};
 
 pub type ValueId = usize;
 pub type NodeId = usize;
@@ -35,6 +35,28 @@ pub enum ParamSource {
         weight: Box<ParamSource>,
         columns: usize,
     },
+    /// A linear layer's weight `[N, K]` with its input's layernorm's gamma `[K]` folded in
+    /// (`W[n, k] · γ[k]`, `crate::layernorm_fold`).
+    LayernormWeight {
+        weight: Box<ParamSource>,
+        gamma: Box<ParamSource>,
+    },
+    /// That layer's bias `[N]` (zero if it has none) plus its weight times the layernorm's
+    /// beta; `columns` is K.
+    LayernormBias {
+        weight: Box<ParamSource>,
+        bias: Option<Box<ParamSource>>,
+        beta: Box<ParamSource>,
+        columns: usize,
+    },
+    /// The column sums `[N]` (f32, `Σ_k W'[n, k]`) of the folded weight `[N, columns]` as
+    /// stored in `dtype`.
+    LayernormColumnSums {
+        weight: Box<ParamSource>,
+        gamma: Box<ParamSource>,
+        columns: usize,
+        dtype: DType,
+    },
 }
 
 impl ParamSource {
@@ -45,6 +67,27 @@ impl ParamSource {
             ParamSource::Concat(names) => format!("concat({})", names.join(",")),
             ParamSource::Fp8Weight(source) => format!("e4m3({})", source.key()),
             ParamSource::Fp8Scale { weight, .. } => format!("e4m3_scale({})", weight.key()),
+            ParamSource::LayernormWeight { weight, gamma } => {
+                format!("layernorm_weight({};{})", weight.key(), gamma.key())
+            }
+            ParamSource::LayernormBias {
+                weight, bias, beta, ..
+            } => format!(
+                "layernorm_bias({};{};{})",
+                weight.key(),
+                bias.as_ref().map(|b| b.key()).unwrap_or_default(),
+                beta.key()
+            ),
+            ParamSource::LayernormColumnSums {
+                weight,
+                gamma,
+                dtype,
+                ..
+            } => format!(
+                "layernorm_column_sums({};{};{dtype})",
+                weight.key(),
+                gamma.key()
+            ),
         }
     }
 }
@@ -92,6 +135,13 @@ pub enum Op {
     /// its own scale (its largest magnitude over 448) as the node runs; the product accumulates
     /// in fp32 and is scaled back, then the epilogue runs as `Linear`'s.
     Fp8Linear { epilogue: Epilogue },
+    /// A `Linear` reading a layernorm's output, with the layernorm folded in (made by
+    /// `crate::layernorm_fold::fold_layernorms`). Inputs: the layernorm's input x [.., K] (in
+    /// the compute type), the folded weight [N, K] (W·diag(γ)), the folded bias [N]
+    /// (b + W·β) and the folded weight's column sums [N] (f32). Output [.., N] =
+    /// act(rstd · (x·W'ᵀ − mean · colsum) + b') with each row's mean and 1/sqrt(var + eps):
+    /// act(LayerNorm(x)·Wᵀ + b).
+    LayerNormLinear { eps: f32, activation: Activation },
     /// Element-wise activation (fused into the producing Linear by a pass).
     Activation(Activation),
     /// Element-wise sum of two tensors of one shape.
@@ -176,6 +226,7 @@ impl Op {
             Op::RmsNorm { .. } => "rmsnorm",
             Op::Linear { .. } => "linear",
             Op::Fp8Linear { .. } => "fp8_linear",
+            Op::LayerNormLinear { .. } => "layernorm_linear",
             Op::Activation(_) => "activation",
             Op::Add => "add",
             Op::AttentionScores { .. } => "attention_scores",
@@ -305,6 +356,23 @@ impl Op {
                     epilogue: *epilogue,
                 }
                 .output_shape(&linear_inputs)
+            }
+            Op::LayerNormLinear { .. } => {
+                arity(4)?;
+                let (w, sums) = (inputs[1], inputs[3]);
+                if w.len() != 2 || sums != [w[0]] {
+                    return Err(format!(
+                        "layernorm_linear column sums must be [N] for a weight [N, K], got \
+                         {sums:?} for {w:?}"
+                    ));
+                }
+                Op::Linear {
+                    epilogue: Epilogue {
+                        bias: true,
+                        ..Epilogue::NONE
+                    },
+                }
+                .output_shape(&inputs[..3])
             }
             Op::Activation(_) | Op::Softmax { causal: false } | Op::L2Normalize => {
                 arity(1)?;

@@ -9,6 +9,7 @@ pub mod fp8;
 pub mod graph;
 mod image_decode;
 pub mod key_padding;
+pub mod layernorm_fold;
 pub mod lowering;
 pub mod passes;
 pub mod plan;

@@ -12,6 +12,10 @@ pub struct Fusion {
     pub qkv: bool,
     /// Attention scores, softmax and context into one fused attention node.
     pub attention: AttentionFusion,
+    /// A layernorm read only by linear layers folded into them
+    /// (`crate::layernorm_fold`), where the run's precision and the backend allow it. Applied
+    /// by whoever knows the precision (the model's runner), not by [`apply_for`].
+    pub layernorms: bool,
 }
 
 /// When [`fuse_attention`] fuses.
@@ -30,11 +34,13 @@ impl Fusion {
         epilogues: true,
         qkv: true,
         attention: AttentionFusion::WhereSupported,
+        layernorms: true,
     };
     pub const NONE: Fusion = Fusion {
         epilogues: false,
         qkv: false,
         attention: AttentionFusion::Off,
+        layernorms: false,
     };
 }
 

@@ -166,6 +166,7 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
             ValueKind::Input => DType::F32,
             ValueKind::Param(ParamSource::Fp8Weight(_)) => DType::E4M3,
             ValueKind::Param(ParamSource::Fp8Scale { .. }) => DType::F32,
+            ValueKind::Param(ParamSource::LayernormColumnSums { .. }) => DType::F32,
             ValueKind::Param(_) if layernorm_parameter(v) => DType::F32,
             _ => precision.compute,
         })
@@ -188,7 +189,9 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
             };
             match &reader.op {
                 Op::Add | Op::MeanTokens { .. } | Op::L2Normalize => true,
-                Op::LayerNorm { .. } | Op::RmsNorm { .. } => only_as(0),
+                Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::LayerNormLinear { .. } => {
+                    only_as(0)
+                }
                 Op::Linear { epilogue } | Op::Fp8Linear { epilogue } => {
                     epilogue.residual && only_as(reader.inputs.len() - 1)
                 }
@@ -214,7 +217,7 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
             {
                 precision.residual
             }
-            Op::Linear { .. } | Op::Fp8Linear { .. }
+            Op::Linear { .. } | Op::Fp8Linear { .. } | Op::LayerNormLinear { .. }
                 if is_output(node.output) || read_as_residual[node.output] =>
             {
                 precision.residual
@@ -305,6 +308,8 @@ fn matmul_slot_dtype(op: &Op, slot: usize, output: DType, compute: DType) -> Opt
         },
         Op::AttentionContext { .. } => Some(compute),
         Op::Attention { .. } if slot < 3 => Some(compute),
+        // x, its A operand (the rest are parameters).
+        Op::LayerNormLinear { .. } if slot == 0 => Some(compute),
         _ => None,
     }
 }

@@ -49,7 +49,9 @@ pub struct ModelArgs {
     /// rounded after every block loses too much).
     #[arg(long, value_parser = parse_dtype)]
     residual_dtype: Option<DType>,
-    /// Graph fusion: all (default) or none, to compare the fused and plain graphs.
+    /// Graph fusion: all (default) or none, to compare the fused and plain graphs. `all` also
+    /// folds each block's layernorms into the linear layers that read them in f16 and bf16 runs
+    /// whose residual stream is in that type, on GPUs with the kernel (sm_90a).
     #[arg(long, value_enum, default_value_t = FusionArg::All)]
     fusion: FusionArg,
     /// Attention as one fused kernel or as scores, softmax and context. Default: fused where

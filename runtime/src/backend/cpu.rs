@@ -423,6 +423,11 @@ fn check_storage(
                 output.buffer.dtype(),
             )
         }
+        Op::LayerNormLinear { .. } => crate::layernorm_fold::check_storage(
+            compute,
+            &inputs.iter().map(|b| b.buffer.dtype()).collect::<Vec<_>>(),
+            output.buffer.dtype(),
+        ),
         Op::Fp8Linear { epilogue } => crate::fp8::check_storage(
             compute,
             *epilogue,
@@ -484,6 +489,19 @@ fn run_simple(
         Op::Fp8Linear { epilogue } => {
             let (k, n) = (last(&bindings[0].shape), bindings[1].shape[0]);
             crate::fp8::emulate_linear(*epilogue, k, n, ins, None, out, tiles)?;
+        }
+        Op::LayerNormLinear { .. } => {
+            let shapes: Vec<&[usize]> = bindings.iter().map(|b| b.shape.as_slice()).collect();
+            let problem = crate::layernorm_fold::problem_for(op, &shapes)
+                .ok_or("not a layernorm folded into a linear layer")?;
+            problem.check_bounds(
+                ins[0].len(),
+                ins[1].len(),
+                ins[2].len(),
+                ins[3].len(),
+                out.len(),
+            )?;
+            matmul::cpu::matmul_layernorm(&problem, ins[0], ins[1], ins[2], ins[3], out);
         }
         Op::Activation(act) => {
             for (o, &x) in out.iter_mut().zip(ins[0]) {

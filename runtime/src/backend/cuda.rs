@@ -744,6 +744,9 @@ impl Backend for CudaBackend {
     }
 
     fn supports(&self, op: &Op, input_shapes: &[&[usize]]) -> Result<(), String> {
+        if let Some(p) = crate::layernorm_fold::problem_for(op, input_shapes) {
+            return matmul::layernorm_matmul_support(&self.gpu, self.dtype, &p);
+        }
         let Some(p) = lowering::attention_for(op, input_shapes) else {
             return Ok(());
         };
@@ -1031,6 +1034,18 @@ impl CudaBackend {
                 matmul::gpu::matmul(gpu, d, &problem, ins[0], ins[1], bias, residual, out)
             }
             Op::Fp8Linear { epilogue } => self.fp8_linear(*epilogue, inputs, &ins, out, workspace),
+            Op::LayerNormLinear { .. } => {
+                let dtypes: Vec<DType> = ins.iter().map(|p| p.dtype).collect();
+                crate::layernorm_fold::check_storage(d, &dtypes, out.dtype)
+                    .map_err(KernelError::InvalidArgument)?;
+                let shapes: Vec<&[usize]> = inputs.iter().map(|b| b.shape.as_slice()).collect();
+                let problem = crate::layernorm_fold::problem_for(op, &shapes).ok_or_else(|| {
+                    KernelError::InvalidArgument(
+                        "not a layernorm folded into a linear layer".into(),
+                    )
+                })?;
+                matmul::gpu::matmul_layernorm(gpu, d, &problem, ins[0], ins[1], ins[2], ins[3], out)
+            }
             // In its input's type: the run's dtype, or f32 where its output leaves the graph.
             Op::Activation(act) => {
                 activation::gpu::activation(gpu, ins[0].dtype, *act, ins[0], out.len, out)
