@@ -536,7 +536,11 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
                 }
             }
             wgmma_commit();
-            // LAYERNORM: this thread's row of the stage's A tile, read while the MMAs run.
+            // LAYERNORM: this thread's row of the stage's A tile, read while the MMAs run. The
+            // warp barrier first keeps ptxas from scheduling the loads and sums between the
+            // step's wgmmas, which starved the tensor cores (benchmarks/NOTES.md, 2026-11-28
+            // "Layernorms folded into the matmul").
+            if constexpr (LAYERNORM) __syncwarp();
             if constexpr (LAYERNORM)
                 accumulate_row_statistics<T>(stage_a + statistics_row_index * kRowBytes, statistics_row_index,
                                              kt == 0, row_x0, row_s1, row_s2);
