@@ -372,3 +372,162 @@ fn layernorm_matmul_refuses_what_its_program_cannot_take_with_the_reason() {
     let raw = out.read(&gpu, "refused");
     assert!(raw.iter().all(|v| v.is_nan()));
 }
+
+#[test]
+#[ignore = "needs an sm_90 GPU"]
+fn layernorm_matmul_speed_report() {
+    // ViT-B/16's qkv and fc1 at batch 1 to 256: the folded layer on the launcher's tile and on
+    // each tile, our layernorm then our matmul, and that matmul alone, each the median of 50 CUDA-event timings
+    // after 10 warm-ups, operands rotated through enough copies to miss L2.
+    use vitrt_kernels::cuda::{copies_beyond_l2, Timer};
+    let gpu = new_gpu();
+    let timer = Timer {
+        warmup: 10,
+        reps: 50,
+        spin_nanoseconds: 200_000,
+    };
+    let median = |mut samples: Vec<f64>| -> f64 {
+        samples.sort_by(f64::total_cmp);
+        samples[samples.len() / 2]
+    };
+    let mut rng = StdRng::seed_from_u64(54);
+    for dtype in [DType::BF16, DType::F16] {
+        for (name, n, activation) in [
+            ("qkv", 2304, Activation::None),
+            ("fc1", 3072, Activation::Gelu),
+        ] {
+            for batch in [1, 8, 64, 256] {
+                let (m, k) = (197 * batch, 768);
+                let p = problem(m, n, k, activation);
+                let bytes = (m * k + n * k + n) * dtype.size_bytes() + n * 4 + 2 * k * 4;
+                let copies = copies_beyond_l2(bytes, gpu.l2_cache_bytes().unwrap());
+                let values = |len: usize, scale: f32, rng: &mut StdRng| -> Vec<f32> {
+                    (0..len).map(|_| rng.random_range(-scale..scale)).collect()
+                };
+                let (x, w, bias, cs, gamma, beta) = (
+                    values(m * k, 4.0, &mut rng),
+                    values(n * k, 0.05, &mut rng),
+                    values(n, 0.5, &mut rng),
+                    values(n, 1.0, &mut rng),
+                    values(k, 1.5, &mut rng),
+                    values(k, 0.5, &mut rng),
+                );
+                let set: Vec<_> = (0..copies)
+                    .map(|_| {
+                        (
+                            upload(&gpu, dtype, &x, 0),
+                            upload(&gpu, dtype, &w, 0),
+                            upload(&gpu, dtype, &bias, 0),
+                            upload(&gpu, DType::F32, &cs, 0),
+                            upload(&gpu, DType::F32, &gamma, 0),
+                            upload(&gpu, DType::F32, &beta, 0),
+                            Poisoned::new(&gpu, dtype, m * k, 0),
+                            Poisoned::new(&gpu, dtype, m * n, 0),
+                        )
+                    })
+                    .collect();
+                let folded = |tile: Option<MatmulTile>| {
+                    median(
+                        timer
+                            .samples_ms(&gpu, copies, |i| {
+                                let (x, w, b, cs, _, _, _, out) = &set[i];
+                                match tile {
+                                    Some(tile) => matmul_gpu::matmul_layernorm_with_tile(
+                                        &gpu,
+                                        dtype,
+                                        &p,
+                                        tile,
+                                        x.1,
+                                        w.1,
+                                        b.1,
+                                        cs.1,
+                                        out.view(),
+                                    ),
+                                    None => matmul_gpu::matmul_layernorm(
+                                        &gpu,
+                                        dtype,
+                                        &p,
+                                        x.1,
+                                        w.1,
+                                        b.1,
+                                        cs.1,
+                                        out.view(),
+                                    ),
+                                }
+                            })
+                            .unwrap(),
+                    )
+                };
+                let product = MatmulProblem::linear(
+                    m,
+                    n,
+                    k,
+                    Epilogue {
+                        bias: true,
+                        activation,
+                        ..Epilogue::NONE
+                    },
+                );
+                let unfolded = median(
+                    timer
+                        .samples_ms(&gpu, copies, |i| {
+                            let (x, w, b, _, g, be, y, out) = &set[i];
+                            layernorm_gpu::layernorm(
+                                &gpu,
+                                dtype,
+                                x.1,
+                                g.1,
+                                be.1,
+                                m,
+                                k,
+                                EPS,
+                                y.view(),
+                            )?;
+                            matmul_gpu::matmul(
+                                &gpu,
+                                dtype,
+                                &product,
+                                y.view(),
+                                w.1,
+                                Some(b.1),
+                                None,
+                                out.view(),
+                            )
+                        })
+                        .unwrap(),
+                );
+                let matmul_alone = median(
+                    timer
+                        .samples_ms(&gpu, copies, |i| {
+                            let (x, w, b, _, _, _, _, out) = &set[i];
+                            matmul_gpu::matmul(
+                                &gpu,
+                                dtype,
+                                &product,
+                                x.1,
+                                w.1,
+                                Some(b.1),
+                                None,
+                                out.view(),
+                            )
+                        })
+                        .unwrap(),
+                );
+                let chosen = matmul_gpu::layernorm_matmul_tile_for(&gpu, &p).unwrap();
+                let (ours, wide, narrow) = (
+                    folded(None),
+                    folded(Some(LAYERNORM_TILES[0])),
+                    folded(Some(LAYERNORM_TILES[1])),
+                );
+                println!(
+                    "SPEED {dtype:<4} {name}/b{batch:<3} folded {:.4} ms ({}; wide {wide:.4}, \
+                     narrow {narrow:.4})  layernorm+matmul {unfolded:.4} ms (matmul alone \
+                     {matmul_alone:.4})  speed-up {:.2}x",
+                    ours,
+                    chosen.name(),
+                    unfolded / ours
+                );
+            }
+        }
+    }
+}

@@ -101,6 +101,7 @@ fn matmul_baselines(op: &str) -> &'static [&'static str] {
     match op {
         "matmul" => &["cublas"],
         "matmul-fp8" => &["cublas", "vitrt-16bit"],
+        "matmul-layernorm" => &["vitrt-unfused"],
         _ => &[],
     }
 }
@@ -138,6 +139,7 @@ pub fn render(rows: &[KernelRow], skipped: &[Skipped]) -> String {
             match c.baseline.map(|b| b.provider.as_str()) {
                 Some("cublas") => "cuBLAS",
                 Some("vitrt-16bit") => "ours 16-bit",
+                Some("vitrt-unfused") => "ours unfused",
                 _ if c.op.starts_with("matmul") => "cuBLAS",
                 _ => "copy",
             }
@@ -249,6 +251,33 @@ mod tests {
         rows.retain(|r| r.provider != "cublas");
         let c = comparisons(&rows, &[]);
         assert_eq!(c[0].baseline.unwrap().provider, "vitrt-16bit");
+    }
+
+    #[test]
+    fn layernorm_folded_matmuls_are_paired_with_our_unfused_pair() {
+        let rows = vec![
+            row(
+                "matmul-layernorm",
+                "vit-b16/qkv/b8",
+                "vitrt",
+                Some("bias"),
+                2.0,
+            ),
+            row(
+                "matmul-layernorm",
+                "vit-b16/qkv/b8",
+                "vitrt-unfused",
+                Some("bias"),
+                1.0,
+            ),
+            // The plain matmul case of the same name is not its baseline.
+            row("matmul", "vit-b16/qkv/b8", "cublas", Some("none"), 0.5),
+        ];
+        let c = comparisons(&rows, &[]);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].baseline.unwrap().provider, "vitrt-unfused");
+        assert!((c[0].ratio().unwrap() - 0.5).abs() < 1e-3);
+        assert!(render(&rows, &[]).contains("ours unfused"));
     }
 
     #[test]

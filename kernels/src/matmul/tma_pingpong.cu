@@ -379,7 +379,14 @@ __device__ __forceinline__ void release_residual_unread(unsigned full_bar, unsig
 //   the MMAs; the epilogue turns them into the row's mean and rstd and fetches its rows' by
 //   warp shuffles; the column sums arrive in shared memory beside the bias tile as the FP8
 //   column scales do. 16-bit A, B and C, no residual, no split-K, single CTAs; K a multiple of
-//   64 (a zero-filled column past K would count in the shifted sums).
+//   64 (a zero-filled column past K would count in the shifted sums). Its cost: every n-tile of
+//   a row block gathers the rows' statistics again, 16 KB more shared-memory reads a k-step
+//   beside the wgmmas' 48 KB and the TMA's 32 KB writes, and four instructions a value (convert,
+//   shift, add, fma) that the issuing warps must fit between their wgmmas. On an H200 the
+//   ViT-B/16 qkv and fc1 (batch 1 to 256) took 1.4-1.5x the time of the plain matmul, slower
+//   than our layernorm kernel plus that matmul (0.71-0.92x its speed); the loads with no
+//   arithmetic took 1.14-1.19x (kernels/tests/gpu_matmul_layernorm.rs,
+//   layernorm_matmul_speed_report).
 template <typename T, typename TC, bool RESIDUAL, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER,
           bool SPLIT_K, bool FP8 = false, bool LAYERNORM = false>
 __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
@@ -487,8 +494,8 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
     // This thread's accumulator rows (and rows + 8) in each 64-row half, and its first column.
     const int frag_row = (tid / 32) * 16 + (lane >> 2);
     const int frag_col = (lane & 3) * 2;
-    // LAYERNORM: the A row this thread gathers statistics of, its byte offset in a stage, and
-    // the row's shifted sums (reset every tile).
+    // LAYERNORM: the A row this thread gathers statistics of, its first value (x0) and its
+    // shifted sums (both reset every tile).
     const int statistics_row_index = statistics_row(tid);
     float row_x0 = 0.0f, row_s1[2] = {0.0f, 0.0f}, row_s2[2] = {0.0f, 0.0f};
     // Rows 0-63 and 64-127 of the tile.
@@ -872,7 +879,7 @@ __device__ __forceinline__ void matmul_block_tma_pingpong_fp8_residual(
 // acc = A · Bᵀ (fp32 accumulation), column_sums[n] = Σ_k B[n, k] (f32), bias in T, and per row
 // x0 = A[r, 0], s1 = Σ_k (A[r, k] - x0), s2 = Σ_k (A[r, k] - x0)² in f32 from A's tiles in
 // shared memory, mean_r = x0 + s1 / K, rstd_r = rsqrt(max(s2 / K - (s1 / K)², 0) + eps)
-// (the shift keeps the variance exact where the mean is large beside the spread). K a multiple
+// (the shift keeps the variance from cancelling where the mean is large beside the spread). K a multiple
 // of 64. C through a tensor map (boxes of 64 x 128) in T. Template arguments: T, BLOCK_N (64 or
 // 128), STAGES, GROUP_M, activation. 288 threads.
 template <typename T, int BN, int STAGES, int GROUP_M, Act ACT>

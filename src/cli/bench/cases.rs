@@ -41,6 +41,16 @@ pub enum Kind {
         n: usize,
         k: usize,
     },
+    /// A linear layer a layernorm feeds, with the layernorm folded in (the ping-pong
+    /// program's layernorm entry: raw rows, folded weights, bias and column sums; bias, and
+    /// GELU where `gelu`), beside our layernorm then our matmul on the same shape (provider
+    /// `vitrt-unfused`): the two kernels it replaces.
+    LayernormMatmul {
+        m: usize,
+        n: usize,
+        k: usize,
+        gelu: bool,
+    },
     LayerNorm {
         rows: usize,
         cols: usize,
@@ -85,6 +95,7 @@ impl Case {
         match self.kind {
             Kind::Matmul { .. } => "matmul",
             Kind::Fp8Matmul { .. } => "matmul-fp8",
+            Kind::LayernormMatmul { .. } => "matmul-layernorm",
             Kind::LayerNorm { .. } => "layernorm",
             Kind::RmsNorm { .. } => "rmsnorm",
             Kind::Softmax { .. } => "softmax",
@@ -99,7 +110,9 @@ impl Case {
     /// [b, heads, tokens, head_dim].
     pub fn shape(&self) -> Vec<u64> {
         let shape = match self.kind {
-            Kind::Matmul { m, n, k } | Kind::Fp8Matmul { m, n, k } => vec![m, n, k],
+            Kind::Matmul { m, n, k }
+            | Kind::Fp8Matmul { m, n, k }
+            | Kind::LayernormMatmul { m, n, k, .. } => vec![m, n, k],
             Kind::LayerNorm { rows, cols }
             | Kind::RmsNorm { rows, cols }
             | Kind::Softmax { rows, cols } => vec![rows, cols],
@@ -115,9 +128,9 @@ impl Case {
     /// 2·M·N·K for a matmul; `None` for the memory-bound ops, which are measured in bytes.
     pub fn flops(&self) -> Option<f64> {
         match self.kind {
-            Kind::Matmul { m, n, k } | Kind::Fp8Matmul { m, n, k } => {
-                Some(2.0 * m as f64 * n as f64 * k as f64)
-            }
+            Kind::Matmul { m, n, k }
+            | Kind::Fp8Matmul { m, n, k }
+            | Kind::LayernormMatmul { m, n, k, .. } => Some(2.0 * m as f64 * n as f64 * k as f64),
             _ => None,
         }
     }
@@ -135,7 +148,9 @@ impl Case {
     pub fn bytes(&self, dtype: DType) -> Option<u64> {
         let size = dtype.size_bytes();
         let bytes = match self.kind {
-            Kind::Matmul { .. } | Kind::Fp8Matmul { .. } => return None,
+            Kind::Matmul { .. } | Kind::Fp8Matmul { .. } | Kind::LayernormMatmul { .. } => {
+                return None
+            }
             Kind::LayerNorm { rows, cols }
             | Kind::RmsNorm { rows, cols }
             | Kind::Softmax { rows, cols } => 2 * rows * cols * size,
@@ -150,12 +165,14 @@ impl Case {
     }
 
     /// Timings the case makes: ours and cuBLAS, each without and with the epilogue, for a
-    /// matmul (and our 16-bit program for an FP8 matmul); ours fused and unfused and the copy
-    /// for attention; ours and the copy otherwise.
+    /// matmul (and our 16-bit program for an FP8 matmul); ours folded and our layernorm plus
+    /// matmul for a layernorm-folded matmul; ours fused and unfused and the copy for attention;
+    /// ours and the copy otherwise.
     pub fn measurements(&self) -> usize {
         match self.kind {
             Kind::Matmul { .. } => 4,
             Kind::Fp8Matmul { .. } => 6,
+            Kind::LayernormMatmul { .. } => 2,
             // Fused, unfused, the copy.
             Kind::Attention { .. } => 3,
             _ => 2,
@@ -169,8 +186,16 @@ impl Case {
     }
 }
 
+/// The layers a layernorm feeds in a ViT-B/16 block, for the layernorm-folded matmul: (name,
+/// N, K, GELU).
+pub const LAYERNORM_LINEARS: [(&str, usize, usize, bool); 2] = [
+    ("qkv", 3 * HIDDEN, HIDDEN, false),
+    ("fc1", MLP, HIDDEN, true),
+];
+
 /// Every case, in the order they run: matmuls (ViT layers by layer, then squares), the FP8
-/// matmuls (ViT layers), then the memory-bound ops, each from the smallest batch up.
+/// matmuls (ViT layers), the layernorm-folded matmuls (qkv, fc1), then the memory-bound ops,
+/// each from the smallest batch up.
 pub fn catalogue() -> Vec<Case> {
     let mut cases = Vec::new();
     for (layer, n, k) in LINEARS {
@@ -199,6 +224,19 @@ pub fn catalogue() -> Vec<Case> {
                     m: b * TOKENS,
                     n,
                     k,
+                },
+            });
+        }
+    }
+    for (layer, n, k, gelu) in LAYERNORM_LINEARS {
+        for b in BATCHES {
+            cases.push(Case {
+                name: format!("vit-b16/{layer}/b{b}"),
+                kind: Kind::LayernormMatmul {
+                    m: b * TOKENS,
+                    n,
+                    k,
+                    gelu,
                 },
             });
         }
@@ -251,6 +289,7 @@ mod tests {
         let count = |op: &str| all.iter().filter(|c| c.op() == op).count();
         assert_eq!(count("matmul"), 4 * 4 + 6);
         assert_eq!(count("matmul-fp8"), 4 * 4);
+        assert_eq!(count("matmul-layernorm"), 2 * 4);
         for op in [
             "layernorm",
             "rmsnorm",
@@ -270,9 +309,9 @@ mod tests {
         assert_eq!(unique.len(), names.len(), "every case has its own name");
         assert_eq!(
             all.iter().map(Case::measurements).sum::<usize>(),
-            // Matmuls 4 each, FP8 matmuls 6; attention (4 batches) 3; the other 24
-            // memory-bound cases 2.
-            22 * 4 + 16 * 6 + 4 * 3 + 24 * 2
+            // Matmuls 4 each, FP8 matmuls 6, layernorm-folded matmuls 2; attention (4
+            // batches) 3; the other 24 memory-bound cases 2.
+            22 * 4 + 16 * 6 + 8 * 2 + 4 * 3 + 24 * 2
         );
     }
 
@@ -287,6 +326,24 @@ mod tests {
         let fc1 = find("vit-b16/fc1/b8", "matmul-fp8");
         assert_eq!(fc1.shape(), [8 * 197, 3072, 768]);
         assert_eq!(fc1.flops(), Some(2.0 * 8.0 * 197.0 * 3072.0 * 768.0));
+        let folded_qkv = find("vit-b16/qkv/b256", "matmul-layernorm");
+        assert_eq!(folded_qkv.shape(), [256 * 197, 2304, 768]);
+        assert_eq!(
+            folded_qkv.flops(),
+            Some(2.0 * 256.0 * 197.0 * 2304.0 * 768.0)
+        );
+        assert_eq!(folded_qkv.bytes(DType::BF16), None);
+        assert!(matches!(
+            folded_qkv.kind,
+            Kind::LayernormMatmul { gelu: false, .. }
+        ));
+        let folded_fc1 = find("vit-b16/fc1/b1", "matmul-layernorm");
+        assert_eq!(folded_fc1.shape(), [197, 3072, 768]);
+        assert!(matches!(
+            folded_fc1.kind,
+            Kind::LayernormMatmul { gelu: true, .. }
+        ));
+        assert_eq!(folded_fc1.measurements(), 2);
 
         let ln = find("vit-b16/b8", "layernorm");
         assert_eq!(ln.shape(), [8 * 197, 768]);
@@ -323,11 +380,13 @@ mod tests {
                 .filter(|c| c.matches(Some(f)))
                 .count()
         };
-        assert_eq!(keep("qkv"), 8);
+        assert_eq!(keep("qkv"), 12);
         assert_eq!(keep("matmul-fp8/"), 16);
+        assert_eq!(keep("matmul-layernorm/"), 8);
+        assert_eq!(keep("matmul-layernorm/vit-b16/fc1"), 4);
         assert_eq!(keep("softmax"), 4);
         assert_eq!(keep("square/8192"), 1);
-        assert_eq!(keep("b64"), 4 + 4 + 7);
+        assert_eq!(keep("b64"), 4 + 4 + 2 + 7);
         assert_eq!(keep("matmul/vit-b16"), 16);
         assert_eq!(keep("no such case"), 0);
         assert!(catalogue().iter().all(|c| c.matches(None)));

@@ -11,7 +11,9 @@ use rand::{Rng, SeedableRng};
 use vitrt_kernels::cuda::{
     copies_beyond_l2, slot_offset, Cublas, CublasLt, DevPtr, DeviceBuffer, Gpu, KernelError, Timer,
 };
-use vitrt_kernels::matmul::{E4m3Ptr, Fp8Destination, Fp8Operands, Fp8Problem};
+use vitrt_kernels::matmul::{
+    E4m3Ptr, Fp8Destination, Fp8Operands, Fp8Problem, LayernormMatmulProblem,
+};
 use vitrt_kernels::patchify::gpu::PrefixRows;
 use vitrt_kernels::rope::{self, RopeGrid};
 use vitrt_kernels::{
@@ -104,6 +106,7 @@ pub fn run(gpu: &Gpu, settings: &Settings) -> Result<Results, KernelError> {
         match case.kind {
             Kind::Matmul { m, n, k } => bench.matmul(case, m, n, k),
             Kind::Fp8Matmul { m, n, k } => bench.fp8_matmul(case, m, n, k),
+            Kind::LayernormMatmul { m, n, k, gelu } => bench.layernorm_matmul(case, m, n, k, gelu),
             _ => bench.memory_bound(case),
         }
     }
@@ -606,6 +609,123 @@ impl Bench<'_> {
         }
     }
 
+    /// The layernorm-folded matmul (raw rows x, folded weights, bias and column sums; bias,
+    /// and GELU where `gelu`: epilogue `bias` or `bias+gelu`), then the two kernels it replaces
+    /// on the same rotated operands (provider `vitrt-unfused`): our layernorm of x into a
+    /// rotated intermediate, then our matmul with its bias and activation.
+    fn layernorm_matmul(&mut self, case: &Case, m: usize, n: usize, k: usize, gelu: bool) {
+        let d = self.dtype;
+        let op = "matmul-layernorm";
+        let (epilogue, activation) = if gelu {
+            ("bias+gelu", Activation::Gelu)
+        } else {
+            ("bias", Activation::None)
+        };
+        let providers = ["vitrt", "vitrt-unfused"];
+        let skip_all = |bench: &mut Self, reason: String| {
+            for provider in providers {
+                bench.skip(op, &case.name, provider, Some(epilogue), reason.clone());
+                bench.progress.inc(1);
+            }
+        };
+        let (gpu, flops) = (self.gpu, case.flops());
+        let p = LayernormMatmulProblem {
+            m,
+            n,
+            k,
+            activation,
+            eps: LAYER_NORM_EPS,
+        };
+        if let Err(reason) = matmul::layernorm_matmul_support(gpu, d, &p) {
+            return skip_all(self, reason);
+        }
+        let size = d.size_bytes();
+        let operands = (|| {
+            let copies = self.copies((m * k + n * k + n) * size + n * 4 + 2 * k * 4);
+            Ok::<_, KernelError>((
+                copies,
+                self.input(d, m * k, copies, 4.0)?,
+                self.input(d, n * k, copies, 1.0)?,
+                self.input(d, n, copies, 1.0)?,
+                self.input(DType::F32, n, copies, 1.0)?,
+                self.input(DType::F32, k, copies, 1.5)?,
+                self.input(DType::F32, k, copies, 0.5)?,
+                self.output(m * k, copies)?,
+                self.output(m * n, copies)?,
+            ))
+        })();
+        let (copies, x, w, bias, column_sums, gamma, beta, y, out) = match operands {
+            Ok(operands) => operands,
+            Err(e) => return skip_all(self, e.to_string()),
+        };
+        let folded = self.measure(copies, |i| {
+            matmul::gpu::matmul_layernorm(
+                gpu,
+                d,
+                &p,
+                x.view(i)?,
+                w.view(i)?,
+                bias.view(i)?,
+                column_sums.view(i)?,
+                out.view(i)?,
+            )
+        });
+        self.record(
+            op,
+            &case.name,
+            "vitrt",
+            Some(epilogue),
+            case.shape(),
+            folded,
+            flops,
+            None,
+        );
+        let product = MatmulProblem::linear(
+            m,
+            n,
+            k,
+            Epilogue {
+                bias: true,
+                activation,
+                ..Epilogue::NONE
+            },
+        );
+        let unfused = self.measure(copies, |i| {
+            let y = y.view(i)?;
+            layernorm::gpu::layernorm(
+                gpu,
+                d,
+                x.view(i)?,
+                gamma.view(i)?,
+                beta.view(i)?,
+                m,
+                k,
+                LAYER_NORM_EPS,
+                y,
+            )?;
+            matmul::gpu::matmul(
+                gpu,
+                d,
+                &product,
+                y,
+                w.view(i)?,
+                Some(bias.view(i)?),
+                None,
+                out.view(i)?,
+            )
+        });
+        self.record(
+            op,
+            &case.name,
+            "vitrt-unfused",
+            Some(epilogue),
+            case.shape(),
+            unfused,
+            flops,
+            None,
+        );
+    }
+
     /// Ours, then a device-to-device copy moving the same traffic (half of it read, half
     /// written), each on its own rotated buffers (ours freed before the copy's are made).
     fn memory_bound(&mut self, case: &Case) {
@@ -844,9 +964,13 @@ impl Bench<'_> {
                     )
                 })
             }
-            Kind::Matmul { .. } | Kind::Fp8Matmul { .. } => Err(KernelError::InvalidArgument(
-                "matmuls are timed by Bench::matmul and Bench::fp8_matmul".into(),
-            )),
+            Kind::Matmul { .. } | Kind::Fp8Matmul { .. } | Kind::LayernormMatmul { .. } => {
+                Err(KernelError::InvalidArgument(
+                    "matmuls are timed by Bench::matmul, Bench::fp8_matmul and \
+                     Bench::layernorm_matmul"
+                        .into(),
+                ))
+            }
         }
     }
 }
