@@ -1,7 +1,12 @@
 //! The layernorm-folded matmul (`vitrt_kernels::matmul::gpu::matmul_layernorm`, the ping-pong
 //! program's layernorm entry) against its CPU twin (`matmul::cpu::matmul_layernorm`), and
 //! against the pair of kernels it replaces (our layernorm, then our matmul with the unfolded
-//! weights) on the GPU. Operands like a ViT block's: rows of x uniform in [-2, 2], some shifted
+//! weights) on the GPU; and the producer of its row statistics
+//! (`matmul::gpu::matmul_with_row_statistics`, the residual matmul that writes x): its C equal
+//! bit for bit to the plain matmul's on every tile, its statistics against the twin's
+//! (`matmul::cpu::row_statistics`) of the device's C, and the whole chain, producer then
+//! layernorm matmul, against the twin and the unfolded pair. Where a test has no producer, the
+//! row statistics are the twin's of x, uploaded. Operands like a ViT block's: rows of x uniform in [-2, 2], some shifted
 //! by a mean offset (8 or 50) to exercise the shifted statistics; W in [-0.05, 0.05], gamma in
 //! [0.5, 1.5], beta and b in [-0.5, 0.5], folded by `matmul::layernorm_fold` and rounded to the
 //! 16-bit type as the runtime stores them. Every output is poisoned first (0xFF bytes, NaN in
@@ -36,8 +41,8 @@ use vitrt_kernels::cuda::{DevPtr, Gpu, KernelError};
 use vitrt_kernels::layernorm::gpu as layernorm_gpu;
 use vitrt_kernels::matmul::layernorm_fold::{column_sums, fold_bias, fold_weight};
 use vitrt_kernels::matmul::{
-    cpu, gpu as matmul_gpu, layernorm_matmul_support, LayernormMatmulProblem, MatmulTile,
-    LAYERNORM_TILES,
+    cpu, gpu as matmul_gpu, layernorm_matmul_support, row_statistics_support,
+    LayernormMatmulProblem, MatmulTile, LAYERNORM_TILES, ROW_STATISTICS_TILES,
 };
 use vitrt_kernels::{Activation, DType, Epilogue, MatmulProblem};
 
@@ -62,17 +67,29 @@ struct Case {
 impl Case {
     /// Every third row of x is shifted by `offset`.
     fn new(dtype: DType, p: LayernormMatmulProblem, offset: f32, rng: &mut StdRng) -> Case {
-        let (m, n, k) = (p.m, p.n, p.k);
-        let uniform = |len: usize, lo: f32, hi: f32, rng: &mut StdRng| -> Vec<f32> {
-            (0..len).map(|_| rng.random_range(lo..hi)).collect()
-        };
-        let round = |v: Vec<f32>| -> Vec<f32> { v.into_iter().map(|x| dtype.round(x)).collect() };
-        let x: Vec<f32> = (0..m * k)
+        let k = p.k;
+        let x: Vec<f32> = (0..p.m * k)
             .map(|i| {
                 let shift = if (i / k) % 3 == 1 { offset } else { 0.0 };
                 dtype.round(rng.random_range(-2.0f32..2.0) + shift)
             })
             .collect();
+        Case::with_x(dtype, p, x, &format!("mean offset {offset}"), rng)
+    }
+
+    /// A case on rows `x` given (in `dtype` already), random layer parameters.
+    fn with_x(
+        dtype: DType,
+        p: LayernormMatmulProblem,
+        x: Vec<f32>,
+        what: &str,
+        rng: &mut StdRng,
+    ) -> Case {
+        let (m, n, k) = (p.m, p.n, p.k);
+        let uniform = |len: usize, lo: f32, hi: f32, rng: &mut StdRng| -> Vec<f32> {
+            (0..len).map(|_| rng.random_range(lo..hi)).collect()
+        };
+        let round = |v: Vec<f32>| -> Vec<f32> { v.into_iter().map(|x| dtype.round(x)).collect() };
         let weight = round(uniform(n * k, -0.05, 0.05, rng));
         let gamma = uniform(k, 0.5, 1.5, rng);
         let beta = uniform(k, -0.5, 0.5, rng);
@@ -81,10 +98,7 @@ impl Case {
         let folded_bias = round(fold_bias(&weight, &beta, Some(&bias), n, k));
         let column_sums = column_sums(&folded_weight, n, k);
         Case {
-            label: format!(
-                "{m}x{n}x{k} {dtype} {} mean offset {offset}",
-                p.activation.short_name()
-            ),
+            label: format!("{m}x{n}x{k} {dtype} {} {what}", p.activation.short_name()),
             dtype,
             p,
             x,
@@ -112,10 +126,32 @@ impl Case {
         out.into_iter().map(|v| self.dtype.round(v)).collect()
     }
 
-    /// The folded layer on the GPU (`tile` forced, else the launcher's).
+    /// The twin's row statistics of x (`[K / 64][M]` f32 pairs).
+    fn row_stats(&self) -> Vec<f32> {
+        let p = &self.p;
+        let mut stats = vec![f32::NAN; p.row_stats_len()];
+        cpu::row_statistics(&self.x, p.m, p.k, &mut stats);
+        stats
+    }
+
+    /// The folded layer on the GPU (`tile` forced, else the launcher's), on x and the twin's
+    /// row statistics of it, uploaded.
     fn folded(&self, gpu: &Gpu, tile: Option<MatmulTile>) -> Vec<f32> {
+        let (_x, x) = upload(gpu, self.dtype, &self.x, 0);
+        let (_s, row_stats) = upload(gpu, DType::F32, &self.row_stats(), 0);
+        self.folded_on(gpu, tile, x, row_stats)
+    }
+
+    /// The folded layer on the GPU on device rows `x` (holding self.x) and their row
+    /// statistics `row_stats`.
+    fn folded_on(
+        &self,
+        gpu: &Gpu,
+        tile: Option<MatmulTile>,
+        x: DevPtr,
+        row_stats: DevPtr,
+    ) -> Vec<f32> {
         let (p, dtype) = (&self.p, self.dtype);
-        let (_x, x) = upload(gpu, dtype, &self.x, 0);
         let (_w, w) = upload(gpu, dtype, &self.folded_weight, 0);
         let (_b, bias) = upload(gpu, dtype, &self.folded_bias, 0);
         let (_cs, cs) = upload(gpu, DType::F32, &self.column_sums, 0);
@@ -127,12 +163,15 @@ impl Case {
                 p,
                 tile,
                 x,
+                row_stats,
                 w,
                 bias,
                 cs,
                 out.view(),
             ),
-            None => matmul_gpu::matmul_layernorm(gpu, dtype, p, x, w, bias, cs, out.view()),
+            None => {
+                matmul_gpu::matmul_layernorm(gpu, dtype, p, x, row_stats, w, bias, cs, out.view())
+            }
         }
         .unwrap_or_else(|e| panic!("{}: {e}", self.label));
         gpu.synchronize().unwrap();
@@ -349,13 +388,22 @@ fn layernorm_matmul_refuses_what_its_program_cannot_take_with_the_reason() {
     let (_w, w) = upload(&gpu, dtype, &zeros(n * k), 0);
     let (_b, bias) = upload(&gpu, dtype, &zeros(n), 0);
     let (_cs, cs) = upload(&gpu, DType::F32, &zeros(n), 0);
+    let (_s, stats) = upload(&gpu, DType::F32, &zeros(ok.row_stats_len()), 0);
     let out = Poisoned::new(&gpu, dtype, m * n, 0);
-    let attempt = |x: DevPtr, cs: DevPtr| -> String {
-        match matmul_gpu::matmul_layernorm(&gpu, dtype, &ok, x, w, bias, cs, out.view()) {
+    let attempt_with = |x: DevPtr, stats: DevPtr, cs: DevPtr| -> String {
+        match matmul_gpu::matmul_layernorm(&gpu, dtype, &ok, x, stats, w, bias, cs, out.view()) {
             Err(KernelError::InvalidArgument(e)) => e,
             other => panic!("expected a refusal, got {other:?}"),
         }
     };
+    let attempt = |x: DevPtr, cs: DevPtr| attempt_with(x, stats, cs);
+    // Row statistics too short, or not f32.
+    let short_stats = DevPtr {
+        len: ok.row_stats_len() - 1,
+        ..stats
+    };
+    assert!(attempt_with(x, short_stats, cs).contains("row statistics"));
+    assert!(attempt_with(x, bias, cs).contains("row statistics"));
     // x one element past a 16-byte boundary.
     let shifted = DevPtr {
         ptr: x.ptr + 2,
@@ -426,6 +474,14 @@ fn layernorm_matmul_speed_report() {
                         )
                     })
                     .collect();
+                // The row statistics of x, as its producer would have written them.
+                let mut x_rounded = x.clone();
+                x_rounded.iter_mut().for_each(|v| *v = dtype.round(*v));
+                let mut stats = vec![0.0f32; p.row_stats_len()];
+                cpu::row_statistics(&x_rounded, m, k, &mut stats);
+                let stats: Vec<_> = (0..copies)
+                    .map(|_| upload(&gpu, DType::F32, &stats, 0))
+                    .collect();
                 let folded = |tile: Option<MatmulTile>| {
                     median(
                         timer
@@ -438,6 +494,7 @@ fn layernorm_matmul_speed_report() {
                                         &p,
                                         tile,
                                         x.1,
+                                        stats[i].1,
                                         w.1,
                                         b.1,
                                         cs.1,
@@ -448,6 +505,7 @@ fn layernorm_matmul_speed_report() {
                                         dtype,
                                         &p,
                                         x.1,
+                                        stats[i].1,
                                         w.1,
                                         b.1,
                                         cs.1,
@@ -530,4 +588,289 @@ fn layernorm_matmul_speed_report() {
             }
         }
     }
+}
+
+/// One producer run's operands: x = A · Bᵀ + bias + R at `m` x 768 x `k`, every third row of R
+/// shifted by 50 (a residual stream's large means), in `dtype`.
+struct Producer {
+    dtype: DType,
+    p: MatmulProblem,
+    a: (vitrt_kernels::cuda::DeviceBuffer, DevPtr),
+    b: (vitrt_kernels::cuda::DeviceBuffer, DevPtr),
+    bias: (vitrt_kernels::cuda::DeviceBuffer, DevPtr),
+    residual: (vitrt_kernels::cuda::DeviceBuffer, DevPtr),
+}
+
+impl Producer {
+    fn new(gpu: &Gpu, dtype: DType, m: usize, k: usize, rng: &mut StdRng) -> Producer {
+        let n = 768;
+        let values = |len: usize, scale: f32, rng: &mut StdRng| -> Vec<f32> {
+            (0..len)
+                .map(|_| dtype.round(rng.random_range(-scale..scale)))
+                .collect()
+        };
+        let a = values(m * k, 1.0, rng);
+        let b = values(n * k, 0.05, rng);
+        let bias = values(n, 0.5, rng);
+        let residual: Vec<f32> = (0..m * n)
+            .map(|i| {
+                let shift = if (i / n) % 3 == 1 { 50.0 } else { 0.0 };
+                dtype.round(rng.random_range(-2.0f32..2.0) + shift)
+            })
+            .collect();
+        Producer {
+            dtype,
+            p: MatmulProblem::linear(
+                m,
+                n,
+                k,
+                Epilogue {
+                    bias: true,
+                    residual: true,
+                    ..Epilogue::NONE
+                },
+            ),
+            a: upload(gpu, dtype, &a, 0),
+            b: upload(gpu, dtype, &b, 0),
+            bias: upload(gpu, dtype, &bias, 0),
+            residual: upload(gpu, dtype, &residual, 0),
+        }
+    }
+
+    /// C from the plain matmul on `tile` (the launcher's for `None`).
+    fn plain(&self, gpu: &Gpu, tile: Option<MatmulTile>) -> Vec<f32> {
+        let p = &self.p;
+        let c = Poisoned::new(gpu, self.dtype, p.m * p.n, 0);
+        let args = (
+            self.a.1,
+            self.b.1,
+            Some(self.bias.1),
+            Some(self.residual.1),
+            c.view(),
+        );
+        match tile {
+            Some(tile) => matmul_gpu::matmul_with_tile(
+                gpu, self.dtype, p, tile, args.0, args.1, args.2, args.3, args.4,
+            ),
+            None => matmul_gpu::matmul(gpu, self.dtype, p, args.0, args.1, args.2, args.3, args.4),
+        }
+        .unwrap();
+        gpu.synchronize().unwrap();
+        c.read(gpu, "plain producer")
+    }
+
+    /// C and the row statistics from the row-statistics matmul on `tile` (the launcher's for
+    /// `None`), with the device buffers kept for the consumer.
+    fn with_statistics(
+        &self,
+        gpu: &Gpu,
+        tile: Option<MatmulTile>,
+    ) -> (Vec<f32>, Vec<f32>, Poisoned, Poisoned) {
+        let p = &self.p;
+        let c = Poisoned::new(gpu, self.dtype, p.m * p.n, 0);
+        let stats = Poisoned::new(gpu, DType::F32, 2 * (p.n / 64) * p.m, 0);
+        let (a, b, bias, r) = (self.a.1, self.b.1, Some(self.bias.1), self.residual.1);
+        match tile {
+            Some(tile) => matmul_gpu::matmul_with_row_statistics_with_tile(
+                gpu,
+                self.dtype,
+                p,
+                tile,
+                a,
+                b,
+                bias,
+                r,
+                c.view(),
+                stats.view(),
+            ),
+            None => matmul_gpu::matmul_with_row_statistics(
+                gpu,
+                self.dtype,
+                p,
+                a,
+                b,
+                bias,
+                r,
+                c.view(),
+                stats.view(),
+            ),
+        }
+        .unwrap();
+        gpu.synchronize().unwrap();
+        let (c_values, stats_values) =
+            (c.read(gpu, "producer C"), stats.read(gpu, "row statistics"));
+        (c_values, stats_values, c, stats)
+    }
+}
+
+/// Checks the device's row statistics against the twin's of the device's C: means within
+/// 1e-5 of the block's largest magnitude, m2 within 1e-4 of m2 plus 1e-6 of 64 · magnitude².
+fn check_row_statistics(label: &str, c: &[f32], m: usize, n: usize, got: &[f32]) {
+    let mut want = vec![f32::NAN; 2 * (n / 64) * m];
+    cpu::row_statistics(c, m, n, &mut want);
+    for b in 0..n / 64 {
+        for r in 0..m {
+            let block = &c[r * n + b * 64..r * n + b * 64 + 64];
+            let scale = block.iter().map(|v| v.abs() as f64).fold(1e-30, f64::max);
+            let i = 2 * (b * m + r);
+            let (gm, wm) = (got[i] as f64, want[i] as f64);
+            let (gq, wq) = (got[i + 1] as f64, want[i + 1] as f64);
+            assert!(
+                (gm - wm).abs() <= 1e-5 * scale,
+                "{label}: block {b} row {r}: mean {gm} vs the twin's {wm}"
+            );
+            assert!(
+                (gq - wq).abs() <= 1e-4 * wq + 64e-6 * scale * scale,
+                "{label}: block {b} row {r}: m2 {gq} vs the twin's {wq}"
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an sm_90 GPU"]
+fn row_statistics_producer_writes_the_plain_c_and_the_twins_statistics_on_every_tile() {
+    let gpu = new_gpu();
+    let mut rng = StdRng::seed_from_u64(55);
+    for dtype in [DType::F16, DType::BF16] {
+        for m in [1, 197, 12608] {
+            for k in [768, 3072] {
+                let producer = Producer::new(&gpu, dtype, m, k, &mut rng);
+                assert_eq!(row_statistics_support(&gpu, dtype, &producer.p), Ok(()));
+                let chosen = matmul_gpu::row_statistics_tile_for(
+                    &gpu,
+                    dtype,
+                    &producer.p,
+                    producer.residual.1,
+                    producer.residual.1,
+                )
+                .unwrap();
+                let tiles = std::iter::once((None, chosen))
+                    .chain(ROW_STATISTICS_TILES.iter().map(|&t| (Some(t), t)));
+                for (forced, tile) in tiles {
+                    let label = format!(
+                        "{m}x768x{k} {dtype} {}{}",
+                        tile.name(),
+                        if forced.is_none() {
+                            " (launcher's)"
+                        } else {
+                            ""
+                        }
+                    );
+                    let plain = producer.plain(&gpu, Some(tile));
+                    let (c, stats, _c, _stats) = producer.with_statistics(&gpu, forced);
+                    let differing = plain
+                        .iter()
+                        .zip(&c)
+                        .filter(|(a, b)| a.to_bits() != b.to_bits())
+                        .count();
+                    assert_eq!(differing, 0, "{label}: C differs from the plain matmul's");
+                    check_row_statistics(&label, &c, m, 768, &stats);
+                    println!("{label:<48} C bit for bit, row statistics within tolerance");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an sm_90 GPU"]
+fn layernorm_matmul_on_the_producers_statistics_matches_the_twin_and_the_unfolded_pair() {
+    let gpu = new_gpu();
+    let mut rng = StdRng::seed_from_u64(56);
+    for dtype in [DType::F16, DType::BF16] {
+        for m in [1, 197, 12608] {
+            for k_producer in [768, 3072] {
+                let producer = Producer::new(&gpu, dtype, m, k_producer, &mut rng);
+                let (x, _, x_device, stats_device) = producer.with_statistics(&gpu, None);
+                for (n, activation) in [(2304, Activation::None), (3072, Activation::Gelu)] {
+                    let case = Case::with_x(
+                        dtype,
+                        problem(m, n, 768, activation),
+                        x.clone(),
+                        &format!("on a producer's x (K {k_producer})"),
+                        &mut rng,
+                    );
+                    let folded = case.folded_on(&gpu, None, x_device.view(), stats_device.view());
+                    let worst_twin =
+                        compare(&case.label, &folded, &case.twin(), twin_tolerance(dtype));
+                    let worst_unfolded = compare(
+                        &format!("{} folded against unfolded", case.label),
+                        &folded,
+                        &case.unfolded(&gpu),
+                        unfolded_tolerance(dtype),
+                    );
+                    println!(
+                        "{:<64} twin: worst {worst_twin:.3}, unfolded: worst {worst_unfolded:.3} of tolerance",
+                        case.label
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an sm_90 GPU"]
+fn row_statistics_producer_refuses_what_it_cannot_take_with_the_reason() {
+    let gpu = new_gpu();
+    let dtype = DType::BF16;
+    let with_residual = |m: usize, n: usize, k: usize, residual: bool| {
+        MatmulProblem::linear(
+            m,
+            n,
+            k,
+            Epilogue {
+                bias: true,
+                residual,
+                ..Epilogue::NONE
+            },
+        )
+    };
+    assert_eq!(
+        row_statistics_support(&gpu, dtype, &with_residual(197, 768, 768, true)),
+        Ok(())
+    );
+    for (dtype, p, reason) in [
+        (
+            DType::F32,
+            with_residual(197, 768, 768, true),
+            "f16 or bf16",
+        ),
+        (dtype, with_residual(197, 768, 768, false), "residual"),
+        (dtype, with_residual(197, 72, 768, true), "multiple of 64"),
+    ] {
+        let e = row_statistics_support(&gpu, dtype, &p).unwrap_err();
+        assert!(e.contains(reason), "{e}");
+    }
+    let mut rng = StdRng::seed_from_u64(57);
+    let producer = Producer::new(&gpu, dtype, 197, 768, &mut rng);
+    let p = &producer.p;
+    let c = Poisoned::new(&gpu, dtype, p.m * p.n, 0);
+    let stats = Poisoned::new(&gpu, DType::F32, 2 * (p.n / 64) * p.m, 0);
+    let attempt = |stats: DevPtr| -> String {
+        match matmul_gpu::matmul_with_row_statistics(
+            &gpu,
+            dtype,
+            p,
+            producer.a.1,
+            producer.b.1,
+            Some(producer.bias.1),
+            producer.residual.1,
+            c.view(),
+            stats,
+        ) {
+            Err(KernelError::InvalidArgument(e)) => e,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    };
+    let short = DevPtr {
+        len: 2 * (p.n / 64) * p.m - 1,
+        ..stats.view()
+    };
+    assert!(attempt(short).contains("row statistics"));
+    assert!(attempt(c.view()).contains("row statistics"));
+    gpu.synchronize().unwrap();
+    assert!(c.read(&gpu, "refused").iter().all(|v| v.is_nan()));
+    assert!(stats.read(&gpu, "refused").iter().all(|v| v.is_nan()));
 }

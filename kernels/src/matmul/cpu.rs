@@ -187,8 +187,9 @@ fn dot(x: &[f32], y: &[f32]) -> f32 {
 /// The layernorm-folded matmul's twin ([`LayernormMatmulProblem`]): x `[M, K]`, the folded
 /// weights `w` `[N, K]` and `bias` (N) hold values already rounded to the device's 16-bit type,
 /// `column_sums` (N) the f32 sums of those weights. The product accumulates in f32 ([`matmul`]),
-/// each row's statistics are [`LayernormMatmulProblem::row_statistics`] (its shifted sums in
-/// order, in f32), and each output is [`LayernormMatmulProblem::store`], the device's epilogue
+/// each row's statistics are [`LayernormMatmulProblem::row_statistics`] (the partials of its
+/// 64-value blocks, computed here from x as the producer computes them, then combined as the
+/// program's epilogue combines them; see [`row_statistics`]), and each output is [`LayernormMatmulProblem::store`], the device's epilogue
 /// in its order; `out` gets the values before their rounding to the 16-bit type (the caller
 /// rounds). Rows are finished in parallel. Panics if an operand does not fit its buffer or K is
 /// 0 (callers check with [`LayernormMatmulProblem::check_bounds`] first); any other K is
@@ -227,6 +228,44 @@ pub fn matmul_layernorm(
                 *v = p.store(*v, mean, rstd, cs, b);
             }
         });
+}
+
+/// The twin of the row statistics `gpu::matmul_with_row_statistics` writes beside C: for C
+/// `[M, N]` as stored (values already rounded to the 16-bit type), N a multiple of 64,
+/// `out[2 · (b · m + r)]` and `out[2 · (b · m + r) + 1]` = (mean_b, m2_b) of row r's 64-column
+/// block b ([`crate::matmul::layernorm_matmul::block_statistics`], the device's formulas and
+/// order), block-major: `[N / 64][M]` pairs. Panics if N is not a multiple of 64 or a buffer
+/// is too short.
+pub fn row_statistics(c: &[f32], m: usize, n: usize, out: &mut [f32]) {
+    use crate::matmul::layernorm_matmul::{block_statistics, ROW_STATISTICS_BLOCK};
+    assert!(
+        n.is_multiple_of(ROW_STATISTICS_BLOCK),
+        "row statistics need N to be a multiple of {ROW_STATISTICS_BLOCK}, N is {n}"
+    );
+    let blocks = n / ROW_STATISTICS_BLOCK;
+    assert!(
+        c.len() >= m * n,
+        "C holds {} values, needs {}",
+        c.len(),
+        m * n
+    );
+    assert!(
+        out.len() >= 2 * blocks * m,
+        "the row statistics hold {} values, need {}",
+        out.len(),
+        2 * blocks * m
+    );
+    if m == 0 {
+        return;
+    }
+    for (b, block_out) in out[..2 * blocks * m].chunks_mut(2 * m).enumerate() {
+        for (r, pair) in block_out.chunks_mut(2).enumerate() {
+            let start = r * n + b * ROW_STATISTICS_BLOCK;
+            let (mean, m2) = block_statistics(&c[start..start + ROW_STATISTICS_BLOCK]);
+            pair[0] = mean;
+            pair[1] = m2;
+        }
+    }
 }
 
 /// The FP8 matmul's twin ([`Fp8Problem`]): A and B as E4M3 codes, decoded exactly; each
@@ -835,8 +874,8 @@ mod tests {
 
     #[test]
     fn layernorm_row_statistics_keep_their_precision_under_a_large_mean() {
-        // A row of mean 1000 and spread 2^-4 (values exact in f32): without the shift, Σx² /
-        // K - mean² would cancel all of the variance's bits in f32.
+        // A row of mean 1000 and spread 2^-4 (values exact in f32): without centring each
+        // block on its mean, Σx² / K - mean² would cancel all of the variance's bits in f32.
         let p = LayernormMatmulProblem {
             m: 1,
             n: 8,
@@ -864,6 +903,110 @@ mod tests {
             (got_rstd as f64 - rstd).abs() <= 1e-5 * rstd,
             "{got_rstd} vs {rstd}"
         );
+    }
+
+    /// The f64 reference of one block's (mean, m2).
+    fn block_reference(block: &[f32]) -> (f64, f64) {
+        let mean = block.iter().map(|&v| v as f64).sum::<f64>() / block.len() as f64;
+        let m2 = block
+            .iter()
+            .map(|&v| (v as f64 - mean).powi(2))
+            .sum::<f64>();
+        (mean, m2)
+    }
+
+    #[test]
+    fn row_statistics_are_each_blocks_mean_and_m2_block_major() {
+        let mut rng = StdRng::seed_from_u64(41);
+        for dtype in [DType::F16, DType::BF16] {
+            let (m, n) = (7, 192);
+            // Rows of different means and spreads, as a residual stream has them.
+            let c: Vec<f32> = (0..m * n)
+                .map(|i| {
+                    let row = i / n;
+                    let scale = 0.1 * (row + 1) as f32;
+                    dtype.round(10.0 * row as f32 - 20.0 + scale * rng.random_range(-3.0f32..3.0))
+                })
+                .collect();
+            let mut out = vec![f32::NAN; 2 * (n / 64) * m + 3];
+            row_statistics(&c, m, n, &mut out);
+            for b in 0..n / 64 {
+                for r in 0..m {
+                    let block = &c[r * n + b * 64..r * n + b * 64 + 64];
+                    let (mean, m2) = block_reference(block);
+                    let scale = block.iter().map(|&v| v.abs() as f64).fold(0.0, f64::max);
+                    let (got_mean, got_m2) =
+                        (out[2 * (b * m + r)] as f64, out[2 * (b * m + r) + 1] as f64);
+                    assert!(
+                        (got_mean - mean).abs() <= 1e-6 * scale,
+                        "{dtype} block {b} row {r}: mean {got_mean} vs {mean}"
+                    );
+                    assert!(
+                        (got_m2 - m2).abs() <= 1e-5 * m2 + 1e-6 * scale * scale,
+                        "{dtype} block {b} row {r}: m2 {got_m2} vs {m2}"
+                    );
+                }
+            }
+            assert!(
+                out[2 * (n / 64) * m..].iter().all(|v| v.is_nan()),
+                "wrote past the statistics"
+            );
+        }
+    }
+
+    #[test]
+    fn layernorm_statistics_combined_from_partials_match_f64_and_the_rows_own() {
+        let mut rng = StdRng::seed_from_u64(43);
+        let (m, k) = (9, 768);
+        let p = LayernormMatmulProblem {
+            m,
+            n: 8,
+            k,
+            activation: Activation::None,
+            eps: 1e-6,
+        };
+        for dtype in [DType::F16, DType::BF16] {
+            // Per row an offset (up to 300) beside a spread of 0.05-2, and a slope across the
+            // row, so the blocks' means differ and the combination's spread term counts.
+            let x: Vec<f32> = (0..m * k)
+                .map(|i| {
+                    let (row, col) = (i / k, i % k);
+                    let offset = [0.0f32, 300.0, -40.0][row % 3];
+                    let spread = 0.05 + 0.25 * row as f32;
+                    dtype.round(
+                        offset + spread * rng.random_range(-1.0f32..1.0) + 0.004 * col as f32,
+                    )
+                })
+                .collect();
+            let mut partials = vec![0.0f32; 2 * (k / 64) * m];
+            row_statistics(&x, m, k, &mut partials);
+            for r in 0..m {
+                let row = &x[r * k..(r + 1) * k];
+                let exact: Vec<f64> = row.iter().map(|&v| v as f64).collect();
+                let mean = exact.iter().sum::<f64>() / k as f64;
+                let var = exact.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / k as f64;
+                let rstd = 1.0 / (var + p.eps as f64).sqrt();
+                let own = p.row_statistics(row);
+                let from_partials = p.row_statistics_from_partials(
+                    (0..k / 64).map(|b| (partials[2 * (b * m + r)], partials[2 * (b * m + r) + 1])),
+                );
+                assert_eq!(
+                    own, from_partials,
+                    "{dtype} row {r}: the twin's two paths differ"
+                );
+                let scale = exact.iter().map(|v| v.abs()).fold(0.0, f64::max);
+                assert!(
+                    (own.0 as f64 - mean).abs() <= 2e-6 * scale,
+                    "{dtype} row {r}: mean {} vs {mean}",
+                    own.0
+                );
+                assert!(
+                    (own.1 as f64 - rstd).abs() <= 1e-4 * rstd,
+                    "{dtype} row {r}: rstd {} vs {rstd}",
+                    own.1
+                );
+            }
+        }
     }
 
     #[test]

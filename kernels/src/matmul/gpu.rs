@@ -10,13 +10,14 @@ use crate::cuda::{invalid, DevPtr, Gpu, Instantiation, KernelError};
 use crate::matmul::config::{configure, MatmulConfig, MixedOutput};
 use crate::matmul::fp8::Fp8Problem;
 use crate::matmul::launch::MatmulLaunch;
-use crate::matmul::layernorm_matmul::LayernormMatmulProblem;
+use crate::matmul::layernorm_matmul::{LayernormMatmulProblem, ROW_STATISTICS_BLOCK};
 use crate::matmul::problem::{MatmulProblem, WeightLayout};
 use crate::matmul::selection::{
     rows_aligned, tiles_for, MatmulTile, Program, DEEP_SMALL_TILE, SMALL_TENSOR_CORE_TILE,
 };
 use crate::matmul::selection::{
-    select_fp8_tile, select_layernorm_tile, sm_count, FP8_TILES, LAYERNORM_TILES,
+    select_fp8_tile, select_layernorm_tile, select_row_statistics_tile, single_nk_matrix, sm_count,
+    FP8_TILES, LAYERNORM_TILES, ROW_STATISTICS_TILES,
 };
 use crate::matmul::tma_pingpong_fp8::{self, Fp8Operands};
 use crate::matmul::tuning::{matmul_choice, MatmulStorage};
@@ -44,7 +45,7 @@ pub fn matmul(
         residual: residual.filter(|_| p.epilogue.residual).map(|r| r.dtype),
     };
     let (tile, _) = matmul_choice(gpu, dtype, p, storage)?;
-    launch_with_tile(gpu, dtype, p, tile, a, b, bias, residual, c)
+    launch_with_tile(gpu, dtype, p, tile, a, b, bias, residual, c, None)
 }
 
 /// [`matmul`] with the tile shape forced instead of chosen: for tuning and for
@@ -75,7 +76,176 @@ pub fn matmul_with_tile(
             tile.name()
         ));
     }
-    launch_with_tile(gpu, dtype, p, tile, a, b, bias, residual, c)
+    launch_with_tile(gpu, dtype, p, tile, a, b, bias, residual, c, None)
+}
+
+/// [`matmul`] of a 16-bit residual stream that also writes each row's partial statistics
+/// beside C, for the layernorm-folded matmul that reads C next ([`matmul_layernorm`]): C =
+/// act(alpha·A·B + bias) + R exactly as [`matmul`] on the same tile writes it, and for every row
+/// r of C and every 64-column block b, `row_stats[2 · (b · M + r)]` and `[… + 1]` = (mean_b,
+/// m2_b) of the block's values as stored (`crate::matmul::cpu::row_statistics` is the twin;
+/// `[N / 64][M]` f32 pairs, block-major). `p` must have a residual epilogue; the residual and C
+/// hold `dtype` (f16 or bf16), `row_stats` is F32 with at least 2 · (N / 64) · M values on an
+/// 8-byte boundary; see [`row_statistics_support`] for the rest. Runs on one of the 16-bit
+/// ping-pong tiles ([`ROW_STATISTICS_TILES`]): the tuned tile or the cost model's where it is
+/// one of them, else the cheapest of them by the cost model ([`row_statistics_tile_for`]).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_with_row_statistics(
+    gpu: &Gpu,
+    dtype: DType,
+    p: &MatmulProblem,
+    a: DevPtr,
+    b: DevPtr,
+    bias: Option<DevPtr>,
+    residual: DevPtr,
+    c: DevPtr,
+    row_stats: DevPtr,
+) -> Result<(), KernelError> {
+    row_statistics_support(gpu, dtype, p).map_err(KernelError::InvalidArgument)?;
+    let tile = row_statistics_tile_for(gpu, dtype, p, residual, c)?;
+    matmul_with_row_statistics_with_tile(gpu, dtype, p, tile, a, b, bias, residual, c, row_stats)
+}
+
+/// [`matmul_with_row_statistics`] on a tile of the caller's, one of [`ROW_STATISTICS_TILES`]:
+/// for benchmarks and tests.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_with_row_statistics_with_tile(
+    gpu: &Gpu,
+    dtype: DType,
+    p: &MatmulProblem,
+    tile: MatmulTile,
+    a: DevPtr,
+    b: DevPtr,
+    bias: Option<DevPtr>,
+    residual: DevPtr,
+    c: DevPtr,
+    row_stats: DevPtr,
+) -> Result<(), KernelError> {
+    if !ROW_STATISTICS_TILES.contains(&tile) {
+        return Err(invalid!(
+            "tile {} is not one of the row-statistics matmul's tiles",
+            tile.name()
+        ));
+    }
+    row_statistics_support(gpu, dtype, p).map_err(KernelError::InvalidArgument)?;
+    for (what, ptr) in [("residual", residual), ("C", c)] {
+        if ptr.dtype != dtype {
+            return Err(invalid!(
+                "the row-statistics matmul keeps the stream in {dtype}: its {what} holds {}",
+                ptr.dtype
+            ));
+        }
+    }
+    row_stats.expect("row statistics", DType::F32, 0)?;
+    let need = 2 * (p.n / ROW_STATISTICS_BLOCK) * p.m;
+    if row_stats.len < need {
+        return Err(invalid!(
+            "the row statistics need {need} f32 values ((N / 64) · M pairs), the buffer has {}",
+            row_stats.len
+        ));
+    }
+    if !row_stats.is_aligned(8) {
+        return Err(invalid!(
+            "the row statistics start at {:#x}, not on the 8-byte boundary of their f32 pairs",
+            row_stats.ptr
+        ));
+    }
+    launch_with_tile(
+        gpu,
+        dtype,
+        p,
+        tile,
+        a,
+        b,
+        bias,
+        Some(residual),
+        c,
+        Some(row_stats),
+    )
+}
+
+/// Whether [`matmul_with_row_statistics`] runs `p` on `gpu` with `dtype` operands: an sm_90
+/// GPU (the program is sm_90a), f16 or bf16, one [M, K] x [N, K] product with K > 0, a residual
+/// epilogue with an activation the epilogue applies, N a multiple of 64 (every row statistics
+/// block whole). Else the reason, in words. Operands are checked at the launch (the stream in
+/// `dtype`, rows on 16-byte boundaries as the tensor maps need).
+pub fn row_statistics_support(gpu: &Gpu, dtype: DType, p: &MatmulProblem) -> Result<(), String> {
+    let (major, minor) = gpu.compute_capability();
+    if (major, minor) != (9, 0) {
+        return Err(format!(
+            "the row-statistics matmul needs an sm_90 GPU (TMA and wgmma); this one is \
+             sm_{major}{minor}"
+        ));
+    }
+    row_statistics_problem_support(dtype, p)
+}
+
+/// [`row_statistics_support`] less the GPU: what the program takes of `p`.
+pub(crate) fn row_statistics_problem_support(
+    dtype: DType,
+    p: &MatmulProblem,
+) -> Result<(), String> {
+    if !matches!(dtype, DType::F16 | DType::BF16) {
+        return Err(format!(
+            "the row-statistics matmul runs on f16 or bf16 operands, not {dtype}"
+        ));
+    }
+    if !p.epilogue.residual {
+        return Err(
+            "the row-statistics matmul writes a residual stream: its epilogue needs a \
+                    residual"
+                .into(),
+        );
+    }
+    if !p.epilogue.activation.in_matmul_epilogue() {
+        return Err(format!(
+            "the matmul epilogue does not apply {:?}",
+            p.epilogue.activation
+        ));
+    }
+    if !single_nk_matrix(p) {
+        return Err(
+            "the row-statistics matmul runs one [M, K] x [N, K] product with K > 0 (TMA \
+             tiles)"
+                .into(),
+        );
+    }
+    if !p.n.is_multiple_of(ROW_STATISTICS_BLOCK) {
+        return Err(format!(
+            "the row-statistics matmul needs N to be a multiple of {ROW_STATISTICS_BLOCK} \
+             (whole blocks of row statistics); N is {}",
+            p.n
+        ));
+    }
+    Ok(())
+}
+
+/// The tile [`matmul_with_row_statistics`] picks for `p` on `gpu` with this residual and C:
+/// the tile [`matmul`] would take (tuned or the cost model's) where it is one of
+/// [`ROW_STATISTICS_TILES`], so that C is [`matmul`]'s bit for bit; else the cheapest of those
+/// by the cost model's rule for them (`select_row_statistics_tile`); with batch-invariant
+/// selection, as if M were large (the tuning table is ignored then too).
+pub fn row_statistics_tile_for(
+    gpu: &Gpu,
+    dtype: DType,
+    p: &MatmulProblem,
+    residual: DevPtr,
+    c: DevPtr,
+) -> Result<MatmulTile, KernelError> {
+    let storage = MatmulStorage {
+        output: c.dtype,
+        residual: Some(residual.dtype),
+    };
+    let (tile, _) = matmul_choice(gpu, dtype, p, storage)?;
+    if ROW_STATISTICS_TILES.contains(&tile) {
+        return Ok(tile);
+    }
+    let m = if gpu.batch_invariant() {
+        crate::matmul::selection::INVARIANT_ROWS
+    } else {
+        p.m
+    };
+    Ok(select_row_statistics_tile(m, p.n, p.k, sm_count(gpu)?))
 }
 
 /// The FP8 matmul ([`Fp8Problem`]): e4m3 A and B, the scales, bias, activation and residual
@@ -120,7 +290,10 @@ pub fn fp8_tile_for(gpu: &Gpu, p: &Fp8Problem) -> Result<MatmulTile, KernelError
 }
 
 /// The layernorm-folded linear layer ([`LayernormMatmulProblem`]): `out = act(LayerNorm(x) ·
-/// Wᵀ + b)` from the raw rows `x` `[M, K]`, the folded weights `w` = W' `[N, K]`, the folded
+/// Wᵀ + b)` from the raw rows `x` `[M, K]`, their partial statistics `row_stats` (F32,
+/// `[K / 64][M]` pairs (mean_b, m2_b) as [`matmul_with_row_statistics`] wrote them when it
+/// wrote x; 8-byte aligned), which the epilogue combines into each row's mean and rstd, the
+/// folded weights `w` = W' `[N, K]`, the folded
 /// bias b' (N values) and the column sums of W' (N f32; see
 /// [`crate::matmul::layernorm_fold`]), x, W', the bias and `out` `[M, N]` in `dtype` (f16 or
 /// bf16), on the ping-pong program's layernorm entry (sm_90 only). The tile is the cost
@@ -133,13 +306,14 @@ pub fn matmul_layernorm(
     dtype: DType,
     p: &LayernormMatmulProblem,
     x: DevPtr,
+    row_stats: DevPtr,
     w: DevPtr,
     bias: DevPtr,
     column_sums: DevPtr,
     out: DevPtr,
 ) -> Result<(), KernelError> {
     let tile = layernorm_matmul_tile_for(gpu, p)?;
-    matmul_layernorm_with_tile(gpu, dtype, p, tile, x, w, bias, column_sums, out)
+    matmul_layernorm_with_tile(gpu, dtype, p, tile, x, row_stats, w, bias, column_sums, out)
 }
 
 /// [`matmul_layernorm`] on a tile of the caller's, one of [`LAYERNORM_TILES`]: for benchmarks
@@ -151,6 +325,7 @@ pub fn matmul_layernorm_with_tile(
     p: &LayernormMatmulProblem,
     tile: MatmulTile,
     x: DevPtr,
+    row_stats: DevPtr,
     w: DevPtr,
     bias: DevPtr,
     column_sums: DevPtr,
@@ -163,7 +338,7 @@ pub fn matmul_layernorm_with_tile(
         ));
     }
     layernorm_matmul_support(gpu, dtype, p).map_err(KernelError::InvalidArgument)?;
-    tma_pingpong_layernorm::launch(gpu, dtype, p, tile, x, w, bias, column_sums, out)
+    tma_pingpong_layernorm::launch(gpu, dtype, p, tile, x, row_stats, w, bias, column_sums, out)
 }
 
 /// Whether [`matmul_layernorm`] runs `p` on `gpu` with `dtype` operands: an sm_90 GPU (the
@@ -257,6 +432,7 @@ fn launch_with_tile(
     bias: Option<DevPtr>,
     residual: Option<DevPtr>,
     c: DevPtr,
+    row_stats: Option<DevPtr>,
 ) -> Result<(), KernelError> {
     let (bias, residual) = validate(dtype, p, a, b, bias, residual, c)?;
     if p.batch == 0 || p.heads == 0 || p.m == 0 || p.n == 0 {
@@ -264,6 +440,14 @@ fn launch_with_tile(
     }
 
     let config = configure(dtype, p, tile, a, b, residual, c);
+    if row_stats.is_some() && !config.is_pingpong_stream16() {
+        return Err(invalid!(
+            "the row-statistics matmul needs A, B, R and C as the ping-pong tile's tensor maps \
+             take them (rows on 16-byte boundaries, R and C in {dtype}); these fall back to tile \
+             {}",
+            config.tile.name()
+        ));
+    }
     let tile = config.tile;
     let extents = (p.batch, p.heads, p.m);
     let c_rows_aligned = rows_aligned(c.ptr, c.dtype.size_bytes(), &p.c, extents, 4);
@@ -288,7 +472,10 @@ fn launch_with_tile(
             )
         })?;
 
-    let instantiation = config.instantiation();
+    let instantiation = match row_stats {
+        Some(_) => config.row_stats_instantiation(),
+        None => config.instantiation(),
+    };
     let launch = MatmulLaunch {
         gpu,
         dtype,
@@ -307,7 +494,10 @@ fn launch_with_tile(
         Program::MmaSync | Program::Fma => mma_sync::launch_args(&launch)?,
         Program::Wgmma => wgmma::launch_args(&launch)?,
         Program::TmaCooperative => tma_cooperative::launch_args(&launch)?,
-        Program::TmaPingPong => tma_pingpong::launch_args(&launch)?,
+        Program::TmaPingPong => match row_stats {
+            Some(row_stats) => tma_pingpong::row_stats_launch_args(&launch, row_stats)?,
+            None => tma_pingpong::launch_args(&launch)?,
+        },
     };
     gpu.launch(&instantiation, dims, &args)
 }
@@ -402,5 +592,31 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
     }
     all.extend(tma_pingpong_fp8::instantiations());
     all.extend(tma_pingpong_layernorm::instantiations());
+    all.extend(row_statistics_instantiations());
+    all
+}
+
+/// Every instantiation [`matmul_with_row_statistics`] can pick: the 16-bit-stream ping-pong
+/// configuration of each of [`ROW_STATISTICS_TILES`], both 16-bit types, every epilogue
+/// activation.
+pub(crate) fn row_statistics_instantiations() -> Vec<Instantiation> {
+    let mut all = Vec::new();
+    for tile in ROW_STATISTICS_TILES {
+        for dtype in [DType::F16, DType::BF16] {
+            for activation in Activation::EPILOGUE {
+                let config = MatmulConfig {
+                    dtype,
+                    residual: dtype,
+                    output: dtype,
+                    tile,
+                    activation,
+                    b_layout: WeightLayout::NK,
+                    vec16: true,
+                    with_residual: true,
+                };
+                all.push(config.row_stats_instantiation());
+            }
+        }
+    }
     all
 }

@@ -21,8 +21,10 @@
 //!   its GPU tests in kernels/tests/gpu_matmul_fp8.rs, its unit tests of selection and
 //!   instantiations in tests.rs.
 //! - layernorm_matmul.rs: what the layernorm-folded matmul computes
-//!   ([`LayernormMatmulProblem`]: a layernorm's statistics of A's rows in the epilogue, gamma
-//!   and beta folded into the weights by [`layernorm_fold`]), for its twin
+//!   ([`LayernormMatmulProblem`]: a layernorm's statistics of A's rows combined in the
+//!   epilogue from per-block partials that A's producer wrote, `gpu::matmul_with_row_statistics`
+//!   and its twin `cpu::row_statistics`; gamma and beta folded into the weights by
+//!   [`layernorm_fold`]), for its twin
 //!   (`cpu::matmul_layernorm`) and its program (tma_pingpong_layernorm.rs, the layernorm entry
 //!   of tma_pingpong.cu; `gpu::matmul_layernorm`). Its CPU tests are in cpu.rs, its GPU tests in
 //!   kernels/tests/gpu_matmul_layernorm.rs.
@@ -56,14 +58,15 @@ mod wgmma;
 
 pub use crate::cuda::E4m3Ptr;
 pub use fp8::{inverse_out_scale, ActivationScale, Fp8Output, Fp8Problem, FP8_K_MULTIPLE};
-pub use gpu::layernorm_matmul_support;
+pub use gpu::{layernorm_matmul_support, row_statistics_support};
 pub use layernorm_matmul::{
-    LayernormMatmulProblem, LAYERNORM_MATMUL_K_MULTIPLE, LAYERNORM_MATMUL_N_MULTIPLE,
+    block_statistics, combine_statistics, LayernormMatmulProblem, LAYERNORM_MATMUL_K_MULTIPLE,
+    LAYERNORM_MATMUL_N_MULTIPLE, ROW_STATISTICS_BLOCK,
 };
 pub use problem::{Epilogue, MatmulProblem, WeightLayout};
 pub use selection::{
     matmul_tile_for, tiles_for, MatmulTile, Program, FMA_TILES, FP8_TILES, LAYERNORM_TILES,
-    TENSOR_CORE_TILES, WGMMA_TILES,
+    ROW_STATISTICS_TILES, TENSOR_CORE_TILES, WGMMA_TILES,
 };
 pub use tma_pingpong_fp8::{Fp8Destination, Fp8Operands};
 pub use tune::{

@@ -432,25 +432,7 @@ pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u
     // of them the 64x64 mma.sync tiles win, except the ping-pong tile down to a quarter wave
     // and its narrow variant below one wave (measured with `vitrt tune`: benchmarks/NOTES.md,
     // 2026-11-22 "K-aware cost model").
-    let sms_u64 = sms as u64;
-    // The clustered ping-pong tile only from four full waves: below that, each CTA's walk
-    // is too short for the shared A loads to pay for the clusters' coupled stages (measured
-    // with `vitrt tune`: benchmarks/NOTES.md, 2026-11-25 "A multicast across a cluster of two").
-    let enough_tiles = |tile: &MatmulTile| {
-        let programs = programs_of(tile);
-        if tile.cluster > 1 {
-            return programs >= 4 * sms_u64;
-        }
-        // The narrow ping-pong tile only within one wave, where the 128-wide tiles leave SMs
-        // idle: at batch 1 it runs qkv and fc1 1.2-1.4x faster than the wide one and proj
-        // 1.23x faster than the deep small tile (fc2 alike); at batch 8 the wide tile wins
-        // (measured with `vitrt tune`: benchmarks/NOTES.md, 2026-11-28 "A narrow ping-pong
-        // tile for batch 1").
-        if *tile == NARROW_PINGPONG_TILE {
-            return programs <= sms_u64;
-        }
-        programs >= sms_u64 || (tile.program == Program::TmaPingPong && 4 * programs >= sms_u64)
-    };
+    let enough_tiles = |tile: &MatmulTile| hopper_tile_has_enough(tile, programs_of(tile), sms);
     let usable = |tile: &MatmulTile| {
         tile.runs_on(cc)
             && !(tile.program.is_hopper() && p.b_layout == WeightLayout::KN)
@@ -467,6 +449,50 @@ pub(crate) fn select_tile(dtype: DType, p: &MatmulProblem, sms: u32, cc: (u32, u
         }
     }
     best
+}
+
+/// Whether a Hopper tile making `programs` tiles on `sms` SMs is one `select_tile` considers.
+/// The clustered ping-pong tile only from four full waves: below that, each CTA's walk is too
+/// short for the shared A loads to pay for the clusters' coupled stages (measured with `vitrt
+/// tune`: benchmarks/NOTES.md, 2026-11-25 "A multicast across a cluster of two").
+fn hopper_tile_has_enough(tile: &MatmulTile, programs: u64, sms: u32) -> bool {
+    let sms_u64 = sms as u64;
+    if tile.cluster > 1 {
+        return programs >= 4 * sms_u64;
+    }
+    // The narrow ping-pong tile only within one wave, where the 128-wide tiles leave SMs
+    // idle: at batch 1 it runs qkv and fc1 1.2-1.4x faster than the wide one and proj
+    // 1.23x faster than the deep small tile (fc2 alike); at batch 8 the wide tile wins
+    // (measured with `vitrt tune`: benchmarks/NOTES.md, 2026-11-28 "A narrow ping-pong
+    // tile for batch 1").
+    if *tile == NARROW_PINGPONG_TILE {
+        return programs <= sms_u64;
+    }
+    programs >= sms_u64 || (tile.program == Program::TmaPingPong && 4 * programs >= sms_u64)
+}
+
+/// The tiles of the matmul that writes row statistics beside a 16-bit stream
+/// (`gpu::matmul_with_row_statistics`, the ping-pong program's
+/// `matmul_block_tma_pingpong_stream16_stats`): the 16-bit ping-pong tiles, wide, clustered and
+/// narrow (with its split-K).
+pub const ROW_STATISTICS_TILES: [MatmulTile; 3] =
+    [TMA_TILES[2], TMA_TILES[3], NARROW_PINGPONG_TILE];
+
+/// The row-statistics matmul's tile for an `m` x `n` x `k` product on `sms` SMs: among
+/// [`ROW_STATISTICS_TILES`], those `select_tile` would consider (the narrow one within one
+/// wave, the clustered one from four), the cheapest by its cost model; the wide tile where
+/// none is (never: the narrow tile takes what the wide one leaves).
+pub(crate) fn select_row_statistics_tile(m: usize, n: usize, k: usize, sms: u32) -> MatmulTile {
+    let programs = |t: &MatmulTile| {
+        m.div_ceil(t.block_m as usize) as u64 * n.div_ceil(t.block_n as usize) as u64
+    };
+    let sms = sms.max(1);
+    ROW_STATISTICS_TILES
+        .iter()
+        .filter(|t| hopper_tile_has_enough(t, programs(t), sms))
+        .min_by_key(|t| t.cost(programs(t), sms as u64, k as u64))
+        .copied()
+        .unwrap_or(ROW_STATISTICS_TILES[0])
 }
 
 /// Whether `p` is one [M, K] x [N, K] matrix product with K > 0: what the warp-specialised

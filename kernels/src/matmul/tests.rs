@@ -952,3 +952,115 @@ fn layernorm_instantiation_names_spell_the_meta_parameters() {
         "matmul_f16_tmapp_ln_bn64_s8_g8_none"
     );
 }
+
+#[test]
+fn every_row_statistics_instantiation_is_registered_once_beside_its_stream16_twin() {
+    let registered = instantiations();
+    let mut count = 0;
+    for tile in ROW_STATISTICS_TILES {
+        assert_eq!(tile.program, Program::TmaPingPong);
+        for dtype in [DType::F16, DType::BF16] {
+            for activation in Activation::EPILOGUE {
+                let config = MatmulConfig {
+                    dtype,
+                    residual: dtype,
+                    output: dtype,
+                    tile,
+                    activation,
+                    b_layout: WeightLayout::NK,
+                    vec16: true,
+                    with_residual: true,
+                };
+                assert!(config.is_pingpong_stream16());
+                let plain = config.instantiation();
+                let stats = config.row_stats_instantiation();
+                assert_eq!(stats.name, format!("{}_stats", plain.name));
+                assert_eq!(stats.function, "matmul_block_tma_pingpong_stream16_stats");
+                // The same program: template arguments, threads; one parameter more.
+                assert_eq!(stats.template_args, plain.template_args);
+                assert_eq!(stats.block_threads, plain.block_threads);
+                assert_eq!(stats.params.len(), plain.params.len() + 1);
+                for inst in [&plain, &stats] {
+                    assert_eq!(
+                        registered.iter().filter(|i| *i == inst).count(),
+                        1,
+                        "{}",
+                        inst.name
+                    );
+                }
+                count += 1;
+            }
+        }
+    }
+    assert_eq!(count, 3 * 2 * Activation::EPILOGUE.len());
+}
+
+#[test]
+fn row_statistics_selection_keeps_to_the_stream16_tiles_by_select_tiles_rule() {
+    // ViT-B/16's proj (K 768) and fc2 (K 3072) into the stream at batch 1 to 256 on 132 SMs:
+    // batch 1 on the narrow tile, as select_tile picks it; always one of the 16-bit ping-pong
+    // tiles, and where select_tile's choice is one of them, that one.
+    for k in [768, 3072] {
+        for batch in [1usize, 8, 64, 256] {
+            let m = 197 * batch;
+            let tile = select_row_statistics_tile(m, 768, k, 132);
+            assert!(ROW_STATISTICS_TILES.contains(&tile), "{m}x768x{k}");
+            if batch == 1 {
+                assert_eq!(tile, NARROW_PINGPONG_TILE, "{m}x768x{k}");
+            }
+            let p = MatmulProblem::linear(
+                m,
+                768,
+                k,
+                Epilogue {
+                    residual: true,
+                    ..Epilogue::NONE
+                },
+            );
+            let general = select_tile(DType::BF16, &p, 132, (9, 0));
+            if ROW_STATISTICS_TILES.contains(&general) {
+                assert_eq!(tile, general, "{m}x768x{k}");
+            }
+        }
+    }
+    // Batch-invariant selection chooses as for INVARIANT_ROWS rows: never the narrow tile.
+    assert_ne!(
+        select_row_statistics_tile(INVARIANT_ROWS, 768, 768, 132),
+        NARROW_PINGPONG_TILE
+    );
+}
+
+#[test]
+fn row_statistics_problems_the_program_does_not_take_are_refused_with_the_reason() {
+    let stream = |n: usize, residual: bool| {
+        MatmulProblem::linear(
+            197,
+            n,
+            768,
+            Epilogue {
+                bias: true,
+                residual,
+                ..Epilogue::NONE
+            },
+        )
+    };
+    assert_eq!(
+        row_statistics_problem_support(DType::BF16, &stream(768, true)),
+        Ok(())
+    );
+    for (dtype, p, reason) in [
+        (DType::F32, stream(768, true), "f16 or bf16"),
+        (DType::F16, stream(768, false), "residual"),
+        (DType::F16, stream(776, true), "multiple of 64"),
+    ] {
+        let e = row_statistics_problem_support(dtype, &p).unwrap_err();
+        assert!(e.contains(reason), "{e}");
+    }
+    let batched = MatmulProblem {
+        batch: 2,
+        ..stream(768, true)
+    };
+    assert!(row_statistics_problem_support(DType::F16, &batched)
+        .unwrap_err()
+        .contains("one [M, K] x [N, K]"));
+}

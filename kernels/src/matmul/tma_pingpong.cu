@@ -2,7 +2,10 @@
 // the warp-specialised program of tma_cooperative.cu with its two consumer warpgroups on
 // alternate tiles, so one warpgroup's epilogue runs under the other's MMAs; C, and the
 // residual of its residual variants, through tensor maps. A layernorm entry folds the
-// layernorm of A's rows into the 16-bit product (matmul_block_tma_pingpong_layernorm).
+// layernorm of A's rows into the 16-bit product (matmul_block_tma_pingpong_layernorm), from
+// per-row partial statistics that the 16-bit-stream residual entry writes beside the stream
+// (matmul_block_tma_pingpong_stream16_stats): the producer of x computes them, the consumer
+// only combines them.
 
 #include "tma.cuh"
 
@@ -44,16 +47,22 @@ struct Fp8Scales {
 };
 
 // The layernorm entry's operands (see matmul_block_tma_pingpong_layernorm): the weights'
-// column sums (f32, N values) and the layernorm's epsilon. Unused by the other programs.
+// column sums (f32, N values), the partial statistics of A's rows ([K / 64][M] float2, as
+// matmul_block_tma_pingpong_stream16_stats writes them) and the layernorm's epsilon. Unused by
+// the other programs.
 struct LayernormArgs {
     const float* column_sums = nullptr;
+    const float2* row_stats = nullptr;
     float eps = 0.0f;
 };
 
-// The row of the stage's A tile whose statistics consumer thread `tid` (0-127) gathers: lanes
-// 0-15 of warp q take rows 16q .. 16q + 15, lanes 16-31 rows 64 + 16q .. 64 + 16q + 15, the
-// 32 rows of the accumulator fragments of warp q (frag_row, + 8, + 64, + 72), so the epilogue
-// fetches every row's mean and rstd with warp shuffles (see row_statistics_lane).
+// The width of a row statistics block: the producer's partials cover 64 columns each.
+constexpr int kRowStatsBlock = 64;
+
+// The row of the tile whose statistics consumer thread `tid` (0-127) combines (LAYERNORM):
+// lanes 0-15 of warp q take rows 16q .. 16q + 15, lanes 16-31 rows 64 + 16q .. 64 + 16q + 15,
+// the 32 rows of the accumulator fragments of warp q (frag_row, + 8, + 64, + 72), so the
+// epilogue fetches every row's mean and rstd with warp shuffles (see row_statistics_lane).
 __device__ __forceinline__ int statistics_row(int tid) {
     const int lane = tid & 31;
     return (tid / 32) * 16 + (lane & 15) + (lane >> 4) * 64;
@@ -65,32 +74,78 @@ __device__ __forceinline__ int row_statistics_lane(int lane, int r) {
     return (lane >> 2) + (r & 1) * 8 + (r >> 1) * 16;
 }
 
-// Adds one 128-byte row of a stage's A tile (64 16-bit values of k, 128-byte swizzled: chunk c
-// of row `row` at byte (c ^ (row % 8)) · 16) into the shifted sums of the row: s1 += x - x0,
-// s2 += (x - x0)², in f32, over two pairs of partial sums. `first` (the tile's first k-tile)
-// takes x0 = the row's column 0 first, chunk 0's first value. The loads are volatile with a
-// memory clobber so that they stay before the __syncwarp that precedes the stage's release.
+// ROW_STATS: the partial statistics of one 64-column block of row `row` of a 16-bit output
+// tile (the box at `box`: 128-byte rows, chunk c of row r at byte (c ^ (r % 8)) · 16), the
+// values as stored (rounded to T): mean = (Σ x) / 64 and m2 = Σ (x - mean)², in f32, each sum
+// over four partial sums (value i into sum i % 4, in column order) added as (s0 + s1) + (s2 +
+// s3), the order of the twin (LayernormMatmulProblem's block_statistics). The second pass
+// reads the row from shared memory again: the accumulators stay live across the epilogue
+// (ptxas cannot tell that the next tile's first wgmma overwrites them), which leaves no room
+// for the row's 32 words in registers. A warp's eight-row groups read eight different chunks:
+// no bank conflicts.
 template <typename T>
-__device__ __forceinline__ void accumulate_row_statistics(unsigned row_address, int row, bool first, float& x0,
-                                                          float (&s1)[2], float (&s2)[2]) {
+__device__ __forceinline__ void read_output_chunk(unsigned box, int row, int c, float (&v)[8]) {
+    unsigned words[4];
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(words[0]), "=r"(words[1]), "=r"(words[2]), "=r"(words[3])
+                 : "r"(box + row * 128 + ((c ^ (row & 7)) << 4))
+                 : "memory");
 #pragma unroll
+    for (int w = 0; w < 4; ++w) {
+        const float2 pair = load_pair_as_float(reinterpret_cast<const T*>(&words[w]));
+        v[2 * w] = pair.x;
+        v[2 * w + 1] = pair.y;
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ float2 output_block_statistics(unsigned box, int row) {
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 2
     for (int c = 0; c < 8; ++c) {
-        unsigned words[4];
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(words[0]), "=r"(words[1]), "=r"(words[2]), "=r"(words[3])
-                     : "r"(row_address + ((c ^ (row & 7)) << 4))
-                     : "memory");
+        float v[8];
+        read_output_chunk<T>(box, row, c, v);
 #pragma unroll
-        for (int w = 0; w < 4; ++w) {
-            const float2 v = load_pair_as_float(reinterpret_cast<const T*>(&words[w]));
-            if (c == 0 && w == 0) x0 = first ? v.x : x0;
-            const float dx = v.x - x0, dy = v.y - x0;
-            s1[0] += dx;
-            s2[0] = fmaf(dx, dx, s2[0]);
-            s1[1] += dy;
-            s2[1] = fmaf(dy, dy, s2[1]);
+        for (int i = 0; i < 8; ++i) s[i % 4] += v[i];
+    }
+    const float mean = ((s[0] + s[1]) + (s[2] + s[3])) * (1.0f / kRowStatsBlock);
+    float q[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 2
+    for (int c = 0; c < 8; ++c) {
+        float v[8];
+        read_output_chunk<T>(box, row, c, v);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float d = v[i] - mean;
+            q[i % 4] = fmaf(d, d, q[i % 4]);
         }
     }
+    return make_float2(mean, (q[0] + q[1]) + (q[2] + q[3]));
+}
+
+// LAYERNORM: one row's (-mean, rstd) from its K / 64 partials (mean_b, m2_b) at
+// `stats[b · m]`, combined by Chan's formula for blocks of equal counts: mean = (Σ_b mean_b) / B,
+// m2 = Σ_b m2_b + 64 · Σ_b (mean_b - mean)², var = m2 / K, rstd = rsqrt(var + eps); each sum in
+// block order (LayernormMatmulProblem::combine_statistics is the twin's). The second pass
+// reads the means again (L1 hits) rather than holding B of them in registers.
+__device__ __forceinline__ float2 combine_row_statistics(const float2* stats, long long m, int k, float eps) {
+    const int blocks = k / kRowStatsBlock;
+    float sum_mean = 0.0f, sum_m2 = 0.0f;
+#pragma unroll 4
+    for (int b = 0; b < blocks; ++b) {
+        const float2 partial = __ldg(stats + b * m);
+        sum_mean += partial.x;
+        sum_m2 += partial.y;
+    }
+    const float mean = sum_mean / (float)blocks;
+    float spread = 0.0f;
+#pragma unroll 4
+    for (int b = 0; b < blocks; ++b) {
+        const float d = __ldg(&stats[b * m].x) - mean;
+        spread = fmaf(d, d, spread);
+    }
+    const float m2 = fmaf((float)kRowStatsBlock, spread, sum_m2);
+    return make_float2(-mean, rsqrtf(m2 / (float)k + eps));
 }
 
 // Two adjacent outputs of the layernorm epilogue: act(fma(rstd, fma(-mean, column_sum, acc),
@@ -373,28 +428,32 @@ __device__ __forceinline__ void release_residual_unread(unsigned full_bar, unsig
 //   e4m3 (TC = E4m3: one box of BN bytes a row, see e4m3_output_offset). See
 //   matmul_block_tma_pingpong_fp8.
 // - LAYERNORM: C = act(rstd · (acc - mean · column_sum) + bias), the layernorm of A's rows
-//   folded into the product (see matmul_block_tma_pingpong_layernorm). Each k-step, once the
-//   warpgroup has issued the stage's wgmmas, every consumer thread adds one row of the stage's
-//   A tile into that row's shifted sums (accumulate_row_statistics), so the loads run under
-//   the MMAs; the epilogue turns them into the row's mean and rstd and fetches its rows' by
-//   warp shuffles; the column sums arrive in shared memory beside the bias tile as the FP8
-//   column scales do. 16-bit A, B and C, no residual, no split-K, single CTAs; K a multiple of
-//   64 (a zero-filled column past K would count in the shifted sums). Its cost: every n-tile of
-//   a row block gathers the rows' statistics again, 16 KB more shared-memory reads a k-step
-//   beside the wgmmas' 48 KB and the TMA's 32 KB writes, and four instructions a value (convert,
-//   shift, add, fma) that the issuing warps must fit between their wgmmas. On an H200 the
-//   ViT-B/16 qkv and fc1 (batch 1 to 256) took 1.4-1.5x the time of the plain matmul, slower
-//   than our layernorm kernel plus that matmul (0.71-0.92x its speed); the loads with no
-//   arithmetic took 1.14-1.19x (kernels/tests/gpu_matmul_layernorm.rs,
-//   layernorm_matmul_speed_report).
+//   folded into the product (see matmul_block_tma_pingpong_layernorm). The rows' statistics
+//   are not gathered here: A's producer (ROW_STATS below) wrote partial statistics of every
+//   64-column block of each row, and the epilogue combines a row's K / 64 partials
+//   (combine_row_statistics, one row a thread, loads issued before the last wgmma wait) and
+//   fetches its fragment rows' mean and rstd by warp shuffles; the column sums arrive in
+//   shared memory beside the bias tile as the FP8 column scales do. 16-bit A, B and C, no
+//   residual, no split-K, single CTAs; K a multiple of 64. (Gathering the sums from the A
+//   tiles under the MMAs took 1.4-1.5x the plain matmul's time on an H200: benchmarks/NOTES.md,
+//   2026-11-28 "Layernorms folded into the matmul".)
+// - ROW_STATS (16-bit stream only: RESIDUAL, TC == T, no FP8): once the warpgroup's output tile
+//   (bias, activation and residual added, rounded to T) is in shared memory and its TMA store
+//   issued, thread tid takes row tid of the tile and, for each 64-column block inside N, writes
+//   float2(mean_b, m2_b) of the row's stored values (output_block_statistics) to
+//   `row_stats[(col0 / 64 + b) · m + row]` for rows inside M; a named barrier then keeps the
+//   tile (the residual buffer) until every thread has read it. It runs in the epilogue, under
+//   the other warpgroup's main loop; with split-K only the last split's epilogue writes them.
+//   N a multiple of 64 (a block clipped by the tensor map would be wrong).
 template <typename T, typename TC, bool RESIDUAL, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER,
-          bool SPLIT_K, bool FP8 = false, bool LAYERNORM = false>
+          bool SPLIT_K, bool FP8 = false, bool LAYERNORM = false, bool ROW_STATS = false>
 __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
                                                     const TmaDescriptor& out_map, const TmaDescriptor& c_map,
                                                     const T* bias, TC* c, long long c_row_stride, int m, int n, int k,
                                                     float alpha, int splits, int split_k_tiles, float* partials,
                                                     unsigned* counters, const Fp8Scales& scales = Fp8Scales{},
-                                                    const LayernormArgs& layernorm = LayernormArgs{}) {
+                                                    const LayernormArgs& layernorm = LayernormArgs{},
+                                                    float2* row_stats = nullptr) {
     constexpr bool kResidual = RESIDUAL;
     // A k-tile row is 128 bytes (one swizzle row): 64 16-bit values or 128 e4m3 ones.
     constexpr int BM = 128, BK = FP8 ? 128 : 64, kRowBytes = 128;
@@ -413,6 +472,8 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
     static_assert(!FP8 || !is_f32<TC>::value, "the FP8 program writes 16-bit or e4m3 C");
     static_assert(!LAYERNORM || (!kResidual && !FP8 && !SPLIT_K && CLUSTER == 1 && is_same_type<T, TC>::value),
                   "the layernorm entry takes 16-bit C, no residual, FP8, split-K or cluster");
+    static_assert(!ROW_STATS || (kResidual && !FP8 && !LAYERNORM && is_same_type<T, TC>::value),
+                  "row statistics are written by the 16-bit-stream residual entry only");
 
     extern __shared__ __align__(128) unsigned char shared_tiles[];
     // full[s], then empty[s], then turn[0], turn[1], then (f32 residual) residual_full[b] and
@@ -494,10 +555,8 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
     // This thread's accumulator rows (and rows + 8) in each 64-row half, and its first column.
     const int frag_row = (tid / 32) * 16 + (lane >> 2);
     const int frag_col = (lane & 3) * 2;
-    // LAYERNORM: the A row this thread gathers statistics of, its first value (x0) and its
-    // shifted sums (both reset every tile).
+    // LAYERNORM: the row of the tile whose statistics this thread combines.
     const int statistics_row_index = statistics_row(tid);
-    float row_x0 = 0.0f, row_s1[2] = {0.0f, 0.0f}, row_s2[2] = {0.0f, 0.0f};
     // Rows 0-63 and 64-127 of the tile.
     float acc_top[kAccumulators], acc_bottom[kAccumulators];
 #pragma unroll
@@ -516,7 +575,6 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         if constexpr (LAYERNORM) {
             if (tid < BN / 4)
                 stage_scale_chunk(scale_tile + tid * 16, layernorm.column_sums, t.tile_n * BN + tid * 4, n);
-            row_s1[0] = row_s1[1] = row_s2[0] = row_s2[1] = 0.0f;
         }
         cp_async_commit();
         // Tile j = 2i + w waits for completion i - 1 + w of turn[w] (the other's tile j - 1).
@@ -543,26 +601,22 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
                 }
             }
             wgmma_commit();
-            // LAYERNORM: this thread's row of the stage's A tile, read while the MMAs run. The
-            // warp barrier first keeps ptxas from scheduling the loads and sums between the
-            // step's wgmmas, which starved the tensor cores (benchmarks/NOTES.md, 2026-11-28
-            // "Layernorms folded into the matmul").
-            if constexpr (LAYERNORM) __syncwarp();
-            if constexpr (LAYERNORM)
-                accumulate_row_statistics<T>(stage_a + statistics_row_index * kRowBytes, statistics_row_index,
-                                             kt == 0, row_x0, row_s1, row_s2);
-            // The previous step's group has retired once at most one is pending: its stage is free
-            // (LAYERNORM: once every lane's reads of its A tile are done too).
+            // The previous step's group has retired once at most one is pending: its stage is free.
             wgmma_wait<1>();
-            if constexpr (LAYERNORM) __syncwarp();
             if (kt > 0 && lane == 0) release_stage<CLUSTER>(empty_bar + ((step - 1) % STAGES) * 8);
             // The other warpgroup's next tile may queue its MMAs behind this tile's last ones.
             if (kt == k_tiles - 1 && leader) mbarrier_arrive(turn_bar + (1 - w) * 8);
         }
+        // LAYERNORM: this thread's row's (-mean, rstd) from the producer's partials, loaded
+        // while the last k-step's MMAs run (rows past M: zeros, their outputs are clipped).
+        float2 own_statistics = make_float2(0.0f, 0.0f);
+        if constexpr (LAYERNORM) {
+            const int row = t.tile_m * BM + statistics_row_index;
+            if (row < m) own_statistics = combine_row_statistics(layernorm.row_stats + row, m, k, layernorm.eps);
+        }
         // Unconditional: ptxas cannot tell that the k-loop ran iff k_tiles > 0, and a path on which
         // the epilogue might read accumulators of a pending wgmma makes it serialise them all.
         wgmma_wait<0>();
-        if constexpr (LAYERNORM) __syncwarp();
         if (k_tiles > 0 && lane == 0) release_stage<CLUSTER>(empty_bar + ((step - 1) % STAGES) * 8);
         if (k_tiles == 0 && leader) mbarrier_arrive(turn_bar + (1 - w) * 8);
         fence_accumulators(acc_top);
@@ -631,19 +685,14 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
                 if (row < m) row_scales[r] = scales.a[(long long)row * scales.a_stride];
             }
         }
-        // LAYERNORM: this thread's row's mean and rstd from its shifted sums, then those of the
-        // thread's four fragment rows from the lanes of this warp that gathered them.
+        // LAYERNORM: the mean and rstd of the thread's four fragment rows, from the lanes of
+        // this warp that combined them.
         float row_neg_mean[4] = {0.0f, 0.0f, 0.0f, 0.0f}, row_rstd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if constexpr (LAYERNORM) {
-            const float kf = (float)k;
-            const float mean_shift = (row_s1[0] + row_s1[1]) / kf;
-            const float variance = fmaxf(fmaf(-mean_shift, mean_shift, (row_s2[0] + row_s2[1]) / kf), 0.0f);
-            const float neg_mean = -(row_x0 + mean_shift);
-            const float rstd = rsqrtf(variance + layernorm.eps);
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
-                row_neg_mean[r] = __shfl_sync(0xffffffffu, neg_mean, row_statistics_lane(lane, r));
-                row_rstd[r] = __shfl_sync(0xffffffffu, rstd, row_statistics_lane(lane, r));
+                row_neg_mean[r] = __shfl_sync(0xffffffffu, own_statistics.x, row_statistics_lane(lane, r));
+                row_rstd[r] = __shfl_sync(0xffffffffu, own_statistics.y, row_statistics_lane(lane, r));
             }
         }
         // The previous tile's TMA store has read the output tile (issued a main loop ago), and
@@ -734,6 +783,22 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
                     tma_store_2d(&c_map, output_tile + box * (BM * 128), col0 + box * 64, t.tile_m * BM);
             }
             asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+        }
+        // ROW_STATS: row tid's statistics of each 64-column block inside N, read from the tile
+        // while the TMA store reads it too, then a barrier: every read is done before the
+        // leader releases the buffer to the residual loader (the next tile's R lands there).
+        if constexpr (ROW_STATS) {
+            const int row = t.tile_m * BM + tid;
+#pragma unroll 1
+            for (int box = 0; box < BN / 64; ++box) {
+                if (col0 + box * 64 < n) {
+                    const float2 stats = output_block_statistics<T>(output_tile + box * (BM * 128), tid);
+                    if (row < m) row_stats[(long long)(col0 / 64 + box) * m + row] = stats;
+                }
+            }
+            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
+        }
+        if (leader) {
             if constexpr (kResidual) {
                 asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
                 mbarrier_arrive(residual_empty_bar + w * 8);
@@ -810,6 +875,28 @@ __device__ __forceinline__ void matmul_block_tma_pingpong_stream16(
 #endif
 }
 
+// The 16-bit-stream entry that also writes the per-row partial statistics a following
+// layernorm-folded matmul combines (matmul_block_tma_pingpong_layernorm): C as
+// matmul_block_tma_pingpong_stream16 writes it, bit for bit, and for every row r < M and every
+// 64-column block b of C, row_stats[b · M + r] = float2(mean_b, m2_b) (f32 pairs, 8-byte aligned) of C's stored values in
+// that block (ROW_STATS in matmul_tma_pingpong). N a multiple of 64. Template arguments: T,
+// BLOCK_N, STAGES, GROUP_M, activation, CLUSTER, SPLIT_K. 320 threads.
+template <typename T, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER, bool SPLIT_K>
+__device__ __forceinline__ void matmul_block_tma_pingpong_stream16_stats(
+    const TmaDescriptor& a_map, const TmaDescriptor& b_map, const TmaDescriptor& r_map, const TmaDescriptor& c_map,
+    const T* bias, float* row_stats, int m, int n, int k, float alpha, int splits, int split_k_tiles,
+    float* partials, unsigned* counters) {
+    using namespace vitrt_matmul;
+    static_assert(!is_f32<T>::value, "TMA instantiations are f16 or bf16");
+#if VITRT_HAS_WGMMA
+    matmul_tma_pingpong<T, T, true, BN, STAGES, GROUP_M, ACT, CLUSTER, SPLIT_K, false, false, true>(
+        a_map, b_map, r_map, c_map, bias, static_cast<T*>(nullptr), 0, m, n, k, alpha, splits, split_k_tiles,
+        partials, counters, Fp8Scales{}, LayernormArgs{}, reinterpret_cast<float2*>(row_stats));
+#else
+    __trap();
+#endif
+}
+
 // The FP8 entry of the ping-pong program (sm_90a): C = act(acc · (a_scale[m] · b_scale[n]) +
 // bias) for e4m3 A [M, K] and B [N, K] (both K-major, as the FP8 wgmma must read them) through
 // tensor maps of 8-bit elements in 128-byte swizzled boxes of 128 x rows, so a stage holds the
@@ -876,23 +963,26 @@ __device__ __forceinline__ void matmul_block_tma_pingpong_fp8_residual(
 //
 //     C[r, n] = act(fma(rstd_r, fma(-mean_r, column_sums[n], acc[r, n]), bias[n]))
 //
-// acc = A · Bᵀ (fp32 accumulation), column_sums[n] = Σ_k B[n, k] (f32), bias in T, and per row
-// x0 = A[r, 0], s1 = Σ_k (A[r, k] - x0), s2 = Σ_k (A[r, k] - x0)² in f32 from A's tiles in
-// shared memory, mean_r = x0 + s1 / K, rstd_r = rsqrt(max(s2 / K - (s1 / K)², 0) + eps)
-// (the shift keeps the variance from cancelling where the mean is large beside the spread). K a multiple
-// of 64. C through a tensor map (boxes of 64 x 128) in T. Template arguments: T, BLOCK_N (64 or
-// 128), STAGES, GROUP_M, activation. 288 threads.
+// acc = A · Bᵀ (fp32 accumulation), column_sums[n] = Σ_k B[n, k] (f32), bias in T. The rows'
+// statistics come from `row_stats` ([K / 64][M] float2 as f32 pairs, 8-byte aligned: mean_b and m2_b of each 64-column
+// block b of each row, as A's producer matmul_block_tma_pingpong_stream16_stats wrote them):
+// mean_r = (Σ_b mean_b) / B, m2 = Σ_b m2_b + 64 · Σ_b (mean_b - mean_r)², rstd_r =
+// rsqrt(m2 / K + eps) (combine_row_statistics). K a multiple of 64. C through a tensor map
+// (boxes of 64 x 128) in T. Template arguments: T, BLOCK_N (64 or 128), STAGES, GROUP_M,
+// activation. 288 threads.
 template <typename T, int BN, int STAGES, int GROUP_M, Act ACT>
 __device__ __forceinline__ void matmul_block_tma_pingpong_layernorm(const TmaDescriptor& a_map,
                                                                     const TmaDescriptor& b_map,
                                                                     const TmaDescriptor& c_map, const T* bias,
-                                                                    const float* column_sums, int m, int n, int k,
+                                                                    const float* column_sums,
+                                                                    const float* row_stats, int m, int n, int k,
                                                                     float eps) {
     using namespace vitrt_matmul;
     static_assert(!is_f32<T>::value, "the layernorm entry's operands are f16 or bf16");
 #if VITRT_HAS_WGMMA
     LayernormArgs layernorm;
     layernorm.column_sums = column_sums;
+    layernorm.row_stats = reinterpret_cast<const float2*>(row_stats);
     layernorm.eps = eps;
     matmul_tma_pingpong<T, T, false, BN, STAGES, GROUP_M, ACT, 1, false, false, true>(
         a_map, b_map, c_map, c_map, bias, static_cast<T*>(nullptr), 0, m, n, k, 1.0f, 1, 0, nullptr, nullptr,

@@ -3,7 +3,9 @@
 //! (C through a tensor map, no residual), `matmul_block_tma_pingpong_residual` (the f32
 //! residual stream: R through a tensor map, C a pointer) and
 //! `matmul_block_tma_pingpong_stream16` (a residual in the operands' type: R and C through
-//! tensor maps).
+//! tensor maps), and `matmul_block_tma_pingpong_stream16_stats`, the latter that also writes
+//! each row's partial statistics of every 64-column block of C (the producer's half of the
+//! layernorm-folded matmul, see `gpu::matmul_with_row_statistics`).
 
 use crate::cuda::{
     kernel_params, to_i64, ArchRequirement, DevPtr, Instantiation, KernelArg, KernelError,
@@ -65,6 +67,27 @@ kernel_params! {
         r_map: tensor_map,
         c_map: tensor_map,
         bias: const_ptr,
+        m: i32,
+        n: i32,
+        k: i32,
+        alpha: f32,
+        splits: i32,
+        split_k_tiles: i32,
+        partials: mut_ptr,
+        counters: counter_ptr,
+    }
+}
+
+kernel_params! {
+    /// matmul_block_tma_pingpong_stream16_stats's parameters: the 16-bit stream's, and the
+    /// row statistics (f32 pairs, [N / 64][M]).
+    struct PingPongStream16StatsParams {
+        a_map: tensor_map,
+        b_map: tensor_map,
+        r_map: tensor_map,
+        c_map: tensor_map,
+        bias: const_ptr,
+        row_stats: mut_ptr,
         m: i32,
         n: i32,
         k: i32,
@@ -206,11 +229,65 @@ impl MatmulConfig {
             arch: ArchRequirement::Exactly(9, 0),
         }
     }
+
+    /// The row-statistics instantiation of a 16-bit-stream configuration
+    /// (`matmul_block_tma_pingpong_stream16_stats`): the stream16 one's template arguments,
+    /// name with `_stats`, and the row statistics among its parameters.
+    pub(crate) fn row_stats_instantiation(&self) -> Instantiation {
+        debug_assert!(self.pingpong_entry() == PingPongEntry::Stream16);
+        let plain = self.pingpong_instantiation();
+        let params = PingPongStream16StatsParams {
+            a_map: DECLARED_MAP,
+            b_map: DECLARED_MAP,
+            r_map: DECLARED_MAP,
+            c_map: DECLARED_MAP,
+            bias: DevPtr::of_type(self.dtype),
+            row_stats: DevPtr::of_type(DType::F32),
+            m: 0,
+            n: 0,
+            k: 0,
+            alpha: 0.0,
+            splits: 0,
+            split_k_tiles: 0,
+            partials: DevPtr::of_type(DType::F32),
+            counters: 0,
+        }
+        .params();
+        Instantiation {
+            name: format!("{}_stats", plain.name),
+            function: "matmul_block_tma_pingpong_stream16_stats",
+            params,
+            ..plain
+        }
+    }
+
+    /// Whether this configuration runs on `matmul_block_tma_pingpong_stream16` (what
+    /// [`MatmulConfig::row_stats_instantiation`] takes).
+    pub(crate) fn is_pingpong_stream16(&self) -> bool {
+        self.tile.program == crate::matmul::selection::Program::TmaPingPong
+            && self.pingpong_entry() == PingPongEntry::Stream16
+    }
 }
 
 /// The arguments to [`MatmulConfig::pingpong_instantiation`]'s parameters, for each entry
 /// point, and its persistent grid.
 pub(crate) fn launch_args(l: &MatmulLaunch) -> Result<(Vec<KernelArg>, LaunchDims), KernelError> {
+    launch_args_with(l, None)
+}
+
+/// The arguments to [`MatmulConfig::row_stats_instantiation`]'s parameters (a 16-bit-stream
+/// configuration) with `row_stats` (f32 pairs, [N / 64][M]), and its persistent grid.
+pub(crate) fn row_stats_launch_args(
+    l: &MatmulLaunch,
+    row_stats: DevPtr,
+) -> Result<(Vec<KernelArg>, LaunchDims), KernelError> {
+    launch_args_with(l, Some(row_stats))
+}
+
+fn launch_args_with(
+    l: &MatmulLaunch,
+    row_stats: Option<DevPtr>,
+) -> Result<(Vec<KernelArg>, LaunchDims), KernelError> {
     let MatmulLaunch {
         gpu,
         dtype,
@@ -289,22 +366,41 @@ pub(crate) fn launch_args(l: &MatmulLaunch) -> Result<(Vec<KernelArg>, LaunchDim
                 p.r.row_stride,
                 tile.block_m,
             )?;
-            PingPongStream16Params {
-                a_map,
-                b_map,
-                r_map,
-                c_map: c_map()?,
-                bias,
-                m,
-                n,
-                k,
-                alpha,
-                splits,
-                split_k_tiles,
-                partials,
-                counters,
+            match row_stats {
+                None => PingPongStream16Params {
+                    a_map,
+                    b_map,
+                    r_map,
+                    c_map: c_map()?,
+                    bias,
+                    m,
+                    n,
+                    k,
+                    alpha,
+                    splits,
+                    split_k_tiles,
+                    partials,
+                    counters,
+                }
+                .args(),
+                Some(row_stats) => PingPongStream16StatsParams {
+                    a_map,
+                    b_map,
+                    r_map,
+                    c_map: c_map()?,
+                    bias,
+                    row_stats,
+                    m,
+                    n,
+                    k,
+                    alpha,
+                    splits,
+                    split_k_tiles,
+                    partials,
+                    counters,
+                }
+                .args(),
             }
-            .args()
         }
         PingPongEntry::Residual => {
             let r = residual.expect("a residual variant has R");

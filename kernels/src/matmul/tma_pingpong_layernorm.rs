@@ -1,7 +1,9 @@
 //! The layernorm-folded matmul on the ping-pong program (tma_pingpong.cu's
 //! `matmul_block_tma_pingpong_layernorm`): one instantiation's meta-parameters
 //! ([`LayernormConfig`]), its instantiation, shared memory and arguments, and the launch of a
-//! [`LayernormMatmulProblem`] on a [`Gpu`]. The public entry is `gpu::matmul_layernorm`.
+//! [`LayernormMatmulProblem`] on a [`Gpu`]. The public entry is `gpu::matmul_layernorm`. The
+//! rows' statistics are an input: per-block partials of x ([K / 64][M] f32 pairs) that x's
+//! producer wrote (`gpu::matmul_with_row_statistics`), which the program's epilogue combines.
 
 use crate::cuda::{
     invalid, kernel_params, to_i32, ArchRequirement, DevPtr, Gpu, Instantiation, KernelError,
@@ -17,13 +19,14 @@ use crate::types::{Activation, DType};
 
 kernel_params! {
     /// matmul_block_tma_pingpong_layernorm's parameters: x, W' and C through tensor maps, the
-    /// folded bias in T, the weights' column sums in f32.
+    /// folded bias in T, the weights' column sums in f32, x's row statistics (f32 pairs).
     struct LayernormParams {
         a_map: tensor_map,
         b_map: tensor_map,
         c_map: tensor_map,
         bias: const_ptr,
         column_sums: const_ptr,
+        row_stats: const_ptr,
         m: i32,
         n: i32,
         k: i32,
@@ -45,8 +48,8 @@ impl LayernormConfig {
     /// Dynamic shared memory (formulas as in tma_pingpong.cu): 1024 bytes to align the stages
     /// to the swizzle's period, the stages (128-byte rows of A's 128 and B's BN rows), each
     /// consumer warpgroup's 16-bit output tile, then its tiles of bias (16-bit) and of column
-    /// sums (f32, where the FP8 program keeps its column scales). The rows' statistics pass
-    /// between lanes by shuffles and take no shared memory.
+    /// sums (f32, where the FP8 program keeps its column scales). The rows' statistics come
+    /// from global memory and pass between lanes by shuffles: no shared memory.
     pub(crate) fn shared_bytes(&self) -> u32 {
         let t = &self.tile;
         1024 + t.stages * (t.block_m + t.block_n) * 128
@@ -67,6 +70,7 @@ impl LayernormConfig {
             c_map: DECLARED_MAP,
             bias: DevPtr::of_type(self.dtype),
             column_sums: DevPtr::of_type(DType::F32),
+            row_stats: DevPtr::of_type(DType::F32),
             m: 0,
             n: 0,
             k: 0,
@@ -134,6 +138,7 @@ pub(crate) fn validate(
     dtype: DType,
     p: &LayernormMatmulProblem,
     x: DevPtr,
+    row_stats: DevPtr,
     w: DevPtr,
     bias: DevPtr,
     column_sums: DevPtr,
@@ -149,6 +154,16 @@ pub(crate) fn validate(
     w.expect("layernorm matmul weights", dtype, 0)?;
     bias.expect("layernorm matmul bias", dtype, 0)?;
     column_sums.expect("layernorm matmul column sums", DType::F32, 0)?;
+    row_stats.expect("layernorm matmul row statistics", DType::F32, 0)?;
+    p.check_row_stats_len(row_stats.len)
+        .map_err(KernelError::InvalidArgument)?;
+    if !row_stats.is_aligned(8) {
+        return Err(invalid!(
+            "layernorm matmul: the row statistics start at {:#x}, not on the 8-byte boundary \
+             of their f32 pairs",
+            row_stats.ptr
+        ));
+    }
     out.expect("layernorm matmul output", dtype, 0)?;
     p.check_bounds(x.len, w.len, bias.len, column_sums.len, out.len)
         .map_err(KernelError::InvalidArgument)?;
@@ -180,12 +195,13 @@ pub(crate) fn launch(
     p: &LayernormMatmulProblem,
     tile: MatmulTile,
     x: DevPtr,
+    row_stats: DevPtr,
     w: DevPtr,
     bias: DevPtr,
     column_sums: DevPtr,
     out: DevPtr,
 ) -> Result<(), KernelError> {
-    validate(dtype, p, x, w, bias, column_sums, out)?;
+    validate(dtype, p, x, row_stats, w, bias, column_sums, out)?;
     if p.m == 0 || p.n == 0 {
         return Ok(());
     }
@@ -212,6 +228,7 @@ pub(crate) fn launch(
         c_map: tensor_map(dtype, out.ptr, p.m, p.n, p.n, tile.block_m)?,
         bias,
         column_sums,
+        row_stats,
         m: to_i32(p.m, "layernorm matmul m")?,
         n: to_i32(p.n, "layernorm matmul n")?,
         k: to_i32(p.k, "layernorm matmul k")?,

@@ -609,10 +609,13 @@ impl Bench<'_> {
         }
     }
 
-    /// The layernorm-folded matmul (raw rows x, folded weights, bias and column sums; bias,
-    /// and GELU where `gelu`: epilogue `bias` or `bias+gelu`), then the two kernels it replaces
-    /// on the same rotated operands (provider `vitrt-unfused`): our layernorm of x into a
-    /// rotated intermediate, then our matmul with its bias and activation.
+    /// The layernorm-folded matmul (raw rows x, their row statistics, folded weights, bias and
+    /// column sums; bias, and GELU where `gelu`: epilogue `bias` or `bias+gelu`), then the two
+    /// kernels it replaces on the same rotated operands (provider `vitrt-unfused`): our
+    /// layernorm of x into a rotated intermediate, then our matmul with its bias and
+    /// activation. The row statistics, which x's producer writes in a model
+    /// (`matmul::gpu::matmul_with_row_statistics`), are the twin's of x, filled once before
+    /// timing: the timed kernel is the folded matmul alone.
     fn layernorm_matmul(&mut self, case: &Case, m: usize, n: usize, k: usize, gelu: bool) {
         let d = self.dtype;
         let op = "matmul-layernorm";
@@ -640,11 +643,21 @@ impl Bench<'_> {
             return skip_all(self, reason);
         }
         let size = d.size_bytes();
+        // x in the run's type, and its row statistics as its producer would write them.
+        let x_values: Vec<f32> = self
+            .values(m * k, 4.0)
+            .into_iter()
+            .map(|v| d.round(v))
+            .collect();
+        let mut stats = vec![0.0f32; p.row_stats_len()];
+        matmul::cpu::row_statistics(&x_values, m, k, &mut stats);
         let operands = (|| {
-            let copies = self.copies((m * k + n * k + n) * size + n * 4 + 2 * k * 4);
+            let copies =
+                self.copies((m * k + n * k + n) * size + n * 4 + 2 * k * 4 + stats.len() * 4);
             Ok::<_, KernelError>((
                 copies,
-                self.input(d, m * k, copies, 4.0)?,
+                Rotated::new(gpu, d, m * k, copies, Some(&x_values))?,
+                Rotated::new(gpu, DType::F32, stats.len(), copies, Some(&stats))?,
                 self.input(d, n * k, copies, 1.0)?,
                 self.input(d, n, copies, 1.0)?,
                 self.input(DType::F32, n, copies, 1.0)?,
@@ -654,7 +667,7 @@ impl Bench<'_> {
                 self.output(m * n, copies)?,
             ))
         })();
-        let (copies, x, w, bias, column_sums, gamma, beta, y, out) = match operands {
+        let (copies, x, row_stats, w, bias, column_sums, gamma, beta, y, out) = match operands {
             Ok(operands) => operands,
             Err(e) => return skip_all(self, e.to_string()),
         };
@@ -664,6 +677,7 @@ impl Bench<'_> {
                 d,
                 &p,
                 x.view(i)?,
+                row_stats.view(i)?,
                 w.view(i)?,
                 bias.view(i)?,
                 column_sums.view(i)?,
