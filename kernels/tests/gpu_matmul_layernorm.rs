@@ -7,15 +7,15 @@
 //! (`matmul::cpu::row_statistics`) of the device's C, and the whole chain, producer then
 //! layernorm matmul, against the twin and the unfolded pair. Where a test has no producer, the
 //! row statistics are the twin's of x, uploaded. Operands like a ViT block's: rows of x uniform in [-2, 2], some shifted
-//! by a mean offset (8 or 50) to exercise the shifted statistics; W in [-0.05, 0.05], gamma in
+//! by a mean offset (8 or 50) to exercise the statistics under a large mean; W in [-0.05, 0.05], gamma in
 //! [0.5, 1.5], beta and b in [-0.5, 0.5], folded by `matmul::layernorm_fold` and rounded to the
 //! 16-bit type as the runtime stores them. Every output is poisoned first (0xFF bytes, NaN in
 //! f16 and bf16) between guard regions that must still hold the poison afterwards.
 //!
 //! Tolerance against the twin, per element: |gpu - twin| <= tol · max(1, |twin|), tol 4e-3 for
 //! f16 and 2e-2 for bf16. The two see the same 16-bit operands and differ only by (a) the
-//! order of the f32 sums (the tensor core's accumulation against the twin's tiles; each row's
-//! shifted sums per thread against sequential ones), which the epilogue's cancellation
+//! order of the f32 sums (the tensor core's accumulation against the twin's tiles; the row statistics
+//! are the same formulas in the same order on both, up to rsqrtf), which the epilogue's cancellation
 //! mean · cs[n] - acc amplifies by rstd: at most about 2^-24 · √K · rstd · Σ_k |x_k · W'[n, k]|,
 //! below 1e-3 here even on rows of mean 50; (b) rsqrtf's 2 ulp and the 16-bit epilogue's
 //! activation (1e-6 absolute); (c) the store's rounding, which may land one ulp apart where
@@ -873,4 +873,94 @@ fn row_statistics_producer_refuses_what_it_cannot_take_with_the_reason() {
     gpu.synchronize().unwrap();
     assert!(c.read(&gpu, "refused").iter().all(|v| v.is_nan()));
     assert!(stats.read(&gpu, "refused").iter().all(|v| v.is_nan()));
+}
+
+#[test]
+#[ignore = "needs an sm_90 GPU"]
+fn row_statistics_producer_speed_report() {
+    // ViT-B/16's proj (K 768) and fc2 (K 3072) into a 16-bit stream at batch 1, 64 and 256:
+    // the plain residual matmul and the row-statistics one on the same tile (the latter's
+    // launcher's), each the median of 50 CUDA-event timings after 10 warm-ups, operands
+    // rotated through enough copies to miss L2: the producer's cost of the statistics.
+    use vitrt_kernels::cuda::{copies_beyond_l2, Timer};
+    let gpu = new_gpu();
+    let timer = Timer {
+        warmup: 10,
+        reps: 50,
+        spin_nanoseconds: 200_000,
+    };
+    let median = |mut samples: Vec<f64>| -> f64 {
+        samples.sort_by(f64::total_cmp);
+        samples[samples.len() / 2]
+    };
+    let mut rng = StdRng::seed_from_u64(58);
+    for dtype in [DType::BF16, DType::F16] {
+        for (name, k) in [("proj", 768), ("fc2", 3072)] {
+            for batch in [1, 64, 256] {
+                let m = 197 * batch;
+                let n = 768;
+                let bytes = (m * k + n * k + n + 2 * m * n) * dtype.size_bytes();
+                let copies = copies_beyond_l2(bytes, gpu.l2_cache_bytes().unwrap());
+                let set: Vec<_> = (0..copies)
+                    .map(|_| {
+                        let producer = Producer::new(&gpu, dtype, m, k, &mut rng);
+                        let c = Poisoned::new(&gpu, dtype, m * n, 0);
+                        let stats = Poisoned::new(&gpu, DType::F32, 2 * (n / 64) * m, 0);
+                        (producer, c, stats)
+                    })
+                    .collect();
+                let (first, _, _) = &set[0];
+                let tile = matmul_gpu::row_statistics_tile_for(
+                    &gpu,
+                    dtype,
+                    &first.p,
+                    first.residual.1,
+                    first.residual.1,
+                )
+                .unwrap();
+                let plain = median(
+                    timer
+                        .samples_ms(&gpu, copies, |i| {
+                            let (pr, c, _) = &set[i];
+                            matmul_gpu::matmul_with_tile(
+                                &gpu,
+                                dtype,
+                                &pr.p,
+                                tile,
+                                pr.a.1,
+                                pr.b.1,
+                                Some(pr.bias.1),
+                                Some(pr.residual.1),
+                                c.view(),
+                            )
+                        })
+                        .unwrap(),
+                );
+                let with_statistics = median(
+                    timer
+                        .samples_ms(&gpu, copies, |i| {
+                            let (pr, c, stats) = &set[i];
+                            matmul_gpu::matmul_with_row_statistics(
+                                &gpu,
+                                dtype,
+                                &pr.p,
+                                pr.a.1,
+                                pr.b.1,
+                                Some(pr.bias.1),
+                                pr.residual.1,
+                                c.view(),
+                                stats.view(),
+                            )
+                        })
+                        .unwrap(),
+                );
+                println!(
+                    "SPEED {dtype:<4} {name}/b{batch:<3} {}: plain {plain:.4} ms, with row \
+                     statistics {with_statistics:.4} ms ({:.3}x)",
+                    tile.name(),
+                    with_statistics / plain
+                );
+            }
+        }
+    }
 }

@@ -328,8 +328,8 @@ pub(crate) fn select_fp8_tile(m: usize, n: usize, k: usize, sms: u32) -> MatmulT
 }
 
 /// The tiles of the layernorm-folded matmul (the ping-pong program's layernorm entry, sm_90a):
-/// the 16-bit ping-pong tile and its narrow variant, never split nor clustered (each row's
-/// statistics come from the A tiles one CTA's main loop reads over the whole of K).
+/// the 16-bit ping-pong tile and its narrow variant, never split nor clustered (the entry is
+/// built without either).
 pub const LAYERNORM_TILES: [MatmulTile; 2] = [TMA_TILES[2], NARROW_PINGPONG_TILE];
 
 /// The layernorm matmul's tile for an `m` x `n` x `k` product on `sms` SMs: the narrow one
