@@ -102,6 +102,7 @@ fn matmul_baselines(op: &str) -> &'static [&'static str] {
         "matmul" => &["cublas"],
         "matmul-fp8" => &["cublas", "vitrt-16bit"],
         "matmul-layernorm" => &["vitrt-unfused"],
+        "matmul-row-stats" => &["vitrt-plain"],
         _ => &[],
     }
 }
@@ -140,6 +141,7 @@ pub fn render(rows: &[KernelRow], skipped: &[Skipped]) -> String {
                 Some("cublas") => "cuBLAS",
                 Some("vitrt-16bit") => "ours 16-bit",
                 Some("vitrt-unfused") => "ours unfused",
+                Some("vitrt-plain") => "ours plain",
                 _ if c.op.starts_with("matmul") => "cuBLAS",
                 _ => "copy",
             }

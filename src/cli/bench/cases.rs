@@ -51,6 +51,15 @@ pub enum Kind {
         k: usize,
         gelu: bool,
     },
+    /// A linear layer that writes a 16-bit residual stream (proj, fc2: bias and residual)
+    /// and each row's statistics beside it, for the layernorm-folded matmul that reads the
+    /// stream next (`matmul::gpu::matmul_with_row_statistics`), beside the same residual
+    /// matmul without them on the same tile (provider `vitrt-plain`): the statistics' cost.
+    RowStatsMatmul {
+        m: usize,
+        n: usize,
+        k: usize,
+    },
     LayerNorm {
         rows: usize,
         cols: usize,
@@ -96,6 +105,7 @@ impl Case {
             Kind::Matmul { .. } => "matmul",
             Kind::Fp8Matmul { .. } => "matmul-fp8",
             Kind::LayernormMatmul { .. } => "matmul-layernorm",
+            Kind::RowStatsMatmul { .. } => "matmul-row-stats",
             Kind::LayerNorm { .. } => "layernorm",
             Kind::RmsNorm { .. } => "rmsnorm",
             Kind::Softmax { .. } => "softmax",
@@ -112,7 +122,8 @@ impl Case {
         let shape = match self.kind {
             Kind::Matmul { m, n, k }
             | Kind::Fp8Matmul { m, n, k }
-            | Kind::LayernormMatmul { m, n, k, .. } => vec![m, n, k],
+            | Kind::LayernormMatmul { m, n, k, .. }
+            | Kind::RowStatsMatmul { m, n, k } => vec![m, n, k],
             Kind::LayerNorm { rows, cols }
             | Kind::RmsNorm { rows, cols }
             | Kind::Softmax { rows, cols } => vec![rows, cols],
@@ -130,7 +141,8 @@ impl Case {
         match self.kind {
             Kind::Matmul { m, n, k }
             | Kind::Fp8Matmul { m, n, k }
-            | Kind::LayernormMatmul { m, n, k, .. } => Some(2.0 * m as f64 * n as f64 * k as f64),
+            | Kind::LayernormMatmul { m, n, k, .. }
+            | Kind::RowStatsMatmul { m, n, k } => Some(2.0 * m as f64 * n as f64 * k as f64),
             _ => None,
         }
     }
@@ -148,9 +160,10 @@ impl Case {
     pub fn bytes(&self, dtype: DType) -> Option<u64> {
         let size = dtype.size_bytes();
         let bytes = match self.kind {
-            Kind::Matmul { .. } | Kind::Fp8Matmul { .. } | Kind::LayernormMatmul { .. } => {
-                return None
-            }
+            Kind::Matmul { .. }
+            | Kind::Fp8Matmul { .. }
+            | Kind::LayernormMatmul { .. }
+            | Kind::RowStatsMatmul { .. } => return None,
             Kind::LayerNorm { rows, cols }
             | Kind::RmsNorm { rows, cols }
             | Kind::Softmax { rows, cols } => 2 * rows * cols * size,
@@ -192,6 +205,12 @@ pub const LAYERNORM_LINEARS: [(&str, usize, usize, bool); 2] = [
     ("qkv", 3 * HIDDEN, HIDDEN, false),
     ("fc1", MLP, HIDDEN, true),
 ];
+
+/// The layers that write the residual stream in a ViT-B/16 block, for the row-statistics
+/// matmul: (name, N, K), at batches 1, 64 and 256.
+pub const ROW_STATS_LINEARS: [(&str, usize, usize); 2] =
+    [("proj", HIDDEN, HIDDEN), ("fc2", HIDDEN, MLP)];
+pub const ROW_STATS_BATCHES: [usize; 3] = [1, 64, 256];
 
 /// Every case, in the order they run: matmuls (ViT layers by layer, then squares), the FP8
 /// matmuls (ViT layers), the layernorm-folded matmuls (qkv, fc1), then the memory-bound ops,
@@ -237,6 +256,18 @@ pub fn catalogue() -> Vec<Case> {
                     n,
                     k,
                     gelu,
+                },
+            });
+        }
+    }
+    for (layer, n, k) in ROW_STATS_LINEARS {
+        for b in ROW_STATS_BATCHES {
+            cases.push(Case {
+                name: format!("vit-b16/{layer}/b{b}"),
+                kind: Kind::RowStatsMatmul {
+                    m: b * TOKENS,
+                    n,
+                    k,
                 },
             });
         }
@@ -290,6 +321,7 @@ mod tests {
         assert_eq!(count("matmul"), 4 * 4 + 6);
         assert_eq!(count("matmul-fp8"), 4 * 4);
         assert_eq!(count("matmul-layernorm"), 2 * 4);
+        assert_eq!(count("matmul-row-stats"), 2 * 3);
         for op in [
             "layernorm",
             "rmsnorm",
@@ -311,7 +343,7 @@ mod tests {
             all.iter().map(Case::measurements).sum::<usize>(),
             // Matmuls 4 each, FP8 matmuls 6, layernorm-folded matmuls 2; attention (4
             // batches) 3; the other 24 memory-bound cases 2.
-            22 * 4 + 16 * 6 + 8 * 2 + 4 * 3 + 24 * 2
+            22 * 4 + 16 * 6 + 8 * 2 + 6 * 2 + 4 * 3 + 24 * 2
         );
     }
 
@@ -386,7 +418,8 @@ mod tests {
         assert_eq!(keep("matmul-layernorm/vit-b16/fc1"), 4);
         assert_eq!(keep("softmax"), 4);
         assert_eq!(keep("square/8192"), 1);
-        assert_eq!(keep("b64"), 4 + 4 + 2 + 7);
+        assert_eq!(keep("b64"), 4 + 4 + 2 + 2 + 7);
+        assert_eq!(keep("matmul-row-stats/vit-b16/fc2"), 3);
         assert_eq!(keep("matmul/vit-b16"), 16);
         assert_eq!(keep("no such case"), 0);
         assert!(catalogue().iter().all(|c| c.matches(None)));

@@ -107,6 +107,7 @@ pub fn run(gpu: &Gpu, settings: &Settings) -> Result<Results, KernelError> {
             Kind::Matmul { m, n, k } => bench.matmul(case, m, n, k),
             Kind::Fp8Matmul { m, n, k } => bench.fp8_matmul(case, m, n, k),
             Kind::LayernormMatmul { m, n, k, gelu } => bench.layernorm_matmul(case, m, n, k, gelu),
+            Kind::RowStatsMatmul { m, n, k } => bench.row_stats_matmul(case, m, n, k),
             _ => bench.memory_bound(case),
         }
     }
@@ -740,6 +741,113 @@ impl Bench<'_> {
         );
     }
 
+    /// The residual matmul that writes a 16-bit stream with its rows' statistics (bias and
+    /// residual: epilogue `bias+residual`), then the same residual matmul without them on the
+    /// same tile and rotated operands (provider `vitrt-plain`).
+    fn row_stats_matmul(&mut self, case: &Case, m: usize, n: usize, k: usize) {
+        let d = self.dtype;
+        let op = "matmul-row-stats";
+        let epilogue_name = "bias+residual";
+        let providers = ["vitrt", "vitrt-plain"];
+        let skip_all = |bench: &mut Self, reason: String| {
+            for provider in providers {
+                bench.skip(
+                    op,
+                    &case.name,
+                    provider,
+                    Some(epilogue_name),
+                    reason.clone(),
+                );
+                bench.progress.inc(1);
+            }
+        };
+        let (gpu, flops) = (self.gpu, case.flops());
+        let p = MatmulProblem::linear(
+            m,
+            n,
+            k,
+            Epilogue {
+                bias: true,
+                residual: true,
+                ..Epilogue::NONE
+            },
+        );
+        if let Err(reason) = matmul::row_statistics_support(gpu, d, &p) {
+            return skip_all(self, reason);
+        }
+        let stats_len = 2 * (n / 64) * m;
+        let operands = (|| {
+            let copies =
+                self.copies((m * k + n * k + n + 2 * m * n) * d.size_bytes() + stats_len * 4);
+            Ok::<_, KernelError>((
+                copies,
+                self.input(d, m * k, copies, 1.0)?,
+                self.input(d, n * k, copies, 0.05)?,
+                self.input(d, n, copies, 1.0)?,
+                self.input(d, m * n, copies, 2.0)?,
+                self.output(m * n, copies)?,
+                Rotated::new(gpu, DType::F32, stats_len, copies, None)?,
+            ))
+        })();
+        let (copies, a, w, bias, residual, c, stats) = match operands {
+            Ok(operands) => operands,
+            Err(e) => return skip_all(self, e.to_string()),
+        };
+        let tile = match (|| {
+            matmul::gpu::row_statistics_tile_for(gpu, d, &p, residual.view(0)?, c.view(0)?)
+        })() {
+            Ok(tile) => tile,
+            Err(e) => return skip_all(self, e.to_string()),
+        };
+        let with_statistics = self.measure(copies, |i| {
+            matmul::gpu::matmul_with_row_statistics_with_tile(
+                gpu,
+                d,
+                &p,
+                tile,
+                a.view(i)?,
+                w.view(i)?,
+                Some(bias.view(i)?),
+                residual.view(i)?,
+                c.view(i)?,
+                stats.view(i)?,
+            )
+        });
+        self.record(
+            op,
+            &case.name,
+            "vitrt",
+            Some(epilogue_name),
+            case.shape(),
+            with_statistics,
+            flops,
+            None,
+        );
+        let plain = self.measure(copies, |i| {
+            matmul::gpu::matmul_with_tile(
+                gpu,
+                d,
+                &p,
+                tile,
+                a.view(i)?,
+                w.view(i)?,
+                Some(bias.view(i)?),
+                Some(residual.view(i)?),
+                c.view(i)?,
+            )
+        });
+        self.record(
+            op,
+            &case.name,
+            "vitrt-plain",
+            Some(epilogue_name),
+            case.shape(),
+            plain,
+            flops,
+            None,
+        );
+    }
+
     /// Ours, then a device-to-device copy moving the same traffic (half of it read, half
     /// written), each on its own rotated buffers (ours freed before the copy's are made).
     fn memory_bound(&mut self, case: &Case) {
@@ -978,13 +1086,14 @@ impl Bench<'_> {
                     )
                 })
             }
-            Kind::Matmul { .. } | Kind::Fp8Matmul { .. } | Kind::LayernormMatmul { .. } => {
-                Err(KernelError::InvalidArgument(
-                    "matmuls are timed by Bench::matmul, Bench::fp8_matmul and \
-                     Bench::layernorm_matmul"
-                        .into(),
-                ))
-            }
+            Kind::Matmul { .. }
+            | Kind::Fp8Matmul { .. }
+            | Kind::LayernormMatmul { .. }
+            | Kind::RowStatsMatmul { .. } => Err(KernelError::InvalidArgument(
+                "matmuls are timed by Bench::matmul, Bench::fp8_matmul, \
+                 Bench::layernorm_matmul and Bench::row_stats_matmul"
+                    .into(),
+            )),
         }
     }
 }

@@ -203,9 +203,13 @@ mod tests {
                         }
                     }
                 }
-                Kind::LayernormMatmul { m, gelu, .. } => {
-                    let epilogue = if gelu { "bias+gelu" } else { "bias" };
-                    for (provider, speed) in [("vitrt", 0.8), ("vitrt-unfused", 1.0)] {
+                Kind::LayernormMatmul { m, .. } | Kind::RowStatsMatmul { m, .. } => {
+                    let (epilogue, baseline) = match case.kind {
+                        Kind::LayernormMatmul { gelu: true, .. } => ("bias+gelu", "vitrt-unfused"),
+                        Kind::LayernormMatmul { .. } => ("bias", "vitrt-unfused"),
+                        _ => ("bias+residual", "vitrt-plain"),
+                    };
+                    for (provider, speed) in [("vitrt", 0.8), (baseline, 1.0)] {
                         kernels.push(KernelRow::new(
                             case.op(),
                             &case.name,
@@ -266,22 +270,26 @@ mod tests {
         let report = fake_report(DType::F16);
         let text = table::render(&report.kernels, &report.skipped);
         // A header, then a line per matmul case (16-bit and FP8) and epilogue, per
-        // layernorm-folded matmul case, and per memory-bound case.
-        assert_eq!(text.lines().count(), 1 + (22 + 16) * 2 + 8 + 28, "{text}");
+        // layernorm-folded and row-statistics matmul case, and per memory-bound case.
+        assert_eq!(
+            text.lines().count(),
+            1 + (22 + 16) * 2 + 8 + 6 + 28,
+            "{text}"
+        );
         assert!(text.lines().skip(1).all(|l| l.contains("0.80x")), "{text}");
 
         let figure = report::figure(&report);
         // qkv, proj, fc1, fc2 and square, each without and with the epilogue, the FP8 qkv,
-        // proj, fc1 and fc2 likewise, the layernorm-folded qkv and fc1, and the seven
-        // memory-bound ops.
-        assert_eq!(figure.panels.len(), 5 * 2 + 4 * 2 + 2 + 7);
+        // proj, fc1 and fc2 likewise, the layernorm-folded qkv and fc1, the row-statistics proj
+        // and fc2, and the seven memory-bound ops.
+        assert_eq!(figure.panels.len(), 5 * 2 + 4 * 2 + 2 + 2 + 7);
         let points: usize = figure
             .panels
             .iter()
             .flat_map(|p| &p.series)
             .map(|s| s.points.len())
             .sum();
-        assert_eq!(points, 22 * 4 + 16 * 4 + 8 * 2 + 28);
+        assert_eq!(points, 22 * 4 + 16 * 4 + 8 * 2 + 6 * 2 + 28);
         assert!(figure
             .panels
             .iter()
@@ -289,22 +297,24 @@ mod tests {
             .all(|p| p.ceilings.len() == 1));
         let svg = plot::render(&figure).unwrap();
         // A legend entry per line: vitrt on every panel, cuBLAS on the 16-bit matmul ones (the
-        // fake FP8 rows' baseline is our 16-bit program, the folded ones' our unfused pair).
+        // fake FP8 rows' baseline is our 16-bit program, the folded ones' our unfused pair, the
+        // row-statistics ones' the plain residual matmul).
         let entries = |name: &str| svg.matches(&format!(">\n{name}\n</text>")).count();
         assert_eq!(
             (
                 entries("vitrt"),
                 entries("cublas"),
                 entries("vitrt-16bit"),
-                entries("vitrt-unfused")
+                entries("vitrt-unfused"),
+                entries("vitrt-plain")
             ),
-            (5 * 2 + 4 * 2 + 2 + 7, 5 * 2, 4 * 2, 2)
+            (5 * 2 + 4 * 2 + 2 + 2 + 7, 5 * 2, 4 * 2, 2, 2)
         );
 
         let json: serde_json::Value = serde_json::to_value(&report).unwrap();
         assert_eq!(
             json["kernels"].as_array().unwrap().len(),
-            22 * 4 + 16 * 4 + 8 * 2 + 28 * 2
+            22 * 4 + 16 * 4 + 8 * 2 + 6 * 2 + 28 * 2
         );
     }
 }
