@@ -32,6 +32,8 @@ pub struct Runner {
     encoded: Option<EncodedParams>,
     /// The linear layers that run in FP8 (`vitrt_runtime::fp8`), if any.
     fp8: Option<Fp8Layers>,
+    /// The kernels' programs are chosen whatever the batch size (`with_batch_invariance`).
+    batch_invariant: bool,
 }
 
 fn fp8_residual_error(precision: Precision) -> ModelError {
@@ -61,6 +63,7 @@ impl Runner {
             executors: HashMap::new(),
             encoded: None,
             fp8: None,
+            batch_invariant: false,
         }
     }
 
@@ -75,16 +78,14 @@ impl Runner {
             outputs: OutputSet::default(),
         };
         // Which ops the backend fuses does not change which parameters it reads.
-        let precision = Precision::default_for(dtype);
+        // Unfolded, as the batches runs usually take are (`Runner::fold_layernorms`).
         match model.build_graph_for(1, options, &|_, _| Ok(())) {
-            Ok(mut graph) => {
-                // As a runner on a backend with the folded kernel would (the GPUs it runs
-                // on); a backend without it loads the unfolded parameters as it goes.
-                if fusion.layernorms && dtype != DType::F32 && precision.residual == dtype {
-                    layernorm_fold::fold_layernorms(&mut graph, dtype, &|_, _| Ok(()));
-                }
-                EncodedParams::encode(&graph, precision, model, ENCODE_AHEAD_BUDGET)
-            }
+            Ok(graph) => EncodedParams::encode(
+                &graph,
+                Precision::default_for(dtype),
+                model,
+                ENCODE_AHEAD_BUDGET,
+            ),
             Err(_) => EncodedParams::empty(),
         }
     }
@@ -142,6 +143,7 @@ impl Runner {
     /// the same bytes whatever else shares its batch (see `Backend::set_batch_invariant`).
     pub fn with_batch_invariance(mut self, on: bool) -> Runner {
         self.backend.set_batch_invariant(on);
+        self.batch_invariant = on;
         self.executors.clear();
         self
     }
@@ -226,17 +228,24 @@ impl Runner {
                 )));
             }
         }
-        self.fold_layernorms(&mut graph, &|op, shapes| backend.supports(op, shapes));
+        self.fold_layernorms(&mut graph, batch, &|op, shapes| {
+            backend.supports(op, shapes)
+        });
         Ok(graph)
     }
 
     /// Folds the layernorms read only by linear layers into them (`vitrt_runtime::
     /// layernorm_fold`) where the fusion asks for it, the run computes in f16 or bf16 with its
-    /// residual stream in that type (the folded matmul reads the stream as its A operand), and
-    /// `supports` has the kernel.
-    fn fold_layernorms(&self, graph: &mut vitrt_runtime::Graph, supports: Supports) {
+    /// residual stream in that type (the folded matmul reads the stream as its A operand),
+    /// `supports` has the kernels, and the graph is of one image: the only batch where it
+    /// measured faster on an H200 (0.459-0.463 against 0.463-0.464 ms for ViT-B/16; 2-4%
+    /// slower at 8 to 256, whose folded fc1 loses more than the layernorm costs:
+    /// benchmarks/NOTES.md, 2026-11-28 "Layernorms folded into the matmul"). Never with batch
+    /// invariance, which needs one image's graph to compute what a batch's does.
+    fn fold_layernorms(&self, graph: &mut vitrt_runtime::Graph, batch: usize, supports: Supports) {
         let Precision { compute, residual } = self.precision;
-        if self.fusion.layernorms && compute != DType::F32 && residual == compute {
+        let wanted = self.fusion.layernorms && batch == 1 && !self.batch_invariant;
+        if wanted && compute != DType::F32 && residual == compute {
             layernorm_fold::fold_layernorms(graph, compute, supports);
         }
     }

@@ -386,6 +386,7 @@ impl Executor {
             let bind = |v: usize| Binding {
                 buffer: self.bindings[v],
                 shape: self.graph.values[v].shape.clone(),
+                row_statistics: self.graph.values[v].row_statistics,
             };
             let inputs: Vec<Binding> = node.inputs.iter().map(|&v| bind(v)).collect();
             let workspace = self.plan.workspaces[step].map(|r| BufferRef::Arena {

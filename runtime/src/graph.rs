@@ -97,6 +97,10 @@ pub struct Value {
     pub name: String,
     pub shape: Vec<usize>,
     pub kind: ValueKind,
+    /// Its storage carries, after its elements, each row's statistics over every 64 columns,
+    /// which its producer writes and a layernorm folded into its readers combines
+    /// (`crate::layernorm_fold::StatisticsLayout`). Set by `fold_layernorms`.
+    pub row_statistics: bool,
 }
 
 impl Value {
@@ -731,6 +735,7 @@ impl Graph {
             name: name.into(),
             shape,
             kind,
+            row_statistics: false,
         });
         self.values.len() - 1
     }

@@ -10,33 +10,120 @@
 //!     W' = W · diag(γ),   b' = b + W·β,   colsum(W')[n] = Σ_k W'[n, k]
 //! ```
 //!
-//! with `mean` and `rstd` the row statistics of x, which the kernel computes from the rows of
-//! A it loads anyway (`vitrt_kernels::matmul::gpu::matmul_layernorm`). W', b' and the column
+//! with `mean` and `rstd` the row statistics of x. x is the residual stream, written by the
+//! linear layer before it (the attention output projection or the second MLP layer, with its
+//! residual epilogue): that layer's epilogue also writes each row's mean and squared deviations
+//! over every 64 columns after x's elements ([`StatisticsLayout`];
+//! `vitrt_kernels::matmul::gpu::matmul_with_row_statistics`), and the folded matmul combines
+//! them in its epilogue (`vitrt_kernels::matmul::gpu::matmul_layernorm`). Gathering them
+//! instead in the folded matmul's main loop, from the A tiles it loads, made it 1.4-1.5x slower
+//! than the plain matmul (benchmarks/NOTES.md, 2026-11-28 "Layernorms folded into the
+//! matmul"). The first block's first layernorm, whose input the patch embedding writes, and
+//! the last one stay. W', b' and the column
 //! sums are made once at load ([`ParamSource::LayernormWeight`], [`ParamSource::LayernormBias`],
 //! [`ParamSource::LayernormColumnSums`]); the column sums are of W' as stored, rounded to the
 //! compute type, so that `mean · colsum` cancels exactly what the product adds.
 //!
 //! The matmul reads x as its A operand, so x must be stored in the compute type: the fold
 //! applies to 16-bit runs whose residual stream is in that type (f16 runs by default), and
-//! only where the backend has the kernel (`Backend::supports`).
+//! only where the backend has the kernels (`Backend::supports`). The CPU computes the same
+//! statistics from x itself.
 
+use crate::backend::{Binding, BufferRef};
 use crate::graph::{Graph, Op, ParamSource, ValueKind};
 use crate::passes::Supports;
 use vitrt_kernels::matmul::LayernormMatmulProblem;
 use vitrt_kernels::DType;
 
+/// Columns a row's partial statistics cover (the last block of a row is whole: the stream's
+/// width is a multiple of it wherever a layernorm is folded).
+pub const STATISTICS_COLUMNS: usize = 64;
+
+/// Where a value with row statistics keeps them: its `rows x cols` elements, then, from the
+/// next 256-byte boundary, `cols / 64` blocks of `rows` f32 pairs (block-major): for row r and
+/// columns 64b .. 64b + 63, the mean of the stored values and the sum of their squared
+/// deviations from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatisticsLayout {
+    /// Byte offset of the statistics from the value's start.
+    pub offset: usize,
+    /// f32 values of the statistics.
+    pub len: usize,
+    /// Bytes of the whole value.
+    pub bytes: usize,
+}
+
+impl StatisticsLayout {
+    pub fn new(rows: usize, cols: usize, dtype: DType) -> StatisticsLayout {
+        let offset = (rows * cols * dtype.size_bytes()).div_ceil(256) * 256;
+        let len = 2 * (cols / STATISTICS_COLUMNS) * rows;
+        StatisticsLayout {
+            offset,
+            len,
+            bytes: offset + len * 4,
+        }
+    }
+}
+
+/// The row statistics a binding's value carries, as an f32 buffer, if it carries them.
+pub fn statistics_buffer(binding: &Binding) -> Option<BufferRef> {
+    let BufferRef::Arena {
+        offset_bytes,
+        len,
+        dtype,
+    } = binding.buffer
+    else {
+        return None;
+    };
+    if !binding.row_statistics {
+        return None;
+    }
+    let cols = binding.shape.last().copied().unwrap_or(0);
+    let layout = StatisticsLayout::new(len / cols.max(1), cols, dtype);
+    Some(BufferRef::Arena {
+        offset_bytes: offset_bytes + layout.offset,
+        len: layout.len,
+        dtype: DType::F32,
+    })
+}
+
 /// Folds every layernorm whose output only linear layers read (as their input, with no
-/// residual and an alpha of 1, their weight and bias parameters) and is no named output, where
-/// `supports` accepts each reader's [`Op::LayerNormLinear`]. `compute` is the type W' is
-/// stored in (its column sums are of the rounded values). Returns the layernorms folded.
+/// residual and an alpha of 1, their weight and bias parameters) and is no named output, and
+/// whose input a linear layer with a residual epilogue writes (which then writes the row
+/// statistics too; its K a multiple of 8 and its N of 64), where `supports` accepts each
+/// reader's [`Op::LayerNormLinear`]. `compute` is the type W' is stored in (its column sums
+/// are of the rounded values). Returns the layernorms folded.
 pub fn fold_layernorms(graph: &mut Graph, compute: DType, supports: Supports) -> usize {
     let users = graph.consumers();
+    let mut producer = vec![None; graph.values.len()];
+    for (id, node) in graph.nodes.iter().enumerate() {
+        producer[node.output] = Some(id);
+    }
+    let writes_statistics = |x: usize| {
+        let Some(p) = producer[x] else {
+            return false;
+        };
+        let node = &graph.nodes[p];
+        let Op::Linear { epilogue } = node.op else {
+            return false;
+        };
+        let k = graph.values[node.inputs[1]]
+            .shape
+            .get(1)
+            .copied()
+            .unwrap_or(0);
+        let n = graph.values[x].shape.last().copied().unwrap_or(0);
+        epilogue.residual && k % 8 == 0 && n > 0 && n % STATISTICS_COLUMNS == 0
+    };
     let mut rewrites = Vec::new();
     for (norm_id, node) in graph.nodes.iter().enumerate() {
         let Op::LayerNorm { eps } = node.op else {
             continue;
         };
         let (x, y) = (node.inputs[0], node.output);
+        if !writes_statistics(x) {
+            continue;
+        }
         let param = |v: usize| match &graph.values[v].kind {
             ValueKind::Param(source) => Some(source.clone()),
             _ => None,
@@ -118,6 +205,7 @@ pub fn fold_layernorms(graph: &mut Graph, compute: DType, supports: Supports) ->
             reader.op = op;
             reader.inputs = vec![x, folded_weight, folded_bias, column_sums];
         }
+        graph.values[x].row_statistics = true;
         dead[norm_id] = true;
     }
     let mut id = 0;
@@ -222,13 +310,25 @@ mod tests {
 
     const K: usize = 64;
 
-    /// x [rows, K] → layernorm → two linear layers (one with bias and GELU, one bare) summed
-    /// (as the fusion passes leave them: no pass runs here, so the sum stays an add);
-    /// with `extra`, a second layernorm whose output is also a named output, and a third read
-    /// by a linear layer with a residual (neither foldable).
+    /// x = z·w0ᵀ + r (a linear layer with a residual, as the stream's writers are) →
+    /// layernorm → two linear layers (one with bias and GELU, one bare) summed (as the fusion
+    /// passes leave them: no pass runs here, so the sum stays an add); with `extra`, a second
+    /// layernorm whose output is also a named output, a third read by a linear layer with a
+    /// residual, and a fourth whose input is a graph input (none of them foldable).
     fn block_graph(rows: usize, extra: bool) -> Graph {
         let mut g = Graph::default();
-        let x = g.add_input("x", &[rows, K]);
+        let z = g.add_input("z", &[rows, K]);
+        let r = g.add_input("r", &[rows, K]);
+        let w0 = g.add_param("w0", &[K, K]);
+        let with_residual = Op::Linear {
+            epilogue: Epilogue {
+                residual: true,
+                ..Epilogue::NONE
+            },
+        };
+        let x = g
+            .add_node("stream", with_residual.clone(), &[z, w0, r])
+            .unwrap();
         let gamma = g.add_param("gamma", &[K]);
         let beta = g.add_param("beta", &[K]);
         let y = g
@@ -253,21 +353,23 @@ mod tests {
         if extra {
             let w3 = g.add_param("w3", &[K, 48]);
             let h = g.add_node("down", bare.clone(), &[out, w3]).unwrap();
+            let h = g
+                .add_node("down_res", with_residual.clone(), &[h, w0, x])
+                .unwrap();
             let seen = g
                 .add_node("norm_seen", Op::LayerNorm { eps: 1e-6 }, &[h, gamma, beta])
                 .unwrap();
             g.mark_output("seen", seen);
             let w4 = g.add_param("w4", &[K, K]);
-            let with_residual = Op::Linear {
-                epilogue: Epilogue {
-                    residual: true,
-                    ..Epilogue::NONE
-                },
-            };
             let n3 = g
                 .add_node("norm_res", Op::LayerNorm { eps: 1e-6 }, &[h, gamma, beta])
                 .unwrap();
             out = g.add_node("res", with_residual, &[n3, w4, h]).unwrap();
+            let n4 = g
+                .add_node("norm_input", Op::LayerNorm { eps: 1e-6 }, &[z, gamma, beta])
+                .unwrap();
+            let from_input = g.add_node("from_input", bare, &[n4, w4]).unwrap();
+            g.mark_output("from_input", from_input);
         }
         g.mark_output("out", out);
         g
@@ -282,8 +384,8 @@ mod tests {
         let mut g = block_graph(3, true);
         assert_eq!(fold_layernorms(&mut g, DType::F16, &|_, _| Ok(())), 1);
         g.validate().unwrap();
-        // The named one and the one a residual linear reads stay.
-        assert_eq!(count(&g, "layernorm"), 2);
+        // The named one, the one a residual linear reads and the one on a graph input stay.
+        assert_eq!(count(&g, "layernorm"), 3);
         assert_eq!(count(&g, "layernorm_linear"), 2);
         let fc1 = g.nodes.iter().find(|n| n.name == "fc1").unwrap();
         assert_eq!(
@@ -293,7 +395,16 @@ mod tests {
                 activation: Activation::Gelu
             }
         );
-        assert_eq!(fc1.inputs[0], 0, "reads the layernorm's input");
+        let stream = g.nodes.iter().find(|n| n.name == "stream").unwrap().output;
+        assert_eq!(fc1.inputs[0], stream, "reads the layernorm's input");
+        // Its producer writes the statistics after it: the plan makes room for them.
+        assert!(g.values[stream].row_statistics);
+        let layout = StatisticsLayout::new(3, K, DType::F16);
+        assert_eq!((layout.offset, layout.len), (512, 2 * 3));
+        assert_eq!(
+            crate::plan::value_bytes(&g.values[stream], DType::F16),
+            512 + 6 * 4
+        );
         let sums = &g.values[fc1.inputs[3]];
         assert_eq!(sums.shape, [48]);
         assert!(matches!(
@@ -346,9 +457,10 @@ mod tests {
         ((h >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
 
-    fn run(g: Graph, dtype: DType, x: &[f32]) -> Vec<f32> {
+    fn run(g: Graph, dtype: DType, z: &[f32], r: &[f32]) -> Vec<f32> {
         let mut params = std::collections::HashMap::new();
         for (name, len, salt, scale, offset) in [
+            ("w0", K * K, 6, 0.1, 0.0),
             ("gamma", K, 1, 0.5, 1.0),
             ("beta", K, 2, 0.3, 0.0),
             ("w1", 48 * K, 3, 0.2, 0.0),
@@ -366,21 +478,25 @@ mod tests {
             crate::Precision::uniform(dtype),
         )
         .unwrap();
-        exec.run(&mut backend, &[("x", x)]).unwrap().remove(0).data
+        exec.run(&mut backend, &[("z", z), ("r", r)])
+            .unwrap()
+            .remove(0)
+            .data
     }
 
     #[test]
     fn the_folded_layers_give_the_layernorms_result() {
         let rows = 5;
+        let z: Vec<f32> = (0..rows * K).map(|i| noise(i, 8)).collect();
         // Rows far from zero mean too: the statistics must not cancel.
-        let x: Vec<f32> = (0..rows * K)
+        let r: Vec<f32> = (0..rows * K)
             .map(|i| noise(i, 9) * 2.0 + if i / K % 2 == 1 { 40.0 } else { 0.0 })
             .collect();
         for (dtype, tolerance) in [(DType::F16, 4e-3), (DType::BF16, 3e-2)] {
-            let unfolded = run(block_graph(rows, false), dtype, &x);
+            let unfolded = run(block_graph(rows, false), dtype, &z, &r);
             let mut g = block_graph(rows, false);
             assert_eq!(fold_layernorms(&mut g, dtype, &|_, _| Ok(())), 1);
-            let folded = run(g, dtype, &x);
+            let folded = run(g, dtype, &z, &r);
             let scale = unfolded.iter().fold(0f32, |m, v| m.max(v.abs()));
             for (i, (a, b)) in folded.iter().zip(&unfolded).enumerate() {
                 assert!(

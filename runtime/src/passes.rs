@@ -369,6 +369,7 @@ fn push_param(graph: &mut Graph, source: ParamSource, shape: Vec<usize>) -> usiz
         name: source.key(),
         shape,
         kind: ValueKind::Param(source),
+        row_statistics: false,
     });
     graph.values.len() - 1
 }

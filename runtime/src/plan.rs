@@ -92,10 +92,12 @@ pub struct Plan {
 /// Bytes a value takes in the arena: its elements in `dtype`, or for an e4m3 activation its
 /// codes and row scales ([`crate::fp8::InputWorkspace`]).
 pub fn value_bytes(value: &crate::graph::Value, dtype: DType) -> usize {
+    let cols = value.shape.last().copied().unwrap_or(0);
+    let rows = value.numel() / cols.max(1);
     match dtype {
-        DType::E4M3 => {
-            let k = value.shape.last().copied().unwrap_or(0);
-            crate::fp8::InputWorkspace::new(value.numel() / k.max(1), k).bytes
+        DType::E4M3 => crate::fp8::InputWorkspace::new(rows, cols).bytes,
+        _ if value.row_statistics => {
+            crate::layernorm_fold::StatisticsLayout::new(rows, cols, dtype).bytes
         }
         _ => value.numel() * dtype.size_bytes(),
     }

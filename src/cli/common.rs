@@ -50,8 +50,9 @@ pub struct ModelArgs {
     #[arg(long, value_parser = parse_dtype)]
     residual_dtype: Option<DType>,
     /// Graph fusion: all (default) or none, to compare the fused and plain graphs. `all` also
-    /// folds each block's layernorms into the linear layers that read them in f16 and bf16 runs
-    /// whose residual stream is in that type, on GPUs with the kernel (sm_90a).
+    /// folds each block's layernorms into the linear layers that read them in a graph of one
+    /// image (f16, or bf16 with a bf16 residual stream; not batch-invariant) on GPUs with the
+    /// kernels (sm_90a).
     #[arg(long, value_enum, default_value_t = FusionArg::All)]
     fusion: FusionArg,
     /// Attention as one fused kernel or as scores, softmax and context. Default: fused where

@@ -431,7 +431,7 @@ __device__ __forceinline__ void release_residual_unread(unsigned full_bar, unsig
 //   folded into the product (see matmul_block_tma_pingpong_layernorm). The rows' statistics
 //   are not gathered here: A's producer (ROW_STATS below) wrote partial statistics of every
 //   64-column block of each row, and the epilogue combines a row's K / 64 partials
-//   (combine_row_statistics, one row a thread, loads issued before the last wgmma wait) and
+//   (combine_row_statistics, one row a thread, after the tile's last stage is released) and
 //   fetches its fragment rows' mean and rstd by warp shuffles; the column sums arrive in
 //   shared memory beside the bias tile as the FP8 column scales do. 16-bit A, B and C, no
 //   residual, no split-K, single CTAs; K a multiple of 64. (Gathering the sums from the A
@@ -607,18 +607,21 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
             // The other warpgroup's next tile may queue its MMAs behind this tile's last ones.
             if (kt == k_tiles - 1 && leader) mbarrier_arrive(turn_bar + (1 - w) * 8);
         }
-        // LAYERNORM: this thread's row's (-mean, rstd) from the producer's partials, loaded
-        // while the last k-step's MMAs run (rows past M: zeros, their outputs are clipped).
-        float2 own_statistics = make_float2(0.0f, 0.0f);
-        if constexpr (LAYERNORM) {
-            const int row = t.tile_m * BM + statistics_row_index;
-            if (row < m) own_statistics = combine_row_statistics(layernorm.row_stats + row, m, k, layernorm.eps);
-        }
         // Unconditional: ptxas cannot tell that the k-loop ran iff k_tiles > 0, and a path on which
         // the epilogue might read accumulators of a pending wgmma makes it serialise them all.
         wgmma_wait<0>();
         if (k_tiles > 0 && lane == 0) release_stage<CLUSTER>(empty_bar + ((step - 1) % STAGES) * 8);
         if (k_tiles == 0 && leader) mbarrier_arrive(turn_bar + (1 - w) * 8);
+        // LAYERNORM: this thread's row's (-mean, rstd) from the producer's partials (rows past M:
+        // zeros, their outputs are clipped). After the last stage's release: waiting for these
+        // loads before it held the stage from the producer, whose in-order refills then starved
+        // the other warpgroup's main loop (qkv at batch 256 ran 1.3x the plain tile's time;
+        // benchmarks/NOTES.md, 2026-11-28 "Layernorms folded into the matmul").
+        float2 own_statistics = make_float2(0.0f, 0.0f);
+        if constexpr (LAYERNORM) {
+            const int row = t.tile_m * BM + statistics_row_index;
+            if (row < m) own_statistics = combine_row_statistics(layernorm.row_stats + row, m, k, layernorm.eps);
+        }
         fence_accumulators(acc_top);
         fence_accumulators(acc_bottom);
 

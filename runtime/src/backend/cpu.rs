@@ -594,6 +594,7 @@ mod tests {
                 dtype,
             },
             shape: shape.to_vec(),
+            row_statistics: false,
         };
         let weight = Binding {
             buffer: BufferRef::Param {
@@ -602,6 +603,7 @@ mod tests {
                 dtype: DType::F16,
             },
             shape: vec![4, 8],
+            row_statistics: false,
         };
         let out = arena(1024, 8, DType::F16, &[2, 4]);
         let linear = Op::Linear {

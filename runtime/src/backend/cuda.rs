@@ -1031,6 +1031,18 @@ impl CudaBackend {
                 let epilogue = problem.epilogue;
                 let bias = epilogue.bias.then(|| ins[2]);
                 let residual = epilogue.residual.then(|| ins[2 + epilogue.bias as usize]);
+                // The stream a folded layernorm reads: its row statistics beside it.
+                if let Some(statistics) = crate::layernorm_fold::statistics_buffer(output) {
+                    let residual = residual.ok_or_else(|| {
+                        KernelError::InvalidArgument(
+                            "row statistics are written by a linear layer with a residual".into(),
+                        )
+                    })?;
+                    let statistics = self.ptr(statistics)?;
+                    return matmul::gpu::matmul_with_row_statistics(
+                        gpu, d, &problem, ins[0], ins[1], bias, residual, out, statistics,
+                    );
+                }
                 matmul::gpu::matmul(gpu, d, &problem, ins[0], ins[1], bias, residual, out)
             }
             Op::Fp8Linear { epilogue } => self.fp8_linear(*epilogue, inputs, &ins, out, workspace),
@@ -1044,7 +1056,16 @@ impl CudaBackend {
                         "not a layernorm folded into a linear layer".into(),
                     )
                 })?;
-                matmul::gpu::matmul_layernorm(gpu, d, &problem, ins[0], ins[1], ins[2], ins[3], out)
+                let statistics =
+                    crate::layernorm_fold::statistics_buffer(&inputs[0]).ok_or_else(|| {
+                        KernelError::InvalidArgument(
+                            "a folded layernorm's input carries no row statistics".into(),
+                        )
+                    })?;
+                let statistics = self.ptr(statistics)?;
+                matmul::gpu::matmul_layernorm(
+                    gpu, d, &problem, ins[0], statistics, ins[1], ins[2], ins[3], out,
+                )
             }
             // In its input's type: the run's dtype, or f32 where its output leaves the graph.
             Op::Activation(act) => {

@@ -320,6 +320,10 @@ impl MemoryAccount {
 pub struct Binding {
     pub buffer: BufferRef,
     pub shape: Vec<usize>,
+    /// The value's storage carries row statistics after its elements
+    /// (`crate::layernorm_fold::StatisticsLayout`): its producer writes them, a folded
+    /// layernorm reads them.
+    pub row_statistics: bool,
 }
 
 pub trait Backend {
