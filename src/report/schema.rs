@@ -44,9 +44,10 @@ pub struct DeviceInfo {
 pub struct KernelRow {
     pub op: String,
     pub case: String,
-    /// "vitrt", "cublas" or "copy".
+    /// "vitrt", "cublas", "copy", or a baseline of ours (benchmarks/SCHEMA.md).
     pub provider: String,
-    /// "none" or "bias+gelu" for matmul rows; null for the others (benchmarks/SCHEMA.md).
+    /// "none" or "bias+gelu" for matmul rows, "bias" or "bias+gelu" for matmul-layernorm,
+    /// "bias+residual" for matmul-row-stats; null for the others (benchmarks/SCHEMA.md).
     #[serde(default)]
     pub epilogue: Option<String>,
     pub shape: Vec<u64>,
