@@ -37,7 +37,7 @@ use vitrt_kernels::DType;
 
 /// Columns a row's partial statistics cover (the last block of a row is whole: the stream's
 /// width is a multiple of it wherever a layernorm is folded).
-pub const STATISTICS_COLUMNS: usize = 64;
+pub const STATISTICS_COLUMNS: usize = vitrt_kernels::matmul::ROW_STATISTICS_BLOCK;
 
 /// Where a value with row statistics keeps them: its `rows x cols` elements, then, from the
 /// next 256-byte boundary, `cols / 64` blocks of `rows` f32 pairs (block-major): for row r and
