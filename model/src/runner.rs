@@ -241,10 +241,14 @@ impl Runner {
     /// measured faster on an H200 (0.459-0.463 against 0.463-0.464 ms for ViT-B/16; 2-4%
     /// slower at 8 to 256, whose folded fc1 loses more than the layernorm costs:
     /// benchmarks/NOTES.md, 2026-11-28 "Layernorms folded into the matmul"). Never with batch
-    /// invariance, which needs one image's graph to compute what a batch's does.
+    /// invariance, which needs one image's graph to compute what a batch's does, nor once a
+    /// larger batch's executor exists (a run's last batch of one image would upload a second,
+    /// folded copy of the weights it reads for a gain of 1%).
     fn fold_layernorms(&self, graph: &mut vitrt_runtime::Graph, batch: usize, supports: Supports) {
         let Precision { compute, residual } = self.precision;
-        let wanted = self.fusion.layernorms && batch == 1 && !self.batch_invariant;
+        let larger_batches = self.executors.keys().any(|&(b, _, _)| b > 1);
+        let wanted =
+            self.fusion.layernorms && batch == 1 && !self.batch_invariant && !larger_batches;
         if wanted && compute != DType::F32 && residual == compute {
             layernorm_fold::fold_layernorms(graph, compute, supports);
         }

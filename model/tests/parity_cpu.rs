@@ -368,3 +368,57 @@ fn aimv2_positions_are_learned_for_one_size_or_computed_for_any() {
         .available_outputs()
         .contains(vitrt_model::Output::PoolerOutput));
 }
+
+/// The runner folds the block layernorms of a graph of one image (f16 with an f16 stream),
+/// and the folded graph gives what the unfolded one gives, to f16's rounding; once a larger
+/// batch's executor exists it no longer folds (a last batch of one image would upload a second
+/// copy of the weights).
+#[test]
+fn the_runner_folds_layernorms_for_one_image_only() {
+    let dir = root_fixture("tiny-gelu");
+    let folded_nodes = |runner: &Runner, batch| {
+        runner
+            .executor(batch, false)
+            .unwrap()
+            .graph()
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.op, Op::LayerNormLinear { .. }))
+            .count()
+    };
+    let runner = |batch_first: Option<usize>| {
+        let model = VisionModel::load(&dir).unwrap();
+        let backend = CpuBackend::emulating(DType::F16);
+        let mut r = Runner::new(model, Box::new(backend), Fusion::ALL);
+        if let Some(b) = batch_first {
+            r.prepare(b, false).unwrap();
+        }
+        r.prepare(1, false).unwrap();
+        r
+    };
+    let fresh = runner(None);
+    assert!(
+        folded_nodes(&fresh, 1) > 0,
+        "a first graph of one image is folded"
+    );
+    let after_batch = runner(Some(3));
+    assert_eq!(folded_nodes(&after_batch, 3), 0);
+    assert_eq!(folded_nodes(&after_batch, 1), 0);
+    // The folded and unfolded graphs of one image compute the same logits.
+    let size = fresh.model.input_size();
+    let pixels: Vec<f32> = (0..3 * size.0 * size.1)
+        .map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0)
+        .collect();
+    let run = |mut r: Runner| r.run(&pixels, 1, false).unwrap().remove(0).data;
+    let (a, b) = (run(fresh), run(after_batch));
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 4e-3 * scale.max(1.0), "{a:?}\n{b:?}");
+    }
+}
+
+fn root_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/models")
+        .join(name)
+}
