@@ -434,10 +434,6 @@ fn layernorm_matmul_speed_report() {
         reps: 50,
         spin_nanoseconds: 200_000,
     };
-    let median = |mut samples: Vec<f64>| -> f64 {
-        samples.sort_by(f64::total_cmp);
-        samples[samples.len() / 2]
-    };
     let mut rng = StdRng::seed_from_u64(54);
     for dtype in [DType::BF16, DType::F16] {
         for (name, n, activation) in [
@@ -483,38 +479,37 @@ fn layernorm_matmul_speed_report() {
                     .map(|_| upload(&gpu, DType::F32, &stats, 0))
                     .collect();
                 let folded = |tile: Option<MatmulTile>| {
-                    median(
-                        timer
-                            .samples_ms(&gpu, copies, |i| {
-                                let (x, w, b, cs, _, _, _, out) = &set[i];
-                                match tile {
-                                    Some(tile) => matmul_gpu::matmul_layernorm_with_tile(
-                                        &gpu,
-                                        dtype,
-                                        &p,
-                                        tile,
-                                        x.1,
-                                        stats[i].1,
-                                        w.1,
-                                        b.1,
-                                        cs.1,
-                                        out.view(),
-                                    ),
-                                    None => matmul_gpu::matmul_layernorm(
-                                        &gpu,
-                                        dtype,
-                                        &p,
-                                        x.1,
-                                        stats[i].1,
-                                        w.1,
-                                        b.1,
-                                        cs.1,
-                                        out.view(),
-                                    ),
-                                }
-                            })
-                            .unwrap(),
-                    )
+                    timer
+                        .median_ms(&gpu, copies, |i| {
+                            let (x, w, b, cs, _, _, _, out) = &set[i];
+                            match tile {
+                                Some(tile) => matmul_gpu::matmul_layernorm_with_tile(
+                                    &gpu,
+                                    dtype,
+                                    &p,
+                                    tile,
+                                    x.1,
+                                    stats[i].1,
+                                    w.1,
+                                    b.1,
+                                    cs.1,
+                                    out.view(),
+                                ),
+                                None => matmul_gpu::matmul_layernorm(
+                                    &gpu,
+                                    dtype,
+                                    &p,
+                                    x.1,
+                                    stats[i].1,
+                                    w.1,
+                                    b.1,
+                                    cs.1,
+                                    out.view(),
+                                ),
+                            }
+                        })
+                        .unwrap()
+                        .unwrap()
                 };
                 let product = MatmulProblem::linear(
                     m,
@@ -526,51 +521,39 @@ fn layernorm_matmul_speed_report() {
                         ..Epilogue::NONE
                     },
                 );
-                let unfolded = median(
-                    timer
-                        .samples_ms(&gpu, copies, |i| {
-                            let (x, w, b, _, g, be, y, out) = &set[i];
-                            layernorm_gpu::layernorm(
-                                &gpu,
-                                dtype,
-                                x.1,
-                                g.1,
-                                be.1,
-                                m,
-                                k,
-                                EPS,
-                                y.view(),
-                            )?;
-                            matmul_gpu::matmul(
-                                &gpu,
-                                dtype,
-                                &product,
-                                y.view(),
-                                w.1,
-                                Some(b.1),
-                                None,
-                                out.view(),
-                            )
-                        })
-                        .unwrap(),
-                );
-                let matmul_alone = median(
-                    timer
-                        .samples_ms(&gpu, copies, |i| {
-                            let (x, w, b, _, _, _, _, out) = &set[i];
-                            matmul_gpu::matmul(
-                                &gpu,
-                                dtype,
-                                &product,
-                                x.1,
-                                w.1,
-                                Some(b.1),
-                                None,
-                                out.view(),
-                            )
-                        })
-                        .unwrap(),
-                );
+                let unfolded = timer
+                    .median_ms(&gpu, copies, |i| {
+                        let (x, w, b, _, g, be, y, out) = &set[i];
+                        layernorm_gpu::layernorm(&gpu, dtype, x.1, g.1, be.1, m, k, EPS, y.view())?;
+                        matmul_gpu::matmul(
+                            &gpu,
+                            dtype,
+                            &product,
+                            y.view(),
+                            w.1,
+                            Some(b.1),
+                            None,
+                            out.view(),
+                        )
+                    })
+                    .unwrap()
+                    .unwrap();
+                let matmul_alone = timer
+                    .median_ms(&gpu, copies, |i| {
+                        let (x, w, b, _, _, _, _, out) = &set[i];
+                        matmul_gpu::matmul(
+                            &gpu,
+                            dtype,
+                            &product,
+                            x.1,
+                            w.1,
+                            Some(b.1),
+                            None,
+                            out.view(),
+                        )
+                    })
+                    .unwrap()
+                    .unwrap();
                 let chosen = matmul_gpu::layernorm_matmul_tile_for(&gpu, &p).unwrap();
                 let (ours, wide, narrow) = (
                     folded(None),
@@ -889,10 +872,6 @@ fn row_statistics_producer_speed_report() {
         reps: 50,
         spin_nanoseconds: 200_000,
     };
-    let median = |mut samples: Vec<f64>| -> f64 {
-        samples.sort_by(f64::total_cmp);
-        samples[samples.len() / 2]
-    };
     let mut rng = StdRng::seed_from_u64(58);
     for dtype in [DType::BF16, DType::F16] {
         for (name, k) in [("proj", 768), ("fc2", 3072)] {
@@ -918,42 +897,40 @@ fn row_statistics_producer_speed_report() {
                     first.residual.1,
                 )
                 .unwrap();
-                let plain = median(
-                    timer
-                        .samples_ms(&gpu, copies, |i| {
-                            let (pr, c, _) = &set[i];
-                            matmul_gpu::matmul_with_tile(
-                                &gpu,
-                                dtype,
-                                &pr.p,
-                                tile,
-                                pr.a.1,
-                                pr.b.1,
-                                Some(pr.bias.1),
-                                Some(pr.residual.1),
-                                c.view(),
-                            )
-                        })
-                        .unwrap(),
-                );
-                let with_statistics = median(
-                    timer
-                        .samples_ms(&gpu, copies, |i| {
-                            let (pr, c, stats) = &set[i];
-                            matmul_gpu::matmul_with_row_statistics(
-                                &gpu,
-                                dtype,
-                                &pr.p,
-                                pr.a.1,
-                                pr.b.1,
-                                Some(pr.bias.1),
-                                pr.residual.1,
-                                c.view(),
-                                stats.view(),
-                            )
-                        })
-                        .unwrap(),
-                );
+                let plain = timer
+                    .median_ms(&gpu, copies, |i| {
+                        let (pr, c, _) = &set[i];
+                        matmul_gpu::matmul_with_tile(
+                            &gpu,
+                            dtype,
+                            &pr.p,
+                            tile,
+                            pr.a.1,
+                            pr.b.1,
+                            Some(pr.bias.1),
+                            Some(pr.residual.1),
+                            c.view(),
+                        )
+                    })
+                    .unwrap()
+                    .unwrap();
+                let with_statistics = timer
+                    .median_ms(&gpu, copies, |i| {
+                        let (pr, c, stats) = &set[i];
+                        matmul_gpu::matmul_with_row_statistics(
+                            &gpu,
+                            dtype,
+                            &pr.p,
+                            pr.a.1,
+                            pr.b.1,
+                            Some(pr.bias.1),
+                            pr.residual.1,
+                            c.view(),
+                            stats.view(),
+                        )
+                    })
+                    .unwrap()
+                    .unwrap();
                 println!(
                     "SPEED {dtype:<4} {name}/b{batch:<3} {}: plain {plain:.4} ms, with row \
                      statistics {with_statistics:.4} ms ({:.3}x)",

@@ -612,7 +612,9 @@ fn load_param(
             };
             let w = load_param(weight, shape, params)?;
             let gamma = load_param(gamma, &[*k], params)?;
-            Ok(crate::layernorm_fold::folded_weight(&w, &gamma, *n, *k))
+            Ok(vitrt_kernels::matmul::layernorm_fold::fold_weight(
+                &w, &gamma, *n, *k,
+            ))
         }
         ParamSource::LayernormBias {
             weight,
@@ -629,7 +631,7 @@ fn load_param(
                 Some(b) => Some(load_param(b, &[*n], params)?),
                 None => None,
             };
-            Ok(crate::layernorm_fold::folded_bias(
+            Ok(vitrt_kernels::matmul::layernorm_fold::fold_bias(
                 &w,
                 &beta,
                 bias.as_deref(),

@@ -32,6 +32,7 @@
 use crate::backend::{Binding, BufferRef};
 use crate::graph::{Graph, Op, ParamSource, ValueKind};
 use crate::passes::Supports;
+use vitrt_kernels::matmul::layernorm_fold as fold;
 use vitrt_kernels::matmul::LayernormMatmulProblem;
 use vitrt_kernels::DType;
 
@@ -56,7 +57,7 @@ pub struct StatisticsLayout {
 impl StatisticsLayout {
     pub fn new(rows: usize, cols: usize, dtype: DType) -> StatisticsLayout {
         let offset = (rows * cols * dtype.size_bytes()).div_ceil(256) * 256;
-        let len = 2 * (cols / STATISTICS_COLUMNS) * rows;
+        let len = vitrt_kernels::matmul::row_statistics_len(rows, cols);
         StatisticsLayout {
             offset,
             len,
@@ -95,10 +96,7 @@ pub fn statistics_buffer(binding: &Binding) -> Option<BufferRef> {
 /// are of the rounded values). Returns the layernorms folded.
 pub fn fold_layernorms(graph: &mut Graph, compute: DType, supports: Supports) -> usize {
     let users = graph.consumers();
-    let mut producer = vec![None; graph.values.len()];
-    for (id, node) in graph.nodes.iter().enumerate() {
-        producer[node.output] = Some(id);
-    }
+    let producer = crate::passes::producers(graph);
     let writes_statistics = |x: usize| {
         let Some(p) = producer[x] else {
             return false;
@@ -276,31 +274,16 @@ pub fn check_storage(compute: DType, inputs: &[DType], output: DType) -> Result<
     Ok(())
 }
 
-/// The checkpoint-side values of the folded parameters: W' `[n, k]` from the weight and γ,
-/// b' `[n]` from the weight, the bias (if any) and β, and the column sums of W' rounded to
-/// `dtype`, by the kernels' helpers (`vitrt_kernels::matmul::layernorm_fold`).
-pub fn folded_weight(weight: &[f32], gamma: &[f32], n: usize, k: usize) -> Vec<f32> {
-    vitrt_kernels::matmul::layernorm_fold::fold_weight(weight, gamma, n, k)
-}
-
-/// See [`folded_weight`].
-pub fn folded_bias(
-    weight: &[f32],
-    beta: &[f32],
-    bias: Option<&[f32]>,
-    n: usize,
-    k: usize,
-) -> Vec<f32> {
-    vitrt_kernels::matmul::layernorm_fold::fold_bias(weight, beta, bias, n, k)
-}
-
-/// See [`folded_weight`].
+/// The column sums of the folded weight `[n, k]` (the weight times γ) as stored in `dtype`:
+/// each value rounded to `dtype` first, then summed by the kernels' helper
+/// (`vitrt_kernels::matmul::layernorm_fold`), so that `mean · colsum` cancels exactly what the
+/// product adds.
 pub fn column_sums(weight: &[f32], gamma: &[f32], n: usize, k: usize, dtype: DType) -> Vec<f32> {
-    let rounded: Vec<f32> = folded_weight(weight, gamma, n, k)
+    let rounded: Vec<f32> = fold::fold_weight(weight, gamma, n, k)
         .into_iter()
         .map(|w| dtype.round(w))
         .collect();
-    vitrt_kernels::matmul::layernorm_fold::column_sums(&rounded, n, k)
+    fold::column_sums(&rounded, n, k)
 }
 
 #[cfg(test)]

@@ -374,7 +374,8 @@ fn push_param(graph: &mut Graph, source: ParamSource, shape: Vec<usize>) -> usiz
     graph.values.len() - 1
 }
 
-fn producers(graph: &Graph) -> Vec<Option<usize>> {
+/// Each value's producing node, if a node produces it.
+pub(crate) fn producers(graph: &Graph) -> Vec<Option<usize>> {
     let mut p = vec![None; graph.values.len()];
     for (id, n) in graph.nodes.iter().enumerate() {
         p[n.output] = Some(id);

@@ -16,8 +16,8 @@ use crate::matmul::selection::{
     rows_aligned, tiles_for, MatmulTile, Program, DEEP_SMALL_TILE, SMALL_TENSOR_CORE_TILE,
 };
 use crate::matmul::selection::{
-    select_fp8_tile, select_layernorm_tile, select_row_statistics_tile, single_nk_matrix, sm_count,
-    FP8_TILES, LAYERNORM_TILES, ROW_STATISTICS_TILES,
+    select_fp8_tile, select_layernorm_tile, select_row_statistics_tile, selection_rows,
+    single_nk_matrix, sm_count, FP8_TILES, LAYERNORM_TILES, ROW_STATISTICS_TILES,
 };
 use crate::matmul::tma_pingpong_fp8::{self, Fp8Operands};
 use crate::matmul::tuning::{matmul_choice, MatmulStorage};
@@ -136,20 +136,7 @@ pub fn matmul_with_row_statistics_with_tile(
             ));
         }
     }
-    row_stats.expect("row statistics", DType::F32, 0)?;
-    let need = 2 * (p.n / ROW_STATISTICS_BLOCK) * p.m;
-    if row_stats.len < need {
-        return Err(invalid!(
-            "the row statistics need {need} f32 values ((N / 64) · M pairs), the buffer has {}",
-            row_stats.len
-        ));
-    }
-    if !row_stats.is_aligned(8) {
-        return Err(invalid!(
-            "the row statistics start at {:#x}, not on the 8-byte boundary of their f32 pairs",
-            row_stats.ptr
-        ));
-    }
+    tma_pingpong_layernorm::check_row_statistics("the row-statistics matmul", row_stats, p.m, p.n)?;
     launch_with_tile(
         gpu,
         dtype,
@@ -170,13 +157,7 @@ pub fn matmul_with_row_statistics_with_tile(
 /// block whole). Else the reason, in words. Operands are checked at the launch (the stream in
 /// `dtype`, rows on 16-byte boundaries as the tensor maps need).
 pub fn row_statistics_support(gpu: &Gpu, dtype: DType, p: &MatmulProblem) -> Result<(), String> {
-    let (major, minor) = gpu.compute_capability();
-    if (major, minor) != (9, 0) {
-        return Err(format!(
-            "the row-statistics matmul needs an sm_90 GPU (TMA and wgmma); this one is \
-             sm_{major}{minor}"
-        ));
-    }
+    require_sm90(gpu, "the row-statistics matmul")?;
     row_statistics_problem_support(dtype, p)
 }
 
@@ -240,11 +221,7 @@ pub fn row_statistics_tile_for(
     if ROW_STATISTICS_TILES.contains(&tile) {
         return Ok(tile);
     }
-    let m = if gpu.batch_invariant() {
-        crate::matmul::selection::INVARIANT_ROWS
-    } else {
-        p.m
-    };
+    let m = selection_rows(gpu, p.m);
     Ok(select_row_statistics_tile(m, p.n, p.k, sm_count(gpu)?))
 }
 
@@ -281,11 +258,7 @@ pub fn matmul_fp8_with_tile(
 /// one wave, else the 128 x 128 one; with batch-invariant selection always the latter (as if
 /// M were large), so that a row's result never depends on the batch.
 pub fn fp8_tile_for(gpu: &Gpu, p: &Fp8Problem) -> Result<MatmulTile, KernelError> {
-    let m = if gpu.batch_invariant() {
-        crate::matmul::selection::INVARIANT_ROWS
-    } else {
-        p.m
-    };
+    let m = selection_rows(gpu, p.m);
     Ok(select_fp8_tile(m, p.n, p.k, sm_count(gpu)?))
 }
 
@@ -350,19 +323,23 @@ pub fn layernorm_matmul_support(
     dtype: DType,
     p: &LayernormMatmulProblem,
 ) -> Result<(), String> {
-    let (major, minor) = gpu.compute_capability();
-    if (major, minor) != (9, 0) {
-        return Err(format!(
-            "the layernorm matmul needs an sm_90 GPU (TMA and wgmma); this one is \
-             sm_{major}{minor}"
-        ));
-    }
+    require_sm90(gpu, "the layernorm matmul")?;
     if !matches!(dtype, DType::F16 | DType::BF16) {
         return Err(format!(
             "the layernorm matmul runs on f16 or bf16 operands, not {dtype}"
         ));
     }
     p.check()
+}
+
+/// Ok on an sm_90 GPU, which the ping-pong program's entries (`what`) need: TMA and wgmma.
+fn require_sm90(gpu: &Gpu, what: &str) -> Result<(), String> {
+    match gpu.compute_capability() {
+        (9, 0) => Ok(()),
+        (major, minor) => Err(format!(
+            "{what} needs an sm_90 GPU (TMA and wgmma); this one is sm_{major}{minor}"
+        )),
+    }
 }
 
 /// The tile [`matmul_layernorm`] picks for `p` on `gpu`: the narrow ping-pong tile while its
@@ -373,11 +350,7 @@ pub fn layernorm_matmul_tile_for(
     gpu: &Gpu,
     p: &LayernormMatmulProblem,
 ) -> Result<MatmulTile, KernelError> {
-    let m = if gpu.batch_invariant() {
-        crate::matmul::selection::INVARIANT_ROWS
-    } else {
-        p.m
-    };
+    let m = selection_rows(gpu, p.m);
     Ok(select_layernorm_tile(m, p.n, p.k, sm_count(gpu)?))
 }
 

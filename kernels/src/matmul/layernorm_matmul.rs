@@ -56,6 +56,11 @@ pub const LAYERNORM_MATMUL_K_MULTIPLE: usize = 64;
 /// The values a row statistics partial covers: one 64-column block of a row.
 pub const ROW_STATISTICS_BLOCK: usize = 64;
 
+/// The f32 values the row statistics of `rows` x `cols` values hold: (cols / 64) · rows pairs.
+pub fn row_statistics_len(rows: usize, cols: usize) -> usize {
+    2 * (cols / ROW_STATISTICS_BLOCK) * rows
+}
+
 /// One block's partial statistics (mean_b, m2_b) as the producer computes them
 /// (tma_pingpong.cu's output_block_statistics), from its values as stored (rounded to T): in
 /// f32, each sum over four partial sums (value i into sum i % 4, in order) added as
@@ -133,21 +138,9 @@ impl LayernormMatmulProblem {
         Ok(())
     }
 
-    /// The f32 values the row statistics hold: (K / 64) · M pairs.
+    /// The f32 values the row statistics of x hold ([`row_statistics_len`]).
     pub fn row_stats_len(&self) -> usize {
-        2 * (self.k / ROW_STATISTICS_BLOCK) * self.m
-    }
-
-    /// Checks the row statistics' length (in f32 values) against the problem.
-    pub fn check_row_stats_len(&self, row_stats: usize) -> Result<(), String> {
-        let need = self.row_stats_len();
-        if row_stats < need {
-            return Err(format!(
-                "layernorm matmul: the row statistics need {need} f32 values ((K / 64) · M \
-                 pairs), the buffer has {row_stats}"
-            ));
-        }
-        Ok(())
+        row_statistics_len(self.m, self.k)
     }
 
     /// Checks every operand's length (in elements) against the problem.

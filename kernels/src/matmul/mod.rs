@@ -60,8 +60,8 @@ pub use crate::cuda::E4m3Ptr;
 pub use fp8::{inverse_out_scale, ActivationScale, Fp8Output, Fp8Problem, FP8_K_MULTIPLE};
 pub use gpu::{layernorm_matmul_support, row_statistics_support};
 pub use layernorm_matmul::{
-    block_statistics, combine_statistics, LayernormMatmulProblem, LAYERNORM_MATMUL_K_MULTIPLE,
-    LAYERNORM_MATMUL_N_MULTIPLE, ROW_STATISTICS_BLOCK,
+    block_statistics, combine_statistics, row_statistics_len, LayernormMatmulProblem,
+    LAYERNORM_MATMUL_K_MULTIPLE, LAYERNORM_MATMUL_N_MULTIPLE, ROW_STATISTICS_BLOCK,
 };
 pub use problem::{Epilogue, MatmulProblem, WeightLayout};
 pub use selection::{

@@ -624,6 +624,16 @@ pub(crate) fn sm_count(gpu: &Gpu) -> Result<u32, KernelError> {
 /// for every tile to fill the GPU, so that the cost model's choice depends on N and K alone.
 pub(crate) const INVARIANT_ROWS: usize = 1 << 20;
 
+/// The rows a tile is chosen for on `gpu`: `m`, or [`INVARIANT_ROWS`] with batch-invariant
+/// selection on ([`Gpu::batch_invariant`]).
+pub(crate) fn selection_rows(gpu: &Gpu, m: usize) -> usize {
+    if gpu.batch_invariant() {
+        INVARIANT_ROWS
+    } else {
+        m
+    }
+}
+
 /// The tile shape [`crate::matmul::gpu::matmul`] picks for `p` on `gpu` by the cost model
 /// (the small tile instead when the operands turn out to need element loads); with
 /// batch-invariant selection on ([`Gpu::batch_invariant`]), as for [`INVARIANT_ROWS`] rows.
@@ -632,19 +642,13 @@ pub fn matmul_tile_for(
     dtype: DType,
     p: &MatmulProblem,
 ) -> Result<MatmulTile, KernelError> {
-    let invariant;
-    let p = if gpu.batch_invariant() {
-        invariant = MatmulProblem {
-            m: INVARIANT_ROWS,
-            ..*p
-        };
-        &invariant
-    } else {
-        p
+    let p = MatmulProblem {
+        m: selection_rows(gpu, p.m),
+        ..*p
     };
     Ok(select_tile(
         dtype,
-        p,
+        &p,
         sm_count(gpu)?,
         gpu.compute_capability(),
     ))

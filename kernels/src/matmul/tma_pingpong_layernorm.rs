@@ -13,7 +13,7 @@ use crate::cuda::{
 use crate::matmul::config::SM90_SHARED_BYTES;
 use crate::matmul::config::{program_source, GROUP_M, HEADERS};
 use crate::matmul::launch::{tensor_map, DECLARED_MAP};
-use crate::matmul::layernorm_matmul::LayernormMatmulProblem;
+use crate::matmul::layernorm_matmul::{row_statistics_len, LayernormMatmulProblem};
 use crate::matmul::selection::{sm_count, MatmulTile, LAYERNORM_TILES};
 use crate::types::{Activation, DType};
 
@@ -154,16 +154,7 @@ pub(crate) fn validate(
     w.expect("layernorm matmul weights", dtype, 0)?;
     bias.expect("layernorm matmul bias", dtype, 0)?;
     column_sums.expect("layernorm matmul column sums", DType::F32, 0)?;
-    row_stats.expect("layernorm matmul row statistics", DType::F32, 0)?;
-    p.check_row_stats_len(row_stats.len)
-        .map_err(KernelError::InvalidArgument)?;
-    if !row_stats.is_aligned(8) {
-        return Err(invalid!(
-            "layernorm matmul: the row statistics start at {:#x}, not on the 8-byte boundary \
-             of their f32 pairs",
-            row_stats.ptr
-        ));
-    }
+    check_row_statistics("layernorm matmul", row_stats, p.m, p.k)?;
     out.expect("layernorm matmul output", dtype, 0)?;
     p.check_bounds(x.len, w.len, bias.len, column_sums.len, out.len)
         .map_err(KernelError::InvalidArgument)?;
@@ -182,6 +173,27 @@ pub(crate) fn validate(
              to their elements",
             column_sums.ptr,
             bias.ptr
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a buffer of row statistics for `rows` x `cols` values (`what`: the kernel that
+/// reads or writes it): f32, long enough ([`row_statistics_len`]), on the 8-byte boundary of
+/// its f32 pairs. The producer's launch and the layernorm matmul's share it.
+pub(crate) fn check_row_statistics(
+    what: &str,
+    row_stats: DevPtr,
+    rows: usize,
+    cols: usize,
+) -> Result<(), KernelError> {
+    let need = row_statistics_len(rows, cols);
+    row_stats.expect(&format!("{what}: the row statistics"), DType::F32, need)?;
+    if !row_stats.is_aligned(8) {
+        return Err(invalid!(
+            "{what}: the row statistics start at {:#x}, not on the 8-byte boundary of their \
+             f32 pairs",
+            row_stats.ptr
         ));
     }
     Ok(())
