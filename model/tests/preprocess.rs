@@ -943,3 +943,50 @@ fn open_clip_configs_preprocess_as_open_clips_transform() {
         }
     }
 }
+
+/// A processor config that names no class takes the defaults of the class transformers'
+/// `AutoImageProcessor` maps config.json's `model_type` to (CLIP's for AIMv2, BiT's for
+/// DINOv2); a model type it maps to no class of ours keeps ViT's defaults.
+#[test]
+fn a_config_without_a_class_takes_the_model_types() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("preprocessor_config.json"),
+        r#"{"size": 224}"#,
+    )
+    .unwrap();
+    let with_model_type = |model_type: Option<&str>| {
+        let config = match model_type {
+            Some(t) => format!(r#"{{"model_type": "{t}"}}"#),
+            None => "{}".to_string(),
+        };
+        std::fs::write(dir.path().join("config.json"), config).unwrap();
+        PreprocessConfig::of_checkpoint(dir.path(), 3)
+            .unwrap()
+            .unwrap()
+    };
+    let aimv2 = with_model_type(Some("aimv2_vision_model"));
+    assert_eq!(aimv2.resize_target(), ResizeTarget::ShortestEdge(224));
+    assert_eq!(aimv2.crop_size(), Some((224, 224)));
+    assert_eq!(aimv2.resample(), Resample::Bicubic);
+    assert_eq!(
+        aimv2.normalization().unwrap().0,
+        &[0.48145466f32, 0.4578275, 0.40821073][..]
+    );
+    let bit = PreprocessConfig::from_json_str(
+        r#"{"size": 224, "image_processor_type": "BitImageProcessor"}"#,
+    )
+    .unwrap();
+    assert_eq!(with_model_type(Some("dinov2")), bit);
+    let vit = PreprocessConfig::hf_default(224, 3);
+    assert_eq!(with_model_type(Some("vit")), vit);
+    assert_eq!(with_model_type(Some("an_unknown_type")), vit);
+    assert_eq!(with_model_type(None), vit);
+    // A class the config names wins over the model type's.
+    std::fs::write(
+        dir.path().join("preprocessor_config.json"),
+        r#"{"size": 224, "image_processor_type": "ViTImageProcessor"}"#,
+    )
+    .unwrap();
+    assert_eq!(with_model_type(Some("aimv2_vision_model")), vit);
+}

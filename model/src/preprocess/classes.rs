@@ -256,6 +256,25 @@ impl ProcessorClass {
         Ok(Some(class))
     }
 
+    /// The class transformers' `AutoImageProcessor` takes for a checkpoint whose processor
+    /// config names none: the one its `IMAGE_PROCESSOR_MAPPING_NAMES` (transformers 5) gives
+    /// config.json's `model_type`. None for a model type mapped to no class of this table.
+    pub fn for_model_type(model_type: &str) -> Option<Self> {
+        Some(match model_type {
+            "vit" | "vit_mae" | "vit_msn" | "ijepa" | "dinat" | "swin" | "swinv2" => Self::Vit,
+            "deit" => Self::Deit,
+            "beit" | "data2vec-vision" => Self::Beit,
+            "clip" | "aimv2" | "aimv2_vision_model" | "metaclip_2" | "mlcd" | "xclip"
+            | "groupvit" | "git" => Self::Clip,
+            "chinese_clip" => Self::ChineseClip,
+            "bit" | "dinov2" | "hiera" | "focalnet" => Self::Bit,
+            "siglip" | "paligemma" | "gemma3n" => Self::Siglip,
+            "convnext" | "convnextv2" | "cvt" | "regnet" | "resnet" | "van" => Self::ConvNext,
+            "dinov3_vit" => Self::Dinov3Vit,
+            _ => return None,
+        })
+    }
+
     /// transformers' name of the class (its PIL variant ends in "Pil").
     pub fn name(self) -> &'static str {
         match self {

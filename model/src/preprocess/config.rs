@@ -87,7 +87,7 @@ impl PreprocessConfig {
 
     /// Parses preprocessor_config.json text for a three-channel (RGB) model.
     pub fn from_json_str(s: &str) -> Result<Self, PreprocessError> {
-        Self::parse(s, 3, "(JSON text)")
+        Self::parse(s, 3, "(JSON text)", None)
     }
 
     /// Reads preprocessor_config.json for a model with `num_channels` (1 or 3) input channels.
@@ -99,7 +99,7 @@ impl PreprocessConfig {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse(&text, num_channels, &path.display().to_string())
+        Self::parse(&text, num_channels, &path.display().to_string(), None)
     }
 
     /// The preprocessing a checkpoint folder describes: its preprocessor_config.json, else
@@ -107,10 +107,20 @@ impl PreprocessConfig {
     /// which have no config.json) its open_clip_config.json; None when it has none of them.
     pub fn of_checkpoint(dir: &Path, num_channels: usize) -> Result<Option<Self>, PreprocessError> {
         let hf = dir.join("preprocessor_config.json");
-        if hf.exists() {
-            return Self::from_json_file_for_channels(&hf, num_channels).map(Some);
-        }
         let config = dir.join("config.json");
+        if hf.exists() {
+            let text =
+                std::fs::read_to_string(&hf).map_err(|source| PreprocessError::ConfigRead {
+                    path: hf.clone(),
+                    source,
+                })?;
+            // Without a class name, transformers' AutoImageProcessor takes the class its
+            // mapping gives config.json's model_type (AIMv2's, CLIP's, DINOv2's, ...).
+            let model_class =
+                model_type_of(&config).and_then(|t| ProcessorClass::for_model_type(&t));
+            return Self::parse(&text, num_channels, &hf.display().to_string(), model_class)
+                .map(Some);
+        }
         let open_clip = dir.join("open_clip_config.json");
         if !config.exists() && open_clip.exists() {
             return Self::from_open_clip_file(&open_clip, num_channels).map(Some);
@@ -164,7 +174,7 @@ impl PreprocessConfig {
         s: &str,
         num_channels: usize,
     ) -> Result<Self, PreprocessError> {
-        Self::parse(s, num_channels, "(JSON text)")
+        Self::parse(s, num_channels, "(JSON text)", None)
     }
 
     /// HF's defaults for a model whose config has this image size and channel count: resize to
@@ -274,7 +284,13 @@ impl PreprocessConfig {
             .then_some((self.image_mean.as_slice(), self.image_std.as_slice()))
     }
 
-    fn parse(text: &str, num_channels: usize, origin: &str) -> Result<Self, PreprocessError> {
+    /// `model_class`: the class of the checkpoint's model type, for a config that names none.
+    fn parse(
+        text: &str,
+        num_channels: usize,
+        origin: &str,
+        model_class: Option<ProcessorClass>,
+    ) -> Result<Self, PreprocessError> {
         let invalid = |reason: String| PreprocessError::InvalidConfig {
             origin: origin.to_string(),
             reason,
@@ -285,12 +301,16 @@ impl PreprocessConfig {
             return Err(invalid("the top level must be a JSON object".into()));
         };
         let mut config = Self::hf_default(224, num_channels);
-        config.read_fields(&fields).map_err(invalid)?;
+        config.read_fields(&fields, model_class).map_err(invalid)?;
         config.validate().map_err(invalid)?;
         Ok(config)
     }
 
-    fn read_fields(&mut self, fields: &Map<String, Value>) -> Result<(), String> {
+    fn read_fields(
+        &mut self,
+        fields: &Map<String, Value>,
+        model_class: Option<ProcessorClass>,
+    ) -> Result<(), String> {
         // A null value means "the processor's default", as in HF.
         let field = |key: &str| fields.get(key).filter(|v| !v.is_null());
         let flag = |key: &str, default: bool| match field(key) {
@@ -300,8 +320,8 @@ impl PreprocessConfig {
         };
 
         // A field left out takes the default of the class `image_processor_type` names (its
-        // 4.x name, `feature_extractor_type`, where only that is given); an unknown class
-        // takes ViT's, as vitrt always did.
+        // 4.x name, `feature_extractor_type`, where only that is given), else of the class of
+        // the model type; an unknown class takes ViT's, as vitrt always did.
         let type_name = ["image_processor_type", "feature_extractor_type"]
             .iter()
             .find_map(|key| field(key))
@@ -312,7 +332,7 @@ impl PreprocessConfig {
             .transpose()?;
         let class = match type_name {
             Some(name) => ProcessorClass::from_type_name(name)?,
-            None => None,
+            None => model_class,
         };
         let defaults = class.unwrap_or(ProcessorClass::Vit).defaults();
         let channel_default = |values: [f64; 3]| {
@@ -516,6 +536,13 @@ impl PreprocessConfig {
 /// {"shortest_edge"}. The other aspect-preserving forms ({"shortest_edge", "longest_edge"},
 /// {"max_height", "max_width"}) give an image-dependent size even after a crop of the
 /// shortest edge's kind, and are refused.
+/// config.json's `model_type`, where the file exists and names one.
+fn model_type_of(config: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(config).ok()?;
+    let json: Value = serde_json::from_str(&text).ok()?;
+    Some(json.get("model_type")?.as_str()?.to_string())
+}
+
 fn parse_size(size: &Value, int_is_shortest_edge: bool) -> Result<ResizeTarget, String> {
     let square = |side| {
         if int_is_shortest_edge {
