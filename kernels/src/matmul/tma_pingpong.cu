@@ -388,10 +388,11 @@ __device__ __forceinline__ void release_residual_unread(unsigned full_bar, unsig
 // cooperative program (tma_cooperative.cu) both warpgroups stage, activate and store at once
 // and the tensor cores wait: at K = 768 (qkv, fc1) that costs a third of the main loop
 // (measured: benchmarks/NOTES.md, 2026-11-22 "a ping-pong TMA tile").
-// - 128 x 128 per warpgroup (128 accumulators a thread) is the largest that fits: ptxas
-//   compiles every warp to the entry cap whatever setmaxnreg grants later, and the cap is 168
-//   whether the producer is a warpgroup (384 threads) or, as here, one warp (288 threads: some
-//   SM sub-partition still holds three warps).
+// - 128 x 128 per warpgroup (128 accumulators a thread) is the largest that fits the entry
+//   cap of 168 registers (288 threads: some SM sub-partition holds three warps). setmaxnreg
+//   could raise the consumers' (ptxas allocates what it grants to the code after it), but only
+//   with the producer as a whole warpgroup, which here is one warp (benchmarks/NOTES.md,
+//   2026-11-28 "Activation warps for the ping-pong epilogue").
 // - The epilogue works on the accumulators where they are: bias, alpha and the activation per
 //   register, a 16-bit pair per store into a 128 x BN tile of shared memory laid out as the
 //   128-byte swizzled boxes of C's tensor map, then one thread stores it with TMA and the
