@@ -635,3 +635,257 @@ fn zero_shot_writes_label_probabilities_per_shard_and_refuses_other_labels() {
         r#"--labels (["cat","dog","cup of coffee"] then, ["cat","dog"] now)"#,
     );
 }
+
+/// The SigLIP 2 NaFlex fixture with a pooling head and a text tower (patch 4, at most 24
+/// patches), and its four images of different aspect ratios.
+fn naflex() -> (PathBuf, Vec<PathBuf>) {
+    let dir = root().join("tests/fixtures/naflex/siglip2-naflex-zero-shot");
+    let images = (0..4)
+        .map(|i| dir.join(format!("images/{i}.png")))
+        .collect();
+    (dir, images)
+}
+
+/// `vitrt COMMAND` on the NaFlex fixture on the CPU, then `args`.
+fn naflex_run(command: &str, args: &[String], home: &Path) -> std::process::Output {
+    let mut all: Vec<String> = vec![
+        command.into(),
+        "--device".into(),
+        "cpu".into(),
+        "--model".into(),
+        naflex().0.display().to_string(),
+        "--quiet".into(),
+    ];
+    all.extend(args.iter().cloned());
+    vitrt_command(&all, home).output().expect("vitrt runs")
+}
+
+/// Rows of a JSON Lines output of `vitrt embed`: each image's embedding, None for an error.
+fn jsonl_rows(path: &Path) -> Vec<Option<Vec<f32>>> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            v["embedding"]
+                .as_array()
+                .map(|values| values.iter().map(|x| x.as_f64().unwrap() as f32).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn naflex_embeds_files_and_tar_samples_to_shards_and_resumes_to_the_same_bytes() {
+    let home = temp();
+    let dir = temp();
+    let (_, images) = naflex();
+    // Files: the four images, a file that is no image among them, then two digits.
+    let broken = dir.path().join("broken.png");
+    std::fs::write(&broken, b"this is text").unwrap();
+    let digits = digits();
+    let mut files = images.clone();
+    files.insert(2, broken.clone());
+    files.extend(digits[..2].iter().cloned());
+    let files: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+
+    // The embeddings as `vitrt embed -o X.jsonl` writes them, one run over every file.
+    let plain = dir.path().join("plain.jsonl");
+    let mut args = vec!["-o".to_string(), plain.display().to_string()];
+    args.extend(files.iter().cloned());
+    let o = naflex_run("embed", &args, home.path());
+    assert!(!o.status.success(), "the broken file fails the run");
+    let want = jsonl_rows(&plain);
+    assert_eq!(want.len(), 7);
+    assert!(want[2].is_none() && want.iter().filter(|r| r.is_none()).count() == 1);
+
+    let out = dir.path().join("out");
+    let sharded = |extra: &[&str]| {
+        let mut args = vec![
+            "--output-dir".to_string(),
+            out.display().to_string(),
+            "--shard-size".into(),
+            "3".into(),
+            "--batch-size".into(),
+            "2".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(files.iter().cloned());
+        naflex_run("embed", &args, home.path())
+    };
+    let o = sharded(&[]);
+    // The broken file is reported, the others are embedded, and the exit says so.
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("broken.png"), "{err}");
+    assert!(err.contains("1 of 7 images could not be embedded"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let first = snapshot(&out);
+    let names: Vec<&String> = first.keys().collect();
+    assert_eq!(
+        names,
+        [
+            ".vitrt.lock",
+            "00000-files.npy",
+            "00000-files.parquet",
+            "00001-files.npy",
+            "00001-files.parquet",
+            "00002-files.npy",
+            "00002-files.parquet",
+            "manifest.json"
+        ]
+    );
+    let rows: Vec<Vec<f32>> = ["00000", "00001", "00002"]
+        .iter()
+        .flat_map(|stem| read_npy(&out.join(format!("{stem}-files.npy"))))
+        .collect();
+    assert_eq!(rows.len(), 7);
+    for (k, (row, want)) in rows.iter().zip(&want).enumerate() {
+        match want {
+            Some(want) => {
+                assert_eq!(row.len(), want.len(), "row {k}");
+                for (a, b) in row.iter().zip(want) {
+                    assert!(
+                        (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                        "row {k}: {a} vs {b}"
+                    );
+                }
+            }
+            None => assert!(
+                row.iter().all(|&v| v == 0.0),
+                "row {k}: a failed row is zeros"
+            ),
+        }
+    }
+    let meta = read_meta(&out.join("00000-files.parquet"));
+    assert_eq!(meta[2].0, broken.display().to_string());
+    assert!(meta[2].2.is_some(), "{:?}", meta[2]);
+    assert!(meta[0].2.is_none() && meta[1].2.is_none(), "{meta:?}");
+    let manifest = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    assert!(manifest.contains("\"command\": \"embed\""), "{manifest}");
+
+    // Nothing to do the second time; a killed run (a shard pair gone) is redone alone, to
+    // the same bytes.
+    let o = sharded(&[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("nothing to do"), "{}", stderr(&o));
+    std::fs::remove_file(out.join("00001-files.npy")).unwrap();
+    std::fs::remove_file(out.join("00001-files.parquet")).unwrap();
+    let o = sharded(&[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("2 of 3 shards already written"), "{err}");
+    assert!(err.contains("wrote 1 shards"), "{err}");
+    assert_eq!(snapshot(&out), first);
+    // Other options are refused, naming them.
+    let o = sharded(&["--pool", "mean"]);
+    assert_clean_failure(&o, "--pool (default then, mean now)");
+
+    // The same images as samples of a tar shard: the same embeddings.
+    let tar_path = dir.path().join("naflex.tar");
+    let mut tar = tar::Builder::new(std::fs::File::create(&tar_path).unwrap());
+    for (i, image) in images.iter().enumerate() {
+        member(
+            &mut tar,
+            &format!("{i:04}.png"),
+            &std::fs::read(image).unwrap(),
+        );
+    }
+    tar.finish().unwrap();
+    let from_tar = dir.path().join("tar-out");
+    let o = naflex_run(
+        "embed",
+        &[
+            "--output-dir".into(),
+            from_tar.display().to_string(),
+            tar_path.display().to_string(),
+        ],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let tar_rows = read_npy(&from_tar.join("00000-naflex.npy"));
+    let file_rows: Vec<&Vec<f32>> = want.iter().flatten().take(4).collect();
+    assert_eq!(tar_rows.len(), 4);
+    for (k, (row, want)) in tar_rows.iter().zip(file_rows).enumerate() {
+        for (a, b) in row.iter().zip(want) {
+            assert!(
+                (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                "sample {k}: {a} vs {b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn naflex_zero_shot_writes_label_probabilities_per_shard() {
+    let home = temp();
+    let dir = temp();
+    let (_, images) = naflex();
+    let broken = dir.path().join("broken.png");
+    std::fs::write(&broken, b"this is text").unwrap();
+    let mut files: Vec<String> = images.iter().map(|p| p.display().to_string()).collect();
+    files.push(broken.display().to_string());
+    let labels = [
+        "--labels".to_string(),
+        "a photo of a cat.,a photo of a dog.,a photo of a bird.".into(),
+        "--template".into(),
+        "{}".into(),
+        "--top-k".into(),
+        "2".into(),
+    ];
+    let mut args = labels.to_vec();
+    args.extend(["--format".to_string(), "jsonl".into()]);
+    args.extend(files.iter().cloned());
+    let o = naflex_run("zero-shot", &args, home.path());
+    assert!(!o.status.success(), "the broken file fails the run");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 5);
+
+    let out = dir.path().join("out");
+    let mut args = labels.to_vec();
+    args.extend(["--output-dir".to_string(), out.display().to_string()]);
+    args.extend(files.iter().cloned());
+    let o = naflex_run("zero-shot", &args, home.path());
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("broken.png"), "{err}");
+    assert!(
+        err.contains("1 of 5 images could not be classified"),
+        "{err}"
+    );
+    let reader =
+        SerializedFileReader::new(std::fs::File::open(out.join("00000-files.parquet")).unwrap())
+            .unwrap();
+    let rows: Vec<parquet::record::Row> = reader
+        .get_row_iter(None)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(rows.len(), 5);
+    for (row, line) in rows.iter().zip(&lines) {
+        assert_eq!(line["image"], row.get_string(0).unwrap().as_str());
+        let labels = row.get_list(5).unwrap();
+        let probabilities = row.get_list(6).unwrap();
+        let want = line["predictions"].as_array().cloned().unwrap_or_default();
+        assert_eq!(labels.len(), want.len(), "{line}");
+        for (k, prediction) in want.iter().enumerate() {
+            assert_eq!(labels.get_string(k).unwrap(), &prediction["label"]);
+            let p = f64::from(probabilities.get_float(k).unwrap());
+            assert!((p - prediction["probability"].as_f64().unwrap()).abs() < 1e-6);
+        }
+    }
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r.get_list(5).unwrap().len() == 2)
+            .count(),
+        4
+    );
+    assert!(rows[4].get_string(2).is_ok(), "the broken file's error");
+    // Done: the same command again loads no model.
+    let o = naflex_run("zero-shot", &args, home.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("nothing to do"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("encoded"), "{}", stderr(&o));
+}

@@ -490,4 +490,21 @@ fn naflex_refuses_inputs_without_their_mask_and_image_files() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("SigLIP 2's NaFlex"), "{}", stderr(&o));
     assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    // infer runs one runner: several devices are refused, naming the commands that take them.
+    let o = vitrt(
+        &[
+            "infer",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            reference.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+            "--device",
+            "cuda:0,1",
+        ],
+        dir.path(),
+    );
+    assert_clean_failure(&o, "runs SigLIP 2 NaFlex on one device");
+    assert!(stderr(&o).contains("`vitrt embed`"), "{}", stderr(&o));
 }

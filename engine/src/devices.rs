@@ -13,10 +13,15 @@
 //!
 //! A device that fails (a driver error, lost memory) stops the run: what came before its
 //! first unfinished batch has been handed to the command, and the error names the device.
+//!
+//! SigLIP 2 NaFlex takes the same path ([`DeviceModel::Naflex`]): its workers stage each
+//! image's patch rows instead of pixels (`crate::naflex`), and each device's thread runs a
+//! `NaflexRunner` on the batches it takes.
 
 use crate::batched::{
     progress_bar, BatchResults, BatchSetup, ConsumerTimes, ImageOptions, Loader, STAGING_DEPTH,
 };
+use crate::naflex::{NaflexLoader, StagedLayout};
 use crate::pipeline::datasets::RowGroupCache;
 use crate::pipeline::{self, Batch, Consumer, Flow, ImageLoad, InputList, PipelineStats};
 use crate::ModelOptions;
@@ -25,8 +30,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::{Duration, Instant};
+use vitrt_model::naflex::{NaflexInputs, NaflexRunner};
 use vitrt_model::preprocess::device_batch::device_batch;
-use vitrt_model::preprocess::{DeviceImage, ImageLoader};
+use vitrt_model::preprocess::jpeg_coefficients::EntropyOn;
+use vitrt_model::preprocess::naflex::NaflexProcessor;
+use vitrt_model::preprocess::{DeviceImage, ImageLimits, ImageLoader, PreprocessConfig};
 use vitrt_model::Runner;
 use vitrt_runtime::backend::Device;
 use vitrt_runtime::{HostStaging, HostTensor, PendingOutputs};
@@ -88,15 +96,31 @@ pub struct DeviceRun<'a> {
     /// Device names as `--device` takes them (`cuda:1`; `cpu` stands a device in for tests).
     pub devices: &'a [String],
     pub images: &'a ImageOptions,
-    /// `--image-size` was given (the preprocessing must then agree with it).
-    pub size_was_asked: bool,
-    /// Sets a device's runner up once it is open (its outputs, zero-shot labels), on the
-    /// device's thread.
-    pub prepare: &'a (dyn Fn(&mut Runner) -> Result<()> + Sync),
+    /// What each device runs.
+    pub runs: DeviceModel<'a>,
     /// Called on a device's thread before each of its submissions with the device's index
     /// and the batches it has taken so far: an error fails the device as a driver error
     /// would (tests stand a failing GPU in with it).
     pub before_submit: Option<&'a (dyn Fn(usize, usize) -> Result<()> + Sync)>,
+}
+
+/// What each device of a run opens and runs its batches on.
+#[derive(Clone, Copy)]
+pub enum DeviceModel<'a> {
+    /// A model of one input size (every family but NaFlex): the checkpoint's preprocessing
+    /// (`size_was_asked`: `--image-size` was given, which the preprocessing must then agree
+    /// with), `prepare` setting each device's runner up once it is open (its outputs,
+    /// zero-shot labels), on the device's thread.
+    Images {
+        size_was_asked: bool,
+        prepare: &'a (dyn Fn(&mut Runner) -> Result<()> + Sync),
+    },
+    /// SigLIP 2 NaFlex: each device's runner set up by `prepare` once open, each batch giving
+    /// `outputs`.
+    Naflex {
+        prepare: &'a (dyn Fn(&mut NaflexRunner) -> Result<()> + Sync),
+        outputs: &'a [&'a str],
+    },
 }
 
 /// One device's share of a run.
@@ -191,11 +215,24 @@ struct RingParts {
     staging: Vec<HostStaging>,
     arenas: Vec<HostStaging>,
     config: pipeline::PipelineConfig,
-    /// How the workers decode: the preprocessing, its limits, who reads JPEG scans.
-    pre: vitrt_model::preprocess::PreprocessConfig,
-    limits: vitrt_model::preprocess::ImageLimits,
-    entropy: vitrt_model::preprocess::jpeg_coefficients::EntropyOn,
+    loading: Loading,
     quiet: bool,
+}
+
+/// How the workers load images.
+enum Loading {
+    /// Decoded and resized to the model's size: the preprocessing, its limits, who reads JPEG
+    /// scans.
+    Images {
+        pre: PreprocessConfig,
+        limits: ImageLimits,
+        entropy: EntropyOn,
+    },
+    /// SigLIP 2 NaFlex: each image to its own patch grid, staged as patch rows.
+    Naflex {
+        processor: NaflexProcessor,
+        limits: ImageLimits,
+    },
 }
 
 /// Runs every image of `inputs` on `run.devices` (at least two), handing each batch's
@@ -286,13 +323,22 @@ fn dispatch(
     dispatcher.progress = progress_bar(inputs.paths.len(), ring.quiet);
     crate::startup::mark("every device open, staging allocated");
     let groups = RowGroupCache::default();
-    let (pre, limits, entropy) = (&ring.pre, ring.limits, ring.entropy);
-    let loader = || {
-        Box::new(Loader::new(
-            ImageLoader::new(pre, limits).with_entropy(entropy),
-            inputs,
-            &groups,
-        )) as Box<dyn ImageLoad + '_>
+    let loading = &ring.loading;
+    let loader = || -> Box<dyn ImageLoad + '_> {
+        match loading {
+            Loading::Images {
+                pre,
+                limits,
+                entropy,
+            } => Box::new(Loader::new(
+                ImageLoader::new(pre, *limits).with_entropy(*entropy),
+                inputs,
+                &groups,
+            )),
+            Loading::Naflex { processor, limits } => {
+                Box::new(NaflexLoader::new(processor, *limits, inputs, &groups))
+            }
+        }
     };
     let stats = pipeline::run(
         inputs,
@@ -579,12 +625,29 @@ struct DeviceThread<'a> {
 }
 
 /// A batch submitted on a device whose outputs are not yet collected.
-struct Submitted {
+struct Submitted<P> {
     first: usize,
     count: usize,
     failures: Vec<(usize, String)>,
-    pending: PendingOutputs,
-    decoded_on_device: bool,
+    pending: P,
+}
+
+/// What a device's thread runs its jobs on.
+trait DeviceBatches {
+    /// What a submitted batch leaves to collect.
+    type Pending;
+    /// Whether a batch's outputs are collected once the next batch is submitted (the device
+    /// computes one while the host queues the next) rather than at once.
+    const ONE_BEHIND: bool;
+    /// Queues a job's batch, its slot's bytes read before this returns; None when no image of
+    /// it loaded (nothing runs). `first`: the device's first batch.
+    fn submit(&mut self, job: &Job, first: bool) -> Result<Option<Self::Pending>>;
+    /// The outputs of a submitted batch.
+    fn collect(
+        &mut self,
+        batch: Submitted<Self::Pending>,
+        figures: &mut DeviceFigures,
+    ) -> Result<Collected>;
 }
 
 impl DeviceThread<'_> {
@@ -595,30 +658,95 @@ impl DeviceThread<'_> {
             announce_device: false,
             ..self.run.model.clone()
         };
-        let opened = options.open()?;
-        let mut runner = opened.runner;
-        let pre = crate::batched::preprocessing(&mut runner, &opened.dir, self.run.size_was_asked)?;
-        (self.run.prepare)(&mut runner)?;
-        let mut setup = BatchSetup::new(&runner, pre, self.run.images, self.inputs.len())?;
-        let parts = if self.k == 0 {
-            Some(Box::new(self.ring_parts(&mut runner, &mut setup)?))
-        } else {
-            None
-        };
         // A batch the device marked is decoded again on the host, reading its samples again.
         let groups = RowGroupCache::default();
-        let mut host = Loader::new(
-            ImageLoader::new(&setup.pre, setup.limits),
-            self.inputs,
-            &groups,
-        );
-        host.again = true;
-        let _ = self.events.send(Event::Opened(parts));
+        match self.run.runs {
+            DeviceModel::Images {
+                size_was_asked,
+                prepare,
+            } => {
+                let opened = options.open()?;
+                let mut runner = opened.runner;
+                let pre = crate::batched::preprocessing(&mut runner, &opened.dir, size_was_asked)?;
+                prepare(&mut runner)?;
+                let mut setup = BatchSetup::new(&runner, pre, self.run.images, self.inputs.len())?;
+                let parts = if self.k == 0 {
+                    Some(Box::new(self.ring_parts(&mut runner, &mut setup)?))
+                } else {
+                    None
+                };
+                let mut host = Loader::new(
+                    ImageLoader::new(&setup.pre, setup.limits),
+                    self.inputs,
+                    &groups,
+                );
+                host.again = true;
+                let _ = self.events.send(Event::Opened(parts));
+                let mut device = ImagesOnDevice {
+                    runner,
+                    setup,
+                    host,
+                    inputs: self.inputs,
+                };
+                self.take_jobs(&mut device, jobs, ack)
+            }
+            DeviceModel::Naflex { prepare, outputs } => {
+                let Some((mut runner, dir)) = options.open_naflex()? else {
+                    bail!("{} is not a SigLIP 2 NaFlex checkpoint", options.model);
+                };
+                let processor = crate::naflex::processor(&dir)?;
+                prepare(&mut runner)?;
+                let on_gpu = runner.backend().describe().starts_with("cuda");
+                let mut config = crate::naflex::pipeline_config(
+                    &processor,
+                    self.run.images,
+                    self.inputs.len(),
+                    on_gpu,
+                )?;
+                let parts = if self.k == 0 {
+                    let (depth, release_lag) = self.ring_depth();
+                    config.depth = depth;
+                    config.release_lag = release_lag;
+                    Some(Box::new(RingParts {
+                        staging: crate::naflex::staging(
+                            depth,
+                            config.batch_size * config.image_bytes,
+                        )?,
+                        arenas: Vec::new(),
+                        config,
+                        loading: Loading::Naflex {
+                            processor: processor.clone(),
+                            limits: self.run.images.limits,
+                        },
+                        quiet: self.run.images.quiet,
+                    }))
+                } else {
+                    None
+                };
+                let _ = self.events.send(Event::Opened(parts));
+                let mut device = NaflexOnDevice {
+                    runner,
+                    layout: StagedLayout::of(&processor),
+                    outputs,
+                };
+                self.take_jobs(&mut device, jobs, ack)
+            }
+        }
+    }
+
+    /// Takes jobs until the channel closes: each submitted (and acknowledged: its slot may
+    /// go back to the workers), its outputs collected and sent to the dispatcher.
+    fn take_jobs<D: DeviceBatches>(
+        &self,
+        device: &mut D,
+        jobs: Receiver<Job>,
+        ack: Sender<Result<(), String>>,
+    ) -> Result<()> {
         let mut figures = DeviceFigures {
             device: self.name.to_string(),
             ..DeviceFigures::default()
         };
-        let mut in_flight: Option<Submitted> = None;
+        let mut in_flight: Option<Submitted<D::Pending>> = None;
         let _ = self.events.send(Event::Free(self.k));
         for job in jobs {
             if let Some(hook) = self.run.before_submit {
@@ -628,7 +756,7 @@ impl DeviceThread<'_> {
                 }
             }
             let started = Instant::now();
-            let submitted = self.submit(&mut runner, &setup, &job, figures.batches == 0);
+            let submitted = device.submit(&job, figures.batches == 0);
             figures.submitting += started.elapsed();
             let _ = ack.send(
                 submitted
@@ -649,39 +777,47 @@ impl DeviceThread<'_> {
                 let _ = self.events.send(Event::Free(self.k));
                 continue;
             };
-            let previous = in_flight.replace(Submitted {
+            let batch = Submitted {
                 first: job.first,
                 count: job.count,
-                decoded_on_device: !job.device.is_empty(),
                 failures: job.failures,
                 pending,
-            });
-            if let Some(previous) = previous {
+            };
+            let to_collect = if D::ONE_BEHIND {
+                in_flight.replace(batch)
+            } else {
+                Some(batch)
+            };
+            if let Some(batch) = to_collect {
                 let started = Instant::now();
-                let collected =
-                    self.collect(&mut runner, &setup, &mut host, previous, &mut figures)?;
+                let collected = device.collect(batch, &mut figures)?;
                 figures.collecting += started.elapsed();
                 let _ = self.events.send(Event::Done(collected));
             }
             let _ = self.events.send(Event::Free(self.k));
         }
         if let Some(last) = in_flight {
-            let collected = self.collect(&mut runner, &setup, &mut host, last, &mut figures)?;
+            let collected = device.collect(last, &mut figures)?;
             let _ = self.events.send(Event::Done(collected));
         }
         let _ = self.events.send(Event::Ended(self.k, figures));
         Ok(())
     }
 
+    /// The ring's depth and release lag: each device holds a slot from its job's dispatch
+    /// until its copy is done, so the ring releases slots that many batches late, and has two
+    /// more for the workers to fill.
+    fn ring_depth(&self) -> (usize, usize) {
+        let devices = self.run.devices.len();
+        ((STAGING_DEPTH - 1 + devices).max(devices + 2), devices)
+    }
+
     /// The ring's staging, allocated by this device (page-locked memory any device's context
     /// copies from at full speed), and how its workers load images.
     fn ring_parts(&self, runner: &mut Runner, setup: &mut BatchSetup) -> Result<RingParts> {
-        // Each device holds a slot from its job's dispatch until its copy is done: the ring
-        // releases slots that many batches late, and has two more for the workers to fill.
-        let devices = self.run.devices.len();
-        let depth = (STAGING_DEPTH - 1 + devices).max(devices + 2);
+        let (depth, release_lag) = self.ring_depth();
         setup.pipeline.depth = depth;
-        setup.pipeline.release_lag = devices;
+        setup.pipeline.release_lag = release_lag;
         let slot_bytes = setup.batch_size * setup.pipeline.image_bytes;
         let staging = (0..depth)
             .map(|_| runner.alloc_staging(slot_bytes))
@@ -701,26 +837,37 @@ impl DeviceThread<'_> {
             staging,
             arenas,
             config: setup.pipeline,
-            pre: setup.pre.clone(),
-            limits: setup.limits,
-            entropy: setup.entropy,
+            loading: Loading::Images {
+                pre: setup.pre.clone(),
+                limits: setup.limits,
+                entropy: setup.entropy,
+            },
             quiet: setup.quiet,
         })
     }
+}
 
-    /// Queues a job's batch (its slot's bytes copied before this returns).
-    fn submit(
-        &self,
-        runner: &mut Runner,
-        setup: &BatchSetup,
-        job: &Job,
-        first: bool,
-    ) -> Result<Option<PendingOutputs>> {
+/// A model of one input size on a device: its batches uploaded from the slot (decoded there
+/// where the device decodes), computed while the next is queued.
+struct ImagesOnDevice<'a> {
+    runner: Runner,
+    setup: BatchSetup,
+    /// Decodes again on the host a batch the device marked.
+    host: Loader<'a>,
+    inputs: &'a InputList,
+}
+
+impl DeviceBatches for ImagesOnDevice<'_> {
+    /// The outputs to wait for, and whether the device decoded images of the batch.
+    type Pending = (PendingOutputs, bool);
+    const ONE_BEHIND: bool = true;
+
+    fn submit(&mut self, job: &Job, first: bool) -> Result<Option<Self::Pending>> {
         if job.failures.len() == job.count {
             return Ok(None);
         }
         if first {
-            runner.prepare(job.count, false)?;
+            self.runner.prepare(job.count, false)?;
         }
         // SAFETY: the dispatcher holds the slot until this job is acknowledged, after this.
         let (pixels, arena) = unsafe { (job.pixels.bytes(), job.arena.bytes()) };
@@ -729,51 +876,96 @@ impl DeviceThread<'_> {
             .iter()
             .map(|(index, image)| (index - job.first, image))
             .collect();
-        let device = (!on_device.is_empty())
-            .then(|| device_batch(&on_device, setup.pipeline.image_bytes, arena.len()));
+        let image_bytes = self.setup.pipeline.image_bytes;
+        let device =
+            (!on_device.is_empty()).then(|| device_batch(&on_device, image_bytes, arena.len()));
         let decode = device.as_ref().map(|d| d.decode(arena));
-        Ok(Some(runner.submit_decoding(
-            &pixels[..job.count * setup.pipeline.image_bytes],
+        let pending = self.runner.submit_decoding(
+            &pixels[..job.count * image_bytes],
             job.count,
-            &setup.expansion,
+            &self.setup.expansion,
             decode.as_ref(),
-        )?))
+        )?;
+        Ok(Some((pending, !job.device.is_empty())))
     }
 
     /// Waits for a batch's outputs; a batch the device marked an image of is decoded again on
     /// the host and run again, as the single-device path does.
     fn collect(
-        &self,
-        runner: &mut Runner,
-        setup: &BatchSetup,
-        host: &mut Loader,
-        mut batch: Submitted,
+        &mut self,
+        mut batch: Submitted<Self::Pending>,
         figures: &mut DeviceFigures,
     ) -> Result<Collected> {
-        let outputs = if batch.decoded_on_device {
-            let (outputs, status) = runner.finish_decoding(batch.pending)?;
+        let (pending, decoded_on_device) = batch.pending;
+        let outputs = if decoded_on_device {
+            let (outputs, status) = self.runner.finish_decoding(pending)?;
             let marked = status.iter().filter(|&&word| word != 0).count();
             if marked == 0 {
                 Some(outputs)
             } else {
                 figures.redone_on_host += marked;
                 crate::batched::redo_on_host(
-                    runner,
-                    (&setup.expansion, setup.pipeline.image_bytes),
-                    host,
+                    &mut self.runner,
+                    (&self.setup.expansion, self.setup.pipeline.image_bytes),
+                    &mut self.host,
                     &self.inputs.paths,
                     &mut batch.failures,
                     (batch.first, batch.count),
                 )?
             }
         } else {
-            Some(runner.finish(batch.pending)?)
+            Some(self.runner.finish(pending)?)
         };
         Ok(Collected {
             first: batch.first,
             count: batch.count,
             failures: batch.failures,
             outputs,
+        })
+    }
+}
+
+/// SigLIP 2 NaFlex on a device: a batch's patch rows copied out of the slot (with each image's
+/// positions and mask made on the host), then run.
+struct NaflexOnDevice<'a> {
+    runner: NaflexRunner,
+    layout: StagedLayout,
+    outputs: &'a [&'a str],
+}
+
+impl DeviceBatches for NaflexOnDevice<'_> {
+    /// The batch's inputs, and the places of its images that loaded.
+    type Pending = (NaflexInputs, Vec<usize>);
+    const ONE_BEHIND: bool = false;
+
+    fn submit(&mut self, job: &Job, _first: bool) -> Result<Option<Self::Pending>> {
+        if job.failures.len() == job.count {
+            return Ok(None);
+        }
+        // SAFETY: the dispatcher holds the slot until this job is acknowledged, after this.
+        let pixels = unsafe { job.pixels.bytes() };
+        let staged = self.layout.batch_inputs(
+            &self.runner,
+            &pixels[..job.count * self.layout.image_bytes()],
+            (job.first, job.count),
+            &job.failures,
+        )?;
+        Ok(Some(staged))
+    }
+
+    fn collect(
+        &mut self,
+        batch: Submitted<Self::Pending>,
+        _figures: &mut DeviceFigures,
+    ) -> Result<Collected> {
+        let (inputs, loaded) = &batch.pending;
+        let outputs =
+            crate::naflex::run_staged(&mut self.runner, inputs, loaded, batch.count, self.outputs)?;
+        Ok(Collected {
+            first: batch.first,
+            count: batch.count,
+            failures: batch.failures,
+            outputs: Some(outputs),
         })
     }
 }
@@ -806,6 +998,19 @@ pub struct Ran {
     pub devices: Vec<DeviceFigures>,
     pub batch_size: usize,
     pub workers: usize,
+}
+
+impl From<DevicesOutcome> for Ran {
+    fn from(outcome: DevicesOutcome) -> Ran {
+        Ran {
+            stats: outcome.stats,
+            stopped: outcome.stopped,
+            times: outcome.times,
+            devices: outcome.devices,
+            batch_size: outcome.batch_size,
+            workers: outcome.workers,
+        }
+    }
 }
 
 impl Placement {
@@ -921,19 +1126,13 @@ impl Placement {
                     model: options,
                     devices,
                     images,
-                    size_was_asked,
-                    prepare,
+                    runs: DeviceModel::Images {
+                        size_was_asked,
+                        prepare,
+                    },
                     before_submit: None,
                 };
-                let outcome = run_on_devices(&run, inputs, results)?;
-                Ok(Ran {
-                    stats: outcome.stats,
-                    stopped: outcome.stopped,
-                    times: outcome.times,
-                    devices: outcome.devices,
-                    batch_size: outcome.batch_size,
-                    workers: outcome.workers,
-                })
+                Ok(run_on_devices(&run, inputs, results)?.into())
             }
         }
     }

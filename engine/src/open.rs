@@ -182,21 +182,15 @@ impl ModelOptions {
 
     /// SigLIP 2 NaFlex (`model_type` `siglip2`, `siglip2_vision_model`) on the backend the
     /// options ask for, with its folder; None for any other checkpoint, which
-    /// [`ModelOptions::open`] takes. NaFlex runs on tensors as transformers' processor makes
-    /// them (`vitrt infer`, `vitrt parity`): its batches are patch rows with a mask, not
-    /// images of one size, so it has no runner of the image pipeline.
+    /// [`ModelOptions::open`] takes. Its batches are patch rows with a mask, not images of
+    /// one size, so its runner is a `NaflexRunner`: on tensors as transformers' processor
+    /// makes them (`vitrt infer`, `vitrt parity`), or fed by the image pipeline
+    /// (`crate::naflex`).
     pub fn open_naflex(&self) -> Result<Option<(NaflexRunner, PathBuf)>, OpenError> {
-        let files = self.resolve().map_err(OpenError::Input)?;
-        if !vitrt_model::naflex::is_naflex_dir(&files.dir) {
+        let Some(dir) = self.naflex_dir().map_err(OpenError::Input)? else {
             return Ok(None);
-        }
-        if self.image_size.is_some() {
-            return Err(OpenError::Input(anyhow::anyhow!(
-                "--image-size does not apply to SigLIP 2 NaFlex: each image keeps its own patch \
-                 grid, given by spatial_shapes"
-            )));
-        }
-        let model = NaflexVisionModel::load(&files.dir)
+        };
+        let model = NaflexVisionModel::load(&dir)
             .with_context(|| format!("loading model {}", self.model))
             .map_err(OpenError::Input)?;
         let (backend, _) = self.open_backend()?;
@@ -208,12 +202,27 @@ impl ModelOptions {
                 .with_residual(residual)
                 .map_err(|e| OpenError::Input(e.into()))?;
         }
-        if self.fp8.is_some() {
-            return Err(OpenError::Input(anyhow::anyhow!(
-                "--dtype fp8 is not built for SigLIP 2 NaFlex: use f16 or bf16"
-            )));
+        Ok(Some((runner, dir)))
+    }
+
+    /// The folder of the checkpoint when it is SigLIP 2 NaFlex, None for any other; an error
+    /// for what these options ask of NaFlex that it does not take (`--image-size`, FP8).
+    /// [`ModelOptions::open_naflex`] opens it; a run on several devices opens it on each.
+    pub fn naflex_dir(&self) -> anyhow::Result<Option<PathBuf>> {
+        let files = self.resolve()?;
+        if !vitrt_model::naflex::is_naflex_dir(&files.dir) {
+            return Ok(None);
         }
-        Ok(Some((runner, files.dir)))
+        if self.image_size.is_some() {
+            anyhow::bail!(
+                "--image-size does not apply to SigLIP 2 NaFlex: each image keeps its own patch \
+                 grid, given by spatial_shapes"
+            );
+        }
+        if self.fp8.is_some() {
+            anyhow::bail!("--dtype fp8 is not built for SigLIP 2 NaFlex: use f16 or bf16");
+        }
+        Ok(Some(files.dir))
     }
 
     /// The vision model and its folder, without a backend: what a command needs to know of

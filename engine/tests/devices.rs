@@ -1,13 +1,16 @@
-//! The multi-device scheduler (`--device cuda:all`) with CPU runners standing in for GPUs:
-//! outputs in input order and equal to one device's, a device that fails mid-run stopping the
-//! run with what came before it handed over, and the parsing of device lists.
+//! The multi-device scheduler (`--device cuda:all`) with CPU runners standing in for GPUs, for
+//! the fixed-size models and for SigLIP 2 NaFlex: outputs in input order and equal to one
+//! device's, a device that fails mid-run stopping the run with what came before it handed
+//! over, and the parsing of device lists.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use vitrt_engine::batched::{self, BatchResults, BatchSetup, ImageOptions};
-use vitrt_engine::devices::{run_on_devices, several_devices, DeviceRun};
+use vitrt_engine::devices::{run_on_devices, several_devices, DeviceModel, DeviceRun};
+use vitrt_engine::naflex::NaflexPlacement;
 use vitrt_engine::pipeline::{collect_inputs, Flow, InputList};
 use vitrt_engine::ModelOptions;
+use vitrt_model::naflex::NaflexRunner;
 use vitrt_model::{Output, OutputSet, Runner};
 use vitrt_runtime::HostTensor;
 
@@ -104,8 +107,10 @@ fn several_devices_hand_over_in_input_order_what_one_device_gives() {
         model: &model(),
         devices: &devices,
         images: &image_options(),
-        size_was_asked: false,
-        prepare: &logits,
+        runs: DeviceModel::Images {
+            size_was_asked: false,
+            prepare: &logits,
+        },
         before_submit: None,
     };
     let mut got = Collect::default();
@@ -151,8 +156,10 @@ fn a_device_failing_mid_run_stops_it_with_what_came_before_handed_over() {
         model: &model(),
         devices: &devices,
         images: &image_options(),
-        size_was_asked: false,
-        prepare: &logits,
+        runs: DeviceModel::Images {
+            size_was_asked: false,
+            prepare: &logits,
+        },
         before_submit: Some(&fail),
     };
     let mut got = Collect::default();
@@ -196,4 +203,200 @@ fn device_lists_are_parsed_and_checked() {
         Ok(None) => panic!("cuda:all names devices"),
         Err(e) => assert!(e.to_string().contains("cuda:all"), "{e}"),
     }
+}
+
+/// The SigLIP 2 NaFlex fixture with a pooling head and a text tower.
+fn naflex_model() -> ModelOptions {
+    ModelOptions {
+        device: Some("cpu".to_string()),
+        ..ModelOptions::new(
+            root()
+                .join("tests/fixtures/naflex/siglip2-naflex-zero-shot")
+                .display()
+                .to_string(),
+        )
+    }
+}
+
+/// Images of several aspect ratios (each its own patch grid), a file that is no image among
+/// them.
+fn naflex_inputs() -> InputList {
+    let dir = root().join("tests/fixtures/naflex/siglip2-naflex-zero-shot/images");
+    let mut files: Vec<PathBuf> = (0..4).map(|i| dir.join(format!("{i}.png"))).collect();
+    files.extend(inputs().paths);
+    collect_inputs(&files, None).unwrap()
+}
+
+/// Every batch's `image_embeds` rows, as bytes.
+#[derive(Default)]
+struct Embeds {
+    batches: Vec<Handed>,
+}
+
+impl BatchResults for Embeds {
+    fn batch(
+        &mut self,
+        first: usize,
+        count: usize,
+        failures: &[(usize, String)],
+        outputs: Option<Vec<HostTensor>>,
+    ) -> anyhow::Result<Flow> {
+        let rows = match outputs {
+            Some(outputs) => {
+                let (width, data) =
+                    vitrt_engine::results::output_rows(outputs, "image_embeds", count)?;
+                data.chunks(width)
+                    .map(|row| row.iter().flat_map(|v| v.to_le_bytes()).collect())
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        let failed = failures.iter().map(|(i, _)| *i).collect();
+        self.batches.push((first, count, failed, rows));
+        Ok(Flow::Continue)
+    }
+}
+
+const NAFLEX_OUTPUTS: [&str; 1] = ["image_embeds"];
+
+fn no_setup(_: &mut NaflexRunner) -> anyhow::Result<()> {
+    Ok(())
+}
+
+/// The rows one device gives, through NaFlex's single-device path.
+fn naflex_one_device(inputs: &InputList) -> Embeds {
+    let mut placement = NaflexPlacement::open(&naflex_model())
+        .unwrap()
+        .expect("the fixture is NaFlex");
+    assert!(matches!(placement, NaflexPlacement::One { .. }));
+    let mut collected = Embeds::default();
+    placement
+        .run(
+            inputs,
+            &image_options(),
+            &no_setup,
+            &NAFLEX_OUTPUTS,
+            &mut collected,
+        )
+        .unwrap();
+    collected
+}
+
+#[test]
+fn naflex_on_several_devices_hands_over_in_input_order_what_one_device_gives() {
+    let inputs = naflex_inputs();
+    let want = naflex_one_device(&inputs);
+    assert_eq!(want.batches.len(), inputs.len().div_ceil(2));
+    let devices = vec!["cpu".to_string(); 3];
+    let prepared = AtomicUsize::new(0);
+    let prepare = |_: &mut NaflexRunner| -> anyhow::Result<()> {
+        prepared.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    };
+    let run = DeviceRun {
+        model: &naflex_model(),
+        devices: &devices,
+        images: &image_options(),
+        runs: DeviceModel::Naflex {
+            prepare: &prepare,
+            outputs: &NAFLEX_OUTPUTS,
+        },
+        before_submit: None,
+    };
+    let mut got = Embeds::default();
+    let outcome = run_on_devices(&run, &inputs, &mut got).unwrap();
+    assert_eq!(
+        prepared.load(Ordering::Relaxed),
+        3,
+        "each device's runner set up"
+    );
+    assert_eq!(got.batches.len(), want.batches.len());
+    for (got, want) in got.batches.iter().zip(&want.batches) {
+        assert_eq!((got.0, got.1, &got.2), (want.0, want.1, &want.2));
+        assert!(
+            got.3 == want.3,
+            "batch at {}: rows differ from one device's",
+            got.0
+        );
+    }
+    let failed: usize = want.batches.iter().map(|b| b.2.len()).sum();
+    assert!(failed >= 1, "the non-image file fails");
+    assert!(
+        want.batches.iter().all(|b| b.3.len() == b.1),
+        "the other images of a failed one's batch run"
+    );
+    assert_eq!(outcome.stats.failed, failed);
+    assert_eq!(outcome.stats.images, inputs.len());
+    let ran: usize = outcome.devices.iter().map(|d| d.images).sum();
+    assert_eq!(ran, inputs.len(), "{:?}", outcome.devices);
+    assert!(
+        outcome.devices.iter().filter(|d| d.batches > 0).count() >= 2,
+        "the batches were not dealt to several devices: {:?}",
+        outcome.devices
+    );
+}
+
+#[test]
+fn naflex_device_failing_mid_run_stops_it_with_what_came_before_handed_over() {
+    let inputs = naflex_inputs();
+    let want = naflex_one_device(&inputs);
+    let devices = vec!["cpu".to_string(); 2];
+    // Device 1 fails at its first batch (both devices are free when the first batch comes).
+    let fail = |device: usize, batches: usize| {
+        if device == 1 && batches == 0 {
+            anyhow::bail!("the stand-in GPU fell off the bus");
+        }
+        Ok(())
+    };
+    let run = DeviceRun {
+        model: &naflex_model(),
+        devices: &devices,
+        images: &image_options(),
+        runs: DeviceModel::Naflex {
+            prepare: &no_setup,
+            outputs: &NAFLEX_OUTPUTS,
+        },
+        before_submit: Some(&fail),
+    };
+    let mut got = Embeds::default();
+    let error = run_on_devices(&run, &inputs, &mut got)
+        .err()
+        .expect("the run fails");
+    let message = format!("{error:#}");
+    assert!(
+        message.contains("fell off the bus") && message.contains("cpu"),
+        "{message}"
+    );
+    assert!(got.batches.len() < want.batches.len());
+    for (got, want) in got.batches.iter().zip(&want.batches) {
+        assert_eq!((got.0, got.1), (want.0, want.1));
+        assert!(got.3 == want.3);
+    }
+}
+
+#[test]
+fn naflex_on_several_devices_refuses_gpu_decoding_by_name() {
+    let inputs = naflex_inputs();
+    let devices = vec!["cpu".to_string(); 2];
+    let images = ImageOptions {
+        decode: Some(vitrt_engine::batched::DecodeOn::Gpu),
+        ..image_options()
+    };
+    let run = DeviceRun {
+        model: &naflex_model(),
+        devices: &devices,
+        images: &images,
+        runs: DeviceModel::Naflex {
+            prepare: &no_setup,
+            outputs: &NAFLEX_OUTPUTS,
+        },
+        before_submit: None,
+    };
+    let error = run_on_devices(&run, &inputs, &mut Embeds::default())
+        .err()
+        .expect("refused");
+    assert!(
+        format!("{error:#}").contains("--decode gpu is not built for SigLIP 2 NaFlex"),
+        "{error:#}"
+    );
 }

@@ -305,24 +305,29 @@ impl ModelArgs {
         Ok(self.open_naflex_in()?.map(|(runner, _)| runner))
     }
 
-    /// [`ModelArgs::open_naflex`], and the checkpoint's folder (its processor and tokenizer).
+    /// [`ModelArgs::open_naflex`], and the checkpoint's folder (its processor and tokenizer):
+    /// on one device, as the commands that time or check one runner take it.
     pub fn open_naflex_in(&self) -> Result<Option<(vitrt_model::naflex::NaflexRunner, PathBuf)>> {
-        if self.device.as_deref().is_some_and(|d| {
-            let d = d.trim().to_ascii_lowercase();
-            d.contains(',') || d.ends_with(":all")
-        }) {
-            // Only where the model is NaFlex: others take several devices.
-            if let Ok(files) = self.options()?.resolve() {
-                if vitrt_model::naflex::is_naflex_dir(&files.dir) {
-                    anyhow::bail!(
-                        "SigLIP 2 NaFlex runs on one device: several (--device {}) are not \
-                         built for it",
-                        self.device.as_deref().unwrap_or_default()
-                    );
-                }
+        if vitrt_engine::devices::several_devices(self.device.as_deref())?
+            .is_some_and(|devices| devices.len() > 1)
+        {
+            // Only where the model is NaFlex: the others say what they make of the list.
+            if self.options()?.naflex_dir()?.is_some() {
+                bail!(
+                    "this command runs SigLIP 2 NaFlex on one device; several (--device {}) \
+                     are taken by `vitrt embed` and `vitrt zero-shot`",
+                    self.device.as_deref().unwrap_or_default()
+                );
             }
         }
         Ok(self.options()?.open_naflex()?)
+    }
+
+    /// SigLIP 2 NaFlex where `vitrt embed` and `vitrt zero-shot` run it over images: on the
+    /// device `--device` names, opened here, or on the several it names (`cuda:all`,
+    /// `cuda:0,2`), opened on each by the run; None for any other model.
+    pub fn naflex_placement(&self) -> Result<Option<vitrt_engine::naflex::NaflexPlacement>> {
+        vitrt_engine::naflex::NaflexPlacement::open(&self.options()?)
     }
 
     /// As [`ModelArgs::open`], and the device the backend runs on.

@@ -5,7 +5,7 @@
 //! labels (`vitrt_model::Output::ZeroShotProbs`).
 
 use super::classify::output::Format;
-use super::classify::{classify_images, classify_naflex, open_output_dir, Report, Scores};
+use super::classify::{classify_images, open_output_dir, Report, RunOn, Scores};
 use super::common::ModelArgs;
 use super::images::ImageArgs;
 use super::output_dir::OutputDirArgs;
@@ -13,7 +13,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use vitrt_engine::naflex::score_against_labels;
 use vitrt_engine::results::{encode_zero_shot_labels, score_against};
+use vitrt_model::naflex::NaflexRunner;
 use vitrt_model::text::labels::{
     check_template, labels_from_lines, labels_from_list, DEFAULT_TEMPLATE,
 };
@@ -67,40 +69,6 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
         check_template(template)?;
     }
     let inputs = args.images.collect()?;
-    if let Some((mut runner, dir)) = args.model.open_naflex_in()? {
-        if args.sharded.dir()?.is_some() {
-            bail!("--output-dir is not built for SigLIP 2 NaFlex");
-        }
-        let started = std::time::Instant::now();
-        let texts = vitrt_engine::naflex::score_against_labels(
-            &mut runner,
-            &dir,
-            args.model.name(),
-            &labels,
-            &templates,
-        )?;
-        eprintln!(
-            "vitrt: {} labels x {} templates ({texts} texts) encoded by the text tower in {:.2} s",
-            labels.len(),
-            templates.len(),
-            started.elapsed().as_secs_f64()
-        );
-        let report = Report {
-            top_k: args.top_k as usize,
-            format: if args.json { Format::Json } else { args.format },
-            stats: None,
-            sharded: None,
-        };
-        return classify_naflex(
-            &mut runner,
-            &dir,
-            &args.model,
-            &args.images,
-            &inputs,
-            Scores::Probabilities(&labels),
-            &report,
-        );
-    }
     // --output-dir runs batch-invariant (see ModelArgs::batch_invariant).
     let model = match args.sharded.dir()? {
         Some(_) => args.model.batch_invariant(),
@@ -121,35 +89,62 @@ pub fn run(args: ZeroShotArgs) -> Result<ExitCode> {
     else {
         return Ok(ExitCode::SUCCESS);
     };
-    let mut placement = model.placement()?;
-    let dir = placement.dir().to_path_buf();
-    let name = model.name();
-    // The labels, encoded by the text tower on each device before its run.
-    let prepare = |runner: &mut vitrt_model::Runner| -> Result<()> {
-        let started = std::time::Instant::now();
-        let encoded = encode_zero_shot_labels(runner, &dir, name, &labels, &templates)?;
-        eprintln!(
-            "vitrt: {} labels x {} templates encoded by the text tower in {:.2} s",
-            labels.len(),
-            templates.len(),
-            started.elapsed().as_secs_f64()
-        );
-        score_against(runner, encoded)
-    };
     let report = Report {
         top_k: args.top_k as usize,
         format: if args.json { Format::Json } else { args.format },
         stats: None,
         sharded,
     };
+    let name = model.name();
+    // The labels, encoded by the text tower on each device before its run.
+    let encoded_in = |started: std::time::Instant| {
+        eprintln!(
+            "vitrt: {} labels x {} templates encoded by the text tower in {:.2} s",
+            labels.len(),
+            templates.len(),
+            started.elapsed().as_secs_f64()
+        );
+    };
+    if let Some(mut placement) = model.naflex_placement()? {
+        let dir = placement.dir().to_path_buf();
+        let prepare = |runner: &mut NaflexRunner| -> Result<()> {
+            let started = std::time::Instant::now();
+            score_against_labels(runner, &dir, name, &labels, &templates)?;
+            encoded_in(started);
+            Ok(())
+        };
+        let run_on = RunOn::Naflex {
+            placement: &mut placement,
+            prepare: &prepare,
+        };
+        return classify_images(
+            run_on,
+            &model,
+            &args.images,
+            &inputs,
+            Scores::Probabilities(&labels),
+            &report,
+        );
+    }
+    let mut placement = model.placement()?;
+    let dir = placement.dir().to_path_buf();
+    let prepare = |runner: &mut vitrt_model::Runner| -> Result<()> {
+        let started = std::time::Instant::now();
+        let encoded = encode_zero_shot_labels(runner, &dir, name, &labels, &templates)?;
+        encoded_in(started);
+        score_against(runner, encoded)
+    };
+    let run_on = RunOn::Images {
+        placement: &mut placement,
+        prepare: &prepare,
+    };
     classify_images(
-        &mut placement,
+        run_on,
         &model,
         &args.images,
         &inputs,
         Scores::Probabilities(&labels),
         &report,
-        &prepare,
     )
 }
 

@@ -17,7 +17,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use vitrt_engine::batched::{self, BatchResults};
-use vitrt_engine::devices::{DeviceFigures, Placement};
+use vitrt_engine::devices::{DeviceFigures, Placement, Ran};
+use vitrt_engine::naflex::NaflexPlacement;
 use vitrt_engine::pipeline::{Flow, InputList, PipelineStats};
 use vitrt_engine::results::named_output;
 pub(crate) use vitrt_engine::results::Scores;
@@ -142,41 +143,95 @@ pub fn run(args: ClassifyArgs) -> Result<ExitCode> {
         sharded,
     };
     classify_images(
-        &mut placement,
+        RunOn::Images {
+            placement: &mut placement,
+            prepare: &|_| Ok(()),
+        },
         &model,
         &args.images,
         &inputs,
         Scores::Logits(&config),
         &report,
-        &|_| Ok(()),
     )
+}
+
+/// Where a run's images go: a fixed-size model's image pipeline, `prepare` setting each
+/// runner up (the one, or each device's once open); or SigLIP 2 NaFlex's, the same pipeline
+/// with each image at its own patch grid.
+pub(crate) enum RunOn<'a> {
+    Images {
+        placement: &'a mut Placement,
+        prepare: &'a (dyn Fn(&mut Runner) -> Result<()> + Sync),
+    },
+    Naflex {
+        placement: &'a mut NaflexPlacement,
+        prepare: &'a (dyn Fn(&mut NaflexRunner) -> Result<()> + Sync),
+    },
+}
+
+impl RunOn<'_> {
+    /// Runs every image of `inputs`, handing each batch's `output` (what `results` reads; a
+    /// fixed-size model's runner gives what `prepare` set) to `results` in input order.
+    pub(crate) fn run(
+        &mut self,
+        inputs: &InputList,
+        model: &ModelArgs,
+        images: &ImageArgs,
+        output: &str,
+        results: &mut impl BatchResults,
+        record_timeline: bool,
+    ) -> Result<Ran> {
+        match self {
+            RunOn::Images { placement, prepare } => placement.run(
+                inputs,
+                &images.options(),
+                model.image_size().is_some(),
+                *prepare,
+                results,
+                record_timeline,
+            ),
+            RunOn::Naflex { placement, prepare } => {
+                placement.run(inputs, &images.options(), *prepare, &[output], results)
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            RunOn::Images { placement, .. } => placement.describe(),
+            RunOn::Naflex { placement, .. } => placement.describe(),
+        }
+    }
+
+    fn dtype(&self) -> String {
+        match self {
+            RunOn::Images { placement, .. } => placement.dtype(),
+            RunOn::Naflex { placement, .. } => placement.dtype(),
+        }
+    }
 }
 
 /// Runs the model over the images, on one device or several, and writes each one's top
 /// labels by `scores`: `vitrt classify`, and `vitrt zero-shot`, whose `prepare` encodes its
 /// labels on each device.
 pub(crate) fn classify_images(
-    placement: &mut Placement,
+    mut run_on: RunOn<'_>,
     model: &ModelArgs,
     images: &ImageArgs,
     inputs: &InputList,
     scores: Scores<'_>,
     report: &Report,
-    prepare: &(dyn Fn(&mut Runner) -> Result<()> + Sync),
 ) -> Result<ExitCode> {
     if let Some(out) = &report.sharded {
-        let run = ShardedRun {
-            model,
-            images,
-            top_k: report.top_k,
-            prepare,
-        };
-        return classify_into_shards(placement, &run, inputs, scores, out);
+        return classify_into_shards(run_on, model, images, report.top_k, inputs, scores, out);
+    }
+    if report.stats.is_some() && matches!(run_on, RunOn::Naflex { .. }) {
+        bail!("--stats is not built for SigLIP 2 NaFlex");
     }
     let info = RunInfo {
         model: model.name().to_string(),
-        device: placement.describe(),
-        dtype: placement.dtype(),
+        device: run_on.describe(),
+        dtype: run_on.dtype(),
     };
     let stdout = std::io::stdout();
     let sink = match Sink::new(report.format, std::io::BufWriter::new(stdout.lock()), info) {
@@ -193,21 +248,25 @@ pub(crate) fn classify_images(
         not_finite: 0,
     };
 
-    let outcome = placement.run(
+    let output = classifier.scores.output();
+    let outcome = run_on.run(
         inputs,
-        &images.options(),
-        model.image_size().is_some(),
-        prepare,
+        model,
+        images,
+        output,
         &mut classifier,
         report.stats.is_some(),
     )?;
     if let Some(stats_file) = &report.stats {
-        let (timeline, memory) = match placement.runner() {
-            Some(runner) => (
-                runner.take_timeline()?,
-                Some(runner.backend().memory_account()),
-            ),
-            None => (Vec::new(), None),
+        let (timeline, memory) = match &mut run_on {
+            RunOn::Images { placement, .. } => match placement.runner() {
+                Some(runner) => (
+                    runner.take_timeline()?,
+                    Some(runner.backend().memory_account()),
+                ),
+                None => (Vec::new(), None),
+            },
+            RunOn::Naflex { .. } => (Vec::new(), None),
         };
         let times = StatsTimes {
             submitting: outcome.times.submitting,
@@ -248,94 +307,23 @@ pub(crate) fn classify_images(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `classify_images` for SigLIP 2 NaFlex (zero-shot labels set on `runner`): image files
-/// preprocessed on the host one batch after another (`vitrt_engine::naflex`), written by the
-/// same writer. `--output-dir` and `--stats` are refused by name.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn classify_naflex(
-    runner: &mut NaflexRunner,
-    dir: &std::path::Path,
-    model: &ModelArgs,
-    images: &ImageArgs,
-    inputs: &InputList,
-    scores: Scores<'_>,
-    report: &Report,
-) -> Result<ExitCode> {
-    if report.sharded.is_some() || report.stats.is_some() {
-        bail!("--output-dir and --stats are not built for SigLIP 2 NaFlex");
-    }
-    let processor = vitrt_engine::naflex::processor(dir)?;
-    let info = RunInfo {
-        model: model.name().to_string(),
-        device: runner.backend().describe(),
-        dtype: runner.backend().dtype().to_string(),
-    };
-    let stdout = std::io::stdout();
-    let sink = match Sink::new(report.format, std::io::BufWriter::new(stdout.lock()), info) {
-        Ok(sink) => sink,
-        Err(WriteError::Closed) => return Ok(ExitCode::SUCCESS),
-        Err(WriteError::Failed(e)) => return Err(e).context("writing the results"),
-    };
-    let wanted = scores.output();
-    let mut classifier = Classifier {
-        sink,
-        inputs,
-        scores,
-        top_k: report.top_k,
-        fail_fast: images.fail_fast,
-        not_finite: 0,
-    };
-    let outcome = vitrt_engine::naflex::run_files(
-        runner,
-        &processor,
-        inputs,
-        &images.options(),
-        &[wanted],
-        &mut classifier,
-    )?;
-    if outcome.stopped && !(images.fail_fast && classifier.not_finite > 0) {
-        return Ok(ExitCode::SUCCESS);
-    }
-    match classifier.sink.finish() {
-        Ok(()) => {}
-        Err(WriteError::Closed) => return Ok(ExitCode::SUCCESS),
-        Err(WriteError::Failed(e)) => return Err(e).context("writing the results"),
-    }
-    let failed = outcome.failed + classifier.not_finite;
-    batched::check_failures(failed, inputs.paths.len(), images.fail_fast, "classified")?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// What a sharded run needs besides its inputs and scores.
-struct ShardedRun<'a> {
-    model: &'a ModelArgs,
-    images: &'a ImageArgs,
-    top_k: usize,
-    prepare: &'a (dyn Fn(&mut Runner) -> Result<()> + Sync),
-}
-
 /// `classify_images` with `--output-dir`: the shards not yet written, each written as it
 /// completes.
 fn classify_into_shards(
-    placement: &mut Placement,
-    run: &ShardedRun<'_>,
+    mut run_on: RunOn<'_>,
+    model: &ModelArgs,
+    images: &ImageArgs,
+    top_k: usize,
     all: &InputList,
     scores: Scores<'_>,
     out: &OutputDir,
 ) -> Result<ExitCode> {
-    let images = run.images;
     let to_do = out.to_do();
     let ranges: Vec<_> = to_do.iter().map(|s| s.inputs.clone()).collect();
     let inputs = all.select(&ranges);
-    let mut classifier = sharded::ShardedClassifier::new(out, &inputs, to_do, scores, run.top_k);
-    placement.run(
-        &inputs,
-        &images.options(),
-        run.model.image_size().is_some(),
-        run.prepare,
-        &mut classifier,
-        false,
-    )?;
+    let output = scores.output();
+    let mut classifier = sharded::ShardedClassifier::new(out, &inputs, to_do, scores, top_k);
+    run_on.run(&inputs, model, images, output, &mut classifier, false)?;
     eprintln!(
         "wrote {} shards to {} ({} of {} inputs could not be classified)",
         classifier.written,

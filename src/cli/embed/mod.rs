@@ -67,11 +67,65 @@ fn parse_pool(name: &str) -> std::result::Result<Pool, String> {
     })
 }
 
-/// The pool `--pool` asks for, or the checkpoint's default; an error names the ones it has.
-/// Where `vitrt embed` runs: SigLIP 2 NaFlex's host path, or the image pipeline.
+/// Where `vitrt embed` runs: a fixed-size model's image pipeline, or SigLIP 2 NaFlex's.
 enum RunOn {
-    Naflex(Box<vitrt_model::naflex::NaflexRunner>, PathBuf),
+    Naflex(vitrt_engine::naflex::NaflexPlacement),
     Pipeline(vitrt_engine::devices::Placement),
+}
+
+impl RunOn {
+    /// The model the flags name, where it runs.
+    fn open(model: &ModelArgs) -> Result<RunOn> {
+        Ok(match model.naflex_placement()? {
+            Some(placement) => RunOn::Naflex(placement),
+            None => RunOn::Pipeline(model.placement()?),
+        })
+    }
+
+    /// The pool `--pool` asks for, or the checkpoint's default; an error names the ones it
+    /// has.
+    fn pool(&self, asked: Option<Pool>, name: &str) -> Result<Pool> {
+        match self {
+            RunOn::Naflex(_) => naflex_pool(asked, name),
+            RunOn::Pipeline(placement) => choose_pool(asked, placement.model(), name),
+        }
+    }
+
+    /// Runs every image of `inputs`, handing each batch's `pool` vectors to `results` in input
+    /// order: whether the results stopped the run, and how many images could not be read.
+    fn run(
+        &mut self,
+        inputs: &InputList,
+        model: &ModelArgs,
+        images: &ImageArgs,
+        pool: Pool,
+        results: &mut impl BatchResults,
+    ) -> Result<(bool, usize)> {
+        let outcome = match self {
+            RunOn::Naflex(placement) => placement.run(
+                inputs,
+                &images.options(),
+                &|_| Ok(()),
+                &[pool.output().name()],
+                results,
+            )?,
+            RunOn::Pipeline(placement) => {
+                let outputs = |runner: &mut vitrt_model::Runner| -> Result<()> {
+                    runner.set_outputs(OutputSet::of(&[pool.output()]));
+                    Ok(())
+                };
+                placement.run(
+                    inputs,
+                    &images.options(),
+                    model.image_size().is_some(),
+                    &outputs,
+                    results,
+                    false,
+                )?
+            }
+        };
+        Ok((outcome.stopped, outcome.stats.failed))
+    }
 }
 
 /// The pool of a SigLIP 2 NaFlex checkpoint: its attention-pooling head's vector, which
@@ -92,6 +146,7 @@ fn naflex_pool(asked: Option<Pool>, name: &str) -> Result<Pool> {
     }
 }
 
+/// The pool `--pool` asks for, or the checkpoint's default; an error names the ones it has.
 fn choose_pool(asked: Option<Pool>, model: &VisionModel, name: &str) -> Result<Pool> {
     Pool::choose(asked, model).map_err(|e| match asked {
         Some(pool) => {
@@ -191,21 +246,8 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
             );
         }
     }
-    // SigLIP 2 NaFlex runs on the host path of its own (vitrt_engine::naflex); every other
-    // model through the image pipeline.
-    let mut run_on = match args.model.open_naflex_in()? {
-        Some((runner, dir)) => RunOn::Naflex(Box::new(runner), dir),
-        None => RunOn::Pipeline(args.model.placement()?),
-    };
-    let pool = match &run_on {
-        RunOn::Naflex(..) => naflex_pool(args.pool, args.model.name())?,
-        RunOn::Pipeline(placement) => choose_pool(args.pool, placement.model(), args.model.name())?,
-    };
-    let outputs = |runner: &mut vitrt_model::Runner| -> Result<()> {
-        runner.set_outputs(OutputSet::of(&[pool.output()]));
-        Ok(())
-    };
-
+    let mut run_on = RunOn::open(&args.model)?;
+    let pool = run_on.pool(args.pool, args.model.name())?;
     let sink = match format {
         Format::Jsonl => Sink::lines(target.open_streaming()?),
         Format::Safetensors | Format::Npy => Sink::whole(),
@@ -218,31 +260,7 @@ pub fn run(args: EmbedArgs) -> Result<ExitCode> {
         fail_fast: args.images.fail_fast,
         not_finite: 0,
     };
-    let (stopped, unread) = match &mut run_on {
-        RunOn::Naflex(runner, dir) => {
-            let processor = vitrt_engine::naflex::processor(dir)?;
-            let outcome = vitrt_engine::naflex::run_files(
-                runner,
-                &processor,
-                &inputs,
-                &args.images.options(),
-                &[pool.output().name()],
-                &mut embedder,
-            )?;
-            (outcome.stopped, outcome.failed)
-        }
-        RunOn::Pipeline(placement) => {
-            let outcome = placement.run(
-                &inputs,
-                &args.images.options(),
-                args.model.image_size().is_some(),
-                &outputs,
-                &mut embedder,
-                false,
-            )?;
-            (outcome.stopped, outcome.stats.failed)
-        }
-    };
+    let (stopped, unread) = run_on.run(&inputs, &args.model, &args.images, pool, &mut embedder)?;
     // Stopped by the results: the reader closed the output, unless --fail-fast stopped at an
     // image whose embedding is not finite (the count below fails).
     if stopped && !(args.images.fail_fast && embedder.not_finite > 0) {
@@ -320,23 +338,12 @@ fn run_sharded(args: &EmbedArgs, dir: &Path) -> Result<ExitCode> {
     let to_do = out.to_do();
     let ranges: Vec<_> = to_do.iter().map(|s| s.inputs.clone()).collect();
     let inputs = all.select(&ranges);
-    let mut placement = model.placement()?;
-    let pool = choose_pool(args.pool, placement.model(), model.name())?;
-    let outputs = |runner: &mut vitrt_model::Runner| -> Result<()> {
-        runner.set_outputs(OutputSet::of(&[pool.output()]));
-        Ok(())
-    };
+    let mut run_on = RunOn::open(&model)?;
+    let pool = run_on.pool(args.pool, model.name())?;
     let mut embedder =
         sharded::ShardedEmbedder::new(&out, &inputs, to_do, pool.output(), args.normalize);
-    let outcome = placement.run(
-        &inputs,
-        &args.images.options(),
-        model.image_size().is_some(),
-        &outputs,
-        &mut embedder,
-        false,
-    )?;
-    if !outcome.stopped {
+    let (stopped, _) = run_on.run(&inputs, &model, &args.images, pool, &mut embedder)?;
+    if !stopped {
         embedder.finish()?;
     }
     eprintln!(
