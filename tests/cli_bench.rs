@@ -217,6 +217,82 @@ fn bench_model_times_naflex_batches_of_mixed_aspect_ratios() {
     assert!(stdout.contains("ms/image"), "{stdout}");
 }
 
+/// `vitrt profile` on SigLIP 2 NaFlex: `bench model`'s batch of mixed aspect ratios, timed node
+/// by node; its nodes are the fixed-resolution SigLIP 2's of the same size, by name and in
+/// order (the patch embedding a linear layer over patch rows instead), so the two tables can
+/// be put side by side.
+#[test]
+fn profile_times_naflex_node_by_node_as_the_fixed_model() {
+    let dir = temp();
+    let naflex = fixture("tiny-gelu").join("../../naflex/siglip2-naflex-zero-shot");
+    let fixed = fixture("siglip2-zero-shot");
+    let profile = |model: &std::path::Path, name: &str| {
+        let json = dir.path().join(name);
+        let o = vitrt(
+            &[
+                "profile",
+                "--model",
+                model.to_str().unwrap(),
+                "--device",
+                "cpu",
+                "--batch-size",
+                "4",
+                "--reps",
+                "5",
+                "--json",
+                json.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        (report, String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let (ours, stdout) = profile(&naflex, "naflex.json");
+    assert!(
+        stdout.contains("each image at its own patch grid") && stdout.contains("padded to 24"),
+        "{stdout}"
+    );
+    assert_eq!(ours["naflex"]["max_num_patches"], 24);
+    let grids = ours["naflex"]["grids"].as_array().unwrap();
+    assert_eq!(grids.len(), 4);
+    assert_ne!(grids[0], grids[2], "images of different aspect ratios");
+    let nodes = ours["nodes"].as_array().unwrap();
+    let shares: f64 = nodes.iter().map(|n| n["share"].as_f64().unwrap()).sum();
+    assert!((shares - 1.0).abs() < 1e-6, "shares add up to {shares}");
+    assert!(nodes
+        .iter()
+        .all(|n| n["median_ms"].as_f64().unwrap() >= 0.0));
+
+    let (theirs, _) = profile(&fixed, "fixed.json");
+    let named = |report: &serde_json::Value| -> Vec<(String, String)> {
+        report["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                (
+                    n["node"].as_str().unwrap().to_string(),
+                    n["op"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let (ours, theirs) = (named(&ours), named(&theirs));
+    assert_eq!(
+        ours.iter().map(|n| &n.0).collect::<Vec<_>>(),
+        theirs.iter().map(|n| &n.0).collect::<Vec<_>>()
+    );
+    for (a, b) in ours.iter().zip(&theirs) {
+        if a.0 == "embeddings" {
+            assert_eq!((a.1.as_str(), b.1.as_str()), ("linear", "patch_embed"));
+        } else {
+            assert_eq!(a, b);
+        }
+    }
+}
+
 #[test]
 fn tune_explains_what_it_cannot_do() {
     let dir = temp();

@@ -187,13 +187,22 @@ impl ModelOptions {
     /// makes them (`vitrt infer`, `vitrt parity`), or fed by the image pipeline
     /// (`crate::naflex`).
     pub fn open_naflex(&self) -> Result<Option<(NaflexRunner, PathBuf)>, OpenError> {
+        Ok(self
+            .open_naflex_on_device()?
+            .map(|(runner, dir, _)| (runner, dir)))
+    }
+
+    /// [`ModelOptions::open_naflex`], and the device the backend runs on.
+    pub fn open_naflex_on_device(
+        &self,
+    ) -> Result<Option<(NaflexRunner, PathBuf, Device)>, OpenError> {
         let Some(dir) = self.naflex_dir().map_err(OpenError::Input)? else {
             return Ok(None);
         };
         let model = NaflexVisionModel::load(&dir)
             .with_context(|| format!("loading model {}", self.model))
             .map_err(OpenError::Input)?;
-        let (backend, _) = self.open_backend()?;
+        let (backend, device) = self.open_backend()?;
         let mut runner = NaflexRunner::new(model, backend, self.fusion)
             .with_graph_replay(self.cuda_graphs)
             .with_batch_invariance(self.batch_invariant);
@@ -202,7 +211,7 @@ impl ModelOptions {
                 .with_residual(residual)
                 .map_err(|e| OpenError::Input(e.into()))?;
         }
-        Ok(Some((runner, dir)))
+        Ok(Some((runner, dir, device)))
     }
 
     /// The folder of the checkpoint when it is SigLIP 2 NaFlex, None for any other; an error

@@ -308,6 +308,15 @@ impl ModelArgs {
     /// [`ModelArgs::open_naflex`], and the checkpoint's folder (its processor and tokenizer):
     /// on one device, as the commands that time or check one runner take it.
     pub fn open_naflex_in(&self) -> Result<Option<(vitrt_model::naflex::NaflexRunner, PathBuf)>> {
+        Ok(self
+            .open_naflex_on_device()?
+            .map(|(runner, dir, _)| (runner, dir)))
+    }
+
+    /// [`ModelArgs::open_naflex_in`], and the device the backend runs on.
+    pub fn open_naflex_on_device(
+        &self,
+    ) -> Result<Option<(vitrt_model::naflex::NaflexRunner, PathBuf, Device)>> {
         if vitrt_engine::devices::several_devices(self.device.as_deref())?
             .is_some_and(|devices| devices.len() > 1)
         {
@@ -320,7 +329,7 @@ impl ModelArgs {
                 );
             }
         }
-        Ok(self.options()?.open_naflex()?)
+        Ok(self.options()?.open_naflex_on_device()?)
     }
 
     /// SigLIP 2 NaFlex where `vitrt embed` and `vitrt zero-shot` run it over images: on the

@@ -4,6 +4,11 @@
 //! from `runtime::cost`) and how close that is to a ceiling measured in the same run on the
 //! same GPU: cuBLAS on the same GEMM shape for linear layers and the patch projection, a
 //! device-to-device copy for the memory-bound nodes.
+//!
+//! On a SigLIP 2 NaFlex checkpoint the batch is `vitrt bench model`'s for it: images of a fixed
+//! mix of aspect ratios, each at its own patch grid, padded to `max_num_patches` with the key
+//! mask (`vitrt_model::naflex::synthetic`). Its graph is built from the same encoder blocks as
+//! the fixed-size models', so their nodes carry the same names and the two tables line up.
 
 use super::common::{random_pixels, ModelArgs};
 use crate::output_file::OutputFile;
@@ -13,12 +18,16 @@ use clap::Args;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use vitrt_kernels::cuda::{Gpu, Timer};
 use vitrt_kernels::{DType, MatmulProblem};
+use vitrt_model::naflex::synthetic::{mixed_batch, MIXED_ASPECT_SIZES};
+use vitrt_model::naflex::NaflexRunner;
+use vitrt_model::ForwardTimes;
 use vitrt_runtime::backend::Device;
 use vitrt_runtime::cost::{node_cost, NodeCost};
+use vitrt_runtime::{Graph, Plan};
 
 #[derive(Args, Debug)]
 pub struct ProfileArgs {
@@ -75,6 +84,15 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         .as_deref()
         .map(|path| OutputFile::check_report(path, args.force))
         .transpose()?;
+    if let Some((runner, dir, device)) = args.model.open_naflex_on_device()? {
+        return profile_naflex(
+            &args,
+            runner,
+            &dir,
+            device,
+            (json.as_ref(), trace_file.as_ref()),
+        );
+    }
     let (mut runner, _, device) = args.model.open_on_device()?;
     let dtype = runner.backend().dtype();
     // An FP8 run computes in f16 with its chosen linear layers in e4m3: named "fp8".
@@ -100,7 +118,116 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     )?;
     let described = runner.backend().describe();
     let executor = runner.prepare(batch, false)?;
-    let (graph, plan) = (executor.graph(), executor.plan());
+    let profiled = Profiled {
+        described,
+        device,
+        dtype,
+        run_name,
+        batch,
+        times: &times,
+        graph: executor.graph(),
+        plan: executor.plan(),
+        naflex: None,
+    };
+    report(&args, &profiled, (json.as_ref(), trace_file.as_ref()))
+}
+
+/// `vitrt profile` on SigLIP 2 NaFlex: `vitrt bench model`'s batch of mixed aspect ratios,
+/// timed node by node as the fixed-size models are.
+fn profile_naflex(
+    args: &ProfileArgs,
+    mut runner: NaflexRunner,
+    dir: &Path,
+    device: Device,
+    files: (Option<&OutputFile>, Option<&OutputFile>),
+) -> Result<ExitCode> {
+    let max_patches = super::bench::naflex::max_num_patches(&runner, dir)?;
+    let dtype = runner.backend().dtype();
+    let batch = args.batch_size;
+    let mut rng = SmallRng::seed_from_u64(7);
+    let (inputs, grids) = mixed_batch(&runner.model, batch, max_patches, &mut || {
+        rng.random_range(-1.0..1.0f32)
+    })?;
+    let mix = &grids[..grids.len().min(MIXED_ASPECT_SIZES.len())];
+    let patches = grids.iter().map(|(r, c)| r * c).sum::<usize>() as f64 / batch as f64;
+    eprintln!(
+        "profiling {} (SigLIP 2 NaFlex) on {}: batch {batch} of mixed aspect ratios, {dtype}, \
+         {} passes after {} warm-up",
+        args.model.name(),
+        runner.backend().describe(),
+        args.reps,
+        args.warmup.max(1)
+    );
+    // The fixed-size models' profile times their primary output, the last hidden state of a
+    // SigLIP vision tower: so does this one, leaving out the pooling head that `bench model`
+    // times for NaFlex, so that the two profiles time the same nodes.
+    let (times, executor) = runner.time_forward(
+        &inputs,
+        &["last_hidden_state"],
+        (args.warmup.max(1), args.reps),
+        true,
+        &mut || {},
+    )?;
+    let profiled = Profiled {
+        described: runner.backend().describe(),
+        device,
+        dtype,
+        run_name: dtype.name(),
+        batch,
+        times: &times,
+        graph: executor.graph(),
+        plan: executor.plan(),
+        naflex: Some(NaflexBatchInfo {
+            max_num_patches: max_patches,
+            mean_patches: patches,
+            grids: mix.to_vec(),
+        }),
+    };
+    report(args, &profiled, files)
+}
+
+/// What a NaFlex profile's batch held: each image's grid in turn, padded to
+/// `max_num_patches`.
+#[derive(serde::Serialize)]
+struct NaflexBatchInfo {
+    max_num_patches: usize,
+    mean_patches: f64,
+    /// The mix's grids, (rows, cols), in the order the batch takes them.
+    grids: Vec<(usize, usize)>,
+}
+
+/// A timed forward pass, node by node: what the report needs.
+struct Profiled<'a> {
+    described: String,
+    device: Device,
+    dtype: DType,
+    run_name: &'static str,
+    batch: usize,
+    times: &'a ForwardTimes,
+    graph: &'a Graph,
+    plan: &'a Plan,
+    naflex: Option<NaflexBatchInfo>,
+}
+
+/// Prints the profile by op kind and by node, with the ceilings measured on a GPU, and
+/// writes `--json` and `--trace` (`files`).
+fn report(
+    args: &ProfileArgs,
+    profiled: &Profiled<'_>,
+    (json, trace_file): (Option<&OutputFile>, Option<&OutputFile>),
+) -> Result<ExitCode> {
+    let Profiled {
+        described,
+        device,
+        dtype,
+        run_name,
+        batch,
+        times,
+        graph,
+        plan,
+        ..
+    } = profiled;
+    let (device, dtype, run_name, batch) = (*device, *dtype, *run_name, *batch);
     let costs: Vec<NodeCost> = (0..graph.nodes.len())
         .map(|n| node_cost(graph, plan, n))
         .collect();
@@ -170,6 +297,15 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         forward.median_ms,
         batch as f64 / (forward.median_ms * 1e-3),
     );
+    if let Some(naflex) = &profiled.naflex {
+        outln!(
+            "each image at its own patch grid ({} in turn; {:.1} patches on average), padded to \
+             {} rows with the key mask",
+            super::bench::naflex::describe_grids(&naflex.grids),
+            naflex.mean_patches,
+            naflex.max_num_patches
+        );
+    }
     print_by_kind(&rows, total)?;
     print_by_node(&rows)?;
 
@@ -182,6 +318,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
             "reps": args.reps,
             "forward_median_ms": forward.median_ms,
             "ceilings": ceilings.as_ref().map(|c| serde_json::json!({"copy_gbps": c.copy_gbps})),
+            "naflex": profiled.naflex,
             "nodes": rows,
         });
         json.write_and_tell((serde_json::to_string_pretty(&document)? + "\n").as_bytes())?;

@@ -31,6 +31,7 @@ use crate::encoder::{
 };
 use crate::error::ModelError;
 use crate::model::ZeroShotLabels;
+use crate::runner::ForwardTimes;
 use crate::text::ScoreRule;
 use serde_json::{Map, Value};
 use std::path::Path;
@@ -465,13 +466,8 @@ impl NaflexVisionModel {
                 g.mark_output(&format!("hidden_states.{}", l + 1), x);
             }
         }
-        let last = layer_norm(
-            &mut g,
-            "post_layernorm",
-            x,
-            &self.final_norm,
-            c.layer_norm_eps,
-        )?;
+        // Named as the fixed-size models' final norm is, so that profiles of the two line up.
+        let last = layer_norm(&mut g, "layernorm", x, &self.final_norm, c.layer_norm_eps)?;
         // The pooled vector and the zero-shot logits, each built once.
         let mut pooled = None;
         let mut logits = None;
@@ -951,23 +947,32 @@ impl NaflexRunner {
         self.plans_built
     }
 
-    /// Times forward passes of a batch (the default outputs: the last hidden state and, with
-    /// the head, the pooled vector): `warmup` untimed (at least one; the pass after the first
+    /// Times forward passes of a batch giving `outputs` (when empty, the default ones: the last
+    /// hidden state and, with the head, the pooled vector): `warmup` untimed (at least one; the pass after the first
     /// captures the CUDA graph where the backend can), then `reps` each timed alone on the
     /// device (CUDA events; host time on the CPU), the inputs written once beforehand, as
-    /// `Runner::time_forward` times the fixed-size families. Milliseconds per timed pass.
+    /// `Runner::time_forward` times the fixed-size families; `per_node` puts a mark after
+    /// every node too (each node's time, the pass run node by node), as `vitrt profile` asks.
+    /// Also returns the executor timed: its graph and plan say what each node was.
     pub fn time_forward(
         &mut self,
         inputs: &NaflexInputs,
+        outputs: &[&str],
         (warmup, reps): (usize, usize),
+        per_node: bool,
         progress: &mut dyn FnMut(),
-    ) -> Result<Vec<f32>, ModelError> {
-        let outputs = self.default_outputs();
+    ) -> Result<(ForwardTimes, vitrt_runtime::Executor), ModelError> {
+        let defaults = self.default_outputs();
+        let outputs = if outputs.is_empty() {
+            &defaults[..]
+        } else {
+            outputs
+        };
         let backend = &self.backend;
         let graph = self.model.build_graph(
             inputs.batch,
             inputs.max_patches,
-            &outputs,
+            outputs,
             false,
             self.fusion,
             &|op, shapes| backend.supports(op, shapes),
@@ -982,17 +987,25 @@ impl NaflexRunner {
         let named = inputs.named();
         let feeds: Vec<(&str, &[f32])> = named.iter().map(|(n, v)| (*n, v.as_slice())).collect();
         executor.write_inputs(backend, &feeds)?;
-        let mut times = Vec::with_capacity(reps);
+        let marks = if per_node {
+            vitrt_runtime::Marks::EachNode
+        } else {
+            vitrt_runtime::Marks::Forward
+        };
+        let mut times = ForwardTimes::default();
         for rep in 0..warmup.max(1) + reps {
-            executor.launch(backend, vitrt_runtime::Marks::Forward)?;
+            executor.launch(backend, marks)?;
             // Reading the marks waits for the pass.
             let intervals = backend.take_mark_intervals()?;
             if rep >= warmup.max(1) {
-                times.push(intervals.iter().sum());
+                times.forward_ms.push(intervals.iter().sum());
+                if per_node {
+                    times.node_ms.push(intervals);
+                }
             }
             progress();
         }
-        Ok(times)
+        Ok((times, executor))
     }
 
     /// What a run asking for no output in particular gives: transformers' vision outputs

@@ -5,7 +5,7 @@
 mod cases;
 mod measure;
 mod model;
-mod naflex;
+pub(crate) mod naflex;
 mod serve;
 
 use crate::output_file::OutputFile;

@@ -21,7 +21,7 @@ use vitrt_model::naflex::NaflexRunner;
 /// The padded length of a batch: the processor's `max_num_patches`, or without a
 /// `preprocessor_config.json` the learned position table's size (256 for every released
 /// checkpoint's config, and the processor's default).
-fn max_num_patches(runner: &NaflexRunner, dir: &Path) -> Result<usize> {
+pub(crate) fn max_num_patches(runner: &NaflexRunner, dir: &Path) -> Result<usize> {
     if dir.join("preprocessor_config.json").exists() {
         Ok(vitrt_engine::naflex::processor(dir)?.max_num_patches)
     } else {
@@ -30,7 +30,7 @@ fn max_num_patches(runner: &NaflexRunner, dir: &Path) -> Result<usize> {
 }
 
 /// "12x21, 21x12, ...": the grids of the mix, in the order a batch takes them.
-fn describe_grids(grids: &[(usize, usize)]) -> String {
+pub(crate) fn describe_grids(grids: &[(usize, usize)]) -> String {
     grids
         .iter()
         .map(|(rows, cols)| format!("{rows}x{cols}"))
@@ -83,9 +83,11 @@ pub(super) fn run(
             rng.random_range(-1.0..1.0f32)
         })
         .and_then(|(inputs, grids)| {
-            let times =
-                runner.time_forward(&inputs, (warmup, args.reps), &mut || progress.inc(1))?;
-            Ok((times, grids))
+            let (times, _) =
+                runner.time_forward(&inputs, &[], (warmup, args.reps), false, &mut || {
+                    progress.inc(1)
+                })?;
+            Ok((times.forward_ms, grids))
         });
         let (times, grids) = match timed {
             Ok(measured) => measured,
