@@ -210,11 +210,12 @@ pub(crate) fn refused_model_type(model_type: &str) -> Option<String> {
         format!(
             "model_type \"{model_type}\" is SigLIP 2's NaFlex (each image resized to its own \
              patch grid, position embeddings resized per image, a key padding mask): vitrt runs \
-             it in `vitrt infer`, `parity`, `embed`, `zero-shot` and `serve` and the Python \
-             Model's embed() and zero_shot(), on one device (images preprocessed on the host); \
-             not in `classify` (it has no classifier), with --output-dir, on several devices, \
-             in profile/tune yet. SigLIP 2's fixed-resolution checkpoints (model_type \
-             \"siglip\", such as google/siglip2-base-patch16-224) run everywhere"
+             it in `vitrt infer`, `parity`, `embed` and `zero-shot` (--output-dir and several \
+             devices included; images preprocessed on the host), `serve`, `bench model`, \
+             `profile` and the Python Model's embed() and zero_shot() (on one device); not in \
+             `classify` (it has no classifier) or `tune`. SigLIP 2's fixed-resolution \
+             checkpoints (model_type \"siglip\", such as google/siglip2-base-patch16-224) run \
+             everywhere"
         )
     })
 }
