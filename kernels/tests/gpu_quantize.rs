@@ -11,6 +11,9 @@
 //! - `layernorm::gpu::layernorm_e4m3` (layernorm.cu's e4m3 entry point) against
 //!   `layernorm::cpu::layernorm_e4m3`, which adds the statistics in the program's order: the same
 //!   shapes, rows around a large mean.
+//! - `layernorm::gpu::layernorm_e4m3_static` (one calibrated scale for every row) against
+//!   `layernorm::cpu::layernorm_e4m3_static`: the same shapes, with a scale that saturates the
+//!   rows' largest values and one that leaves them in range.
 //! - The launchers' argument checks.
 //!
 //! Codes are written between poisoned guards (0xFF, a NaN code the kernels never write): every
@@ -309,6 +312,66 @@ fn layernorm_e4m3_matches_its_twin_bit_for_bit() {
     }
 }
 
+/// One static-scale e4m3 layernorm on the GPU against its twin, rows around `shift`, every
+/// row quantised with `scale`.
+fn layernorm_static_case(
+    rng: &mut SmallRng,
+    input: DType,
+    (rows, cols): (usize, usize),
+    shift: f32,
+    scale: f32,
+) {
+    let case = format!("layernorm_e4m3_static {input} {rows}x{cols} around {shift}, scale {scale}");
+    let mut x = random(rng, rows * cols, shift - 4.0, shift + 4.0, input);
+    if rows >= 3 {
+        x[..cols].iter_mut().for_each(|v| *v = input.round(shift));
+        x[2 * cols + 3] = f32::NAN;
+    }
+    let gamma = random(rng, cols, 0.5, 1.5, DType::F32);
+    let beta = random(rng, cols, -0.5, 0.5, DType::F32);
+    let (_xb, xv) = upload(gpu(), input, &x, 0);
+    let (_gb, gv) = upload(gpu(), DType::F32, &gamma, 0);
+    let (_bb, bv) = upload(gpu(), DType::F32, &beta, 0);
+    let (_sb, sv) = upload(gpu(), DType::F32, &[scale], 0);
+    let codes = GuardedCodes::new(gpu(), rows * cols, 0);
+    layernorm::gpu::layernorm_e4m3_static(gpu(), xv, gv, bv, rows, cols, 1e-5, codes.view(), sv)
+        .unwrap();
+    let got_codes = codes.read(gpu(), &case);
+    let mut want_codes = vec![0u8; rows * cols];
+    layernorm::cpu::layernorm_e4m3_static(
+        &x,
+        &gamma,
+        &beta,
+        input,
+        cols,
+        1e-5,
+        scale,
+        &mut want_codes,
+    );
+    assert_identical(&case, cols, &x, (&got_codes, &want_codes), (&[], &[]));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU of compute capability 8.9 or later"]
+fn layernorm_e4m3_static_matches_its_twin_bit_for_bit() {
+    let mut rng = SmallRng::seed_from_u64(83);
+    for input in DType::ALL {
+        for shape in SHAPES {
+            for shift in [0.0, rng.random_range(-50.0..50.0f32)] {
+                // y is about gamma · N(0, 1) + beta, |y| up to about 4: 4 / 448 keeps it in
+                // range, 1 / 448 saturates the largest values.
+                for scale in [4.0 / 448.0, 1.0 / 448.0] {
+                    layernorm_static_case(&mut rng, input, shape, shift, scale);
+                }
+            }
+        }
+        for cols in [256, 512, 1024, 1536, 2048, 4096, 8192, 16384] {
+            layernorm_static_case(&mut rng, input, (9, cols), 1.0, 0.01);
+        }
+        println!("RESULT layernorm_e4m3_static {input:<5} identical codes");
+    }
+}
+
 fn expect_invalid(result: Result<(), KernelError>, needle: &str) {
     match result {
         Err(KernelError::InvalidArgument(message)) => {
@@ -395,6 +458,16 @@ fn bad_arguments_are_errors_before_anything_is_launched() {
             scales.view(),
         ),
         "eps",
+    );
+    // The static entry point: the same checks, and its scale is one f32.
+    let static_layernorm = |x, codes, scale| {
+        layernorm::gpu::layernorm_e4m3_static(gpu(), x, gv, gv, rows, cols, 1e-5, codes, scale)
+    };
+    let (_one, one_scale) = upload(gpu(), DType::F32, &[0.01], 0);
+    expect_invalid(static_layernorm(x_off, codes.view(), one_scale), "x not");
+    expect_invalid(
+        static_layernorm(xv, codes.view(), per_tensor_in_f16.1),
+        "static scale",
     );
     // Nothing was written.
     assert!(codes

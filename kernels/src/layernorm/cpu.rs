@@ -81,28 +81,67 @@ pub fn layernorm_e4m3(
     );
     assert!(x.len().is_multiple_of(cols) && codes.len() == x.len());
     assert!(gamma.len() == cols && beta.len() == cols && scales.len() == x.len() / cols);
-    // The launcher asks every operand to be 16-byte aligned, so the layout is the vector one.
-    let config = RowConfig::for_alignment(input, cols, true);
-    let inv_cols = 1.0 / cols as f32;
     codes
         .par_chunks_mut(cols)
         .zip(x.par_chunks(cols))
         .zip(scales.par_iter_mut())
         .for_each(|((codes, row), scale)| {
-            let row: Vec<f32> = row.iter().map(|&v| input.round(v)).collect();
-            let mean = program_sum(cols, config, |acc, e| acc + row[e]) * inv_cols;
-            let squares = program_sum(cols, config, |acc, e| {
-                let d = row[e] - mean;
-                d.mul_add(d, acc)
-            });
-            let inv_std = 1.0 / (squares * inv_cols + eps).sqrt();
-            let y: Vec<f32> = row
-                .iter()
-                .zip(gamma.iter().zip(beta))
-                .map(|(&v, (&g, &b))| ((v - mean) * inv_std).mul_add(g, b))
-                .collect();
+            let y = normalised_row(row, gamma, beta, input, eps);
             *scale = quantise_row(&y, codes);
         });
+}
+
+/// [`layernorm`]'s rows as e4m3 codes with one static `scale` for every row (a calibrated
+/// one): `codes = e4m3(y · (1 / scale))`, y as [`layernorm_e4m3`] computes it, bit for bit
+/// as layernorm.cu's static e4m3 entry point (`gpu::layernorm_e4m3_static`). `cols` must be a
+/// multiple of 16.
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_e4m3_static(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    input: DType,
+    cols: usize,
+    eps: f32,
+    scale: f32,
+    codes: &mut [u8],
+) {
+    assert!(
+        cols > 0 && cols.is_multiple_of(crate::quantize::FP8_K_MULTIPLE),
+        "an e4m3 layernorm needs rows of a positive multiple of 16 values, not {cols}"
+    );
+    assert!(x.len().is_multiple_of(cols) && codes.len() == x.len());
+    assert!(gamma.len() == cols && beta.len() == cols);
+    let inverse = crate::quantize::inverse_scale(scale);
+    codes
+        .par_chunks_mut(cols)
+        .zip(x.par_chunks(cols))
+        .for_each(|(codes, row)| {
+            let y = normalised_row(row, gamma, beta, input, eps);
+            for (code, v) in codes.iter_mut().zip(y) {
+                *code = crate::e4m3::encode(v * inverse);
+            }
+        });
+}
+
+/// One row of y in f32 as layernorm.cu's e4m3 entry points compute it: the statistics in the
+/// program's order of addition for `input` (the vector layout, as the launcher asks every
+/// operand to be 16-byte aligned), with its fused multiply-adds.
+fn normalised_row(row: &[f32], gamma: &[f32], beta: &[f32], input: DType, eps: f32) -> Vec<f32> {
+    let cols = row.len();
+    let config = RowConfig::for_alignment(input, cols, true);
+    let inv_cols = 1.0 / cols as f32;
+    let row: Vec<f32> = row.iter().map(|&v| input.round(v)).collect();
+    let mean = program_sum(cols, config, |acc, e| acc + row[e]) * inv_cols;
+    let squares = program_sum(cols, config, |acc, e| {
+        let d = row[e] - mean;
+        d.mul_add(d, acc)
+    });
+    let inv_std = 1.0 / (squares * inv_cols + eps).sqrt();
+    row.iter()
+        .zip(gamma.iter().zip(beta))
+        .map(|(&v, (&g, &b))| ((v - mean) * inv_std).mul_add(g, b))
+        .collect()
 }
 
 #[cfg(test)]
@@ -261,5 +300,42 @@ mod tests {
     #[should_panic(expected = "multiple of 16")]
     fn e4m3_rows_of_other_lengths_are_refused() {
         e4m3_rows(&[1.0; 12], 12, &[1.0; 12], &[0.0; 12]);
+    }
+
+    #[test]
+    fn a_static_scale_gives_the_codes_of_that_scale() {
+        let cols = 64;
+        let x: Vec<f32> = (0..3 * cols)
+            .map(|i| ((i * 37 % 101) as f32 / 25.0 - 2.0) * (1 + i / cols) as f32)
+            .collect();
+        let gamma: Vec<f32> = (0..cols).map(|i| 0.5 + (i % 7) as f32 / 7.0).collect();
+        let beta: Vec<f32> = (0..cols).map(|i| (i % 5) as f32 / 10.0 - 0.2).collect();
+        let (codes, scales) = e4m3_rows(&x, cols, &gamma, &beta);
+        // With each row's own dynamic scale, the static program writes the dynamic codes.
+        for (r, &scale) in scales.iter().enumerate() {
+            let row = &x[r * cols..][..cols];
+            let mut got = vec![0u8; cols];
+            layernorm_e4m3_static(row, &gamma, &beta, DType::F32, cols, 1e-5, scale, &mut got);
+            assert_eq!(got, codes[r * cols..][..cols], "row {r}");
+        }
+        // Half the scale: the values double, the largest saturate at 448.
+        let half = scales[0] / 2.0;
+        let mut got = vec![0u8; cols];
+        layernorm_e4m3_static(
+            &x[..cols],
+            &gamma,
+            &beta,
+            DType::F32,
+            cols,
+            1e-5,
+            half,
+            &mut got,
+        );
+        let largest = got
+            .iter()
+            .map(|&c| e4m3::decode(c).abs())
+            .fold(0.0, f32::max);
+        assert_eq!(largest, 448.0);
+        assert_ne!(got, codes[..cols]);
     }
 }

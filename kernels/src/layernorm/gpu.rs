@@ -97,7 +97,49 @@ fn e4m3_instantiation(input: DType, config: RowConfig) -> Instantiation {
     }
 }
 
-/// The e4m3 entry point's layouts: the vector ones of every input type (its operands are
+kernel_params! {
+    /// layernorm_rows_e4m3_static's parameters.
+    struct LayernormE4m3StaticParams {
+        x: const_ptr,
+        gamma: const_ptr,
+        beta: const_ptr,
+        codes: mut_byte_ptr,
+        scale: const_ptr,
+        rows: i32,
+        cols: i32,
+        eps: f32,
+    }
+}
+
+/// The static-scale e4m3 entry point (one calibrated scale for every row) for one layout.
+fn e4m3_static_instantiation(input: DType, config: RowConfig) -> Instantiation {
+    let mut template_args = vec![input.cuda_type().to_string()];
+    template_args.extend(config.template_args());
+    Instantiation {
+        name: format!("layernorm_{}toe4m3static_{}", input.name(), config.tag()),
+        family: "layernorm",
+        source: SOURCE,
+        headers: HEADERS,
+        function: "layernorm_rows_e4m3_static",
+        template_args,
+        params: LayernormE4m3StaticParams {
+            x: DevPtr::of_type(input),
+            gamma: DevPtr::of_type(DType::F32),
+            beta: DevPtr::of_type(DType::F32),
+            codes: 0,
+            scale: DevPtr::of_type(DType::F32),
+            rows: 0,
+            cols: 0,
+            eps: 0.0,
+        }
+        .params(),
+        block_threads: config.block_threads(),
+        min_blocks_per_sm: 0,
+        arch: crate::quantize::gpu::E4M3_ARCH,
+    }
+}
+
+/// The e4m3 entry points' layouts: the vector ones of every input type (its operands are
 /// 16-byte aligned, see [`layernorm_e4m3`]).
 fn e4m3_configs(input: DType) -> impl Iterator<Item = RowConfig> {
     RowConfig::all(input)
@@ -111,9 +153,14 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
             .into_iter()
             .map(move |config| instantiation(input, dtype, config))
     });
-    let e4m3 = DType::ALL
-        .into_iter()
-        .flat_map(|input| e4m3_configs(input).map(move |config| e4m3_instantiation(input, config)));
+    let e4m3 = DType::ALL.into_iter().flat_map(|input| {
+        e4m3_configs(input).flat_map(move |config| {
+            [
+                e4m3_instantiation(input, config),
+                e4m3_static_instantiation(input, config),
+            ]
+        })
+    });
     stored.chain(e4m3).collect()
 }
 
@@ -208,6 +255,90 @@ pub fn layernorm_e4m3(
     codes: E4m3Ptr,
     scales: DevPtr,
 ) -> Result<(), KernelError> {
+    check_e4m3_operands(x, gamma, beta, rows, cols, eps, codes)?;
+    scales.expect("e4m3 layernorm scales", DType::F32, rows)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let config = RowConfig::for_alignment(x.dtype, cols, true);
+    gpu.launch(
+        &e4m3_instantiation(x.dtype, config),
+        LaunchDims {
+            grid: (grid_blocks(gpu, config, rows), 1, 1),
+            block: config.block_threads(),
+            shared_bytes: 0,
+            cluster: 1,
+        },
+        &LayernormE4m3Params {
+            x,
+            gamma,
+            beta,
+            codes: codes.ptr,
+            scales,
+            rows: to_i32(rows, "layernorm rows")?,
+            cols: to_i32(cols, "layernorm cols")?,
+            eps,
+        }
+        .args(),
+    )
+}
+
+/// [`layernorm`]'s rows as e4m3 codes with one calibrated static `scale` (one f32 on the
+/// device, read; positive and finite, which the device does not check):
+/// `codes[r, :] = e4m3(y[r, :] · (1 / scale))`, the FP8 matmul's A with a per-tensor
+/// activation scale. y and the operands' requirements as [`layernorm_e4m3`]'s; codes are
+/// `cpu::layernorm_e4m3_static`'s bit for bit. Needs compute capability 8.9 or later.
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_e4m3_static(
+    gpu: &Gpu,
+    x: DevPtr,
+    gamma: DevPtr,
+    beta: DevPtr,
+    rows: usize,
+    cols: usize,
+    eps: f32,
+    codes: E4m3Ptr,
+    scale: DevPtr,
+) -> Result<(), KernelError> {
+    check_e4m3_operands(x, gamma, beta, rows, cols, eps, codes)?;
+    scale.expect("e4m3 layernorm static scale", DType::F32, 1)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let config = RowConfig::for_alignment(x.dtype, cols, true);
+    gpu.launch(
+        &e4m3_static_instantiation(x.dtype, config),
+        LaunchDims {
+            grid: (grid_blocks(gpu, config, rows), 1, 1),
+            block: config.block_threads(),
+            shared_bytes: 0,
+            cluster: 1,
+        },
+        &LayernormE4m3StaticParams {
+            x,
+            gamma,
+            beta,
+            codes: codes.ptr,
+            scale,
+            rows: to_i32(rows, "layernorm rows")?,
+            cols: to_i32(cols, "layernorm cols")?,
+            eps,
+        }
+        .args(),
+    )
+}
+
+/// What both e4m3 entry points ask of their shape and operands: cols a multiple of 16, x,
+/// gamma, beta and the codes of the sizes the shape needs, each 16-byte aligned.
+fn check_e4m3_operands(
+    x: DevPtr,
+    gamma: DevPtr,
+    beta: DevPtr,
+    rows: usize,
+    cols: usize,
+    eps: f32,
+    codes: E4m3Ptr,
+) -> Result<(), KernelError> {
     let elements = check_shape(rows, cols, eps)?;
     if !cols.is_multiple_of(FP8_K_MULTIPLE) {
         return Err(invalid!(
@@ -215,11 +346,9 @@ pub fn layernorm_e4m3(
              matmul's K); they have {cols}"
         ));
     }
-    let input = x.dtype;
-    x.expect("e4m3 layernorm input", input, elements)?;
+    x.expect("e4m3 layernorm input", x.dtype, elements)?;
     gamma.expect("e4m3 layernorm gamma", DType::F32, cols)?;
     beta.expect("e4m3 layernorm beta", DType::F32, cols)?;
-    scales.expect("e4m3 layernorm scales", DType::F32, rows)?;
     if codes.len < elements {
         return Err(invalid!(
             "e4m3 layernorm codes need {elements} e4m3 elements, the view has {}",
@@ -243,34 +372,7 @@ pub fn layernorm_e4m3(
             misaligned.join(", ")
         ));
     }
-    if rows == 0 {
-        return Ok(());
-    }
-    let (rows_i32, cols_i32) = (
-        to_i32(rows, "layernorm rows")?,
-        to_i32(cols, "layernorm cols")?,
-    );
-    let config = RowConfig::for_alignment(input, cols, true);
-    gpu.launch(
-        &e4m3_instantiation(input, config),
-        LaunchDims {
-            grid: (grid_blocks(gpu, config, rows), 1, 1),
-            block: config.block_threads(),
-            shared_bytes: 0,
-            cluster: 1,
-        },
-        &LayernormE4m3Params {
-            x,
-            gamma,
-            beta,
-            codes: codes.ptr,
-            scales,
-            rows: rows_i32,
-            cols: cols_i32,
-            eps,
-        }
-        .args(),
-    )
+    Ok(())
 }
 
 #[cfg(test)]
@@ -285,8 +387,12 @@ mod tests {
             for cols in (16..=20_000).step_by(16) {
                 let config = RowConfig::for_alignment(input, cols, true);
                 assert!(config.vec > 1);
-                let name = e4m3_instantiation(input, config).name;
-                assert!(names.contains(&name.as_str()), "{name} is not registered");
+                for name in [
+                    e4m3_instantiation(input, config).name,
+                    e4m3_static_instantiation(input, config).name,
+                ] {
+                    assert!(names.contains(&name.as_str()), "{name} is not registered");
+                }
             }
         }
     }

@@ -17,9 +17,11 @@
 // weight matrix's rounding to every block (benchmarks/NOTES.md, 2026-11-25 "layernorm
 // parameters in f32").
 //
-// Two entry points share the program: layernorm_rows stores y in T; layernorm_rows_e4m3 stores
+// Three entry points share the program: layernorm_rows stores y in T; layernorm_rows_e4m3 stores
 // e4m3 codes of y and one scale a row (the FP8 matmul's A, quantised as quantize.cu's per-row
-// mode, e4m3.cuh), amax taken over y in f32. The e4m3 output must match its CPU twin bit for
+// mode, e4m3.cuh), amax taken over y in f32; layernorm_rows_e4m3_static stores e4m3 codes of y
+// with one calibrated scale for the whole tensor, read from the device (no amax, so each vector
+// is stored as soon as it is normalised). The e4m3 output must match its CPU twin bit for
 // bit, so every rounding of y is spelled out (RowMath: nothing left to the compiler's
 // contraction) and the twin adds in this program's order (layernorm/cpu.rs, `layernorm_e4m3`):
 // each thread its elements in turn, then warp_sum's butterfly, then the warps in order.
@@ -82,11 +84,13 @@ struct RowMath {
     }
 };
 
-// The program of both entry points: with E4M3, `out` holds e4m3 codes (T is unsigned char) and
-// `scales` one f32 a row; without, `out` holds T and `scales` is unused.
-template <typename TI, typename T, bool E4M3, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
+// The program of every entry point: with E4M3, `out` holds e4m3 codes (T is unsigned char) and
+// `scales` one f32 a row, written, or with STATIC_SCALE one f32 for all rows, read; without
+// E4M3, `out` holds T and `scales` is unused.
+template <typename TI, typename T, bool E4M3, bool STATIC_SCALE, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
 __device__ __forceinline__ void layernorm_program(const TI* x, const float* gamma, const float* beta, T* out,
                                                   float* scales, int rows, int cols, float eps) {
+    static_assert(E4M3 || !STATIC_SCALE, "a static scale is an e4m3 output's");
     static_assert(GROUP_WARPS == 1 || ROWS == 1, "a block holds several rows only with one warp per row");
     constexpr int GROUP = 32 * GROUP_WARPS;
     __shared__ float scratch[GROUP_WARPS * ROWS];
@@ -95,6 +99,8 @@ __device__ __forceinline__ void layernorm_program(const TI* x, const float* gamm
     const int vectors = cols / VEC;
     const float inv_cols = 1.0f / (float)cols;
     using Math = RowMath<E4M3>;
+    float static_inverse = 0.0f;
+    if constexpr (STATIC_SCALE) static_inverse = e4m3_inverse_scale(*scales);
 
     // A thread's columns are the same in every row it normalises, so with the row held in
     // registers (CACHED > 0) it loads its gamma and beta once, before its first row, and keeps
@@ -182,8 +188,15 @@ __device__ __forceinline__ void layernorm_program(const TI* x, const float* gamm
                     }
                 }
             }
-            if constexpr (E4M3)
+            if constexpr (STATIC_SCALE) {
+#pragma unroll
+                for (int c = 0; c < CACHED; ++c) {
+                    const int i = rank + c * GROUP;
+                    if (i < vectors) store_e4m3<VEC>(out_row + i * VEC, v[c], static_inverse);
+                }
+            } else if constexpr (E4M3) {
                 quantise_held_row<VEC, GROUP_WARPS, CACHED>(v, rank, vectors, out_row, scales + row, scratch);
+            }
         } else {
             float sum = 0.0f;
             for (int i = rank; i < vectors; i += GROUP) {
@@ -214,7 +227,16 @@ __device__ __forceinline__ void layernorm_program(const TI* x, const float* gamm
                     for (int j = 0; j < VEC; ++j)
                         y[j] = Math::normalise(to_float(loaded.v[j]), mean, inv_std, g.v[j], b.v[j]);
                 };
-                quantise_streamed_row<VEC, GROUP_WARPS>(normalised, rank, vectors, out_row, scales + row, scratch);
+                if constexpr (STATIC_SCALE) {
+                    for (int i = rank; i < vectors; i += GROUP) {
+                        float y[VEC];
+                        normalised(i, y);
+                        store_e4m3<VEC>(out_row + i * VEC, y, static_inverse);
+                    }
+                } else {
+                    quantise_streamed_row<VEC, GROUP_WARPS>(normalised, rank, vectors, out_row, scales + row,
+                                                            scratch);
+                }
             } else {
                 for (int i = rank; i < vectors; i += GROUP) {
                     const Vec<TI, VEC> loaded = load_vec<TI, VEC>(x_row + i * VEC);
@@ -235,7 +257,8 @@ __device__ __forceinline__ void layernorm_program(const TI* x, const float* gamm
 template <typename TI, typename T, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
 __device__ __forceinline__ void layernorm_rows(const TI* x, const float* gamma, const float* beta, T* out,
                                                int rows, int cols, float eps) {
-    layernorm_program<TI, T, false, VEC, GROUP_WARPS, ROWS, CACHED>(x, gamma, beta, out, nullptr, rows, cols, eps);
+    layernorm_program<TI, T, false, false, VEC, GROUP_WARPS, ROWS, CACHED>(x, gamma, beta, out, nullptr, rows, cols,
+                                                                          eps);
 }
 
 // y = layernorm(x) as e4m3 codes and a scale a row (e4m3.cuh), the FP8 matmul's A.
@@ -243,6 +266,16 @@ template <typename TI, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
 __device__ __forceinline__ void layernorm_rows_e4m3(const TI* x, const float* gamma, const float* beta,
                                                     unsigned char* codes, float* scales, int rows, int cols,
                                                     float eps) {
-    layernorm_program<TI, unsigned char, true, VEC, GROUP_WARPS, ROWS, CACHED>(x, gamma, beta, codes, scales, rows,
-                                                                              cols, eps);
+    layernorm_program<TI, unsigned char, true, false, VEC, GROUP_WARPS, ROWS, CACHED>(x, gamma, beta, codes, scales,
+                                                                                     rows, cols, eps);
+}
+
+// y = layernorm(x) as e4m3 codes of y / scale, one calibrated scale for every row, read from the
+// device (the FP8 matmul's A with a per-tensor activation scale).
+template <typename TI, int VEC, int GROUP_WARPS, int ROWS, int CACHED>
+__device__ __forceinline__ void layernorm_rows_e4m3_static(const TI* x, const float* gamma, const float* beta,
+                                                           unsigned char* codes, const float* scale, int rows,
+                                                           int cols, float eps) {
+    layernorm_program<TI, unsigned char, true, true, VEC, GROUP_WARPS, ROWS, CACHED>(
+        x, gamma, beta, codes, const_cast<float*>(scale), rows, cols, eps);
 }
