@@ -33,7 +33,7 @@ pub fn node_cost(graph: &Graph, plan: &Plan, node: usize) -> NodeCost {
                 2.0 * workspace_bytes(graph, node, plan.precision.compute, &plan.dtypes) as f64;
             lowering::patch_projection(&n.op, shapes[0], &graph.values[n.output].shape)
         }
-        Op::Fp8Linear { epilogue } => {
+        Op::Fp8Linear { epilogue, .. } => {
             // The quantised input goes through the workspace: written once, read once.
             bytes +=
                 2.0 * workspace_bytes(graph, node, plan.precision.compute, &plan.dtypes) as f64;

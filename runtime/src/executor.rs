@@ -654,6 +654,12 @@ fn load_param(
                 &w, &gamma, *n, *columns, *dtype,
             ))
         }
+        ParamSource::Fp8InputScale { scale, .. } => {
+            if shape != [1] {
+                return Err(shape_error(source, "a static input scale is [1]", shape));
+            }
+            Ok(vec![*scale])
+        }
         ParamSource::Fp8Scale { weight, columns } => {
             let [n] = shape else {
                 return Err(RuntimeError::Param {

@@ -35,6 +35,12 @@ pub enum ParamSource {
         weight: Box<ParamSource>,
         columns: usize,
     },
+    /// The calibrated static scale `[1]` (f32) of the input of the FP8 linear layer `layer`
+    /// (a `vitrt calibrate` file's, `crate::fp8::use_static_scales`).
+    Fp8InputScale {
+        layer: String,
+        scale: f32,
+    },
     /// A linear layer's weight `[N, K]` with its input's layernorm's gamma `[K]` folded in
     /// (`W[n, k] · γ[k]`, `crate::layernorm_fold`).
     LayernormWeight {
@@ -67,6 +73,10 @@ impl ParamSource {
             ParamSource::Concat(names) => format!("concat({})", names.join(",")),
             ParamSource::Fp8Weight(source) => format!("e4m3({})", source.key()),
             ParamSource::Fp8Scale { weight, .. } => format!("e4m3_scale({})", weight.key()),
+            // The value is in the key: two files' scales for one layer are two parameters.
+            ParamSource::Fp8InputScale { layer, scale } => {
+                format!("e4m3_input_scale({layer};{:08x})", scale.to_bits())
+            }
             ParamSource::LayernormWeight { weight, gamma } => {
                 format!("layernorm_weight({};{})", weight.key(), gamma.key())
             }
@@ -117,6 +127,17 @@ pub struct HeadSlice {
     pub column_offset: usize,
 }
 
+/// How an FP8 linear layer's input is scaled and what it writes ([`Op::Fp8Linear`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fp8Io {
+    /// x is quantised with one calibrated static scale, an input of the node, instead of a
+    /// scale a row.
+    pub static_input: bool,
+    /// The output is e4m3 codes with the static scale of its readers' input, an input of the
+    /// node.
+    pub e4m3_output: bool,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// Inputs: pixels [B,C,H,W] (f32), weight [hidden, C·P·P], bias [hidden], pos [T, hidden],
@@ -134,11 +155,20 @@ pub enum Op {
     /// [.., N] if `epilogue.residual`. Output [.., N].
     Linear { epilogue: Epilogue },
     /// A `Linear` whose product runs in FP8 (made by `crate::fp8::quantize_linears`). Inputs:
-    /// x [.., K] (the compute type), the weight's e4m3 values [N, K] and their per-row scales
-    /// [N] (f32), then bias and residual as `Linear`'s. Each row of x is quantised to e4m3 with
-    /// its own scale (its largest magnitude over 448) as the node runs; the product accumulates
-    /// in fp32 and is scaled back, then the epilogue runs as `Linear`'s.
-    Fp8Linear { epilogue: Epilogue },
+    /// x [.., K] (the compute type, or e4m3 codes its producer wrote), the weight's e4m3
+    /// values [N, K] and their per-row scales [N] (f32), with `io.static_input` x's calibrated
+    /// scale [1] (f32), with `io.e4m3_output` the output's scale [1] (f32), then bias and
+    /// residual as `Linear`'s (`crate::fp8::Fp8Slots` numbers them). Each row of x is
+    /// quantised to e4m3 with its own scale (its largest magnitude over 448) as the node runs,
+    /// or with the static one; the product accumulates in fp32 and is scaled back, then the
+    /// epilogue runs as `Linear`'s. With `io.e4m3_output` the result is stored as e4m3 codes
+    /// of `v / out_scale` (the input of the next FP8 layer, written by this one's epilogue).
+    Fp8Linear { epilogue: Epilogue, io: Fp8Io },
+    /// A `LayerNorm` whose output is written as e4m3 codes with a calibrated static scale,
+    /// read only by FP8 linear layers with that input scale (made by
+    /// `crate::fp8::use_static_scales`). Inputs: x [.., C], gamma [C], beta [C], the scale [1]
+    /// (f32). Output [.., C] of codes of `y / scale`.
+    LayerNormE4m3 { eps: f32 },
     /// A `Linear` reading a layernorm's output, with the layernorm folded in (made by
     /// `crate::layernorm_fold::fold_layernorms`). Inputs: the layernorm's input x [.., K] (in
     /// the compute type), the folded weight [N, K] (W·diag(γ)), the folded bias [N]
@@ -227,6 +257,7 @@ impl Op {
         match self {
             Op::PatchEmbed { .. } => "patch_embed",
             Op::LayerNorm { .. } => "layernorm",
+            Op::LayerNormE4m3 { .. } => "layernorm_e4m3",
             Op::RmsNorm { .. } => "rmsnorm",
             Op::Linear { .. } => "linear",
             Op::Fp8Linear { .. } => "fp8_linear",
@@ -345,8 +376,9 @@ impl Op {
                 }
                 Ok(out)
             }
-            Op::Fp8Linear { epilogue } => {
-                arity(3 + epilogue.bias as usize + epilogue.residual as usize)?;
+            Op::Fp8Linear { epilogue, io } => {
+                let slots = crate::fp8::Fp8Slots::of(*epilogue, *io);
+                arity(slots.count)?;
                 let (w, scales) = (inputs[1], inputs[2]);
                 if w.len() != 2 || scales != [w[0]] {
                     return Err(format!(
@@ -354,12 +386,39 @@ impl Op {
                          {w:?}"
                     ));
                 }
-                let mut linear_inputs = inputs.to_vec();
-                linear_inputs.remove(2);
+                for slot in [slots.input_scale, slots.output_scale]
+                    .into_iter()
+                    .flatten()
+                {
+                    if inputs[slot] != [1] {
+                        return Err(format!(
+                            "fp8_linear static scales are [1], got {:?}",
+                            inputs[slot]
+                        ));
+                    }
+                }
+                if io.e4m3_output && epilogue.residual {
+                    return Err("an fp8_linear writing e4m3 adds no residual".into());
+                }
+                let linear_inputs: Vec<&[usize]> = [Some(0), Some(1), slots.bias, slots.residual]
+                    .into_iter()
+                    .flatten()
+                    .map(|slot| inputs[slot])
+                    .collect();
                 Op::Linear {
                     epilogue: *epilogue,
                 }
                 .output_shape(&linear_inputs)
+            }
+            Op::LayerNormE4m3 { eps } => {
+                arity(4)?;
+                if inputs[3] != [1] {
+                    return Err(format!(
+                        "layernorm_e4m3's static scale is [1], got {:?}",
+                        inputs[3]
+                    ));
+                }
+                Op::LayerNorm { eps: *eps }.output_shape(&inputs[..3])
             }
             Op::LayerNormLinear { .. } => {
                 arity(4)?;

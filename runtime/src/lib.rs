@@ -23,7 +23,7 @@ pub use error::RuntimeError;
 pub use executor::{
     EncodedParams, Executor, HostTensor, Marks, ParamStore, PendingOutputs, ReplayState,
 };
-pub use graph::{Graph, HeadSlice, Op, ParamSource, ValueId, ValueKind};
+pub use graph::{Fp8Io, Graph, HeadSlice, Op, ParamSource, ValueId, ValueKind};
 pub use image_decode::DeviceDecode;
 pub use key_padding::KeyPadding;
 pub use plan::{Plan, Precision};

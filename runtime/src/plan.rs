@@ -156,8 +156,10 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
         !users[v].is_empty()
             && users[v].iter().all(|&u| {
                 let reader = &graph.nodes[u];
-                matches!(reader.op, Op::LayerNorm { .. } | Op::RmsNorm { .. })
-                    && reader.inputs[0] != v
+                matches!(
+                    reader.op,
+                    Op::LayerNorm { .. } | Op::LayerNormE4m3 { .. } | Op::RmsNorm { .. }
+                ) && reader.inputs[0] != v
             })
     };
     let mut dtypes: Vec<DType> = graph
@@ -168,6 +170,7 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
             ValueKind::Input => DType::F32,
             ValueKind::Param(ParamSource::Fp8Weight(_)) => DType::E4M3,
             ValueKind::Param(ParamSource::Fp8Scale { .. }) => DType::F32,
+            ValueKind::Param(ParamSource::Fp8InputScale { .. }) => DType::F32,
             ValueKind::Param(ParamSource::LayernormColumnSums { .. }) => DType::F32,
             ValueKind::Param(_) if layernorm_parameter(v) => DType::F32,
             _ => precision.compute,
@@ -191,10 +194,11 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
             };
             match &reader.op {
                 Op::Add | Op::MeanTokens { .. } | Op::L2Normalize => true,
-                Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::LayerNormLinear { .. } => {
-                    only_as(0)
-                }
-                Op::Linear { epilogue } | Op::Fp8Linear { epilogue } => {
+                Op::LayerNorm { .. }
+                | Op::LayerNormE4m3 { .. }
+                | Op::RmsNorm { .. }
+                | Op::LayerNormLinear { .. } => only_as(0),
+                Op::Linear { epilogue } | Op::Fp8Linear { epilogue, .. } => {
                     epilogue.residual && only_as(reader.inputs.len() - 1)
                 }
                 Op::Activation(_) | Op::SelectToken { .. } | Op::Softmax { causal: false } => {
@@ -213,7 +217,7 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
             Op::PatchEmbed { .. } | Op::TokenEmbedding => precision.residual,
             Op::Add if node.inputs.iter().any(|&v| in_stream(&dtypes, v)) => precision.residual,
             // The residual is the last input (after the bias, if any).
-            Op::Linear { epilogue } | Op::Fp8Linear { epilogue }
+            Op::Linear { epilogue } | Op::Fp8Linear { epilogue, .. }
                 if epilogue.residual
                     && node.inputs.last().is_some_and(|&v| in_stream(&dtypes, v)) =>
             {
@@ -241,9 +245,15 @@ pub fn value_dtypes(graph: &Graph, precision: Precision) -> Vec<DType> {
         dtypes[v] = input_dtype(graph, &users[v], v, &dtypes, precision.compute);
     }
     // A layernorm read only as the input of FP8 linear layers writes their e4m3 codes and row
-    // scales itself (`crate::fp8::quantized_by_producer`): no quantisation pass runs.
+    // scales itself (`crate::fp8::quantized_by_producer`): no quantisation pass runs. With
+    // static scales, the producers `crate::fp8::use_static_scales` chose write e4m3 codes.
     for node in &graph.nodes {
-        if crate::fp8::quantized_by_producer(graph, &users, node) {
+        let static_e4m3 = match node.op {
+            Op::LayerNormE4m3 { .. } => true,
+            Op::Fp8Linear { io, .. } => io.e4m3_output,
+            _ => false,
+        };
+        if static_e4m3 || crate::fp8::quantized_by_producer(graph, &users, node) {
             dtypes[node.output] = DType::E4M3;
         }
     }
@@ -295,9 +305,9 @@ fn matmul_slot_dtype(op: &Op, slot: usize, output: DType, compute: DType) -> Opt
             }
         }
         // x in `compute` (the weight and its scales are parameters).
-        Op::Fp8Linear { epilogue } => {
-            let residual_slot = 3 + epilogue.bias as usize;
-            if epilogue.residual && slot == residual_slot {
+        Op::Fp8Linear { epilogue, io } => {
+            let residual_slot = crate::fp8::Fp8Slots::of(*epilogue, *io).residual;
+            if residual_slot == Some(slot) {
                 Some(output)
             } else {
                 Some(compute)

@@ -87,15 +87,16 @@ impl CpuBackend {
         }
     }
 
-    /// A layernorm writing e4m3 codes and row scales (`crate::fp8::quantized_by_producer`),
-    /// as the kernels' twin computes them, kept in [`CpuBackend::e4m3_values`].
+    /// A layernorm writing e4m3 codes: with a scale a row (`crate::fp8::quantized_by_producer`)
+    /// or with its static scale ([`Op::LayerNormE4m3`]), as the kernels' twins compute them,
+    /// kept in [`CpuBackend::e4m3_values`] (a static value's scales are its one scale).
     fn layernorm_e4m3(
         &mut self,
         op: &Op,
         inputs: &[Binding],
         output: &Binding,
     ) -> Result<(), String> {
-        let Op::LayerNorm { eps } = op else {
+        let (Op::LayerNorm { eps } | Op::LayerNormE4m3 { eps }) = op else {
             return Err(format!("{} does not write e4m3", op.kind_name()));
         };
         let BufferRef::Arena { offset_bytes, .. } = output.buffer else {
@@ -104,8 +105,7 @@ impl CpuBackend {
         let cols = *inputs[0].shape.last().unwrap_or(&1);
         let rows = output.buffer.len() / cols.max(1);
         let mut codes = vec![0u8; rows * cols];
-        let mut scales = vec![0f32; rows];
-        {
+        let scales = {
             let bufs: Vec<BufferRef> = inputs.iter().map(|i| i.buffer).collect();
             // No arena output: its codes and scales go beside the arena.
             let (ins, _) = split(self, &bufs, 0..0)?;
@@ -115,19 +115,111 @@ impl CpuBackend {
                     ins[0].len()
                 ));
             }
-            layernorm::cpu::layernorm_e4m3(
-                ins[0],
-                ins[1],
-                ins[2],
-                inputs[0].buffer.dtype(),
-                cols,
-                *eps,
-                &mut codes,
-                &mut scales,
-            );
-        }
+            let input = inputs[0].buffer.dtype();
+            if let Op::LayerNormE4m3 { .. } = op {
+                let scale = *ins[3].first().ok_or("an empty static scale")?;
+                layernorm::cpu::layernorm_e4m3_static(
+                    ins[0], ins[1], ins[2], input, cols, *eps, scale, &mut codes,
+                );
+                vec![scale]
+            } else {
+                let mut scales = vec![0f32; rows];
+                layernorm::cpu::layernorm_e4m3(
+                    ins[0],
+                    ins[1],
+                    ins[2],
+                    input,
+                    cols,
+                    *eps,
+                    &mut codes,
+                    &mut scales,
+                );
+                scales
+            }
+        };
         let units = vitrt_kernels::e4m3::decode_slice(&codes);
         self.e4m3_values.insert(offset_bytes, (units, scales));
+        Ok(())
+    }
+
+    /// An FP8 linear layer, its input read as its producer quantised it
+    /// ([`CpuBackend::e4m3_values`]) or from the arena, its output written to the arena or,
+    /// with `io.e4m3_output`, as e4m3 values beside it.
+    fn fp8_linear(
+        &mut self,
+        epilogue: vitrt_kernels::Epilogue,
+        io: crate::graph::Fp8Io,
+        inputs: &[Binding],
+        output: &Binding,
+    ) -> Result<(), String> {
+        let tiles = matmul::cpu::MatmulTiles::default();
+        let (k, n) = (*inputs[0].shape.last().unwrap_or(&1), inputs[1].shape[0]);
+        let rows = inputs[0].buffer.len() / k.max(1);
+        // A quantised input is taken out while the arena is borrowed, and put back (other
+        // layers may read the same value).
+        let quantized_input = match inputs[0].buffer {
+            BufferRef::Arena { offset_bytes, .. } if inputs[0].buffer.dtype() == DType::E4M3 => {
+                let values = self
+                    .e4m3_values
+                    .remove(&offset_bytes)
+                    .ok_or("an FP8 linear layer's e4m3 input was never written")?;
+                Some((offset_bytes, values))
+            }
+            _ => None,
+        };
+        let e4m3_out = match output.buffer {
+            BufferRef::Arena { offset_bytes, .. } if io.e4m3_output => Some(offset_bytes),
+            _ if io.e4m3_output => return Err("a parameter cannot be written".into()),
+            _ => None,
+        };
+        let out_range = match e4m3_out {
+            Some(_) => 0..0,
+            None => self.arena_range(output.buffer)?,
+        };
+        let mut e4m3_result = vec![0f32; if e4m3_out.is_some() { rows * n } else { 0 }];
+        let bufs: Vec<BufferRef> = inputs
+            .iter()
+            .enumerate()
+            .map(|(slot, i)| match (slot, &quantized_input) {
+                // Not read: an empty view in x's place.
+                (0, Some(_)) => BufferRef::Arena {
+                    offset_bytes: 0,
+                    len: 0,
+                    dtype: DType::F32,
+                },
+                _ => i.buffer,
+            })
+            .collect();
+        let result = split(self, &bufs, out_range.clone()).and_then(|(ins, arena_out)| {
+            let quantized = quantized_input
+                .as_ref()
+                .map(|(_, (units, scales))| (units.as_slice(), scales.as_slice()));
+            let out = if e4m3_out.is_some() {
+                e4m3_result.as_mut_slice()
+            } else {
+                arena_out
+            };
+            crate::fp8::emulate_linear(epilogue, io, k, n, &ins, quantized, out, tiles)
+        });
+        if let Some((offset_bytes, values)) = quantized_input {
+            self.e4m3_values.insert(offset_bytes, values);
+        }
+        result?;
+        match e4m3_out {
+            Some(offset_bytes) => {
+                let slots = crate::fp8::Fp8Slots::of(epilogue, io);
+                let scale_slot = slots.output_scale.ok_or("no output scale")?;
+                let (ins, _) = split(self, &[inputs[scale_slot].buffer], 0..0)?;
+                let scale = *ins[0].first().ok_or("an empty output scale")?;
+                self.e4m3_values
+                    .insert(offset_bytes, (e4m3_result, vec![scale]));
+            }
+            None => {
+                if let BufferRef::Arena { dtype, .. } = output.buffer {
+                    Self::store_as(dtype, &mut self.arena[out_range]);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -313,6 +405,9 @@ impl Backend for CpuBackend {
         workspace: Option<BufferRef>,
     ) -> Result<(), String> {
         check_storage(op, inputs, output, self.dtype)?;
+        if let Op::Fp8Linear { epilogue, io } = op {
+            return self.fp8_linear(*epilogue, *io, inputs, output);
+        }
         if output.buffer.dtype() == DType::E4M3 {
             return self.layernorm_e4m3(op, inputs, output);
         }
@@ -346,26 +441,6 @@ impl Backend for CpuBackend {
                 let prefix = if *prefix_tokens > 0 { ins[4] } else { &[] };
                 patchify::cpu::write_prefix_rows(prefix, pos, b, tokens, hidden, out);
                 matmul::cpu::matmul(&problem, tiles, rows, weight, Some(bias), Some(pos), out);
-            }
-            Op::Fp8Linear { epilogue } if inputs[0].buffer.dtype() == DType::E4M3 => {
-                let BufferRef::Arena { offset_bytes, .. } = inputs[0].buffer else {
-                    return Err("an e4m3 input is an activation".into());
-                };
-                // Taken out while the arena is borrowed, and put back (other layers may read
-                // the same layernorm's output).
-                let (units, scales) = self
-                    .e4m3_values
-                    .remove(&offset_bytes)
-                    .ok_or("an FP8 linear layer's e4m3 input was never written")?;
-                let bufs: Vec<BufferRef> = inputs[1..].iter().map(|i| i.buffer).collect();
-                let (k, n) = (*inputs[0].shape.last().unwrap_or(&1), inputs[1].shape[0]);
-                let result = split(self, &bufs, out_range.clone()).and_then(|(rest, out)| {
-                    let ins: Vec<&[f32]> = std::iter::once(&[][..]).chain(rest).collect();
-                    let quantized = Some((units.as_slice(), scales.as_slice()));
-                    crate::fp8::emulate_linear(*epilogue, k, n, &ins, quantized, out, tiles)
-                });
-                self.e4m3_values.insert(offset_bytes, (units, scales));
-                result?;
             }
             _ => {
                 let bufs: Vec<BufferRef> = inputs.iter().map(|i| i.buffer).collect();
@@ -428,9 +503,10 @@ fn check_storage(
             &inputs.iter().map(|b| b.buffer.dtype()).collect::<Vec<_>>(),
             output.buffer.dtype(),
         ),
-        Op::Fp8Linear { epilogue } => crate::fp8::check_storage(
+        Op::Fp8Linear { epilogue, io } => crate::fp8::check_storage(
             compute,
             *epilogue,
+            *io,
             &inputs.iter().map(|b| b.buffer.dtype()).collect::<Vec<_>>(),
             output.buffer.dtype(),
         ),
@@ -486,9 +562,8 @@ fn run_simple(
             )?;
             matmul::cpu::matmul(&problem, tiles, ins[0], ins[1], bias, residual, out);
         }
-        Op::Fp8Linear { epilogue } => {
-            let (k, n) = (last(&bindings[0].shape), bindings[1].shape[0]);
-            crate::fp8::emulate_linear(*epilogue, k, n, ins, None, out, tiles)?;
+        Op::Fp8Linear { .. } | Op::LayerNormE4m3 { .. } => {
+            unreachable!("handled by the caller")
         }
         Op::LayerNormLinear { .. } => {
             let shapes: Vec<&[usize]> = bindings.iter().map(|b| b.shape.as_slice()).collect();

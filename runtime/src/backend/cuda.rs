@@ -880,12 +880,17 @@ impl CudaBackend {
         Ok((e4m3_view(codes), scales))
     }
 
-    /// An FP8 linear layer: x quantised row by row into the node's workspace
-    /// ([`crate::fp8::InputWorkspace`]), then the FP8 matmul with the layer's epilogue.
+    /// An FP8 linear layer: x quantised into the node's workspace (a scale a row, or with
+    /// `io.static_input` its static scale) unless its producer wrote it in e4m3, then the FP8
+    /// matmul with the layer's epilogue, writing the compute type or, with `io.e4m3_output`,
+    /// e4m3 codes with the output scale.
+    #[allow(clippy::too_many_arguments)]
     fn fp8_linear(
         &self,
         epilogue: vitrt_kernels::Epilogue,
+        io: crate::graph::Fp8Io,
         inputs: &[Binding],
+        output: &Binding,
         ins: &[DevPtr],
         out: DevPtr,
         workspace: Option<BufferRef>,
@@ -895,14 +900,24 @@ impl CudaBackend {
         };
         use vitrt_kernels::quantize::{self, QuantizeProblem};
         let dtypes: Vec<DType> = ins.iter().map(|p| p.dtype).collect();
-        crate::fp8::check_storage(self.dtype, epilogue, &dtypes, out.dtype)
+        crate::fp8::check_storage(self.dtype, epilogue, io, &dtypes, out.dtype)
             .map_err(KernelError::InvalidArgument)?;
+        let slots = crate::fp8::Fp8Slots::of(epilogue, io);
         let (x_shape, w_shape) = (&inputs[0].shape, &inputs[1].shape);
         let k = *x_shape.last().unwrap_or(&0);
-        let (n, m) = (w_shape[0], ins[0].len / k.max(1));
+        let (n, m) = (
+            w_shape[0],
+            inputs[0].shape.iter().product::<usize>() / k.max(1),
+        );
+        let static_scale = slots.input_scale.map(|slot| ins[slot]);
+        let activation_scale = match static_scale {
+            Some(_) => ActivationScale::PerTensor,
+            None => ActivationScale::PerRow,
+        };
         let (codes, scales) = if ins[0].dtype == DType::E4M3 {
-            // Its producer (a layernorm) wrote the codes and scales.
-            self.e4m3_activation(inputs[0].buffer, m, k)?
+            // Its producer wrote the codes (and, without a static scale, the row scales).
+            let (codes, row_scales) = self.e4m3_activation(inputs[0].buffer, m, k)?;
+            (codes, static_scale.unwrap_or(row_scales))
         } else {
             let Some(BufferRef::Arena {
                 offset_bytes: base, ..
@@ -917,14 +932,15 @@ impl CudaBackend {
                 len: m * k,
                 dtype: DType::E4M3,
             };
-            let (codes, scales) = self.e4m3_activation(workspace, m, k)?;
+            let (codes, row_scales) = self.e4m3_activation(workspace, m, k)?;
+            let scales = static_scale.unwrap_or(row_scales);
             quantize::gpu::quantize_rows(
                 &self.gpu,
                 &QuantizeProblem {
                     rows: m,
                     cols: k,
                     input: self.dtype,
-                    scale: ActivationScale::PerRow,
+                    scale: activation_scale,
                 },
                 ins[0],
                 codes,
@@ -932,13 +948,24 @@ impl CudaBackend {
             )?;
             (codes, scales)
         };
+        let c = match slots.output_scale {
+            Some(slot) => Fp8Destination::E4m3 {
+                c: self.e4m3_activation(output.buffer, m, n)?.0,
+                scale: ins[slot],
+            },
+            None => Fp8Destination::Half(out),
+        };
         let problem = Fp8Problem {
             m,
             n,
             k,
             half: self.dtype,
-            output: Fp8Output::Half,
-            activation_scale: ActivationScale::PerRow,
+            output: if io.e4m3_output {
+                Fp8Output::E4m3
+            } else {
+                Fp8Output::Half
+            },
+            activation_scale,
             bias: epilogue.bias,
             activation: epilogue.activation,
             residual: epilogue.residual,
@@ -951,9 +978,9 @@ impl CudaBackend {
                 b: e4m3_view(ins[1]),
                 a_scale: scales,
                 b_scale: ins[2],
-                bias: epilogue.bias.then(|| ins[3]),
-                residual: epilogue.residual.then(|| ins[3 + epilogue.bias as usize]),
-                c: Fp8Destination::Half(out),
+                bias: slots.bias.map(|slot| ins[slot]),
+                residual: slots.residual.map(|slot| ins[slot]),
+                c,
             },
         )
     }
@@ -1014,6 +1041,15 @@ impl CudaBackend {
                     gpu, ins[0], ins[1], ins[2], rows, cols, *eps, codes, scales,
                 )
             }
+            // Read only by FP8 linear layers with one static input scale: their e4m3 codes.
+            Op::LayerNormE4m3 { eps } => {
+                let cols = last(&inputs[0].shape);
+                let rows = inputs[0].shape.iter().product::<usize>() / cols.max(1);
+                let (codes, _) = self.e4m3_activation(output.buffer, rows, cols)?;
+                layernorm::gpu::layernorm_e4m3_static(
+                    gpu, ins[0], ins[1], ins[2], rows, cols, *eps, codes, ins[3],
+                )
+            }
             Op::LayerNorm { eps } => {
                 let cols = last(&inputs[0].shape);
                 let rows = inputs[0].shape.iter().product::<usize>() / cols.max(1);
@@ -1045,7 +1081,9 @@ impl CudaBackend {
                 }
                 matmul::gpu::matmul(gpu, d, &problem, ins[0], ins[1], bias, residual, out)
             }
-            Op::Fp8Linear { epilogue } => self.fp8_linear(*epilogue, inputs, &ins, out, workspace),
+            Op::Fp8Linear { epilogue, io } => {
+                self.fp8_linear(*epilogue, *io, inputs, output, &ins, out, workspace)
+            }
             Op::LayerNormLinear { .. } => {
                 let dtypes: Vec<DType> = ins.iter().map(|p| p.dtype).collect();
                 crate::layernorm_fold::check_storage(d, &dtypes, out.dtype)
