@@ -7,6 +7,7 @@
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 use vitrt_kernels::cuda::DriverWarmUp;
+use vitrt_model::fp8_scales::Fp8ScalesFile;
 use vitrt_model::naflex::{NaflexRunner, NaflexVisionModel};
 use vitrt_model::text::{TextEncoder, TextModel};
 use vitrt_model::{Runner, VisionModel};
@@ -43,6 +44,9 @@ pub struct ModelOptions {
     pub announce_device: bool,
     /// Run these linear layers in FP8 (`--dtype fp8`): needs an f16 or bf16 dtype.
     pub fp8: Option<Fp8Layers>,
+    /// Quantise their inputs with these calibrated static scales (`--fp8-scales`, a `vitrt
+    /// calibrate` file); with `fp8` only.
+    pub fp8_scales: Option<std::sync::Arc<Fp8ScalesFile>>,
 }
 
 impl ModelOptions {
@@ -61,6 +65,7 @@ impl ModelOptions {
             image_size: None,
             announce_device: false,
             fp8: None,
+            fp8_scales: None,
         }
     }
 }
@@ -168,6 +173,11 @@ impl ModelOptions {
         if let Some(layers) = &self.fp8 {
             runner = runner
                 .with_fp8(layers.clone())
+                .map_err(|e| OpenError::Input(e.into()))?;
+        }
+        if let Some(scales) = &self.fp8_scales {
+            runner = runner
+                .with_fp8_scales(Fp8ScalesFile::clone(scales))
                 .map_err(|e| OpenError::Input(e.into()))?;
         }
         let runner = runner

@@ -8,6 +8,7 @@ mod error;
 mod families;
 mod family;
 pub mod fp8_choice;
+pub mod fp8_scales;
 pub mod labels;
 pub mod limits;
 pub mod model;

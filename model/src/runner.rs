@@ -2,6 +2,7 @@
 //! built and planned once and parameters are uploaded once for all of them.
 
 use crate::error::ModelError;
+use crate::fp8_scales::{Candidate, Fp8ScalesFile};
 use crate::model::{GraphOptions, OutputSet, VisionModel, ZeroShotLabels};
 use crate::preprocess::{floats_of_bytes, PixelExpansion};
 use crate::text::{self, TextModel};
@@ -32,8 +33,29 @@ pub struct Runner {
     encoded: Option<EncodedParams>,
     /// The linear layers that run in FP8 (`vitrt_runtime::fp8`), if any.
     fp8: Option<Fp8Layers>,
+    /// Their calibrated static input scales (`--fp8-scales`); without, a scale a row.
+    fp8_scales: Option<Fp8ScalesFile>,
     /// The kernels' programs are chosen whatever the batch size (`with_batch_invariance`).
     batch_invariant: bool,
+}
+
+/// `graph`'s FP8 candidates with their weights' shapes, in graph order.
+fn candidate_shapes(graph: &vitrt_runtime::Graph) -> Vec<Candidate> {
+    fp8::candidates(graph)
+        .into_iter()
+        .map(|id| {
+            let node = &graph.nodes[id];
+            (
+                node.name.clone(),
+                graph.values[node.inputs[1]].shape.clone(),
+            )
+        })
+        .collect()
+}
+
+/// The largest magnitude of `values` (NaN ignored), as the kernels' quantiser takes it.
+fn largest_magnitude(values: &[f32]) -> f32 {
+    values.iter().fold(0.0f32, |m, v| m.max(v.abs()))
 }
 
 fn fp8_residual_error(precision: Precision) -> ModelError {
@@ -63,6 +85,7 @@ impl Runner {
             executors: HashMap::new(),
             encoded: None,
             fp8: None,
+            fp8_scales: None,
             batch_invariant: false,
         }
     }
@@ -181,6 +204,81 @@ impl Runner {
         Ok(self)
     }
 
+    /// Quantises the FP8 layers' inputs with the calibrated static scales of `scales` (a
+    /// `vitrt calibrate` file) instead of a scale a row; with [`Runner::with_fp8`] only. The
+    /// file is checked against the model's candidates as the graphs are built (a file made for
+    /// another model is refused); [`Runner::check_graph`] does so at once.
+    pub fn with_fp8_scales(mut self, scales: Fp8ScalesFile) -> Result<Runner, ModelError> {
+        if self.fp8.is_none() {
+            return Err(ModelError::Usage(
+                "static FP8 scales go with FP8 layers (--fp8-scales with --dtype fp8)".into(),
+            ));
+        }
+        self.fp8_scales = Some(scales);
+        self.executors.clear();
+        Ok(self)
+    }
+
+    /// The model's FP8 candidates (`vitrt_runtime::fp8::candidates`) with their weights'
+    /// shapes, in graph order: what a scales file names.
+    pub fn fp8_candidate_shapes(&self) -> Result<Vec<Candidate>, ModelError> {
+        let options = GraphOptions {
+            hidden_states: false,
+            fusion: self.fusion,
+            outputs: self.outputs,
+        };
+        let backend = self.backend.as_ref();
+        let graph = self
+            .model
+            .build_graph_for(1, options, &|op, shapes| backend.supports(op, shapes))?;
+        Ok(candidate_shapes(&graph))
+    }
+
+    /// The largest magnitude of each FP8 candidate's input over `batch` images of `pixels`
+    /// (NCHW, f32), by candidate, in [`Runner::fp8_candidate_shapes`]'s order: what `vitrt
+    /// calibrate` takes the static scales from. Each candidate's input is made an output of a
+    /// graph of its own (the main output besides), run on this runner's backend and
+    /// precision; run it on an f32 runner for the reference values.
+    pub fn fp8_input_amax(&mut self, pixels: &[f32], batch: usize) -> Result<Vec<f32>, ModelError> {
+        self.check_pixels(pixels, batch)?;
+        crate::limits::check_batch_size(batch).map_err(ModelError::Usage)?;
+        let options = GraphOptions {
+            hidden_states: false,
+            fusion: self.fusion,
+            outputs: self.outputs,
+        };
+        let mut graph = {
+            let backend = self.backend.as_ref();
+            self.model
+                .build_graph_for(batch, options, &|op, shapes| backend.supports(op, shapes))?
+        };
+        let inputs: Vec<usize> = fp8::candidates(&graph)
+            .into_iter()
+            .map(|id| graph.nodes[id].inputs[0])
+            .collect();
+        let mut marked: Vec<usize> = Vec::new();
+        for &v in &inputs {
+            if !marked.contains(&v) {
+                graph.mark_output(&format!("fp8_input.{v}"), v);
+                marked.push(v);
+            }
+        }
+        let executor = Executor::new(graph, self.backend.as_mut(), &self.model, self.precision)
+            .map_err(|e| out_of_memory_at(e, batch))?
+            .with_graph_replay(false);
+        let outputs = executor.run(self.backend.as_mut(), &[("pixel_values", pixels)])?;
+        inputs
+            .iter()
+            .map(|v| {
+                let name = format!("fp8_input.{v}");
+                let tensor = outputs.iter().find(|t| t.name == name).ok_or_else(|| {
+                    ModelError::Usage(format!("the calibration run did not write {name}"))
+                })?;
+                Ok(largest_magnitude(&tensor.data))
+            })
+            .collect()
+    }
+
     /// The linear layers `layers` would run in FP8 in the graph this runner builds
     /// (`vitrt_runtime::fp8::quantize_linears`), by node name, in graph order.
     pub fn fp8_candidates(&self, layers: &Fp8Layers) -> Result<Vec<String>, ModelError> {
@@ -194,6 +292,11 @@ impl Runner {
             .model
             .build_graph_for(1, options, &|op, shapes| backend.supports(op, shapes))?;
         fp8::quantize_linears(&mut graph, layers).map_err(ModelError::Usage)
+    }
+
+    /// Whether the FP8 layers quantise their inputs with calibrated static scales.
+    pub fn fp8_static_scales(&self) -> bool {
+        self.fp8_scales.is_some()
     }
 
     /// The FP8 choice, if the runner has one.
@@ -212,7 +315,14 @@ impl Runner {
             .model
             .build_graph_for(batch, options, &|op, shapes| backend.supports(op, shapes))?;
         if let Some(layers) = &self.fp8 {
+            let static_scales = match &self.fp8_scales {
+                Some(file) => Some(file.scales_for(&candidate_shapes(&graph))?),
+                None => None,
+            };
             let rewritten = fp8::quantize_linears(&mut graph, layers).map_err(ModelError::Usage)?;
+            if let Some(scales) = &static_scales {
+                fp8::use_static_scales(&mut graph, scales).map_err(ModelError::Usage)?;
+            }
             if rewritten.is_empty() {
                 let candidates = fp8::candidates(&graph).len();
                 return Err(ModelError::Usage(format!(
