@@ -134,3 +134,185 @@ fn fp8_flags_refuse_what_they_cannot_do() {
     );
     assert_usage_error(&classify(&["--dtype", "fp4"]), "fp8");
 }
+
+/// `vitrt calibrate` on `images` for `model`, writing the scales to `out`.
+fn calibrate(
+    model: &std::path::Path,
+    out: &std::path::Path,
+    images: &[&std::path::Path],
+    dir: &std::path::Path,
+) -> std::process::Output {
+    let mut args = vec![
+        "calibrate",
+        "--model",
+        model.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--out",
+        out.to_str().unwrap(),
+        "--images",
+    ];
+    args.extend(images.iter().map(|p| p.to_str().unwrap()));
+    vitrt(&args, dir)
+}
+
+#[test]
+fn calibrated_scales_classify_as_f16_does() {
+    let dir = temp();
+    let model = root().join("examples/digits-vit");
+    // The shipped digits and a file that is no image, which is reported and skipped.
+    let images = dir.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    for digit in digits() {
+        std::fs::copy(&digit, images.join(digit.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(images.join("broken.png"), b"not a png").unwrap();
+    let scales = dir.path().join("scales.json");
+    let o = calibrate(&model, &scales, &[&images], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("skipping"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("broken.png"), "{}", stderr(&o));
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&scales).unwrap()).unwrap();
+    assert_eq!(file["format"], "vitrt-fp8-scales");
+    assert_eq!(file["images"], 40);
+    // Every linear layer of the four blocks: QKV, attention output, both MLP layers.
+    let layers = file["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 16);
+    for layer in layers {
+        let (amax, scale) = (
+            layer["input_amax"].as_f64().unwrap(),
+            layer["scale"].as_f64().unwrap(),
+        );
+        assert!(amax > 0.0, "{layer}");
+        assert!(
+            (scale - 2.0 * amax / 448.0).abs() <= 1e-6 * scale,
+            "{layer}"
+        );
+    }
+
+    let half = classify_json(&["--dtype", "f16"], dir.path());
+    let path = scales.to_str().unwrap();
+    let fixed = classify_json(&["--dtype", "fp8", "--fp8-scales", path], dir.path());
+    let dynamic = classify_json(&["--dtype", "fp8"], dir.path());
+    assert_eq!(top1(&fixed), top1(&half));
+    // Static scales round otherwise than per-row ones, and every layer is in FP8.
+    assert_ne!(fixed, half);
+    assert_ne!(fixed, dynamic);
+
+    // A choice file and the scales together: only the chosen layers in FP8.
+    let choice = dir.path().join("choice.json");
+    std::fs::write(
+        &choice,
+        r#"{"format": "vitrt-fp8-layers", "version": 1, "model": "digits",
+            "keep": [], "fp8": ["layer.0.intermediate+activation", "layer.0.output+add"],
+            "max_cosine_drop": 0.002,
+            "measured": {"images": 1, "mean_cosine": 1.0, "worst_cosine": 1.0, "same_top1": 1}}"#,
+    )
+    .unwrap();
+    let chosen = classify_json(
+        &[
+            "--dtype",
+            "fp8",
+            "--fp8-layers",
+            choice.to_str().unwrap(),
+            "--fp8-scales",
+            path,
+        ],
+        dir.path(),
+    );
+    assert_eq!(top1(&chosen), top1(&half));
+}
+
+#[test]
+fn scales_for_another_model_or_malformed_are_refused() {
+    let dir = temp();
+    let digits_model = root().join("examples/digits-vit");
+    let other = fixture("tiny-gelu");
+    let other_images = root().join("tests/fixtures/images");
+    let scales = dir.path().join("other.json");
+    let o = calibrate(&other, &scales, &[&other_images], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let image = &digits()[0];
+    let classify = |scales: &std::path::Path, extra: &[&str]| {
+        let mut args = vec![
+            "classify",
+            "--model",
+            digits_model.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--fp8-scales",
+            scales.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        args.push(image.to_str().unwrap());
+        vitrt(&args, dir.path())
+    };
+    assert_clean_failure(
+        &classify(&scales, &["--dtype", "fp8"]),
+        "calibrated for another model",
+    );
+    assert_clean_failure(
+        &classify(&scales, &["--dtype", "f16"]),
+        "--fp8-scales goes with --dtype fp8",
+    );
+
+    // The digits' own file with one layer taken out.
+    let own = dir.path().join("own.json");
+    let o = calibrate(&digits_model, &own, &[image.as_path()], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&own).unwrap()).unwrap();
+    file["layers"].as_array_mut().unwrap().remove(3);
+    let missing = dir.path().join("missing.json");
+    std::fs::write(&missing, file.to_string()).unwrap();
+    assert_clean_failure(
+        &classify(&missing, &["--dtype", "fp8"]),
+        "no scale for this model's layer \"layer.0.output+add\"",
+    );
+
+    let malformed = dir.path().join("malformed.json");
+    std::fs::write(&malformed, "{\"format\": \"vitrt-fp8-scales\"").unwrap();
+    assert_clean_failure(
+        &classify(&malformed, &["--dtype", "fp8"]),
+        "not an FP8 scales file",
+    );
+    let future_version = dir.path().join("choice.json");
+    std::fs::write(
+        &future_version,
+        r#"{"format": "vitrt-fp8-scales", "version": 2, "model": "m", "images": 1, "margin": 2.0, "layers": []}"#,
+    )
+    .unwrap();
+    assert_clean_failure(&classify(&future_version, &["--dtype", "fp8"]), "version 2");
+
+    // calibrate's own refusals.
+    let nothing = dir.path().join("nothing");
+    std::fs::create_dir(&nothing).unwrap();
+    std::fs::write(nothing.join("broken.png"), b"no").unwrap();
+    assert_clean_failure(
+        &calibrate(
+            &digits_model,
+            &dir.path().join("x.json"),
+            &[&nothing],
+            dir.path(),
+        ),
+        "read no image",
+    );
+    let o = vitrt(
+        &[
+            "calibrate",
+            "--model",
+            digits_model.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--dtype",
+            "f16",
+            "--out",
+            "x.json",
+            "--images",
+            image.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_clean_failure(&o, "runs the model in f32");
+}

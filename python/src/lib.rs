@@ -469,12 +469,15 @@ fn check_top_k(top_k: usize) -> Result<()> {
 /// A Vision Transformer checkpoint loaded on a device.
 ///
 /// `Model(model, device=None, dtype=None, offline=False, revision=None, batch_size=None,
-/// workers=None, cuda_graphs=True, residual_dtype=None, decode=None, fp8_layers=None)`:
+/// workers=None, cuda_graphs=True, residual_dtype=None, decode=None, fp8_layers=None,
+/// fp8_scales=None)`:
 /// `model` is a local folder (config.json and safetensors) or a Hugging Face hub id (from the
 /// local cache only with `offline=True` or `HF_HUB_OFFLINE=1`); `device` is "cpu", "cuda" or
 /// "cuda:N", by default the first CUDA GPU that opens, else the CPU; `dtype` is "f32", "f16",
 /// "bf16" or "fp8" (f16 with linear layers in FP8, as the CLI's `--dtype fp8`: those the file
-/// `fp8_layers`, written by `vitrt quantize-report --output`, names, else the default's), by
+/// `fp8_layers`, written by `vitrt quantize-report --output`, names, else the default's; with
+/// `fp8_scales`, a file `vitrt calibrate --out` wrote, their inputs are quantised with its
+/// static scales, as the CLI's `--fp8-scales`), by
 /// default f16 on a GPU and f32 on the CPU; images go through the model
 /// `batch_size` at a time (default 64 on a GPU, 8 on the CPU), decoded by `workers` threads
 /// (default: every core on a GPU, half of them on the CPU, as the CLI's `--workers`).
@@ -778,7 +781,7 @@ impl Model {
     #[new]
     // One argument per keyword of the Python constructor.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (model, device=None, dtype=None, offline=false, revision=None, batch_size=None, workers=None, cuda_graphs=true, residual_dtype=None, decode=None, fp8_layers=None))]
+    #[pyo3(signature = (model, device=None, dtype=None, offline=false, revision=None, batch_size=None, workers=None, cuda_graphs=true, residual_dtype=None, decode=None, fp8_layers=None, fp8_scales=None))]
     fn new(
         py: Python<'_>,
         model: PathBuf,
@@ -792,6 +795,7 @@ impl Model {
         residual_dtype: Option<String>,
         decode: Option<String>,
         fp8_layers: Option<PathBuf>,
+        fp8_scales: Option<PathBuf>,
     ) -> PyResult<Model> {
         let name = model.to_string_lossy().into_owned();
         let parse_dtype = |keyword: &str, s: Option<String>| match s {
@@ -809,12 +813,26 @@ impl Model {
         } else {
             parse_dtype("dtype", dtype)?
         };
+        let fp8_scales = match (fp8_asked, fp8_scales) {
+            (true, Some(path)) => Some(
+                vitrt_model::fp8_scales::Fp8ScalesFile::read(&path)
+                    .map_err(|e| PyValueError::new_err(format!("fp8_scales: {e}")))?
+                    .into(),
+            ),
+            (false, Some(_)) => {
+                return Err(PyValueError::new_err("fp8_scales goes with dtype=\"fp8\""))
+            }
+            (_, None) => None,
+        };
         let fp8 = match (fp8_asked, fp8_layers) {
             (true, Some(path)) => Some(
                 vitrt_model::fp8_choice::Fp8ChoiceFile::read(&path)
                     .map_err(|e| PyValueError::new_err(format!("fp8_layers: {e}")))?
                     .layers(),
             ),
+            (true, None) if fp8_scales.is_some() => {
+                Some(vitrt_runtime::fp8::Fp8Layers::default_choice_with_static_scales())
+            }
             (true, None) => Some(vitrt_runtime::fp8::Fp8Layers::default_choice()),
             (false, Some(_)) => {
                 return Err(PyValueError::new_err("fp8_layers goes with dtype=\"fp8\""))
@@ -838,6 +856,7 @@ impl Model {
             residual_dtype,
             cuda_graphs,
             fp8,
+            fp8_scales,
             ..ModelOptions::new(name.clone())
         };
         if several.is_none() {

@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use vitrt_engine::ModelOptions;
 use vitrt_model::fp8_choice::Fp8ChoiceFile;
+use vitrt_model::fp8_scales::Fp8ScalesFile;
 use vitrt_model::limits::{MAX_BATCH_SIZE, MAX_IMAGE_SIDE};
 use vitrt_model::text::TextEncoder;
 use vitrt_model::Runner;
@@ -44,6 +45,12 @@ pub struct ModelArgs {
     /// run in FP8) instead of the default.
     #[arg(long)]
     fp8_layers: Option<PathBuf>,
+    /// With --dtype fp8: the static input scales `vitrt calibrate --out` wrote for this model.
+    /// Each FP8 layer's input is then quantised with one calibrated scale instead of a scale a
+    /// row, which lets the layernorms and the first MLP layer write e4m3 themselves, and the
+    /// default choice takes every linear layer of the blocks.
+    #[arg(long)]
+    fp8_scales: Option<PathBuf>,
     /// Storage type of the residual stream, the values every block adds into: f32 or the
     /// --dtype itself. Default: f16 for f16 runs (as PyTorch stores it), f32 otherwise (bf16
     /// rounded after every block loses too much).
@@ -180,6 +187,23 @@ impl ModelArgs {
         self.image_size
     }
 
+    /// The static FP8 scales file `--fp8-scales` names, read, if any.
+    pub fn fp8_scales(&self) -> Result<Option<Fp8ScalesFile>> {
+        Ok(match &self.fp8_scales {
+            Some(path) => Some(Fp8ScalesFile::read(path)?),
+            None => None,
+        })
+    }
+
+    /// These flags without `--fp8-scales` (`quantize-report` applies the scales to the FP8
+    /// runs it makes itself).
+    pub fn without_fp8_scales(&self) -> ModelArgs {
+        ModelArgs {
+            fp8_scales: None,
+            ..self.clone()
+        }
+    }
+
     /// These flags with `--batch-invariant` on, as `--output-dir` runs them: a resumed run
     /// batches the images differently, and its shards must be the bytes an uninterrupted run
     /// writes (the CPU is invariant either way).
@@ -212,6 +236,10 @@ impl ModelArgs {
                 shown(self.fp8_layers.as_ref().map(|p| p.display().to_string())),
             ),
             (
+                "fp8-scales",
+                shown(self.fp8_scales.as_ref().map(|p| p.display().to_string())),
+            ),
+            (
                 "residual-dtype",
                 shown(self.residual_dtype.map(|d| format!("{d:?}"))),
             ),
@@ -240,16 +268,26 @@ impl ModelArgs {
             image_size: self.image_size,
             announce_device: true,
             fp8: self.fp8()?,
+            fp8_scales: self.fp8_scales()?.map(std::sync::Arc::new),
         })
     }
 
-    /// The FP8 choice `--dtype fp8` and `--fp8-layers` make, if any.
+    /// The FP8 choice `--dtype fp8`, `--fp8-layers` and `--fp8-scales` make, if any: without a
+    /// choice file, the default, which with static scales is every candidate
+    /// (`Fp8Layers::default_choice_with_static_scales`).
     fn fp8(&self) -> Result<Option<Fp8Layers>> {
-        match (self.dtype, &self.fp8_layers) {
-            (Some(RunDtype::Fp8), Some(path)) => Ok(Some(Fp8ChoiceFile::read(path)?.layers())),
-            (Some(RunDtype::Fp8), None) => Ok(Some(Fp8Layers::default_choice())),
-            (_, Some(_)) => bail!("--fp8-layers goes with --dtype fp8"),
-            (_, None) => Ok(None),
+        let fp8 = self.dtype == Some(RunDtype::Fp8);
+        if !fp8 && self.fp8_scales.is_some() {
+            bail!("--fp8-scales goes with --dtype fp8");
+        }
+        match (fp8, &self.fp8_layers) {
+            (true, Some(path)) => Ok(Some(Fp8ChoiceFile::read(path)?.layers())),
+            (true, None) if self.fp8_scales.is_some() => {
+                Ok(Some(Fp8Layers::default_choice_with_static_scales()))
+            }
+            (true, None) => Ok(Some(Fp8Layers::default_choice())),
+            (false, Some(_)) => bail!("--fp8-layers goes with --dtype fp8"),
+            (false, None) => Ok(None),
         }
     }
 

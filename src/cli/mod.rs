@@ -13,6 +13,7 @@ macro_rules! outln {
 }
 
 mod bench;
+mod calibrate;
 mod classify;
 pub mod common;
 mod embed;
@@ -73,6 +74,9 @@ enum Command {
     /// layers to keep in f16 for a budget (`--output` saves the choice for `--dtype fp8
     /// --fp8-layers`).
     QuantizeReport(quantize_report::QuantizeReportArgs),
+    /// The static input scales of a model's FP8 linear layers, from an f32 run on calibration
+    /// images (`--out` saves them for `--dtype fp8 --fp8-scales`).
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -88,5 +92,6 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Profile(args) => profile::run(args),
         Command::Tune(args) => tune::run(args),
         Command::QuantizeReport(args) => quantize_report::run(args),
+        Command::Calibrate(args) => calibrate::run(args),
     }
 }

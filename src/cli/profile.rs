@@ -95,8 +95,10 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     }
     let (mut runner, _, device) = args.model.open_on_device()?;
     let dtype = runner.backend().dtype();
-    // An FP8 run computes in f16 with its chosen linear layers in e4m3: named "fp8".
+    // An FP8 run computes in f16 with its chosen linear layers in e4m3: named "fp8", or
+    // "fp8-static" with calibrated static input scales (`--fp8-scales`).
     let run_name = match runner.fp8() {
+        Some(_) if runner.fp8_static_scales() => "fp8-static",
         Some(_) => "fp8",
         None => dtype.name(),
     };

@@ -37,12 +37,48 @@ pub struct QuantizeReportArgs {
     batch_size: usize,
     /// Weigh every linear layer of the blocks, not only those whose input a layernorm
     /// quantises (the default's: the others gain no speed in FP8, their input's quantisation
-    /// pass costs what the product saves).
+    /// pass costs what the product saves). With --fp8-scales every layer is weighed anyway:
+    /// static scales make those passes free or cheap.
     #[arg(long)]
     all_layers: bool,
     /// Calibration images: files (JPEG, PNG, WebP) and folders of them.
     #[arg(required = true)]
     images: Vec<PathBuf>,
+}
+
+/// The preprocessed pixels of the image files and folders `images` names, and the files read;
+/// a file that cannot be read is reported and skipped. Dataset shards are refused (`command`
+/// names the command in the message).
+pub(super) fn read_calibration_images(
+    images: &[PathBuf],
+    pre: &vitrt_model::preprocess::PreprocessConfig,
+    command: &str,
+) -> Result<(Vec<f32>, Vec<PathBuf>)> {
+    let inputs = collect_inputs_with(images, None, &DatasetOptions::default())?;
+    let mut pixels = Vec::new();
+    let mut names = Vec::new();
+    for (path, sample) in inputs.paths.iter().zip(
+        inputs
+            .samples
+            .iter()
+            .map(Some)
+            .chain(std::iter::repeat(None)),
+    ) {
+        if sample.is_some_and(|s| s.is_some()) {
+            bail!(
+                "{}: {command} reads image files and folders, not dataset shards",
+                path.display()
+            );
+        }
+        match preprocess_file(path, pre) {
+            Ok(p) => {
+                pixels.extend(p);
+                names.push(path.clone());
+            }
+            Err(e) => eprintln!("vitrt: skipping {}: {e}", path.display()),
+        }
+    }
+    Ok((pixels, names))
 }
 
 pub fn run(args: QuantizeReportArgs) -> Result<ExitCode> {
@@ -52,7 +88,9 @@ pub fn run(args: QuantizeReportArgs) -> Result<ExitCode> {
             args.max_cosine_drop
         );
     }
-    let options = args.model.options()?;
+    // With --fp8-scales, every FP8 run quantises its layers' inputs with the static scales.
+    let static_scales = args.model.fp8_scales()?;
+    let options = args.model.without_fp8_scales().options()?;
     if options.dtype.is_some() || options.fp8.is_some() {
         bail!(
             "quantize-report runs the model in f32, f16 and FP8 itself: leave --dtype and \
@@ -86,30 +124,7 @@ pub fn run(args: QuantizeReportArgs) -> Result<ExitCode> {
         r.set_outputs(OutputSet::of(&[output]));
     }
 
-    let inputs = collect_inputs_with(&args.images, None, &DatasetOptions::default())?;
-    let mut pixels = Vec::new();
-    let mut names = Vec::new();
-    for (path, sample) in inputs.paths.iter().zip(
-        inputs
-            .samples
-            .iter()
-            .map(Some)
-            .chain(std::iter::repeat(None)),
-    ) {
-        if sample.is_some_and(|s| s.is_some()) {
-            bail!(
-                "{}: quantize-report reads image files and folders, not dataset shards",
-                path.display()
-            );
-        }
-        match preprocess_file(path, &pre) {
-            Ok(p) => {
-                pixels.extend(p);
-                names.push(path.clone());
-            }
-            Err(e) => eprintln!("vitrt: skipping {}: {e}", path.display()),
-        }
-    }
+    let (pixels, names) = read_calibration_images(&args.images, &pre, "quantize-report")?;
     if names.len() < 2 {
         bail!(
             "quantize-report needs at least two readable images (it compares neighbours), got {}",
@@ -139,10 +154,10 @@ pub fn run(args: QuantizeReportArgs) -> Result<ExitCode> {
     drop(reference_runner);
     let f16 = Fp8Measurement::of(&reference, &run_all(&mut runner)?, classes);
 
-    let considered = if args.all_layers {
-        Fp8Layers::All
-    } else {
-        Fp8Layers::default_choice()
+    let considered = match (args.all_layers, &static_scales) {
+        (true, _) => Fp8Layers::All,
+        (false, Some(_)) => Fp8Layers::default_choice_with_static_scales(),
+        (false, None) => Fp8Layers::default_choice(),
     };
     let candidates = runner.fp8_candidates(&considered)?;
     if candidates.is_empty() {
@@ -160,6 +175,9 @@ pub fn run(args: QuantizeReportArgs) -> Result<ExitCode> {
     let measure = |runner: Runner, keep: &[String]| -> Result<(Runner, Fp8Measurement)> {
         let fp8 = candidates.iter().filter(|c| !keep.contains(c)).cloned();
         let mut runner = runner.with_fp8(Fp8Layers::only(fp8))?;
+        if let Some(scales) = &static_scales {
+            runner = runner.with_fp8_scales(scales.clone())?;
+        }
         let outputs = run_all(&mut runner)?;
         Ok((runner, Fp8Measurement::of(&reference, &outputs, classes)))
     };

@@ -68,8 +68,10 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
         return super::naflex::run(&args, runner, &dir, json.as_ref());
     }
     let (mut runner, _) = args.model.open()?;
-    // An FP8 run computes in f16 with its chosen linear layers in e4m3: named "fp8".
+    // An FP8 run computes in f16 with its chosen linear layers in e4m3: named "fp8", or
+    // "fp8-static" with calibrated static input scales (`--fp8-scales`).
     let dtype = match runner.fp8() {
+        Some(_) if runner.fp8_static_scales() => "fp8-static".to_string(),
         Some(_) => "fp8".to_string(),
         None => runner.backend().dtype().name().to_string(),
     };
