@@ -206,14 +206,16 @@ impl Runner {
 
     /// Quantises the FP8 layers' inputs with the calibrated static scales of `scales` (a
     /// `vitrt calibrate` file) instead of a scale a row; with [`Runner::with_fp8`] only. The
-    /// file is checked against the model's candidates as the graphs are built (a file made for
-    /// another model is refused); [`Runner::check_graph`] does so at once.
+    /// file is checked against the model's candidates here and as each graph is built (a file
+    /// made for another model, or missing one of its layers, is refused).
     pub fn with_fp8_scales(mut self, scales: Fp8ScalesFile) -> Result<Runner, ModelError> {
         if self.fp8.is_none() {
             return Err(ModelError::Usage(
                 "static FP8 scales go with FP8 layers (--fp8-scales with --dtype fp8)".into(),
             ));
         }
+        // Refused now rather than at the first batch: the file must name this model's layers.
+        scales.scales_for(&self.fp8_candidate_shapes()?)?;
         self.fp8_scales = Some(scales);
         self.executors.clear();
         Ok(self)

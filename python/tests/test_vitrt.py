@@ -502,6 +502,36 @@ def test_fp8_runs_the_clis_fp8_layers(tmp_path):
         vitrt.Model(str(DIGITS_MODEL), device="cpu", dtype="fp8", fp8_layers=str(choice))
 
 
+def test_fp8_scales_reads_the_clis_calibration(tmp_path):
+    """`fp8_scales` is the CLI's `--fp8-scales`: static input scales for every linear layer of
+    the blocks (the digits keep their f16 top-1 classes), refused without dtype="fp8", when
+    malformed, and when made for another model."""
+    images = sorted(str(p) for p in DIGITS.glob("*.png"))
+    shapes = {"attention.qkv": [192, 64], "attention.output+add": [64, 64],
+              "intermediate+activation": [128, 64], "output+add": [64, 128]}
+    layers = [{"name": f"layer.{i}.{name}", "weight_shape": shape, "input_amax": 4.48,
+               "scale": 0.02} for i in range(4) for name, shape in shapes.items()]
+    scales = tmp_path / "scales.json"
+    scales.write_text(json.dumps({"format": "vitrt-fp8-scales", "version": 1, "model": "digits",
+                                  "images": 1, "margin": 2.0, "layers": layers}))
+    model = vitrt.Model(str(DIGITS_MODEL), device="cpu", dtype="fp8", fp8_scales=str(scales))
+    assert model.dtype == "fp8"
+    half = vitrt.Model(str(DIGITS_MODEL), device="cpu", dtype="f16")
+    got = [g[0]["index"] for g in model.classify(images, top_k=1)]
+    want = [w[0]["index"] for w in half.classify(images, top_k=1)]
+    assert sum(g == w for g, w in zip(got, want)) >= len(want) - 1
+    with pytest.raises(ValueError, match='fp8_scales goes with dtype="fp8"'):
+        vitrt.Model(str(DIGITS_MODEL), device="cpu", dtype="f16", fp8_scales=str(scales))
+    layers[5]["weight_shape"] = [64, 96]
+    scales.write_text(json.dumps({"format": "vitrt-fp8-scales", "version": 1, "model": "other",
+                                  "images": 1, "margin": 2.0, "layers": layers}))
+    with pytest.raises(ValueError, match="calibrated for another model"):
+        vitrt.Model(str(DIGITS_MODEL), device="cpu", dtype="fp8", fp8_scales=str(scales))
+    scales.write_text("{}")
+    with pytest.raises(ValueError, match="not an FP8 scales file"):
+        vitrt.Model(str(DIGITS_MODEL), device="cpu", dtype="fp8", fp8_scales=str(scales))
+
+
 def test_decode_says_where_jpegs_are_decoded():
     """`decode=` is the CLI's `--decode`: "cpu" decodes on the host everywhere (the same
     results as the default on the CPU); "gpu" and "gpu-idct" need a CUDA device, and anything
