@@ -104,17 +104,25 @@ impl Fp8Layers {
     ///   the static scale (no row reduction, one read of the f16 context and a quarter of its
     ///   bytes written).
     ///
-    /// Expected on ViT-B/16 at batch 256 on an H200 (per layer, from the 2026-11-28 profile,
-    /// not yet measured with static scales): fc2 0.355 ms in f16 and 0.350 with its dynamic
-    /// pass, while its product alone runs about 1.9x faster in FP8, so about 0.19 ms without
-    /// the pass, if its residual epilogue keeps pace; fc1 writes half the bytes of its f16
-    /// output (e4m3), which may offset part of its epilogue cost (0.333 ms); qkv and fc1 lose
-    /// their layernorms' row reductions for amax. The projection gains less: its pass still
-    /// reads the attention output. So about 0.15-0.2 ms a block, 2-2.4 ms of ViT-B/16's 15.8
-    /// ms at 256 images: about 1.35-1.4x f16 against 1.24x. Accuracy: the per-tensor scale
-    /// cost the real DINOv2 about as much as per-token scales on the mean when every layer is
-    /// in FP8 (emulated: 0.99715 against 0.99732), more at the worst picture (0.99293 against
-    /// 0.99455); `quantize-report` weighs it per layer.
+    /// Expected on ViT-B/16 at batch 256 on an H200 (from the 2026-11-28 profile; not yet
+    /// measured with static scales), per block:
+    /// - fc2: 0.355 ms in f16; in FP8 0.350 with its dynamic pass (about 0.155 of it), so
+    ///   about 0.19-0.20 without the pass, as its product alone runs about 1.9x faster in FP8
+    ///   (if its residual epilogue keeps that pace): about 0.16 ms saved against the dynamic
+    ///   default, which keeps fc2 in f16;
+    /// - fc1 (0.333 ms in FP8, bound by its GELU epilogue) stores 1 byte a value instead of 2:
+    ///   77 MB less written, about 0.02 ms at the H200's bandwidth;
+    /// - the attention output projection (0.108 ms in FP8 with a dynamic pass against 0.112 in
+    ///   f16): its static pass reads and writes the same bytes without a row reduction, so a
+    ///   few µs at most;
+    /// - the layernorms skip the amax reduction before their codes: little, they are
+    ///   memory-bound.
+    ///
+    /// About 0.18-0.2 ms a block, 2.2-2.4 ms of the 15.8 ms the dynamic default takes for 256
+    /// images: about 1.45x our f16 (19.6 ms) against 1.24x. Accuracy: a per-tensor scale cost
+    /// the real DINOv2 about as much as per-token scales on the mean when every layer is in
+    /// FP8 (emulated: 0.99715 against 0.99732), more at the worst picture (0.99293 against
+    /// 0.99455); `quantize-report --fp8-scales` weighs it per layer.
     pub fn default_choice_with_static_scales() -> Fp8Layers {
         Fp8Layers::All
     }
