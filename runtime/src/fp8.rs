@@ -104,8 +104,7 @@ impl Fp8Layers {
     ///   the static scale (no row reduction, one read of the f16 context and a quarter of its
     ///   bytes written).
     ///
-    /// Expected on ViT-B/16 at batch 256 on an H200 (from the 2026-11-28 profile; not yet
-    /// measured with static scales), per block:
+    /// Expected on ViT-B/16 at batch 256 on an H200 (from the 2026-11-28 profile), per block:
     /// - fc2: 0.355 ms in f16; in FP8 0.350 with its dynamic pass (about 0.155 of it), so
     ///   about 0.19-0.20 without the pass, as its product alone runs about 1.9x faster in FP8
     ///   (if its residual epilogue keeps that pace): about 0.16 ms saved against the dynamic
@@ -119,7 +118,8 @@ impl Fp8Layers {
     ///   memory-bound.
     ///
     /// About 0.18-0.2 ms a block, 2.2-2.4 ms of the 15.8 ms the dynamic default takes for 256
-    /// images: about 1.45x our f16 (19.6 ms) against 1.24x. Accuracy: a per-tensor scale cost
+    /// images: about 1.45x our f16 (19.6 ms) against 1.24x. Measured: 12.31 ms, 1.58x our f16
+    /// (benchmarks/NOTES.md, 2026-11-28 "FP8 with calibrated static scales"). Accuracy: a per-tensor scale cost
     /// the real DINOv2 about as much as per-token scales on the mean when every layer is in
     /// FP8 (emulated: 0.99715 against 0.99732), more at the worst picture (0.99293 against
     /// 0.99455); `quantize-report --fp8-scales` weighs it per layer.
