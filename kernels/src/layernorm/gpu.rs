@@ -70,33 +70,6 @@ kernel_params! {
     }
 }
 
-fn e4m3_instantiation(input: DType, config: RowConfig) -> Instantiation {
-    let mut template_args = vec![input.cuda_type().to_string()];
-    template_args.extend(config.template_args());
-    Instantiation {
-        name: format!("layernorm_{}toe4m3_{}", input.name(), config.tag()),
-        family: "layernorm",
-        source: SOURCE,
-        headers: HEADERS,
-        function: "layernorm_rows_e4m3",
-        template_args,
-        params: LayernormE4m3Params {
-            x: DevPtr::of_type(input),
-            gamma: DevPtr::of_type(DType::F32),
-            beta: DevPtr::of_type(DType::F32),
-            codes: 0,
-            scales: DevPtr::of_type(DType::F32),
-            rows: 0,
-            cols: 0,
-            eps: 0.0,
-        }
-        .params(),
-        block_threads: config.block_threads(),
-        min_blocks_per_sm: 0,
-        arch: crate::quantize::gpu::E4M3_ARCH,
-    }
-}
-
 kernel_params! {
     /// layernorm_rows_e4m3_static's parameters.
     struct LayernormE4m3StaticParams {
@@ -111,28 +84,54 @@ kernel_params! {
     }
 }
 
-/// The static-scale e4m3 entry point (one calibrated scale for every row) for one layout.
-fn e4m3_static_instantiation(input: DType, config: RowConfig) -> Instantiation {
+/// The e4m3 entry point for one layout: a scale a row (`layernorm_rows_e4m3`), or with
+/// `static_scale` one calibrated scale for every row (`layernorm_rows_e4m3_static`).
+fn e4m3_instantiation(input: DType, config: RowConfig, static_scale: bool) -> Instantiation {
     let mut template_args = vec![input.cuda_type().to_string()];
     template_args.extend(config.template_args());
-    Instantiation {
-        name: format!("layernorm_{}toe4m3static_{}", input.name(), config.tag()),
-        family: "layernorm",
-        source: SOURCE,
-        headers: HEADERS,
-        function: "layernorm_rows_e4m3_static",
-        template_args,
-        params: LayernormE4m3StaticParams {
-            x: DevPtr::of_type(input),
-            gamma: DevPtr::of_type(DType::F32),
-            beta: DevPtr::of_type(DType::F32),
+    let (x, gamma, beta) = (
+        DevPtr::of_type(input),
+        DevPtr::of_type(DType::F32),
+        DevPtr::of_type(DType::F32),
+    );
+    let scale = DevPtr::of_type(DType::F32);
+    let (kind, function, params) = if static_scale {
+        let params = LayernormE4m3StaticParams {
+            x,
+            gamma,
+            beta,
             codes: 0,
-            scale: DevPtr::of_type(DType::F32),
+            scale,
             rows: 0,
             cols: 0,
             eps: 0.0,
-        }
-        .params(),
+        };
+        (
+            "toe4m3static",
+            "layernorm_rows_e4m3_static",
+            params.params(),
+        )
+    } else {
+        let params = LayernormE4m3Params {
+            x,
+            gamma,
+            beta,
+            codes: 0,
+            scales: scale,
+            rows: 0,
+            cols: 0,
+            eps: 0.0,
+        };
+        ("toe4m3", "layernorm_rows_e4m3", params.params())
+    };
+    Instantiation {
+        name: format!("layernorm_{}{kind}_{}", input.name(), config.tag()),
+        family: "layernorm",
+        source: SOURCE,
+        headers: HEADERS,
+        function,
+        template_args,
+        params,
         block_threads: config.block_threads(),
         min_blocks_per_sm: 0,
         arch: crate::quantize::gpu::E4M3_ARCH,
@@ -155,10 +154,7 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
     });
     let e4m3 = DType::ALL.into_iter().flat_map(|input| {
         e4m3_configs(input).flat_map(move |config| {
-            [
-                e4m3_instantiation(input, config),
-                e4m3_static_instantiation(input, config),
-            ]
+            [false, true].map(|static_scale| e4m3_instantiation(input, config, static_scale))
         })
     });
     stored.chain(e4m3).collect()
@@ -170,6 +166,16 @@ pub(crate) fn instantiations() -> Vec<Instantiation> {
 fn grid_blocks(gpu: &Gpu, config: RowConfig, rows: usize) -> u32 {
     let resident = gpu.multiprocessors() as usize * (2048 / config.block_threads() as usize).max(1);
     config.blocks(rows).min(resident) as u32
+}
+
+/// The launch of `rows` rows in the layout `config` ([`grid_blocks`]).
+fn row_dims(gpu: &Gpu, config: RowConfig, rows: usize) -> LaunchDims {
+    LaunchDims {
+        grid: (grid_blocks(gpu, config, rows), 1, 1),
+        block: config.block_threads(),
+        shared_bytes: 0,
+        cluster: 1,
+    }
 }
 
 /// Checks what both entry points share: eps, and rows x cols; returns rows · cols.
@@ -217,12 +223,7 @@ pub fn layernorm(
     let config = RowConfig::select(widest(input, dtype), cols, &[x, gamma, beta, out]);
     gpu.launch(
         &instantiation(input, dtype, config),
-        LaunchDims {
-            grid: (grid_blocks(gpu, config, rows), 1, 1),
-            block: config.block_threads(),
-            shared_bytes: 0,
-            cluster: 1,
-        },
+        row_dims(gpu, config, rows),
         &LayernormParams {
             x,
             gamma,
@@ -262,13 +263,8 @@ pub fn layernorm_e4m3(
     }
     let config = RowConfig::for_alignment(x.dtype, cols, true);
     gpu.launch(
-        &e4m3_instantiation(x.dtype, config),
-        LaunchDims {
-            grid: (grid_blocks(gpu, config, rows), 1, 1),
-            block: config.block_threads(),
-            shared_bytes: 0,
-            cluster: 1,
-        },
+        &e4m3_instantiation(x.dtype, config, false),
+        row_dims(gpu, config, rows),
         &LayernormE4m3Params {
             x,
             gamma,
@@ -307,13 +303,8 @@ pub fn layernorm_e4m3_static(
     }
     let config = RowConfig::for_alignment(x.dtype, cols, true);
     gpu.launch(
-        &e4m3_static_instantiation(x.dtype, config),
-        LaunchDims {
-            grid: (grid_blocks(gpu, config, rows), 1, 1),
-            block: config.block_threads(),
-            shared_bytes: 0,
-            cluster: 1,
-        },
+        &e4m3_instantiation(x.dtype, config, true),
+        row_dims(gpu, config, rows),
         &LayernormE4m3StaticParams {
             x,
             gamma,
@@ -388,8 +379,8 @@ mod tests {
                 let config = RowConfig::for_alignment(input, cols, true);
                 assert!(config.vec > 1);
                 for name in [
-                    e4m3_instantiation(input, config).name,
-                    e4m3_static_instantiation(input, config).name,
+                    e4m3_instantiation(input, config, false).name,
+                    e4m3_instantiation(input, config, true).name,
                 ] {
                     assert!(names.contains(&name.as_str()), "{name} is not registered");
                 }
