@@ -1,8 +1,10 @@
-//! The FP8 choice saved to a file: which linear layers `vitrt quantize-report` kept in 16 bits
-//! for a model, with the budget it was chosen for and what it measured, read back by
-//! `--dtype fp8 --fp8-layers FILE`.
+//! The FP8 choice: which linear layers `vitrt quantize-report` (or `vitrt calibrate
+//! --max-cosine-drop`) kept in 16 bits for a model, with the budget it was chosen for and what
+//! it measured. It is saved in a file of its own, read back by `--dtype fp8 --fp8-layers FILE`,
+//! or inside a static scales file (`crate::fp8_scales`), which `--fp8-scales FILE` then honours.
 
 use crate::error::ModelError;
+use crate::fp8_scales::Fp8ScalesFile;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use vitrt_runtime::fp8::Fp8Layers;
@@ -20,6 +22,13 @@ pub struct Fp8ChoiceFile {
     pub version: u32,
     /// The model the choice was made for, as `--model` named it.
     pub model: String,
+    #[serde(flatten)]
+    pub choice: Fp8Choice,
+}
+
+/// A choice of FP8 layers and what it measured.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Fp8Choice {
     /// Linear layers in FP8, by graph node name.
     pub fp8: Vec<String>,
     /// The other candidates the report weighed, kept in the compute type (for the reader).
@@ -42,12 +51,28 @@ pub struct Fp8Measurement {
     pub same_top1: usize,
 }
 
-impl Fp8ChoiceFile {
-    /// The runner's choice: the layers the file names as FP8.
+impl Fp8Choice {
+    /// The runner's choice: the layers named as FP8.
     pub fn layers(&self) -> Fp8Layers {
         Fp8Layers::only(self.fp8.iter().cloned())
     }
+}
 
+/// The layers a run with `--dtype fp8` puts in FP8: those `choice` (`--fp8-layers`) names;
+/// else, with static scales, the choice saved in their file, or without one
+/// [`Fp8Layers::default_choice_with_static_scales`]; else [`Fp8Layers::default_choice`].
+pub fn layers_to_run(choice: Option<&Fp8ChoiceFile>, scales: Option<&Fp8ScalesFile>) -> Fp8Layers {
+    match (choice, scales) {
+        (Some(file), _) => file.choice.layers(),
+        (None, Some(scales)) => match &scales.choice {
+            Some(saved) => saved.layers(),
+            None => Fp8Layers::default_choice_with_static_scales(),
+        },
+        (None, None) => Fp8Layers::default_choice(),
+    }
+}
+
+impl Fp8ChoiceFile {
     pub fn read(path: &Path) -> Result<Fp8ChoiceFile, ModelError> {
         let usage = |message: String| ModelError::Usage(format!("{}: {message}", path.display()));
         let text = std::fs::read_to_string(path).map_err(|e| usage(e.to_string()))?;
@@ -199,21 +224,28 @@ mod tests {
             format: FORMAT.into(),
             version: VERSION,
             model: "m".into(),
-            keep: vec!["encoder.layer.11.output.dense".into()],
-            fp8: vec!["encoder.layer.0.output.dense".into()],
-            max_cosine_drop: 2e-3,
-            measured: Fp8Measurement {
-                images: 3,
-                mean_cosine: 0.999,
-                worst_cosine: 0.998,
-                same_top1: 3,
+            choice: Fp8Choice {
+                keep: vec!["encoder.layer.11.output.dense".into()],
+                fp8: vec!["encoder.layer.0.output.dense".into()],
+                max_cosine_drop: 2e-3,
+                measured: Fp8Measurement {
+                    images: 3,
+                    mean_cosine: 0.999,
+                    worst_cosine: 0.998,
+                    same_top1: 3,
+                },
             },
         };
         file.write(&path).unwrap();
         let back = Fp8ChoiceFile::read(&path).unwrap();
         assert_eq!(back, file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("\"fp8\": [") && !text.contains("choice"),
+            "{text}"
+        );
         assert_eq!(
-            back.layers(),
+            layers_to_run(Some(&back), None),
             Fp8Layers::only(["encoder.layer.0.output.dense".to_string()])
         );
 

@@ -7,6 +7,9 @@
 //! refused by a model whose candidates differ: a scale calibrated for another model's layer
 //! would saturate or waste e4m3's range silently.
 //!
+//! The file may also hold a choice of FP8 layers measured with these scales (`vitrt calibrate
+//! --max-cosine-drop`), which a run given the file and no `--fp8-layers` follows.
+//!
 //! The scale of a layer is `margin · amax / 448`: the calibration's largest input maps to
 //! `448 / margin`. The default margin is 2. e4m3's normal values span 2^-6 to 448, about 2^15,
 //! with the same relative spacing (3 mantissa bits) throughout, so halving every code costs
@@ -15,6 +18,7 @@
 //! calibration's largest by up to 2x saturates at 448 instead of being represented.
 
 use crate::error::ModelError;
+use crate::fp8_choice::Fp8Choice;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use vitrt_runtime::fp8::StaticScales;
@@ -42,6 +46,10 @@ pub struct Fp8ScalesFile {
     pub margin: f32,
     /// Every FP8 candidate of the model, in graph order.
     pub layers: Vec<LayerScale>,
+    /// The layers to run in FP8 with these scales, chosen for a budget by measurement
+    /// (`vitrt calibrate --max-cosine-drop`); absent, a run takes the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub choice: Option<Fp8Choice>,
 }
 
 /// One candidate linear layer's calibration.
@@ -85,6 +93,7 @@ impl Fp8ScalesFile {
             images,
             margin,
             layers,
+            choice: None,
         }
     }
 
@@ -109,6 +118,18 @@ impl Fp8ScalesFile {
                 "the scale of {:?} is {}; a scale is positive and finite",
                 bad.name, bad.scale
             )));
+        }
+        if let Some(choice) = &file.choice {
+            if let Some(stray) = choice
+                .fp8
+                .iter()
+                .chain(&choice.keep)
+                .find(|name| !file.layers.iter().any(|l| &l.name == *name))
+            {
+                return Err(usage(format!(
+                    "its FP8 choice names a layer {stray:?} that has no scale in it"
+                )));
+            }
         }
         Ok(file)
     }
@@ -230,6 +251,50 @@ mod tests {
         // What it writes, it reads.
         file().write(&path).unwrap();
         assert_eq!(Fp8ScalesFile::read(&path).unwrap(), file());
+        // A saved choice may only name the file's layers.
+        let mut f = file();
+        f.choice = Some(choice(&["a.layer.0.qkv"], &["a.layer.1.fc2"]));
+        assert!(read(&serde_json::to_string(&f).unwrap())
+            .contains("names a layer \"a.layer.1.fc2\" that has no scale"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn choice(fp8: &[&str], keep: &[&str]) -> Fp8Choice {
+        Fp8Choice {
+            fp8: fp8.iter().map(|s| s.to_string()).collect(),
+            keep: keep.iter().map(|s| s.to_string()).collect(),
+            max_cosine_drop: 2e-3,
+            measured: crate::fp8_choice::Fp8Measurement {
+                images: 3,
+                mean_cosine: 0.999,
+                worst_cosine: 0.998,
+                same_top1: 3,
+            },
+        }
+    }
+
+    #[test]
+    fn a_saved_choice_is_what_a_run_with_the_scales_takes() {
+        use crate::fp8_choice::layers_to_run;
+        use vitrt_runtime::fp8::Fp8Layers;
+        let plain = file();
+        assert_eq!(
+            layers_to_run(None, Some(&plain)),
+            Fp8Layers::default_choice_with_static_scales()
+        );
+        let mut chosen = file();
+        chosen.choice = Some(choice(&["a.layer.0.qkv"], &["a.layer.0.fc2"]));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scales.json");
+        chosen.write(&path).unwrap();
+        let back = Fp8ScalesFile::read(&path).unwrap();
+        assert_eq!(back, chosen);
+        assert_eq!(
+            layers_to_run(None, Some(&back)),
+            Fp8Layers::only(["a.layer.0.qkv".to_string()])
+        );
+        // A file without the field (as calibrate wrote before it could choose) still reads.
+        let text = serde_json::to_string(&plain).unwrap();
+        assert!(!text.contains("choice"));
     }
 }

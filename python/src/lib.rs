@@ -475,9 +475,9 @@ fn check_top_k(top_k: usize) -> Result<()> {
 /// local cache only with `offline=True` or `HF_HUB_OFFLINE=1`); `device` is "cpu", "cuda" or
 /// "cuda:N", by default the first CUDA GPU that opens, else the CPU; `dtype` is "f32", "f16",
 /// "bf16" or "fp8" (f16 with linear layers in FP8, as the CLI's `--dtype fp8`: those the file
-/// `fp8_layers`, written by `vitrt quantize-report --output`, names, else the default's; with
-/// `fp8_scales`, a file `vitrt calibrate --out` wrote, their inputs are quantised with its
-/// static scales, as the CLI's `--fp8-scales`), by
+/// `fp8_layers`, written by `vitrt quantize-report --output`, names, else those saved in
+/// `fp8_scales`' file, else the default's; with `fp8_scales`, a file `vitrt calibrate --out`
+/// wrote, their inputs are quantised with its static scales, as the CLI's `--fp8-scales`), by
 /// default f16 on a GPU and f32 on the CPU; images go through the model
 /// `batch_size` at a time (default 64 on a GPU, 8 on the CPU), decoded by `workers` threads
 /// (default: every core on a GPU, half of them on the CPU, as the CLI's `--workers`).
@@ -813,31 +813,35 @@ impl Model {
         } else {
             parse_dtype("dtype", dtype)?
         };
-        let fp8_scales = match (fp8_asked, fp8_scales) {
-            (true, Some(path)) => Some(
-                vitrt_model::fp8_scales::Fp8ScalesFile::read(&path)
-                    .map_err(|e| PyValueError::new_err(format!("fp8_scales: {e}")))?
-                    .into(),
-            ),
-            (false, Some(_)) => {
-                return Err(PyValueError::new_err("fp8_scales goes with dtype=\"fp8\""))
-            }
-            (_, None) => None,
-        };
+        let fp8_scales: Option<std::sync::Arc<vitrt_model::fp8_scales::Fp8ScalesFile>> =
+            match (fp8_asked, fp8_scales) {
+                (true, Some(path)) => Some(
+                    vitrt_model::fp8_scales::Fp8ScalesFile::read(&path)
+                        .map_err(|e| PyValueError::new_err(format!("fp8_scales: {e}")))?
+                        .into(),
+                ),
+                (false, Some(_)) => {
+                    return Err(PyValueError::new_err("fp8_scales goes with dtype=\"fp8\""))
+                }
+                (_, None) => None,
+            };
         let fp8 = match (fp8_asked, fp8_layers) {
-            (true, Some(path)) => Some(
-                vitrt_model::fp8_choice::Fp8ChoiceFile::read(&path)
-                    .map_err(|e| PyValueError::new_err(format!("fp8_layers: {e}")))?
-                    .layers(),
-            ),
-            (true, None) if fp8_scales.is_some() => {
-                Some(vitrt_runtime::fp8::Fp8Layers::default_choice_with_static_scales())
-            }
-            (true, None) => Some(vitrt_runtime::fp8::Fp8Layers::default_choice()),
             (false, Some(_)) => {
                 return Err(PyValueError::new_err("fp8_layers goes with dtype=\"fp8\""))
             }
             (false, None) => None,
+            (true, path) => {
+                let choice = path
+                    .map(|path| {
+                        vitrt_model::fp8_choice::Fp8ChoiceFile::read(&path)
+                            .map_err(|e| PyValueError::new_err(format!("fp8_layers: {e}")))
+                    })
+                    .transpose()?;
+                Some(vitrt_model::fp8_choice::layers_to_run(
+                    choice.as_ref(),
+                    fp8_scales.as_deref(),
+                ))
+            }
         };
         let residual_dtype = parse_dtype("residual_dtype", residual_dtype)?;
         if batch_size == Some(0) {

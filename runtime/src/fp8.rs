@@ -83,6 +83,9 @@ pub enum Fp8Layers {
     /// without), which `vitrt quantize-report --all-layers` weighs (benchmarks/NOTES.md,
     /// 2026-11-28 "FP8 linear layers in the runtime").
     LayernormInputs,
+    /// Every candidate but the attention output projections (those reading an attention's
+    /// context).
+    ExceptAttentionOutputs,
     /// Every candidate.
     All,
     /// These candidates, by node name (a choice `vitrt quantize-report` made).
@@ -96,35 +99,17 @@ impl Fp8Layers {
     }
 
     /// The choice used with calibrated static scales when no report has made one:
-    /// [`Fp8Layers::All`]. Static scales make the other two layers' input quantisation free
-    /// or cheap ([`use_static_scales`]):
-    /// - the second MLP layer's input is written in e4m3 by the first's epilogue (its GELU
-    ///   output times the reciprocal of the static scale), so no pass runs at all;
-    /// - the attention output projection's input is quantised by an element-wise pass with
-    ///   the static scale (no row reduction, one read of the f16 context and a quarter of its
-    ///   bytes written).
-    ///
-    /// Expected on ViT-B/16 at batch 256 on an H200 (from the 2026-11-28 profile), per block:
-    /// - fc2: 0.355 ms in f16; in FP8 0.350 with its dynamic pass (about 0.155 of it), so
-    ///   about 0.19-0.20 without the pass, as its product alone runs about 1.9x faster in FP8
-    ///   (if its residual epilogue keeps that pace): about 0.16 ms saved against the dynamic
-    ///   default, which keeps fc2 in f16;
-    /// - fc1 (0.333 ms in FP8, bound by its GELU epilogue) stores 1 byte a value instead of 2:
-    ///   77 MB less written, about 0.02 ms at the H200's bandwidth;
-    /// - the attention output projection (0.108 ms in FP8 with a dynamic pass against 0.112 in
-    ///   f16): its static pass reads and writes the same bytes without a row reduction, so a
-    ///   few µs at most;
-    /// - the layernorms skip the amax reduction before their codes: little, they are
-    ///   memory-bound.
-    ///
-    /// About 0.18-0.2 ms a block, 2.2-2.4 ms of the 15.8 ms the dynamic default takes for 256
-    /// images: about 1.45x our f16 (19.6 ms) against 1.24x. Measured: 12.31 ms, 1.58x our f16
-    /// (benchmarks/NOTES.md, 2026-11-28 "FP8 with calibrated static scales"). Accuracy: a per-tensor scale cost
-    /// the real DINOv2 about as much as per-token scales on the mean when every layer is in
-    /// FP8 (emulated: 0.99715 against 0.99732), more at the worst picture (0.99293 against
-    /// 0.99455); `quantize-report --fp8-scales` weighs it per layer.
+    /// [`Fp8Layers::ExceptAttentionOutputs`]. Static scales make the second MLP layer's input
+    /// quantisation free ([`use_static_scales`]: the first MLP layer's epilogue writes it in
+    /// e4m3, its GELU output times the reciprocal of the static scale), and that layer is
+    /// where they gain most. The attention output projection would only need an element-wise
+    /// pass with its scale, but it gains little in FP8 (0.108 ms with a dynamic pass against
+    /// 0.112 in f16 on ViT-B/16 at batch 256) and costs the most accuracy: on the real DINOv2
+    /// ViT-S/14 (emulated, 26 pictures, scales calibrated on other images), every layer in FP8
+    /// keeps a mean cosine of 0.99741 to f32, every one but the attention outputs 0.99825
+    /// (benchmarks/NOTES.md, 2026-11-28 "A safe default with static scales").
     pub fn default_choice_with_static_scales() -> Fp8Layers {
-        Fp8Layers::All
+        Fp8Layers::ExceptAttentionOutputs
     }
 
     /// Exactly the candidates named in `layers`.
@@ -140,6 +125,14 @@ pub fn reads_a_layernorm(graph: &Graph, node: usize) -> bool {
         .nodes
         .iter()
         .any(|n| n.output == x && matches!(n.op, Op::LayerNorm { .. }))
+}
+
+/// Whether candidate `node` reads an attention's context (the attention output projection).
+pub fn reads_attention(graph: &Graph, node: usize) -> bool {
+    let x = graph.nodes[node].inputs[0];
+    graph.nodes.iter().any(|n| {
+        n.output == x && matches!(n.op, Op::Attention { .. } | Op::AttentionContext { .. })
+    })
 }
 
 /// The index of the transformer block a node belongs to, from its name.
@@ -199,6 +192,7 @@ pub fn quantize_linears(graph: &mut Graph, layers: &Fp8Layers) -> Result<Vec<Str
         .into_iter()
         .filter(|&id| match layers {
             Fp8Layers::LayernormInputs => reads_a_layernorm(graph, id),
+            Fp8Layers::ExceptAttentionOutputs => !reads_attention(graph, id),
             Fp8Layers::All => true,
             Fp8Layers::Only(chosen) => chosen.contains(&graph.nodes[id].name),
         })

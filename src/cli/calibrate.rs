@@ -2,15 +2,19 @@
 //! runs in f32 on calibration images; each FP8 candidate's input has its largest magnitude
 //! taken over all of them, and the file `--out` names gets `margin · amax / 448` for each
 //! (`vitrt_model::fp8_scales` says why the margin), for `--dtype fp8 --fp8-scales FILE`.
+//! With `--max-cosine-drop`, it then chooses which layers run in FP8 with those scales, as
+//! `vitrt quantize-report --fp8-scales` does, and saves the choice in the same file: a run
+//! given the file follows it.
 
 use super::common::ModelArgs;
-use super::quantize_report::read_calibration_images;
+use super::quantize_report::{choose, read_calibration_images, ChoiceRequest};
 use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use vitrt_engine::ModelOptions;
 use vitrt_model::fp8_scales::{Fp8ScalesFile, LayerScale, DEFAULT_MARGIN};
+use vitrt_runtime::fp8::Fp8Layers;
 use vitrt_runtime::DType;
 
 #[derive(Args, Debug)]
@@ -24,6 +28,12 @@ pub struct CalibrateArgs {
     /// unseen image's inputs up to MARGIN times larger are represented rather than saturated.
     #[arg(long, default_value_t = DEFAULT_MARGIN)]
     margin: f32,
+    /// Also choose the layers to run in FP8 with these scales, for this budget (the largest
+    /// drop of the mean cosine similarity to f32 over the images, as `quantize-report
+    /// --max-cosine-drop`), and save the choice in the file. It runs the model in f16 and
+    /// FP8 too, so the device must run FP8 (a Hopper GPU, or the CPU's emulation).
+    #[arg(long)]
+    max_cosine_drop: Option<f64>,
     /// Images per forward pass.
     #[arg(long, default_value_t = 16, value_parser = super::common::parse_batch_size)]
     batch_size: usize,
@@ -44,6 +54,14 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
     let options = args.model.options()?;
     if options.dtype.is_some() || options.fp8.is_some() {
         bail!("calibrate runs the model in f32 itself: leave --dtype and the FP8 flags out");
+    }
+    if let Some(budget) = args.max_cosine_drop {
+        if !(0.0..1.0).contains(&budget) {
+            bail!(
+                "--max-cosine-drop {budget} is not a drop of a cosine similarity: use a value \
+                 in [0, 1)"
+            );
+        }
     }
     let opened = ModelOptions {
         dtype: Some(DType::F32),
@@ -96,13 +114,35 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
             layer.name, layer.input_amax, layer.scale
         );
     }
-    let file = Fp8ScalesFile::new(
+    drop(runner);
+    let mut file = Fp8ScalesFile::new(
         args.model.name().to_string(),
         names.len(),
         args.margin,
         layers,
     );
+    let mut met = true;
+    if let Some(budget) = args.max_cosine_drop {
+        eprintln!("vitrt: choosing the FP8 layers with these scales");
+        let report = choose(&ChoiceRequest {
+            options: &options,
+            images: &args.images,
+            batch_size: args.batch_size,
+            budget,
+            considered: Fp8Layers::All,
+            static_scales: Some(file.clone()),
+            command: "calibrate",
+        })?;
+        outln!("");
+        report.print()?;
+        met = report.met;
+        file.choice = Some(report.choice());
+    }
     file.write(&args.out)?;
     eprintln!("vitrt: wrote {}", args.out.display());
-    Ok(ExitCode::SUCCESS)
+    Ok(if met {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

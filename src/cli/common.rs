@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use vitrt_engine::ModelOptions;
-use vitrt_model::fp8_choice::Fp8ChoiceFile;
+use vitrt_model::fp8_choice::{layers_to_run, Fp8ChoiceFile};
 use vitrt_model::fp8_scales::Fp8ScalesFile;
 use vitrt_model::limits::{MAX_BATCH_SIZE, MAX_IMAGE_SIDE};
 use vitrt_model::text::TextEncoder;
@@ -272,23 +272,29 @@ impl ModelArgs {
         })
     }
 
-    /// The FP8 choice `--dtype fp8`, `--fp8-layers` and `--fp8-scales` make, if any: without a
-    /// choice file, the default, which with static scales is every candidate
-    /// (`Fp8Layers::default_choice_with_static_scales`).
+    /// The FP8 choice `--dtype fp8`, `--fp8-layers` and `--fp8-scales` make, if any
+    /// (`vitrt_model::fp8_choice::layers_to_run`: without a choice file, the one saved with
+    /// the scales, else the default).
     fn fp8(&self) -> Result<Option<Fp8Layers>> {
         let fp8 = self.dtype == Some(RunDtype::Fp8);
         if !fp8 && self.fp8_scales.is_some() {
             bail!("--fp8-scales goes with --dtype fp8");
         }
-        match (fp8, &self.fp8_layers) {
-            (true, Some(path)) => Ok(Some(Fp8ChoiceFile::read(path)?.layers())),
-            (true, None) if self.fp8_scales.is_some() => {
-                Ok(Some(Fp8Layers::default_choice_with_static_scales()))
-            }
-            (true, None) => Ok(Some(Fp8Layers::default_choice())),
-            (false, Some(_)) => bail!("--fp8-layers goes with --dtype fp8"),
-            (false, None) => Ok(None),
+        if !fp8 && self.fp8_layers.is_some() {
+            bail!("--fp8-layers goes with --dtype fp8");
         }
+        if !fp8 {
+            return Ok(None);
+        }
+        let choice = self
+            .fp8_layers
+            .as_deref()
+            .map(Fp8ChoiceFile::read)
+            .transpose()?;
+        Ok(Some(layers_to_run(
+            choice.as_ref(),
+            self.fp8_scales()?.as_ref(),
+        )))
     }
 
     /// The text tower of the model alone (`vitrt embed-text`: a CLIP or SigLIP checkpoint

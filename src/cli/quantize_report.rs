@@ -14,7 +14,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use vitrt_engine::pipeline::{collect_inputs_with, DatasetOptions};
 use vitrt_engine::ModelOptions;
-use vitrt_model::fp8_choice::{first_guess, Fp8ChoiceFile, Fp8Measurement, FORMAT, VERSION};
+use vitrt_model::fp8_choice::{
+    first_guess, Fp8Choice, Fp8ChoiceFile, Fp8Measurement, FORMAT, VERSION,
+};
+use vitrt_model::fp8_scales::Fp8ScalesFile;
 use vitrt_model::preprocess::preprocess_file;
 use vitrt_model::{Output, OutputSet, Pool, Runner};
 use vitrt_runtime::fp8::Fp8Layers;
@@ -82,12 +85,6 @@ pub(super) fn read_calibration_images(
 }
 
 pub fn run(args: QuantizeReportArgs) -> Result<ExitCode> {
-    if !(0.0..1.0).contains(&args.max_cosine_drop) {
-        bail!(
-            "--max-cosine-drop {} is not a drop of a cosine similarity: use a value in [0, 1)",
-            args.max_cosine_drop
-        );
-    }
     // With --fp8-scales, every FP8 run quantises its layers' inputs with the static scales.
     let static_scales = args.model.fp8_scales()?;
     let options = args.model.without_fp8_scales().options()?;
@@ -97,18 +94,98 @@ pub fn run(args: QuantizeReportArgs) -> Result<ExitCode> {
              --fp8-layers out"
         );
     }
+    // Static scales make the attention output's and second MLP layer's input quantisation
+    // free or cheap, so every layer is weighed with them.
+    let considered = if args.all_layers || static_scales.is_some() {
+        Fp8Layers::All
+    } else {
+        Fp8Layers::default_choice()
+    };
+    let report = choose(&ChoiceRequest {
+        options: &options,
+        images: &args.images,
+        batch_size: args.batch_size,
+        budget: args.max_cosine_drop,
+        considered,
+        static_scales,
+        command: "quantize-report",
+    })?;
+    report.print()?;
+    if let Some(path) = &args.output {
+        Fp8ChoiceFile {
+            format: FORMAT.into(),
+            version: VERSION,
+            model: args.model.name().to_string(),
+            choice: report.choice(),
+        }
+        .write(path)?;
+        eprintln!("vitrt: wrote the choice to {}", path.display());
+    }
+    Ok(if report.met {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// What [`choose`] is asked.
+pub(super) struct ChoiceRequest<'a> {
+    /// The model (no dtype, no FP8 choice: the runs set their own).
+    pub options: &'a ModelOptions,
+    /// Calibration images: files and folders.
+    pub images: &'a [PathBuf],
+    pub batch_size: usize,
+    /// The largest drop of the mean cosine to f32 allowed.
+    pub budget: f64,
+    /// The candidates weighed.
+    pub considered: Fp8Layers,
+    /// Static scales every FP8 run quantises its inputs with, else per-row scales.
+    pub static_scales: Option<Fp8ScalesFile>,
+    /// The command, for messages.
+    pub command: &'static str,
+}
+
+/// What [`choose`] measured and chose.
+pub(super) struct ChoiceReport {
+    /// Whether the output compared is a classifier's logits (else an embedding).
+    pub classes: bool,
+    /// Each candidate's cost: how much it alone in FP8 lowers the mean cosine below f16's.
+    pub costs: Vec<(String, f64)>,
+    /// The candidates kept in f16.
+    pub keep: Vec<String>,
+    pub budget: f64,
+    pub f16: Fp8Measurement,
+    /// Every candidate in FP8.
+    pub all: Fp8Measurement,
+    pub chosen: Fp8Measurement,
+    /// Whether the choice meets the budget (and, for a classifier, f16's top-1 agreement).
+    pub met: bool,
+}
+
+/// Runs the model on the images in f32, in f16, with every candidate in FP8 and with each alone
+/// in FP8, and chooses the layers to keep in f16 for the budget (see the module's
+/// documentation); the choice is checked by running it.
+pub(super) fn choose(request: &ChoiceRequest) -> Result<ChoiceReport> {
+    let budget = request.budget;
+    if !(0.0..1.0).contains(&budget) {
+        bail!(
+            "--max-cosine-drop {budget} is not a drop of a cosine similarity: use a value in [0, 1)"
+        );
+    }
     let opened = |dtype| -> Result<(Runner, PathBuf)> {
         let opened = ModelOptions {
             dtype: Some(dtype),
+            fp8: None,
+            fp8_scales: None,
             cuda_graphs: false,
-            ..options.clone()
+            ..request.options.clone()
         }
         .open()?;
         Ok((opened.runner, opened.dir))
     };
     let (mut reference_runner, dir) = opened(DType::F32)?;
     let (mut runner, _) = opened(DType::F16)?;
-    let size_was_asked = options.image_size.is_some();
+    let size_was_asked = request.options.image_size.is_some();
     let pre = vitrt_engine::batched::preprocessing(&mut reference_runner, &dir, size_was_asked)?;
     vitrt_engine::batched::preprocessing(&mut runner, &dir, size_was_asked)?;
 
@@ -124,17 +201,19 @@ pub fn run(args: QuantizeReportArgs) -> Result<ExitCode> {
         r.set_outputs(OutputSet::of(&[output]));
     }
 
-    let (pixels, names) = read_calibration_images(&args.images, &pre, "quantize-report")?;
+    let (pixels, names) = read_calibration_images(request.images, &pre, request.command)?;
     if names.len() < 2 {
         bail!(
-            "quantize-report needs at least two readable images (it compares neighbours), got {}",
+            "{} needs at least two readable images to choose FP8 layers (it compares \
+             neighbours), got {}",
+            request.command,
             names.len()
         );
     }
     let per_image = pixels.len() / names.len();
     let run_all = |runner: &mut Runner| -> Result<Vec<Vec<f32>>> {
         let mut vectors = Vec::with_capacity(names.len());
-        for chunk in pixels.chunks(per_image * args.batch_size) {
+        for chunk in pixels.chunks(per_image * request.batch_size) {
             let batch = chunk.len() / per_image;
             let outputs = runner.run(chunk, batch, false)?;
             let out = outputs
@@ -154,20 +233,15 @@ pub fn run(args: QuantizeReportArgs) -> Result<ExitCode> {
     drop(reference_runner);
     let f16 = Fp8Measurement::of(&reference, &run_all(&mut runner)?, classes);
 
-    let considered = match (args.all_layers, &static_scales) {
-        (true, _) => Fp8Layers::All,
-        (false, Some(_)) => Fp8Layers::default_choice_with_static_scales(),
-        (false, None) => Fp8Layers::default_choice(),
-    };
-    let candidates = runner.fp8_candidates(&considered)?;
+    let candidates = runner.fp8_candidates(&request.considered)?;
     if candidates.is_empty() {
         bail!(
             "no linear layer of this model can run in FP8{} (candidates are the transformer \
              blocks' layers with K a multiple of 16)",
-            if args.all_layers {
-                ""
-            } else {
+            if request.considered == Fp8Layers::default_choice() {
                 " with its input quantised by a layernorm; --all-layers weighs the others"
+            } else {
+                ""
             }
         );
     }
@@ -175,7 +249,7 @@ pub fn run(args: QuantizeReportArgs) -> Result<ExitCode> {
     let measure = |runner: Runner, keep: &[String]| -> Result<(Runner, Fp8Measurement)> {
         let fp8 = candidates.iter().filter(|c| !keep.contains(c)).cloned();
         let mut runner = runner.with_fp8(Fp8Layers::only(fp8))?;
-        if let Some(scales) = &static_scales {
+        if let Some(scales) = &request.static_scales {
             runner = runner.with_fp8_scales(scales.clone())?;
         }
         let outputs = run_all(&mut runner)?;
@@ -198,7 +272,9 @@ pub fn run(args: QuantizeReportArgs) -> Result<ExitCode> {
     }
 
     // Keep the most costly layers until the rest are predicted to fit, then check by running.
-    let budget = args.max_cosine_drop;
+    let fits = |m: &Fp8Measurement| {
+        m.cosine_drop() <= budget && (!classes || m.same_top1 >= f16.same_top1)
+    };
     let mut keep = first_guess(&costs, budget - f16.cosine_drop());
     let mut by_cost: Vec<&(String, f64)> = costs.iter().collect();
     by_cost.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -209,8 +285,7 @@ pub fn run(args: QuantizeReportArgs) -> Result<ExitCode> {
         }
         let (r, m) = measure(runner, &keep)?;
         runner = r;
-        let fits = m.cosine_drop() <= budget && (!classes || m.same_top1 >= f16.same_top1);
-        if fits {
+        if fits(&m) {
             break m;
         }
         let next = by_cost
@@ -220,44 +295,7 @@ pub fn run(args: QuantizeReportArgs) -> Result<ExitCode> {
             .context("every layer is kept")?;
         keep.push(next);
     };
-    drop(runner);
-
-    let agreement = if classes {
-        "same top-1 class"
-    } else {
-        "same nearest neighbour"
-    };
-    outln!("{:<48} {:>12}  {}", "linear layer", "cosine cost", "choice");
-    for (name, cost) in &costs {
-        let choice = if keep.contains(name) { "f16" } else { "fp8" };
-        outln!("{name:<48} {cost:>12.3e}  {choice}");
-    }
-    outln!("");
-    outln!(
-        "{:<28} {:>12} {:>12} {:>24}",
-        "run (against f32)",
-        "mean cosine",
-        "worst cosine",
-        agreement
-    );
-    let fp8_count = candidates.len() - keep.len();
-    let rows = [
-        ("f16".to_string(), f16),
-        (format!("every candidate fp8 ({})", candidates.len()), all),
-        (
-            format!("chosen ({fp8_count} of {} fp8)", candidates.len()),
-            chosen,
-        ),
-    ];
-    for (name, m) in &rows {
-        outln!(
-            "{name:<28} {:>12.6} {:>12.6} {:>24}",
-            m.mean_cosine,
-            m.worst_cosine,
-            format!("{}/{}", m.same_top1, m.images)
-        );
-    }
-    let met = chosen.cosine_drop() <= budget && (!classes || chosen.same_top1 >= f16.same_top1);
+    let met = fits(&chosen);
     if !met {
         eprintln!(
             "vitrt: no choice meets the budget: f16 alone drops the mean cosine by {:.3e}, more \
@@ -265,27 +303,78 @@ pub fn run(args: QuantizeReportArgs) -> Result<ExitCode> {
             f16.cosine_drop()
         );
     }
-    if let Some(path) = &args.output {
-        let fp8 = candidates
-            .iter()
-            .filter(|c| !keep.contains(c))
-            .cloned()
-            .collect();
-        Fp8ChoiceFile {
-            format: FORMAT.into(),
-            version: VERSION,
-            model: args.model.name().to_string(),
-            keep,
-            fp8,
-            max_cosine_drop: budget,
-            measured: chosen,
-        }
-        .write(path)?;
-        eprintln!("vitrt: wrote the choice to {}", path.display());
-    }
-    Ok(if met {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+    Ok(ChoiceReport {
+        classes,
+        costs,
+        keep,
+        budget,
+        f16,
+        all,
+        chosen,
+        met,
     })
+}
+
+impl ChoiceReport {
+    /// The choice, as the files save it.
+    pub fn choice(&self) -> Fp8Choice {
+        Fp8Choice {
+            fp8: self
+                .costs
+                .iter()
+                .map(|(name, _)| name)
+                .filter(|name| !self.keep.contains(name))
+                .cloned()
+                .collect(),
+            keep: self.keep.clone(),
+            max_cosine_drop: self.budget,
+            measured: self.chosen,
+        }
+    }
+
+    /// A row per layer (cost, fp8 or f16), then the f16, all-FP8 and chosen runs' mean and worst
+    /// cosine and agreement, on standard output.
+    pub fn print(&self) -> Result<()> {
+        let agreement = if self.classes {
+            "same top-1 class"
+        } else {
+            "same nearest neighbour"
+        };
+        outln!("{:<48} {:>12}  {}", "linear layer", "cosine cost", "choice");
+        for (name, cost) in &self.costs {
+            let choice = if self.keep.contains(name) {
+                "f16"
+            } else {
+                "fp8"
+            };
+            outln!("{name:<48} {cost:>12.3e}  {choice}");
+        }
+        outln!("");
+        outln!(
+            "{:<28} {:>12} {:>12} {:>24}",
+            "run (against f32)",
+            "mean cosine",
+            "worst cosine",
+            agreement
+        );
+        let candidates = self.costs.len();
+        let fp8_count = candidates - self.keep.len();
+        let rows = [
+            ("f16".to_string(), self.f16),
+            (format!("every candidate fp8 ({candidates})"), self.all),
+            (
+                format!("chosen ({fp8_count} of {candidates} fp8)"),
+                self.chosen,
+            ),
+        ];
+        for (name, m) in &rows {
+            outln!(
+                "{name:<28} {:>12.6} {:>12.6} {:>24}",
+                m.mean_cosine,
+                m.worst_cosine,
+                format!("{}/{}", m.same_top1, m.images)
+            );
+        }
+        Ok(())
+    }
 }
