@@ -658,7 +658,8 @@ const MODEL_SHAPES: [(&str, usize, usize, usize); 8] = [
 /// for ViT-B/16), over the fused QKV activation as the runtime lowers it: CUDA events, 5
 /// warm-up launches, the median of 7 samples of 20 launches. Prints one tab-separated `ATTN`
 /// line a measurement, each program's and then the launcher's pick as `chosen` (scripts/bench/bench_attention.py joins them with PyTorch's SDPA on the same
-/// shapes) and each kernel's registers.
+/// shapes) and each kernel's registers. `VITRT_ATTENTION_BENCH_ONLY=SHAPE,BATCH,PROGRAM`
+/// (`PROGRAM` as the line names it, e.g. `chosen`) times that one case, for a profiler.
 #[test]
 #[ignore = "needs a CUDA GPU; a benchmark"]
 fn bench_attention_programs_at_model_shapes() {
@@ -680,6 +681,11 @@ fn bench_attention_programs_at_model_shapes() {
             .collect();
         samples.sort_by(f64::total_cmp);
         samples[samples.len() / 2]
+    };
+    let only = std::env::var("VITRT_ATTENTION_BENCH_ONLY").ok();
+    let wanted = |shape: &str, batch: usize, program: &str| {
+        only.as_deref()
+            .is_none_or(|only| only == format!("{shape},{batch},{program}"))
     };
     for (shape, heads, tokens, head_dim) in MODEL_SHAPES {
         let dtypes: &[DType] = if shape == "vit-b16-224" {
@@ -703,6 +709,10 @@ fn bench_attention_programs_at_model_shapes() {
                 programs.retain(|program| program.check_tokens(head_dim, tokens).is_ok());
                 // Every program, then the launcher's own pick (as "chosen").
                 for program in programs.into_iter().map(Some).chain([None]) {
+                    let name = program.map_or("chosen".to_string(), |p| format!("{p:?}"));
+                    if !wanted(shape, batch, &name) {
+                        continue;
+                    }
                     let ms = time(&|| {
                         match program {
                             Some(program) => attention::gpu::attention_with_program(
@@ -712,7 +722,6 @@ fn bench_attention_programs_at_model_shapes() {
                         }
                         .unwrap()
                     });
-                    let name = program.map_or("chosen".to_string(), |p| format!("{p:?}"));
                     println!(
                         "ATTN\t{shape}\t{batch}\t{dtype}\t{name}\t{:.2}\t{:.1}",
                         ms * 1e3,
