@@ -59,6 +59,9 @@ struct NodeRow {
     node: String,
     op: &'static str,
     median_ms: f64,
+    /// The fastest and slowest of the node's passes (a spread the median hides).
+    min_ms: f64,
+    max_ms: f64,
     share: f64,
     tflops: Option<f64>,
     gbps: Option<f64>,
@@ -233,11 +236,15 @@ fn report(
     let costs: Vec<NodeCost> = (0..graph.nodes.len())
         .map(|n| node_cost(graph, plan, n))
         .collect();
-    let medians: Vec<f64> = (0..graph.nodes.len())
+    let stats: Vec<Option<Stats>> = (0..graph.nodes.len())
         .map(|n| {
             let samples: Vec<f64> = times.node_ms.iter().map(|pass| pass[n] as f64).collect();
-            Stats::from_samples(&samples).map_or(f64::NAN, |s| s.median_ms)
+            Stats::from_samples(&samples)
         })
+        .collect();
+    let medians: Vec<f64> = stats
+        .iter()
+        .map(|s| s.as_ref().map_or(f64::NAN, |s| s.median_ms))
         .collect();
     let total: f64 = medians.iter().sum();
     let forward = Stats::from_samples(
@@ -282,6 +289,8 @@ fn report(
                 node: node.name.clone(),
                 op: node.op.kind_name(),
                 median_ms: ms,
+                min_ms: stats[n].as_ref().map_or(f64::NAN, |s| s.min_ms),
+                max_ms: stats[n].as_ref().map_or(f64::NAN, |s| s.max_ms),
                 share: ms / total,
                 tflops,
                 gbps,
