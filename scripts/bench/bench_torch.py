@@ -301,8 +301,12 @@ def vit_embeddings(g: Geometry, dtype: torch.dtype, device: torch.device):
 class Clock:
     """Times `reps` repetitions of fn(i), i counting on from the warm-up's, one at a time."""
 
-    def __init__(self, device: torch.device, queue_ahead: bool):
+    def __init__(self, device: torch.device, queue_ahead: bool, warmup_ms: float = 0.0):
         self.cuda = device.type == "cuda"
+        # After the warm-up's repetitions, more (reusing their inputs) until this long has
+        # passed: a GPU's first tens of ms after idling run faster than it then sustains
+        # (benchmarks/NOTES.md, 2026-11-28 "The first passes after idle run fast").
+        self.warmup_ms = warmup_ms
         self.cycles_per_ms = None
         if self.cuda and queue_ahead:
             if hasattr(torch.cuda, "_sleep"):
@@ -342,6 +346,11 @@ class Clock:
             fn(i)
             enqueue_ms.append((time.perf_counter() - t) * 1e3)
         torch.cuda.synchronize()
+        started, i = time.perf_counter(), 0
+        while (time.perf_counter() - started) * 1e3 < self.warmup_ms:
+            fn(i % max(1, warmup))
+            torch.cuda.synchronize()
+            i += 1
         spin_cycles = 0
         if spin and self.cycles_per_ms:
             host_ms = max(enqueue_ms[1:] or enqueue_ms or [0.1])
@@ -401,7 +410,7 @@ class Runner:
                  batches: list[int], l2_bytes: int | None, total: int):
         self.args, self.device, self.dtype, self.g, self.batches = args, device, dtype, geometry, batches
         self.l2_bytes = l2_bytes
-        self.clock = Clock(device, queue_ahead=not args.no_queue_ahead)
+        self.clock = Clock(device, queue_ahead=not args.no_queue_ahead, warmup_ms=args.warmup_ms)
         self.kernels: list[dict] = []
         self.models: list[dict] = []
         self.skipped: list[dict] = []
@@ -804,6 +813,8 @@ def parse_args(argv=None):
     parser.add_argument("--batch-sizes", default="1,8,64,256", help="comma-separated (default 1,8,64,256)")
     parser.add_argument("--reps", type=int, default=50, help="timed repetitions per case")
     parser.add_argument("--warmup", type=int, default=10, help="untimed repetitions before them")
+    parser.add_argument("--warmup-ms", type=float, default=1000.0,
+                        help="and more untimed repetitions until this long has passed (GPU only)")
     parser.add_argument("--compile", nargs="?", const="timm", default=None, metavar="MODELS",
                         help="also time torch.compile(mode='max-autotune') of these models, comma-separated "
                              f"from {sorted(COMPILED_PROVIDERS)} (default timm); minutes per batch size")

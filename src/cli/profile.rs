@@ -328,6 +328,8 @@ fn report(
             "batch": batch,
             "reps": args.reps,
             "forward_median_ms": forward.median_ms,
+            // Each timed pass in order, to see whether a spread drifts or alternates.
+            "forward_passes_ms": times.forward_ms,
             "ceilings": ceilings.as_ref().map(|c| serde_json::json!({"copy_gbps": c.copy_gbps})),
             "naflex": profiled.naflex,
             "nodes": rows,

@@ -41,6 +41,12 @@ pub struct ModelBenchArgs {
     /// Untimed passes first (at least one: it compiles the kernels and plans the memory).
     #[arg(long, default_value_t = 5, value_parser = crate::cli::common::parse_passes)]
     pub(super) warmup: usize,
+    /// Then about this many milliseconds of untimed passes, run back to back with the timed
+    /// ones: a GPU runs its first tens of ms of work after a pause faster than it then
+    /// sustains (benchmarks/NOTES.md, 2026-11-28 "The first passes after idle run fast"), and
+    /// the timed passes should see the pace a long job gets.
+    #[arg(long, default_value_t = 1000.0)]
+    pub(super) warmup_ms: f64,
     /// Also write the results as JSON (schema vitrt-bench/1, in "models").
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -76,14 +82,16 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
         None => runner.backend().dtype().name().to_string(),
     };
     outln!(
-        "vitrt bench model: {} on {}, {dtype} (residual stream {}), median of {} passes after {} warm-up",
+        "vitrt bench model: {} on {}, {dtype} (residual stream {}), median of {} passes after {} \
+         warm-up passes and about {} ms more",
         args.model.name(),
         runner.backend().describe(),
         runner.precision().residual,
         args.reps,
-        args.warmup.max(1)
+        args.warmup.max(1),
+        args.warmup_ms
     );
-    let passes = args.batch_sizes.len() * (args.reps + args.warmup.max(1));
+    let passes = args.batch_sizes.len() * (args.reps + args.warmup.max(1) + 3);
     let progress = super::measure::progress_bar(passes as u64);
     let mut rng = SmallRng::seed_from_u64(7);
     let mut rows = Vec::new();
@@ -108,7 +116,7 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
                 &mut runner,
                 &pixels,
                 batch,
-                (args.warmup.max(1), args.reps),
+                (args.warmup.max(1), args.warmup_ms, args.reps),
                 baseline,
                 &mut || progress.inc(1),
             )
@@ -238,13 +246,14 @@ impl BatchMemory {
 }
 
 /// Times `reps` forward passes of `batch` images after `warmup` untimed ones (at least one),
-/// sampling the memory account and the device's used memory (less `baseline`) after each
-/// step: plan and weights, the first (eager) pass, the rest.
+/// three more to find the pace, and about `warmup_ms` of them back to back, sampling the memory account and the device's used
+/// memory (less `baseline`) after each step: plan and weights, the first (eager) pass, the
+/// rest.
 fn measure_batch(
     runner: &mut Runner,
     pixels: &[f32],
     batch: usize,
-    (warmup, reps): (usize, usize),
+    (warmup, warmup_ms, reps): (usize, f64, usize),
     baseline: Option<usize>,
     progress: &mut dyn FnMut(),
 ) -> Result<(Vec<f32>, BatchMemory)> {
@@ -261,7 +270,23 @@ fn measure_batch(
     let loaded = sample(runner)?;
     runner.time_forward(pixels, batch, (1, 0), false, progress)?;
     let first_pass = sample(runner)?;
-    let times = runner.time_forward(pixels, batch, (warmup - 1, reps), false, progress)?;
+    // The rest of the warm-up runs back to back with the timed passes, in one call: a pause
+    // between passes (another call writes the inputs again) lets the GPU start fast again.
+    // Its length in passes comes from the pace of the first few.
+    let probe = runner.time_forward(pixels, batch, (warmup - 1, 3), false, progress)?;
+    let pace_ms = probe
+        .forward_ms
+        .iter()
+        .copied()
+        .fold(f32::INFINITY, f32::min) as f64;
+    let more = (warmup_ms / pace_ms.max(1e-3)).ceil().min(1e6) as usize;
+    let mut passes = 0;
+    let times = runner.time_forward(pixels, batch, (more, reps), false, &mut || {
+        passes += 1;
+        if passes > more {
+            progress();
+        }
+    })?;
     let timed = sample(runner)?;
     let captured = runner
         .executor(batch, false)

@@ -51,10 +51,11 @@ pub(super) fn run(
     let warmup = args.warmup.max(1);
     outln!(
         "vitrt bench model: {} (SigLIP 2 NaFlex) on {}, {dtype}, median of {} passes after {warmup} \
-         warm-up",
+         warm-up passes and about {} ms more",
         args.model.name(),
         runner.backend().describe(),
         args.reps,
+        args.warmup_ms,
     );
     outln!(
         "each batch: images of {} aspect ratios in turn, patch grids {} (under {max_patches} \
@@ -72,7 +73,7 @@ pub(super) fn run(
         "ms/image",
         "patches"
     );
-    let passes = args.batch_sizes.len() * (args.reps + warmup);
+    let passes = args.batch_sizes.len() * (args.reps + warmup + 3);
     let progress = super::measure::progress_bar(passes as u64);
     let mut rng = SmallRng::seed_from_u64(7);
     let mut rows = Vec::new();
@@ -83,10 +84,19 @@ pub(super) fn run(
             rng.random_range(-1.0..1.0f32)
         })
         .and_then(|(inputs, grids)| {
+            // `warmup` passes, then as many as `--warmup-ms` takes at their pace (as the fixed
+            // models): each call plans the batch anew, so the pace comes from a first call.
+            let (probe, _) =
+                runner.time_forward(&inputs, &[], (warmup, 3), false, &mut || progress.inc(1))?;
+            let pace_ms = probe
+                .forward_ms
+                .iter()
+                .copied()
+                .fold(f32::INFINITY, f32::min) as f64;
+            let more = (args.warmup_ms / pace_ms.max(1e-3)).ceil().min(1e6) as usize;
             let (times, _) =
-                runner.time_forward(&inputs, &[], (warmup, args.reps), false, &mut || {
-                    progress.inc(1)
-                })?;
+                runner.time_forward(&inputs, &[], (more.max(1), args.reps), false, &mut || {})?;
+            progress.inc(args.reps as u64);
             Ok((times.forward_ms, grids))
         });
         let (times, grids) = match timed {
