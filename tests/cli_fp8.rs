@@ -157,6 +157,28 @@ fn choice_json(fp8: &[&str]) -> String {
     .to_string()
 }
 
+/// `classify_json` in FP8 with the static `scales` and a choice file naming `fp8` as its FP8
+/// layers (written in `dir`).
+fn classify_with_choice(
+    scales: &str,
+    fp8: &[&str],
+    dir: &std::path::Path,
+) -> Vec<serde_json::Value> {
+    let choice = dir.join("named-choice.json");
+    std::fs::write(&choice, choice_json(fp8)).unwrap();
+    classify_json(
+        &[
+            "--dtype",
+            "fp8",
+            "--fp8-scales",
+            scales,
+            "--fp8-layers",
+            choice.to_str().unwrap(),
+        ],
+        dir,
+    )
+}
+
 /// `vitrt calibrate` on `images` for `model`, writing the scales to `out`.
 fn calibrate(
     model: &std::path::Path,
@@ -228,19 +250,7 @@ fn calibrate_saves_a_choice_that_runs_with_the_scales_follow() {
     // A run given the scales alone follows the saved choice: the bits of that choice named.
     let path = scales.to_str().unwrap();
     let followed = classify_json(&["--dtype", "fp8", "--fp8-scales", path], dir.path());
-    let named_file = dir.path().join("named.json");
-    std::fs::write(&named_file, choice_json(&fp8)).unwrap();
-    let named = classify_json(
-        &[
-            "--dtype",
-            "fp8",
-            "--fp8-scales",
-            path,
-            "--fp8-layers",
-            named_file.to_str().unwrap(),
-        ],
-        dir.path(),
-    );
+    let named = classify_with_choice(path, &fp8, dir.path());
     assert_eq!(followed, named);
 
     // A budget that is no cosine drop is refused before anything runs.
@@ -307,19 +317,7 @@ fn calibrated_scales_classify_as_f16_does() {
         .filter(|name| !name.contains("attention.output"))
         .collect();
     assert_eq!(names.len(), 12);
-    let all_but_outputs = dir.path().join("all-but-outputs.json");
-    std::fs::write(&all_but_outputs, choice_json(&names)).unwrap();
-    let named = classify_json(
-        &[
-            "--dtype",
-            "fp8",
-            "--fp8-scales",
-            path,
-            "--fp8-layers",
-            all_but_outputs.to_str().unwrap(),
-        ],
-        dir.path(),
-    );
+    let named = classify_with_choice(path, &names, dir.path());
     assert_eq!(fixed, named);
 
     // A choice file and the scales together: only the chosen layers in FP8.

@@ -7,7 +7,9 @@
 //! given the file follows it.
 
 use super::common::ModelArgs;
-use super::quantize_report::{choose, read_calibration_images, ChoiceRequest};
+use super::quantize_report::{
+    check_max_cosine_drop, choose, read_calibration_images, ChoiceRequest,
+};
 use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -55,13 +57,9 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
     if options.dtype.is_some() || options.fp8.is_some() {
         bail!("calibrate runs the model in f32 itself: leave --dtype and the FP8 flags out");
     }
+    // Checked before the calibration runs, not after it.
     if let Some(budget) = args.max_cosine_drop {
-        if !(0.0..1.0).contains(&budget) {
-            bail!(
-                "--max-cosine-drop {budget} is not a drop of a cosine similarity: use a value \
-                 in [0, 1)"
-            );
-        }
+        check_max_cosine_drop(budget)?;
     }
     let opened = ModelOptions {
         dtype: Some(DType::F32),

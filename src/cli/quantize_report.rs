@@ -128,6 +128,16 @@ pub fn run(args: QuantizeReportArgs) -> Result<ExitCode> {
     })
 }
 
+/// `--max-cosine-drop`'s value must be a drop of a cosine similarity, in [0, 1).
+pub(super) fn check_max_cosine_drop(budget: f64) -> Result<()> {
+    if !(0.0..1.0).contains(&budget) {
+        bail!(
+            "--max-cosine-drop {budget} is not a drop of a cosine similarity: use a value in [0, 1)"
+        );
+    }
+    Ok(())
+}
+
 /// What [`choose`] is asked.
 pub(super) struct ChoiceRequest<'a> {
     /// The model (no dtype, no FP8 choice: the runs set their own).
@@ -167,11 +177,7 @@ pub(super) struct ChoiceReport {
 /// documentation); the choice is checked by running it.
 pub(super) fn choose(request: &ChoiceRequest) -> Result<ChoiceReport> {
     let budget = request.budget;
-    if !(0.0..1.0).contains(&budget) {
-        bail!(
-            "--max-cosine-drop {budget} is not a drop of a cosine similarity: use a value in [0, 1)"
-        );
-    }
+    check_max_cosine_drop(budget)?;
     let opened = |dtype| -> Result<(Runner, PathBuf)> {
         let opened = ModelOptions {
             dtype: Some(dtype),

@@ -118,6 +118,15 @@ pub fn run(gpu: &Gpu, settings: &Settings) -> Result<Results, KernelError> {
     })
 }
 
+/// How many more untimed passes make about `warmup_ms` at the pace of the fastest of `probe_ms`
+/// (passes timed just before): `bench model` runs them back to back with the timed ones, as a
+/// pause lets the GPU start fast again (benchmarks/NOTES.md, 2026-11-28 "The first passes
+/// after idle run fast").
+pub(super) fn warmup_passes(probe_ms: &[f32], warmup_ms: f64) -> usize {
+    let pace_ms = probe_ms.iter().copied().fold(f32::INFINITY, f32::min) as f64;
+    (warmup_ms / pace_ms.max(1e-3)).ceil().min(1e6) as usize
+}
+
 /// Progress on stderr, drawn only when stderr is a terminal (indicatif hides it otherwise).
 pub(super) fn progress_bar(total: u64) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());

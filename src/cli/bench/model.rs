@@ -274,12 +274,7 @@ fn measure_batch(
     // between passes (another call writes the inputs again) lets the GPU start fast again.
     // Its length in passes comes from the pace of the first few.
     let probe = runner.time_forward(pixels, batch, (warmup - 1, 3), false, progress)?;
-    let pace_ms = probe
-        .forward_ms
-        .iter()
-        .copied()
-        .fold(f32::INFINITY, f32::min) as f64;
-    let more = (warmup_ms / pace_ms.max(1e-3)).ceil().min(1e6) as usize;
+    let more = super::measure::warmup_passes(&probe.forward_ms, warmup_ms);
     let mut passes = 0;
     let times = runner.time_forward(pixels, batch, (more, reps), false, &mut || {
         passes += 1;

@@ -88,12 +88,7 @@ pub(super) fn run(
             // models): each call plans the batch anew, so the pace comes from a first call.
             let (probe, _) =
                 runner.time_forward(&inputs, &[], (warmup, 3), false, &mut || progress.inc(1))?;
-            let pace_ms = probe
-                .forward_ms
-                .iter()
-                .copied()
-                .fold(f32::INFINITY, f32::min) as f64;
-            let more = (args.warmup_ms / pace_ms.max(1e-3)).ceil().min(1e6) as usize;
+            let more = super::measure::warmup_passes(&probe.forward_ms, args.warmup_ms);
             let (times, _) =
                 runner.time_forward(&inputs, &[], (more.max(1), args.reps), false, &mut || {})?;
             progress.inc(args.reps as u64);
