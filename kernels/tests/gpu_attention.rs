@@ -421,6 +421,28 @@ fn fused_attention_refuses_what_it_cannot_take() {
     };
     let e = refused(&too_long, dtype);
     assert!(e.contains("needs"), "{e}");
+    // The Hopper program scales each block's maximum: a negative scale is refused there, and
+    // the launcher's own pick (mma.sync) runs it.
+    if gpu().compute_capability() == (9, 0) {
+        let negative = AttentionProblem {
+            scale: -0.125,
+            ..good
+        };
+        let e = attention::gpu::attention_with_program(
+            gpu(),
+            dtype,
+            &negative,
+            AttentionProgram::WGMMA,
+            qkv,
+            qkv,
+            qkv,
+            o,
+        )
+        .expect_err("a negative scale on the Hopper program")
+        .to_string();
+        assert!(e.contains("positive softmax scale"), "{e}");
+        attention::gpu::attention(gpu(), dtype, &negative, qkv, qkv, qkv, o).unwrap();
+    }
 }
 
 /// The causal kernel at CLIP ViT-B/32's text tower (8 heads of 64, 77 tokens, Q, K and V in

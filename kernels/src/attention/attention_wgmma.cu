@@ -472,19 +472,19 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
                                                                     k_stages + (block % STAGES) * kTileBytesKV);
     };
 
-    // The softmax of one block's S, in place: scaled into the exp2 domain (with kPartial,
-    // columns past `live_keys` masked), the running maximum and sum moved, `correction` set to
-    // the factor O must be rescaled by, and S replaced by P = exp2(S - max) in fp32.
+    // The softmax of one block's S, in place (with kPartial, columns past `live_keys` masked):
+    // the running maximum (in the exp2 domain) and sum moved, `correction` set to the factor O
+    // must be rescaled by, and S replaced by P = exp2(S · scale·log2(e) - max) in fp32.
     auto softmax = [&](const bool kPartial, float (&s)[BLOCK_N / 2], int live_keys, float (&correction)[2]) {
         float block_max[2] = {-infinity(), -infinity()};
 #pragma unroll
         for (int j = 0; j < kKeyFrags; ++j) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                float x = s[4 * j + e] * scale_log2;
-                if (kPartial && j * 8 + quad_col + (e & 1) >= live_keys) x = -infinity();
-                s[4 * j + e] = x;
-                block_max[e >> 1] = fmaxf(block_max[e >> 1], x);
+                // The maximum of the raw scores: the scale (positive: the launcher checks) is
+                // applied to it once, and to each score inside P's one FFMA below.
+                if (kPartial && j * 8 + quad_col + (e & 1) >= live_keys) s[4 * j + e] = -infinity();
+                block_max[e >> 1] = fmaxf(block_max[e >> 1], s[4 * j + e]);
             }
         }
 #pragma unroll
@@ -492,6 +492,7 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
             float m = block_max[r];
             m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
             m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+            m *= scale_log2;
             // Every block holds a key below T, so m is finite; the first block's correction is 0.
             // The running maximum moves only when the block's exceeds it by more than
             // kRescaleSlack (FlashAttention-4's lazy rescaling): until then P = exp2(S - max)
@@ -514,7 +515,7 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
             if (kPartial && (j / 2) * 16 >= live_keys) break;
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                s[4 * j + e] = exp2_approx_ftz(s[4 * j + e] - row_max[e >> 1]);
+                s[4 * j + e] = exp2_approx_ftz(fmaf(s[4 * j + e], scale_log2, -row_max[e >> 1]));
                 row_sum[e >> 1] += s[4 * j + e];
             }
         }

@@ -47,6 +47,7 @@ impl AttentionConfig {
         if AttentionProgram::WGMMA
             .check(p.head_dim, p.causal, cc)
             .is_ok()
+            && AttentionProgram::WGMMA.check_scale(p.scale).is_ok()
             && (hopper_ctas >= WGMMA_MIN_CTAS_PER_SM * multiprocessors as u64
                 || p.tokens >= WGMMA_LONG_SEQUENCE)
         {

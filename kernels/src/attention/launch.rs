@@ -98,6 +98,10 @@ pub(super) fn launch(
         .program
         .check_tokens(p.head_dim, p.tokens)
         .map_err(KernelError::InvalidArgument)?;
+    config
+        .program
+        .check_scale(p.scale)
+        .map_err(KernelError::InvalidArgument)?;
     let programs = (p.batch as u64)
         .checked_mul(p.heads as u64)
         .and_then(|x| x.checked_mul(p.tokens.div_ceil(config.block_m() as usize) as u64))

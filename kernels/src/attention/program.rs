@@ -139,6 +139,22 @@ impl AttentionProgram {
         (query_rows + 2 * stages * block_n) as usize * head_dim * 2
     }
 
+    /// Whether this program takes the softmax scale `scale` (finite): the Hopper program scales
+    /// each block's maximum instead of every score, which needs a positive scale (every model's
+    /// is 1/√head_dim or a learned positive one); the reason when it cannot.
+    pub fn check_scale(self, scale: f32) -> Result<(), String> {
+        match self {
+            AttentionProgram::Wgmma { .. }
+                if scale.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) =>
+            {
+                Err(format!(
+                    "the Hopper attention takes a positive softmax scale, not {scale}"
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Whether this program runs sequences of `tokens` at `head_dim`: two query passes keep
     /// every key resident, so the keys must fit the stages; the reason when they do not.
     pub fn check_tokens(self, head_dim: usize, tokens: usize) -> Result<(), String> {

@@ -201,6 +201,27 @@ fn hopper_takes_wgmma_where_it_was_measured_faster() {
 }
 
 #[test]
+fn a_scale_that_is_not_positive_takes_mma_sync() {
+    for scale in [0.0, -0.125, -0.0] {
+        let p = AttentionProblem {
+            scale,
+            ..vit_b(256, 64)
+        };
+        let config = AttentionConfig::select(DType::F16, &p, 132, HOPPER);
+        assert!(
+            matches!(config.program, AttentionProgram::MmaSync { .. }),
+            "{scale}: {config:?}"
+        );
+        let e = AttentionProgram::WGMMA.check_scale(scale).unwrap_err();
+        assert!(e.contains("positive softmax scale"), "{e}");
+    }
+    assert!(AttentionProgram::WGMMA.check_scale(0.125).is_ok());
+    assert!(AttentionProgram::MmaSync { row_groups: 1 }
+        .check_scale(-1.0)
+        .is_ok());
+}
+
+#[test]
 fn two_row_groups_only_for_small_heads_and_many_ctas() {
     let groups = |batch, head_dim| match AttentionConfig::select(
         DType::F16,
