@@ -73,12 +73,12 @@ struct Layout {
 fn run_case(
     rng: &mut SmallRng,
     dtype: DType,
+    (batch, heads): (usize, usize),
     tokens: usize,
     head_dim: usize,
     layout: &Layout,
     causal: bool,
 ) -> f32 {
-    let (batch, heads) = (2, 3);
     let hidden = heads * head_dim;
     let case = format!(
         "attention {dtype} T={tokens} d={head_dim} causal={causal} fused_qkv={} o_pad={}",
@@ -284,7 +284,15 @@ fn fused_attention_matches_its_twin_on_ragged_sequences() {
                     fused_qkv: (n + m) % 3 != 2,
                     o_row_pad: if (n + m) % 2 == 0 { 0 } else { 8 },
                 };
-                worst = worst.max(run_case(&mut rng, dtype, tokens, head_dim, &layout, false));
+                worst = worst.max(run_case(
+                    &mut rng,
+                    dtype,
+                    (2, 3),
+                    tokens,
+                    head_dim,
+                    &layout,
+                    false,
+                ));
                 cases += 1;
             }
         }
@@ -305,6 +313,52 @@ fn fused_attention_matches_its_twin_on_ragged_sequences() {
     }
 }
 
+/// Where the Hopper program holds an SM alone it runs on a persistent grid at head dims 96 and
+/// 128, one CTA an SM taking tile after tile: here with more tiles than SMs, so that CTAs
+/// carry their K/V ring and Q over from one tile to the next, at lengths whose last query
+/// block leaves the second warpgroup without a row (257) or with one (577).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn persistent_attention_matches_its_twin_over_many_tiles() {
+    let mut rng = SmallRng::seed_from_u64(11);
+    let multiprocessors = gpu().multiprocessors() as usize;
+    for dtype in [DType::F16, DType::BF16] {
+        for head_dim in [96, 128] {
+            for tokens in [257usize, 577] {
+                let (batch, heads) = (4, 16);
+                let tiles = batch * heads * tokens.div_ceil(128);
+                assert!(
+                    tiles > multiprocessors,
+                    "{tiles} tiles on {multiprocessors} SMs"
+                );
+                let layout = Layout {
+                    fused_qkv: tokens == 257,
+                    o_row_pad: 0,
+                };
+                let worst = run_case(
+                    &mut rng,
+                    dtype,
+                    (batch, heads),
+                    tokens,
+                    head_dim,
+                    &layout,
+                    false,
+                );
+                println!("RESULT persistent {dtype:<5} d{head_dim} T={tokens} worst |d|/tol {worst:>6.3}");
+            }
+        }
+    }
+    if gpu().compute_capability() == (9, 0) {
+        assert!(
+            gpu()
+                .loaded_kernels()
+                .iter()
+                .any(|k| k.name.ends_with("_persist")),
+            "no persistent attention ran"
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn causal_attention_matches_its_twin() {
@@ -317,7 +371,15 @@ fn causal_attention_matches_its_twin() {
                     fused_qkv: (n + m) % 3 != 2,
                     o_row_pad: if (n + m) % 2 == 0 { 0 } else { 8 },
                 };
-                worst = worst.max(run_case(&mut rng, dtype, tokens, head_dim, &layout, true));
+                worst = worst.max(run_case(
+                    &mut rng,
+                    dtype,
+                    (2, 3),
+                    tokens,
+                    head_dim,
+                    &layout,
+                    true,
+                ));
                 cases += 1;
             }
         }
@@ -459,10 +521,16 @@ fn fused_attention_refuses_what_it_cannot_take() {
 #[ignore = "needs a CUDA GPU"]
 fn key_padding_matches_its_twin() {
     let mut rng = SmallRng::seed_from_u64(37);
-    let heads = 3;
     for dtype in [DType::F16, DType::BF16] {
         for head_dim in [16, 64, 80, 128] {
             for tokens in [1usize, 7, 80, 197, 256, 1030] {
+                // At head dim 128 and up to 256 tokens, more tiles than SMs: the persistent
+                // grid carries tiles of different lengths in one CTA.
+                let heads = if head_dim == 128 && tokens <= 256 {
+                    32
+                } else {
+                    3
+                };
                 let lengths: Vec<i32> = [
                     tokens,
                     1,
@@ -665,7 +733,7 @@ fn bench_causal_attention_at_clip_text_shapes() {
 
 /// The attention shapes of the model families, for the programs' benchmark: (name, heads,
 /// tokens, head dim as the runtime runs it; SigLIP so400m's 72 is padded to 80).
-const MODEL_SHAPES: [(&str, usize, usize, usize); 8] = [
+const MODEL_SHAPES: [(&str, usize, usize, usize); 9] = [
     ("vit-b16-224", 12, 197, 64),
     ("dinov2-b14-224", 12, 257, 64),
     ("dinov2-l14-224", 16, 257, 64),
@@ -673,6 +741,7 @@ const MODEL_SHAPES: [(&str, usize, usize, usize); 8] = [
     ("vit-h14-224", 16, 257, 80),
     ("so400m-14-384", 16, 729, 80),
     ("siglip2-g16-256", 16, 256, 96),
+    ("d112-t577", 8, 577, 112),
     ("d128-t577", 8, 577, 128),
 ];
 

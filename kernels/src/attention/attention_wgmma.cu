@@ -40,6 +40,16 @@
 // half the K/V traffic from L2 and one prologue (benchmarks/NOTES.md, 2026-11-28 "Two query
 // blocks a CTA").
 //
+// Persistent (PERSISTENT, with the producer warp only): one CTA an SM takes every gridDim.x-th
+// tile of the grid's numbering from blockIdx.x. The producer warp loads every tile's Q and
+// blocks; the K/V stages run on as one ring over the CTA's tiles (its g-th block in stage
+// g % STAGES), so the next tile's first blocks load while this one's last run. Q has two
+// buffers, a tile's in buffer `round & 1`, each refilled once every warpgroup has written out
+// the O it staged there two tiles before (`q_empty`), so the next tile's Q loads while this
+// one runs. A warpgroup with no row in a tile (T's last query block) only releases its stages
+// and its Q buffer. Taken at head dims 96 and 128 (program.rs, WGMMA_PERSISTENT_HEAD_DIMS;
+// benchmarks/NOTES.md, 2026-11-28 "A persistent grid for the Hopper attention").
+//
 // Shared layout: every tile (Q, K, V) is stored as HEAD_DIM / 16 panels of 16 columns, each
 // panel [rows][16 elements] = 32-byte rows in the 32-byte swizzle (16-byte chunk c of row r at
 // chunk c ^ ((r >> 2) & 1): what TMA writes with CU_TENSOR_MAP_SWIZZLE_32B into a 256-byte
@@ -341,19 +351,21 @@ __device__ __forceinline__ void context_of_live_steps(float (&acc)[HEAD_DIM / 2]
 // The entry point every generated wrapper calls. Template arguments: the storage type (f16 or
 // bf16), HEAD_DIM (a multiple of 16, at most 128), BLOCK_N (keys per tile: 64 or 128; the
 // launcher instantiates 64, which was faster at every measured shape),
-// WARPGROUPS (BLOCK_M = 64 · WARPGROUPS query rows a CTA) and STAGES (K/V buffers, at least 3).
+// WARPGROUPS (BLOCK_M = 64 · WARPGROUPS query rows a CTA), STAGES (K/V buffers, at least 3),
+// PASSES, PRODUCER_WARP and PERSISTENT (above).
 // One program per (batch, head, block of BLOCK_M query rows), in that order from the slowest,
-// as attention.cu. Not causal (the text towers' causal attention runs attention.cu). Q, K and V
-// come as tensor maps (kernels/src/attention/gpu.rs, `view_tensor_map`), O as a pointer and a
-// strided view.
+// as attention.cu; persistent, that numbering of tiles over a grid of at most one CTA an SM.
+// Not causal (the text towers' causal attention runs attention.cu). Q, K and V come as tensor
+// maps (kernels/src/attention/gpu.rs, `view_tensor_map`), O as a pointer and a strided view.
 //
 // Dynamic shared memory: (BLOCK_M + 2 · STAGES · BLOCK_N) · HEAD_DIM elements (Q, then STAGES
-// K and STAGES V buffers), 8 · (1 + 2 · STAGES) bytes of mbarriers, and 256 bytes to align the
-// tiles to the swizzle's period.
-template <typename T, int HEAD_DIM, int BLOCK_N, int WARPGROUPS, int STAGES, int PASSES, bool PRODUCER_WARP>
+// K and STAGES V buffers; persistent, two Q buffers), 8 · (1 + 2 · STAGES) bytes of mbarriers
+// (persistent: three more), and 256 bytes to align the tiles to the swizzle's period.
+template <typename T, int HEAD_DIM, int BLOCK_N, int WARPGROUPS, int STAGES, int PASSES, bool PRODUCER_WARP,
+          bool PERSISTENT>
 __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map, const TmaDescriptor& k_map,
-                                                      const TmaDescriptor& v_map, T* o, int heads, int tokens,
-                                                      long long o_offset, long long o_row_stride,
+                                                      const TmaDescriptor& v_map, T* o, int batches, int heads,
+                                                      int tokens, long long o_offset, long long o_row_stride,
                                                       long long o_batch_stride, long long o_head_stride, float scale,
                                                       const int* key_lengths) {
     using namespace vitrt_attention_wgmma;
@@ -361,6 +373,7 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
     static_assert(BLOCK_N == 64 || BLOCK_N == 128, "full key blocks take m64n64 wgmmas, and boxes are 64 rows");
     static_assert(STAGES >= 3, "three key blocks are in use at once");
     static_assert(PASSES == 1 || PASSES == 2, "one or two query blocks a CTA");
+    static_assert(!PERSISTENT || (PRODUCER_WARP && PASSES == 1), "a persistent CTA loads through its producer warp");
 #if !VITRT_HAS_WGMMA
     __trap();
 #else
@@ -381,31 +394,43 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
 
     extern __shared__ __align__(128) unsigned char shared_raw[];
     const unsigned smem = (shared_address(shared_raw) + 255) & ~255u;
-    const unsigned q_tiles = smem;                                        // [PASSES][WARPGROUPS]
-    const unsigned k_stages = q_tiles + PASSES * WARPGROUPS * kTileBytesQ;  // [STAGES]
+    constexpr int kQueryBuffers = PERSISTENT ? 2 : 1;
+    const unsigned q_tiles = smem;  // [kQueryBuffers][PASSES][WARPGROUPS]
+    const unsigned k_stages = q_tiles + kQueryBuffers * PASSES * WARPGROUPS * kTileBytesQ;  // [STAGES]
     const unsigned v_stages = k_stages + STAGES * kTileBytesKV;      // [STAGES]
-    const unsigned q_full = v_stages + STAGES * kTileBytesKV;
-    const unsigned full = q_full + 8;                                // [STAGES]
+    const unsigned q_full = v_stages + STAGES * kTileBytesKV;        // [kQueryBuffers]
+    const unsigned full = q_full + 8 * kQueryBuffers;                // [STAGES]
     const unsigned empty = full + 8 * STAGES;                        // [STAGES]
+    const unsigned q_empty = empty + 8 * STAGES;                     // [kQueryBuffers], persistent only
 
+    // One work tile: a (batch, head, block of kCtaRows query rows), numbered as the grid's
+    // programs are without PERSISTENT (from the slowest: batch, head, query block).
     const int query_blocks = (tokens + kCtaRows - 1) / kCtaRows;
-    const int program = blockIdx.x;
-    const int matrix = program / query_blocks;
-    const int m0 = (program - matrix * query_blocks) * kCtaRows;
-    const int batch = matrix / heads;
-    const int head = matrix - batch * heads;
-    // The keys this item attends to: its length clamped to 1..=T, or every key.
-    const int keys = key_lengths == nullptr ? tokens : min(max(key_lengths[batch], 1), tokens);
-    const int key_blocks = (keys + BLOCK_N - 1) / BLOCK_N;
+    const int tiles = PERSISTENT ? batches * heads * query_blocks : blockIdx.x + 1;
+    struct Tile {
+        int batch, head, m0, keys, key_blocks;
+    };
+    auto tile_at = [&](int program) {
+        Tile t;
+        const int matrix = program / query_blocks;
+        t.m0 = (program - matrix * query_blocks) * kCtaRows;
+        t.batch = matrix / heads;
+        t.head = matrix - t.batch * heads;
+        // The keys this item attends to: its length clamped to 1..=T, or every key.
+        t.keys = key_lengths == nullptr ? tokens : min(max(key_lengths[t.batch], 1), tokens);
+        t.key_blocks = (t.keys + BLOCK_N - 1) / BLOCK_N;
+        return t;
+    };
+    const Tile first = tile_at(blockIdx.x);
     // Two passes keep every key resident: no stage is ever refilled (the launcher checks).
-    if (PASSES > 1 && key_blocks > STAGES) __trap();
-    // Warpgroups with at least one row below T: the ones that run, and release stages.
-    const int live_groups = min(WARPGROUPS, (tokens - m0 + 63) / 64);
+    if (PASSES > 1 && first.key_blocks > STAGES) __trap();
+    // Warpgroups with at least one row below T: the ones that run, and release stages (a
+    // persistent CTA's warpgroups all release every stage: the tiles' live counts differ).
+    const int live_groups = PERSISTENT ? WARPGROUPS : min(WARPGROUPS, (tokens - first.m0 + 63) / 64);
 
-    // Block `block`'s K and V into stage block % STAGES: HEAD_DIM / 16 panels of BLOCK_N / 64
-    // boxes each. Thread 0, or the producer warp.
-    auto load_block = [&](int block) {
-        const int stage = block % STAGES;
+    // Block `block` of tile `t`'s K and V into stage `stage`: HEAD_DIM / 16 panels of
+    // BLOCK_N / 64 boxes each. Thread 0, or the producer warp.
+    auto load_block_of = [&](const Tile& t, int block, int stage) {
         const unsigned bar = full + 8 * stage;
         mbarrier_arrive_expect_tx(bar, 2 * kTileBytesKV);
 #pragma unroll
@@ -414,40 +439,63 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
             for (int part = 0; part < BLOCK_N / 64; ++part) {
                 const unsigned offset = stage * kTileBytesKV + panel * kPanelBytesKV + part * kBoxBytes;
                 const int row = block * BLOCK_N + part * 64;
-                tma_load_4d(k_stages + offset, &k_map, panel * 16, row, head, batch, bar);
-                tma_load_4d(v_stages + offset, &v_map, panel * 16, row, head, batch, bar);
+                tma_load_4d(k_stages + offset, &k_map, panel * 16, row, t.head, t.batch, bar);
+                tma_load_4d(v_stages + offset, &v_map, panel * 16, row, t.head, t.batch, bar);
             }
     };
+    // Every pass's Q tiles of tile `t` with a row below T, at once, into Q buffer `buffer`.
+    auto load_queries = [&](const Tile& t, int buffer) {
+        const int q_tile_count = min(PASSES * WARPGROUPS, (tokens - t.m0 + 63) / 64);
+        const unsigned bar = q_full + 8 * buffer;
+        const unsigned tiles_at = q_tiles + buffer * PASSES * WARPGROUPS * kTileBytesQ;
+        mbarrier_arrive_expect_tx(bar, q_tile_count * kTileBytesQ);
+        for (int tile = 0; tile < q_tile_count; ++tile)
+#pragma unroll
+            for (int panel = 0; panel < kDimSteps; ++panel)
+                tma_load_4d(tiles_at + tile * kTileBytesQ + panel * kBoxBytes, &q_map, panel * 16, t.m0 + tile * 64,
+                            t.head, t.batch, bar);
+    };
     if (threadIdx.x == 0) {
-        mbarrier_init(q_full, 1);
+#pragma unroll
+        for (int buffer = 0; buffer < kQueryBuffers; ++buffer) {
+            mbarrier_init(q_full + 8 * buffer, 1);
+            if (PERSISTENT) mbarrier_init(q_empty + 8 * buffer, WARPGROUPS);
+        }
 #pragma unroll
         for (int stage = 0; stage < STAGES; ++stage) {
             mbarrier_init(full + 8 * stage, 1);
             mbarrier_init(empty + 8 * stage, live_groups);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        // Every pass's Q tiles with a row below T, at once.
-        const int q_tile_count = min(PASSES * WARPGROUPS, (tokens - m0 + 63) / 64);
-        mbarrier_arrive_expect_tx(q_full, q_tile_count * kTileBytesQ);
-        for (int tile = 0; tile < q_tile_count; ++tile)
-#pragma unroll
-            for (int panel = 0; panel < kDimSteps; ++panel)
-                tma_load_4d(q_tiles + tile * kTileBytesQ + panel * kBoxBytes, &q_map, panel * 16, m0 + tile * 64,
-                            head, batch, q_full);
-        for (int block = 0; block < min(STAGES, key_blocks); ++block) load_block(block);
+        if (!PERSISTENT) {
+            load_queries(first, 0);
+            for (int block = 0; block < min(STAGES, first.key_blocks); ++block) load_block_of(first, block, block);
+        }
     }
     __syncthreads();  // the barriers are initialised before anyone waits on them
 
     const int warpgroup = threadIdx.x >> 7;
     constexpr bool kProducerWarp = PRODUCER_WARP;
     if (kProducerWarp && warpgroup == WARPGROUPS) {
-        // The producer warp: each later block into its stage once every warpgroup has
-        // released the block STAGES earlier (with PASSES 2 there is none: every key is resident).
+        // The producer warp: each block into its stage once every warpgroup has released the
+        // block STAGES earlier (with PASSES 2 there is none: every key is resident). Without
+        // PERSISTENT, thread 0 loaded Q and the first STAGES blocks; persistent, it loads every
+        // tile's: the stages run on as one ring over the CTA's tiles (block g of the CTA in stage
+        // g % STAGES), and a tile's Q into its buffer once that buffer's previous O is out.
         if (threadIdx.x == WARPGROUPS * 128) {
-            for (int block = STAGES; block < key_blocks; ++block) {
-                const int done = block - STAGES;
-                mbarrier_wait(empty + 8 * (done % STAGES), (done / STAGES) & 1);
-                load_block(block);
+            int g = PERSISTENT ? 0 : STAGES;
+            for (int program = blockIdx.x, round = 0; program < tiles; program += gridDim.x, ++round) {
+                const Tile t = PERSISTENT ? tile_at(program) : first;
+                if (PERSISTENT) {
+                    // Buffer round & 1 held the Q of round - 2, whose O was staged there too.
+                    const int buffer = round & 1;
+                    if (round >= 2) mbarrier_wait(q_empty + 8 * buffer, ((round >> 1) - 1) & 1);
+                    load_queries(t, buffer);
+                }
+                for (int block = PERSISTENT ? 0 : STAGES; block < t.key_blocks; ++block, ++g) {
+                    if (g >= STAGES) mbarrier_wait(empty + 8 * (g % STAGES), ((g / STAGES) - 1) & 1);
+                    load_block_of(t, block, g % STAGES);
+                }
             }
         }
         return;
@@ -459,6 +507,13 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
     const int quad_col = (lane & 3) * 2;      // 2q: columns 2q, 2q + 1 of every n8 block
     // This pass's Q tile (its rows: pass · kBlockM + 64 · warpgroup onwards), set by the pass loop.
     unsigned q_tile = q_tiles + warpgroup * kTileBytesQ;
+    // The round's Q buffer and the parity its barriers complete with.
+    int buffer = 0, buffer_parity = 0;
+    // The CTA's blocks before this tile's (persistent: the K/V ring runs on over the tiles), and
+    // where block `block` of this tile lies in it.
+    int g0 = 0;
+    auto stage_of = [&](int block) { return ((PERSISTENT ? g0 : 0) + block) % STAGES; };
+    auto parity_of = [&](int block) { return (((PERSISTENT ? g0 : 0) + block) / STAGES) & 1; };
 
     float acc[HEAD_DIM / 2];  // O, unnormalised: n8 block j holds acc[4j .. 4j + 3]
     // Rows g and g + 8: the running maximum of the scaled scores and this thread's share of
@@ -469,7 +524,7 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
     // Issues a full block's S into `s` (one wgmma group; the caller waits).
     auto issue_full_scores = [&](float (&s)[BLOCK_N / 2], int block) {
         issue_scores<T, HEAD_DIM, BLOCK_N, 64, BLOCK_N / 64, false>(s, q_tile,
-                                                                    k_stages + (block % STAGES) * kTileBytesKV);
+                                                                    k_stages + stage_of(block) * kTileBytesKV);
     };
 
     // The softmax of one block's S, in place (with kPartial, columns past `live_keys` masked):
@@ -540,7 +595,7 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
 
     // Issues O += P·V for a full block (one wgmma group; the caller waits).
     auto issue_full_context = [&](const unsigned (&p)[kKeySteps][4], int block) {
-        issue_context<T, HEAD_DIM, BLOCK_N, kKeySteps, false>(acc, p, v_stages + (block % STAGES) * kTileBytesKV);
+        issue_context<T, HEAD_DIM, BLOCK_N, kKeySteps, false>(acc, p, v_stages + stage_of(block) * kTileBytesKV);
     };
 
     // O rescaled by the rows' corrections, skipped by a warp none of whose rows moved its
@@ -559,14 +614,15 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
     // Block `done`'s P·V has finished: the warpgroup releases its stage (two passes never
     // refill one).
     auto release = [&](int done) {
-        if (PASSES == 1 && (threadIdx.x & 127) == 0) mbarrier_arrive(empty + 8 * (done % STAGES));
+        if (PASSES == 1 && (threadIdx.x & 127) == 0) mbarrier_arrive(empty + 8 * stage_of(done));
     };
     // Without a producer warp, thread 0 refills block `done`'s stage with the block STAGES
-    // later once every warpgroup has released it (called a block after the release).
+    // later once every warpgroup has released it (called a block after the release; never
+    // persistent, so the CTA's one tile is `first` and g0 is 0).
     auto refill = [&](int done) {
-        if (!kProducerWarp && threadIdx.x == 0 && done + STAGES < key_blocks) {
+        if (!kProducerWarp && threadIdx.x == 0 && done + STAGES < first.key_blocks) {
             mbarrier_wait(empty + 8 * (done % STAGES), (done / STAGES) & 1);
-            load_block(done + STAGES);
+            load_block_of(first, done + STAGES, done % STAGES);
         }
     };
 
@@ -577,121 +633,156 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
     // serialise the wgmmas: C7514, C7517); P is repacked only once its P·V has finished (a
     // wgmma's A registers are its own until then). Then the partial last block, if T is not a
     // multiple of BLOCK_N, on its own (its S is issued as its live pieces only).
-    const int full_blocks = keys / BLOCK_N;
     float s[BLOCK_N / 2];
     float correction[2];
     unsigned p[kKeySteps][4];
-    mbarrier_wait(q_full, 0);
-    // Each pass takes the next kBlockM query rows against the same resident keys; it ends with
-    // nothing in flight, as the key loop does.
+    // One tile without PERSISTENT (a loop the compiler sees run once); persistent, every
+    // gridDim.x-th from blockIdx.x.
 #pragma unroll 1
-    for (int pass = 0; pass < PASSES; ++pass) {
-        const int first_row = m0 + pass * kBlockM + warpgroup * 64;
-        if (first_row >= tokens) break;
-        q_tile = q_tiles + (pass * WARPGROUPS + warpgroup) * kTileBytesQ;
-#pragma unroll
-        for (int i = 0; i < HEAD_DIM / 2; ++i) acc[i] = 0.0f;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            row_max[r] = -infinity();
-            row_sum[r] = 0.0f;
+    for (int program = blockIdx.x, round = 0; PERSISTENT ? program < tiles : round < 1;
+         program += gridDim.x, ++round) {
+        const Tile tile = PERSISTENT ? tile_at(program) : first;
+        const int m0 = tile.m0, batch = tile.batch, head = tile.head, keys = tile.keys, key_blocks = tile.key_blocks;
+        const int full_blocks = keys / BLOCK_N;
+        buffer = PERSISTENT ? round & 1 : 0;
+        buffer_parity = PERSISTENT ? (round >> 1) & 1 : 0;
+        if (PERSISTENT && m0 + warpgroup * 64 >= tokens) {
+            // No row of this tile is the warpgroup's: it releases each stage once loaded, and Q.
+            mbarrier_wait(q_full + 8 * buffer, buffer_parity);
+            for (int block = 0; block < key_blocks; ++block) {
+                mbarrier_wait(full + 8 * stage_of(block), parity_of(block));
+                release(block);
+            }
+            if ((threadIdx.x & 127) == 0) mbarrier_arrive(q_empty + 8 * buffer);
+            g0 += key_blocks;
+            continue;
         }
-        if (full_blocks > 0) {
-            mbarrier_wait(full, 0);
-            issue_full_scores(s, 0);
-            wgmma_wait<0>();
-            fence_accumulators(s);
-            softmax(false, s, BLOCK_N, correction);
-            pack(false, s, BLOCK_N, p);
-            int block = 0;
-            for (; block + 1 < full_blocks; ++block) {
-                const int next = block + 1;
-                mbarrier_wait(full + 8 * (next % STAGES), (next / STAGES) & 1);
-                issue_full_scores(s, next);
-                rescale(correction);
-                issue_full_context(p, block);
-                wgmma_wait<1>();  // the next S has finished; this block's P·V may still run
+        mbarrier_wait(q_full + 8 * buffer, buffer_parity);
+        // Each pass takes the next kBlockM query rows against the same resident keys; it ends with
+        // nothing in flight, as the key loop does.
+#pragma unroll 1
+        for (int pass = 0; pass < PASSES; ++pass) {
+            const int first_row = m0 + pass * kBlockM + warpgroup * 64;
+            if (first_row >= tokens) break;
+            q_tile = q_tiles + ((buffer * PASSES + pass) * WARPGROUPS + warpgroup) * kTileBytesQ;
+#pragma unroll
+            for (int i = 0; i < HEAD_DIM / 2; ++i) acc[i] = 0.0f;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                row_max[r] = -infinity();
+                row_sum[r] = 0.0f;
+            }
+            if (full_blocks > 0) {
+                mbarrier_wait(full + 8 * stage_of(0), parity_of(0));
+                issue_full_scores(s, 0);
+                wgmma_wait<0>();
                 fence_accumulators(s);
                 softmax(false, s, BLOCK_N, correction);
+                pack(false, s, BLOCK_N, p);
+                int block = 0;
+                for (; block + 1 < full_blocks; ++block) {
+                    const int next = block + 1;
+                    mbarrier_wait(full + 8 * stage_of(next), parity_of(next));
+                    issue_full_scores(s, next);
+                    rescale(correction);
+                    issue_full_context(p, block);
+                    wgmma_wait<1>();  // the next S has finished; this block's P·V may still run
+                    fence_accumulators(s);
+                    softmax(false, s, BLOCK_N, correction);
+                    wgmma_wait<0>();
+                    fence_accumulators(acc);
+                    release(block);
+                    if (block > 0) refill(block - 1);
+                    pack(false, s, BLOCK_N, p);
+                }
+                // The last full block (persistent, its stage is released too: the ring runs on).
+                rescale(correction);
+                issue_full_context(p, block);
                 wgmma_wait<0>();
                 fence_accumulators(acc);
-                release(block);
-                if (block > 0) refill(block - 1);
-                pack(false, s, BLOCK_N, p);
+                if (PERSISTENT) release(block);
             }
-            // The last full block.
-            rescale(correction);
-            issue_full_context(p, block);
-            wgmma_wait<0>();
-            fence_accumulators(acc);
-        }
-        if (full_blocks < key_blocks) {
-            // The partial last block (nothing waits on its stage: every refill came before it).
-            const int last = full_blocks;
-            const int live_keys = keys - last * BLOCK_N;
-            mbarrier_wait(full + 8 * (last % STAGES), (last / STAGES) & 1);
+            if (full_blocks < key_blocks) {
+                // The partial last block (without PERSISTENT nothing waits on its stage: every
+                // refill came before it).
+                const int last = full_blocks;
+                const int live_keys = keys - last * BLOCK_N;
+                mbarrier_wait(full + 8 * stage_of(last), parity_of(last));
 #pragma unroll
-            for (int i = 0; i < BLOCK_N / 2; ++i) s[i] = 0.0f;
-            scores_of_live_pieces<T, HEAD_DIM, BLOCK_N>(s, q_tile, k_stages + (last % STAGES) * kTileBytesKV,
-                                                        (live_keys + 15) / 16);
-            fence_accumulators(s);
-            softmax(true, s, live_keys, correction);
-            pack(true, s, live_keys, p);
-            rescale(correction);
-            context_of_live_steps<T, HEAD_DIM, BLOCK_N>(acc, p, v_stages + (last % STAGES) * kTileBytesKV,
-                                                        (live_keys + 15) / 16);
-            fence_accumulators(acc);
-        }
+                for (int i = 0; i < BLOCK_N / 2; ++i) s[i] = 0.0f;
+                scores_of_live_pieces<T, HEAD_DIM, BLOCK_N>(s, q_tile, k_stages + stage_of(last) * kTileBytesKV,
+                                                            (live_keys + 15) / 16);
+                fence_accumulators(s);
+                softmax(true, s, live_keys, correction);
+                pack(true, s, live_keys, p);
+                rescale(correction);
+                context_of_live_steps<T, HEAD_DIM, BLOCK_N>(acc, p, v_stages + stage_of(last) * kTileBytesKV,
+                                                            (live_keys + 15) / 16);
+                fence_accumulators(acc);
+                if (PERSISTENT) release(last);
+            }
 
-        // O = acc / sum, cast once. The row sums are first reduced over the quad. The warpgroup's
-        // Q tile is free (its last S has finished): O is staged there as [64 rows][HEAD_DIM]
-        // (4-byte stores straight from the registers kept L1 busy: benchmarks/NOTES.md,
-        // 2026-11-27 "O written in 16-byte stores"),
-        // each row's 16-byte chunks rotated by the row (chunk c of row r at (c + r) % kChunks, so
-        // the 8 rows a warp writes at once fall in different banks), then written out in 16-byte
-        // stores, a row's chunks by consecutive threads. Rows past T are not written.
-        float inv_sum[2];
+            // O = acc / sum, cast once. The row sums are first reduced over the quad. The warpgroup's
+            // Q tile is free (its last S has finished): O is staged there as [64 rows][HEAD_DIM]
+            // (4-byte stores straight from the registers kept L1 busy: benchmarks/NOTES.md,
+            // 2026-11-27 "O written in 16-byte stores"),
+            // each row's 16-byte chunks rotated by the row (chunk c of row r at (c + r) % kChunks, so
+            // the 8 rows a warp writes at once fall in different banks), then written out in 16-byte
+            // stores, a row's chunks by consecutive threads. Rows past T are not written.
+            float inv_sum[2];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float sum = row_sum[r];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            inv_sum[r] = 1.0f / sum;
-        }
-        constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks a row
-        const int warpgroup_thread = threadIdx.x & 127;
+            for (int r = 0; r < 2; ++r) {
+                float sum = row_sum[r];
+                sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+                sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+                inv_sum[r] = 1.0f / sum;
+            }
+            constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks a row
+            const int warpgroup_thread = threadIdx.x & 127;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int row = warp * 16 + quad_row + 8 * r;
+            for (int r = 0; r < 2; ++r) {
+                const int row = warp * 16 + quad_row + 8 * r;
 #pragma unroll
-            for (int j = 0; j < kDimFrags; ++j) {
-                const unsigned at = q_tile + row * HEAD_DIM * 2 + ((j + row) % kChunks) * 16 + quad_col * 2;
-                const unsigned packed =
-                    pack_pair<T>(acc[4 * j + 2 * r] * inv_sum[r], acc[4 * j + 2 * r + 1] * inv_sum[r]);
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(packed) : "memory");
+                for (int j = 0; j < kDimFrags; ++j) {
+                    const unsigned at = q_tile + row * HEAD_DIM * 2 + ((j + row) % kChunks) * 16 + quad_col * 2;
+                    const unsigned packed =
+                        pack_pair<T>(acc[4 * j + 2 * r] * inv_sum[r], acc[4 * j + 2 * r + 1] * inv_sum[r]);
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(packed) : "memory");
+                }
+            }
+            // The warpgroup's own named barrier (1 or 2; 0 is __syncthreads): immediates, so that
+            // ptxas reserves two barriers, not all sixteen.
+            static_assert(WARPGROUPS <= 2, "a named barrier each for at most two warpgroups");
+            if (warpgroup == 0) {
+                asm volatile("bar.sync 1, 128;\n" ::: "memory");
+            } else {
+                asm volatile("bar.sync 2, 128;\n" ::: "memory");
+            }
+            T* o_head = o + o_offset + (long long)batch * o_batch_stride + (long long)head * o_head_stride;
+#pragma unroll
+            for (int i = warpgroup_thread; i < 64 * kChunks; i += 128) {
+                const int row = i / kChunks, chunk = i % kChunks;
+                if (first_row + row < tokens) {
+                    const unsigned at = q_tile + row * HEAD_DIM * 2 + ((chunk + row) % kChunks) * 16;
+                    uint4 value;
+                    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                                 : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
+                                 : "r"(at));
+                    *reinterpret_cast<uint4*>(o_head + (long long)(first_row + row) * o_row_stride + chunk * 8) = value;
+                }
+            }
+            // Persistent: once every thread has read its O back, the Q buffer may take the
+            // tile two rounds on.
+            if (PERSISTENT) {
+                if (warpgroup == 0) {
+                    asm volatile("bar.sync 1, 128;\n" ::: "memory");
+                } else {
+                    asm volatile("bar.sync 2, 128;\n" ::: "memory");
+                }
+                if ((threadIdx.x & 127) == 0) mbarrier_arrive(q_empty + 8 * buffer);
             }
         }
-        // The warpgroup's own named barrier (1 or 2; 0 is __syncthreads): immediates, so that
-        // ptxas reserves two barriers, not all sixteen.
-        static_assert(WARPGROUPS <= 2, "a named barrier each for at most two warpgroups");
-        if (warpgroup == 0) {
-            asm volatile("bar.sync 1, 128;\n" ::: "memory");
-        } else {
-            asm volatile("bar.sync 2, 128;\n" ::: "memory");
-        }
-        T* o_head = o + o_offset + (long long)batch * o_batch_stride + (long long)head * o_head_stride;
-#pragma unroll
-        for (int i = warpgroup_thread; i < 64 * kChunks; i += 128) {
-            const int row = i / kChunks, chunk = i % kChunks;
-            if (first_row + row < tokens) {
-                const unsigned at = q_tile + row * HEAD_DIM * 2 + ((chunk + row) % kChunks) * 16;
-                uint4 value;
-                asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                             : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
-                             : "r"(at));
-                *reinterpret_cast<uint4*>(o_head + (long long)(first_row + row) * o_row_stride + chunk * 8) = value;
-            }
-        }
+        g0 += key_blocks;
     }
 #endif
 }

@@ -133,9 +133,26 @@ impl AttentionConfig {
             && !self.program.wgmma_two_ctas_an_sm(self.head_dim as usize)
     }
 
+    /// Whether the Hopper program runs on a persistent grid (attention_wgmma.cu, PERSISTENT):
+    /// where it holds an SM alone (the producer warp's configurations), at the head dims
+    /// where that measured faster ([`WGMMA_PERSISTENT_HEAD_DIMS`]).
+    pub(super) fn wgmma_persistent(&self) -> bool {
+        self.wgmma_producer_warp() && WGMMA_PERSISTENT_HEAD_DIMS.contains(&self.head_dim)
+    }
+
+    /// The CTAs to launch for `programs` tiles on `multiprocessors` SMs: one a tile, or
+    /// persistent, one an SM.
+    pub(super) fn grid(&self, programs: u32, multiprocessors: u32) -> u32 {
+        if self.wgmma_persistent() {
+            programs.min(multiprocessors.max(1))
+        } else {
+            programs
+        }
+    }
+
     /// mma.sync: Q, then two K and two V buffers, rows padded by 8 elements (as attention.cu).
-    /// Hopper: Q, then the K and V rings unpadded, the mbarriers, and 256 bytes to align the
-    /// tiles to the swizzle's period (as attention_wgmma.cu).
+    /// Hopper: Q (persistent: two buffers), then the K and V rings unpadded, the mbarriers, and
+    /// 256 bytes to align the tiles to the swizzle's period (as attention_wgmma.cu).
     pub(super) fn shared_bytes(&self) -> u32 {
         let size = self.dtype.size_bytes() as u32;
         match self.program {
@@ -144,8 +161,14 @@ impl AttentionConfig {
             }
             AttentionProgram::Wgmma { block_n, .. } => {
                 let stages = self.wgmma_stages();
-                (self.block_m() + 2 * stages * block_n) * self.head_dim * size
-                    + 8 * (1 + 2 * stages)
+                // Persistent: a second Q buffer, its q_full and the two q_empty barriers.
+                let (q_buffers, more_barriers) = if self.wgmma_persistent() {
+                    (2, 3)
+                } else {
+                    (1, 0)
+                };
+                (q_buffers * self.block_m() + 2 * stages * block_n) * self.head_dim * size
+                    + 8 * (1 + 2 * stages + more_barriers)
                     + 256
             }
         }
@@ -162,7 +185,7 @@ impl AttentionConfig {
                 AttentionParams::new([q, q, q], o, [0, 0], [view; 4], 0.0, 0).params()
             }
             AttentionProgram::Wgmma { .. } => {
-                HopperAttentionParams::new([[0; 16]; 3], o, [0, 0], [0; 4], 0.0, 0).params()
+                HopperAttentionParams::new([[0; 16]; 3], o, [0, 0, 0], [0; 4], 0.0, 0).params()
             }
         }
     }
@@ -207,9 +230,11 @@ impl AttentionConfig {
                 };
                 let producer_warp = self.wgmma_producer_warp();
                 let producer = if producer_warp { "_pw" } else { "" };
+                let persistent = self.wgmma_persistent();
+                let persist = if persistent { "_persist" } else { "" };
                 Instantiation {
                     name: format!(
-                        "attention_wgmma_{dtype}_d{head_dim}_bn{block_n}_wg{warpgroups}_s{stages}{passes}{producer}"
+                        "attention_wgmma_{dtype}_d{head_dim}_bn{block_n}_wg{warpgroups}_s{stages}{passes}{producer}{persist}"
                     ),
                     family: "attention",
                     source: WGMMA_SOURCE,
@@ -223,10 +248,14 @@ impl AttentionConfig {
                         stages.to_string(),
                         query_passes.to_string(),
                         producer_warp.to_string(),
+                        persistent.to_string(),
                     ],
                     params,
                     block_threads: self.threads(),
-                    min_blocks_per_sm: 0,
+                    // Two CTAs an SM need at most 128 registers a thread: said to ptxas, which
+                    // is otherwise free to take more and halve the CTAs an SM (it took 185 at
+                    // d80 for a draft of the persistent grid's loop).
+                    min_blocks_per_sm: if producer_warp { 0 } else { 2 },
                     // wgmma and TMA exist on sm_90a only.
                     arch: ArchRequirement::Exactly(9, 0),
                 }
@@ -269,13 +298,14 @@ kernel_params! {
 
 kernel_params! {
     /// attention_wgmma_block's parameters (attention_wgmma.cu): Q, K and V as tensor maps, O
-    /// as a pointer with its view, the extents, the scale, the per-batch key lengths (0: no
-    /// key padding mask).
+    /// as a pointer with its view, the extents (batch items, heads, tokens), the scale, the
+    /// per-batch key lengths (0: no key padding mask).
     pub(super) struct HopperAttentionParams {
         q_map: tensor_map,
         k_map: tensor_map,
         v_map: tensor_map,
         o: mut_ptr,
+        batches: i32,
         heads: i32,
         tokens: i32,
         o_offset: i64,
@@ -329,12 +359,12 @@ impl AttentionParams {
 
 impl HopperAttentionParams {
     /// From Q's, K's and V's tensor maps, O and its view (offset, row, batch and head
-    /// strides), the (heads, tokens) extents, the scale and the key lengths' address (0 for
-    /// none).
+    /// strides), the (batch items, heads, tokens) extents, the scale and the key lengths'
+    /// address (0 for none).
     pub(super) fn new(
         [q_map, k_map, v_map]: [[u64; 16]; 3],
         o: DevPtr,
-        [heads, tokens]: [i32; 2],
+        [batches, heads, tokens]: [i32; 3],
         ov: [i64; 4],
         scale: f32,
         key_lengths: u64,
@@ -344,6 +374,7 @@ impl HopperAttentionParams {
             k_map,
             v_map,
             o,
+            batches,
             heads,
             tokens,
             o_offset: ov[0],

@@ -141,7 +141,11 @@ pub(super) fn launch(
             HopperAttentionParams::new(
                 [map(q, &p.q)?, map(k, &p.k)?, map(v, &p.v)?],
                 o,
-                extents_arg,
+                [
+                    to_i32(p.batch, "attention batch")?,
+                    extents_arg[0],
+                    extents_arg[1],
+                ],
                 view(&p.o)?,
                 p.scale,
                 key_lengths,
@@ -152,7 +156,7 @@ pub(super) fn launch(
     gpu.launch(
         &config.instantiation(),
         LaunchDims {
-            grid: (programs as u32, 1, 1),
+            grid: (config.grid(programs as u32, gpu.multiprocessors()), 1, 1),
             block: config.threads(),
             shared_bytes: config.shared_bytes(),
             cluster: 1,

@@ -89,15 +89,24 @@ fn programs_are_named_apart() {
     };
     let instantiation = hopper.instantiation();
     // Q 32 KiB and four K and V stages of 64 keys, 128 KiB: over 100 KiB, so one CTA an
-    // SM, with three stages and a producer warp.
+    // SM, with three stages and a producer warp, on a persistent grid.
     assert_eq!(
         instantiation.name,
-        "attention_wgmma_bf16_d128_bn64_wg2_s3_pw"
+        "attention_wgmma_bf16_d128_bn64_wg2_s3_pw_persist"
     );
     assert_eq!(
         instantiation.template_args[2..],
-        ["64", "2", "3", "1", "true"]
+        ["64", "2", "3", "1", "true", "true"]
     );
+    assert_eq!(hopper.grid(2560, 132), 132);
+    assert_eq!(hopper.grid(40, 132), 40);
+    // At 112 the persistent loop spills: one CTA a tile.
+    let d112 = AttentionConfig {
+        head_dim: 112,
+        ..hopper
+    };
+    assert!(d112.instantiation().name.ends_with("_s3_pw"));
+    assert_eq!(d112.grid(2560, 132), 2560);
     assert_eq!(
         instantiation.params[..3]
             .iter()
