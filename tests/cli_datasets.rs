@@ -889,3 +889,46 @@ fn naflex_zero_shot_writes_label_probabilities_per_shard() {
     assert!(stderr(&o).contains("nothing to do"), "{}", stderr(&o));
     assert!(!stderr(&o).contains("encoded"), "{}", stderr(&o));
 }
+
+/// `classify --output-dir` with a checkpoint that has no classifier is refused after the
+/// directory was opened (the model is loaded after it): the run takes back what it wrote, so
+/// the directory is not left holding a manifest of options that wrote no result.
+#[test]
+fn classify_into_a_directory_with_a_model_without_a_classifier_leaves_nothing() {
+    let home = temp();
+    let dir = temp();
+    let out = dir.path().join("out");
+    let image = root().join("tests/fixtures/images").join("cat.jpg");
+    let args = [
+        "classify".to_string(),
+        "--device".into(),
+        "cpu".into(),
+        "--model".into(),
+        fixture("deit-model-pooler").display().to_string(),
+        "--quiet".into(),
+        "--output-dir".into(),
+        out.display().to_string(),
+        image.display().to_string(),
+    ];
+    let o = vitrt_command(&args, home.path())
+        .output()
+        .expect("vitrt runs");
+    assert_clean_failure(&o, "without a classification head");
+    assert!(
+        !out.exists(),
+        "left behind: {:?}",
+        std::fs::read_dir(&out).map(|d| d.count())
+    );
+    // The corrected command then runs into the same directory.
+    let o = run(
+        &[
+            "classify".to_string(),
+            "--output-dir".into(),
+            out.display().to_string(),
+            image.display().to_string(),
+        ],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.join("manifest.json").is_file());
+}

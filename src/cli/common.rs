@@ -215,10 +215,12 @@ impl ModelArgs {
     }
 
     /// The flags that decide the outputs' values, by name, as `--output-dir`'s manifest
-    /// records them (a resumed run must agree on each).
+    /// records them (a resumed run must agree on each). The files `--fp8-layers` and
+    /// `--fp8-scales` name are recorded by content too, so that a scales file rewritten in
+    /// place (a new saved choice) is noticed on resume.
     pub fn recorded(&self) -> Vec<(&'static str, String)> {
         let shown = |v: Option<String>| v.unwrap_or_else(|| "default".to_string());
-        vec![
+        let mut recorded = vec![
             ("model", self.model.clone()),
             ("revision", shown(self.revision.clone())),
             // The kind of device, not which: a run on cuda:all resumes on cuda:0 (or on two
@@ -250,7 +252,14 @@ impl ModelArgs {
                 "image-size",
                 shown(self.image_size.map(|(h, w)| format!("{h},{w}"))),
             ),
-        ]
+        ];
+        if let Some(path) = &self.fp8_layers {
+            recorded.push(("fp8-layers-sha256", file_sha256(path)));
+        }
+        if let Some(path) = &self.fp8_scales {
+            recorded.push(("fp8-scales-sha256", file_sha256(path)));
+        }
+        recorded
     }
 
     /// The engine's options for what the flags say.
@@ -394,6 +403,19 @@ impl ModelArgs {
 }
 
 /// `cpu`, or `cuda` for any GPU or set of GPUs (`cuda:1`, `cuda:all`, `cuda:0,2`): what an
+/// The SHA-256 of a file's bytes in hex, or why it could not be read (the run then fails
+/// reading it, with the reason).
+fn file_sha256(path: &std::path::Path) -> String {
+    use sha2::Digest;
+    match std::fs::read(path) {
+        Ok(bytes) => sha2::Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+        Err(e) => format!("unreadable: {e}"),
+    }
+}
+
 /// `--output-dir` manifest records of `--device`.
 fn device_kind(device: &str) -> String {
     let device = device.trim().to_ascii_lowercase();
@@ -527,7 +549,46 @@ pub fn flow_after(
 
 #[cfg(test)]
 mod tests {
-    use super::device_kind;
+    use super::{device_kind, ModelArgs};
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        model: ModelArgs,
+    }
+
+    #[test]
+    fn a_manifest_records_the_fp8_files_by_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let scales = dir.path().join("scales.json");
+        std::fs::write(&scales, "{\"first\": 1}").unwrap();
+        let recorded = |path: &std::path::Path| {
+            let flags = Flags::try_parse_from([
+                "vitrt",
+                "--dtype",
+                "fp8",
+                "--fp8-scales",
+                path.to_str().unwrap(),
+            ])
+            .unwrap();
+            flags.model.recorded()
+        };
+        let digest = |r: &[(&str, String)]| {
+            r.iter()
+                .find(|(name, _)| *name == "fp8-scales-sha256")
+                .map(|(_, v)| v.clone())
+                .unwrap()
+        };
+        let before = recorded(&scales);
+        assert_eq!(digest(&before).len(), 64, "{before:?}");
+        // The same path rewritten in place (a new saved choice) records another digest.
+        std::fs::write(&scales, "{\"second\": 2}").unwrap();
+        assert_ne!(digest(&before), digest(&recorded(&scales)));
+        // Without the flag there is no such entry.
+        let plain = Flags::try_parse_from(["vitrt"]).unwrap().model.recorded();
+        assert!(plain.iter().all(|(name, _)| !name.ends_with("sha256")));
+    }
 
     #[test]
     fn a_manifest_records_the_kind_of_device_not_which() {

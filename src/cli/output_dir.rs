@@ -111,8 +111,49 @@ pub struct OutputDir {
     /// The extensions of each shard's files (`npy`, `parquet`).
     extensions: &'static [&'static str],
     pub shards: Vec<OutputShard>,
+    /// What this run created: the manifest, and the directory itself (see the `Drop`).
+    created: Created,
     /// Held for the run: a second run on the directory is refused while this one writes it.
     _lock: fs::File,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Created {
+    manifest: bool,
+    dir: bool,
+}
+
+/// A run that wrote the manifest and ends with no shard written (the model failed to load,
+/// or has no classifier for `classify`) takes the manifest back, with its lock and temporary
+/// files, and the directory if it made it: a corrected command then starts afresh instead of
+/// being refused for options that never wrote a result.
+impl Drop for OutputDir {
+    fn drop(&mut self) {
+        if !self.created.manifest {
+            return;
+        }
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        let names: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        let ours = |name: &String| {
+            name == "manifest.json"
+                || name == LOCK_FILE
+                || name.starts_with('.') && name.ends_with(".tmp")
+        };
+        if !names.iter().all(ours) {
+            return;
+        }
+        for name in &names {
+            let _ = fs::remove_file(self.dir.join(name));
+        }
+        if self.created.dir {
+            let _ = fs::remove_dir(&self.dir);
+        }
+    }
 }
 
 /// The lock file a run holds on its directory (released by the system when the process ends,
@@ -190,6 +231,10 @@ impl OutputDir {
             shards: shards.iter().map(|s| s.stem.clone()).collect(),
             files: extensions.iter().map(|e| e.to_string()).collect(),
         };
+        let mut created = Created {
+            dir: !dir.exists(),
+            ..Created::default()
+        };
         fs::create_dir_all(dir)
             .with_context(|| format!("cannot create --output-dir {}", dir.display()))?;
         let path = dir.join("manifest.json");
@@ -217,6 +262,7 @@ impl OutputDir {
                 let mut json = serde_json::to_vec_pretty(&manifest)?;
                 json.push(b'\n');
                 write_atomically(&path, &json)?;
+                created.manifest = true;
             }
             Err(e) => {
                 return Err(e).with_context(|| format!("cannot read {}", path.display()));
@@ -226,6 +272,7 @@ impl OutputDir {
             dir: dir.to_path_buf(),
             extensions,
             shards,
+            created,
             _lock: lock,
         })
     }
@@ -630,7 +677,12 @@ mod tests {
         let out = dir.path().join("out");
         let inputs = files(3);
         let options = [("model", "m".to_string()), ("pool", "cls".to_string())];
-        OutputDir::open(&out, "embed", &options, &inputs, 10, &["npy", "parquet"]).unwrap();
+        let first =
+            OutputDir::open(&out, "embed", &options, &inputs, 10, &["npy", "parquet"]).unwrap();
+        first
+            .write_shard(&first.shards[0].clone(), &[vec![0], vec![0]])
+            .unwrap();
+        drop(first);
         // The same again is fine.
         OutputDir::open(&out, "embed", &options, &inputs, 10, &["npy", "parquet"]).unwrap();
         let other = [("model", "m".to_string()), ("pool", "mean".to_string())];
@@ -663,8 +715,9 @@ mod tests {
         // A manifest half written by a killed run is no obstacle.
         let killed = tempfile::tempdir().unwrap();
         fs::write(killed.path().join(".manifest.json.tmp"), "{").unwrap();
-        OutputDir::open(killed.path(), "embed", &[], &files(1), 10, &["npy"]).unwrap();
+        let out = OutputDir::open(killed.path(), "embed", &[], &files(1), 10, &["npy"]).unwrap();
         assert!(killed.path().join("manifest.json").is_file());
+        drop(out);
     }
 
     #[test]
@@ -728,5 +781,48 @@ mod tests {
         let two = metadata_parquet(&rows, &extra()).unwrap();
         assert_eq!(one, two);
         assert_eq!(&one[..4], b"PAR1");
+    }
+
+    #[test]
+    fn a_run_that_writes_no_shard_takes_its_manifest_back() {
+        let parent = tempfile::tempdir().unwrap();
+        let out = parent.path().join("out");
+        let options = [("model", "typo".to_string())];
+        // A fresh directory, made by the run: gone again with nothing written.
+        let run = OutputDir::open(&out, "classify", &options, &files(3), 2, &["parquet"]).unwrap();
+        assert!(out.join("manifest.json").is_file());
+        drop(run);
+        assert!(!out.exists(), "the directory this run made is removed");
+        // So the corrected command is not refused for the options that wrote nothing.
+        let fixed = [("model", "right".to_string())];
+        let run = OutputDir::open(&out, "classify", &fixed, &files(3), 2, &["parquet"]).unwrap();
+        run.write_shard(&run.shards[0].clone(), &[vec![1]]).unwrap();
+        drop(run);
+        // A run that wrote a shard keeps its manifest, and so does a resumed run that writes none.
+        assert!(out.join("manifest.json").is_file());
+        let resumed =
+            OutputDir::open(&out, "classify", &fixed, &files(3), 2, &["parquet"]).unwrap();
+        drop(resumed);
+        assert!(out.join("manifest.json").is_file());
+        let error = OutputDir::open(&out, "classify", &options, &files(3), 2, &["parquet"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("--model (right then, typo now)"), "{error}");
+        // An empty directory the user made stays, emptied of what the run wrote.
+        let made = tempfile::tempdir().unwrap();
+        drop(
+            OutputDir::open(
+                made.path(),
+                "classify",
+                &options,
+                &files(1),
+                2,
+                &["parquet"],
+            )
+            .unwrap(),
+        );
+        assert!(made.path().is_dir());
+        assert_eq!(fs::read_dir(made.path()).unwrap().count(), 0);
     }
 }
