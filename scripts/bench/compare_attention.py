@@ -17,17 +17,12 @@ import math
 import statistics
 import sys
 
+from bench_attention import parse_ours
+
 
 def parse(path, program):
-    times = {}
-    with open(path) as f:
-        for line in f:
-            if not line.startswith("ATTN\t"):
-                continue
-            _, shape, batch, dtype, name, us, _tflops = line.rstrip("\n").split("\t")
-            if name == program:
-                times[(shape, int(batch), dtype)] = float(us)
-    return times
+    """`program`'s time (us) by (shape, batch, dtype) in one benchmark log."""
+    return {key: programs[program] for key, programs in parse_ours(path).items() if program in programs}
 
 
 def main():
