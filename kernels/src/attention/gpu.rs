@@ -2,7 +2,8 @@
 //! from 16 to 128 (ViT-B/16's 64, ViT-L's 64, ViT-H's 80, ...), with two programs:
 //! - attention_wgmma.cu on Hopper (sm_90a), non-causal: both matrix products on warpgroup MMAs,
 //!   one CTA per (batch, head, block of 64 query rows a warpgroup, or two such blocks in turn
-//!   where every key fits its stages);
+//!   where every key fits its stages), or at head dims 96 and 128 a persistent grid of one CTA
+//!   an SM taking those tiles in turn;
 //! - attention.cu elsewhere and for the causal mask: FlashAttention-2 style on mma.sync, one
 //!   CTA per (batch, head, block of 128 query rows; 64 for head dims above 64).
 //!
