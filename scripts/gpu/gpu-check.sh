@@ -15,7 +15,9 @@
 #                                      and bf16, with attention fused where it can be and
 #                                      unfused; the ViT-B again at batch 16 in f16 and bf16,
 #                                      where the Hopper matmul tiles run, and at batch 64, where
-#                                      the clustered tile runs); `vitrt classify` on
+#                                      the clustered tile runs; a ViT with heads of 128 at
+#                                      batch 64 in f16, where the attention's persistent grid
+#                                      runs); `vitrt classify` on
 #                                      CUDA against the CPU (resize, center crop); pack the logs
 #                                      into LOGS/gpu-check-logs.tgz, print a summary table last.
 #                                      Run it from the repository root.
@@ -137,6 +139,21 @@ parity() {
     # Batch 64 (M = 12608): four waves and more of 128 x 128 tiles, where the clustered
     # ping-pong tile runs every linear layer, and the Hopper attention program.
     batch_parity "$vitb" 64 "$log"
+    # Heads of 128 at batch 64: the Hopper attention's persistent grid (1,024 tiles on one CTA
+    # an SM) inside a model. f16 only: in bf16 one of the 64 random images' top-1 is a near-tie
+    # that flips with either grid (benchmarks/2026-11-28-h200-attention-persistent/).
+    local wide=/tmp/vitrt-vit-heads128
+    log="$logs/parity-vit-heads128.log"
+    {
+        python3 scripts/fixtures/make_random_vit.py --out "$wide" --preset heads128 &&
+            python3 scripts/fixtures/reference.py --model "$wide" --out "$wide/reference-b64.safetensors" \
+                --random-batch 64 --seed 1 --dtype float64
+    } >"$log" 2>&1 || {
+        failed=1
+        summary+=("vit-heads128 b64           could not make the model or its reference (see log)")
+        return
+    }
+    parity_row "vit-heads128 b64" "$wide" "$wide/reference-b64.safetensors" f16 default "$log"
 }
 
 # The ViT-B's parity at batch BATCH in f16 and bf16 against a float64 reference made for it
