@@ -215,6 +215,38 @@ fn run_case(
     worst
 }
 
+/// `run_case` over every head dim and length given, 2 batch items of 3 heads, the layouts
+/// taken in turn (Q, K and V fused or not, O's rows padded or not); the worst |d|/tol and the
+/// number of cases.
+fn run_case_grid(
+    rng: &mut SmallRng,
+    dtype: DType,
+    head_dims: &[usize],
+    lengths: &[usize],
+    causal: bool,
+) -> (f32, usize) {
+    let (mut worst, mut cases) = (0.0f32, 0);
+    for (n, &head_dim) in head_dims.iter().enumerate() {
+        for (m, &tokens) in lengths.iter().enumerate() {
+            let layout = Layout {
+                fused_qkv: (n + m) % 3 != 2,
+                o_row_pad: if (n + m) % 2 == 0 { 0 } else { 8 },
+            };
+            worst = worst.max(run_case(
+                rng,
+                dtype,
+                (2, 3),
+                tokens,
+                head_dim,
+                &layout,
+                causal,
+            ));
+            cases += 1;
+        }
+    }
+    (worst, cases)
+}
+
 /// The Hopper program's two query passes reorder nothing inside a row: at every length where
 /// its keys stay resident, its output is the one-pass program's, bit for bit (so the launcher
 /// may pick either by batch size without moving a result: `Gpu::batch_invariant`).
@@ -277,25 +309,13 @@ fn two_query_passes_give_the_bits_of_one() {
 fn fused_attention_matches_its_twin_on_ragged_sequences() {
     let mut rng = SmallRng::seed_from_u64(5);
     for dtype in [DType::F16, DType::BF16] {
-        let (mut worst, mut cases) = (0.0f32, 0);
-        for (n, &head_dim) in ATTENTION_HEAD_DIMS.iter().enumerate() {
-            for (m, &tokens) in SEQUENCE_LENGTHS.iter().enumerate() {
-                let layout = Layout {
-                    fused_qkv: (n + m) % 3 != 2,
-                    o_row_pad: if (n + m) % 2 == 0 { 0 } else { 8 },
-                };
-                worst = worst.max(run_case(
-                    &mut rng,
-                    dtype,
-                    (2, 3),
-                    tokens,
-                    head_dim,
-                    &layout,
-                    false,
-                ));
-                cases += 1;
-            }
-        }
+        let (worst, cases) = run_case_grid(
+            &mut rng,
+            dtype,
+            &ATTENTION_HEAD_DIMS,
+            &SEQUENCE_LENGTHS,
+            false,
+        );
         println!("RESULT attention {dtype:<5} cases {cases:>4}  worst |d|/tol {worst:>6.3}");
         // On Hopper the wgmma program ran every head dim (the case loop cannot skip it there).
         if gpu().compute_capability() == (9, 0) {
@@ -364,25 +384,13 @@ fn persistent_attention_matches_its_twin_over_many_tiles() {
 fn causal_attention_matches_its_twin() {
     let mut rng = SmallRng::seed_from_u64(15);
     for dtype in [DType::F16, DType::BF16] {
-        let (mut worst, mut cases) = (0.0f32, 0);
-        for (n, &head_dim) in CAUSAL_HEAD_DIMS.iter().enumerate() {
-            for (m, &tokens) in CAUSAL_SEQUENCE_LENGTHS.iter().enumerate() {
-                let layout = Layout {
-                    fused_qkv: (n + m) % 3 != 2,
-                    o_row_pad: if (n + m) % 2 == 0 { 0 } else { 8 },
-                };
-                worst = worst.max(run_case(
-                    &mut rng,
-                    dtype,
-                    (2, 3),
-                    tokens,
-                    head_dim,
-                    &layout,
-                    true,
-                ));
-                cases += 1;
-            }
-        }
+        let (worst, cases) = run_case_grid(
+            &mut rng,
+            dtype,
+            &CAUSAL_HEAD_DIMS,
+            &CAUSAL_SEQUENCE_LENGTHS,
+            true,
+        );
         println!("RESULT causal attention {dtype:<5} cases {cases:>4}  worst |d|/tol {worst:>6.3}");
         // Both row-group programs of d64 ran causal.
         for groups in [1, 2] {

@@ -2,6 +2,7 @@
 //! reading `pixel_values` from a file, the standard-output line behind `outln!`, and how a
 //! streamed write ends ([`WriteError`]).
 
+use super::output_dir;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -254,10 +255,10 @@ impl ModelArgs {
             ),
         ];
         if let Some(path) = &self.fp8_layers {
-            recorded.push(("fp8-layers-sha256", file_sha256(path)));
+            recorded.push(("fp8-layers-sha256", output_dir::file_sha256(path)));
         }
         if let Some(path) = &self.fp8_scales {
-            recorded.push(("fp8-scales-sha256", file_sha256(path)));
+            recorded.push(("fp8-scales-sha256", output_dir::file_sha256(path)));
         }
         recorded
     }
@@ -403,19 +404,6 @@ impl ModelArgs {
 }
 
 /// `cpu`, or `cuda` for any GPU or set of GPUs (`cuda:1`, `cuda:all`, `cuda:0,2`): what an
-/// The SHA-256 of a file's bytes in hex, or why it could not be read (the run then fails
-/// reading it, with the reason).
-fn file_sha256(path: &std::path::Path) -> String {
-    use sha2::Digest;
-    match std::fs::read(path) {
-        Ok(bytes) => sha2::Sha256::digest(&bytes)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect(),
-        Err(e) => format!("unreadable: {e}"),
-    }
-}
-
 /// `--output-dir` manifest records of `--device`.
 fn device_kind(device: &str) -> String {
     let device = device.trim().to_ascii_lowercase();

@@ -194,17 +194,26 @@ fn lock_dir(dir: &Path) -> Result<fs::File> {
     }
 }
 
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn digest_of(inputs: &InputList) -> String {
     let mut hasher = sha2::Sha256::new();
     for index in 0..inputs.len() {
         hasher.update(inputs.name(index).as_bytes());
         hasher.update(b"\n");
     }
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&hasher.finalize())
+}
+
+/// The SHA-256 of a file's bytes in hex, as the manifest records a file an option names, or
+/// why it could not be read (the run then fails reading it, with the reason).
+pub fn file_sha256(path: &Path) -> String {
+    match fs::read(path) {
+        Ok(bytes) => hex(&sha2::Sha256::digest(&bytes)),
+        Err(e) => format!("unreadable: {e}"),
+    }
 }
 
 impl OutputDir {
