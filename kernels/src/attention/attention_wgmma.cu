@@ -477,6 +477,10 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
     const int warpgroup = threadIdx.x >> 7;
     constexpr bool kProducerWarp = PRODUCER_WARP;
     if (kProducerWarp && warpgroup == WARPGROUPS) {
+        // Persistent, the producer is a whole warpgroup that keeps 40 registers a thread and
+        // leaves the rest to the consumers (`setmaxnreg`; the wrapper's __launch_bounds__(N, 1)
+        // makes ptxas honour it).
+        if constexpr (PERSISTENT) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         // The producer warp: each block into its stage once every warpgroup has released the
         // block STAGES earlier (with PASSES 2 there is none: every key is resident). Without
         // PERSISTENT, thread 0 loaded Q and the first STAGES blocks; persistent, it loads every
@@ -500,6 +504,9 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
         }
         return;
     }
+    // The consumers take the producer warpgroup's registers: 2 x 128 x 232 + 128 x 40 fit
+    // the SM's 65,536.
+    if constexpr (PERSISTENT) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     if (warpgroup >= live_groups) return;
     const int warp = (threadIdx.x >> 5) & 3;  // within the warpgroup: rows 16·warp ..
     const int lane = threadIdx.x & 31;

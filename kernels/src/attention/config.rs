@@ -95,9 +95,17 @@ impl AttentionConfig {
     pub(super) fn threads(&self) -> u32 {
         match self.program {
             AttentionProgram::MmaSync { .. } => WARPS * 32,
-            // The warpgroups, then with one CTA an SM the producer warp (attention_wgmma.cu).
+            // The warpgroups, then with one CTA an SM the producer warp, persistent a producer
+            // warpgroup that gives its registers to the others (attention_wgmma.cu).
             AttentionProgram::Wgmma { warpgroups, .. } => {
-                warpgroups * 128 + if self.wgmma_producer_warp() { 32 } else { 0 }
+                warpgroups * 128
+                    + if self.wgmma_persistent() {
+                        128
+                    } else if self.wgmma_producer_warp() {
+                        32
+                    } else {
+                        0
+                    }
             }
         }
     }
@@ -255,7 +263,13 @@ impl AttentionConfig {
                     // Two CTAs an SM need at most 128 registers a thread: said to ptxas, which
                     // is otherwise free to take more and halve the CTAs an SM (it took 185 at
                     // d80 for a draft of the persistent grid's loop).
-                    min_blocks_per_sm: if producer_warp { 0 } else { 2 },
+                    min_blocks_per_sm: if persistent {
+                        1
+                    } else if producer_warp {
+                        0
+                    } else {
+                        2
+                    },
                     // wgmma and TMA exist on sm_90a only.
                     arch: ArchRequirement::Exactly(9, 0),
                 }

@@ -19,7 +19,7 @@ pub(super) const WGMMA_TWO_PASSES_UP_TO: u32 = 64;
 /// 256). At 112 the persistent loop's registers spill (200 bytes) and it measured 0.93-0.95x,
 /// so 112 keeps a CTA a tile. benchmarks/NOTES.md, 2026-11-28 "A persistent grid for the
 /// Hopper attention".
-pub(super) const WGMMA_PERSISTENT_HEAD_DIMS: [u32; 2] = [96, 128];
+pub(super) const WGMMA_PERSISTENT_HEAD_DIMS: [u32; 3] = [96, 112, 128];
 /// The Hopper program is taken from this many CTAs an SM, or from this many tokens.
 pub(super) const WGMMA_MIN_CTAS_PER_SM: u64 = 4;
 pub(super) const WGMMA_LONG_SEQUENCE: usize = 512;

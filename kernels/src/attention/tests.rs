@@ -100,13 +100,13 @@ fn programs_are_named_apart() {
     );
     assert_eq!(hopper.grid(2560, 132), 132);
     assert_eq!(hopper.grid(40, 132), 40);
-    // At 112 the persistent loop spills: one CTA a tile.
+    // With the producer warpgroup's registers, 112 runs persistent too (no spill).
     let d112 = AttentionConfig {
         head_dim: 112,
         ..hopper
     };
-    assert!(d112.instantiation().name.ends_with("_s3_pw"));
-    assert_eq!(d112.grid(2560, 132), 2560);
+    assert!(d112.instantiation().name.ends_with("_s3_pw_persist"));
+    assert_eq!(d112.threads(), 384);
     assert_eq!(
         instantiation.params[..3]
             .iter()
@@ -126,8 +126,10 @@ fn programs_are_named_apart() {
         vit_b.instantiation().name,
         "attention_wgmma_bf16_d64_bn64_wg2_s4"
     );
-    // Two warpgroups and, with three stages, the producer warp; with four, none.
-    assert_eq!(instantiation.block_threads, 288);
+    // Two warpgroups and, with three stages, a producer warpgroup (persistent); with four,
+    // no producer.
+    assert_eq!(instantiation.block_threads, 384);
+    assert_eq!(instantiation.min_blocks_per_sm, 1);
     assert_eq!(vit_b.instantiation().block_threads, 256);
     assert_eq!(instantiation.arch, ArchRequirement::Exactly(9, 0));
 }
