@@ -47,8 +47,10 @@
 // buffers, a tile's in buffer `round & 1`, each refilled once every warpgroup has written out
 // the O it staged there two tiles before (`q_empty`), so the next tile's Q loads while this
 // one runs. A warpgroup with no row in a tile (T's last query block) only releases its stages
-// and its Q buffer. Taken at head dims 96 and 128 (program.rs, WGMMA_PERSISTENT_HEAD_DIMS;
-// benchmarks/NOTES.md, 2026-11-28 "A persistent grid for the Hopper attention").
+// and its Q buffer. The producer is then a whole warpgroup that gives the consumers its
+// registers. Taken at head dims 96 to 128 (program.rs, WGMMA_PERSISTENT_HEAD_DIMS;
+// benchmarks/NOTES.md, 2026-11-28 "A persistent grid for the Hopper attention" and 2026-11-29
+// "The persistent attention's producer gives its registers").
 //
 // Shared layout: every tile (Q, K, V) is stored as HEAD_DIM / 16 panels of 16 columns, each
 // panel [rows][16 elements] = 32-byte rows in the 32-byte swizzle (16-byte chunk c of row r at
@@ -479,7 +481,7 @@ __device__ __forceinline__ void attention_wgmma_block(const TmaDescriptor& q_map
     if (kProducerWarp && warpgroup == WARPGROUPS) {
         // Persistent, the producer is a whole warpgroup that keeps 40 registers a thread and
         // leaves the rest to the consumers (`setmaxnreg`; the wrapper's __launch_bounds__(N, 1)
-        // makes ptxas honour it).
+        // makes ptxas honour it): no spill at 96-128, where 288 threads capped at 168 spilled.
         if constexpr (PERSISTENT) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         // The producer warp: each block into its stage once every warpgroup has released the
         // block STAGES earlier (with PASSES 2 there is none: every key is resident). Without

@@ -16,9 +16,10 @@ pub(super) const WGMMA_TWO_PASSES_MIN_CTAS_PER_SM: u64 = 2;
 pub(super) const WGMMA_TWO_PASSES_UP_TO: u32 = 64;
 /// Head dims at which the Hopper program's one-CTA-an-SM configurations run on a persistent
 /// grid, one CTA an SM taking tile after tile: 1.07x at 128 and 1.28-1.31x at 96 (batches 8 to
-/// 256). At 112 the persistent loop's registers spill (200 bytes) and it measured 0.93-0.95x,
-/// so 112 keeps a CTA a tile. benchmarks/NOTES.md, 2026-11-28 "A persistent grid for the
-/// Hopper attention".
+/// 256); benchmarks/NOTES.md, 2026-11-28 "A persistent grid for the Hopper attention". Its
+/// producer warpgroup gives the consumers its registers, so 112 no longer spills and runs
+/// persistent too (1.09-1.11x there); 2026-11-29 "The persistent attention's producer gives
+/// its registers".
 pub(super) const WGMMA_PERSISTENT_HEAD_DIMS: [u32; 3] = [96, 112, 128];
 /// The Hopper program is taken from this many CTAs an SM, or from this many tokens.
 pub(super) const WGMMA_MIN_CTAS_PER_SM: u64 = 4;
