@@ -135,7 +135,10 @@ impl MatmulConfig {
 
     /// Threads per CTA: the tile's, and a residual loader warp for the ping-pong residual variant.
     pub fn threads(&self) -> u32 {
-        self.tile.threads() + if self.pingpong_residual() { 32 } else { 0 }
+        // The ping-pong residual loader: a warp of its own beside a producer warp, one of the
+        // producer warpgroup's otherwise.
+        let loader = self.pingpong_residual() && !self.tile.pingpong_producer_warpgroup();
+        self.tile.threads() + if loader { 32 } else { 0 }
     }
 
     /// Whether the epilogue fetches residual runs into shared memory (`kStageResidual` in

@@ -29,7 +29,8 @@ pub enum Program {
     /// matrices with 16-byte aligned rows (every linear layer).
     TmaCooperative,
     /// The TMA program whose two consumer warpgroups take alternate tiles, so that one's
-    /// epilogue overlaps the other's MMAs: 288 threads, a producer warp (tma_pingpong.cu,
+    /// epilogue overlaps the other's MMAs, with a producer warpgroup (384 threads) or, 64 wide,
+    /// a producer warp (288) (tma_pingpong.cu,
     /// `matmul_block_tma_pingpong` and its residual and 16-bit stream variants, sm_90a).
     TmaPingPong,
 }
@@ -82,6 +83,15 @@ pub struct MatmulTile {
 impl MatmulTile {
     pub fn threads(&self) -> u32 {
         self.warps_m * self.warps_n * 32
+    }
+
+    /// Whether the ping-pong program's producer is a whole warpgroup (`warps_m` 12), which gives
+    /// the consumers its registers with `setmaxnreg` and holds the residual loader's warp: the
+    /// 128-wide tiles, 1.04-1.06x without epilogue at batches 64 and 256. The narrow tile keeps
+    /// a producer warp, the warpgroup measured 1-2% slower there (benchmarks/NOTES.md, 2026-11-29
+    /// "The ping-pong matmul's producer gives its registers").
+    pub(crate) fn pingpong_producer_warpgroup(&self) -> bool {
+        self.program == Program::TmaPingPong && self.warps_m == 12
     }
 
     /// A short name: `128x128x32_s4_w2x2`, or `wg128x192x64_s5` for a Hopper tile.
@@ -187,7 +197,9 @@ const fn wgmma_tile(
 
 /// A warp-specialised Hopper tile: 128 x BLOCK_N, BLOCK_K 64, one CTA per SM. Cooperative: a
 /// producer warpgroup and two consumers sharing each tile (384 threads, `warps_m` 12);
-/// ping-pong: two consumers on alternate tiles and a producer warp (288 threads, `warps_m` 9).
+/// ping-pong: two consumers on alternate tiles and, 128 wide, a producer warpgroup that gives
+/// them its registers (384 threads), 64 wide a producer warp (288, `warps_m` 9; see
+/// `pingpong_producer_warpgroup`).
 const fn tma_tile(
     block_n: u32,
     stages: u32,
@@ -200,7 +212,7 @@ const fn tma_tile(
         block_n,
         block_k: 64,
         stages,
-        warps_m: if pingpong { 9 } else { 12 },
+        warps_m: if pingpong && block_n == 64 { 9 } else { 12 },
         warps_n: 1,
         ctas_per_sm: 1,
         speed,

@@ -389,10 +389,9 @@ __device__ __forceinline__ void release_residual_unread(unsigned full_bar, unsig
 // and the tensor cores wait: at K = 768 (qkv, fc1) that costs a third of the main loop
 // (measured: benchmarks/NOTES.md, 2026-11-22 "a ping-pong TMA tile").
 // - 128 x 128 per warpgroup (128 accumulators a thread) is the largest that fits the entry
-//   cap of 168 registers (288 threads: some SM sub-partition holds three warps). setmaxnreg
-//   could raise the consumers' (ptxas allocates what it grants to the code after it), but only
-//   with the producer as a whole warpgroup, which here is one warp (benchmarks/NOTES.md,
-//   2026-11-28 "Activation warps for the ping-pong epilogue").
+//   cap of 168 registers (288 or 384 threads). 128 wide, the producer is a whole warpgroup
+//   that gives the consumers its registers with setmaxnreg (ptxas allocates what it grants to
+//   the code after it): 232 a consumer thread (kProducerWarpgroup below).
 // - The epilogue works on the accumulators where they are: bias, alpha and the activation per
 //   register, a 16-bit pair per store into a 128 x BN tile of shared memory laid out as the
 //   128-byte swizzled boxes of C's tensor map, then one thread stores it with TMA and the
@@ -413,7 +412,7 @@ __device__ __forceinline__ void release_residual_unread(unsigned full_bar, unsig
 //   CTA alive until the other's consumers have made their last arrivals on it.
 // - RESIDUAL: C = act(alpha·A·B + bias) + R with R and C of type TC, f32 (the residual
 //   stream, as proj and fc2 run it, usually in place) or the operands' type (a 16-bit
-//   stream): `out_map` then describes R, which a second producer warp (320 threads) loads by
+//   stream): `out_map` then describes R, which a second producer warp (thread 288) loads by
 //   TMA into a shared buffer per warpgroup (see load_residual_parts). The f32 epilogue adds it
 //   from there and writes C from registers (`c`); the 16-bit one adds it in place in the
 //   output tile and stores C through `c_map`, as the plain variant does, whose `out_map` and
@@ -466,6 +465,11 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
     // an e4m3 C: one box of 128 rows x BN bytes.
     constexpr int kOutputBytes = BM * BN * (is_e4m3<TC>::value ? 1 : 2);
     constexpr int kResidualBarriers = kResidual ? 4 : 0;
+    // 128 wide: a producer warpgroup (384 threads) that gives the consumers its registers, 1.04-
+    // 1.06x at batches 64 and 256; 64 wide (batch 1): a producer warp (288 threads; 320 with the
+    // residual loader), the warpgroup measured 1-2% slower there. benchmarks/NOTES.md, 2026-11-29
+    // "The ping-pong matmul's producer gives its registers"; MatmulTile::pingpong_producer_warpgroup.
+    constexpr bool kProducerWarpgroup = BN == 128;
     static_assert(BN % 64 == 0 && BN <= 128, "two 64 x BN halves of accumulators must fit 168 registers");
     static_assert(is_same_type<T, TC>::value || (kResidual && is_f32<TC>::value) ||
                       (FP8 && !kResidual && is_e4m3<TC>::value),
@@ -521,6 +525,9 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
     }
 
     if (warpgroup == 2) {
+        // 128 wide, the producer warpgroup keeps 40 registers a thread and leaves the rest to
+        // the consumers (the wrapper's __launch_bounds__(384, 1) makes ptxas honour it).
+        if constexpr (kProducerWarpgroup) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         // Producer (warp 8): the CTA's tiles in order, every k-tile of each.
         if (threadIdx.x == 256 && k_tiles > 0)
             load_stages<BN, STAGES, GROUP_M, CLUSTER, BK>(a_map, b_map, smem, full_bar, empty_bar, tiles_m,
@@ -534,6 +541,9 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
         return;
     }
 
+    // The consumers take the producer warpgroup's registers: 2 x 128 x 232 + 128 x 40 fit the
+    // SM's 65,536.
+    if constexpr (kProducerWarpgroup) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     // Consumer warpgroup w takes the CTA's tiles j = w, w + 2, w + 4, ... Its loop bounds depend
     // on w: read through a shuffle, w is warp-uniform to ptxas, which otherwise treats the loop
     // as divergent and serialises every wgmma in it (C7518, "WG.DP in divergent path").
@@ -820,8 +830,8 @@ __device__ __forceinline__ void matmul_tma_pingpong(const TmaDescriptor& a_map, 
 // residual. Template arguments: T, BLOCK_N (64 or 128), STAGES, GROUP_M, activation, CLUSTER (1,
 // or 2: launched in clusters of two CTAs that share A's boxes, A's tensor map in boxes of 64
 // rows; see CtaTiles in tma.cuh), SPLIT_K (the narrow tile's: `splits`, `split_k_tiles`,
-// `partials` and `counters` as matmul_tma_pingpong says; ignored without it). 288 threads: two
-// consumer warpgroups, then the producer warp.
+// `partials` and `counters` as matmul_tma_pingpong says; ignored without it). Two consumer
+// warpgroups, then the producer warpgroup (BLOCK_N 128: 384 threads) or warp (64: 288).
 template <typename T, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER, bool SPLIT_K>
 __device__ __forceinline__ void matmul_block_tma_pingpong(const TmaDescriptor& a_map, const TmaDescriptor& b_map,
                                                           const TmaDescriptor& c_map, const T* bias, int m, int n,
@@ -841,8 +851,9 @@ __device__ __forceinline__ void matmul_block_tma_pingpong(const TmaDescriptor& a
 // The ping-pong entry for the f32 residual stream: C = act(alpha·A·B + bias) + R with R and C
 // f32 (C may be R), R as a tensor map (128-byte swizzled boxes of 32 x 128), C as a pointer to
 // its first element and a row stride with 16-byte aligned rows. Template arguments: T,
-// BLOCK_N, STAGES, GROUP_M, activation, CLUSTER, SPLIT_K. 320 threads: two consumer warpgroups, the stage
-// producer warp, the residual loader warp.
+// BLOCK_N, STAGES, GROUP_M, activation, CLUSTER, SPLIT_K. Two consumer warpgroups, the stage
+// producer warp, the residual loader warp: 320 threads, or 384 at BLOCK_N 128 (the producer
+// warpgroup's first two warps).
 template <typename T, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER, bool SPLIT_K>
 __device__ __forceinline__ void matmul_block_tma_pingpong_residual(
     const TmaDescriptor& a_map, const TmaDescriptor& b_map, const TmaDescriptor& r_map, const T* bias, float* c,
@@ -861,7 +872,7 @@ __device__ __forceinline__ void matmul_block_tma_pingpong_residual(
 
 // The ping-pong entry for a 16-bit stream: C = act(alpha·A·B + bias) + R with R and C in the
 // operands' type (C may be R), both as tensor maps (128-byte swizzled boxes of 64 x 128).
-// Template arguments: T, BLOCK_N, STAGES, GROUP_M, activation, CLUSTER, SPLIT_K. 320 threads, as
+// Template arguments: T, BLOCK_N, STAGES, GROUP_M, activation, CLUSTER, SPLIT_K. Threads as
 // above.
 template <typename T, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER, bool SPLIT_K>
 __device__ __forceinline__ void matmul_block_tma_pingpong_stream16(
@@ -884,7 +895,7 @@ __device__ __forceinline__ void matmul_block_tma_pingpong_stream16(
 // matmul_block_tma_pingpong_stream16 writes it, bit for bit, and for every row r < M and every
 // 64-column block b of C, row_stats[b · M + r] = float2(mean_b, m2_b) (f32 pairs, 8-byte aligned) of C's stored values in
 // that block (ROW_STATS in matmul_tma_pingpong). N a multiple of 64. Template arguments: T,
-// BLOCK_N, STAGES, GROUP_M, activation, CLUSTER, SPLIT_K. 320 threads.
+// BLOCK_N, STAGES, GROUP_M, activation, CLUSTER, SPLIT_K. Threads as above.
 template <typename T, int BN, int STAGES, int GROUP_M, Act ACT, int CLUSTER, bool SPLIT_K>
 __device__ __forceinline__ void matmul_block_tma_pingpong_stream16_stats(
     const TmaDescriptor& a_map, const TmaDescriptor& b_map, const TmaDescriptor& r_map, const TmaDescriptor& c_map,
@@ -909,7 +920,8 @@ __device__ __forceinline__ void matmul_block_tma_pingpong_stream16_stats(
 // x 128) or, TC = E4m3, as e4m3 codes of v / out_scale (one box of BN bytes x 128, swizzled
 // over 128 or 64 bytes); the bias is in T. `a_scale_stride` 1 reads one activation scale a row,
 // 0 one for the tensor. Template arguments: T, TC (T or vitrt_matmul::E4m3), BLOCK_N (64 or
-// 128), STAGES, GROUP_M, activation, SPLIT_K (as matmul_block_tma_pingpong's). 288 threads.
+// 128), STAGES, GROUP_M, activation, SPLIT_K (as matmul_block_tma_pingpong's). Threads as
+// matmul_block_tma_pingpong's.
 // Accumulation: the tensor core's FP8 sums keep fewer mantissa bits than fp32 (about 13 on the
 // H100), over the whole of K; promoting them into fp32 registers every few k-tiles, as
 // CUTLASS's non-"fast-accumulation" FP8 kernels do, would need a second set of 128 accumulators
@@ -939,8 +951,8 @@ __device__ __forceinline__ void matmul_block_tma_pingpong_fp8(const TmaDescripto
 
 // The FP8 entry with a residual in T (a 16-bit stream): C = act(acc · scales + bias) + R, R and
 // C (which may be R) through tensor maps of T, as matmul_block_tma_pingpong_stream16's. Template
-// arguments: T, BLOCK_N, STAGES, GROUP_M, activation, SPLIT_K. 320 threads: two consumer
-// warpgroups, the stage producer warp, the residual loader warp.
+// arguments: T, BLOCK_N, STAGES, GROUP_M, activation, SPLIT_K. Two consumer warpgroups, the
+// stage producer warp, the residual loader warp (320 threads; 384 at BLOCK_N 128).
 template <typename T, int BN, int STAGES, int GROUP_M, Act ACT, bool SPLIT_K>
 __device__ __forceinline__ void matmul_block_tma_pingpong_fp8_residual(
     const TmaDescriptor& a_map, const TmaDescriptor& b_map, const TmaDescriptor& r_map, const TmaDescriptor& c_map,
@@ -973,7 +985,7 @@ __device__ __forceinline__ void matmul_block_tma_pingpong_fp8_residual(
 // mean_r = (Σ_b mean_b) / B, m2 = Σ_b m2_b + 64 · Σ_b (mean_b - mean_r)², rstd_r =
 // rsqrt(m2 / K + eps) (combine_row_statistics). K a multiple of 64. C through a tensor map
 // (boxes of 64 x 128) in T. Template arguments: T, BLOCK_N (64 or 128), STAGES, GROUP_M,
-// activation. 288 threads.
+// activation. Threads as matmul_block_tma_pingpong's.
 template <typename T, int BN, int STAGES, int GROUP_M, Act ACT>
 __device__ __forceinline__ void matmul_block_tma_pingpong_layernorm(const TmaDescriptor& a_map,
                                                                     const TmaDescriptor& b_map,

@@ -110,10 +110,13 @@ impl Fp8Config {
             + 2 * t.block_n * 4
     }
 
-    /// Threads per CTA: two consumer warpgroups and the producer warp, and the residual
-    /// loader warp for the residual entry point.
+    /// Threads per CTA: two consumer warpgroups and the producer warpgroup (128 wide) or warp
+    /// (64 wide), and with a warp the residual loader's for the residual entry point.
     pub(crate) fn threads(&self) -> u32 {
-        self.tile.threads() + if self.residual { 32 } else { 0 }
+        // The residual loader: a warp of its own beside a producer warp, one of the producer
+        // warpgroup's otherwise.
+        let loader = self.residual && !self.tile.pingpong_producer_warpgroup();
+        self.tile.threads() + if loader { 32 } else { 0 }
     }
 
     fn params(&self) -> Vec<KernelParam> {
