@@ -1073,3 +1073,35 @@ fn row_statistics_problems_the_program_does_not_take_are_refused_with_the_reason
         .unwrap_err()
         .contains("one [M, K] x [N, K]"));
 }
+
+#[test]
+fn ping_pong_tiles_have_a_producer_warpgroup_exactly_where_the_kernel_gives_registers() {
+    // tma_pingpong.cu's kProducerWarpgroup is BN == 128: the launch's threads must agree.
+    let pingpong = TMA_TILES
+        .iter()
+        .chain(FP8_TILES.iter())
+        .chain(LAYERNORM_TILES.iter())
+        .chain(ROW_STATISTICS_TILES.iter())
+        .filter(|t| t.program == Program::TmaPingPong);
+    let mut seen = 0;
+    for tile in pingpong {
+        assert_eq!(
+            tile.pingpong_producer_warpgroup(),
+            tile.block_n == 128,
+            "{}",
+            tile.name()
+        );
+        assert_eq!(
+            tile.threads(),
+            if tile.block_n == 128 { 384 } else { 288 },
+            "{}",
+            tile.name()
+        );
+        seen += 1;
+    }
+    assert!(seen >= 4, "{seen} ping-pong tiles");
+    assert!(
+        !TMA_TILES[0].pingpong_producer_warpgroup(),
+        "a cooperative tile"
+    );
+}
