@@ -111,11 +111,7 @@ parity() {
     # ViT-B/16 at 224 with random weights; the reference in float64 (eager, TF32 off).
     local vitb=/tmp/vitrt-vit-base
     log="$logs/parity-vit-base.log"
-    random_model_and_reference "$vitb" base 2 "$vitb/reference.safetensors" "$log" || {
-        failed=1
-        summary+=("vit-base                   could not make the model or its reference (see log)")
-        return
-    }
+    random_model_and_reference vit-base "$vitb" base 2 "$vitb/reference.safetensors" "$log" || return
     for dtype in f32 f16 bf16; do
         for attention in default unfused; do
             parity_row "vit-base" "$vitb" "$vitb/reference.safetensors" "$dtype" "$attention" "$log"
@@ -140,23 +136,24 @@ parity() {
     # that flips with either grid (benchmarks/2026-11-28-h200-attention-persistent/).
     local wide=/tmp/vitrt-vit-heads128
     log="$logs/parity-vit-heads128.log"
-    random_model_and_reference "$wide" heads128 64 "$wide/reference-b64.safetensors" "$log" || {
-        failed=1
-        summary+=("vit-heads128 b64           could not make the model or its reference (see log)")
+    random_model_and_reference "vit-heads128 b64" "$wide" heads128 64 "$wide/reference-b64.safetensors" "$log" ||
         return
-    }
     parity_row "vit-heads128 b64" "$wide" "$wide/reference-b64.safetensors" f16 default "$log"
 }
 
 # A ViT with random weights (make_random_vit.py --preset PRESET) in DIR, and its float64
-# reference for BATCH random images (seed 1) in REFERENCE; output to LOG.
+# reference for BATCH random images (seed 1) in REFERENCE; output to LOG. On failure, a
+# summary row for LABEL, and status 1.
 random_model_and_reference() {
-    local dir=$1 preset=$2 batch=$3 reference=$4 log=$5
+    local label=$1 dir=$2 preset=$3 batch=$4 reference=$5 log=$6
     {
         python3 scripts/fixtures/make_random_vit.py --out "$dir" --preset "$preset" &&
             python3 scripts/fixtures/reference.py --model "$dir" --out "$reference" \
                 --random-batch "$batch" --seed 1 --dtype float64
-    } >"$log" 2>&1
+    } >"$log" 2>&1 && return
+    failed=1
+    summary+=("$(printf '%-26s could not make the model or its reference (see log)' "$label")")
+    return 1
 }
 
 # The ViT-B's parity at batch BATCH in f16 and bf16 against a float64 reference made for it
