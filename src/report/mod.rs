@@ -1,7 +1,9 @@
 //! What `vitrt bench` does with its timings, none of which needs a GPU: statistics and the
 //! input rotation ([`stats`]), the JSON document ([`schema`]), the table ([`table`]) and the
-//! SVG plot ([`plot`], fed by [`figure`]).
+//! SVG plot ([`plot`], fed by [`figure`]); and the GPU's clocks while it times ([`clocks`],
+//! through NVML where the driver has it).
 
+pub mod clocks;
 pub mod plot;
 pub mod schema;
 pub mod stats;

@@ -29,6 +29,24 @@ impl Gpu {
         Ok((version / 1000, (version % 1000) / 10))
     }
 
+    /// The device's PCI address as the driver writes it ("0000:19:00.0"): what NVML finds the
+    /// same device by, whatever order either numbers the GPUs in.
+    pub fn pci_bus_id(&self) -> Result<String, KernelError> {
+        let mut text = [0 as std::ffi::c_char; 32];
+        let status = unsafe {
+            cudarc::driver::sys::cuDeviceGetPCIBusId(
+                text.as_mut_ptr(),
+                text.len() as i32,
+                self.context.cu_device(),
+            )
+        };
+        status
+            .result()
+            .map_err(|e| KernelError::driver("cuDeviceGetPCIBusId", e))?;
+        let text = unsafe { std::ffi::CStr::from_ptr(text.as_ptr()) };
+        Ok(text.to_string_lossy().into_owned())
+    }
+
     /// `out[..n] = src[..n]` with cuMemcpyDtoDAsync on the Gpu's stream: moves the bytes with
     /// no kernel of ours, the yardstick the memory-bound kernels are measured against. The two
     /// ranges must not overlap.

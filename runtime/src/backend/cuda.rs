@@ -380,6 +380,10 @@ impl Backend for CudaBackend {
         Some(self.gpu.kernel_loads())
     }
 
+    fn device_pci_bus_id(&self) -> Option<String> {
+        self.gpu.pci_bus_id().ok()
+    }
+
     fn write(&mut self, dst: BufferRef, data: &[f32]) -> Result<(), RuntimeError> {
         let (arena, offset_bytes, len, dtype) = self.arena_target(dst)?;
         if len != data.len() {

@@ -395,6 +395,13 @@ pub trait Backend {
         Ok(None)
     }
 
+    /// The PCI address of the device the backend runs on ("0000:19:00.0"), by which NVML finds
+    /// it (clocks and power for `vitrt bench model`); `None` on the CPU or where the driver does
+    /// not tell.
+    fn device_pci_bus_id(&self) -> Option<String> {
+        None
+    }
+
     /// How the kernels loaded so far got there (compiled, or read from the disk cache) and the
     /// host time each took, where the backend compiles kernels; `None` on the CPU.
     fn kernel_loads(&self) -> Option<vitrt_kernels::cuda::KernelLoads> {

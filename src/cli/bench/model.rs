@@ -13,9 +13,13 @@
 //! after the timed passes; the CUDA graph's share is the difference the pass that captures it
 //! makes. The device figure also holds the loaded kernels' code and the graphs, which the
 //! account cannot see, and misses anything freed between two samples.
+//!
+//! Clocks, per batch size on a GPU: the SM clock, power and throttle reasons read through NVML
+//! every 10 ms while the back-to-back warm-up and timed passes run (report/clocks.rs).
 
 use crate::cli::common::{random_pixels, ModelArgs};
 use crate::output_file::OutputFile;
+use crate::report::clocks::{ClockSource, ClockSummary};
 use crate::report::schema::{self, BenchReport, DeviceInfo, Skipped};
 use crate::report::stats::Stats;
 use anyhow::{bail, Context, Result};
@@ -50,6 +54,10 @@ pub struct ModelBenchArgs {
     /// Also write the results as JSON (schema vitrt-bench/1, in "models").
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Do not read the GPU's SM clock, power and throttle reasons through NVML while timing
+    /// (a host thread reads them every 10 ms; this turns it off, to time without it).
+    #[arg(long)]
+    pub(super) no_clocks: bool,
     /// Replace an output file even if it is read-only.
     #[arg(long)]
     force: bool,
@@ -97,6 +105,8 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
     let mut rows = Vec::new();
     let mut memory_rows = Vec::new();
     let mut skipped = Vec::new();
+    let clock_source = open_clocks(runner.backend().device_pci_bus_id(), args.no_clocks);
+    let mut clock_rows = Vec::new();
     // The device's used memory before anything of the model is on it (the backend uploads
     // weights when the first plan is made).
     runner.synchronize()?;
@@ -118,10 +128,11 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
                 batch,
                 (args.warmup.max(1), args.warmup_ms, args.reps),
                 baseline,
+                clock_source.as_ref(),
                 &mut || progress.inc(1),
             )
         });
-        let (times, memory) = match timed {
+        let (times, memory, clocks) = match timed {
             Ok(measured) => measured,
             Err(e) => {
                 // Out of memory at a large batch is a result, not a reason to lose the others.
@@ -158,11 +169,16 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
             "max_ms": stats.max_ms,
             "images_per_s": images_per_s,
             "memory": memory.to_json(baseline),
+            "clocks": clocks.as_ref().map(ClockSummary::to_json),
         }));
         memory_rows.push(memory);
+        if let Some(clocks) = clocks {
+            clock_rows.push((batch, clocks));
+        }
     }
     progress.finish_and_clear();
     print_memory(&memory_rows, baseline.is_some())?;
+    print_clocks(&clock_rows)?;
 
     if let Some(json) = &json {
         let report = BenchReport {
@@ -255,8 +271,9 @@ fn measure_batch(
     batch: usize,
     (warmup, warmup_ms, reps): (usize, f64, usize),
     baseline: Option<usize>,
+    clock_source: Option<&ClockSource>,
     progress: &mut dyn FnMut(),
-) -> Result<(Vec<f32>, BatchMemory)> {
+) -> Result<(Vec<f32>, BatchMemory, Option<ClockSummary>)> {
     runner.reset_memory_peak();
     let sample = |runner: &mut Runner| -> Result<Option<i64>> {
         runner.synchronize()?;
@@ -276,12 +293,15 @@ fn measure_batch(
     let probe = runner.time_forward(pixels, batch, (warmup - 1, 3), false, progress)?;
     let more = super::measure::warmup_passes(&probe.forward_ms, warmup_ms);
     let mut passes = 0;
+    let sampler = clock_source.map(ClockSource::start);
     let times = runner.time_forward(pixels, batch, (more, reps), false, &mut || {
         passes += 1;
         if passes > more {
             progress();
         }
-    })?;
+    });
+    let clocks = sampler.and_then(|s| s.finish());
+    let times = times?;
     let timed = sample(runner)?;
     let captured = runner
         .executor(batch, false)
@@ -302,7 +322,57 @@ fn measure_batch(
         account: runner.backend().memory_account(),
         device,
     };
-    Ok((times.forward_ms, memory))
+    Ok((times.forward_ms, memory, clocks))
+}
+
+/// NVML on the backend's device (`pci_bus_id`: none on the CPU), unless `--no-clocks`; where
+/// it cannot be read, why, once on stderr.
+pub(super) fn open_clocks(pci_bus_id: Option<String>, no_clocks: bool) -> Option<ClockSource> {
+    pci_bus_id.filter(|_| !no_clocks).and_then(|id| {
+        ClockSource::open(&id)
+            .map_err(|e| eprintln!("clocks: not sampled ({e})"))
+            .ok()
+    })
+}
+
+/// The clocks table, after the timings (GPU runs where NVML could be read).
+pub(super) fn print_clocks(rows: &[(usize, ClockSummary)]) -> Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let share = |s: Option<f64>| s.map_or("-".into(), |s| format!("{:.0}%", 100.0 * s));
+    outln!("");
+    outln!(
+        "clocks (NVML every 10 ms over each batch size's back-to-back warm-up and timed passes; \
+         power: the driver's figure, averaged; limited: the share of samples whose clock was \
+         held back by power or temperature)"
+    );
+    outln!(
+        "{:>6} {:>8} {:>10} {:>8} {:>9} {:>14} {:>22}",
+        "batch",
+        "samples",
+        "SM MHz p10",
+        "median",
+        "p90",
+        "power W",
+        "limited: power (heat)"
+    );
+    for (batch, c) in rows {
+        outln!(
+            "{batch:>6} {:>8} {:>10} {:>8} {:>9} {:>14} {:>22}",
+            c.samples,
+            c.sm_mhz_p10,
+            c.sm_mhz_median,
+            c.sm_mhz_p90,
+            c.power_w_median.map_or("-".into(), |w| format!("{w:.0}")),
+            format!(
+                "{} ({})",
+                share(c.power_limited_share),
+                share(c.thermal_limited_share)
+            )
+        );
+    }
+    Ok(())
 }
 
 /// The memory table, after the timings.

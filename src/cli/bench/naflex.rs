@@ -8,6 +8,7 @@
 //! through transformers' `Siglip2VisionModel`.
 
 use super::model::ModelBenchArgs;
+use crate::report::clocks::{ClockSource, ClockSummary};
 use crate::report::schema::{self, BenchReport, DeviceInfo, Skipped};
 use crate::report::stats::Stats;
 use anyhow::{Context, Result};
@@ -78,6 +79,9 @@ pub(super) fn run(
     let mut rng = SmallRng::seed_from_u64(7);
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
+    let clock_source =
+        super::model::open_clocks(runner.backend().device_pci_bus_id(), args.no_clocks);
+    let mut clock_rows = Vec::new();
     for &batch in &args.batch_sizes {
         progress.set_message(format!("batch {batch}"));
         let timed = mixed_batch(&runner.model, batch, max_patches, &mut || {
@@ -89,12 +93,15 @@ pub(super) fn run(
             let (probe, _) =
                 runner.time_forward(&inputs, &[], (warmup, 3), false, &mut || progress.inc(1))?;
             let more = super::measure::warmup_passes(&probe.forward_ms, args.warmup_ms);
-            let (times, _) =
-                runner.time_forward(&inputs, &[], (more.max(1), args.reps), false, &mut || {})?;
+            let sampler = clock_source.as_ref().map(ClockSource::start);
+            let timed =
+                runner.time_forward(&inputs, &[], (more.max(1), args.reps), false, &mut || {});
+            let clocks = sampler.and_then(|s| s.finish());
+            let (times, _) = timed?;
             progress.inc(args.reps as u64);
-            Ok((times.forward_ms, grids))
+            Ok((times.forward_ms, grids, clocks))
         });
-        let (times, grids) = match timed {
+        let (times, grids, clocks) = match timed {
             Ok(measured) => measured,
             Err(e) => {
                 // A refusal or out of memory at one batch size is a result; the others run.
@@ -139,9 +146,14 @@ pub(super) fn run(
                 "mean_patches": patches,
                 "grids": grids.iter().take(mix.len()).map(|&(r, c)| [r, c]).collect::<Vec<_>>(),
             },
+            "clocks": clocks.as_ref().map(ClockSummary::to_json),
         }));
+        if let Some(clocks) = clocks {
+            clock_rows.push((batch, clocks));
+        }
     }
     progress.finish_and_clear();
+    super::model::print_clocks(&clock_rows)?;
     let measured = !rows.is_empty();
     if let Some(json) = json {
         let report = BenchReport {
