@@ -9,9 +9,14 @@
 //! mix of aspect ratios, each at its own patch grid, padded to `max_num_patches` with the key
 //! mask (`vitrt_model::naflex::synthetic`). Its graph is built from the same encoder blocks as
 //! the fixed-size models', so their nodes carry the same names and the two tables line up.
+//!
+//! On a GPU the SM clock, power and throttle reasons are read through NVML while the passes
+//! run, as `vitrt bench model` reads them (report/clocks.rs): at batch 256 the pass runs under
+//! the power cap, and the node times are times at that clock.
 
 use super::common::{random_pixels, ModelArgs};
 use crate::output_file::OutputFile;
+use crate::report::clocks::{ClockSource, ClockSummary};
 use crate::report::stats::Stats;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -51,6 +56,9 @@ pub struct ProfileArgs {
     /// Replace an output file even if it is read-only.
     #[arg(long)]
     force: bool,
+    /// Do not read the GPU's SM clock, power and throttle reasons through NVML while timing.
+    #[arg(long)]
+    no_clocks: bool,
 }
 
 /// One node of the profile.
@@ -114,13 +122,17 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         args.reps,
         args.warmup.max(1)
     );
+    let clock_source = ClockSource::for_run(runner.backend().device_pci_bus_id(), args.no_clocks);
+    let sampler = clock_source.as_ref().map(ClockSource::start);
     let times = runner.time_forward(
         &pixels,
         batch,
         (args.warmup.max(1), args.reps),
         true,
         &mut || {},
-    )?;
+    );
+    let clocks = sampler.and_then(|s| s.finish());
+    let times = times?;
     let described = runner.backend().describe();
     let executor = runner.prepare(batch, false)?;
     let profiled = Profiled {
@@ -133,6 +145,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         graph: executor.graph(),
         plan: executor.plan(),
         naflex: None,
+        clocks,
     };
     report(&args, &profiled, (json.as_ref(), trace_file.as_ref()))
 }
@@ -166,13 +179,17 @@ fn profile_naflex(
     // The fixed-size models' profile times their primary output, the last hidden state of a
     // SigLIP vision tower: so does this one, leaving out the pooling head that `bench model`
     // times for NaFlex, so that the two profiles time the same nodes.
-    let (times, executor) = runner.time_forward(
+    let clock_source = ClockSource::for_run(runner.backend().device_pci_bus_id(), args.no_clocks);
+    let sampler = clock_source.as_ref().map(ClockSource::start);
+    let timed = runner.time_forward(
         &inputs,
         &["last_hidden_state"],
         (args.warmup.max(1), args.reps),
         true,
         &mut || {},
-    )?;
+    );
+    let clocks = sampler.and_then(|s| s.finish());
+    let (times, executor) = timed?;
     let profiled = Profiled {
         described: runner.backend().describe(),
         device,
@@ -187,6 +204,7 @@ fn profile_naflex(
             mean_patches: patches,
             grids: mix.to_vec(),
         }),
+        clocks,
     };
     report(args, &profiled, files)
 }
@@ -212,6 +230,9 @@ struct Profiled<'a> {
     graph: &'a Graph,
     plan: &'a Plan,
     naflex: Option<NaflexBatchInfo>,
+    /// The GPU's clocks over the timed passes and their warm-up (None on the CPU, with
+    /// `--no-clocks`, or where NVML could not be read).
+    clocks: Option<ClockSummary>,
 }
 
 /// Prints the profile by op kind and by node, with the ceilings measured on a GPU, and
@@ -317,6 +338,20 @@ fn report(
             naflex.max_num_patches
         );
     }
+    if let Some(c) = &profiled.clocks {
+        let share = |s: Option<f64>| s.map_or("-".into(), |s| format!("{:.0}%", 100.0 * s));
+        outln!(
+            "clocks (NVML every 10 ms over the passes): SM {} MHz median (p10 {}, p90 {}), power \
+             {} W, held back by power in {} of {} samples, by heat in {}",
+            c.sm_mhz_median,
+            c.sm_mhz_p10,
+            c.sm_mhz_p90,
+            c.power_w_median.map_or("-".into(), |w| format!("{w:.0}")),
+            share(c.power_limited_share),
+            c.samples,
+            share(c.thermal_limited_share)
+        );
+    }
     print_by_kind(&rows, total)?;
     print_by_node(&rows)?;
 
@@ -332,6 +367,7 @@ fn report(
             "forward_passes_ms": times.forward_ms,
             "ceilings": ceilings.as_ref().map(|c| serde_json::json!({"copy_gbps": c.copy_gbps})),
             "naflex": profiled.naflex,
+            "clocks": profiled.clocks.as_ref().map(ClockSummary::to_json),
             "nodes": rows,
         });
         json.write_and_tell((serde_json::to_string_pretty(&document)? + "\n").as_bytes())?;

@@ -143,6 +143,16 @@ impl ClockSource {
         })
     }
 
+    /// The source a benchmark reads: NVML on its device (`pci_bus_id`; none on the CPU)
+    /// unless `off` (`--no-clocks`). Where NVML cannot be read, says why once on stderr.
+    pub fn for_run(pci_bus_id: Option<String>, off: bool) -> Option<ClockSource> {
+        pci_bus_id.filter(|_| !off).and_then(|id| {
+            ClockSource::open(&id)
+                .map_err(|e| eprintln!("clocks: not sampled ({e})"))
+                .ok()
+        })
+    }
+
     /// Starts reading the device every [`SAMPLE_INTERVAL`] until [`Sampler::finish`].
     pub fn start(&self) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));

@@ -105,7 +105,7 @@ pub fn run(args: ModelBenchArgs) -> Result<ExitCode> {
     let mut rows = Vec::new();
     let mut memory_rows = Vec::new();
     let mut skipped = Vec::new();
-    let clock_source = open_clocks(runner.backend().device_pci_bus_id(), args.no_clocks);
+    let clock_source = ClockSource::for_run(runner.backend().device_pci_bus_id(), args.no_clocks);
     let mut clock_rows = Vec::new();
     // The device's used memory before anything of the model is on it (the backend uploads
     // weights when the first plan is made).
@@ -323,16 +323,6 @@ fn measure_batch(
         device,
     };
     Ok((times.forward_ms, memory, clocks))
-}
-
-/// NVML on the backend's device (`pci_bus_id`: none on the CPU), unless `--no-clocks`; where
-/// it cannot be read, why, once on stderr.
-pub(super) fn open_clocks(pci_bus_id: Option<String>, no_clocks: bool) -> Option<ClockSource> {
-    pci_bus_id.filter(|_| !no_clocks).and_then(|id| {
-        ClockSource::open(&id)
-            .map_err(|e| eprintln!("clocks: not sampled ({e})"))
-            .ok()
-    })
 }
 
 /// The clocks table, after the timings (GPU runs where NVML could be read).

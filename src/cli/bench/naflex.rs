@@ -79,8 +79,7 @@ pub(super) fn run(
     let mut rng = SmallRng::seed_from_u64(7);
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
-    let clock_source =
-        super::model::open_clocks(runner.backend().device_pci_bus_id(), args.no_clocks);
+    let clock_source = ClockSource::for_run(runner.backend().device_pci_bus_id(), args.no_clocks);
     let mut clock_rows = Vec::new();
     for &batch in &args.batch_sizes {
         progress.set_message(format!("batch {batch}"));
