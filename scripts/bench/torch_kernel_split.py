@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_torch import DTYPES, VIT_B16, build_model, import_timm  # noqa: E402
+from bench_torch_fp8 import time_forward  # noqa: E402
 
 # The first rule that matches a kernel's lower-cased name gives its bucket.
 BUCKETS = (
@@ -53,18 +53,6 @@ def device_us(event) -> float:
         if value is not None:
             return float(value)
     raise RuntimeError("this torch's profiler events carry no device time")
-
-
-def wall_ms(model, pixels, passes: int) -> float:
-    times = []
-    for _ in range(passes):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        model(pixels)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def split(model, pixels, passes: int) -> tuple[dict[str, float], dict[str, float]]:
@@ -110,11 +98,9 @@ def main(argv=None) -> int:
         model = build_model(provider, VIT_B16, dtype, device, timm_module)
         for batch in (int(b) for b in args.batch_sizes.split(",")):
             pixels = torch.randn(batch, 3, VIT_B16.image, VIT_B16.image, device=device, dtype=dtype)
+            # Warm-up, then the median wall time of CUDA-event-timed passes.
+            wall = time_forward(model, pixels, args.warmup, max(args.passes, 10))
             with torch.inference_mode():
-                for _ in range(args.warmup):
-                    model(pixels)
-                torch.cuda.synchronize()
-                wall = wall_ms(model, pixels, max(args.passes, 10))
                 buckets, kernels = split(model, pixels, args.passes)
             total = sum(buckets.values())
             rows.append({

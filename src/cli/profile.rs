@@ -16,7 +16,7 @@
 
 use super::common::{random_pixels, ModelArgs};
 use crate::output_file::OutputFile;
-use crate::report::clocks::{ClockSource, ClockSummary};
+use crate::report::clocks::{self, ClockSource, ClockSummary};
 use crate::report::stats::Stats;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -123,15 +123,15 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         args.warmup.max(1)
     );
     let clock_source = ClockSource::for_run(runner.backend().device_pci_bus_id(), args.no_clocks);
-    let sampler = clock_source.as_ref().map(ClockSource::start);
-    let times = runner.time_forward(
-        &pixels,
-        batch,
-        (args.warmup.max(1), args.reps),
-        true,
-        &mut || {},
-    );
-    let clocks = sampler.and_then(|s| s.finish());
+    let (times, clocks) = clocks::sampled(clock_source.as_ref(), || {
+        runner.time_forward(
+            &pixels,
+            batch,
+            (args.warmup.max(1), args.reps),
+            true,
+            &mut || {},
+        )
+    });
     let times = times?;
     let described = runner.backend().describe();
     let executor = runner.prepare(batch, false)?;
@@ -180,15 +180,15 @@ fn profile_naflex(
     // SigLIP vision tower: so does this one, leaving out the pooling head that `bench model`
     // times for NaFlex, so that the two profiles time the same nodes.
     let clock_source = ClockSource::for_run(runner.backend().device_pci_bus_id(), args.no_clocks);
-    let sampler = clock_source.as_ref().map(ClockSource::start);
-    let timed = runner.time_forward(
-        &inputs,
-        &["last_hidden_state"],
-        (args.warmup.max(1), args.reps),
-        true,
-        &mut || {},
-    );
-    let clocks = sampler.and_then(|s| s.finish());
+    let (timed, clocks) = clocks::sampled(clock_source.as_ref(), || {
+        runner.time_forward(
+            &inputs,
+            &["last_hidden_state"],
+            (args.warmup.max(1), args.reps),
+            true,
+            &mut || {},
+        )
+    });
     let (times, executor) = timed?;
     let profiled = Profiled {
         described: runner.backend().describe(),
@@ -339,7 +339,6 @@ fn report(
         );
     }
     if let Some(c) = &profiled.clocks {
-        let share = |s: Option<f64>| s.map_or("-".into(), |s| format!("{:.0}%", 100.0 * s));
         outln!(
             "clocks (NVML every 10 ms over the passes): SM {} MHz median (p10 {}, p90 {}), power \
              {} W, held back by power in {} of {} samples, by heat in {}",
@@ -347,9 +346,9 @@ fn report(
             c.sm_mhz_p10,
             c.sm_mhz_p90,
             c.power_w_median.map_or("-".into(), |w| format!("{w:.0}")),
-            share(c.power_limited_share),
+            clocks::percent(c.power_limited_share),
             c.samples,
-            share(c.thermal_limited_share)
+            clocks::percent(c.thermal_limited_share)
         );
     }
     print_by_kind(&rows, total)?;

@@ -154,7 +154,7 @@ impl ClockSource {
     }
 
     /// Starts reading the device every [`SAMPLE_INTERVAL`] until [`Sampler::finish`].
-    pub fn start(&self) -> Sampler {
+    fn start(&self) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let (nvml, id, flag) = (self.nvml.clone(), self.pci_bus_id.clone(), stop.clone());
         let thread = std::thread::Builder::new()
@@ -183,15 +183,31 @@ impl ClockSource {
     }
 }
 
-/// A running sampler.
-pub struct Sampler {
+/// Runs `work` while `source` (where there is one) reads the device: its result, and what was
+/// read (`None` without a source).
+pub fn sampled<T>(
+    source: Option<&ClockSource>,
+    work: impl FnOnce() -> T,
+) -> (T, Option<ClockSummary>) {
+    let sampler = source.map(ClockSource::start);
+    let result = work();
+    (result, sampler.and_then(Sampler::finish))
+}
+
+/// A share as a whole percentage, "-" where it is unknown.
+pub fn percent(share: Option<f64>) -> String {
+    share.map_or("-".into(), |s| format!("{:.0}%", 100.0 * s))
+}
+
+/// A running sampler (see [`sampled`]).
+struct Sampler {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Vec<ClockSample>>>,
 }
 
 impl Sampler {
     /// Stops it and summarises what it read (`None`: nothing, or the thread did not start).
-    pub fn finish(self) -> Option<ClockSummary> {
+    fn finish(self) -> Option<ClockSummary> {
         self.stop.store(true, Ordering::Relaxed);
         let samples = self.thread?.join().ok()?;
         summarize(&samples)

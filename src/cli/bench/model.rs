@@ -19,7 +19,7 @@
 
 use crate::cli::common::{random_pixels, ModelArgs};
 use crate::output_file::OutputFile;
-use crate::report::clocks::{ClockSource, ClockSummary};
+use crate::report::clocks::{self, ClockSource, ClockSummary};
 use crate::report::schema::{self, BenchReport, DeviceInfo, Skipped};
 use crate::report::stats::Stats;
 use anyhow::{bail, Context, Result};
@@ -293,14 +293,14 @@ fn measure_batch(
     let probe = runner.time_forward(pixels, batch, (warmup - 1, 3), false, progress)?;
     let more = super::measure::warmup_passes(&probe.forward_ms, warmup_ms);
     let mut passes = 0;
-    let sampler = clock_source.map(ClockSource::start);
-    let times = runner.time_forward(pixels, batch, (more, reps), false, &mut || {
-        passes += 1;
-        if passes > more {
-            progress();
-        }
+    let (times, clocks) = clocks::sampled(clock_source, || {
+        runner.time_forward(pixels, batch, (more, reps), false, &mut || {
+            passes += 1;
+            if passes > more {
+                progress();
+            }
+        })
     });
-    let clocks = sampler.and_then(|s| s.finish());
     let times = times?;
     let timed = sample(runner)?;
     let captured = runner
@@ -330,7 +330,6 @@ pub(super) fn print_clocks(rows: &[(usize, ClockSummary)]) -> Result<()> {
     if rows.is_empty() {
         return Ok(());
     }
-    let share = |s: Option<f64>| s.map_or("-".into(), |s| format!("{:.0}%", 100.0 * s));
     outln!("");
     outln!(
         "clocks (NVML every 10 ms over each batch size's back-to-back warm-up and timed passes; \
@@ -357,8 +356,8 @@ pub(super) fn print_clocks(rows: &[(usize, ClockSummary)]) -> Result<()> {
             c.power_w_median.map_or("-".into(), |w| format!("{w:.0}")),
             format!(
                 "{} ({})",
-                share(c.power_limited_share),
-                share(c.thermal_limited_share)
+                clocks::percent(c.power_limited_share),
+                clocks::percent(c.thermal_limited_share)
             )
         );
     }

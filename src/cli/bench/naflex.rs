@@ -8,7 +8,7 @@
 //! through transformers' `Siglip2VisionModel`.
 
 use super::model::ModelBenchArgs;
-use crate::report::clocks::{ClockSource, ClockSummary};
+use crate::report::clocks::{self, ClockSource, ClockSummary};
 use crate::report::schema::{self, BenchReport, DeviceInfo, Skipped};
 use crate::report::stats::Stats;
 use anyhow::{Context, Result};
@@ -92,10 +92,9 @@ pub(super) fn run(
             let (probe, _) =
                 runner.time_forward(&inputs, &[], (warmup, 3), false, &mut || progress.inc(1))?;
             let more = super::measure::warmup_passes(&probe.forward_ms, args.warmup_ms);
-            let sampler = clock_source.as_ref().map(ClockSource::start);
-            let timed =
-                runner.time_forward(&inputs, &[], (more.max(1), args.reps), false, &mut || {});
-            let clocks = sampler.and_then(|s| s.finish());
+            let (timed, clocks) = clocks::sampled(clock_source.as_ref(), || {
+                runner.time_forward(&inputs, &[], (more.max(1), args.reps), false, &mut || {})
+            });
             let (times, _) = timed?;
             progress.inc(args.reps as u64);
             Ok((times.forward_ms, grids, clocks))
